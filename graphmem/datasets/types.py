@@ -1,0 +1,121 @@
+"""Typed records shared by the dataset loaders, the graph builders and the evaluation harness.
+
+Gold fields (answers, evidence, categories) live only on :class:`Question`; policies receive a
+:class:`graphmem.policies.base.Query`, which has none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+LOCOMO_CATEGORIES: dict[int, str] = {
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
+}
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One LoCoMo dialogue turn."""
+
+    dia_id: str
+    speaker: str
+    text: str
+    session: int
+    position: int  # 0-based order inside its session
+    image_caption: str | None = None
+    image_query: str | None = None
+
+
+@dataclass(frozen=True)
+class Session:
+    index: int
+    date_time: datetime | None
+    raw_date_time: str | None
+    turns: tuple[Turn, ...]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    sample_id: str
+    speaker_a: str
+    speaker_b: str
+    sessions: tuple[Session, ...]
+
+    @property
+    def turns(self) -> list[Turn]:
+        return [t for s in self.sessions for t in s.turns]
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question over one memory graph, with its gold fields (used by metrics and rewards only).
+
+    Args:
+        qid: unique question id (``<graph>#<index>`` for LoCoMo, HotpotQA's ``_id``).
+        graph: name of the graph the question is asked over (LoCoMo sample id, HotpotQA id).
+        text: the question.
+        answer: gold answer (``adversarial_answer`` for LoCoMo category 5), ``None`` when absent.
+        evidence: gold node ids (LoCoMo dia_ids; HotpotQA ``title::sentence``).
+        category: LoCoMo category 1-5 or HotpotQA type (``bridge``/``comparison``).
+        dangling_evidence: gold ids that name no node (reported, never silently dropped).
+        support_titles: HotpotQA gold paragraph titles (empty for LoCoMo).
+    """
+
+    qid: str
+    graph: str
+    text: str
+    answer: str | None
+    evidence: tuple[str, ...]
+    category: int | str
+    dangling_evidence: tuple[str, ...] = ()
+    support_titles: tuple[str, ...] = ()
+
+    @property
+    def category_name(self) -> str:
+        if isinstance(self.category, int):
+            return LOCOMO_CATEGORIES[self.category]
+        return str(self.category)
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    title: str
+    sentences: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HotpotRecord:
+    qid: str
+    question: str
+    answer: str
+    paragraphs: tuple[Paragraph, ...]
+    supporting_facts: tuple[tuple[str, int], ...]
+    type: str
+    level: str
+
+
+@dataclass
+class LoadReport:
+    """Counts of what a loader repaired or discarded, printed by the scripts."""
+
+    source: str
+    records: int = 0
+    questions: int = 0
+    repaired_evidence: list[str] = field(default_factory=list)
+    dangling_evidence: list[str] = field(default_factory=list)
+    discarded: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"{self.source}: {self.records} records, {self.questions} questions"]
+        if self.repaired_evidence:
+            out.append(f"  repaired evidence ids: {len(self.repaired_evidence)} ({', '.join(self.repaired_evidence[:5])}{' ...' if len(self.repaired_evidence) > 5 else ''})")
+        if self.dangling_evidence:
+            out.append(f"  dangling evidence ids (name no turn): {len(self.dangling_evidence)} ({', '.join(self.dangling_evidence[:5])}{' ...' if len(self.dangling_evidence) > 5 else ''})")
+        if self.discarded:
+            out.append(f"  discarded records: {len(self.discarded)} ({'; '.join(self.discarded[:3])}{' ...' if len(self.discarded) > 3 else ''})")
+        return out

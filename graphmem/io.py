@@ -1,0 +1,98 @@
+"""Saving and loading memory graphs: one safetensors file, no pickle, atomic, versioned, checksummed.
+
+Tensors go in the safetensors body; text fields and metadata go in its JSON header under the
+key ``graphmem``, with ``schema_version`` and a SHA-256 over the JSON payload and every tensor
+byte, so a truncated or hand-edited file is refused rather than half-loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from graphmem.graph import GraphError, MemoryGraph
+
+SCHEMA_VERSION = 1
+_TENSORS = ("embeddings", "timestamps", "edge_index", "edge_type", "S", "F", "edge_attr", "edge_attr_init")
+
+
+def _digest(payload: str, tensors: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256(payload.encode())
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        h.update(name.encode())
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+def atomic_write(path: str | Path, write) -> Path:
+    """Run ``write(tmp_path)`` then rename onto ``path``: a crash leaves the old file intact."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save_graph(graph: MemoryGraph, path: str | Path) -> Path:
+    """Validate and write ``graph`` to ``path`` (``.safetensors``) atomically."""
+    graph.validate()
+    tensors = {name: getattr(graph, name).contiguous() for name in _TENSORS}
+    payload = json.dumps({
+        "node_ids": graph.node_ids, "texts": graph.texts, "keys": graph.keys, "metadata": graph.metadata,
+        "relations": list(graph.relations), "info": graph.info,
+    }, ensure_ascii=False)
+    header = {"schema_version": str(SCHEMA_VERSION), "graphmem": payload, "sha256": _digest(payload, tensors)}
+    return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=header))
+
+
+def load_graph(path: str | Path) -> MemoryGraph:
+    """Read, verify and validate a graph written by :func:`save_graph`."""
+    path = Path(path)
+    if not path.exists():
+        raise GraphError(f"{path}: graph file not found (build it with scripts/build_graph.py)")
+    try:
+        tensors = load_file(str(path))
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            header: dict[str, Any] = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise GraphError(f"{path}: not a readable graph file (truncated or corrupted?): {err}") from None
+    version = header.get("schema_version")
+    if version != str(SCHEMA_VERSION):
+        raise GraphError(f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+    missing = [n for n in _TENSORS if n not in tensors]
+    if missing or "graphmem" not in header:
+        raise GraphError(f"{path}: missing fields {missing or ['graphmem header']}")
+    if _digest(header["graphmem"], tensors) != header.get("sha256"):
+        raise GraphError(f"{path}: checksum mismatch: the file was modified after it was written")
+    try:
+        meta = json.loads(header["graphmem"])
+        graph = MemoryGraph(
+            node_ids=meta["node_ids"], texts=meta["texts"], keys=meta["keys"], metadata=meta["metadata"],
+            relations=tuple(meta["relations"]), info=meta["info"], **{n: tensors[n] for n in _TENSORS},
+        )
+    except (KeyError, TypeError, json.JSONDecodeError) as err:
+        raise GraphError(f"{path}: malformed header field: {err}") from None
+    try:
+        return graph.validate()
+    except GraphError as err:
+        raise GraphError(f"{path}: {err}") from None

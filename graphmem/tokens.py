@@ -1,0 +1,24 @@
+"""The one tokenizer every budget in graphmem is counted with.
+
+Budgets must be comparable across policies and machines, and must not depend on a model
+download, so token counts use a fixed, dependency-free rule named :data:`TOKENIZER_NAME`:
+a token is a maximal run of word characters or a single non-space symbol
+(regex ``\\w+|[^\\w\\s]``). On English chat text this is within ~10% of BPE counts.
+"""
+
+from __future__ import annotations
+
+import re
+
+TOKENIZER_NAME = "regex-word-v1"
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """Number of tokens of ``text`` under :data:`TOKENIZER_NAME`."""
+    return len(_TOKEN_RE.findall(text))
+
+
+def serialize_node(node_id: str, text: str) -> str:
+    """One line of serialized memory, ``Ser`` in GraphMemory Algorithm 1: ``[id] text``."""
+    return f"[{node_id}] {text}"
