@@ -149,13 +149,24 @@ class MemoryGraph:
         out = self.out_edges(src)
         return out[self.edge_index[1, out] == dst]
 
-    def _cached(self, name: str, build):
+    def cached(self, name: str, build):
+        """Derived structure ``build()`` memoised on this graph until its next mutation.
+
+        Policies keep per-graph precomputations here (e.g. top-k neighbour tables); any
+        mutation, including :meth:`observe`, drops them. Code that edits tensors in place
+        must call :meth:`invalidate`.
+        """
         if name not in self._cache:
             self._cache[name] = build()
         return self._cache[name]
 
-    def _invalidate(self) -> None:
+    _cached = cached
+
+    def invalidate(self) -> None:
+        """Drop every derived structure (call after editing tensors in place)."""
         self._cache.clear()
+
+    _invalidate = invalidate
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> MemoryGraph:
@@ -384,6 +395,7 @@ class MemoryGraph:
             return 0
         counter = self.S if label == "helpful" else self.F
         counter[edges] += float(confidence)
+        self.invalidate()
         return int(edges.numel())
 
     # ------------------------------------------------------------------ conversion
@@ -394,7 +406,7 @@ class MemoryGraph:
         return Data(
             x=self.embeddings, edge_index=self.edge_index, edge_type=self.edge_type, edge_attr=self.edge_attr,
             edge_attr_init=self.edge_attr_init, S=self.S, F=self.F, timestamps=self.timestamps,
-            node_ids=list(self.node_ids), texts=list(self.texts), keys=list(self.keys),
+            node_ids=list(self.node_ids), texts=list(self.texts), node_keys=list(self.keys),
             node_metadata=[dict(m) for m in self.metadata], relations=list(self.relations), info=dict(self.info),
             num_nodes=self.num_nodes,
         )
@@ -403,7 +415,7 @@ class MemoryGraph:
     def from_pyg(cls, data) -> MemoryGraph:
         """Inverse of :meth:`to_pyg` (validated)."""
         return cls(
-            node_ids=list(data.node_ids), texts=list(data.texts), keys=list(data.keys), embeddings=data.x,
+            node_ids=list(data.node_ids), texts=list(data.texts), keys=list(data.node_keys), embeddings=data.x,
             timestamps=data.timestamps, metadata=[dict(m) for m in data.node_metadata], edge_index=data.edge_index,
             edge_type=data.edge_type, S=data.S, F=data.F, edge_attr=data.edge_attr, edge_attr_init=data.edge_attr_init,
             relations=tuple(data.relations), info=dict(data.info),
@@ -427,7 +439,7 @@ class MemoryGraph:
             "nodes": self.num_nodes, "edges": self.num_edges,
             "edges_by_relation": dict(zip(self.relations, by_rel)),
             "out_degree_mean": round(float(deg.mean()), 3), "out_degree_max": int(deg.max()) if deg.numel() else 0,
-            "isolated_nodes": int((deg == 0).sum()),
+            "nodes_without_out_edges": int((deg == 0).sum()),
         }
 
 
