@@ -109,6 +109,8 @@ class LoadReport:
     repaired_evidence: list[str] = field(default_factory=list)
     dangling_evidence: list[str] = field(default_factory=list)
     discarded: list[str] = field(default_factory=list)
+    malformed_evidence: list[str] = field(default_factory=list)
+    unparsed_dates: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         out = [f"{self.source}: {self.records} records, {self.questions} questions"]
@@ -116,6 +118,10 @@ class LoadReport:
             out.append(f"  repaired evidence ids: {len(self.repaired_evidence)} ({', '.join(self.repaired_evidence[:5])}{' ...' if len(self.repaired_evidence) > 5 else ''})")
         if self.dangling_evidence:
             out.append(f"  dangling evidence ids (name no turn): {len(self.dangling_evidence)} ({', '.join(self.dangling_evidence[:5])}{' ...' if len(self.dangling_evidence) > 5 else ''})")
+        if self.malformed_evidence:
+            out.append(f"  malformed evidence strings dropped: {len(self.malformed_evidence)} ({', '.join(self.malformed_evidence[:5])}{' ...' if len(self.malformed_evidence) > 5 else ''})")
+        if self.unparsed_dates:
+            out.append(f"  unparsable session dates (timestamp unknown): {len(self.unparsed_dates)} ({', '.join(self.unparsed_dates[:3])}{' ...' if len(self.unparsed_dates) > 3 else ''})")
         if self.discarded:
             out.append(f"  discarded records: {len(self.discarded)} ({'; '.join(self.discarded[:3])}{' ...' if len(self.discarded) > 3 else ''})")
         return out

@@ -1,0 +1,198 @@
+"""Edge helpers shared by the builders: candidate pairs per relation and Phase-1 edge features.
+
+Every helper returns undirected candidate pairs as two long tensors ``(a, b)`` with ``a != b``;
+:func:`add_relation_edges` inserts both directions. Phase-1 features (HAGE §3) of an edge
+``i -> j``, computed for every edge whatever its relation:
+
+* temporal proximity ``p_t = exp(-(|o_i - o_j| - 1) / tau)`` when ``i, j`` share a sequence group
+  (session, paragraph) and have orders ``o``; 0 otherwise or when unknown,
+* semantic cosine ``p_s = <x_i, x_j>`` of the unit embeddings,
+* causal confidence ``p_c`` from :func:`causal_pairs` (0 when no cue links the pair),
+* entity overlap ``p_e = |E_i ∩ E_j| / |E_i ∪ E_j|`` (Jaccard; 0 when both sets are empty).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from graphmem.graph import MemoryGraph
+
+CONNECTIVES = re.compile(
+    r"\b(because|therefore|thus|hence|consequently|as a result|that's why|that is why|which is why|due to|"
+    r"led to|leads to|caused|causes|so that|since then|in order to|so)\b", re.IGNORECASE)
+_STRONG = re.compile(r"\b(because|therefore|thus|hence|consequently|as a result|due to|caused|causes)\b", re.IGNORECASE)
+
+
+def _pairs(a: list[int] | Tensor, b: list[int] | Tensor) -> tuple[Tensor, Tensor]:
+    return torch.as_tensor(a, dtype=torch.long).flatten(), torch.as_tensor(b, dtype=torch.long).flatten()
+
+
+def sequence_pairs(group: Sequence, order: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """Consecutive nodes: ``(i, j)`` with equal group and ``order_j`` the next order after ``order_i``."""
+    idx = sorted(range(len(order)), key=lambda i: (str(group[i]), order[i]))
+    a = [i for i, j in zip(idx, idx[1:]) if group[i] == group[j] and group[i] is not None]
+    b = [j for i, j in zip(idx, idx[1:]) if group[i] == group[j] and group[i] is not None]
+    return _pairs(a, b)
+
+
+def time_window_pairs(timestamps: Tensor, window: float, cap: int,
+                      exclude: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+    """Each node to at most ``cap`` nearest-in-time other nodes with ``|t_i - t_j| <= window``.
+
+    Pairs in ``exclude`` (e.g. the consecutive pairs, already linked) are not counted against the cap.
+    """
+    n = timestamps.numel()
+    if n < 2 or cap == 0 or window <= 0:
+        return _pairs([], [])
+    t = timestamps.double()
+    dt = (t[:, None] - t[None, :]).abs()
+    dt[~torch.isfinite(dt)] = float("inf")
+    dt.fill_diagonal_(float("inf"))
+    dt[dt > window] = float("inf")
+    if exclude is not None and exclude[0].numel():
+        dt[exclude[0], exclude[1]] = float("inf")
+        dt[exclude[1], exclude[0]] = float("inf")
+    vals, nbr = torch.topk(dt, min(cap, n - 1), dim=1, largest=False)
+    keep = torch.isfinite(vals)
+    rows = torch.arange(n)[:, None].expand_as(nbr)
+    return rows[keep], nbr[keep]
+
+
+def semantic_knn_pairs(embeddings: Tensor, k: int, threshold: float) -> tuple[Tensor, Tensor]:
+    """Each node to its ``k`` most cosine-similar other nodes with similarity ``>= threshold``."""
+    n = embeddings.shape[0]
+    if n < 2 or k == 0:
+        return _pairs([], [])
+    sim = embeddings @ embeddings.T
+    sim.fill_diagonal_(-float("inf"))
+    vals, nbr = torch.topk(sim, min(k, n - 1), dim=1)
+    keep = vals >= threshold
+    rows = torch.arange(n)[:, None].expand_as(nbr)
+    return rows[keep], nbr[keep]
+
+
+def entity_pairs(entities: Sequence[set[str]], fanout: int, max_share: float) -> tuple[Tensor, Tensor]:
+    """Nodes mentioning the same entity, without cliques.
+
+    The mentions of an entity, in node order, are linked each to the next ``fanout`` mentions
+    (so an entity adds at most ``fanout`` pairs per mention). An entity mentioned by more than
+    ``max(10, max_share * N)`` nodes is skipped as too common to discriminate.
+    """
+    mentions: dict[str, list[int]] = {}
+    for i, ents in enumerate(entities):
+        for e in ents:
+            mentions.setdefault(e, []).append(i)
+    limit = max(10.0, max_share * len(entities))
+    a: list[int] = []
+    b: list[int] = []
+    for e in sorted(mentions):
+        rows = mentions[e]
+        if len(rows) < 2 or len(rows) > limit:
+            continue
+        for pos, i in enumerate(rows):
+            for j in rows[pos + 1:pos + 1 + fanout]:
+                a.append(i)
+                b.append(j)
+    return _pairs(a, b)
+
+
+def causal_pairs(texts: Sequence[str], speakers: Sequence[str | None], group: Sequence, order: Sequence[int],
+                 qa_confidence: float, connective_confidence: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Offline causal cues between consecutive nodes ``i -> j`` of a group; returns ``(a, b, confidence)``.
+
+    Cues: *question -> answer* (``text_i`` ends with ``?`` and ``j`` is said by another speaker,
+    weight ``qa_confidence``); *connective* (``text_j`` contains because/therefore/so/since
+    then/..., weight ``connective_confidence``, halved for the weak ones ``so``/``in order to``/...).
+    Confidence ``c = 1 - prod(1 - w)`` over the cues present.
+    """
+    a, b = sequence_pairs(group, order)
+    conf = []
+    for i, j in zip(a.tolist(), b.tolist()):
+        miss = 1.0
+        if texts[i].rstrip().endswith("?") and speakers[i] is not None and speakers[i] != speakers[j]:
+            miss *= 1.0 - qa_confidence
+        if CONNECTIVES.search(texts[j]):
+            miss *= 1.0 - (connective_confidence if _STRONG.search(texts[j]) else connective_confidence / 2)
+        conf.append(1.0 - miss)
+    c = torch.tensor(conf, dtype=torch.float32)
+    keep = c > 0
+    return a[keep], b[keep], c[keep]
+
+
+def temporal_proximity(group: Sequence, order: Sequence[int], src: Tensor, dst: Tensor, tau: float) -> Tensor:
+    """``p_t`` of the module docstring for each edge ``src -> dst``."""
+    codes: dict = {}
+    g = torch.tensor([-1 if x is None else codes.setdefault(x, len(codes)) for x in group], dtype=torch.long)
+    o = torch.as_tensor(list(order), dtype=torch.float32)
+    same = (g[src] == g[dst]) & (g[src] >= 0)
+    gap = (o[src] - o[dst]).abs()
+    return torch.where(same, torch.exp(-(gap - 1).clamp(min=0) / tau), torch.zeros_like(gap))
+
+
+def jaccard(entities: Sequence[set[str]], src: Tensor, dst: Tensor) -> Tensor:
+    """``p_e`` of the module docstring for each edge ``src -> dst``."""
+    out = []
+    for i, j in zip(src.tolist(), dst.tolist()):
+        union = len(entities[i] | entities[j])
+        out.append(len(entities[i] & entities[j]) / union if union else 0.0)
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def lookup_pairs(n: int, a: Tensor, b: Tensor, values: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+    """Value of the unordered pair ``{src, dst}`` in the table ``(a, b) -> values`` (0 when absent)."""
+    if a.numel() == 0 or src.numel() == 0:
+        return torch.zeros(src.numel())
+    keys = torch.cat([a * n + b, b * n + a])
+    vals = torch.cat([values, values]).float()
+    keys, order = torch.sort(keys)
+    vals = vals[order]
+    q = src * n + dst
+    pos = torch.searchsorted(keys, q).clamp(max=keys.numel() - 1)
+    return torch.where(keys[pos] == q, vals[pos], torch.zeros(q.numel()))
+
+
+def phase1_features(graph: MemoryGraph, src: Tensor, dst: Tensor, group: Sequence, order: Sequence[int],
+                    entities: Sequence[set[str]], causal: tuple[Tensor, Tensor, Tensor], tau: float) -> Tensor:
+    """``[E, 4]`` rows ``[p_t, p_s, p_c, p_e]`` (module docstring) for the edges ``src -> dst``."""
+    emb = graph.embeddings
+    return torch.stack([
+        temporal_proximity(group, order, src, dst, tau),
+        (emb[src] * emb[dst]).sum(1).clamp(-1.0, 1.0),
+        lookup_pairs(graph.num_nodes, *causal, src, dst),
+        jaccard(entities, src, dst),
+    ], dim=1)
+
+
+def undirected_unique(a: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """Drop self pairs and duplicates (in either orientation); returns pairs with ``a < b``."""
+    keep = a != b
+    lo, hi = torch.minimum(a[keep], b[keep]), torch.maximum(a[keep], b[keep])
+    key = torch.unique(lo * n + hi)
+    return key // n, key % n
+
+
+def add_relation_edges(graph: MemoryGraph, pairs: dict[str, tuple[Tensor, Tensor]], features: str,
+                       group: Sequence, order: Sequence[int], entities: Sequence[set[str]],
+                       causal: tuple[Tensor, Tensor, Tensor], tau: float) -> None:
+    """Insert both directions of every pair with ``scored`` or ``onehot`` features, in one call.
+
+    Edges are ordered by relation (in ``pairs`` order), then source, then target.
+    """
+    n = graph.num_nodes
+    srcs, dsts, rels = [], [], []
+    for relation, (a, b) in pairs.items():
+        lo, hi = undirected_unique(a, b, n)
+        src, dst = torch.cat([lo, hi]), torch.cat([hi, lo])
+        order_key = torch.argsort(src * n + dst)
+        srcs.append(src[order_key])
+        dsts.append(dst[order_key])
+        rels.append(torch.full((src.numel(),), graph.relations.index(relation), dtype=torch.long))
+    src, dst, rel = torch.cat(srcs), torch.cat(dsts), torch.cat(rels)
+    if src.numel() == 0:
+        return
+    feats = phase1_features(graph, src, dst, group, order, entities, causal, tau) if features == "scored" else None
+    graph.add_edges(src, dst, rel, features=feats)

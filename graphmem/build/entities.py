@@ -1,0 +1,130 @@
+"""Entity extraction for entity edges: a pluggable interface and an offline cue-based extractor.
+
+An extractor maps a list of texts to one set of normalised (lower-cased) entity strings per
+text. Register another one (for example an LLM extractor following HAGE Appendix C.1) with
+:func:`register_entity_extractor` and select it by name in the graph config.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+
+@runtime_checkable
+class EntityExtractor(Protocol):
+    """``extract(texts) -> list[set[str]]``, one set of entity strings per text."""
+
+    name: str
+
+    def extract(self, texts: Sequence[str]) -> list[set[str]]: ...
+
+
+ENTITY_EXTRACTORS: dict[str, Callable[..., EntityExtractor]] = {}
+
+
+def register_entity_extractor(name: str):
+    """Class decorator: make an extractor selectable as ``graph.entity_extractor=<name>``."""
+    def wrap(cls):
+        cls.name = name
+        ENTITY_EXTRACTORS[name] = cls
+        return cls
+    return wrap
+
+
+def make_entity_extractor(name: str, **kwargs) -> EntityExtractor:
+    """Instantiate a registered extractor by name."""
+    if name not in ENTITY_EXTRACTORS:
+        raise ValueError(f"unknown entity extractor {name!r}; registered: {sorted(ENTITY_EXTRACTORS)}")
+    return ENTITY_EXTRACTORS[name](**kwargs)
+
+
+# Function words, pronouns, interjections and other words that are capitalised at the start of a
+# sentence without naming anything. General English, not tied to any dataset.
+STOPWORDS = frozenset("""
+a about above after again against all also am an and any are as at be because been before being
+below between both but by can could did do does doing down during each few for from further had
+has have having he her here hers herself him himself his how i if in into is it its itself just
+let me more most my myself no nor not now of off on once only or other our ours ourselves out over
+own same she should so some such than that the their theirs them themselves then there these they
+this those through to too under until up very was we were what when where which while who whom why
+will with would you your yours yourself yourselves yes yeah yep nope oh ok okay hey hi hello wow
+thanks thank please sure well great good nice cool awesome amazing glad sorry bye goodbye right
+really haha lol hmm um uh ah aww omg definitely absolutely totally exactly anyway btw congrats
+congratulations totally though although however also maybe perhaps still even since would've
+i'm i've i'd i'll you're you've you'd you'll he's she's it's we're we've they're they've that's
+there's what's let's can't don't doesn't didn't isn't aren't wasn't weren't won't wouldn't
+couldn't shouldn't mr mrs ms dr st last next sounds looks seems
+""".split())
+
+_UNITS = (r"%|percent|km|kms|kilometers?|kilometres?|miles?|mi|m|meters?|metres?|cm|mm|kg|kgs|g|grams?|lbs?"
+          r"|pounds?|ft|feet|foot|inch(?:es)?|years?|yrs?|months?|weeks?|days?|hours?|hrs?|minutes?|mins?"
+          r"|seconds?|secs?|dollars?|usd|euros?|eur|people|times|am|pm|k|million|billion")
+_NUMBER_UNIT = re.compile(rf"(?<![\w.])(\$|€|£)?(\d+(?:[.,]\d+)*)\s*({_UNITS})?(?![\w])", re.IGNORECASE)
+_YEAR = re.compile(r"^(1[5-9]|20)\d\d$")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'’&.-]*[A-Za-z0-9]|[A-Za-z]")
+_SENTENCE_END = re.compile(r"[.!?:;\"“(\[]\s*$")
+
+
+def _clean(word: str) -> str:
+    word = word.replace("’", "'")
+    return word[:-2] if word.lower().endswith("'s") else word
+
+
+@register_entity_extractor("offline")
+class CueEntityExtractor:
+    """Offline extractor from surface cues.
+
+    Entities of a text are (1) maximal runs of capitalised words that are not stopwords, where a
+    sentence-initial word counts only if the same word appears capitalised in a non-initial
+    position somewhere in the batch of texts (the batch is the corpus vocabulary); (2) numbers
+    with a unit or currency (``5 km``, ``$20``, ``3 years``) and four-digit years. All are
+    lower-cased.
+
+    Args:
+        min_length: shortest entity string kept, in characters (default: 2).
+    """
+
+    def __init__(self, min_length: int = 2):
+        self.min_length = min_length
+
+    def _capitalised_runs(self, text: str) -> list[list[tuple[str, bool]]]:
+        runs, current = [], []
+        for m in _WORD.finditer(text):
+            word = _clean(m.group())
+            prefix = text[:m.start()]
+            initial = not prefix.strip() or bool(_SENTENCE_END.search(prefix))
+            gap = text[current[-1][2]:m.start()] if current else ""
+            if word[:1].isupper() and word.lower() not in STOPWORDS:
+                if current and gap.strip() not in ("", "-", "&"):
+                    runs.append(current)
+                    current = []
+                current.append((word, initial, m.end()))
+            elif current:
+                runs.append(current)
+                current = []
+        if current:
+            runs.append(current)
+        return [[(w, i) for w, i, _ in run] for run in runs]
+
+    def extract(self, texts: Sequence[str]) -> list[set[str]]:
+        all_runs = [self._capitalised_runs(t) for t in texts]
+        proper = {w.lower() for runs in all_runs for run in runs for w, initial in run if not initial}
+        proper |= {w.lower() for runs in all_runs for run in runs if len(run) > 1 for w, _ in run}
+        out = []
+        for text, runs in zip(texts, all_runs):
+            found: set[str] = set()
+            for run in runs:
+                words = [w for w, initial in run if not initial or w.lower() in proper]
+                if words and run[0][1] and run[0][0].lower() not in proper:
+                    words = [w for w, _ in run[1:]] if len(run) > 1 else []
+                if words:
+                    found.add(" ".join(words).lower())
+            for m in _NUMBER_UNIT.finditer(text):
+                currency, number, unit = m.groups()
+                if currency or unit:
+                    found.add(f"{currency or ''}{number}{' ' + unit.lower() if unit else ''}")
+                elif _YEAR.match(number):
+                    found.add(number)
+            out.append({e for e in found if len(e) >= self.min_length})
+        return out

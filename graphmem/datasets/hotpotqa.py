@@ -1,0 +1,129 @@
+"""Loader for HotpotQA records in the original format (JSONL, one record a line, or a JSON list).
+
+Each record becomes a :class:`HotpotRecord` and a :class:`Question` over its own graph
+(``graph = qid = str(_id)``) whose evidence are sentence node ids ``"<title>::<sent_idx>"``.
+
+Decisions on malformed input:
+
+* A record that is not an object, or lacks ``_id`` / ``question`` / ``context``, or whose
+  ``context`` is not a list of ``[title, [sentences]]`` pairs, raises :class:`HotpotFormatError`
+  naming the file, the line (or list index), the id and the field; a repeated ``_id`` too.
+* A paragraph whose title repeats an earlier one in the same record is dropped and named in
+  :attr:`LoadReport.discarded` (node ids must be unique).
+* A supporting fact naming a missing title or sentence goes to ``dangling_evidence`` and the
+  report; a supporting fact that is not a ``[title, int]`` pair is reported as malformed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from graphmem.datasets.types import HotpotRecord, LoadReport, Paragraph, Question
+
+
+class HotpotFormatError(ValueError):
+    """A HotpotQA file that cannot be loaded; the message names file, record and field."""
+
+
+def sentence_id(title: str, index: int) -> str:
+    """Node id of sentence ``index`` of paragraph ``title``."""
+    return f"{title}::{index}"
+
+
+def title_id(title: str) -> str:
+    """Node id of the title node of paragraph ``title``."""
+    return f"{title}::title"
+
+
+def _records(path: Path) -> Iterator[tuple[str, Any]]:
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise HotpotFormatError(f"{path}: not valid JSON ({err})") from None
+        for i, item in enumerate(items):
+            yield f"record {i}", item
+        return
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield f"line {n}", json.loads(line)
+        except json.JSONDecodeError as err:
+            raise HotpotFormatError(f"{path}: line {n}: not valid JSON ({err})") from None
+
+
+def load_hotpotqa(path: str | Path) -> tuple[list[HotpotRecord], list[Question], LoadReport]:
+    """Read a HotpotQA file; returns records, questions (one per record) and the report."""
+    path = Path(path)
+    report = LoadReport(source=str(path))
+    records: list[HotpotRecord] = []
+    questions: list[Question] = []
+    seen: set[str] = set()
+    for where, raw in _records(path):
+        where = f"{path}: {where}"
+        if not isinstance(raw, dict):
+            raise HotpotFormatError(f"{where}: must be an object, got {type(raw).__name__}")
+        if "_id" not in raw or isinstance(raw["_id"], bool) or not isinstance(raw["_id"], (str, int)):
+            raise HotpotFormatError(f"{where}: field '_id' missing or not a string/integer")
+        qid = str(raw["_id"])
+        where = f"{where} (_id {qid!r})"
+        if qid in seen:
+            raise HotpotFormatError(f"{where}: field '_id' repeats an earlier record")
+        seen.add(qid)
+        record = _record(raw, qid, where, report)
+        records.append(record)
+        questions.append(_question(record, report))
+    report.records, report.questions = len(records), len(questions)
+    return records, questions, report
+
+
+def _record(raw: dict, qid: str, where: str, report: LoadReport) -> HotpotRecord:
+    question = raw.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise HotpotFormatError(f"{where}: field 'question' missing or empty")
+    context = raw.get("context")
+    if not isinstance(context, list) or not context:
+        raise HotpotFormatError(f"{where}: field 'context' must be a non-empty list of [title, [sentences]]")
+    paragraphs, titles = [], set()
+    for j, par in enumerate(context):
+        ok = isinstance(par, (list, tuple)) and len(par) == 2 and isinstance(par[0], str) and par[0]
+        ok = ok and isinstance(par[1], list) and all(isinstance(s, str) for s in par[1])
+        if not ok:
+            raise HotpotFormatError(f"{where}: field 'context[{j}]' must be [title, [sentence strings]]")
+        if par[0] in titles:
+            report.discarded.append(f"{qid}: context[{j}] repeats paragraph title {par[0]!r}")
+            continue
+        titles.add(par[0])
+        paragraphs.append(Paragraph(title=par[0], sentences=tuple(par[1])))
+    facts = []
+    for j, fact in enumerate(raw.get("supporting_facts") or []):
+        if (isinstance(fact, (list, tuple)) and len(fact) == 2 and isinstance(fact[0], str)
+                and isinstance(fact[1], int) and not isinstance(fact[1], bool)):
+            facts.append((fact[0], fact[1]))
+        else:
+            report.malformed_evidence.append(f"{qid}: supporting_facts[{j}] = {fact!r:.60}")
+    answer = raw.get("answer", "")
+    answer = str(answer) if isinstance(answer, (str, int, float)) and not isinstance(answer, bool) else ""
+    return HotpotRecord(qid=qid, question=question, answer=answer, paragraphs=tuple(paragraphs),
+                        supporting_facts=tuple(facts), type=str(raw.get("type", "")), level=str(raw.get("level", "")))
+
+
+def _question(record: HotpotRecord, report: LoadReport) -> Question:
+    sizes = {p.title: len(p.sentences) for p in record.paragraphs}
+    evidence, dangling, titles = [], [], []
+    for title, idx in record.supporting_facts:
+        node = sentence_id(title, idx)
+        target = evidence if title in sizes and 0 <= idx < sizes[title] else dangling
+        if node not in target:
+            target.append(node)
+        if title not in titles:
+            titles.append(title)
+    for d in dangling:
+        report.dangling_evidence.append(f"{record.qid}: {d}")
+    return Question(qid=record.qid, graph=record.qid, text=record.question, answer=record.answer,
+                    evidence=tuple(evidence), category=record.type, dangling_evidence=tuple(dangling),
+                    support_titles=tuple(titles))

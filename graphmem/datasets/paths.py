@@ -1,0 +1,50 @@
+"""Where the benchmark files live.
+
+The data root is, in order of precedence: the config key ``data.root``, the environment
+variable ``GRAPHMEM_DATA_ROOT``, or ``<repo root>/../shared/data`` when that folder exists
+(the repo root is the folder holding the ``graphmem`` package).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_VAR = "GRAPHMEM_DATA_ROOT"
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A benchmark file or the data root is missing; the message says where it was expected."""
+
+
+def repo_root() -> Path:
+    """The folder that holds the ``graphmem`` package."""
+    return Path(__file__).resolve().parents[2]
+
+
+def data_root(configured: str | os.PathLike | None = None) -> Path:
+    """Resolve the data root (see module docstring); raises :class:`DataNotFoundError` if none exists."""
+    if configured:
+        root, origin = Path(configured).expanduser(), "config key data.root"
+    elif os.environ.get(ENV_VAR):
+        root, origin = Path(os.environ[ENV_VAR]).expanduser(), f"environment variable {ENV_VAR}"
+    else:
+        root, origin = repo_root().parent / "shared" / "data", "the default <repo>/../shared/data"
+    if not root.is_dir():
+        raise DataNotFoundError(
+            f"data root {root} (from {origin}) is not a folder; set data.root=<dir> on the command line "
+            f"or export {ENV_VAR}=<dir>"
+        )
+    return root.resolve()
+
+
+def data_file(relative: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
+    """``<data root>/<relative>``; an absolute ``relative`` is used as is. Raises if the file is missing."""
+    rel = Path(relative).expanduser()
+    path = rel if rel.is_absolute() else data_root(root) / rel
+    if not path.is_file():
+        raise DataNotFoundError(
+            f"expected the data file {rel} at {path}; put it there, or point the data root elsewhere with "
+            f"data.root=<dir> or {ENV_VAR}=<dir> (the file path is relative to that root)"
+        )
+    return path

@@ -1,0 +1,312 @@
+"""GraphSet: the graphs, questions and query embeddings every trainer and evaluator consumes.
+
+On disk (all files written atomically, no pickle)::
+
+    <dir>/manifest.json               dataset, config hash, questions, load report, graph files
+    <dir>/queries.safetensors         query_embeddings [Q, D], aligned with manifest questions
+    <dir>/graphs/<safe name>.safetensors   one MemoryGraph each (graphmem.io.save_graph)
+
+:meth:`GraphSet.load` imports neither the encoder nor sentence-transformers, so saved sets load on
+machines without the text stack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor
+
+from graphmem.datasets.types import LoadReport, Question
+from graphmem.graph import MemoryGraph
+from graphmem.io import atomic_write, load_graph, save_graph
+from graphmem.policies.base import Query
+
+MANIFEST_VERSION = 1
+BUILDER_VERSION = 1  # bump when a builder changes what it produces, to invalidate saved sets
+DATASETS = ("locomo", "hotpotqa")
+FEATURES = ("scored", "onehot")
+
+
+def _from_mapping(cls, values: Mapping[str, Any]):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown keys {unknown}; known: {sorted(names)}")
+    return cls(**dict(values))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which benchmark file to load (mirrored by ``configs/data/*.yaml``)."""
+
+    name: str = "locomo"
+    """dataset kind: ``locomo`` or ``hotpotqa``."""
+    file: str = "locomo/locomo_dev8.json"
+    """data file, relative to the data root (or absolute)."""
+    root: str | None = None
+    """data root; ``None`` = ``$GRAPHMEM_DATA_ROOT`` or ``<repo>/../shared/data``."""
+    limit: int | None = None
+    """keep only the first ``limit`` graphs (and their questions); ``None`` = all."""
+
+    def __post_init__(self) -> None:
+        if self.name not in DATASETS:
+            raise ValueError(f"DataConfig.name {self.name!r} is not one of {DATASETS}")
+        if not isinstance(self.file, str) or not self.file:
+            raise ValueError("DataConfig.file must be a non-empty path")
+        if self.limit is not None and (not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1):
+            raise ValueError(f"DataConfig.limit must be a positive integer or null, got {self.limit!r}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> DataConfig:
+        """Build from a dict / OmegaConf node; unknown keys are an error."""
+        return _from_mapping(cls, values)
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """How graphs are built (mirrored by ``configs/graph/*.yaml``)."""
+
+    features: str = "scored"
+    """Phase-1 edge features: ``scored`` ([p_t, p_s, p_c, p_e] for every edge) or ``onehot`` (of the relation)."""
+    encoder: str = "minilm"
+    """node/query encoder: ``minilm`` (all-MiniLM-L6-v2) or ``hashing`` (offline bag-of-words substitute)."""
+    cache_dir: str | None = None
+    """embedding cache folder; ``None`` = ``$GRAPHMEM_CACHE_DIR`` or ``<repo>/.cache/embeddings``."""
+    semantic_k: int = 5
+    """semantic neighbours per node (kNN by cosine)."""
+    semantic_threshold: float = 0.4
+    """minimum cosine of a semantic edge, in [-1, 1]."""
+    temporal_window_s: float = 3600.0
+    """extra temporal edges between nodes at most this many seconds apart (0 = none)."""
+    temporal_cap: int = 2
+    """most extra time-window temporal edges per node."""
+    temporal_tau: float = 4.0
+    """decay (in positions) of the temporal-proximity feature exp(-(gap - 1) / tau)."""
+    entity_extractor: str = "offline"
+    """registered entity extractor name (see graphmem.build.entities)."""
+    entity_fanout: int = 3
+    """each mention of an entity links to at most this many later mentions."""
+    entity_max_share: float = 0.1
+    """entities in more than max(10, share * nodes) nodes are skipped, in [0, 1]."""
+    causal_qa_confidence: float = 0.6
+    """confidence of a question -> reply causal cue, in [0, 1]."""
+    causal_connective_confidence: float = 0.5
+    """confidence of a causal connective (because, therefore, ...), in [0, 1]."""
+
+    def __post_init__(self) -> None:
+        if self.features not in FEATURES:
+            raise ValueError(f"GraphConfig.features {self.features!r} is not one of {FEATURES}")
+        for name in ("semantic_k", "temporal_cap", "entity_fanout"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"GraphConfig.{name} must be a non-negative integer, got {v!r}")
+        ranges = {"semantic_threshold": (-1.0, 1.0), "entity_max_share": (0.0, 1.0),
+                  "causal_qa_confidence": (0.0, 1.0), "causal_connective_confidence": (0.0, 1.0)}
+        for name, (lo, hi) in ranges.items():
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not lo <= v <= hi:
+                raise ValueError(f"GraphConfig.{name} must be in [{lo}, {hi}], got {v!r}")
+        if not isinstance(self.temporal_window_s, (int, float)) or not self.temporal_window_s >= 0:
+            raise ValueError(f"GraphConfig.temporal_window_s must be >= 0, got {self.temporal_window_s!r}")
+        if not isinstance(self.temporal_tau, (int, float)) or not self.temporal_tau > 0:
+            raise ValueError(f"GraphConfig.temporal_tau must be > 0, got {self.temporal_tau!r}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> GraphConfig:
+        """Build from a dict / OmegaConf node; unknown keys are an error."""
+        return _from_mapping(cls, values)
+
+
+def config_hash(data_cfg: DataConfig, graph_cfg: GraphConfig, data_sha256: str) -> str:
+    """sha256 over the settings that change the output (not root/cache paths) and the data file bytes."""
+    data = {k: v for k, v in asdict(data_cfg).items() if k != "root"}
+    graph = {k: v for k, v in asdict(graph_cfg).items() if k != "cache_dir"}
+    blob = json.dumps({"data": data, "graph": graph, "data_sha256": data_sha256, "builder": BUILDER_VERSION},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def safe_name(name: str) -> str:
+    """A file-system-safe, case-insensitively unique file stem for a graph name."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:80] or "graph"
+    if stem != name or stem.lower() != stem:
+        stem += "-" + hashlib.sha1(name.encode()).hexdigest()[:10]
+    return stem
+
+
+def _question_json(q: Question) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(q).items()}
+
+
+def _question_from_json(d: dict) -> Question:
+    return Question(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+@dataclass
+class GraphSet:
+    """Graphs by name, questions (each names its graph), ``[Q, D]`` query embeddings and the load report."""
+
+    dataset: str
+    graphs: dict[str, MemoryGraph]
+    questions: list[Question]
+    query_embeddings: Tensor
+    report: LoadReport
+    config_hash: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.query_embeddings.shape[0] != len(self.questions):
+            raise ValueError(f"GraphSet: {self.query_embeddings.shape[0]} query embeddings for {len(self.questions)} questions")
+        missing = sorted({q.graph for q in self.questions} - set(self.graphs))
+        if missing:
+            raise ValueError(f"GraphSet: questions refer to unknown graphs {missing[:5]}")
+
+    def queries(self) -> list[Query]:
+        """What policies may see: qid, text and embedding of each question (no gold fields)."""
+        return [Query(qid=q.qid, text=q.text, embedding=self.query_embeddings[i]) for i, q in enumerate(self.questions)]
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the set under ``directory`` (module docstring); the manifest goes last."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        files, lower = {}, set()
+        for name, graph in self.graphs.items():
+            stem = safe_name(name)
+            if stem.lower() in lower:
+                raise ValueError(f"GraphSet.save: graph names collide on disk: {name!r} -> {stem!r}")
+            lower.add(stem.lower())
+            files[name] = f"graphs/{stem}.safetensors"
+            save_graph(graph, directory / files[name])
+        emb = {"query_embeddings": self.query_embeddings.float().contiguous()}
+        atomic_write(directory / "queries.safetensors", lambda tmp: save_file(emb, str(tmp)))
+        manifest = {
+            "manifest_version": MANIFEST_VERSION, "dataset": self.dataset, "config_hash": self.config_hash,
+            "graphs": files, "questions": [_question_json(q) for q in self.questions], "report": asdict(self.report),
+            "stats": self.stats,
+        }
+        text = json.dumps(manifest, ensure_ascii=False, indent=1)
+        atomic_write(directory / "manifest.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        return directory
+
+    @staticmethod
+    def read_manifest(directory: str | Path) -> dict | None:
+        """The manifest of a saved set, or ``None`` when there is none."""
+        path = Path(directory) / "manifest.json"
+        if not path.is_file():
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> GraphSet:
+        """Read a set written by :meth:`save` (no encoder needed)."""
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        manifest = cls.read_manifest(directory)
+        if manifest is None:
+            raise FileNotFoundError(f"{directory}: no manifest.json (build the set with scripts/build_graph.py)")
+        if manifest.get("manifest_version") != MANIFEST_VERSION:
+            raise ValueError(f"{directory}/manifest.json: manifest_version {manifest.get('manifest_version')!r} is not {MANIFEST_VERSION}")
+        graphs = {name: load_graph(directory / rel) for name, rel in manifest["graphs"].items()}
+        emb = load_file(str(directory / "queries.safetensors"))["query_embeddings"]
+        return cls(dataset=manifest["dataset"], graphs=graphs,
+                   questions=[_question_from_json(q) for q in manifest["questions"]], query_embeddings=emb,
+                   report=LoadReport(**manifest["report"]), config_hash=manifest["config_hash"],
+                   stats=manifest.get("stats", {}))
+
+
+
+# ---------------------------------------------------------------------------------- building
+def _dataset_parts(name: str):
+    """(loader, node_texts, builder, graph name of a record) of a dataset kind; imported lazily."""
+    if name == "locomo":
+        from graphmem.build.locomo import build_locomo_graph, node_texts
+        from graphmem.datasets.locomo import load_locomo
+
+        return load_locomo, node_texts, build_locomo_graph, lambda conv: conv.sample_id
+    from graphmem.build.hotpotqa import build_hotpot_graph, node_texts
+    from graphmem.datasets.hotpotqa import load_hotpotqa
+
+    return load_hotpotqa, node_texts, build_hotpot_graph, lambda record: record.qid
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 hex digest of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, progress: bool = True) -> GraphSet:
+    """Load the dataset, embed every node and question in one cached pass, build one graph per record.
+
+    Args:
+        data_cfg: which file to load.
+        graph_cfg: builder settings.
+        encoder: an :class:`graphmem.embed.Encoder`; ``None`` = ``graph_cfg.encoder`` wrapped in
+            :class:`graphmem.embed.CachedEncoder` at ``graph_cfg.cache_dir`` (default: ``None``).
+        progress: show tqdm bars (default: ``True``).
+    """
+    import time
+
+    from tqdm.auto import tqdm
+
+    from graphmem.build.entities import make_entity_extractor
+    from graphmem.datasets.paths import data_file
+    from graphmem.embed import CachedEncoder, make_encoder
+
+    extractor = make_entity_extractor(graph_cfg.entity_extractor)
+    path = data_file(data_cfg.file, data_cfg.root)
+    load, texts_of, build, name_of = _dataset_parts(data_cfg.name)
+    t0 = time.perf_counter()
+    records, questions, report = load(path)
+    if data_cfg.limit is not None:
+        records = records[:data_cfg.limit]
+        keep = {name_of(r) for r in records}
+        questions = [q for q in questions if q.graph in keep]
+    if encoder is None:
+        encoder = CachedEncoder(make_encoder(graph_cfg.encoder), graph_cfg.cache_dir)
+    t1 = time.perf_counter()
+    node_texts = [texts_of(r) for r in records]
+    flat = [t for texts in node_texts for t in texts] + [q.text for q in questions]
+    embeddings = encoder.encode(flat)
+    t2 = time.perf_counter()
+    graphs, start = {}, 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # per-graph ops are small: waking intra-op threads costs more than it saves
+    try:
+        for record, texts in tqdm(list(zip(records, node_texts)), desc=f"build {data_cfg.name}", disable=not progress):
+            graphs[name_of(record)] = build(record, embeddings[start:start + len(texts)], graph_cfg, extractor)
+            start += len(texts)
+    finally:
+        torch.set_num_threads(threads)
+    t3 = time.perf_counter()
+    stats = {"load_s": round(t1 - t0, 3), "embed_s": round(t2 - t1, 3), "graph_s": round(t3 - t2, 3),
+             "encoder": encoder.name, "texts_embedded": len(flat)}
+    return GraphSet(dataset=data_cfg.name, graphs=graphs, questions=questions, query_embeddings=embeddings[start:],
+                    report=report, config_hash=config_hash(data_cfg, graph_cfg, file_sha256(path)), stats=stats)
+
+
+def load_or_build(data_cfg: DataConfig, graph_cfg: GraphConfig, out_dir: str | Path, encoder=None,
+                  progress: bool = True) -> GraphSet:
+    """Load the set saved in ``out_dir`` when its config hash matches; otherwise build and save it."""
+    from graphmem.datasets.paths import data_file
+
+    path = data_file(data_cfg.file, data_cfg.root)
+    wanted = config_hash(data_cfg, graph_cfg, file_sha256(path))
+    manifest = GraphSet.read_manifest(out_dir)
+    if manifest is not None and manifest.get("config_hash") == wanted:
+        return GraphSet.load(out_dir)
+    graphset = build_graphset(data_cfg, graph_cfg, encoder=encoder, progress=progress)
+    graphset.save(out_dir)
+    return graphset
