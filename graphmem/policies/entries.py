@@ -1,0 +1,161 @@
+"""Entry selection: which nodes a traversal starts from (GraphMemory Algorithm 1, line 1).
+
+An :class:`EntrySelector` maps a batch of queries to at most ``budget.max_entries`` valid node
+rows per query. The embedding selector ranks nodes by cosine similarity; another selector (for
+example GraphMemory's LLM retriever over the compact index) registers itself with
+:func:`register_entry_selector` and must obey the same contract: only valid rows, no
+duplicates, and an empty list means "no memory" (no fallback to the full graph).
+
+The module also holds the small per-graph caches every heuristic policy shares: unit node
+embeddings, the rank of each node's string id (the deterministic tie-break), and
+:func:`graph_cached`, which keys a cached value on the identity and in-place version counter of
+the graph tensors it was built from (``MemoryGraph.observe`` updates ``S``/``F`` in place).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from graphmem.graph import MemoryGraph
+from graphmem.policies.base import Budget, Query
+
+
+# ---------------------------------------------------------------------------- per-graph caches
+def graph_cached(graph: MemoryGraph, name: str, deps: Sequence[Tensor], build: Callable[[], Any]) -> Any:
+    """Return ``build()`` cached on ``graph`` until a tensor in ``deps`` is replaced or changed in place.
+
+    Structural mutations clear the graph's cache anyway; ``deps`` catches the in-place counter
+    updates of :meth:`MemoryGraph.observe` (tracked by each tensor's version counter).
+    """
+    key = tuple((id(t), t._version) for t in deps)
+    hit = graph._cache.get(name)
+    if hit is not None and hit[0] == key and all(a is b for a, b in zip(hit[1], deps)):
+        return hit[2]
+    value = build()
+    graph._cache[name] = (key, tuple(deps), value)
+    return value
+
+
+def node_id_rank(graph: MemoryGraph) -> Tensor:
+    """``[N]`` long: position of each node's string id in ascending string order."""
+    def build() -> Tensor:
+        order = sorted(range(graph.num_nodes), key=graph.node_ids.__getitem__)
+        rank = torch.empty(graph.num_nodes, dtype=torch.long)
+        rank[torch.tensor(order, dtype=torch.long)] = torch.arange(graph.num_nodes)
+        return rank
+    return graph_cached(graph, "policies.id_rank", (), build)
+
+
+def unit_embeddings(graph: MemoryGraph) -> Tensor:
+    """``[N, D]`` L2-normalised node embeddings (cached while the embedding tensor is unchanged)."""
+    return graph_cached(graph, "policies.unit_embeddings", (graph.embeddings,),
+                        lambda: torch.nn.functional.normalize(graph.embeddings.float(), dim=1))
+
+
+def query_matrix(graph: MemoryGraph, queries: Sequence[Query]) -> Tensor:
+    """``[B, D]`` L2-normalised query embeddings; raises if a dimension differs from the graph's."""
+    rows = []
+    for q in queries:
+        e = q.embedding.float().flatten()
+        if e.numel() != graph.dim:
+            raise ValueError(f"query {q.qid!r}: embedding has {e.numel()} values, graph embeddings have {graph.dim}")
+        rows.append(e)
+    if not rows:
+        return torch.empty(0, graph.dim)
+    return torch.nn.functional.normalize(torch.stack(rows), dim=1)
+
+
+def cosine_matrix(graph: MemoryGraph, queries: Sequence[Query]) -> Tensor:
+    """``[B, N]`` cosine similarity of every query to every node, one matmul."""
+    return query_matrix(graph, queries) @ unit_embeddings(graph).T
+
+
+def topk_by_score(scores: Tensor, k: int, id_rank: Tensor) -> Tensor:
+    """``[B, min(k, N)]`` columns of the ``k`` highest scores per row, ties by ascending ``id_rank``.
+
+    ``torch.topk`` does not order ties; this finds the ``k``-th value per row, keeps every column
+    at or above it, and sorts those lexicographically by (row, -score, id rank).
+
+    Args:
+        scores: ``[B, N]`` scores.
+        k: columns to keep per row.
+        id_rank: ``[N]`` tie-break rank of each column (lower first).
+    """
+    b, n = scores.shape
+    k = min(k, n)
+    if k == 0 or b == 0:
+        return torch.empty(b, k, dtype=torch.long)
+    kth = scores.topk(k, dim=1).values[:, -1:]
+    rows, cols = (scores >= kth).nonzero(as_tuple=True)
+    vals = scores[rows, cols]
+    order = torch.argsort(id_rank[cols], stable=True)
+    order = order[torch.argsort(-vals[order], stable=True)]
+    order = order[torch.argsort(rows[order], stable=True)]
+    rows, cols = rows[order], cols[order]
+    counts = torch.bincount(rows, minlength=b)
+    starts = torch.cumsum(counts, 0) - counts
+    keep = (torch.arange(rows.numel()) - starts[rows]) < k
+    return cols[keep].view(b, k)
+
+
+# ---------------------------------------------------------------------------- selectors
+@runtime_checkable
+class EntrySelector(Protocol):
+    """Chooses entry rows for a batch of queries.
+
+    ``select`` returns one list per query of at most ``budget.max_entries`` distinct valid rows,
+    best first. An empty list means the retrieval is empty; callers never fall back.
+    """
+
+    def select(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[list[int]]: ...
+
+
+ENTRY_SELECTORS: dict[str, Callable[..., EntrySelector]] = {}
+
+
+def register_entry_selector(name: str):
+    """Class decorator: make an entry selector available as ``make_entry_selector(name)``."""
+    def wrap(cls):
+        ENTRY_SELECTORS[name] = cls
+        return cls
+    return wrap
+
+
+def make_entry_selector(name: str | EntrySelector = "embedding", **kwargs) -> EntrySelector:
+    """Instantiate a registered selector by name (an instance is returned unchanged)."""
+    if not isinstance(name, str):
+        return name
+    if name not in ENTRY_SELECTORS:
+        raise ValueError(f"unknown entry selector {name!r}; registered: {sorted(ENTRY_SELECTORS)}")
+    return ENTRY_SELECTORS[name](**kwargs)
+
+
+@register_entry_selector("embedding")
+class EmbeddingEntrySelector:
+    """Top-``budget.max_entries`` nodes by cosine ``cos(q, x_v)``, ties by ascending node id.
+
+    All queries are scored with one ``[B, D] x [D, N]`` matmul.
+    """
+
+    def select(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[list[int]]:
+        if graph.num_nodes == 0:
+            return [[] for _ in queries]
+        scores = cosine_matrix(graph, queries)
+        return topk_by_score(scores, budget.max_entries, node_id_rank(graph)).tolist()
+
+
+def validate_entries(graph: MemoryGraph, entries: Sequence[int], budget: Budget) -> list[int]:
+    """Keep valid, first-seen rows, at most ``budget.max_entries`` (invalid ids are discarded, B.2)."""
+    out: list[int] = []
+    for v in entries:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            continue
+        if 0 <= int(v) < graph.num_nodes and int(v) not in out:
+            out.append(int(v))
+        if len(out) == budget.max_entries:
+            break
+    return out

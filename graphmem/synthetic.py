@@ -1,0 +1,214 @@
+"""Synthetic memory graphs for benchmarks and for tests of learned routers.
+
+:func:`make_synthetic_graph` draws a topic-clustered graph of any size (10^3..10^6 nodes) with
+vectorised tensor ops: node ``i`` belongs to a topic, its embedding is the topic centre plus
+noise, its text is a short random sentence of topic words and common words (so token counts are
+realistic), and its edges are mixed by relation: ``temporal`` to the next nodes in time order,
+``semantic`` to random nodes of the same topic, ``causal`` to a later node of the same topic,
+``entity`` to random nodes anywhere.
+
+:func:`make_bridge_graph` builds tasks whose gold node is reachable only through a bridge node
+with negative cosine to the query. Gold rows are returned separately and never stored in the
+graph.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import torch
+
+from graphmem.graph import RELATIONS, MemoryGraph
+from graphmem.policies.base import Query
+
+DEFAULT_MIX: dict[str, float] = {"temporal": 0.25, "semantic": 0.4, "causal": 0.15, "entity": 0.2}
+_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "qu", "di", "fe", "go", "hu", "ja")
+_COMMON = ("the", "a", "we", "talked", "about", "and", "then", "later", "said", "it", "was", "at", "with",
+           "my", "our", "new", "old", "trip", "plan", "friend", "work", "home", "week", "day", "because")
+
+
+def _vocabulary(rng: np.random.Generator, size: int) -> np.ndarray:
+    parts = rng.integers(0, len(_SYLLABLES), size=(size, 3))
+    words = {"".join(_SYLLABLES[j] for j in row) for row in parts}
+    return np.array(sorted(words))
+
+
+def _texts(rng: np.random.Generator, topic: np.ndarray, words: tuple[int, int], topic_vocab: int) -> tuple[list[str], list[str]]:
+    """One sentence per node: topic words mixed with common words; keys are the first 6 words."""
+    n = topic.size
+    vocab = np.concatenate([_vocabulary(rng, 4 * topic_vocab * (int(topic.max()) + 1)), np.array(_COMMON)])
+    lengths = rng.integers(words[0], words[1] + 1, size=n)
+    owner = np.repeat(np.arange(n), lengths)
+    topical = rng.random(owner.size) < 0.5
+    rare = vocab.size - len(_COMMON)  # topic words first, common words last
+    word = np.where(topical, (topic[owner] * topic_vocab + rng.integers(0, topic_vocab, owner.size)) % rare,
+                    rare + rng.integers(0, len(_COMMON), owner.size))
+    tokens = vocab[word]
+    sizes = np.char.str_len(tokens) + 1
+    ends = np.cumsum(np.bincount(owner, weights=sizes, minlength=n).astype(np.int64)) - 1
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    blob = " ".join(tokens.tolist())
+    texts = [blob[a:b] + "." for a, b in zip(starts.tolist(), ends.tolist())]
+    keys = [" ".join(t.split(" ", 6)[:6]) for t in texts]
+    return texts, keys
+
+
+def make_synthetic_graph(num_nodes: int, avg_degree: float = 8.0, relation_mix: Mapping[str, float] | None = None,
+                         dim: int = 64, seed: int = 0, num_topics: int | None = None, words: tuple[int, int] = (8, 30),
+                         noise: float = 0.6, validate: bool = True) -> MemoryGraph:
+    """A random topic-clustered memory graph.
+
+    Args:
+        num_nodes: nodes ``N``.
+        avg_degree: mean out-degree; ``round(N * avg_degree)`` edges in all (default: ``8.0``).
+        relation_mix: share of edges per relation name (default: temporal .25, semantic .4,
+            causal .15, entity .2).
+        dim: embedding dimension (default: ``64``).
+        seed: seed of every random draw (default: ``0``).
+        num_topics: topic clusters (default: ``max(4, round(sqrt(N)))``).
+        words: inclusive range of words per node text (default: ``(8, 30)``).
+        noise: std of the per-node embedding noise around its unit topic centre, per unit
+            norm (default: ``0.6``).
+        validate: run :meth:`MemoryGraph.validate` on the result (default: ``True``).
+    """
+    if num_nodes < 2:
+        raise ValueError(f"num_nodes must be >= 2, got {num_nodes}")
+    mix = dict(relation_mix or DEFAULT_MIX)
+    unknown = set(mix) - set(RELATIONS)
+    if unknown or any(v < 0 for v in mix.values()) or sum(mix.values()) <= 0:
+        raise ValueError(f"relation_mix must give non-negative shares of {list(RELATIONS)}, got {mix}")
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+    n = num_nodes
+    t = num_topics or max(4, int(round(n ** 0.5)))
+    topic = rng.integers(0, t, size=n)
+    centres = torch.nn.functional.normalize(torch.randn(t, dim, generator=gen), dim=1)
+    emb = centres[torch.from_numpy(topic)] + noise / dim ** 0.5 * torch.randn(n, dim, generator=gen)
+    emb = torch.nn.functional.normalize(emb, dim=1)
+
+    # ---- edges, per relation
+    total = int(round(n * avg_degree))
+    shares = np.array([mix.get(r, 0.0) for r in RELATIONS], dtype=np.float64)
+    counts = np.floor(total * shares / shares.sum()).astype(np.int64)
+    counts[int(np.argmax(shares))] += total - counts.sum()
+    by_topic = np.argsort(topic, kind="stable")
+    topic_start = np.searchsorted(topic[by_topic], np.arange(t))
+    topic_size = np.bincount(topic, minlength=t)
+    srcs, dsts, rels = [], [], []
+    for r, c in enumerate(counts.tolist()):
+        if c == 0:
+            continue
+        src = rng.integers(0, n, size=c)
+        name = RELATIONS[r]
+        if name == "temporal":
+            dst = np.minimum(src + rng.integers(1, 4, size=c), n - 1)
+        elif name in ("semantic", "causal"):
+            tp = topic[src]
+            dst = by_topic[topic_start[tp] + (rng.random(c) * topic_size[tp]).astype(np.int64)]
+            if name == "causal":  # causes point forward in time
+                src, dst = np.minimum(src, dst), np.maximum(src, dst)
+        else:
+            dst = rng.integers(0, n, size=c)
+        ok = src != dst
+        srcs.append(src[ok]), dsts.append(dst[ok]), rels.append(np.full(int(ok.sum()), r))
+    src, dst, rel = (torch.from_numpy(np.concatenate(x)).long() for x in (srcs, dsts, rels))
+
+    texts, keys = _texts(rng, topic, words, topic_vocab=12)
+    width = len(str(n - 1))
+    graph = MemoryGraph.empty(dim, info={"synthetic": True, "seed": seed, "avg_degree": avg_degree})
+    graph.node_ids = [f"n{i:0{width}d}" for i in range(n)]
+    graph.texts, graph.keys = texts, keys
+    graph.embeddings = emb.contiguous()
+    graph.timestamps = torch.arange(n, dtype=torch.float64) * 60.0
+    graph.metadata = [{} for _ in range(n)]
+    graph.edge_index = torch.stack([src, dst])
+    graph.edge_type = rel
+    graph.S = torch.zeros(src.numel())
+    graph.F = torch.zeros(src.numel())
+    graph.edge_attr = torch.nn.functional.one_hot(rel, len(RELATIONS)).float()
+    graph.edge_attr_init = graph.edge_attr.clone()
+    graph._invalidate()
+    return graph.validate() if validate else graph
+
+
+def _unit_orthogonal(gen: torch.Generator, q: torch.Tensor) -> torch.Tensor:
+    """Random unit vectors orthogonal to the unit rows of ``q``."""
+    v = torch.randn(q.shape, generator=gen)
+    v = v - (v * q).sum(1, keepdim=True) * q
+    return torch.nn.functional.normalize(v, dim=1)
+
+
+def make_bridge_graph(num_queries: int = 8, num_decoys: int = 3, num_filler: int = 64, dim: int = 32, seed: int = 0,
+                      bridge_cosine: float = -0.5, decoy_cosine: float = 0.7,
+                      bridge_relation: str = "causal") -> tuple[MemoryGraph, list[Query], list[int]]:
+    """Tasks whose gold node is reachable only through a bridge with negative cosine to the query.
+
+    For each query ``q``: an entry node (cosine ~0.99), ``num_decoys`` decoys (cosine
+    ``decoy_cosine``) that lead only into filler nodes, a bridge (cosine ``bridge_cosine``) reached
+    from the entry by a ``bridge_relation`` edge, and the gold node (cosine 0) whose only in-edge
+    is ``bridge -> gold`` (also ``bridge_relation``); decoy and filler edges use other relations.
+    Rows and ids are shuffled so neither order nor ids reveal roles.
+
+    Args:
+        num_queries: tasks in the graph (default: ``8``).
+        num_decoys: decoy neighbours of each entry (default: ``3``).
+        num_filler: unrelated nodes shared by all tasks (default: ``64``).
+        dim: embedding dimension (default: ``32``).
+        seed: seed of every random draw (default: ``0``).
+        bridge_cosine: cosine of bridge to query (default: ``-0.5``).
+        decoy_cosine: cosine of decoys to query (default: ``0.7``).
+        bridge_relation: relation of the entry->bridge->gold path (default: ``"causal"``).
+
+    Returns:
+        ``(graph, queries, gold)``: the graph, one :class:`Query` per task and the gold row of
+        each task; gold is kept out of the graph.
+    """
+    if bridge_relation not in RELATIONS:
+        raise ValueError(f"bridge_relation {bridge_relation!r} is not one of {list(RELATIONS)}")
+    gen = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    m, k = num_queries, num_decoys
+    q = torch.nn.functional.normalize(torch.randn(m, dim, generator=gen), dim=1)
+
+    def at_cosine(c: float) -> torch.Tensor:
+        return c * q + (1.0 - c * c) ** 0.5 * _unit_orthogonal(gen, q)
+
+    per_task = 3 + k  # entry, bridge, gold, decoys
+    parts = [at_cosine(0.99), at_cosine(bridge_cosine), at_cosine(0.0)] + [at_cosine(decoy_cosine) for _ in range(k)]
+    task_emb = torch.stack(parts, 1).reshape(m * per_task, dim)  # task i occupies rows i*per_task ...
+    filler = torch.nn.functional.normalize(torch.randn(num_filler, dim, generator=gen), dim=1)
+    emb = torch.cat([task_emb, filler])
+    n = emb.shape[0]
+    perm = torch.from_numpy(rng.permutation(n))  # logical row -> stored row
+    base = torch.arange(m) * per_task
+    entry, bridge, gold = perm[base], perm[base + 1], perm[base + 2]
+    decoys = perm[base[:, None] + 3 + torch.arange(k)[None, :]]
+    fill = perm[m * per_task + torch.arange(num_filler)]
+
+    rel = {r: RELATIONS.index(r) for r in RELATIONS}
+    other = [r for r in RELATIONS if r != bridge_relation]
+    src = [entry.repeat_interleave(k), entry, bridge]
+    dst = [decoys.flatten(), bridge, gold]
+    typ = [torch.full((m * k,), rel[other[0]]), torch.full((m,), rel[bridge_relation]), torch.full((m,), rel[bridge_relation])]
+    if num_filler:
+        ds = decoys.flatten().repeat_interleave(2)
+        src += [ds, fill.repeat_interleave(2)]
+        dst += [fill[torch.from_numpy(rng.integers(0, num_filler, ds.numel()))],
+                fill[torch.from_numpy(rng.integers(0, num_filler, 2 * num_filler))]]
+        typ += [torch.from_numpy(rng.choice([rel[r] for r in other], ds.numel())),
+                torch.from_numpy(rng.choice([rel[r] for r in other], 2 * num_filler))]
+    src, dst, typ = torch.cat(src).long(), torch.cat(dst).long(), torch.cat(typ).long()
+    ok = src != dst
+    src, dst, typ = src[ok], dst[ok], typ[ok]
+
+    stored = torch.empty_like(emb)
+    stored[perm] = emb
+    texts, keys = _texts(rng, rng.integers(0, 4, size=n), (6, 20), topic_vocab=20)
+    ids = [f"m{int(i):04d}" for i in rng.permutation(n)]
+    graph = MemoryGraph.empty(dim, info={"synthetic": "bridge", "seed": seed})
+    graph.add_nodes(ids, texts, stored, keys=keys)
+    graph.add_edges(src, dst, typ)
+    queries = [Query(qid=f"bridge-{i}", text=f"bridge task {i}: {texts[int(entry[i])]}", embedding=q[i].clone())
+               for i in range(m)]
+    return graph.validate(), queries, gold.tolist()

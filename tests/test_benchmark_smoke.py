@@ -1,0 +1,45 @@
+"""Smoke runs of scripts/benchmark.py with tiny settings."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["sizes=[200,400]", "num_queries=4", "ppr_queries=2", "dim=8", "avg_degree=4"]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("benchmark_script", ROOT / "scripts" / "benchmark.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_run_in_process_writes_json_and_plot(tmp_path):
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="benchmark", overrides=TINY + [f"out_dir={tmp_path}"])
+    report = load_script().run(cfg)
+    saved = json.loads((tmp_path / "benchmark.json").read_text())
+    assert saved["growth"] == report["growth"] and (tmp_path / "benchmark.png").stat().st_size > 0
+    assert set(saved["sizes"]) == {"200", "400"}
+    for entry in saved["sizes"].values():
+        assert set(entry["policies"]) == {"beta_bfs", "dense_topk", "ppr", "uniform_bfs"}
+        for res in entry["policies"].values():
+            assert res["loop_qps"] > 0 and res["batched_qps"] > 0 and res["mean_loaded"] <= 12
+        assert entry["policies"]["beta_bfs"]["traversal_ms_per_query"] > 0
+    assert "beta_bfs_traversal_flat_within_2x" in saved["growth"]
+
+
+def test_hydra_entry_point(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "sizes=[100]", "num_queries=2",
+                           "ppr_queries=1", "dim=4", "plot=false", f"out_dir={out}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((out / "benchmark.json").read_text())["sizes"]["100"]["nodes"] == 100
