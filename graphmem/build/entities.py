@@ -34,6 +34,8 @@ def register_entity_extractor(name: str):
 
 def make_entity_extractor(name: str, **kwargs) -> EntityExtractor:
     """Instantiate a registered extractor by name."""
+    if name == "llm" and name not in ENTITY_EXTRACTORS:
+        import graphmem.llm.extractors  # noqa: F401  (registers the LLM extractor; litellm loads lazily)
     if name not in ENTITY_EXTRACTORS:
         raise ValueError(f"unknown entity extractor {name!r}; registered: {sorted(ENTITY_EXTRACTORS)}")
     return ENTITY_EXTRACTORS[name](**kwargs)

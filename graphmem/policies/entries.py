@@ -129,6 +129,8 @@ def make_entry_selector(name: str | EntrySelector = "embedding", **kwargs) -> En
     """Instantiate a registered selector by name (an instance is returned unchanged)."""
     if not isinstance(name, str):
         return name
+    if name == "llm" and name not in ENTRY_SELECTORS:
+        import graphmem.llm.retriever  # noqa: F401  (registers GraphMemory's LLM retriever; litellm loads lazily)
     if name not in ENTRY_SELECTORS:
         raise ValueError(f"unknown entry selector {name!r}; registered: {sorted(ENTRY_SELECTORS)}")
     return ENTRY_SELECTORS[name](**kwargs)

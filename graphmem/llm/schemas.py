@@ -1,0 +1,212 @@
+"""Pydantic schemas of every structured LLM output, and a lenient parser for them.
+
+LLM replies are untrusted: they may wrap JSON in code fences or prose, use wrong types, or mix
+valid and invalid list items. :func:`parse_structured` finds the JSON object, validates each
+item of every list field on its own (keeping the valid ones and counting the rest), then
+validates the whole object. It never raises on bad model output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class _Out(BaseModel):
+    """Base of all output schemas: unknown keys are ignored, strings are stripped."""
+
+    model_config = ConfigDict(extra="ignore", str_strip_whitespace=True)
+
+
+# ---------------------------------------------------------------------- event extraction (HAGE C.1)
+class Relationship(_Out):
+    subject: str = Field(min_length=1)
+    relation: str = Field(min_length=1)
+    object: str = Field(min_length=1)
+
+
+class EventExtraction(_Out):
+    """Structured memory unit of one turn: entities, topics, relations, facts, time, summary."""
+
+    entities: list[str] = Field(default_factory=list)
+    topics: list[str] = Field(default_factory=list)
+    relationships: list[Relationship] = Field(default_factory=list)
+    facts: list[str] = Field(default_factory=list)
+    temporal: list[str] = Field(default_factory=list)
+    summary: str = ""
+
+
+# ---------------------------------------------------------------------- causal judge
+class CausalJudgement(_Out):
+    """Confidence that the second turn is caused by, or responds causally to, the first."""
+
+    confidence: float = Field(ge=0.0, le=1.0)
+    reason: str = ""
+
+
+# ---------------------------------------------------------------------- LLM retriever (GraphMemory B.2)
+class EntrySelection(_Out):
+    """At most two index sections and six entry node ids (limits enforced by the retriever)."""
+
+    sections: list[str] = Field(default_factory=list)
+    entry_ids: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------------- memory loop (GraphMemory B.1, B.3)
+class Generation(_Out):
+    """The Generator's answer and its ordered influence trace of loaded node ids (eq. 20)."""
+
+    answer: str
+    trace: list[str] = Field(default_factory=list)
+
+
+class TransitionFeedback(_Out):
+    source: str = Field(min_length=1)
+    target: str = Field(min_length=1)
+    label: Literal["helpful", "harmful", "neutral"]
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+class Reflection(_Out):
+    """ACE-style critique plus one label and confidence per reported transition (eq. 21)."""
+
+    critique: str = ""
+    transitions: list[TransitionFeedback] = Field(default_factory=list)
+
+
+class AddNode(_Out):
+    op: Literal["add_node"]
+    key: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+
+
+class ReviseNode(_Out):
+    op: Literal["revise_node"]
+    node_id: str = Field(min_length=1)
+    text: str | None = None
+    key: str | None = None
+
+
+class AddEdge(_Out):
+    op: Literal["add_edge"]
+    source: str = Field(min_length=1)
+    target: str = Field(min_length=1)
+    relation: str = "semantic"
+
+
+class RemoveEdge(_Out):
+    op: Literal["remove_edge"]
+    source: str = Field(min_length=1)
+    target: str = Field(min_length=1)
+
+
+CurationOp = typing.Annotated[Union[AddNode, ReviseNode, AddEdge, RemoveEdge], Field(discriminator="op")]
+
+
+class Curation(_Out):
+    """Local graph edits; an ``add_node`` may be referred to by edges as ``new:<index>``."""
+
+    operations: list[CurationOp] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------------- lenient parsing
+@dataclass
+class Parsed(Generic[T]):
+    """Outcome of parsing one reply: the model (or ``None``), discarded items, and why it failed."""
+
+    value: T | None
+    discarded: int = 0
+    error: str | None = None
+
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+_OPENER = re.compile(r"[\[{]")
+
+
+def extract_json(text: str) -> Any:
+    """The first JSON object (else array) in ``text``, looking inside code fences first.
+
+    Raises:
+        ValueError: when no JSON value can be decoded.
+    """
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    decoder = json.JSONDecoder()
+    for chunk in candidates:
+        for match in _OPENER.finditer(chunk):
+            try:
+                value, _ = decoder.raw_decode(chunk, match.start())
+            except ValueError:
+                continue
+            if isinstance(value, (dict, list)):
+                return value
+    raise ValueError("no JSON object found in the reply")
+
+
+def _list_item_type(annotation: Any) -> Any | None:
+    if typing.get_origin(annotation) is list:
+        args = typing.get_args(annotation)
+        return args[0] if args else Any
+    return None
+
+
+def _adapter(item_type: Any) -> TypeAdapter:
+    return _ADAPTERS.setdefault(item_type, TypeAdapter(item_type)) if _hashable(item_type) else TypeAdapter(item_type)
+
+
+def _hashable(x: Any) -> bool:
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False
+
+
+_ADAPTERS: dict[Any, TypeAdapter] = {}
+
+
+def parse_structured(text: str | None, schema: type[T]) -> Parsed[T]:
+    """Parse ``text`` into ``schema``, discarding invalid list items one by one.
+
+    A top-level JSON array is accepted when the schema has exactly one list field. A list field
+    holding a non-list counts as one discarded item and becomes empty.
+    """
+    if not text or not text.strip():
+        return Parsed(None, 0, "empty reply")
+    try:
+        data = extract_json(text)
+    except ValueError as err:
+        return Parsed(None, 0, str(err))
+    list_fields = {n: t for n, f in schema.model_fields.items() if (t := _list_item_type(f.annotation)) is not None}
+    if isinstance(data, list) and len(list_fields) == 1:
+        data = {next(iter(list_fields)): data}
+    if not isinstance(data, dict):
+        return Parsed(None, 0, f"expected a JSON object, got {type(data).__name__}")
+    data = dict(data)
+    discarded = 0
+    for name, item_type in list_fields.items():
+        if name not in data:
+            continue
+        raw = data[name]
+        if not isinstance(raw, list):
+            discarded += 1
+            data[name] = []
+            continue
+        adapter, kept = _adapter(item_type), []
+        for item in raw:
+            try:
+                kept.append(adapter.validate_python(item))
+            except ValidationError:
+                discarded += 1
+        data[name] = kept
+    try:
+        return Parsed(schema.model_validate(data), discarded, None)
+    except ValidationError as err:
+        return Parsed(None, discarded, f"schema {schema.__name__}: {err.errors()[0].get('msg', 'invalid')}"
+                                        f" at {'.'.join(map(str, err.errors()[0].get('loc', ())))}")
