@@ -1,0 +1,99 @@
+"""Router checkpoints: plain tensors and containers only, written atomically, loaded with ``weights_only``.
+
+A checkpoint is one ``torch.save``'d dict holding the router, intent and edge-feature state dicts
+with their constructor configs, the optimizers, the moving-average baseline, every RNG state
+(Python, NumPy, torch CPU/CUDA, the sampling generator), the epoch, the train config, the
+training history, the best validation score, and a fingerprint of the graphs the edge features
+belong to. Loading never unpickles code (``torch.load(weights_only=True)``); a checkpoint for
+other graphs or another architecture is refused with a message naming the difference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from graphmem.graph import MemoryGraph
+from graphmem.io import atomic_write
+
+FORMAT = "graphmem-router-checkpoint-v1"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used here (unsafe, corrupted, or for other graphs/architecture)."""
+
+
+def graph_fingerprint(graphs: Mapping[str, MemoryGraph]) -> str:
+    """SHA-256 over each graph's name, node ids, edge index and edge types, in the given order."""
+    h = hashlib.sha256()
+    for name, g in graphs.items():
+        h.update(name.encode())
+        h.update("\x00".join(g.node_ids).encode())
+        h.update(g.edge_index.contiguous().numpy().tobytes())
+        h.update(g.edge_type.contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
+    """Every random state a run uses, as tensors and plain lists."""
+    np_state = np.random.get_state()
+    state = {
+        "python": [list(random.getstate()[1]), random.getstate()[0], random.getstate()[2]],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *map(float, np_state[2:])],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+    if generator is not None:
+        state["generator"] = generator.get_state()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any], generator: torch.Generator | None = None) -> None:
+    """Inverse of :func:`rng_state`."""
+    internal, version, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), float(cached)))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if generator is not None and "generator" in state:
+        generator.set_state(state["generator"])
+
+
+def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> Path:
+    """Write ``state`` (plus the format tag) atomically to ``path``."""
+    payload = {"format": FORMAT, **state}
+    return atomic_write(path, lambda tmp: torch.save(payload, str(tmp)))
+
+
+def load_checkpoint(path: str | Path, fingerprint: str | None = None, architecture: Mapping[str, Any] | None = None,
+                    map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load and check a checkpoint.
+
+    Args:
+        fingerprint: expected :func:`graph_fingerprint` of the graphs (default: not checked).
+        architecture: expected ``{"router_config": ..., "intent_config": ..., "edge_init": ...}``
+            (default: not checked).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        state = torch.load(str(path), map_location=map_location, weights_only=True)
+    except Exception as err:  # UnpicklingError for code objects, RuntimeError for truncated files
+        raise CheckpointError(f"{path}: refused to load (not a plain-tensor checkpoint or corrupted): {err}") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a {FORMAT} file")
+    if fingerprint is not None and state.get("fingerprint") != fingerprint:
+        raise CheckpointError(f"{path}: trained on other graphs (fingerprint {str(state.get('fingerprint'))[:12]}..., "
+                              f"these graphs {fingerprint[:12]}...; graphs in the checkpoint: {state.get('edge_names')})")
+    for key, want in (architecture or {}).items():
+        if state.get(key) != want:
+            raise CheckpointError(f"{path}: architecture differs in {key!r}: checkpoint {state.get(key)!r}, expected {want!r}")
+    return state

@@ -1,0 +1,231 @@
+"""Supervised training of the GNN reader on gold evidence (SAGE §4.2, "Reader Training").
+
+Each training question contributes its gold evidence rows ``P`` in its graph; the reader scores
+every node ``s = f(q, G)`` seeded at the entries the inference policy would choose, so training
+and retrieval see the same start states. Two losses are available:
+
+* ``ranking`` (default) — multi-positive ranking: every positive competes with the negatives only,
+  ``L = (1/|P|) \\sum_{p in P} [ -s_p + log(exp(s_p) + \\sum_{n \\notin P} exp(s_n)) ]``;
+* ``bce`` — weighted binary cross-entropy, positives weighted by ``pos_weight``:
+  ``L = mean_v [ -w_v (y_v log \\sigma(s_v) + (1 - y_v) log(1 - \\sigma(s_v))) ]``, ``w_v = pos_weight`` if ``y_v = 1`` else 1.
+
+The reported metric is evidence recall of the ``gnn`` policy's walk under a :class:`Budget`
+(`|loaded ∩ gold| / |gold|`, averaged over questions). The best epoch is chosen on the
+validation examples only. A REINFORCE fine-tune stage is not part of this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from graphmem.graph import MemoryGraph
+from graphmem.policies.base import Budget
+from graphmem.policies.gnn import walk_and_load
+from models.gnn_reader import GNNReader, ReaderConfig, start_mask
+
+
+@dataclass
+class GNNTrainConfig:
+    """Settings of :func:`train_reader` (mirrored by ``configs/gnn.yaml``)."""
+
+    hidden_dim: int = 32
+    """node state size H"""
+    num_layers: int = 2
+    """message-passing layers L"""
+    add_inverse: bool = True
+    """also pass messages against each edge (inverse relation ids)"""
+    loss: str = "ranking"
+    """'ranking' (multi-positive) or 'bce' (weighted)"""
+    pos_weight: float = 10.0
+    """weight of positives in the 'bce' loss"""
+    lr: float = 3e-3
+    """Adam learning rate"""
+    weight_decay: float = 0.0
+    """Adam weight decay"""
+    epochs: int = 30
+    """passes over the training examples"""
+    query_batch: int = 32
+    """queries of one graph per optimizer step"""
+    seed: int = 0
+    """fixes initialization and example order"""
+    device: str = "cpu"
+    """where the reader trains"""
+
+
+@dataclass
+class ReaderExample:
+    """Queries over one graph with their entries and gold rows (gold is used by the loss only)."""
+
+    graph: MemoryGraph
+    query_embeddings: Tensor
+    entries: list[list[int]]
+    gold: list[list[int]]
+    qids: list[str] = field(default_factory=list)
+
+
+def examples_from_graphset(graphset, question_indices: Sequence[int], budget: Budget, entries="embedding",
+                           max_queries: int = 64) -> list[ReaderExample]:
+    """Group questions of a ``GraphSet`` by graph; questions without gold rows in their graph are dropped.
+
+    Entries come from the selector named ``entries`` (or given as an object), exactly as at retrieval.
+    """
+    from graphmem.policies.base import Query
+
+    from graphmem.policies.entries import make_entry_selector
+
+    entry_selector = make_entry_selector(entries)
+    by_graph: dict[str, list[int]] = {}
+    for i in question_indices:
+        by_graph.setdefault(graphset.questions[i].graph, []).append(i)
+    out = []
+    for name in sorted(by_graph):
+        graph = graphset.graphs[name]
+        keep = []
+        for i in by_graph[name]:
+            rows = [graph.index_of(e) for e in graphset.questions[i].evidence if graph.has_node(e)]
+            if rows:
+                keep.append((i, sorted(set(rows))))
+        for lo in range(0, len(keep), max_queries):
+            part = keep[lo:lo + max_queries]
+            emb = graphset.query_embeddings[[i for i, _ in part]].float()
+            queries = [Query(graphset.questions[i].qid, graphset.questions[i].text, emb[k]) for k, (i, _) in enumerate(part)]
+            entries = [list(e)[:budget.max_entries] for e in entry_selector.select(graph, queries, budget)]
+            out.append(ReaderExample(graph, emb, entries, [g for _, g in part], [q.qid for q in queries]))
+    return out
+
+
+# ---------------------------------------------------------------------- losses
+def ranking_loss(scores: Tensor, positive: Tensor) -> Tensor:
+    """Multi-positive ranking loss (module docstring); ``scores`` and bool ``positive`` are ``[B, N]``."""
+    neg_lse = torch.logsumexp(scores.masked_fill(positive, -math.inf), dim=1, keepdim=True)     # [B, 1]
+    per_pos = -scores + torch.logaddexp(scores, neg_lse)
+    per_pos = per_pos.masked_fill(~positive, 0.0)
+    return (per_pos.sum(1) / positive.sum(1).clamp(min=1)).mean()
+
+
+def weighted_bce_loss(scores: Tensor, positive: Tensor, pos_weight: float) -> Tensor:
+    """Weighted binary cross-entropy (module docstring)."""
+    target = positive.float()
+    weight = torch.where(positive, torch.full_like(target, pos_weight), torch.ones_like(target))
+    return F.binary_cross_entropy_with_logits(scores, target, weight=weight)
+
+
+def _batch_scores(reader: GNNReader, ex: ReaderExample, rows: list[int], device) -> Tensor:
+    g = ex.graph
+    start = start_mask([ex.entries[i] for i in rows], g.num_nodes).to(device)
+    return reader(g.embeddings.to(device), g.edge_index.to(device), g.edge_type.to(device), g.edge_attr.to(device),
+                  ex.query_embeddings[rows].to(device), start)
+
+
+# ---------------------------------------------------------------------- evaluation
+@torch.no_grad()
+def evidence_recall(reader: GNNReader, examples: Sequence[ReaderExample], budget: Budget, device: str = "cpu") -> float:
+    """Mean ``|loaded ∩ gold| / |gold|`` of the ``gnn`` walk under ``budget``."""
+    reader.eval()
+    total, count = 0.0, 0
+    for ex in examples:
+        scores = _batch_scores(reader, ex, list(range(len(ex.gold))), device).cpu()
+        for b, gold in enumerate(ex.gold):
+            loaded = set(walk_and_load(ex.graph, ex.entries[b], scores[b], budget).loaded)
+            total += len(loaded & set(gold)) / len(gold)
+            count += 1
+    return total / max(count, 1)
+
+
+# ---------------------------------------------------------------------- training
+def train_reader(train: Sequence[ReaderExample], cfg: GNNTrainConfig, budget: Budget,
+                 val: Sequence[ReaderExample] | None = None, reader: GNNReader | None = None,
+                 progress: bool = False) -> tuple[GNNReader, list[dict]]:
+    """Train (or fine-tune ``reader``) and return the best-on-validation reader and per-epoch history.
+
+    Without ``val`` the last epoch is kept. Deterministic on CPU for a fixed ``cfg.seed``.
+    """
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    device = torch.device(cfg.device)
+    if reader is None:
+        g0 = train[0].graph
+        reader = GNNReader(ReaderConfig(input_dim=g0.dim, hidden_dim=cfg.hidden_dim, num_relations=len(g0.relations),
+                                        edge_dim=int(g0.edge_attr.shape[1]), num_layers=cfg.num_layers,
+                                        add_inverse=cfg.add_inverse))
+    reader.to(device)
+    opt = torch.optim.Adam(reader.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    batches = [(k, list(range(lo, min(lo + cfg.query_batch, len(ex.gold)))))
+               for k, ex in enumerate(train) for lo in range(0, len(ex.gold), cfg.query_batch)]
+    history: list[dict] = []
+    best_state, best_val = None, -1.0
+    epochs = range(cfg.epochs)
+    if progress:
+        from tqdm import tqdm
+        epochs = tqdm(epochs, desc="reader")
+    for epoch in epochs:
+        reader.train()
+        rng.shuffle(batches)
+        total = 0.0
+        for k, rows in batches:
+            ex = train[k]
+            scores = _batch_scores(reader, ex, rows, device)
+            positive = torch.zeros_like(scores, dtype=torch.bool)
+            for b, i in enumerate(rows):
+                positive[b, ex.gold[i]] = True
+            loss = ranking_loss(scores, positive) if cfg.loss == "ranking" else weighted_bce_loss(scores, positive, cfg.pos_weight)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item()
+        row = {"epoch": epoch, "loss": total / max(len(batches), 1)}
+        if val:
+            row["val_recall"] = evidence_recall(reader, val, budget, cfg.device)
+            if row["val_recall"] > best_val:
+                best_val, best_state = row["val_recall"], {k: v.detach().clone() for k, v in reader.state_dict().items()}
+        history.append(row)
+    if best_state is not None:
+        reader.load_state_dict(best_state)
+    return reader.cpu().eval(), history
+
+
+def save_checkpoint(reader: GNNReader, path: str | Path, cfg: GNNTrainConfig | None = None, metrics: dict | None = None) -> Path:
+    """Write ``reader.checkpoint()`` (plus training settings) atomically; loads with ``weights_only=True``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ckpt = reader.checkpoint()
+    if cfg is not None:
+        ckpt["train_config"] = asdict(cfg)
+    if metrics is not None:
+        ckpt["metrics_json"] = json.dumps(metrics)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(ckpt, tmp)
+    tmp.replace(path)
+    return path
+
+
+def split_graphs(names: Sequence[str], val_fraction: float, test_fraction: float, seed: int) -> dict[str, list[str]]:
+    """Seeded graph-level split into ``train`` / ``val`` / ``test`` (each non-empty when there are >= 3 graphs)."""
+    order = sorted(names)
+    random.Random(seed).shuffle(order)
+    n = len(order)
+    n_test = max(1, round(test_fraction * n)) if n >= 3 else 0
+    n_val = max(1, round(val_fraction * n)) if n >= 3 else 0
+    return {"test": sorted(order[:n_test]), "val": sorted(order[n_test:n_test + n_val]), "train": sorted(order[n_test + n_val:])}
+
+
+@torch.no_grad()
+def cosine_walk_recall(examples: Sequence[ReaderExample], budget: Budget) -> float:
+    """Reference: the same budgeted walk ranked by plain query-node cosine instead of the reader."""
+    total, count = 0.0, 0
+    for ex in examples:
+        cos = F.normalize(ex.query_embeddings.float(), dim=1) @ F.normalize(ex.graph.embeddings, dim=1).T
+        for b, gold in enumerate(ex.gold):
+            loaded = set(walk_and_load(ex.graph, ex.entries[b], cos[b], budget).loaded)
+            total += len(loaded & set(gold)) / len(gold)
+            count += 1
+    return total / max(count, 1)

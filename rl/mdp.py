@@ -1,0 +1,150 @@
+"""The traversal MDP (HAGE §3, Appendix B), stepped for many episodes at once as tensors.
+
+An episode walks one memory graph for one question, starting at one of the question's entry
+nodes. All graphs of a run are joined into one disjoint union (:class:`GraphUnion`), so episodes
+over different graphs share one batch; node and edge ids below are global union ids.
+
+* State ``s_t = (q, v_t, V_t, t)``: the query, the current node, the visited set (the question's
+  entry nodes plus every node walked so far) and the hop count.
+* Actions: the out-edges ``v_t -> u`` with ``u ∉ V_t``.
+* Reward of a step reaching ``u``:  ``r_t = R_hit · |{u} ∩ (G \\ reached)| - λ_step``,
+  minus ``λ_timeout`` more when ``t + 1 = H_max`` and some gold node is still unreached.
+* Termination: every gold node reached, a dead end (no unvisited out-neighbour), or ``H_max`` hops.
+
+Gold node ids enter only :class:`TraversalMDP`'s reward and termination; the policy never sees them.
+Defaults: ``H_max = 5``, ``R_hit = 10``, ``λ_step = 0.05``, ``λ_timeout = 1.0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+import torch
+from torch import Tensor
+
+from graphmem.graph import MemoryGraph
+from graphmem.policies.router import gather_out_edges
+
+
+@dataclass(frozen=True)
+class MDPConfig:
+    max_hops: int = 5
+    """H_max: hops before an episode times out"""
+    hit_reward: float = 10.0
+    """R_hit: reward per newly reached gold node"""
+    step_penalty: float = 0.05
+    """λ_step: cost of every hop"""
+    timeout_penalty: float = 1.0
+    """λ_timeout: extra cost when H_max is hit with gold left unreached"""
+
+
+@dataclass
+class GraphUnion:
+    """Named graphs as one disjoint union with out-edge CSR (edges keep each graph's order).
+
+    Global edge id ``edge_offset[g] + k`` is edge ``k`` of graph ``g``, matching the row order of
+    :class:`models.edge_features.EdgeFeatures` built over the same graphs in the same order.
+    """
+
+    names: list[str]
+    x: Tensor
+    edge_index: Tensor
+    edge_type: Tensor
+    rowptr: Tensor
+    perm: Tensor
+    node_offset: Tensor
+    edge_offset: Tensor
+
+    @classmethod
+    def build(cls, graphs: Mapping[str, MemoryGraph], device: str | torch.device = "cpu") -> GraphUnion:
+        names = list(graphs)
+        gs = [graphs[n] for n in names]
+        node_offset = torch.zeros(len(gs) + 1, dtype=torch.long)
+        node_offset[1:] = torch.cumsum(torch.tensor([g.num_nodes for g in gs], dtype=torch.long), 0)
+        edge_offset = torch.zeros(len(gs) + 1, dtype=torch.long)
+        edge_offset[1:] = torch.cumsum(torch.tensor([g.num_edges for g in gs], dtype=torch.long), 0)
+        x = torch.cat([torch.nn.functional.normalize(g.embeddings.float(), dim=1) for g in gs])
+        edge_index = torch.cat([g.edge_index + node_offset[i] for i, g in enumerate(gs)], 1)
+        edge_type = torch.cat([g.edge_type for g in gs])
+        n = int(node_offset[-1])
+        src, dst = edge_index
+        perm = torch.argsort(src * max(n, 1) + dst, stable=True)
+        rowptr = torch.zeros(n + 1, dtype=torch.long)
+        rowptr[1:] = torch.cumsum(torch.bincount(src, minlength=n), 0)
+        dev = torch.device(device)
+        return cls(names, x.to(dev), edge_index.to(dev), edge_type.to(dev), rowptr.to(dev), perm.to(dev),
+                   node_offset.to(dev), edge_offset.to(dev))
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
+
+    def offset_of(self, name: str) -> int:
+        return int(self.node_offset[self.names.index(name)])
+
+    def out_edges(self, nodes: Tensor) -> tuple[Tensor, Tensor]:
+        """All out-edges of ``nodes`` ``[K]``: ``(seg [C], edges [C])``, ``seg`` indexing into ``nodes``."""
+        return gather_out_edges(self.rowptr, self.perm, nodes)
+
+
+@dataclass
+class TraversalState:
+    """Per-episode state: current node ``[B]``, visited ``[B, L]`` (-1 padded), hop, done ``[B]``, reached ``[B, G]``."""
+
+    current: Tensor
+    visited: Tensor
+    hop: int
+    done: Tensor
+    reached: Tensor
+
+
+class TraversalMDP:
+    """Batched environment over a :class:`GraphUnion`; holds the gold ids ``[B, G]`` (-1 padded)."""
+
+    def __init__(self, union: GraphUnion, gold: Tensor, config: MDPConfig = MDPConfig()):
+        self.union, self.config = union, config
+        self._gold = gold.to(union.device)
+        self._gold_valid = self._gold >= 0
+
+    def _all_reached(self, reached: Tensor) -> Tensor:
+        return (reached | ~self._gold_valid).all(1)
+
+    def reset(self, start: Tensor, visited0: Tensor) -> TraversalState:
+        """Episodes start at ``start`` ``[B]`` with ``visited0`` ``[B, L0]`` already visited (the entries)."""
+        b = start.numel()
+        pad = torch.full((b, self.config.max_hops), -1, dtype=torch.long, device=start.device)
+        visited = torch.cat([start[:, None], visited0.to(start.device), pad], 1)
+        reached = (self._gold[:, :, None] == visited[:, None, :]).any(-1) & self._gold_valid
+        done = self._all_reached(reached)
+        return TraversalState(start.clone(), visited, 0, done, reached)
+
+    def actions(self, state: TraversalState) -> tuple[Tensor, Tensor, Tensor]:
+        """Legal actions of unfinished episodes: ``(episode [C], edge [C], target [C])``."""
+        live = (~state.done).nonzero().flatten()
+        seg, edges = self.union.out_edges(state.current[live])
+        ep = live[seg]
+        target = self.union.edge_index[1, edges]
+        fresh = ~(state.visited[ep] == target[:, None]).any(1)
+        return ep[fresh], edges[fresh], target[fresh]
+
+    def step(self, state: TraversalState, target: Tensor) -> tuple[Tensor, TraversalState]:
+        """Move every unfinished episode to ``target`` ``[B]`` (-1: no legal action, a dead end)."""
+        cfg = self.config
+        acting = ~state.done & (target >= 0)
+        hits = (self._gold == target[:, None]) & ~state.reached & self._gold_valid & acting[:, None]
+        reward = cfg.hit_reward * hits.sum(1).float() - cfg.step_penalty * acting.float()
+        reached = state.reached | hits
+        hop = state.hop + 1
+        visited = state.visited.clone()
+        visited[acting, state.hop - cfg.max_hops] = target[acting]
+        finished = self._all_reached(reached)
+        timeout = acting & ~finished & (hop >= cfg.max_hops)
+        reward = reward - cfg.timeout_penalty * timeout.float()
+        done = state.done | ~acting | finished | timeout
+        current = torch.where(acting, target, state.current)
+        return reward, replace(state, current=current, visited=visited, hop=hop, done=done, reached=reached)
+
+    def success(self, state: TraversalState) -> Tensor:
+        """``[B]`` bool: every gold node reached (episodes with no gold count as failures)."""
+        return self._all_reached(state.reached) & self._gold_valid.any(1)

@@ -1,0 +1,297 @@
+"""REINFORCE for the QueryRouter and the edge features (HAGE §3, Appendix B), batched.
+
+Per optimizer step, for a batch of training questions expanded into episodes (one per entry node
+used as a start), with returns and a moving-average baseline:
+
+    G_t = Σ_{k≥0} γ^k r_{t+k}                        (per episode, zero after it ends)
+    b  ← β b + (1 - β) · mean_t,episodes G_t          (b starts at the first batch mean)
+    A_t = G_t - b
+    L   = -(1/B) Σ_episodes Σ_t log π(a_t | s_t) · A_t  +  λ_anchor ||E - E0||^2  -  c_H · H(π)
+
+The router and intent head use Adam at ``lr_router``, the edge features Adam at ``lr_edges``.
+Gradients are clipped to ``max_grad_norm``. Model selection is on validation evidence recall of
+the policy walking at question time under the evaluation budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from graphmem.datasets.types import Question
+from graphmem.graph import MemoryGraph
+from graphmem.policies.base import Budget, Query
+from graphmem.policies.entries import make_entry_selector
+from models.edge_features import EdgeFeatures
+from models.intent import IntentProvider, RelationIntent
+from models.router import QueryRouter
+from rl.checkpoint import graph_fingerprint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rl.logging import Logger
+from rl.mdp import GraphUnion, MDPConfig
+from rl.rollout import make_episodes, rollout
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    """fixes initialisation, question order and action sampling"""
+    device: str = "auto"
+    """cpu, cuda, or auto (cuda when available)"""
+    epochs: int = 200
+    """passes over the training questions"""
+    batch_size: int = 64
+    """questions per optimizer step"""
+    starts_per_question: int = 2
+    """episodes per question, starting at its best entry nodes"""
+    gamma: float = 0.99
+    """discount γ"""
+    baseline_beta: float = 0.99
+    """decay β of the moving-average baseline"""
+    anchor_lambda: float = 1.0
+    """λ_anchor of the L2 pull of edge features to their Phase-1 values"""
+    lr_router: float = 1e-3
+    """Adam learning rate of router and intent head"""
+    lr_edges: float = 1e-4
+    """Adam learning rate of the edge features"""
+    max_grad_norm: float = 1.0
+    """gradient clipping norm (0 disables)"""
+    entropy_coef: float = 0.0
+    """entropy bonus c_H"""
+    temperature: float = 1.0
+    """softmax temperature T of the sampling policy"""
+    max_hops: int = 5
+    """H_max of training episodes"""
+    hit_reward: float = 10.0
+    """R_hit"""
+    step_penalty: float = 0.05
+    """λ_step"""
+    timeout_penalty: float = 1.0
+    """λ_timeout"""
+    hidden: int = 64
+    """router hidden width"""
+    relation_dim: int = 4
+    """relation embedding size (0: none)"""
+    router_head: str = "mlp"
+    """structural-weight head: mlp or linear"""
+    router_mode: str = "learned"
+    """learned, or fixed (m = 1, w = Σ e: the edges-only / no-router variants)"""
+    intent: str = "prototype"
+    """relation intent source: prototype, head, uniform, external"""
+    edge_init: str = "phase1"
+    """edge features start: phase1 (graph scores) or onehot"""
+    train_edges: bool = True
+    """whether edge features are trained"""
+    eval_every: int = 1
+    """epochs between validations"""
+    checkpoint_dir: str = ""
+    """where last.pt / best.pt go ('' disables)"""
+    checkpoint_every: int = 1
+    """epochs between periodic checkpoints"""
+    resume: bool = False
+    """continue from checkpoint_dir/last.pt when it exists"""
+
+    def mdp(self) -> MDPConfig:
+        return MDPConfig(self.max_hops, self.hit_reward, self.step_penalty, self.timeout_penalty)
+
+
+@dataclass
+class TrainResult:
+    router: QueryRouter
+    intent: RelationIntent
+    edges: EdgeFeatures
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_epoch: int = -1
+    best_score: float = float("nan")
+    best_state: dict[str, Any] | None = None
+
+
+def resolve_device(name: str) -> torch.device:
+    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else ("cpu" if name == "auto" else name))
+
+
+def build_modules(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], dim: int) -> tuple[QueryRouter, RelationIntent, EdgeFeatures]:
+    """Router, intent and edge features as ``cfg`` describes (seed the RNG first for a fixed init)."""
+    router = QueryRouter(dim, hidden=cfg.hidden, relation_dim=cfg.relation_dim, head=cfg.router_head, mode=cfg.router_mode)
+    intent = RelationIntent(dim, kind=cfg.intent if cfg.router_mode == "learned" else "uniform")
+    edges = EdgeFeatures(graphs, init=cfg.edge_init, trainable=cfg.train_edges)
+    return router, intent, edges
+
+
+def gold_rows(graph: MemoryGraph, question: Question) -> list[int]:
+    """Rows of the question's gold evidence nodes in ``graph`` (reward only)."""
+    return [graph.index_of(e) for e in dict.fromkeys(question.evidence) if graph.has_node(e)]
+
+
+def _padded(rows: Sequence[Sequence[int]]) -> torch.Tensor:
+    out = torch.full((len(rows), max([len(r) for r in rows] + [1])), -1, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def prepare_questions(union: GraphUnion, graphs: Mapping[str, MemoryGraph], questions: Sequence[Question],
+                      embeddings: torch.Tensor, budget: Budget, entry_selector) -> dict[str, torch.Tensor]:
+    """Training tensors: query embeddings, global entry rows (selector order) and gold rows, ``-1`` padded.
+
+    Questions without any gold node in their graph are dropped (they carry no learning signal).
+    """
+    keep, entries, gold = [], [], []
+    by_graph: dict[str, list[int]] = {}
+    for i, q in enumerate(questions):
+        by_graph.setdefault(q.graph, []).append(i)
+    for name, idx in by_graph.items():
+        graph, off = graphs[name], union.offset_of(name)
+        queries = [Query(questions[i].qid, questions[i].text, embeddings[i]) for i in idx]
+        for i, ent in zip(idx, entry_selector.select(graph, queries, budget)):
+            g = gold_rows(graph, questions[i])
+            if g and ent:
+                keep.append(i)
+                entries.append([v + off for v in ent])
+                gold.append([v + off for v in g])
+    order = torch.tensor(keep, dtype=torch.long)
+    return {"q": embeddings[order].float(), "index": order, "entries": _padded(entries), "gold": _padded(gold)}
+
+
+def validation_recall(router: QueryRouter, intent: RelationIntent, edges: EdgeFeatures, graphs: Mapping[str, MemoryGraph],
+                      questions: Sequence[Question], embeddings: torch.Tensor, budget: Budget, entry_selector="embedding",
+                      intent_provider: IntentProvider | None = None, device: str | torch.device = "cpu") -> float:
+    """Mean evidence recall of the router walking at question time (gold joined after retrieval)."""
+    from graphmem.eval.harness import run_retrievals
+    from graphmem.eval.metrics import resolvable_evidence
+    from graphmem.policies.router import RouterPolicy
+
+    live = {name: dataclasses.replace(g, edge_attr=edges.of(name).detach().cpu(), _cache={})
+            for name, g in graphs.items() if name in {q.graph for q in questions}}
+    policy = RouterPolicy(router=router, intent=intent, device=str(device), entry_selector=entry_selector,
+                          intent_provider=intent_provider)
+    queries = [Query(q.qid, q.text, embeddings[i]) for i, q in enumerate(questions)]
+    retrievals, _ = run_retrievals(policy, live, queries, [q.graph for q in questions], budget)
+    recalls = []
+    for q, r in zip(questions, retrievals):
+        gold = set(resolvable_evidence(q, live[q.graph]))
+        if gold:
+            recalls.append(len(gold & set(r.loaded_ids(live[q.graph]))) / len(gold))
+    router.train(), intent.train()
+    return float(np.mean(recalls)) if recalls else float("nan")
+
+
+def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequence[Question], embeddings: torch.Tensor,
+          val_questions: Sequence[Question] = (), val_embeddings: torch.Tensor | None = None, budget: Budget = Budget(),
+          logger: Logger | None = None, entry_selector="embedding", intent_provider: IntentProvider | None = None) -> TrainResult:
+    """Train on ``questions`` over ``graphs`` (edge features are kept for every graph in ``graphs``)."""
+    # ------------------------------------------------------------------ setup
+    random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
+    device = resolve_device(cfg.device)
+    selector = make_entry_selector(entry_selector)
+    router, intent, edges = build_modules(cfg, graphs, embeddings.shape[1])
+    router, intent, edges = router.to(device), intent.to(device), edges.to(device)
+    union = GraphUnion.build(graphs, device)
+    data = {k: v.to(device) for k, v in prepare_questions(union, graphs, questions, embeddings, budget, selector).items()}
+    external = None
+    if intent.kind == "external":
+        if intent_provider is None:
+            raise ValueError("intent='external' needs an intent_provider")
+        external = intent_provider([questions[i].text for i in data["index"].tolist()]).to(device)
+    router_params = [p for p in [*router.parameters(), *intent.parameters()] if p.requires_grad]
+    opt_router = torch.optim.Adam(router_params, lr=cfg.lr_router) if router_params else None
+    opt_edges = torch.optim.Adam([edges.weight], lr=cfg.lr_edges) if edges.trainable else None
+    order_gen = torch.Generator().manual_seed(cfg.seed)
+    sample_gen = torch.Generator(device).manual_seed(cfg.seed)
+    ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    arch = {"router_config": router.config(), "intent_config": intent.config(), "edge_init": edges.init}
+    fingerprint = graph_fingerprint(graphs)
+    baseline, start_epoch, result = None, 0, TrainResult(router, intent, edges)
+    n_train = int(data["q"].shape[0])
+
+    def snapshot(epoch: int) -> dict[str, Any]:
+        return {**arch, "router": router.state_dict(), "intent": intent.state_dict(), "edges": edges.state_dict(),
+                "edge_names": edges.names, "fingerprint": fingerprint, "config": asdict(cfg), "epoch": epoch,
+                "baseline": baseline, "history": result.history, "best_epoch": result.best_epoch,
+                "best_score": result.best_score, "rng": rng_state(sample_gen), "order_rng": order_gen.get_state(),
+                "opt_router": opt_router.state_dict() if opt_router else {},
+                "opt_edges": opt_edges.state_dict() if opt_edges else {}}
+
+    # ------------------------------------------------------------------ resume
+    if cfg.resume and ckpt_dir is not None and (ckpt_dir / "last.pt").is_file():
+        st = load_checkpoint(ckpt_dir / "last.pt", fingerprint=fingerprint, architecture=arch, map_location=device)
+        router.load_state_dict(st["router"]), intent.load_state_dict(st["intent"]), edges.load_state_dict(st["edges"])
+        if opt_router:
+            opt_router.load_state_dict(st["opt_router"])
+        if opt_edges:
+            opt_edges.load_state_dict(st["opt_edges"])
+        set_rng_state(st["rng"], sample_gen)
+        order_gen.set_state(st["order_rng"])
+        baseline, start_epoch = st["baseline"], st["epoch"] + 1
+        result.history, result.best_epoch, result.best_score = list(st["history"]), st["best_epoch"], st["best_score"]
+
+    for epoch in range(start_epoch, cfg.epochs):
+        t0, stats = time.perf_counter(), {"return": [], "success": [], "loss": [], "episodes": 0}
+        perm = torch.randperm(n_train, generator=order_gen).to(device)
+        for lo in range(0, n_train if opt_router or opt_edges else 0, cfg.batch_size):
+            rows = perm[lo:lo + cfg.batch_size]
+            # ---------------------------------------------------------- rollout
+            ep = make_episodes(rows, data["entries"][rows], data["gold"][rows], cfg.starts_per_question)
+            q = data["q"][ep.query]
+            pi = intent(q, None if external is None else external[ep.query])
+            traj = rollout(router, q, pi, edges(), union, ep, cfg.mdp(), cfg.temperature, generator=sample_gen)
+            # ---------------------------------------------------------- returns and advantages
+            returns = traj.returns(cfg.gamma)
+            acted = traj.acted.float()
+            mean_return = float((returns * acted).sum() / acted.sum().clamp_min(1))
+            baseline = mean_return if baseline is None else baseline
+            advantage = (returns - baseline) * acted
+            baseline = cfg.baseline_beta * baseline + (1 - cfg.baseline_beta) * mean_return
+            # ---------------------------------------------------------- loss
+            pg_loss = -(traj.logp * advantage.detach()).sum() / len(ep)
+            anchor = edges.anchor_loss() if edges.trainable else pg_loss.new_zeros(())
+            entropy = (traj.entropy * acted).sum() / acted.sum().clamp_min(1)
+            loss = pg_loss + cfg.anchor_lambda * anchor - cfg.entropy_coef * entropy
+            # ---------------------------------------------------------- update
+            for opt in (opt_router, opt_edges):
+                if opt:
+                    opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(router_params + ([edges.weight] if edges.trainable else []), cfg.max_grad_norm)
+            for opt in (opt_router, opt_edges):
+                if opt:
+                    opt.step()
+            stats["return"].append(float(traj.reward.sum(0).mean()))
+            stats["success"].append(float(traj.success.float().mean()))
+            stats["loss"].append(float(loss.detach()))
+            stats["episodes"] += len(ep)
+
+        # -------------------------------------------------------------- evaluate, log, checkpoint
+        row = {"epoch": epoch, "episodes": stats["episodes"], "baseline": baseline, "seconds": time.perf_counter() - t0,
+               **{k: float(np.mean(stats[k])) if stats[k] else float("nan") for k in ("return", "success", "loss")}}
+        improved = False
+        if val_questions and (epoch + 1) % cfg.eval_every == 0 or val_questions and epoch + 1 == cfg.epochs:
+            row["val_recall"] = validation_recall(router, intent, edges, graphs, val_questions, val_embeddings, budget,
+                                                  selector, intent_provider, device)
+            improved = not (row["val_recall"] <= result.best_score)  # also true for the first (best is NaN)
+            if improved:
+                result.best_epoch, result.best_score = epoch, row["val_recall"]
+                result.best_state = {k: {n: t.detach().clone() for n, t in m.state_dict().items()}
+                                     for k, m in (("router", router), ("intent", intent), ("edges", edges))}
+        result.history.append(row)
+        if logger is not None:
+            logger.log(row, step=epoch)
+        if ckpt_dir is not None:
+            if improved:
+                save_checkpoint(ckpt_dir / "best.pt", snapshot(epoch))
+            if (epoch + 1) % cfg.checkpoint_every == 0 or epoch + 1 == cfg.epochs:
+                save_checkpoint(ckpt_dir / "last.pt", snapshot(epoch))
+    # ------------------------------------------------------------------ model selection
+    if result.best_state is None and ckpt_dir is not None and (ckpt_dir / "best.pt").is_file():
+        result.best_state = load_checkpoint(ckpt_dir / "best.pt", fingerprint, arch, map_location=device)
+    if result.best_state is not None:  # keep the modules of the best validation epoch
+        router.load_state_dict(result.best_state["router"]), intent.load_state_dict(result.best_state["intent"])
+        edges.load_state_dict(result.best_state["edges"])
+    return result

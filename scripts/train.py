@@ -1,0 +1,149 @@
+"""Train the learned router with REINFORCE and compare it with the heuristic policies on held-out conversations.
+
+    python scripts/train.py                                   # one fold, small default trainer (minutes on CPU)
+    python scripts/train.py +experiment=hage_full             # 5 folds x 200 epochs, paper hyperparameters
+    python scripts/train.py +experiment=ablation              # every ablation variant over 5 folds, one table
+
+For each fold (splits by conversation, :mod:`rl.splits`) and each variant (trainer overrides),
+the router trains on the training conversations, is selected on the validation conversations,
+and is evaluated once on the test conversations, next to the baselines, under the same budget.
+Writes ``results.json`` (per fold and mean ± std), ``results.md`` and checkpoints in ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from graphmem.eval.harness import evaluate_policy
+from graphmem.graphset import DataConfig, GraphConfig, GraphSet, load_or_build
+from graphmem.io import atomic_write
+from graphmem.policies.base import Budget, make_policy
+from graphmem.policies.router import RouterPolicy
+from graphmem.tracking import make_tracker
+from rl.logging import MultiLogger, PrintLogger
+from rl.reinforce import TrainConfig, train
+from rl.splits import conversation_folds
+
+METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
+
+
+def subset(gs: GraphSet, names) -> tuple[list, Any]:
+    """Questions (and their embedding rows) asked over graphs ``names``."""
+    idx = [i for i, q in enumerate(gs.questions) if q.graph in set(names)]
+    return [gs.questions[i] for i in idx], gs.query_embeddings[idx]
+
+
+def load_graphset(cfg: DictConfig) -> GraphSet:
+    if cfg.get("graphset"):
+        return GraphSet.load(hydra.utils.to_absolute_path(cfg.graphset))
+    data = DataConfig.from_mapping(OmegaConf.to_container(cfg.data, resolve=True))
+    graph = GraphConfig.from_mapping(OmegaConf.to_container(cfg.graph, resolve=True))
+    limit = "all" if data.limit is None else f"limit{data.limit}"
+    cache = Path(hydra.utils.to_absolute_path(cfg.graphset_dir)) / f"{data.name}-{limit}-{graph.encoder}"
+    return load_or_build(data, graph, cache, progress=cfg.progress)
+
+
+def summarize(per_fold: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """policy -> metric -> {mean, std, folds} over the folds."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for policy in per_fold[0]:
+        out[policy] = {}
+        for m in METRICS:
+            vals = [f[policy][m] for f in per_fold if f[policy].get(m) is not None]
+            out[policy][m] = {"mean": float(np.mean(vals)), "std": float(np.std(vals)), "folds": len(vals)}
+    return out
+
+
+def markdown(summary: dict[str, dict[str, dict[str, float]]]) -> str:
+    lines = ["| policy | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+    for policy, ms in summary.items():
+        cells = [f"{ms[m]['mean']:.3f} ± {ms[m]['std']:.3f}" if m != "loaded_tokens" else f"{ms[m]['mean']:.0f}"
+                 for m in METRICS]
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    out = Path(hydra.utils.to_absolute_path(cfg.out_dir))
+    out.mkdir(parents=True, exist_ok=True)
+    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    base = OmegaConf.to_container(cfg.trainer, resolve=True)
+    variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
+    gs = load_graphset(cfg)
+    print("\n".join(gs.report.lines()))
+    splits = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
+    folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
+    baselines = {name: make_policy(name, **{k: v for k, v in OmegaConf.to_container(
+        OmegaConf.load(Path(__file__).resolve().parents[1] / "configs" / "policy" / f"{name}.yaml")).items() if k != "name"})
+        for name in cfg.baselines}
+    per_fold, records = [], []
+    tracker = make_tracker(cfg.logger, run_config=cfg, out_dir=out, name=f"train-{gs.dataset}")
+    for k in folds:
+        split = splits[k]
+        print(f"fold {k}: train {len(split.train)} / val {len(split.val)} / test {len(split.test)} conversations")
+        train_q, train_e = subset(gs, split.train)
+        val_q, val_e = subset(gs, split.val)
+        test_q, test_e = subset(gs, split.test)
+        test_set = GraphSet(gs.dataset, {n: gs.graphs[n] for n in split.test}, test_q, test_e, gs.report)
+        fold_metrics: dict[str, dict[str, float]] = {}
+        for name, overrides in variants.items():
+            tc = TrainConfig(**{**base, **overrides, "checkpoint_dir": str(out / f"fold{k}" / name)})
+            prefix = f"fold{k}/{name}/"
+            logger = MultiLogger(PrintLogger(every=max(1, tc.epochs // 10)),
+                                 _Prefixed(tracker, prefix, offset=1000 * k))
+            result = train(tc, gs.graphs, train_q, train_e, val_q, val_e, budget=budget, logger=logger)
+            policy = RouterPolicy(router=result.router, intent=result.intent, edge_features=result.edges,
+                                  device=tc.device, **{k2: v for k2, v in OmegaConf.to_container(cfg.policy).items()
+                                                         if k2 in ("search", "beam_width", "entry_selector")})
+            res = evaluate_policy(policy, test_set, budget, progress=False)
+            fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
+            records.append({"fold": k, "policy": name, "best_epoch": result.best_epoch, "val_recall": result.best_score,
+                            "test": res.overall, "trainer": dataclasses.asdict(tc)})
+        for name, policy in baselines.items():
+            res = evaluate_policy(policy, test_set, budget, progress=False)
+            fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
+            records.append({"fold": k, "policy": name, "test": res.overall})
+        per_fold.append(fold_metrics)
+        print(markdown(summarize([fold_metrics])))
+    summary = summarize(per_fold)
+    table = markdown(summary)
+    print(f"\n{gs.dataset}: test conversations, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
+    payload = {"dataset": gs.dataset, "budget": dataclasses.asdict(budget), "folds": folds, "summary": summary,
+               "records": records, "splits": [dataclasses.asdict(splits[k]) for k in folds]}
+    atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
+    atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
+    tracker.log_table("summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()])
+    tracker.finish()
+    print(f"results written to {out}")
+    return payload
+
+
+class _Prefixed:
+    """Forwards training rows to the tracker under ``prefix`` (steps offset per fold)."""
+
+    def __init__(self, tracker, prefix: str, offset: int):
+        self.tracker, self.prefix, self.offset = tracker, prefix, offset
+
+    def log(self, metrics, step):
+        self.tracker.log({self.prefix + k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step + self.offset)
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except (ValueError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
