@@ -310,3 +310,26 @@ def load_or_build(data_cfg: DataConfig, graph_cfg: GraphConfig, out_dir: str | P
     graphset = build_graphset(data_cfg, graph_cfg, encoder=encoder, progress=progress)
     graphset.save(out_dir)
     return graphset
+
+
+def graphset_dir(root: str | Path, data_cfg: DataConfig, graph_cfg: GraphConfig) -> Path:
+    """Where a dataset's graph set is saved: ``<root>/<dataset>[-limit<N>][-<encoder>]``.
+
+    One folder per dataset slice and encoder (MiniLM, the default, is left unnamed); a change of
+    any other builder setting rebuilds the set in place (:func:`load_or_build` checks the hash).
+    """
+    name = data_cfg.name + (f"-limit{data_cfg.limit}" if data_cfg.limit is not None else "")
+    name += "" if graph_cfg.encoder == "minilm" else f"-{graph_cfg.encoder}"
+    return Path(root) / name
+
+
+def open_graphset(saved: str | Path | None, data: Mapping[str, Any], graph: Mapping[str, Any],
+                  root: str | Path = "outputs/graphs", progress: bool = True) -> GraphSet:
+    """The graph set a script runs on: ``saved`` when given, else :func:`load_or_build` under ``root``.
+
+    ``data`` and ``graph`` are plain mappings (the Hydra groups), checked before any work.
+    """
+    if saved:
+        return GraphSet.load(saved)
+    data_cfg, graph_cfg = DataConfig.from_mapping(data), GraphConfig.from_mapping(graph)
+    return load_or_build(data_cfg, graph_cfg, graphset_dir(root, data_cfg, graph_cfg), progress=progress)

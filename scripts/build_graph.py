@@ -17,7 +17,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 from graphmem.graph import MemoryGraph
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, build_graphset, config_hash
+from graphmem.graphset import DataConfig, GraphConfig, GraphSet, build_graphset, config_hash, graphset_dir
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
@@ -80,7 +80,7 @@ def plot_neighbourhood(graph: MemoryGraph, center: str | None, max_nodes: int, p
 def main(cfg: DictConfig) -> None:
     data_cfg = DataConfig.from_mapping(OmegaConf.to_container(cfg.data, resolve=True))
     graph_cfg = GraphConfig.from_mapping(OmegaConf.to_container(cfg.graph, resolve=True))
-    out_dir = Path(to_absolute_path(cfg.out_dir))
+    out_dir = graphset_dir(to_absolute_path(cfg.graphset_dir), data_cfg, graph_cfg)
     start = time.perf_counter()
     manifest = GraphSet.read_manifest(out_dir)
     if manifest is not None and not cfg.force and manifest.get("config_hash") == _wanted_hash(data_cfg, graph_cfg):

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
 from graphmem.eval.report import full_report, plot_budget_curves, results_payload, table_data, write_json
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, load_or_build
+from graphmem.graphset import DataConfig, GraphConfig, GraphSet, open_graphset
 from graphmem.policies.base import POLICIES, Budget, TraversalPolicy, make_policy
 from graphmem.tracking import make_tracker
 
@@ -104,11 +104,9 @@ def plan_run(cfg: DictConfig) -> Plan:
 
 def load_graphs(cfg: DictConfig, plan: Plan) -> GraphSet:
     """A saved set from ``cfg.graphset`` when given, else ``load_or_build`` under ``cfg.graphset_dir``."""
-    if cfg.get("graphset"):
-        return GraphSet.load(hydra.utils.to_absolute_path(cfg.graphset))
-    limit = "all" if plan.data.limit is None else f"limit{plan.data.limit}"
-    cache = Path(hydra.utils.to_absolute_path(cfg.graphset_dir)) / f"{plan.data.name}-{limit}-{plan.graph.encoder}"
-    return load_or_build(plan.data, plan.graph, cache, progress=cfg.progress)
+    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
+    return open_graphset(saved, asdict(plan.data), asdict(plan.graph),
+                         hydra.utils.to_absolute_path(cfg.graphset_dir), progress=cfg.progress)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from graphmem.eval.harness import evaluate_policy
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, load_or_build
+from graphmem.graphset import GraphSet, open_graphset
 from graphmem.io import atomic_write
 from graphmem.policies.base import Budget, make_policy
 from graphmem.policies.router import RouterPolicy
@@ -42,13 +42,9 @@ def subset(gs: GraphSet, names) -> tuple[list, Any]:
 
 
 def load_graphset(cfg: DictConfig) -> GraphSet:
-    if cfg.get("graphset"):
-        return GraphSet.load(hydra.utils.to_absolute_path(cfg.graphset))
-    data = DataConfig.from_mapping(OmegaConf.to_container(cfg.data, resolve=True))
-    graph = GraphConfig.from_mapping(OmegaConf.to_container(cfg.graph, resolve=True))
-    limit = "all" if data.limit is None else f"limit{data.limit}"
-    cache = Path(hydra.utils.to_absolute_path(cfg.graphset_dir)) / f"{data.name}-{limit}-{graph.encoder}"
-    return load_or_build(data, graph, cache, progress=cfg.progress)
+    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
+    return open_graphset(saved, OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True),
+                         hydra.utils.to_absolute_path(cfg.graphset_dir), progress=cfg.progress)
 
 
 def summarize(per_fold: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, load_or_build
+from graphmem.graphset import GraphSet, open_graphset
 from graphmem.policies.base import Budget
 from models.gnn_reader import GNNReader
 from rl.gnn_train import (GNNTrainConfig, cosine_walk_recall, evidence_recall, examples_from_graphset, save_checkpoint,
@@ -26,11 +26,9 @@ from rl.gnn_train import (GNNTrainConfig, cosine_walk_recall, evidence_recall, e
 
 
 def load_graphset(cfg: DictConfig) -> GraphSet:
-    if cfg.graphset:
-        return GraphSet.load(cfg.graphset)
-    data = DataConfig.from_mapping(OmegaConf.to_container(cfg.data, resolve=True))
-    graph = GraphConfig.from_mapping(OmegaConf.to_container(cfg.graph, resolve=True))
-    return load_or_build(data, graph, Path(cfg.graphset_dir) / data.name, progress=bool(cfg.get("progress", True)))
+    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.graphset else None
+    return open_graphset(saved, OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True),
+                         hydra.utils.to_absolute_path(cfg.graphset_dir), progress=bool(cfg.get("progress", True)))
 
 
 def split_examples(gs: GraphSet, split_cfg, budget: Budget) -> tuple[dict, dict]:
