@@ -10,7 +10,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["sizes=[200,400]", "num_queries=4", "ppr_queries=2", "dim=8", "avg_degree=4"]
+TINY = ["sizes=[200,400]", "num_queries=4", "loop_queries=2", "ppr_queries=2", "gnn_queries=2", "dim=8", "avg_degree=4",
+        "locomo.enabled=false"]
 
 
 def load_script():
@@ -28,9 +29,10 @@ def test_run_in_process_writes_json_and_plot(tmp_path):
     assert saved["growth"] == report["growth"] and (tmp_path / "benchmark.png").stat().st_size > 0
     assert set(saved["sizes"]) == {"200", "400"}
     for entry in saved["sizes"].values():
-        assert set(entry["policies"]) == {"beta_bfs", "dense_topk", "ppr", "uniform_bfs"}
+        assert set(entry["policies"]) == {"beta_bfs", "dense_topk", "ppr", "uniform_bfs", "router", "gnn"}
         for res in entry["policies"].values():
             assert res["loop_qps"] > 0 and res["batched_qps"] > 0 and res["mean_loaded"] <= 12
+            assert res["batched_over_single"] > 0 and res["single_batch_ms_per_query"] > 0
         assert entry["policies"]["beta_bfs"]["traversal_ms_per_query"] > 0
     assert "beta_bfs_traversal_flat_within_2x" in saved["growth"]
 
@@ -39,7 +41,8 @@ def test_hydra_entry_point(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
     out = tmp_path / "bench"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "sizes=[100]", "num_queries=2",
-                           "ppr_queries=1", "dim=4", "plot=false", f"out_dir={out}"],
+                           "ppr_queries=1", "gnn_queries=1", "loop_queries=1", "dim=4", "plot=false",
+                           "locomo.enabled=false", f"out_dir={out}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((out / "benchmark.json").read_text())["sizes"]["100"]["nodes"] == 100

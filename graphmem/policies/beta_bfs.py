@@ -21,9 +21,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy
+from graphmem.policies.batched import bfs_retrievals, entry_matrix, level_bfs, pad_rows
 from graphmem.policies.entries import EntrySelector, graph_cached, make_entry_selector, node_id_rank, validate_entries
 
 # expand(v) -> (ids of every out-edge inspected, [(neighbour row, edge id), ...] to push in order)
@@ -148,32 +150,55 @@ class BetaBFS(TraversalPolicy):
 
     # ------------------------------------------------------------------ batched
     def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
-        """All entries from one matmul, then Algorithm 1 per query over the cached neighbour table."""
+        """All entries from one ``[B, D] x [D, N]`` matmul, then Algorithm 1 for all queries at once as
+        ``[B, L]`` tensor levels over the query-independent top-k neighbour table
+        (:func:`graphmem.policies.batched.level_bfs`)."""
         if not queries:
             return []
         t0 = time.perf_counter()
-        entries = [validate_entries(graph, e, budget) for e in self.entries.select(graph, queries, budget)]
-        shared = (time.perf_counter() - t0) / len(queries)
-        return [self._timed(graph, e, budget, shared) for e in entries]
+        results = self._traverse_batch(graph, entry_matrix(self.entries, graph, queries, budget), budget)
+        per_query = (time.perf_counter() - t0) / len(queries)
+        for r in results:
+            r.wall_time_s = per_query
+        return results
 
     def traverse(self, graph: MemoryGraph, entries: Sequence[int], budget: Budget) -> Retrieval:
         """Algorithm 1 from given entry rows (lines 2-16), using the cached neighbour table.
 
         Invalid or repeated rows are discarded and at most ``budget.max_entries`` are kept.
         """
-        return self._timed(graph, validate_entries(graph, entries, budget), budget, 0.0)
-
-    def _timed(self, graph: MemoryGraph, entries: Sequence[int], budget: Budget, extra_s: float) -> Retrieval:
         t0 = time.perf_counter()
-        rowptr, target, edge = unique_neighbors_by_weight(graph)
-        out_ptr, perm = out_edge_lists(graph)
-        k = budget.top_k_neighbors
-
-        def expand(v: int):
-            a = rowptr[v]
-            b = min(a + k, rowptr[v + 1])
-            return perm[out_ptr[v]:out_ptr[v + 1]].tolist(), list(zip(target[a:b].tolist(), edge[a:b].tolist()))
-
-        result = bounded_bfs(graph, entries, budget, expand)
-        result.wall_time_s = time.perf_counter() - t0 + extra_s
+        result = self._traverse_batch(graph, pad_rows([validate_entries(graph, entries, budget)]), budget)[0]
+        result.wall_time_s = time.perf_counter() - t0
         return result
+
+    def traverse_batch(self, graph: MemoryGraph, entries: Sequence[Sequence[int]], budget: Budget) -> list[Retrieval]:
+        """:meth:`traverse` for many entry lists at once."""
+        if not entries:
+            return []
+        t0 = time.perf_counter()
+        results = self._traverse_batch(graph, pad_rows([validate_entries(graph, e, budget) for e in entries]), budget)
+        per_query = (time.perf_counter() - t0) / len(entries)
+        for r in results:
+            r.wall_time_s = per_query
+        return results
+
+    def _traverse_batch(self, graph: MemoryGraph, entries: Tensor, budget: Budget) -> list[Retrieval]:
+        target, edge = top_neighbor_table(graph, budget.top_k_neighbors)
+        bfs = level_bfs(entries, graph.node_tokens(), budget, lambda rows, nodes: (target[nodes], edge[nodes]))
+        out_ptr, perm = graph.csr()
+        return bfs_retrievals(bfs, entries, budget, out_ptr, perm)
+
+
+def top_neighbor_table(graph: MemoryGraph, k: int) -> tuple[Tensor, Tensor]:
+    """``([N, k] target, [N, k] edge)``: the first ``k`` rows of :func:`unique_neighbors_by_weight`
+    per node, ``-1`` where a node has fewer distinct out-neighbours. Query-independent and cached."""
+    def build():
+        rowptr, target, edge = (torch.from_numpy(a) for a in unique_neighbors_by_weight(graph))
+        pos = rowptr[:-1, None] + torch.arange(k)
+        ok = pos < rowptr[1:, None]
+        pos = pos.clamp(max=max(target.numel() - 1, 0))
+        if target.numel() == 0:
+            return torch.full(pos.shape, -1, dtype=torch.long), torch.full(pos.shape, -1, dtype=torch.long)
+        return torch.where(ok, target[pos], -1), torch.where(ok, edge[pos], -1)
+    return graph_cached(graph, f"policies.beta_bfs_top{k}", (graph.edge_index, graph.S, graph.F), build)

@@ -11,8 +11,11 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+import torch
+
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy
+from graphmem.policies.batched import greedy_admit, split_list
 from graphmem.policies.entries import cosine_matrix, node_id_rank, topk_by_score
 
 
@@ -41,10 +44,20 @@ class DenseTopK(TraversalPolicy):
         self.oversample = oversample
 
     def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
-        return self.retrieve_batch(graph, [query], budget)[0]
+        """Per-query reference: rank every node by cosine (ties by id), load under the budget."""
+        t0 = time.perf_counter()
+        if graph.num_nodes == 0:
+            return Retrieval(loaded=[], entries=[])
+        scores = cosine_matrix(graph, [query])
+        ranked = topk_by_score(scores, graph.num_nodes, node_id_rank(graph))[0].tolist()
+        loaded, used = load_under_budget(graph, ranked, budget)
+        return Retrieval(loaded=loaded, entries=loaded[:budget.max_entries], loaded_tokens=used,
+                         scores=scores[0, loaded].tolist(), wall_time_s=time.perf_counter() - t0)
 
     def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
-        """One ``[B, N]`` matmul and one tie-aware top-k for all queries."""
+        """One ``[B, D] x [D, N]`` matmul, one tie-aware top-k of ``oversample * max_nodes`` columns and
+        one :func:`greedy_admit` over the ``[B, k]`` candidates; a row whose candidates leave the node
+        budget unfilled (token skips) is re-ranked over all nodes."""
         if not queries:
             return []
         t0 = time.perf_counter()
@@ -53,16 +66,22 @@ class DenseTopK(TraversalPolicy):
         scores = cosine_matrix(graph, queries)
         rank = node_id_rank(graph)
         k = min(graph.num_nodes, budget.max_nodes * self.oversample)
-        ranked = topk_by_score(scores, k, rank).tolist()
-        results = []
-        for b, cand in enumerate(ranked):
-            loaded, used = load_under_budget(graph, cand, budget)
-            if len(loaded) < budget.max_nodes and k < graph.num_nodes:
-                full = topk_by_score(scores[b:b + 1], graph.num_nodes, rank)[0].tolist()
-                loaded, used = load_under_budget(graph, full, budget)
-            results.append(Retrieval(loaded=loaded, entries=loaded[:budget.max_entries], loaded_tokens=used,
-                                     scores=scores[b, loaded].tolist() if loaded else []))
-        per_query = (time.perf_counter() - t0) / len(queries)
-        for r in results:
-            r.wall_time_s = per_query
-        return results
+        ranked = topk_by_score(scores, k, rank)
+        b = len(queries)
+        zero = torch.zeros(b, dtype=torch.long)
+        admit, used, count = greedy_admit(graph.node_tokens()[ranked], torch.ones_like(ranked, dtype=torch.bool),
+                                          zero, zero, budget)
+        rows, cols = admit.nonzero(as_tuple=True)
+        nodes = ranked[rows, cols]
+        counts = torch.bincount(rows, minlength=b).tolist()
+        loaded = split_list(nodes.tolist(), counts)
+        picked = split_list(scores[rows, nodes].tolist(), counts)
+        used = used.tolist()
+        short = set((count < budget.max_nodes).nonzero().flatten().tolist()) if k < graph.num_nodes else set()
+        for i in short:
+            full = topk_by_score(scores[i:i + 1], graph.num_nodes, rank)[0].tolist()
+            loaded[i], used[i] = load_under_budget(graph, full, budget)
+            picked[i] = scores[i, loaded[i]].tolist()
+        per_query = (time.perf_counter() - t0) / b
+        return [Retrieval(loaded=loaded[i], entries=loaded[i][:budget.max_entries], loaded_tokens=used[i],
+                          scores=picked[i], wall_time_s=per_query) for i in range(b)]

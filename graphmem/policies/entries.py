@@ -58,11 +58,11 @@ def unit_embeddings(graph: MemoryGraph) -> Tensor:
 
 def query_matrix(graph: MemoryGraph, queries: Sequence[Query]) -> Tensor:
     """``[B, D]`` L2-normalised query embeddings; raises if a dimension differs from the graph's."""
-    rows = []
+    rows, dim = [], graph.dim
     for q in queries:
         e = q.embedding.float().flatten()
-        if e.numel() != graph.dim:
-            raise ValueError(f"query {q.qid!r}: embedding has {e.numel()} values, graph embeddings have {graph.dim}")
+        if e.numel() != dim:
+            raise ValueError(f"query {q.qid!r}: embedding has {e.numel()} values, graph embeddings have {dim}")
         rows.append(e)
     if not rows:
         return torch.empty(0, graph.dim)
@@ -89,6 +89,20 @@ def topk_by_score(scores: Tensor, k: int, id_rank: Tensor) -> Tensor:
     k = min(k, n)
     if k == 0 or b == 0:
         return torch.empty(b, k, dtype=torch.long)
+    # rows whose top k+1 values are strictly decreasing have a unique answer: plain topk order
+    vals, cols = scores.topk(min(k + 1, n), dim=1)
+    tied = (vals[:, 1:] == vals[:, :-1]).any(1)
+    if not bool(tied.any()):
+        return cols[:, :k]
+    out = cols[:, :k].clone()
+    rows = tied.nonzero().flatten()
+    out[rows] = _topk_with_ties(scores[rows], k, id_rank)
+    return out
+
+
+def _topk_with_ties(scores: Tensor, k: int, id_rank: Tensor) -> Tensor:
+    """:func:`topk_by_score` for rows that have ties among their top ``k + 1`` scores."""
+    b = scores.shape[0]
     kth = scores.topk(k, dim=1).values[:, -1:]
     rows, cols = (scores >= kth).nonzero(as_tuple=True)
     vals = scores[rows, cols]

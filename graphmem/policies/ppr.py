@@ -30,7 +30,7 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy
-from graphmem.policies.beta_bfs import out_edge_lists
+from graphmem.policies.batched import segments
 from graphmem.policies.entries import EntrySelector, graph_cached, make_entry_selector, node_id_rank, validate_entries
 
 
@@ -178,13 +178,11 @@ class PersonalizedPageRank(TraversalPolicy):
     @staticmethod
     def _trace(graph: MemoryGraph, entries: list[int], loaded: list[int], used: int, dist: Tensor, p: Tensor) -> Retrieval:
         """Edges considered: out-edges of loaded nodes; traversed: those between two loaded nodes."""
-        out_ptr, perm = out_edge_lists(graph)
-        targets = graph.edge_index[1]
-        members = set(loaded)
-        considered: list[int] = []
-        for v in loaded:
-            considered += perm[out_ptr[v]:out_ptr[v + 1]].tolist()
-        traversed = [e for e in considered if int(targets[e]) in members] if considered else []
+        rowptr, perm = graph.csr()
+        nodes = torch.tensor(loaded, dtype=torch.long)
+        _, edges = segments(rowptr, perm, nodes)
+        considered = edges.tolist()
+        traversed = edges[torch.isin(graph.edge_index[1, edges], nodes)].tolist()
         return Retrieval(loaded=loaded, entries=list(entries), edges_considered=considered, edges_traversed=traversed,
                          loaded_tokens=used, max_depth=int(dist[loaded].max()) if loaded else 0,
                          scores=p[loaded].tolist() if loaded else [])

@@ -1,26 +1,32 @@
 """Floor baseline: Algorithm 1 with the neighbour choice made uniformly at random.
 
 Same entries, queue, visited set, hop/node/token budget and trace as :mod:`beta_bfs`; at each
-expanded node, ``min(top_k_neighbors, deg)`` distinct out-neighbours (parallel edges counted once,
-listed by ascending string id) are drawn uniformly without replacement with a
-:class:`random.Random` seeded from ``blake2b(f"{seed}:{qid}")``. The draw depends only on the
-query id and the graph, so results are deterministic and independent of batch order.
+expanded node ``v``, the ``min(top_k_neighbors, deg)`` distinct out-neighbours ``u`` (parallel edges
+counted once, the lowest edge id kept) with the smallest priorities
+
+    key_q(v, u) = splitmix64(s_q xor (v * c1) xor (u * c2)) >> 1,   s_q = blake2b(f"{seed}:{qid}")
+
+(64-bit wrapping arithmetic; ties by ascending string id) are pushed in ascending key order. The
+keys are a counter-based hash, so this is a uniform draw without replacement that depends only on
+the query id, the graph and the seed: deterministic, independent of batch order, and computable
+for all queries and nodes of a batch at once.
 """
 
 from __future__ import annotations
 
 import hashlib
-import random
 import time
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy
-from graphmem.policies.beta_bfs import bounded_bfs, out_edge_lists
+from graphmem.policies.batched import bfs_retrievals, entry_matrix, level_bfs, segment_topk, segments
+from graphmem.policies.beta_bfs import bounded_bfs
 from graphmem.policies.entries import EntrySelector, graph_cached, make_entry_selector, node_id_rank, validate_entries
 
 
@@ -39,6 +45,20 @@ class UniformBFSConfig:
 def query_seed(seed: int, qid: str) -> int:
     """Stable 64-bit seed from ``seed`` and the query id (not Python's salted ``hash``)."""
     return int.from_bytes(hashlib.blake2b(f"{seed}:{qid}".encode(), digest_size=8).digest(), "little")
+
+
+_C1, _C2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def neighbor_priority(seed: np.ndarray, v: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``key_q(v, u)`` of the module docstring, elementwise over uint64 arrays; int64 result in ``[0, 2^63)``."""
+    with np.errstate(over="ignore"):
+        x = seed.astype(np.uint64) ^ (v.astype(np.uint64) * _C1) ^ (u.astype(np.uint64) * _C2)
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(1)).astype(np.int64)
 
 
 def unique_neighbors_by_id(graph: MemoryGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -76,7 +96,7 @@ class UniformBFS(TraversalPolicy):
         """Per-query reference: dedups and orders each node's out-edges directly."""
         t0 = time.perf_counter()
         entries = validate_entries(graph, self.entries.select(graph, [query], budget)[0], budget)
-        rng = random.Random(query_seed(self.seed, query.qid))
+        seed = np.uint64(query_seed(self.seed, query.qid))
         ids, dst = graph.node_ids, graph.edge_index[1]
 
         def expand(v: int):
@@ -85,7 +105,8 @@ class UniformBFS(TraversalPolicy):
             for e, u in zip(out, dst[out].tolist()):
                 first.setdefault(u, e)  # out-edges come ordered by (target, edge id)
             neigh = sorted(first.items(), key=lambda item: ids[item[0]])
-            picks = rng.sample(range(len(neigh)), min(budget.top_k_neighbors, len(neigh)))
+            keys = neighbor_priority(np.full(len(neigh), seed), np.full(len(neigh), v), np.array([u for u, _ in neigh]))
+            picks = sorted(range(len(neigh)), key=lambda i: (keys[i], i))[:budget.top_k_neighbors]
             return out, [neigh[i] for i in picks]
 
         result = bounded_bfs(graph, entries, budget, expand)
@@ -93,25 +114,34 @@ class UniformBFS(TraversalPolicy):
         return result
 
     def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
-        """Entries from one matmul; each query then walks the cached neighbour table with its own generator."""
+        """Entries from one matmul; Algorithm 1 for all queries as tensor levels, each level's draws
+        hashed for all (query, node, neighbour) triples at once."""
         if not queries:
             return []
         t0 = time.perf_counter()
-        entries = [validate_entries(graph, e, budget) for e in self.entries.select(graph, queries, budget)]
-        shared = (time.perf_counter() - t0) / len(queries)
-        rowptr, target, edge = unique_neighbors_by_id(graph)
-        out_ptr, perm = out_edge_lists(graph)
-        results = []
-        for q, ent in zip(queries, entries):
-            t1 = time.perf_counter()
-            rng = random.Random(query_seed(self.seed, q.qid))
+        entries = entry_matrix(self.entries, graph, queries, budget)
+        seeds = np.array([query_seed(self.seed, q.qid) for q in queries], dtype=np.uint64)
+        rowptr, target, edge = (torch.from_numpy(a) for a in unique_neighbors_by_id(graph))
+        k = budget.top_k_neighbors
 
-            def expand(v: int, rng=rng):
-                a, b = rowptr[v], rowptr[v + 1]
-                picks = rng.sample(range(b - a), min(budget.top_k_neighbors, b - a))
-                return perm[out_ptr[v]:out_ptr[v + 1]].tolist(), [(int(target[a + i]), int(edge[a + i])) for i in picks]
+        def expand(rows: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
+            seg, pos = segments(rowptr, torch.arange(target.numel()), nodes)
+            u = target[pos]
+            keys = torch.from_numpy(neighbor_priority(seeds[rows[seg].numpy()], nodes[seg].numpy(), u.numpy()))
+            kept = segment_topk(-keys, seg, k)
+            owner = seg[kept]
+            counts = torch.bincount(owner, minlength=nodes.numel())
+            rank = torch.arange(kept.numel()) - (torch.cumsum(counts, 0) - counts)[owner]
+            tgt = torch.full((nodes.numel(), k), -1, dtype=torch.long)
+            via = torch.full_like(tgt, -1)
+            tgt[owner, rank] = u[kept]
+            via[owner, rank] = edge[pos[kept]]
+            return tgt, via
 
-            r = bounded_bfs(graph, ent, budget, expand)
-            r.wall_time_s = time.perf_counter() - t1 + shared
-            results.append(r)
+        bfs = level_bfs(entries, graph.node_tokens(), budget, expand)
+        out_ptr, perm = graph.csr()
+        results = bfs_retrievals(bfs, entries, budget, out_ptr, perm)
+        per_query = (time.perf_counter() - t0) / len(queries)
+        for r in results:
+            r.wall_time_s = per_query
         return results

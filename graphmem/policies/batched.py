@@ -1,0 +1,198 @@
+"""Tensor kernels shared by the batched policies: budget admission, level-wise bounded BFS, traces.
+
+Every kernel works on all ``B`` queries of one graph at once with ``[B, L]`` blocks whose width is
+bounded by the budget (never by the graph size), so the cost of a batch after entry selection does
+not grow with ``N``. The per-query reference implementations live in the policy files; the tests
+check that these kernels reproduce them exactly, trace included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from graphmem.graph import MemoryGraph
+from graphmem.policies.base import Budget, Query, Retrieval
+from graphmem.policies.entries import EmbeddingEntrySelector, EntrySelector, cosine_matrix, node_id_rank, topk_by_score, validate_entries
+
+# expand(rows [M], nodes [M]) -> (targets [M, k], edges [M, k]): the children to push, -1 padded
+ExpandBatch = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+# ---------------------------------------------------------------------------- ragged helpers
+def split_list(flat: list, counts: Sequence[int]) -> list[list]:
+    """Cut ``flat`` into consecutive pieces of the given lengths."""
+    ends = list(accumulate(counts))
+    return [flat[e - c:e] for e, c in zip(ends, counts)]
+
+
+def segments(rowptr: Tensor, values: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
+    """Concatenated CSR rows of ``nodes`` ``[K]``: ``(seg [C], values[pos] [C])``, ``seg`` indexing ``nodes``."""
+    start = rowptr[nodes]
+    deg = rowptr[nodes + 1] - start
+    seg = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
+    first = torch.cumsum(deg, 0) - deg
+    pos = torch.arange(seg.numel(), device=nodes.device) - first[seg] + start[seg]
+    return seg, values[pos]
+
+
+def segment_topk(score: Tensor, seg: Tensor, k: int) -> Tensor:
+    """Positions of the ``k`` best (largest) scores of each segment (ties: earlier position first),
+    grouped by segment, best first within a segment."""
+    order = torch.argsort(score, descending=True, stable=True)
+    order = order[torch.argsort(seg[order], stable=True)]
+    counts = torch.bincount(seg, minlength=int(seg.max()) + 1 if seg.numel() else 0)
+    first = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(order.numel(), device=score.device) - first[seg[order]]
+    return order[rank < k]
+
+
+def pad_rows(rows: Sequence[Sequence[int]], width: int | None = None) -> Tensor:
+    """``[B, width]`` long with ``rows`` left-aligned and ``-1`` padding."""
+    width = max((len(r) for r in rows), default=0) if width is None else width
+    out = torch.full((len(rows), width), -1, dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            out[i, :len(r)] = torch.as_tensor(list(r), dtype=torch.long)
+    return out
+
+
+def compact_left(values: Tensor, *others: Tensor) -> tuple[Tensor, ...]:
+    """Move the entries ``>= 0`` of each row of ``values`` to the front (order kept), drop empty columns;
+    ``others`` (same shape) are permuted alike."""
+    keep = values >= 0
+    width = int(keep.sum(1).max()) if values.numel() else 0
+    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :width]
+    return (values.gather(1, order),) + tuple(o.gather(1, order) for o in others)
+
+
+# ---------------------------------------------------------------------------- entries
+def entry_matrix(selector: EntrySelector, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> Tensor:
+    """``[B, <=max_entries]`` entry rows (``-1`` padded) for all queries.
+
+    The embedding selector's tie-aware top-k is used as a tensor directly (its rows are valid and
+    distinct by construction); any other selector's lists go through :func:`validate_entries`.
+    """
+    if graph.num_nodes == 0:
+        return torch.full((len(queries), 0), -1, dtype=torch.long)
+    if type(selector) is EmbeddingEntrySelector:
+        return topk_by_score(cosine_matrix(graph, queries), budget.max_entries, node_id_rank(graph))
+    return pad_rows([validate_entries(graph, e, budget) for e in selector.select(graph, queries, budget)])
+
+
+# ---------------------------------------------------------------------------- budget admission
+def greedy_admit(tokens: Tensor, valid: Tensor, used: Tensor, count: Tensor, budget: Budget) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`load_under_budget` for a ``[B, L]`` block, left to right per row.
+
+    Item ``j`` of row ``b`` is admitted iff it is valid, ``count_b < max_nodes`` and
+    ``used_b + t_j <= max_tokens``; then ``used_b += t_j`` and ``count_b += 1``. Where no token
+    skip occurs the admitted items are exactly ``valid_j & (count_b + C_j <= max_nodes)`` with
+    ``C = cumsum(valid)``, and they all fit iff ``used_b + cumsum(t * valid)_j <= max_tokens``; rows
+    that fail this check (a skip happens) are scanned item by item, still batched over those rows.
+
+    Returns ``(admitted [B, L] bool, used [B], count [B])``.
+    """
+    t = torch.where(valid, tokens, 0)
+    admit = valid & (count[:, None] + valid.long().cumsum(1) <= budget.max_nodes)
+    dirty = (admit & (used[:, None] + (t * admit).cumsum(1) > budget.max_tokens)).any(1)
+    if bool(dirty.any()):
+        rows = dirty.nonzero().flatten()
+        u, c, tv, vv = used[rows].clone(), count[rows].clone(), tokens[rows], valid[rows]
+        sub = torch.zeros_like(vv)
+        for j in range(vv.shape[1]):
+            ok = vv[:, j] & (c < budget.max_nodes) & (u + tv[:, j] <= budget.max_tokens)
+            sub[:, j] = ok
+            u += torch.where(ok, tv[:, j], 0)
+            c += ok.long()
+        admit[rows] = sub
+    return admit, used + (t * admit).sum(1), count + admit.long().sum(1)
+
+
+# ---------------------------------------------------------------------------- bounded BFS
+@dataclass
+class LevelBFS:
+    """All popped queue items of a batched bounded BFS, levels concatenated along columns.
+
+    ``nodes``/``via``/``depth``/``loaded`` are ``[B, T]``; row-major order of ``loaded`` is load order.
+    """
+
+    nodes: Tensor
+    via: Tensor
+    depth: Tensor
+    loaded: Tensor
+    used: Tensor
+
+
+def level_bfs(entries: Tensor, tokens: Tensor, budget: Budget, expand: ExpandBatch) -> LevelBFS:
+    """Algorithm 1's FIFO loop for ``B`` queries, processed one depth level at a time.
+
+    The FIFO queue holds all depth-``d`` items before any depth-``d+1`` item, and a depth-``d+1``
+    item is pushed by the ``d``-level node loaded just before, so level ``d+1`` is the concatenation,
+    in load order, of the children of the level-``d`` loaded nodes. Within a level an item is
+    popped (visited) unless an earlier item in this or a previous level carried the same node;
+    popped items are admitted by :func:`greedy_admit`. Membership is tested against the popped
+    items only (``[B, L, V]`` comparisons), so nothing of size ``N`` is allocated per query.
+    """
+    b = entries.shape[0]
+    cand, via = compact_left(entries, torch.full_like(entries, -1))
+    used = torch.zeros(b, dtype=torch.long)
+    count = torch.zeros(b, dtype=torch.long)
+    levels: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+    popped = torch.empty(b, 0, dtype=torch.long)
+    for d in range(budget.max_hops + 1):
+        if cand.shape[1] == 0:
+            break
+        valid = cand >= 0
+        if popped.shape[1]:
+            valid &= ~(cand[:, :, None] == popped[:, None, :]).any(2)
+        same = cand[:, :, None] == cand[:, None, :]
+        valid &= ~(same & torch.ones_like(same[0]).tril(-1)).any(2)
+        admit, used, count = greedy_admit(tokens[cand.clamp(min=0)], valid, used, count, budget)
+        levels.append((torch.where(valid, cand, -1), via, torch.full_like(cand, d), admit))
+        popped = torch.cat([popped, cand], 1)
+        if d == budget.max_hops or budget.top_k_neighbors == 0 or not bool(admit.any()) \
+                or bool((count >= budget.max_nodes).all()):
+            break
+        rows, pos = admit.nonzero(as_tuple=True)
+        tgt, edge = expand(rows, cand[rows, pos])
+        k = tgt.shape[1]
+        nxt = torch.full((b, cand.shape[1] * k), -1, dtype=torch.long)
+        nxt_via = torch.full_like(nxt, -1)
+        cols = pos[:, None] * k + torch.arange(k)
+        nxt[rows[:, None], cols] = tgt
+        nxt_via[rows[:, None], cols] = edge
+        cand, via = compact_left(nxt, nxt_via)
+    if not levels:
+        empty = torch.empty(b, 0, dtype=torch.long)
+        return LevelBFS(empty, empty, empty, empty.bool(), used)
+    nodes, vias, depth, loaded = (torch.cat(parts, 1) for parts in zip(*levels))
+    return LevelBFS(nodes, vias, depth, loaded, used)
+
+
+def bfs_retrievals(bfs: LevelBFS, entries: Tensor, budget: Budget, out_ptr: Tensor, perm: Tensor) -> list[Retrieval]:
+    """Retrieval objects with the Algorithm 1 trace, built from tensors with one ``tolist`` each.
+
+    ``edges_considered`` lists the CSR out-edges (``out_ptr``/``perm``) of every loaded node with
+    depth ``< max_hops``, in load order; ``edges_traversed`` the pushing edge of every loaded
+    non-entry node.
+    """
+    b = entries.shape[0]
+    rows, cols = bfs.loaded.nonzero(as_tuple=True)
+    nodes, via, depth = bfs.nodes[rows, cols], bfs.via[rows, cols], bfs.depth[rows, cols]
+    loaded = split_list(nodes.tolist(), torch.bincount(rows, minlength=b).tolist())
+    moved = via >= 0
+    traversed = split_list(via[moved].tolist(), torch.bincount(rows[moved], minlength=b).tolist())
+    inner = depth < budget.max_hops
+    seg, edges = segments(out_ptr, perm, nodes[inner])
+    considered = split_list(edges.tolist(), torch.bincount(rows[inner][seg], minlength=b).tolist())
+    max_depth = torch.zeros(b, dtype=torch.long).scatter_reduce(0, rows, depth, "amax").tolist()
+    ent = entries.tolist()
+    if bool((entries < 0).any()):
+        ent = [[v for v in row if v >= 0] for row in ent]
+    used = bfs.used.tolist()
+    return [Retrieval(loaded=loaded[i], entries=ent[i], edges_considered=considered[i], edges_traversed=traversed[i],
+                      loaded_tokens=used[i], max_depth=max_depth[i]) for i in range(b)]
