@@ -9,12 +9,16 @@ used as a start), with returns and a moving-average baseline:
     L   = -(1/B) Σ_episodes Σ_t log π(a_t | s_t) · A_t  +  λ_anchor ||E - E0||^2  -  c_H · H(π)
 
 The router and intent head use Adam at ``lr_router``, the edge features Adam at ``lr_edges``.
-Gradients are clipped to ``max_grad_norm``. Model selection is on validation evidence recall of
+Gradients are clipped to ``max_grad_norm``. Actions are sampled with noise keyed by
+(seed, epoch, step, episode index in the batch), so a run is reproducible and, under
+``torchrun``, N ranks each rolling out a slice of the batch reproduce one process
+(:mod:`rl.distributed` says what is reduced; rank 0 alone validates, logs and checkpoints). Model selection is on validation evidence recall of
 the policy walking at question time under the evaluation budget.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import random
 import time
@@ -33,9 +37,10 @@ from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
 from models.router import QueryRouter
 from rl.checkpoint import graph_fingerprint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rl.distributed import World, current_world
 from rl.logging import Logger
 from rl.mdp import GraphUnion, MDPConfig
-from rl.rollout import make_episodes, rollout
+from rl.rollout import episode_keys, make_episodes, rollout
 
 
 @dataclass
@@ -44,6 +49,8 @@ class TrainConfig:
     """fixes initialisation, question order and action sampling"""
     device: str = "auto"
     """cpu, cuda, or auto (cuda when available)"""
+    dtype: str = "float32"
+    """float32, or float64 to train in double precision (exactness checks; validation walks in float32)"""
     epochs: int = 200
     """passes over the training questions"""
     batch_size: int = 64
@@ -167,7 +174,7 @@ def validation_recall(router: QueryRouter, intent: RelationIntent, edges: EdgeFe
     from graphmem.eval.metrics import resolvable_evidence
     from graphmem.policies.router import RouterPolicy
 
-    live = {name: dataclasses.replace(g, edge_attr=edges.of(name).detach().cpu(), _cache={})
+    live = {name: dataclasses.replace(g, edge_attr=edges.of(name).detach().cpu().float(), _cache={})
             for name, g in graphs.items() if name in {q.graph for q in questions}}
     policy = RouterPolicy(router=router, intent=intent, device=str(device), entry_selector=entry_selector,
                           intent_provider=intent_provider)
@@ -182,28 +189,48 @@ def validation_recall(router: QueryRouter, intent: RelationIntent, edges: EdgeFe
     return float(np.mean(recalls)) if recalls else float("nan")
 
 
+def _to_device(obj: Any, device: str | torch.device) -> Any:
+    """``obj`` with every tensor in nested dicts/lists moved to ``device``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(v, device) for v in obj)
+    return obj
+
+
 def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequence[Question], embeddings: torch.Tensor,
           val_questions: Sequence[Question] = (), val_embeddings: torch.Tensor | None = None, budget: Budget = Budget(),
-          logger: Logger | None = None, entry_selector="embedding", intent_provider: IntentProvider | None = None) -> TrainResult:
-    """Train on ``questions`` over ``graphs`` (edge features are kept for every graph in ``graphs``)."""
+          logger: Logger | None = None, entry_selector="embedding", intent_provider: IntentProvider | None = None,
+          world: World | None = None) -> TrainResult:
+    """Train on ``questions`` over ``graphs`` (edge features are kept for every graph in ``graphs``).
+
+    ``world`` (default: the initialised process group, else one process) shards each batch's
+    episodes across ranks; every rank must call ``train`` with the same arguments.
+    """
     # ------------------------------------------------------------------ setup
+    world = world or current_world()
     random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
-    device = resolve_device(cfg.device)
+    device = world.device(resolve_device(cfg.device))
     selector = make_entry_selector(entry_selector)
     router, intent, edges = build_modules(cfg, graphs, embeddings.shape[1])
-    router, intent, edges = router.to(device), intent.to(device), edges.to(device)
+    dtype = getattr(torch, cfg.dtype)
+    router, intent, edges = router.to(device, dtype), intent.to(device, dtype), edges.to(device, dtype)
     union = GraphUnion.build(graphs, device)
-    data = {k: v.to(device) for k, v in prepare_questions(union, graphs, questions, embeddings, budget, selector).items()}
+    union.x = union.x.to(dtype)
+    data = {k: v.to(device, dtype) if v.is_floating_point() else v.to(device)
+            for k, v in prepare_questions(union, graphs, questions, embeddings, budget, selector).items()}
     external = None
     if intent.kind == "external":
         if intent_provider is None:
             raise ValueError("intent='external' needs an intent_provider")
-        external = intent_provider([questions[i].text for i in data["index"].tolist()]).to(device)
+        external = intent_provider([questions[i].text for i in data["index"].tolist()]).to(device, dtype)
     router_params = [p for p in [*router.parameters(), *intent.parameters()] if p.requires_grad]
     opt_router = torch.optim.Adam(router_params, lr=cfg.lr_router) if router_params else None
     opt_edges = torch.optim.Adam([edges.weight], lr=cfg.lr_edges) if edges.trainable else None
-    order_gen = torch.Generator().manual_seed(cfg.seed)
-    sample_gen = torch.Generator(device).manual_seed(cfg.seed)
+    trained = router_params + ([edges.weight] if edges.trainable else [])
+    order_gen = torch.Generator().manual_seed(cfg.seed)  # the same global batches on every rank
     ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     arch = {"router_config": router.config(), "intent_config": intent.config(), "edge_init": edges.init}
     fingerprint = graph_fingerprint(graphs)
@@ -214,19 +241,20 @@ def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequen
         return {**arch, "router": router.state_dict(), "intent": intent.state_dict(), "edges": edges.state_dict(),
                 "edge_names": edges.names, "fingerprint": fingerprint, "config": asdict(cfg), "epoch": epoch,
                 "baseline": baseline, "history": result.history, "best_epoch": result.best_epoch,
-                "best_score": result.best_score, "rng": rng_state(sample_gen), "order_rng": order_gen.get_state(),
+                "best_score": result.best_score, "rng": rng_state(), "order_rng": order_gen.get_state(),
                 "opt_router": opt_router.state_dict() if opt_router else {},
                 "opt_edges": opt_edges.state_dict() if opt_edges else {}}
 
     # ------------------------------------------------------------------ resume
-    if cfg.resume and ckpt_dir is not None and (ckpt_dir / "last.pt").is_file():
-        st = load_checkpoint(ckpt_dir / "last.pt", fingerprint=fingerprint, architecture=arch, map_location=device)
+    if cfg.resume and ckpt_dir is not None and world.broadcast_object((ckpt_dir / "last.pt").is_file(), device):
+        st = load_checkpoint(ckpt_dir / "last.pt", fingerprint, arch, map_location="cpu") if world.is_main else None
+        st = world.broadcast_object(st, device)  # rank 0's file: no shared filesystem needed; load_state_dict moves to device
         router.load_state_dict(st["router"]), intent.load_state_dict(st["intent"]), edges.load_state_dict(st["edges"])
         if opt_router:
             opt_router.load_state_dict(st["opt_router"])
         if opt_edges:
             opt_edges.load_state_dict(st["opt_edges"])
-        set_rng_state(st["rng"], sample_gen)
+        set_rng_state(st["rng"])
         order_gen.set_state(st["order_rng"])
         baseline, start_epoch = st["baseline"], st["epoch"] + 1
         result.history, result.best_epoch, result.best_score = list(st["history"]), st["best_epoch"], st["best_score"]
@@ -234,46 +262,59 @@ def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequen
     for epoch in range(start_epoch, cfg.epochs):
         t0, stats = time.perf_counter(), {"return": [], "success": [], "loss": [], "episodes": 0}
         perm = torch.randperm(n_train, generator=order_gen).to(device)
-        for lo in range(0, n_train if opt_router or opt_edges else 0, cfg.batch_size):
+        for step, lo in enumerate(range(0, n_train if opt_router or opt_edges else 0, cfg.batch_size)):
             rows = perm[lo:lo + cfg.batch_size]
-            # ---------------------------------------------------------- rollout
+            # ---------------------------------------------------------- rollout (this rank's slice of the batch)
             ep = make_episodes(rows, data["entries"][rows], data["gold"][rows], cfg.starts_per_question)
+            mine = world.shard(len(ep), device)
+            keys = episode_keys(cfg.seed, epoch, step, int(mine[0]) if len(mine) else 0, len(mine), device)
+            ep = ep.take(mine)
             q = data["q"][ep.query]
             pi = intent(q, None if external is None else external[ep.query])
-            traj = rollout(router, q, pi, edges(), union, ep, cfg.mdp(), cfg.temperature, generator=sample_gen)
-            # ---------------------------------------------------------- returns and advantages
-            returns = traj.returns(cfg.gamma)
+            traj = rollout(router, q, pi, edges(), union, ep, cfg.mdp(), cfg.temperature, keys=keys)
+            # ---------------------------------------------------------- returns and advantages (global means)
+            returns = traj.returns(cfg.gamma).to(dtype)
             acted = traj.acted.float()
-            mean_return = float((returns * acted).sum() / acted.sum().clamp_min(1))
+            totals = world.all_reduce_sum(torch.stack([
+                (returns * acted).sum().double(), acted.sum().double(), torch.tensor(len(ep), dtype=torch.float64, device=device),
+                traj.reward.sum().double(), traj.success.sum().double()]))
+            n_acted, n_episodes = totals[1].clamp_min(1), max(float(totals[2]), 1.0)
+            mean_return = float(totals[0] / n_acted)
             baseline = mean_return if baseline is None else baseline
             advantage = (returns - baseline) * acted
             baseline = cfg.baseline_beta * baseline + (1 - cfg.baseline_beta) * mean_return
-            # ---------------------------------------------------------- loss
-            pg_loss = -(traj.logp * advantage.detach()).sum() / len(ep)
-            anchor = edges.anchor_loss() if edges.trainable else pg_loss.new_zeros(())
-            entropy = (traj.entropy * acted).sum() / acted.sum().clamp_min(1)
-            loss = pg_loss + cfg.anchor_lambda * anchor - cfg.entropy_coef * entropy
+            # ---------------------------------------------------------- loss (this rank's share of the batch loss)
+            pg_loss = -(traj.logp * advantage.detach()).sum() / n_episodes
+            entropy = (traj.entropy * acted).sum() / n_acted.float()
+            loss = pg_loss - cfg.entropy_coef * entropy
             # ---------------------------------------------------------- update
             for opt in (opt_router, opt_edges):
                 if opt:
                     opt.zero_grad(set_to_none=True)
-            loss.backward()
+            if loss.requires_grad:
+                loss.backward()
+            world.all_reduce_grads(trained)  # the sum of the ranks' shares is the batch gradient
+            anchor = edges.anchor_loss() if edges.trainable else loss.new_zeros(())
+            if edges.trainable:  # a function of the (identical) parameters: added once, after the reduction
+                (cfg.anchor_lambda * anchor).backward()
             if cfg.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(router_params + ([edges.weight] if edges.trainable else []), cfg.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(trained, cfg.max_grad_norm)
             for opt in (opt_router, opt_edges):
                 if opt:
                     opt.step()
-            stats["return"].append(float(traj.reward.sum(0).mean()))
-            stats["success"].append(float(traj.success.float().mean()))
-            stats["loss"].append(float(loss.detach()))
-            stats["episodes"] += len(ep)
+            stats["return"].append(float(totals[3]) / n_episodes)
+            stats["success"].append(float(totals[4]) / n_episodes)
+            stats["loss"].append(float(loss.detach()) + (cfg.anchor_lambda * float(anchor.detach())) / world.size)
+            stats["episodes"] += int(totals[2])
+        stats["loss"] = world.all_reduce_sum(torch.tensor(stats["loss"], dtype=torch.float64, device=device)).tolist()
 
         # -------------------------------------------------------------- evaluate, log, checkpoint
         row = {"epoch": epoch, "episodes": stats["episodes"], "baseline": baseline, "seconds": time.perf_counter() - t0,
                **{k: float(np.mean(stats[k])) if stats[k] else float("nan") for k in ("return", "success", "loss")}}
         improved = False
-        if val_questions and (epoch + 1) % cfg.eval_every == 0 or val_questions and epoch + 1 == cfg.epochs:
-            row["val_recall"] = validation_recall(router, intent, edges, graphs, val_questions, val_embeddings, budget,
+        if world.is_main and val_questions and ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs):
+            walker = (router, intent) if dtype == torch.float32 else (copy.deepcopy(router).float(), copy.deepcopy(intent).float())
+            row["val_recall"] = validation_recall(*walker, edges, graphs, val_questions, val_embeddings, budget,
                                                   selector, intent_provider, device)
             improved = not (row["val_recall"] <= result.best_score)  # also true for the first (best is NaN)
             if improved:
@@ -281,16 +322,21 @@ def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequen
                 result.best_state = {k: {n: t.detach().clone() for n, t in m.state_dict().items()}
                                      for k, m in (("router", router), ("intent", intent), ("edges", edges))}
         result.history.append(row)
-        if logger is not None:
+        if logger is not None and world.is_main:
             logger.log(row, step=epoch)
-        if ckpt_dir is not None:
+        if ckpt_dir is not None and world.is_main:
             if improved:
                 save_checkpoint(ckpt_dir / "best.pt", snapshot(epoch))
             if (epoch + 1) % cfg.checkpoint_every == 0 or epoch + 1 == cfg.epochs:
                 save_checkpoint(ckpt_dir / "last.pt", snapshot(epoch))
+        world.barrier()  # the other ranks wait for rank 0's validation and checkpoints
     # ------------------------------------------------------------------ model selection
-    if result.best_state is None and ckpt_dir is not None and (ckpt_dir / "best.pt").is_file():
+    if world.is_main and result.best_state is None and ckpt_dir is not None and (ckpt_dir / "best.pt").is_file():
         result.best_state = load_checkpoint(ckpt_dir / "best.pt", fingerprint, arch, map_location=device)
+    if world.distributed:  # every rank returns rank 0's selection
+        result.best_epoch, result.best_score, best = world.broadcast_object(
+            (result.best_epoch, result.best_score, _to_device(result.best_state, "cpu")), device)
+        result.best_state = best
     if result.best_state is not None:  # keep the modules of the best validation epoch
         router.load_state_dict(result.best_state["router"]), intent.load_state_dict(result.best_state["intent"])
         edges.load_state_dict(result.best_state["edges"])

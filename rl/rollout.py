@@ -9,6 +9,11 @@ gathers every episode's candidate edges from the union CSR into one ragged vecto
 in one router call, normalises per episode with ``torch_geometric.utils.softmax`` and samples
 by the Gumbel-max trick per episode segment. :func:`rollout_reference` walks one episode at a
 time with plain ``torch.softmax``; both give the same log-probabilities for the same actions.
+
+The Gumbel noise comes either from a ``torch.Generator`` (one stream shared by the batch) or,
+given per-episode ``keys``, from a counter-based hash of (episode key, hop, edge id)
+(:func:`keyed_uniform`). Keyed noise does not depend on which other episodes share the batch,
+so splitting a batch across processes (:mod:`rl.distributed`) samples exactly the same actions.
 """
 
 from __future__ import annotations
@@ -38,6 +43,42 @@ class Episodes:
 
     def __len__(self) -> int:
         return int(self.query.numel())
+
+    def take(self, index: Tensor) -> Episodes:
+        """The episodes at rows ``index``."""
+        return Episodes(self.query[index], self.start[index], self.entries[index], self.gold[index])
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: Tensor) -> Tensor:
+    """A 32-bit integer finaliser (xorshift-multiply) on int64 tensors holding values in ``[0, 2^32)``.
+
+    Both multipliers are below ``2^31``, so products stay below ``2^63``: no signed overflow.
+    """
+    x = x ^ (x >> 16)
+    x = (x * 0x21F0AAAD) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x735A2D97) & _MASK32
+    return x ^ (x >> 15)
+
+
+def _combine(h: Tensor, v: Tensor | int) -> Tensor:
+    return _mix32(h ^ ((torch.as_tensor(v, device=h.device) & _MASK32) + 0x9E3779B9 + (h << 6) + (h >> 2)) & _MASK32)
+
+
+def episode_keys(seed: int, epoch: int, step: int, first: int, count: int, device: str | torch.device = "cpu") -> Tensor:
+    """``[count]`` int64 keys of episodes ``first .. first+count-1`` of optimizer step ``(epoch, step)``."""
+    h = _mix32(torch.tensor(seed & _MASK32, dtype=torch.long, device=device))
+    h = _combine(_combine(h, epoch), step)
+    return _combine(h.expand(count), torch.arange(first, first + count, device=device))
+
+
+def keyed_uniform(keys: Tensor, hop: int, edges: Tensor) -> Tensor:
+    """Uniforms in ``(0, 1)`` (float64) as a pure function of (episode key, hop, global edge id)."""
+    h = _combine(_combine(keys, hop), edges)
+    return (h.double() + 0.5) / 2.0 ** 32
 
 
 def make_episodes(query: Tensor, entries: Tensor, gold: Tensor, starts_per_question: int) -> Episodes:
@@ -88,7 +129,7 @@ def _segment_choice(key: Tensor, seg: Tensor, num: int) -> tuple[Tensor, Tensor]
 
 def rollout(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr: Tensor, union: GraphUnion, episodes: Episodes,
             config: MDPConfig = MDPConfig(), temperature: float = 1.0, greedy: bool = False,
-            generator: torch.Generator | None = None, forced: Tensor | None = None) -> Trajectory:
+            generator: torch.Generator | None = None, forced: Tensor | None = None, keys: Tensor | None = None) -> Trajectory:
     """Run all ``episodes`` together.
 
     Args:
@@ -97,6 +138,8 @@ def rollout(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr: Tensor, u
         greedy: take the best-scored edge instead of sampling (default: ``False``).
         generator: random source for sampling (default: global).
         forced: ``[T, B]`` global edge ids to take instead of choosing (-1: none) (default: ``None``).
+        keys: ``[B]`` per-episode keys (:func:`episode_keys`); sampling then uses :func:`keyed_uniform`
+            instead of ``generator`` (default: ``None``).
     """
     b = len(episodes)
     mdp = TraversalMDP(union, episodes.gold, config)
@@ -118,6 +161,8 @@ def rollout(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr: Tensor, u
             key = (edges == forced[t][ep]).float()
         elif greedy:
             key = s.detach()
+        elif keys is not None:
+            key = s.detach() - torch.log(-torch.log(keyed_uniform(keys[ep], t, edges))).to(s.dtype)
         else:
             u = torch.rand(s.shape, generator=generator, device=s.device).clamp_min(1e-20)
             key = s.detach() - torch.log(-torch.log(u))

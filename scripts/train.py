@@ -7,7 +7,14 @@
 For each fold (splits by conversation, :mod:`rl.splits`) and each variant (trainer overrides),
 the router trains on the training conversations, is selected on the validation conversations,
 and is evaluated once on the test conversations, next to the baselines, under the same budget.
-Writes ``results.json`` (per fold and mean ± std), ``results.md`` and checkpoints in ``out_dir``.
+Writes ``results.json`` (per fold and mean ± std), ``results.md`` and checkpoints in ``out_dir``
+(in a multirun, in each job's sweep folder instead).
+
+    torchrun --nproc_per_node=4 scripts/train.py graphset=outputs/graphs/locomo   # data-parallel training
+    python scripts/train.py -m hydra/launcher=joblib trainer.seed=0,1,2            # a local parallel sweep
+
+Under ``torchrun`` every rank loads the graphs and trains its slice of each batch
+(:mod:`rl.distributed`); rank 0 alone logs, evaluates and writes results.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from typing import Any
 
 import hydra
 import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from graphmem.eval.harness import evaluate_policy
@@ -28,6 +37,7 @@ from graphmem.io import atomic_write
 from graphmem.policies.base import Budget, make_policy
 from graphmem.policies.router import RouterPolicy
 from graphmem.tracking import make_tracker
+from rl.distributed import init_from_env, shutdown
 from rl.logging import MultiLogger, PrintLogger
 from rl.reinforce import TrainConfig, train
 from rl.splits import conversation_folds
@@ -67,24 +77,39 @@ def markdown(summary: dict[str, dict[str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    out = Path(hydra.utils.to_absolute_path(cfg.out_dir))
+def output_dir(cfg: DictConfig) -> Path:
+    """``out_dir``, or this job's own sweep folder in a multirun (so parallel jobs never share files)."""
+    hc = HydraConfig.get() if HydraConfig.initialized() else None
+    if hc is not None and hc.mode == RunMode.MULTIRUN:
+        return Path(hc.runtime.output_dir)
+    return Path(hydra.utils.to_absolute_path(cfg.out_dir))
+
+
+def run(cfg: DictConfig) -> dict[str, Any] | None:
+    world = init_from_env(str(cfg.trainer.device))
+    out = output_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
+    if not world.is_main:
+        world.barrier()  # rank 0 loads (or builds and caches) the graph set first
     gs = load_graphset(cfg)
-    print("\n".join(gs.report.lines()))
+    if world.is_main:
+        world.barrier()
+        print("\n".join(gs.report.lines()))
     splits = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
     baselines = {name: make_policy(name, **{k: v for k, v in OmegaConf.to_container(
         OmegaConf.load(Path(__file__).resolve().parents[1] / "configs" / "policy" / f"{name}.yaml")).items() if k != "name"})
         for name in cfg.baselines}
     per_fold, records = [], []
-    tracker = make_tracker(cfg.logger, run_config=cfg, out_dir=out, name=f"train-{gs.dataset}")
+    tracker = make_tracker(cfg.logger if world.is_main else {"backend": "none"}, run_config=cfg, out_dir=out,
+                           name=f"train-{gs.dataset}")
     for k in folds:
         split = splits[k]
-        print(f"fold {k}: train {len(split.train)} / val {len(split.val)} / test {len(split.test)} conversations")
+        if world.is_main:
+            print(f"fold {k}: train {len(split.train)} / val {len(split.val)} / test {len(split.test)} conversations")
         train_q, train_e = subset(gs, split.train)
         val_q, val_e = subset(gs, split.val)
         test_q, test_e = subset(gs, split.test)
@@ -95,7 +120,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             prefix = f"fold{k}/{name}/"
             logger = MultiLogger(PrintLogger(every=max(1, tc.epochs // 10)),
                                  _Prefixed(tracker, prefix, offset=1000 * k))
-            result = train(tc, gs.graphs, train_q, train_e, val_q, val_e, budget=budget, logger=logger)
+            result = train(tc, gs.graphs, train_q, train_e, val_q, val_e, budget=budget, logger=logger, world=world)
+            if not world.is_main:  # the other ranks only help train
+                continue
             policy = RouterPolicy(router=result.router, intent=result.intent, edge_features=result.edges,
                                   device=tc.device, **{k2: v for k2, v in OmegaConf.to_container(cfg.policy).items()
                                                          if k2 in ("search", "beam_width", "entry_selector")})
@@ -103,12 +130,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
             records.append({"fold": k, "policy": name, "best_epoch": result.best_epoch, "val_recall": result.best_score,
                             "test": res.overall, "trainer": dataclasses.asdict(tc)})
+        if not world.is_main:
+            continue
         for name, policy in baselines.items():
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
             records.append({"fold": k, "policy": name, "test": res.overall})
         per_fold.append(fold_metrics)
         print(markdown(summarize([fold_metrics])))
+    if not world.is_main:
+        tracker.finish()
+        return None
     summary = summarize(per_fold)
     table = markdown(summary)
     print(f"\n{gs.dataset}: test conversations, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
@@ -139,6 +171,8 @@ def main(cfg: DictConfig) -> None:
     except (ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        shutdown()
 
 
 if __name__ == "__main__":
