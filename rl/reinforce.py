@@ -63,16 +63,16 @@ class TrainConfig:
     """decay β of the moving-average baseline"""
     anchor_lambda: float = 1.0
     """λ_anchor of the L2 pull of edge features to their Phase-1 values"""
-    lr_router: float = 1e-3
-    """Adam learning rate of router and intent head"""
+    lr_router: float = 3e-3
+    """Adam learning rate of router and intent head (HAGE: 1e-3 over 200 epochs, see hage_full)"""
     lr_edges: float = 1e-4
     """Adam learning rate of the edge features"""
     max_grad_norm: float = 1.0
     """gradient clipping norm (0 disables)"""
     entropy_coef: float = 0.0
     """entropy bonus c_H"""
-    temperature: float = 1.0
-    """softmax temperature T of the sampling policy"""
+    temperature: float = 0.1
+    """softmax temperature T of the sampling policy (cosines differ by hundredths: T = 1 samples almost uniformly)"""
     max_hops: int = 5
     """H_max of training episodes"""
     hit_reward: float = 10.0
@@ -87,6 +87,8 @@ class TrainConfig:
     """relation embedding size (0: none)"""
     router_head: str = "mlp"
     """structural-weight head: mlp or linear"""
+    similarities: bool = True
+    """feed the edge's semantic similarities [cos(q,x_i), cos(q,x_j), cos(x_i,x_j)] to the head"""
     router_mode: str = "learned"
     """learned, or fixed (m = 1, w = Σ e: the edges-only / no-router variants)"""
     intent: str = "prototype"
@@ -125,7 +127,8 @@ def resolve_device(name: str) -> torch.device:
 
 def build_modules(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], dim: int) -> tuple[QueryRouter, RelationIntent, EdgeFeatures]:
     """Router, intent and edge features as ``cfg`` describes (seed the RNG first for a fixed init)."""
-    router = QueryRouter(dim, hidden=cfg.hidden, relation_dim=cfg.relation_dim, head=cfg.router_head, mode=cfg.router_mode)
+    router = QueryRouter(dim, hidden=cfg.hidden, relation_dim=cfg.relation_dim, head=cfg.router_head, mode=cfg.router_mode,
+                         similarities=cfg.similarities)
     intent = RelationIntent(dim, kind=cfg.intent if cfg.router_mode == "learned" else "uniform")
     edges = EdgeFeatures(graphs, init=cfg.edge_init, trainable=cfg.train_edges)
     return router, intent, edges

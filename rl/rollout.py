@@ -26,7 +26,7 @@ from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
 from graphmem.graph import MemoryGraph
-from models.router import QueryRouter
+from models.router import QueryRouter, edge_similarities
 from rl.mdp import GraphUnion, MDPConfig, TraversalMDP
 
 DENSE_SIM_LIMIT = 1 << 24  # episodes x union nodes up to which cosines come from one matmul
@@ -154,7 +154,12 @@ def rollout(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr: Tensor, u
             break
         ep, edges, target = mdp.actions(state)
         cos = sim[ep, target] if sim is not None else (qn[ep] * union.x[target]).sum(-1)
-        s = router.score(q, m, None, edge_attr[edges], union.edge_type[edges], ep, cos=cos) / temperature
+        sims = None
+        if router.similarities:
+            src = union.edge_index[0, edges]
+            cos_src = sim[ep, src] if sim is not None else (qn[ep] * union.x[src]).sum(-1)
+            sims = torch.stack([cos_src, cos, (union.x[src] * union.x[target]).sum(-1)], -1)
+        s = router.score(m, edge_attr[edges], union.edge_type[edges], ep, cos, sims) / temperature
         p = softmax(s, ep, num_nodes=b)
         logp_all = torch.log(p.clamp_min(1e-30))
         if forced is not None:
@@ -220,8 +225,11 @@ def rollout_reference(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr:
                 break
             tgt = graph.edge_index[1, out].to(q.device)
             gid = out.to(q.device) + e0
-            s = router.score(q[i:i + 1], m, x[tgt], edge_attr[gid], graph.edge_type[out].to(q.device),
-                             torch.zeros(out.numel(), dtype=torch.long, device=q.device)) / temperature
+            qn = torch.nn.functional.normalize(q[i:i + 1], dim=-1).expand(out.numel(), -1)
+            xs = x[cur - n0].expand(out.numel(), -1)
+            s = router.score(m, edge_attr[gid], graph.edge_type[out].to(q.device),
+                             torch.zeros(out.numel(), dtype=torch.long, device=q.device), (qn * x[tgt]).sum(-1),
+                             edge_similarities(qn, xs, x[tgt]) if router.similarities else None) / temperature
             p = torch.softmax(s, 0)
             if forced is not None:
                 if int(forced[t, i]) < 0:

@@ -30,7 +30,7 @@ from bridge_tasks import BRIDGE_BUDGET, bridge_tasks  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 # 12 questions, one entry each (BRIDGE_BUDGET), batch 5 -> steps of 5, 5 and 2 episodes: unequal slices 2/3 and 1/1
 CONFIG = dict(epochs=3, seed=4, batch_size=5, starts_per_question=2, lr_router=1e-2, lr_edges=1e-2, device="cpu",
-              entropy_coef=0.01, eval_every=1)
+              entropy_coef=0.01, eval_every=1, temperature=1.0)  # T = 1 keeps float32 rounding from flipping samples here
 TRAIN, VAL = range(12), range(500, 504)
 
 WORKER = """

@@ -26,13 +26,28 @@ def test_dense_and_ragged_scores_agree_and_have_shapes():
     torch.manual_seed(0)
     router = QueryRouter(8, hidden=16, relation_dim=3)
     q, intent = torch.randn(3, 8), torch.softmax(torch.randn(3, 4), -1)
-    x, e, t = torch.randn(5, 8), torch.randn(5, 4), torch.tensor([0, 1, 2, 3, 1])
-    dense = router(q, intent, x, e, t)
+    x, xs, e, t = torch.randn(5, 8), torch.randn(5, 8), torch.randn(5, 4), torch.tensor([0, 1, 2, 3, 1])
+    dense = router(q, intent, x, e, t, x_source=xs)
     assert dense.shape == (3, 5)
     rows, cols = torch.meshgrid(torch.arange(3), torch.arange(5), indexing="ij")
-    ragged = router(q, intent, x[cols.flatten()], e[cols.flatten()], t[cols.flatten()], index=rows.flatten())
+    c = cols.flatten()
+    ragged = router(q, intent, x[c], e[c], t[c], index=rows.flatten(), x_source=xs[c])
     assert ragged.shape == (15,)
     assert torch.allclose(dense.flatten(), ragged, atol=1e-6)
+    with pytest.raises(ValueError, match="similarities"):
+        router(q, intent, x, e, t)
+
+
+def test_edge_similarities_feed_the_head():
+    router = QueryRouter(2, relation_dim=0, head="linear")
+    with torch.no_grad():
+        router.head.weight.copy_(torch.tensor([[0.0, 0.0, 0.0, 0.0, 2.0, 0.0, -1.0]]))
+        router.head.bias.zero_()
+    q, intent = torch.tensor([[1.0, 0.0]]), torch.full((1, 4), 0.25)
+    xs, xt = torch.tensor([[0.6, 0.8]]), torch.tensor([[0.0, 1.0]])
+    s = router(q, intent, xt, torch.zeros(1, 4), torch.tensor([0]), index=torch.tensor([0]), x_source=xs)
+    # s = cos(q, x_j) + 2·cos(q, x_i) - cos(x_i, x_j) = 0 + 1.2 - 0.8
+    assert torch.allclose(s, torch.tensor([0.4]), atol=1e-6)
 
 
 def test_fixed_router_toy_values_and_negative_cosine_bridge_wins():
@@ -46,7 +61,7 @@ def test_fixed_router_toy_values_and_negative_cosine_bridge_wins():
 
 
 def test_learned_router_formula_with_set_weights():
-    router = QueryRouter(2, relation_dim=0, head="linear")
+    router = QueryRouter(2, relation_dim=0, head="linear", similarities=False)
     with torch.no_grad():
         router.head.weight.copy_(torch.tensor([[0.0, 1.0, 3.0, 0.0]]))
         router.head.bias.fill_(0.5)
@@ -122,3 +137,17 @@ def test_router_policy_batch_equals_single():
     for q, rb in zip(queries, batch):
         r1 = policy.retrieve(g, q, budget)
         assert r1.loaded == rb.loaded and r1.edges_traversed == rb.edges_traversed
+
+
+def test_trainer_yaml_mirrors_train_config():
+    import dataclasses
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from rl.reinforce import TrainConfig
+
+    yaml = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "configs" / "trainer" / "default.yaml"))
+    fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    assert set(yaml) == set(fields)
+    assert {k: v for k, v in yaml.items() if k != "epochs"} == {k: v for k, v in fields.items() if k != "epochs"}

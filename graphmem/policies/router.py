@@ -31,7 +31,7 @@ from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, re
 from graphmem.policies.entries import make_entry_selector, query_matrix, unit_embeddings
 from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
-from models.router import QueryRouter
+from models.router import QueryRouter, edge_similarities
 
 GRAPH_NAME_KEYS = ("name", "sample_id", "graph")
 
@@ -140,7 +140,9 @@ class RouterPolicy(TraversalPolicy):
         m = self.router.modulation(q, self.intent(q, external))
         x = unit_embeddings(graph).to(dev)
         rowptr, perm = (t.to(dev) for t in graph.csr())
-        dst, etype, eattr = graph.edge_index[1].to(dev), graph.edge_type.to(dev), self._edge_attr(graph).to(dev)
+        src_all, dst = graph.edge_index.to(dev)
+        etype, eattr = graph.edge_type.to(dev), self._edge_attr(graph).to(dev)
+        q_unit = torch.nn.functional.normalize(q, dim=-1)
         tokens = graph.node_tokens().tolist()
         loaded = [[] for _ in range(nq)]
         used, depth = [0] * nq, [0] * nq
@@ -175,7 +177,10 @@ class RouterPolicy(TraversalPolicy):
             seg, edges, qi, tgt = seg[fresh], edges[fresh], qi[fresh], tgt[fresh]
             if edges.numel() == 0:
                 break
-            s = self.router.score(q, m, x[tgt], eattr[edges], etype[edges], qi)
+            qn, src = q_unit[qi], src_all[edges]
+            cos = (qn * x[tgt]).sum(-1)
+            sims = edge_similarities(qn, x[src], x[tgt], cos) if self.router.similarities else None
+            s = self.router.score(m, eattr[edges], etype[edges], qi, cos, sims)
             if self.search == "greedy":
                 keep = segment_topk(s, seg, budget.top_k_neighbors)
             else:
