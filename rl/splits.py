@@ -40,3 +40,44 @@ def conversation_folds(names: Sequence[str], k: int = 5, seed: int = 0, val_frac
             raise ValueError(f"fold {i}: {n} graphs are too few for {k} folds with validation")
         splits.append(Split(i, tuple(sorted(rest[n_v:])), tuple(sorted(rest[:n_v])), tuple(sorted(test))))
     return splits
+
+
+@dataclass(frozen=True)
+class QuestionSplit:
+    """Question ids split within each conversation: every graph contributes to every part."""
+
+    train: tuple[str, ...]
+    val: tuple[str, ...]
+    test: tuple[str, ...]
+
+
+def within_conversation_split(qids: Sequence[str], graphs: Sequence[str], test_fraction: float = 0.2,
+                              val_fraction: float = 0.2, seed: int = 0) -> QuestionSplit:
+    """Split the questions of each graph into train / validation / test parts.
+
+    ``qids[i]`` is asked over ``graphs[i]``. Per graph, its question ids are sorted, shuffled by
+    ``Random(seed · 1000003 + rank of the graph name in sorted order)``, and cut into
+    ``n_test = round(test_fraction · n)``, ``n_val = round(val_fraction · n)`` and the rest for
+    training (at least one training question when ``n ≥ 1``). Parts keep the input order of ``qids``.
+    """
+    if len(qids) != len(graphs):
+        raise ValueError(f"{len(qids)} question ids for {len(graphs)} graph names")
+    if not (0 <= test_fraction and 0 <= val_fraction and test_fraction + val_fraction < 1):
+        raise ValueError(f"fractions test={test_fraction}, val={val_fraction} must be >= 0 and sum below 1")
+    by_graph: dict[str, list[str]] = {}
+    for q, g in zip(qids, graphs):
+        by_graph.setdefault(g, []).append(q)
+    part: dict[str, str] = {}
+    for gi, g in enumerate(sorted(by_graph)):
+        order = sorted(by_graph[g])
+        random.Random(seed * 1_000_003 + gi).shuffle(order)
+        n = len(order)
+        n_test = min(round(test_fraction * n), max(0, n - 1))
+        n_val = min(round(val_fraction * n), max(0, n - 1 - n_test))
+        for q in order[:n_test]:
+            part[q] = "test"
+        for q in order[n_test:n_test + n_val]:
+            part[q] = "val"
+        for q in order[n_test + n_val:]:
+            part[q] = "train"
+    return QuestionSplit(*(tuple(q for q in qids if part[q] == p) for p in ("train", "val", "test")))

@@ -1,0 +1,203 @@
+"""Beta evidence learning head to head with the learned router: same graphs, questions and budget.
+
+    python scripts/head_to_head.py experiment=beta_vs_router
+
+Three traversal policies are evaluated on the same held-out questions under one budget:
+
+* ``beta_bfs_uniform`` — Algorithm 1 with every counter at ``S = F = 0`` (all weights 1/2);
+* ``beta_bfs_learned`` — Algorithm 1 after oracle evidence learning (:mod:`graphmem.feedback`) on
+  copies of the graphs, one sequential pass over the training questions;
+* ``router`` — the REINFORCE router (:mod:`rl.reinforce`) trained on the same training questions,
+  selected on the validation questions.
+
+Two protocols:
+
+* ``conversation`` — train / validation / test conversations (:func:`rl.splits.conversation_folds`).
+  Beta counters live on edges of the training graphs, so nothing learned reaches a test graph:
+  ``beta_bfs_learned`` equals ``beta_bfs_uniform`` there by construction (reported, with the
+  counter mass on test graphs as a check).
+* ``within`` — questions split inside each conversation (:func:`rl.splits.within_conversation_split`):
+  training questions of a conversation update that conversation's counters, its held-out
+  questions are evaluated.
+
+Learning curves: with ``N`` shuffled training questions (one order shared by both learners), the
+learners see the first ``round(f · N)`` for each ``f`` in ``fractions``; Beta learns incrementally,
+the router is retrained from scratch on each prefix (``f = 0``: its initialisation). Writes
+``results.json``, ``results.md`` and ``recall_vs_examples.png`` in ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from graphmem.eval.harness import evaluate_policy
+from graphmem.feedback import EvidenceStats, OracleConfig, learn_evidence
+from graphmem.graphset import GraphSet, open_graphset
+from graphmem.io import atomic_write
+from graphmem.policies.base import Budget
+from graphmem.policies.beta_bfs import BetaBFS
+from graphmem.policies.router import RouterPolicy
+from rl.reinforce import TrainConfig, train
+from rl.splits import conversation_folds, within_conversation_split
+
+METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
+
+
+def load_graphset(cfg: DictConfig) -> GraphSet:
+    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
+    return open_graphset(saved, OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True),
+                         hydra.utils.to_absolute_path(cfg.graphset_dir), progress=cfg.progress)
+
+
+def pick(gs: GraphSet, qids) -> tuple[list, torch.Tensor]:
+    """Questions with ids in ``qids`` (in graph-set order) and their embedding rows."""
+    keep = set(qids)
+    idx = [i for i, q in enumerate(gs.questions) if q.qid in keep]
+    return [gs.questions[i] for i in idx], gs.query_embeddings[idx]
+
+
+def protocol_parts(gs: GraphSet, name: str, cfg: DictConfig) -> dict[str, tuple[list, torch.Tensor]]:
+    """train / val / test questions (with embeddings) of one protocol."""
+    if name == "conversation":
+        split = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)[cfg.cv.fold]
+        return {part: pick(gs, [q.qid for q in gs.questions if q.graph in set(getattr(split, part))])
+                for part in ("train", "val", "test")}
+    if name == "within":
+        s = within_conversation_split([q.qid for q in gs.questions], [q.graph for q in gs.questions],
+                                      test_fraction=cfg.within.test_fraction, val_fraction=cfg.within.val_fraction,
+                                      seed=cfg.within.seed)
+        return {"train": pick(gs, s.train), "val": pick(gs, s.val), "test": pick(gs, s.test)}
+    raise ValueError(f"unknown protocol {name!r}: use conversation or within")
+
+
+def counter_mass(graphs: dict, names) -> float:
+    """Σ (S + F) over the graphs ``names``."""
+    return float(sum((graphs[n].S.sum() + graphs[n].F.sum()).item() for n in names))
+
+
+def evaluate(policy, gs: GraphSet, graphs: dict, questions: list, embeddings: torch.Tensor, budget: Budget) -> dict[str, Any]:
+    view = GraphSet(gs.dataset, graphs, questions, embeddings, gs.report)
+    return {m: evaluate_policy(policy, view, budget, progress=False).overall.get(m) for m in METRICS}
+
+
+def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[str, Any]:
+    parts = protocol_parts(gs, name, cfg)
+    (train_q, train_e), (val_q, val_e), (test_q, test_e) = parts["train"], parts["val"], parts["test"]
+    order = list(range(len(train_q)))
+    random.Random(cfg.seed).shuffle(order)  # one order of training examples for both learners
+    train_q, train_e = [train_q[i] for i in order], train_e[order]
+    counts = sorted({round(f * len(train_q)) for f in cfg.fractions})
+    test_graphs = sorted({q.graph for q in test_q})
+    print(f"[{name}] train {len(train_q)} / val {len(val_q)} / test {len(test_q)} questions; "
+          f"test graphs {test_graphs}; checkpoints {counts}", flush=True)
+
+    # ------------------------------------------------------------------ Beta BFS: uniform, then evidence learning
+    graphs = {n: g.copy() for n, g in gs.graphs.items()}  # the saved graph set is never touched
+    for g in graphs.values():
+        g.S.zero_(), g.F.zero_(), g.invalidate()
+    beta = BetaBFS(entries=cfg.entries)
+    oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
+    stats, seen, curve_beta = EvidenceStats(), 0, []
+    for n in counts:
+        t0 = time.perf_counter()
+        learn_evidence(graphs, train_q[seen:n], train_e[seen:n], beta, budget, oracle, stats)
+        seen = n
+        row = {"examples": n, **evaluate(beta, gs, graphs, test_q, test_e, budget),
+               "test_counter_mass": counter_mass(graphs, test_graphs), "seconds": time.perf_counter() - t0}
+        curve_beta.append(row)
+        print(f"[{name}] beta_bfs after {n:5d} examples: recall {row['evidence_recall']:.4f} "
+              f"(counter mass on test graphs {row['test_counter_mass']:.1f})", flush=True)
+
+    # ------------------------------------------------------------------ router on the same prefixes
+    base = OmegaConf.to_container(cfg.trainer, resolve=True)
+    policy_kw = {k: v for k, v in OmegaConf.to_container(cfg.policy, resolve=True).items()
+                 if k in ("search", "beam_width", "entry_selector")}
+    curve_router = []
+    for n in counts:
+        t0 = time.perf_counter()
+        tc = TrainConfig(**{**base, "checkpoint_dir": "", "epochs": base["epochs"] if n else 0})
+        q, e = (train_q[:n], train_e[:n]) if n else (train_q, train_e)  # n = 0: initialisation only
+        result = train(tc, gs.graphs, q, e, val_q, val_e, budget=budget)
+        router = RouterPolicy(router=result.router, intent=result.intent, edge_features=result.edges,
+                              device=tc.device, **policy_kw)
+        row = {"examples": n, **evaluate(router, gs, gs.graphs, test_q, test_e, budget),
+               "best_epoch": result.best_epoch, "val_recall": result.best_score, "seconds": time.perf_counter() - t0}
+        curve_router.append(row)
+        print(f"[{name}] router after {n:5d} examples: recall {row['evidence_recall']:.4f} ({row['seconds']:.0f}s)", flush=True)
+
+    table = {"beta_bfs_uniform": curve_beta[0], "beta_bfs_learned": curve_beta[-1], "router": curve_router[-1]}
+    return {"protocol": name, "sizes": {k: len(v[0]) for k, v in parts.items()}, "test_graphs": test_graphs,
+            "evidence": stats.to_json(), "table": table, "curves": {"beta_bfs": curve_beta, "router": curve_router}}
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    lines = ["| protocol | policy | train examples | " + " | ".join(METRICS) + " |", "|---|---|---|" + "---|" * len(METRICS)]
+    for r in results:
+        for policy, row in r["table"].items():
+            n = 0 if policy == "beta_bfs_uniform" else row["examples"]
+            cells = [f"{row[m]:.4f}" if m != "loaded_tokens" else f"{row[m]:.0f}" for m in METRICS]
+            lines.append(f"| {r['protocol']} | {policy} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.8), squeeze=False)
+    for ax, r in zip(axes[0], results):
+        for policy, style in (("beta_bfs", "o-"), ("router", "s--")):
+            curve = r["curves"][policy]
+            ax.plot([c["examples"] for c in curve], [c["evidence_recall"] for c in curve], style, label=policy)
+        ax.set_title(f"{r['protocol']} split ({r['sizes']['test']} test questions)")
+        ax.set_xlabel("training examples seen")
+        ax.set_ylabel("evidence recall (test)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    plt.close(fig)
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    out = Path(hydra.utils.to_absolute_path(cfg.out_dir))
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
+    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    gs = load_graphset(cfg)
+    results = [run_protocol(p, gs, cfg, budget) for p in cfg.protocols]
+    table = markdown(results)
+    print(f"\n{gs.dataset}: budget {dataclasses.asdict(budget)}\n{table}")
+    payload = {"dataset": gs.dataset, "budget": dataclasses.asdict(budget), "results": results,
+               "config": OmegaConf.to_container(cfg, resolve=True)}
+    atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
+    atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
+    plot(results, out / "recall_vs_examples.png")
+    print(f"results written to {out}")
+    return payload
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="head_to_head")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except (ValueError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

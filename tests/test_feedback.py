@@ -1,0 +1,186 @@
+"""Oracle evidence feedback: exact labels and eq. 21 updates on a hand-built graph; no gold in retrieval."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from graphmem.datasets.types import LoadReport, Question
+from graphmem.feedback import OracleConfig, TransitionLabel, apply_labels, learn_evidence, loaded_below, oracle_labels
+from graphmem.graph import MemoryGraph
+from graphmem.graphset import GraphSet
+from graphmem.policies.base import Budget, Query
+from graphmem.policies.beta_bfs import BetaBFS
+from graphmem.synthetic import make_synthetic_graph
+from rl.splits import within_conversation_split
+
+
+class FixedEntries:
+    """Entry selector returning row 0 for every query (keeps the traversal hand-computable)."""
+
+    def select(self, graph, queries, budget):
+        return [[0] for _ in queries]
+
+
+def tree_graph(name: str = "g") -> MemoryGraph:
+    """a -> b, a -> c, b -> d, c -> e (+ a parallel entity edge a -> b, and e -> a).
+
+    With entry a and top-2 neighbours, Beta BFS loads a, b, c, d, e through a->b, a->c, b->d, c->e.
+    """
+    g = MemoryGraph.empty(3, info={"name": name})
+    ids = ["a", "b", "c", "d", "e"]
+    g.add_nodes(ids, [f"node {i}" for i in ids], torch.eye(5, 3))
+    for s, d, r in [("a", "b", "temporal"), ("a", "b", "entity"), ("a", "c", "semantic"), ("b", "d", "semantic"),
+                    ("c", "e", "temporal"), ("e", "a", "semantic")]:
+        g.add_edge(s, d, r)
+    return g
+
+
+def retrieve(g: MemoryGraph):
+    return BetaBFS(entries=FixedEntries()).retrieve(g, Query("q", "?", torch.ones(3)), Budget(max_hops=2))
+
+
+def pair(g: MemoryGraph, s: str, d: str) -> torch.Tensor:
+    return g.edges_between(g.index_of(s), g.index_of(d))
+
+
+def test_loaded_below_is_the_traversal_forest():
+    g = tree_graph()
+    r = retrieve(g)
+    assert r.loaded_ids(g) == ["a", "b", "c", "d", "e"]
+    below = {g.node_ids[v]: {g.node_ids[u] for u in s} for v, s in loaded_below(g, r).items()}
+    assert below == {"b": {"b", "d"}, "c": {"c", "e"}, "d": {"d"}, "e": {"e"}}
+
+
+def test_oracle_labels_and_counter_updates_exact():
+    g = tree_graph()
+    r = retrieve(g)
+    labels = oracle_labels(g, r, {"d", "zz-not-a-node"}, OracleConfig(helpful_confidence=1.0, harmful_confidence=0.5))
+    assert labels == [
+        TransitionLabel("a", "b", "neutral", 0.0),   # b is not gold, but gold d is loaded below it
+        TransitionLabel("a", "c", "harmful", 0.5),   # nothing gold among c, e
+        TransitionLabel("b", "d", "helpful", 1.0),   # d is gold
+        TransitionLabel("c", "e", "harmful", 0.5),
+    ]
+    assert apply_labels(g, labels) == 3
+    S = {(s, d): g.S[pair(g, s, d)].tolist() for s, d in [("a", "b"), ("a", "c"), ("b", "d"), ("c", "e"), ("e", "a")]}
+    F = {(s, d): g.F[pair(g, s, d)].tolist() for s, d in [("a", "b"), ("a", "c"), ("b", "d"), ("c", "e"), ("e", "a")]}
+    assert S == {("a", "b"): [0.0, 0.0], ("a", "c"): [0.0], ("b", "d"): [1.0], ("c", "e"): [0.0], ("e", "a"): [0.0]}
+    assert F == {("a", "b"): [0.0, 0.0], ("a", "c"): [0.5], ("b", "d"): [0.0], ("c", "e"): [0.5], ("e", "a"): [0.0]}
+    assert torch.allclose(g.posterior_mean[pair(g, "b", "d")], torch.tensor([2.0 / 3.0]))  # (1+1)/(1+0+2)
+
+
+def test_gold_target_helpful_updates_every_parallel_edge():
+    g = tree_graph()
+    labels = oracle_labels(g, retrieve(g), {"b"})
+    assert labels[0] == TransitionLabel("a", "b", "helpful", 1.0)
+    apply_labels(g, labels)
+    assert g.S[pair(g, "a", "b")].tolist() == [1.0, 1.0]
+
+
+def test_neutral_and_zero_confidence_leave_counters_and_edges():
+    g = tree_graph()
+    before = (g.S.clone(), g.F.clone(), g.edge_index.clone())
+    n = apply_labels(g, [TransitionLabel("a", "b", "neutral", 1.0), TransitionLabel("a", "c", "harmful", 0.0),
+                         TransitionLabel("b", "d", "helpful", 0.0)])
+    assert n == 0
+    zero = oracle_labels(g, retrieve(g), {"d"}, OracleConfig(0.0, 0.0))
+    assert apply_labels(g, zero) == 0
+    assert torch.equal(g.S, before[0]) and torch.equal(g.F, before[1]) and torch.equal(g.edge_index, before[2])
+    # a transition without an edge is never created by observing it
+    apply_labels(g, [TransitionLabel("d", "e", "helpful", 1.0)])
+    assert g.num_edges == 6 and not pair(g, "d", "e").numel()
+
+
+def test_confidence_out_of_range_is_refused():
+    with pytest.raises(ValueError):
+        OracleConfig(helpful_confidence=1.5)
+    with pytest.raises(ValueError):
+        OracleConfig(harmful_confidence=-0.1)
+
+
+class RecordingPolicy(BetaBFS):
+    """Beta BFS that records every argument it receives."""
+
+    def __init__(self):
+        super().__init__(entries=FixedEntries())
+        self.seen: list[tuple] = []
+
+    def retrieve(self, graph, query, budget):
+        self.seen.append((graph, query, budget))
+        return super().retrieve(graph, query, budget)
+
+
+def test_learn_evidence_touches_training_graphs_only_and_gold_never_reaches_retrieval():
+    marker = "GOLD-7731"
+    train_g, held_g = tree_graph("train"), tree_graph("held")
+    held_before = (held_g.S.clone(), held_g.F.clone())
+    questions = [Question("train#0", "train", "where?", f"answer {marker}", ("d",), 1),
+                 Question("train#1", "train", "what?", marker, (marker,), 1),        # no gold node: skipped
+                 Question("train#2", "train", "who?", marker, ("b", "e"), 1)]
+    policy = RecordingPolicy()
+    stats = learn_evidence({"train": train_g, "held": held_g}, questions, torch.ones(3, 3), policy, Budget())
+    assert stats.examples == 2 and stats.skipped == 1 and stats.graphs_touched == {"train"}
+    assert stats.labels == {"helpful": 3, "harmful": 3, "neutral": 2}
+    assert torch.equal(held_g.S, held_before[0]) and torch.equal(held_g.F, held_before[1])
+    # first example: S(b->d) = 1, F(a->c) = F(c->e) = 1; the second (gold b, e) sees those counters,
+    # still loads a..e, and adds S(a->b), S(c->e), F(b->d); a->c is neutral (gold e below c)
+    assert train_g.S[pair(train_g, "b", "d")].tolist() == [1.0] and train_g.F[pair(train_g, "a", "c")].tolist() == [1.0]
+    assert train_g.S[pair(train_g, "a", "b")].tolist() == [1.0, 1.0]
+    assert train_g.S[pair(train_g, "c", "e")].tolist() == [1.0] and train_g.F[pair(train_g, "c", "e")].tolist() == [1.0]
+    assert train_g.F[pair(train_g, "b", "d")].tolist() == [1.0] and train_g.S[pair(train_g, "a", "c")].tolist() == [0.0]
+    # the policy saw queries only: no field carries gold
+    assert len(policy.seen) == 3
+    for _, query, _ in policy.seen:
+        assert isinstance(query, Query) and set(vars(query)) == {"qid", "text", "embedding"}
+        assert marker not in query.text and marker not in query.qid
+
+
+def test_within_conversation_split_is_a_partition_per_graph():
+    qids = [f"g{g}#{i}" for g in range(3) for i in range(10)]
+    graphs = [q.split("#")[0] for q in qids]
+    s = within_conversation_split(qids, graphs, test_fraction=0.2, val_fraction=0.2, seed=1)
+    assert sorted(s.train + s.val + s.test) == sorted(qids)
+    assert not set(s.train) & set(s.test) and not set(s.val) & set(s.test) and not set(s.train) & set(s.val)
+    for g in ("g0", "g1", "g2"):
+        assert sum(q.startswith(g + "#") for q in s.test) == 2 and sum(q.startswith(g + "#") for q in s.train) == 6
+    assert s == within_conversation_split(qids, graphs, test_fraction=0.2, val_fraction=0.2, seed=1)
+
+
+# ---------------------------------------------------------------------------- scripts/head_to_head.py
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_head_to_head_smoke_on_synthetic_graphs(tmp_path):
+    graphs, questions = {}, []
+    for g in range(3):
+        graph = make_synthetic_graph(30, avg_degree=4.0, dim=16, seed=g)
+        graphs[f"conv-{g}"] = graph
+        questions += [Question(f"conv-{g}#{i}", f"conv-{g}", f"q{i}", "a", (graph.node_ids[(7 * i) % 30],), 1)
+                      for i in range(10)]
+    emb = torch.nn.functional.normalize(torch.randn(len(questions), 16, generator=torch.Generator().manual_seed(0)), dim=1)
+    gs_dir = GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic")).save(tmp_path / "set")
+    spec = importlib.util.spec_from_file_location("head_to_head_script", ROOT / "scripts" / "head_to_head.py")
+    script = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = script
+    spec.loader.exec_module(script)
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="head_to_head", overrides=[
+            "experiment=beta_vs_router", f"graphset={gs_dir}", f"out_dir={tmp_path / 'out'}", "cv.k=3",
+            "trainer.epochs=1", "trainer.batch_size=8", "fractions=[0,0.5,1.0]", "progress=false"])
+    payload = script.run(cfg)
+    by = {r["protocol"]: r for r in payload["results"]}
+    conv, within = by["conversation"], by["within"]
+    # conversation split: learned counters stay on training graphs, so nothing transfers
+    assert all(row["test_counter_mass"] == 0.0 for row in conv["curves"]["beta_bfs"])
+    assert conv["table"]["beta_bfs_learned"]["evidence_recall"] == conv["table"]["beta_bfs_uniform"]["evidence_recall"]
+    assert within["curves"]["beta_bfs"][-1]["test_counter_mass"] > 0 and within["evidence"]["examples"] > 0
+    assert [c["examples"] for c in within["curves"]["router"]] == [0, 9, 18]
+    assert float(GraphSet.load(gs_dir).graphs["conv-0"].S.sum()) == 0.0  # the saved set is untouched
+    assert (tmp_path / "out" / "recall_vs_examples.png").read_bytes()[:4] == b"\x89PNG"
+    assert "beta_bfs_learned" in (tmp_path / "out" / "results.md").read_text()
