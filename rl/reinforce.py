@@ -106,6 +106,28 @@ class TrainConfig:
     resume: bool = False
     """continue from checkpoint_dir/last.pt when it exists"""
 
+    def __post_init__(self) -> None:
+        positive = ("epochs", "batch_size", "starts_per_question", "max_hops", "hidden", "eval_every", "checkpoint_every")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"trainer.{name} must be a positive integer, got {value!r}")
+        for name in ("lr_router", "lr_edges", "temperature"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"trainer.{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("gamma", "baseline_beta"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"trainer.{name} must lie in [0, 1], got {getattr(self, name)!r}")
+        for name in ("anchor_lambda", "max_grad_norm", "entropy_coef", "step_penalty", "timeout_penalty", "relation_dim"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"trainer.{name} must be >= 0, got {getattr(self, name)!r}")
+        choices = {"device": None, "dtype": ("float32", "float64"), "router_head": ("mlp", "linear"),
+                   "router_mode": ("learned", "fixed"), "intent": ("prototype", "head", "uniform", "external"),
+                   "edge_init": ("phase1", "onehot")}
+        for name, allowed in choices.items():
+            if allowed is not None and getattr(self, name) not in allowed:
+                raise ValueError(f"trainer.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+
     def mdp(self) -> MDPConfig:
         return MDPConfig(self.max_hops, self.hit_reward, self.step_penalty, self.timeout_penalty)
 

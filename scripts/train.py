@@ -77,6 +77,14 @@ def markdown(summary: dict[str, dict[str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+def policy_kwargs(name: str) -> dict[str, Any]:
+    """Keyword arguments of a baseline from ``configs/policy/<name>.yaml``."""
+    path = Path(__file__).resolve().parents[1] / "configs" / "policy" / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"unknown baseline policy {name!r}: no {path}")
+    return {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path)).items() if k != "name"}
+
+
 def output_dir(cfg: DictConfig) -> Path:
     """``out_dir``, or this job's own sweep folder in a multirun (so parallel jobs never share files)."""
     hc = HydraConfig.get() if HydraConfig.initialized() else None
@@ -92,6 +100,11 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
+    for name, overrides in variants.items():  # reject impossible settings before any work
+        TrainConfig(**{**base, **overrides})
+    baselines = {name: make_policy(name, **policy_kwargs(name)) for name in cfg.baselines}
+    if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
+        raise ValueError(f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}")
     if not world.is_main:
         world.barrier()  # rank 0 loads (or builds and caches) the graph set first
     gs = load_graphset(cfg)
@@ -100,9 +113,6 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         print("\n".join(gs.report.lines()))
     splits = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
-    baselines = {name: make_policy(name, **{k: v for k, v in OmegaConf.to_container(
-        OmegaConf.load(Path(__file__).resolve().parents[1] / "configs" / "policy" / f"{name}.yaml")).items() if k != "name"})
-        for name in cfg.baselines}
     per_fold, records = [], []
     tracker = make_tracker(cfg.logger if world.is_main else {"backend": "none"}, run_config=cfg, out_dir=out,
                            name=f"train-{gs.dataset}")
