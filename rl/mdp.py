@@ -6,7 +6,10 @@ over different graphs share one batch; node and edge ids below are global union 
 
 * State ``s_t = (q, v_t, V_t, t)``: the query, the current node, the visited set (the question's
   entry nodes plus every node walked so far) and the hop count.
-* Actions: the out-edges ``v_t -> u`` with ``u ∉ V_t``.
+* Actions: with ``action_space="frontier"`` (default) the out-edges ``v -> u`` of every visited
+  node ``v ∈ V_t`` with ``u ∉ V_t``, so one step compares edges leaving different entries, as the
+  question-time walk does when it ranks the candidates of all frontier nodes together; with
+  ``action_space="node"`` only the out-edges of the current node ``v_t`` (a single path).
 * Reward of a step reaching ``u``:  ``r_t = R_hit · |{u} ∩ (G \\ reached)| - λ_step``,
   minus ``λ_timeout`` more when ``t + 1 = H_max`` and some gold node is still unreached.
 * Termination: every gold node reached, a dead end (no unvisited out-neighbour), or ``H_max`` hops.
@@ -27,6 +30,9 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.router import gather_out_edges
 
 
+ACTION_SPACES = ("frontier", "node")
+
+
 @dataclass(frozen=True)
 class MDPConfig:
     max_hops: int = 5
@@ -37,6 +43,12 @@ class MDPConfig:
     """λ_step: cost of every hop"""
     timeout_penalty: float = 1.0
     """λ_timeout: extra cost when H_max is hit with gold left unreached"""
+    action_space: str = "frontier"
+    """frontier: out-edges of every visited node; node: out-edges of the current node only"""
+
+    def __post_init__(self) -> None:
+        if self.action_space not in ACTION_SPACES:
+            raise ValueError(f"action_space {self.action_space!r} is not one of {ACTION_SPACES}")
 
 
 @dataclass
@@ -114,15 +126,21 @@ class TraversalMDP:
         """Episodes start at ``start`` ``[B]`` with ``visited0`` ``[B, L0]`` already visited (the entries)."""
         b = start.numel()
         pad = torch.full((b, self.config.max_hops), -1, dtype=torch.long, device=start.device)
-        visited = torch.cat([start[:, None], visited0.to(start.device), pad], 1)
+        visited0 = visited0.to(start.device)
+        visited0 = torch.where(visited0 == start[:, None], -1, visited0)  # each node listed once
+        visited = torch.cat([start[:, None], visited0, pad], 1)
         reached = (self._gold[:, :, None] == visited[:, None, :]).any(-1) & self._gold_valid
         done = self._all_reached(reached)
         return TraversalState(start.clone(), visited, 0, done, reached)
 
     def actions(self, state: TraversalState) -> tuple[Tensor, Tensor, Tensor]:
         """Legal actions of unfinished episodes: ``(episode [C], edge [C], target [C])``."""
-        live = (~state.done).nonzero().flatten()
-        seg, edges = self.union.out_edges(state.current[live])
+        if self.config.action_space == "frontier":
+            live, slot = ((state.visited >= 0) & ~state.done[:, None]).nonzero(as_tuple=True)
+            seg, edges = self.union.out_edges(state.visited[live, slot])
+        else:
+            live = (~state.done).nonzero().flatten()
+            seg, edges = self.union.out_edges(state.current[live])
         ep = live[seg]
         target = self.union.edge_index[1, edges]
         fresh = ~(state.visited[ep] == target[:, None]).any(1)

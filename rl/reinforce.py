@@ -81,6 +81,8 @@ class TrainConfig:
     """λ_step"""
     timeout_penalty: float = 1.0
     """λ_timeout"""
+    action_space: str = "frontier"
+    """frontier (out-edges of every visited node, as the question-time walk ranks them) or node (current node only)"""
     hidden: int = 64
     """router hidden width"""
     relation_dim: int = 4
@@ -122,14 +124,15 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"trainer.{name} must be >= 0, got {getattr(self, name)!r}")
         choices = {"device": None, "dtype": ("float32", "float64"), "router_head": ("mlp", "linear"),
-                   "router_mode": ("learned", "fixed"), "intent": ("prototype", "head", "uniform", "external"),
+                   "router_mode": ("learned", "fixed"), "action_space": ("frontier", "node"),
+                   "intent": ("prototype", "head", "uniform", "external"),
                    "edge_init": ("phase1", "onehot")}
         for name, allowed in choices.items():
             if allowed is not None and getattr(self, name) not in allowed:
                 raise ValueError(f"trainer.{name} must be one of {allowed}, got {getattr(self, name)!r}")
 
     def mdp(self) -> MDPConfig:
-        return MDPConfig(self.max_hops, self.hit_reward, self.step_penalty, self.timeout_penalty)
+        return MDPConfig(self.max_hops, self.hit_reward, self.step_penalty, self.timeout_penalty, self.action_space)
 
 
 @dataclass

@@ -218,15 +218,17 @@ def rollout_reference(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr:
             success[i] = True
             continue
         m = router.modulation(q[i:i + 1], intent[i:i + 1])
+        frontier = [cur] + [int(v) for v in episodes.entries[i].tolist() if v >= 0 and int(v) != cur]
         for t in range(horizon):
-            out = graph.out_edges(cur - n0)
+            sources = frontier if config.action_space == "frontier" else [cur]
+            out = torch.cat([graph.out_edges(v - n0) for v in sources])
             out = out[torch.tensor([int(v) + n0 not in visited for v in graph.edge_index[1, out]], dtype=torch.bool)]
             if out.numel() == 0:
                 break
             tgt = graph.edge_index[1, out].to(q.device)
             gid = out.to(q.device) + e0
             qn = torch.nn.functional.normalize(q[i:i + 1], dim=-1).expand(out.numel(), -1)
-            xs = x[cur - n0].expand(out.numel(), -1)
+            xs = x[graph.edge_index[0, out].to(q.device)]
             s = router.score(m, edge_attr[gid], graph.edge_type[out].to(q.device),
                              torch.zeros(out.numel(), dtype=torch.long, device=q.device), (qn * x[tgt]).sum(-1),
                              edge_similarities(qn, xs, x[tgt]) if router.similarities else None) / temperature
@@ -244,6 +246,7 @@ def rollout_reference(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr:
             acted[t, i], edge_out[t, i] = True, int(gid[k])
             cur = int(tgt[k]) + n0
             visited.add(cur)
+            frontier.append(cur)
             hit = cur in gold and cur not in reached
             reached = reached | ({cur} if hit else set())
             rew[t, i] = config.hit_reward * hit - config.step_penalty

@@ -31,7 +31,7 @@ from rl.rollout import Episodes, make_episodes, rollout, rollout_reference
 sys.path.insert(0, str(Path(__file__).parent))
 from bridge_tasks import BRIDGE_BUDGET, bridge_tasks  # noqa: E402
 
-FAST = dict(batch_size=64, lr_router=1e-2, lr_edges=1e-3, device="cpu", starts_per_question=1)
+FAST = dict(batch_size=64, lr_router=1e-2, lr_edges=1e-3, device="cpu", starts_per_question=1, temperature=1.0)
 
 
 def _history(result):
@@ -86,7 +86,10 @@ def _rollout_setup():
     n, b = union.x.shape[0], 40
     gen = torch.Generator().manual_seed(0)
     start = torch.randint(0, n, (b,), generator=gen)
-    entries = torch.stack([start, torch.randint(0, n, (b,), generator=gen), torch.full((b,), -1)], 1)
+    g = torch.searchsorted(union.node_offset, start, right=True) - 1  # a second entry in the same graph
+    lo, hi = union.node_offset[g], union.node_offset[g + 1]
+    other = lo + (torch.rand(b, generator=gen) * (hi - lo)).long()
+    entries = torch.stack([start, other, torch.full((b,), -1)], 1)
     gold = torch.randint(0, n, (b, 3), generator=gen)
     gold[::3, 1:] = -1
     eps = make_episodes(torch.arange(b), entries, gold, 1)
