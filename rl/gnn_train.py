@@ -10,8 +10,12 @@ and retrieval see the same start states. Two losses are available:
   ``L = mean_v [ -w_v (y_v log \\sigma(s_v) + (1 - y_v) log(1 - \\sigma(s_v))) ]``, ``w_v = pos_weight`` if ``y_v = 1`` else 1.
 
 The reported metric is evidence recall of the ``gnn`` policy's walk under a :class:`Budget`
-(`|loaded ∩ gold| / |gold|`, averaged over questions). The best epoch is chosen on the
-validation examples only. A REINFORCE fine-tune stage is not part of this module.
+(``|loaded ∩ gold| / |gold|``, averaged over questions). It is computed for all queries of a graph
+at once: one batched reader forward (``eval_chunk`` queries at a time) and :func:`batched_walk`,
+which reproduces :func:`graphmem.policies.gnn.walk_and_load` with tensor ops over the batch. The
+best epoch is chosen on the validation examples only; :func:`graph_split` makes train /
+validation / test graph lists with :func:`rl.splits.conversation_folds`. A REINFORCE fine-tune
+stage is not part of this module.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget
-from graphmem.policies.gnn import walk_and_load
 from models.gnn_reader import GNNReader, ReaderConfig, start_mask
+from rl.splits import conversation_folds
 
 
 @dataclass
@@ -55,6 +59,8 @@ class GNNTrainConfig:
     """passes over the training examples"""
     query_batch: int = 32
     """queries of one graph per optimizer step"""
+    eval_chunk: int = 256
+    """queries scored per forward pass when measuring recall (one pass per graph when it holds fewer)"""
     seed: int = 0
     """fixes initialization and example order"""
     device: str = "cpu"
@@ -73,8 +79,9 @@ class ReaderExample:
 
 
 def examples_from_graphset(graphset, question_indices: Sequence[int], budget: Budget, entries="embedding",
-                           max_queries: int = 64) -> list[ReaderExample]:
-    """Group questions of a ``GraphSet`` by graph; questions without gold rows in their graph are dropped.
+                           max_queries: int | None = None) -> list[ReaderExample]:
+    """Group questions of a ``GraphSet`` by graph (one example per graph, or per ``max_queries``
+    questions of it); questions without gold rows in their graph are dropped.
 
     Entries come from the selector named ``entries`` (or given as an object), exactly as at retrieval.
     """
@@ -94,8 +101,9 @@ def examples_from_graphset(graphset, question_indices: Sequence[int], budget: Bu
             rows = [graph.index_of(e) for e in graphset.questions[i].evidence if graph.has_node(e)]
             if rows:
                 keep.append((i, sorted(set(rows))))
-        for lo in range(0, len(keep), max_queries):
-            part = keep[lo:lo + max_queries]
+        step = max_queries or max(len(keep), 1)
+        for lo in range(0, len(keep), step):
+            part = keep[lo:lo + step]
             emb = graphset.query_embeddings[[i for i, _ in part]].float()
             queries = [Query(graphset.questions[i].qid, graphset.questions[i].text, emb[k]) for k, (i, _) in enumerate(part)]
             entries = [list(e)[:budget.max_entries] for e in entry_selector.select(graph, queries, budget)]
@@ -127,17 +135,33 @@ def _batch_scores(reader: GNNReader, ex: ReaderExample, rows: list[int], device)
 
 
 # ---------------------------------------------------------------------- evaluation
+def gold_mask(ex: ReaderExample) -> Tensor:
+    """``[B, N]`` bool, True at each question's gold rows."""
+    mask = torch.zeros(len(ex.gold), ex.graph.num_nodes, dtype=torch.bool)
+    for b, rows in enumerate(ex.gold):
+        mask[b, rows] = True
+    return mask
+
+
+def walk_recall(ex: ReaderExample, scores: Tensor, budget: Budget) -> Tensor:
+    """``[B]`` evidence recall ``|loaded ∩ gold| / |gold|`` of the batched walk ranked by ``scores``."""
+    gold = gold_mask(ex)
+    loaded = batched_walk(ex.graph, ex.entries, scores, budget)
+    return (loaded & gold).sum(1).float() / gold.sum(1).clamp(min=1).float()
+
+
 @torch.no_grad()
-def evidence_recall(reader: GNNReader, examples: Sequence[ReaderExample], budget: Budget, device: str = "cpu") -> float:
-    """Mean ``|loaded ∩ gold| / |gold|`` of the ``gnn`` walk under ``budget``."""
+def evidence_recall(reader: GNNReader, examples: Sequence[ReaderExample], budget: Budget, device: str = "cpu",
+                    chunk: int = 256) -> float:
+    """Mean ``|loaded ∩ gold| / |gold|`` of the ``gnn`` walk under ``budget`` over all questions."""
     reader.eval()
     total, count = 0.0, 0
     for ex in examples:
-        scores = _batch_scores(reader, ex, list(range(len(ex.gold))), device).cpu()
-        for b, gold in enumerate(ex.gold):
-            loaded = set(walk_and_load(ex.graph, ex.entries[b], scores[b], budget).loaded)
-            total += len(loaded & set(gold)) / len(gold)
-            count += 1
+        rows = list(range(len(ex.gold)))
+        scores = torch.cat([_batch_scores(reader, ex, rows[lo:lo + chunk], device).cpu()
+                            for lo in range(0, len(rows), chunk)])
+        total += float(walk_recall(ex, scores, budget).sum())
+        count += len(rows)
     return total / max(count, 1)
 
 
@@ -184,7 +208,7 @@ def train_reader(train: Sequence[ReaderExample], cfg: GNNTrainConfig, budget: Bu
             total += loss.item()
         row = {"epoch": epoch, "loss": total / max(len(batches), 1)}
         if val:
-            row["val_recall"] = evidence_recall(reader, val, budget, cfg.device)
+            row["val_recall"] = evidence_recall(reader, val, budget, cfg.device, cfg.eval_chunk)
             if row["val_recall"] > best_val:
                 best_val, best_state = row["val_recall"], {k: v.detach().clone() for k, v in reader.state_dict().items()}
         history.append(row)
@@ -208,14 +232,12 @@ def save_checkpoint(reader: GNNReader, path: str | Path, cfg: GNNTrainConfig | N
     return path
 
 
-def split_graphs(names: Sequence[str], val_fraction: float, test_fraction: float, seed: int) -> dict[str, list[str]]:
-    """Seeded graph-level split into ``train`` / ``val`` / ``test`` (each non-empty when there are >= 3 graphs)."""
-    order = sorted(names)
-    random.Random(seed).shuffle(order)
-    n = len(order)
-    n_test = max(1, round(test_fraction * n)) if n >= 3 else 0
-    n_val = max(1, round(val_fraction * n)) if n >= 3 else 0
-    return {"test": sorted(order[:n_test]), "val": sorted(order[n_test:n_test + n_val]), "train": sorted(order[n_test + n_val:])}
+def graph_split(names: Sequence[str], k: int = 5, fold: int = 0, seed: int = 0,
+                val_fraction: float = 0.2) -> dict[str, list[str]]:
+    """``train`` / ``val`` / ``test`` graph names of fold ``fold`` of :func:`rl.splits.conversation_folds`
+    (the split the router's training script uses for the same ``k``, ``seed`` and ``val_fraction``)."""
+    split = conversation_folds(list(names), k=k, seed=seed, val_fraction=val_fraction)[fold]
+    return {"train": list(split.train), "val": list(split.val), "test": list(split.test)}
 
 
 @torch.no_grad()
@@ -223,9 +245,101 @@ def cosine_walk_recall(examples: Sequence[ReaderExample], budget: Budget) -> flo
     """Reference: the same budgeted walk ranked by plain query-node cosine instead of the reader."""
     total, count = 0.0, 0
     for ex in examples:
-        cos = F.normalize(ex.query_embeddings.float(), dim=1) @ F.normalize(ex.graph.embeddings, dim=1).T
-        for b, gold in enumerate(ex.gold):
-            loaded = set(walk_and_load(ex.graph, ex.entries[b], cos[b], budget).loaded)
-            total += len(loaded & set(gold)) / len(gold)
-            count += 1
+        cos = F.normalize(ex.query_embeddings.float(), dim=1) @ F.normalize(ex.graph.embeddings.float(), dim=1).T
+        total += float(walk_recall(ex, cos, budget).sum())
+        count += len(ex.gold)
     return total / max(count, 1)
+
+
+# ---------------------------------------------------------------------- batched walk (validation)
+def neighbour_table(graph: MemoryGraph) -> Tensor:
+    """``[N, D_max]`` long: distinct out-neighbours of each row, ascending by node-id rank, padded with -1."""
+    from graphmem.policies.entries import node_id_rank
+
+    n = graph.num_nodes
+    if graph.edge_index.shape[1] == 0 or n == 0:
+        return torch.full((n, 1), -1, dtype=torch.long)
+    rank = node_id_rank(graph)
+    src, dst = graph.edge_index
+    pairs = torch.unique(torch.stack([src, dst], 1), dim=0)                      # distinct (u, v)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]                                    # u is always reached first
+    order = torch.argsort(pairs[:, 0] * n + rank[pairs[:, 1]], stable=True)      # by u, then by rank of v
+    pairs = pairs[order]
+    counts = torch.bincount(pairs[:, 0], minlength=n)
+    start = torch.cumsum(counts, 0) - counts
+    col = torch.arange(pairs.shape[0]) - start[pairs[:, 0]]
+    table = torch.full((n, max(int(counts.max()), 1)), -1, dtype=torch.long)
+    table[pairs[:, 0], col] = pairs[:, 1]
+    return table
+
+
+def _padded(rows: list[list[int]], width: int) -> Tensor:
+    out = torch.full((len(rows), max(width, 1)), -1, dtype=torch.long)
+    for b, r in enumerate(rows):
+        r = list(dict.fromkeys(r))[:width]
+        out[b, :len(r)] = torch.as_tensor(r, dtype=torch.long)
+    return out
+
+
+def _rank_order(scores: Tensor, rank: Tensor, mask: Tensor) -> Tensor:
+    """Columns of each row of ``scores`` ordered by ``(-score, rank)`` with masked-out columns last."""
+    by_rank = torch.argsort(rank)                                                # columns in ascending rank
+    keyed = scores[:, by_rank].masked_fill(~mask[:, by_rank], -math.inf)
+    return by_rank[torch.sort(keyed, dim=1, descending=True, stable=True).indices]
+
+
+def batched_walk(graph: MemoryGraph, entries: list[list[int]], scores: Tensor, budget: Budget,
+                 table: Tensor | None = None) -> Tensor:
+    """``[B, N]`` bool: the nodes :func:`graphmem.policies.gnn.walk_and_load` loads, for all queries at once.
+
+    Same rules with tensor ops over the batch: per hop ``d <= max_hops``, each frontier node in
+    order admits its ``top_k_neighbors`` unreached out-neighbours by ``(-score, rank)``; the reached
+    set is ranked the same way and loaded while ``|loaded| < max_nodes`` and a node's tokens fit
+    what is left of ``max_tokens`` (a node that does not fit is skipped). Python loops run over
+    frontier slots and candidate positions (at most ``max_entries * (1 + k + ... + k^max_hops)``), not queries.
+    """
+    from graphmem.policies.entries import node_id_rank
+
+    bsz, n = scores.shape
+    scores = scores.float()
+    if n == 0 or bsz == 0:
+        return torch.zeros(bsz, n, dtype=torch.bool)
+    table = neighbour_table(graph) if table is None else table
+    rank = node_id_rank(graph)
+    rows = torch.arange(bsz)
+    frontier = _padded(entries, budget.max_entries)                              # [B, F], -1 = empty slot
+    reached = torch.zeros(bsz, n + 1, dtype=torch.bool)                          # column n absorbs padding
+    reached[rows.unsqueeze(1), frontier.masked_fill(frontier < 0, n)] = True
+    padded_scores = torch.cat([scores, torch.full((bsz, 1), -math.inf)], 1)
+    k = budget.top_k_neighbors
+    for _ in range(budget.max_hops if k > 0 else 0):
+        nxt = []
+        for j in range(frontier.shape[1]):
+            u = frontier[:, j]
+            nbr = table[u.clamp(min=0)].masked_fill((u < 0).unsqueeze(1), -1)   # [B, D]
+            nbr = nbr.masked_fill(nbr < 0, n)
+            free = (nbr < n) & ~reached.gather(1, nbr)
+            keyed = padded_scores.gather(1, nbr).masked_fill(~free, -math.inf)
+            # neighbour columns are in ascending rank, so a stable sort breaks score ties by rank
+            top = torch.sort(keyed, dim=1, descending=True, stable=True).indices[:, :k]
+            ok = free.gather(1, top)
+            chosen = nbr.gather(1, top).masked_fill(~ok, n)
+            reached[rows.unsqueeze(1), chosen] = True
+            nxt.append(chosen.masked_fill(~ok, -1))
+        frontier = torch.cat(nxt, 1) if nxt else frontier[:, :0]
+        if frontier.numel() == 0 or bool((frontier < 0).all()):
+            break
+    reached = reached[:, :n]
+    order = _rank_order(scores, rank, reached)
+    tokens = graph.node_tokens()
+    loaded = torch.zeros(bsz, n, dtype=torch.bool)
+    used = torch.zeros(bsz, dtype=torch.long)
+    count = torch.zeros(bsz, dtype=torch.long)
+    for c in range(int(reached.sum(1).max())):
+        v = order[:, c]
+        t = tokens[v]
+        ok = reached[rows, v] & (count < budget.max_nodes) & (used + t <= budget.max_tokens)
+        loaded[rows, v] |= ok
+        used += t * ok
+        count += ok.long()
+    return loaded

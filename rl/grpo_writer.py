@@ -11,8 +11,11 @@ a :class:`Budget`. The reward of one completion is
   ``r_task = (α r_rec + β r_pre) / (α + β)``;
 * ``ρ_rep = (|T| - |uniq(T)|) / |T|`` over the parsed triples ``T`` (normalised case and spaces),
   giving :func:`task_reward` ``= r_task - λ_rep ρ_rep``;
-* :func:`format_reward` ``r_fmt`` = fraction of non-empty lines that parse and cite a fragment of
-  the task, weighted by ``λ_fmt`` through trl's ``reward_weights``.
+* :func:`format_score` ``r_fmt`` = mean over non-empty lines of a line credit: 1 for a triple that
+  cites a fragment of the task, ``c`` (``format_partial``) for a triple with an anchor that is not
+  one, ``c / 2`` for ``(head | relation | tail)`` without an anchor, 0 otherwise; weighted by
+  ``λ_fmt`` through trl's ``reward_weights``. The partial credits give a group of completions that
+  are all off-format a reward spread, so GRPO's group-normalised advantage is not zero.
 
 The deducibility and answer-F1 terms (γ, δ), which need an LLM judge, are not implemented.
 Training is trl's ``GRPOTrainer`` with the clipped objective (``loss_type="grpo"``), offline on CPU.
@@ -32,9 +35,10 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
 
+LOOSE_TRIPLE_RE = re.compile(r"^\s*\(\s*[^|()\[\]]+?\s*\|\s*[^|()\[\]]+?\s*\|\s*[^|()\[\]]+?\s*\)")
 TRIPLE_RE = re.compile(r"^\s*\(\s*([^|()\[\]]+?)\s*\|\s*([^|()\[\]]+?)\s*\|\s*([^|()\[\]]+?)\s*\)\s*\[\s*([^\[\]]+?)\s*\]\s*$")
 PROMPT_HEAD = ("Extract knowledge triples from the memory fragments. Write one per line as\n"
-               "(head | relation | tail) [fragment id]\nFragments:\n")
+               "(head | relation | tail) [fragment id]\nfor example: (Alice | adopted | a puppy) [F3]\nFragments:\n")
 
 
 @dataclass
@@ -57,6 +61,8 @@ class WriterConfig:
     """penalty on the repetition rate of duplicate triples"""
     lambda_fmt: float = 0.2
     """weight of the format reward"""
+    format_partial: float = 0.5
+    """line credit c of a triple whose anchor is not a fragment of the task (c/2 without an anchor)"""
     reader_budget: dict = field(default_factory=lambda: {"max_entries": 2, "top_k_neighbors": 2, "max_hops": 2, "max_nodes": 4})
     """Budget the frozen reader retrieves under (k = max_nodes)"""
     max_steps: int = 20
@@ -77,6 +83,8 @@ class WriterConfig:
     """GRPO updates per generation batch (clipping acts when > 1)"""
     temperature: float = 1.0
     """sampling temperature"""
+    chat_template: bool = False
+    """wrap each prompt as one user turn of the tokenizer's chat template (for instruct models)"""
     seed: int = 0
     """fixes the model init (tiny), data order and sampling"""
     output_dir: str = "outputs/writer"
@@ -144,6 +152,21 @@ def parse_triples(text: str, valid_ids: Sequence[str]) -> tuple[list[tuple[str, 
     return triples, good, total
 
 
+def format_score(text: str, valid_ids: Sequence[str], partial: float = 0.5) -> float:
+    """``r_fmt`` of the module docstring (0 for an empty text)."""
+    valid = set(valid_ids)
+    credits = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        m = TRIPLE_RE.match(line)
+        if m:
+            credits.append(1.0 if m.group(4) in valid else partial)
+        else:
+            credits.append(partial / 2 if LOOSE_TRIPLE_RE.match(line) else 0.0)
+    return sum(credits) / len(credits) if credits else 0.0
+
+
 def repetition_rate(triples: Sequence[tuple]) -> float:
     """``ρ_rep = (|T| - |uniq(T)|) / |T|`` (0 for no triples)."""
     return (len(triples) - len(set(triples))) / len(triples) if triples else 0.0
@@ -197,7 +220,7 @@ class ReaderReward:
     def components(self, completion: str, task_id: str) -> dict[str, float]:
         """``r_rec, r_pre, r_task, rho_rep, r_fmt`` for one completion."""
         task = self.tasks[task_id]
-        triples, good, total = parse_triples(completion, task.fragment_ids)
+        triples, _, _ = parse_triples(completion, task.fragment_ids)
         graph = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings)
         queries = [Query(f"{task_id}#{k}", "", e) for k, e in enumerate(task.query_embeddings)]
         rec = pre = 0.0
@@ -208,7 +231,7 @@ class ReaderReward:
         rec, pre = rec / len(task.gold), pre / len(task.gold)
         a, b = self.cfg.alpha, self.cfg.beta
         return {"r_rec": rec, "r_pre": pre, "r_task": (a * rec + b * pre) / (a + b),
-                "rho_rep": repetition_rate(triples), "r_fmt": good / total if total else 0.0}
+                "rho_rep": repetition_rate(triples), "r_fmt": format_score(completion, task.fragment_ids, self.cfg.format_partial)}
 
     def task_reward(self, prompts, completions, task_id, **_) -> list[float]:
         """``r_task - λ_rep ρ_rep`` per completion (trl reward-function signature)."""
@@ -220,7 +243,7 @@ class ReaderReward:
 
     def format_reward(self, prompts, completions, task_id, **_) -> list[float]:
         """``r_fmt`` per completion (trl reward-function signature)."""
-        return [parse_triples(_text(c), self.tasks[t].fragment_ids)[1] / max(1, sum(1 for ln in _text(c).splitlines() if ln.strip()))
+        return [format_score(_text(c), self.tasks[t].fragment_ids, self.cfg.format_partial)
                 for c, t in zip(completions, task_id)]
 
 
@@ -278,6 +301,12 @@ def load_writer(name: str, seed: int = 0):
 
 
 # ---------------------------------------------------------------------- training
+def _prompt(task: WriterTask, cfg: WriterConfig):
+    """The task prompt: plain text, or one user message when ``cfg.chat_template``."""
+    text = task.prompt(cfg.max_fragment_chars)
+    return [{"role": "user", "content": text}] if cfg.chat_template else text
+
+
 def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=None, tokenizer=None):
     """Run GRPO; returns ``(trainer, history)`` with one dict of logged metrics per step."""
     from datasets import Dataset
@@ -287,7 +316,7 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
     if model is None:
         model, tokenizer = load_writer(cfg.model, cfg.seed)
     reward = ReaderReward(tasks, reader, cfg)
-    data = Dataset.from_list([{"prompt": t.prompt(cfg.max_fragment_chars), "task_id": t.task_id} for t in tasks])
+    data = Dataset.from_list([{"prompt": _prompt(t, cfg), "task_id": t.task_id} for t in tasks])
     args = GRPOConfig(
         output_dir=cfg.output_dir, max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
         num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
@@ -310,23 +339,33 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
 
 
 @torch.no_grad()
-def write_triples(model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig) -> list[tuple[str, str, str, str]]:
-    """Greedy triples for every task (used to rebuild graphs after a writer update)."""
+def write_triples(model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig,
+                  batch_size: int = 8) -> list[tuple[str, str, str, str]]:
+    """Greedy triples for every task, ``batch_size`` prompts per ``generate`` call (left padding);
+    used to rebuild graphs after a writer update."""
     model.eval()
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
     out = []
-    for t in tasks:
-        enc = tokenizer(t.prompt(cfg.max_fragment_chars), return_tensors="pt")
-        gen = model.generate(**enc, max_new_tokens=cfg.max_completion_length, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id)
-        text = tokenizer.decode(gen[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        out += parse_triples(text, t.fragment_ids)[0]
+    try:
+        for lo in range(0, len(tasks), batch_size):
+            part = tasks[lo:lo + batch_size]
+            texts = [_prompt(t, cfg) for t in part]
+            if cfg.chat_template:
+                texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in texts]
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not cfg.chat_template)
+            gen = model.generate(**enc, max_new_tokens=cfg.max_completion_length, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)
+            for t, row in zip(part, gen[:, enc["input_ids"].shape[1]:]):
+                out += parse_triples(tokenizer.decode(row, skip_special_tokens=True), t.fragment_ids)[0]
+    finally:
+        tokenizer.padding_side = side
     return out
 
 
-def rewrite_graph(model, tokenizer, graph: MemoryGraph, cfg: WriterConfig) -> tuple[MemoryGraph, int]:
+def rewrite_graph(model, tokenizer, graph: MemoryGraph, cfg: WriterConfig, batch_size: int = 8) -> tuple[MemoryGraph, int]:
     """Let the writer annotate every window of ``graph``; returns the graph with rewritten entity edges and the triple count."""
     k = cfg.fragments_per_task
     windows = [WriterTask(f"w{lo}", graph.node_ids[lo:lo + k], graph.texts[lo:lo + k], graph.embeddings[lo:lo + k],
                           torch.empty(0, graph.dim), []) for lo in range(0, graph.num_nodes, k)]
-    triples = write_triples(model, tokenizer, windows, cfg)
+    triples = write_triples(model, tokenizer, windows, cfg, batch_size)
     return rewrite_entity_edges(graph, triples), len(triples)

@@ -1,12 +1,16 @@
 """Writer-reader self-evolution (SAGE §4.2): per round, writer update -> rebuild graphs -> reader fine-tune.
 
-    python scripts/self_evolve.py +experiment=self_evolve data=locomo
+    python scripts/self_evolve.py +experiment=self_evolve data=locomo graphset=outputs/graphs/locomo \
+        writer.reader_checkpoint=runs/gnn/locomo.pt writer.model=smollm2
 
-Round ``t``: (1) GRPO-train the writer against the current frozen reader; (2) the writer's
-triples replace the ``entity`` edges of every graph (it sees fragment text only); (3) fine-tune the
-reader on the rebuilt training graphs. ``rounds.json`` records per round the writer reward curve,
-the entity-edge counts, and test recall of the reader on the rebuilt graphs before and after its
-fine-tune (best epoch chosen on validation graphs).
+Round ``t``: (1) GRPO-train the writer against the current frozen reader on windows of the training
+graphs; (2) the writer's triples replace the ``entity`` edges of every graph (it sees fragment text
+only, ``rebuild_batch`` windows per ``generate`` call); (3) fine-tune the reader on the rebuilt
+training graphs, best epoch on the validation graphs. ``rounds.json`` records per round the writer
+reward curve, triples and entity edges, and test-graph evidence recall of the reader: on the
+graphs it started from, on the rebuilt graphs before its fine-tune, and after it. ``max_graphs``
+keeps only the first graphs by sorted name (to bound the rebuild on CPU); the split is then made
+over those.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,13 +26,27 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_gnn import load_graphset, split_examples  # noqa: E402  (sibling scripts)
-from train_writer import run_writer  # noqa: E402
+from train_gnn import load_graphset, set_threads, split_examples  # noqa: E402  (sibling scripts)
+from train_writer import plot_curve, run_writer  # noqa: E402
 
 from graphmem.policies.base import Budget  # noqa: E402
 from models.gnn_reader import GNNReader  # noqa: E402
 from rl.gnn_train import GNNTrainConfig, evidence_recall, save_checkpoint, train_reader  # noqa: E402
 from rl.grpo_writer import WriterConfig, rewrite_graph  # noqa: E402
+
+
+def only_graphs(gs, names):
+    """The graph set restricted to the graphs ``names`` and their questions (all when ``names`` is empty)."""
+    if not names:
+        return gs
+    names = sorted(str(n) for n in names)
+    keep = [i for i, q in enumerate(gs.questions) if q.graph in set(names)]
+    return dataclasses.replace(gs, graphs={k: gs.graphs[k] for k in names}, questions=[gs.questions[i] for i in keep],
+                               query_embeddings=gs.query_embeddings[keep])
+
+
+def entity_edge_count(graphs) -> int:
+    return sum(int((g.edge_type == g.relations.index("entity")).sum()) for g in graphs.values() if "entity" in g.relations)
 
 
 @hydra.main(config_path="../configs", config_name="writer", version_base="1.3")
@@ -36,31 +55,43 @@ def main(cfg: DictConfig) -> None:
         raise ValueError("run with +experiment=self_evolve (it sets rounds, train and budget)")
     out_dir = Path(cfg.out_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    set_threads(cfg)
     wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
     tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     reader = GNNReader.from_checkpoint(wcfg.reader_checkpoint)
-    gs = load_graphset(cfg)
+    gs = only_graphs(load_graphset(cfg), cfg.get("graphs"))
     rounds = []
     for t in range(int(cfg.rounds)):
+        t0 = time.perf_counter()
+        parts, ex = split_examples(gs, cfg.split, budget)
+        start = evidence_recall(reader, ex["test"], budget) if ex["test"] else None
         wcfg_t = dataclasses.replace(wcfg, output_dir=str(out_dir / f"writer_round{t}"), seed=wcfg.seed + t)
         trainer, writer_result = run_writer(gs, cfg, wcfg_t, reader)           # 1. writer update, reader frozen
+        if writer_result["curve"]:
+            plot_curve(writer_result["curve"], out_dir / f"reward_curve_round{t}.png", f"self-evolution round {t}: writer")
+        t1 = time.perf_counter()
         graphs, triples = {}, 0
         for name, graph in gs.graphs.items():                                  # 2. rebuild graphs
-            graphs[name], n = rewrite_graph(trainer.model, trainer.processing_class, graph, wcfg_t)
+            graphs[name], n = rewrite_graph(trainer.model, trainer.processing_class, graph, wcfg_t,
+                                            int(cfg.get("rebuild_batch", 8)))
             triples += n
+        entity_before = entity_edge_count(gs.graphs)
         gs = dataclasses.replace(gs, graphs=graphs)
+        t2 = time.perf_counter()
         _, ex = split_examples(gs, cfg.split, budget)
         before = evidence_recall(reader, ex["test"], budget) if ex["test"] else None
         reader, history = train_reader(ex["train"], dataclasses.replace(tcfg, seed=tcfg.seed + t), budget,
                                        val=ex["val"] or None, reader=reader)    # 3. reader fine-tune
         after = evidence_recall(reader, ex["test"], budget) if ex["test"] else None
         save_checkpoint(reader, out_dir / f"reader_round{t}.pt", tcfg)
-        entity = sum(int((g.edge_type == g.relations.index("entity")).sum()) for g in graphs.values() if "entity" in g.relations)
-        rounds.append({"round": t, "writer": writer_result, "triples_written": triples, "entity_edges": entity,
-                       "test_recall_before_finetune": before, "test_recall_after_finetune": after,
-                       "reader_history": history})
-        print(json.dumps({k: v for k, v in rounds[-1].items() if k not in ("writer", "reader_history")}))
+        rounds.append({"round": t, "split": parts, "writer": writer_result, "triples_written": triples,
+                       "entity_edges_before": entity_before, "entity_edges_after": entity_edge_count(graphs),
+                       "test_recall_start_graphs": start, "test_recall_rebuilt_before_finetune": before,
+                       "test_recall_rebuilt_after_finetune": after, "reader_history": history,
+                       "seconds": {"writer": round(t1 - t0, 1), "rebuild": round(t2 - t1, 1),
+                                   "reader": round(time.perf_counter() - t2, 1)}})
+        print(json.dumps({k: v for k, v in rounds[-1].items() if k not in ("writer", "reader_history", "split")}))
         (out_dir / "rounds.json").write_text(json.dumps({"writer": asdict(wcfg), "train": asdict(tcfg), "rounds": rounds}, indent=2))
 
 

@@ -1,28 +1,33 @@
 """Train the GNN reader on gold evidence of the training graphs; report budgeted evidence recall.
 
-    python scripts/train_gnn.py data=locomo
-    python scripts/train_gnn.py data=hotpotqa train.epochs=20 checkpoint=runs/gnn/hotpot.pt
+    python scripts/train_gnn.py data=locomo graphset=outputs/graphs/locomo checkpoint=runs/gnn/locomo.pt
+    python scripts/train_gnn.py data=hotpotqa graphset=outputs/graphs/hotpotqa checkpoint=runs/gnn/hotpotqa.pt
 
-Splits the graph set by graph (seeded), trains with ``rl.gnn_train.train_reader`` (best epoch on
-validation), writes the checkpoint and ``results.json`` (train/val/test recall of the reader and of
-the cosine-ranked walk under the same budget, per-epoch history).
+Splits the graph set by graph with fold ``split.fold`` of :func:`rl.splits.conversation_folds`
+(the router's split for the same settings), trains with ``rl.gnn_train.train_reader`` (best epoch
+on validation), writes the checkpoint, ``<checkpoint>.split.json`` (the graph names of each part,
+which ``scripts/evaluate.py graphs=<file>`` reads to evaluate on the test graphs only) and
+``results.json`` (train/val/test recall of the reader and of the cosine-ranked walk under the same
+budget, per-epoch history).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import hydra
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from graphmem.graphset import GraphSet, open_graphset
 from graphmem.policies.base import Budget
 from models.gnn_reader import GNNReader
-from rl.gnn_train import (GNNTrainConfig, cosine_walk_recall, evidence_recall, examples_from_graphset, save_checkpoint,
-                          split_graphs, train_reader)
+from rl.gnn_train import (GNNTrainConfig, cosine_walk_recall, evidence_recall, examples_from_graphset, graph_split,
+                          save_checkpoint, train_reader)
 
 
 def load_graphset(cfg: DictConfig) -> GraphSet:
@@ -31,8 +36,20 @@ def load_graphset(cfg: DictConfig) -> GraphSet:
                          hydra.utils.to_absolute_path(cfg.graphset_dir), progress=bool(cfg.get("progress", True)))
 
 
+def set_threads(cfg: DictConfig) -> int:
+    """``torch.set_num_threads(min(cfg.threads, cpu count))``; ``threads: null`` keeps torch's default."""
+    if cfg.get("threads"):
+        torch.set_num_threads(max(1, min(int(cfg.threads), os.cpu_count() or 1)))
+    return torch.get_num_threads()
+
+
+def split_parts(gs: GraphSet, split_cfg) -> dict[str, list[str]]:
+    return graph_split(list(gs.graphs), k=split_cfg.k, fold=split_cfg.fold, seed=split_cfg.seed,
+                       val_fraction=split_cfg.val_fraction)
+
+
 def split_examples(gs: GraphSet, split_cfg, budget: Budget) -> tuple[dict, dict]:
-    parts = split_graphs(list(gs.graphs), split_cfg.val_fraction, split_cfg.test_fraction, split_cfg.seed)
+    parts = split_parts(gs, split_cfg)
     examples = {}
     for name, graphs in parts.items():
         keep = set(graphs)
@@ -40,26 +57,36 @@ def split_examples(gs: GraphSet, split_cfg, budget: Budget) -> tuple[dict, dict]
     return parts, examples
 
 
+def write_split(parts: dict[str, list[str]], checkpoint: str | Path) -> Path:
+    path = Path(str(checkpoint) + ".split.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(parts, indent=1))
+    return path
+
+
 @hydra.main(config_path="../configs", config_name="gnn", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     out_dir = Path(cfg.out_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
+    threads = set_threads(cfg)
     train_cfg = GNNTrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     gs = load_graphset(cfg)
     parts, ex = split_examples(gs, cfg.split, budget)
-    print({k: len(v) for k, v in parts.items()}, "graphs;", {k: sum(len(e.gold) for e in v) for k, v in ex.items()}, "questions")
+    print({k: len(v) for k, v in parts.items()}, "graphs;", {k: sum(len(e.gold) for e in v) for k, v in ex.items()},
+          "questions;", threads, "threads")
     init = GNNReader.from_checkpoint(cfg.init_checkpoint) if cfg.init_checkpoint else None
     t0 = time.perf_counter()
     reader, history = train_reader(ex["train"], train_cfg, budget, val=ex["val"] or None, reader=init, progress=cfg.progress)
     metrics = {"train_seconds": round(time.perf_counter() - t0, 2)}
     for name, examples in ex.items():
         if examples:
-            metrics[f"{name}_recall_gnn"] = evidence_recall(reader, examples, budget)
+            metrics[f"{name}_recall_gnn"] = evidence_recall(reader, examples, budget, chunk=train_cfg.eval_chunk)
             metrics[f"{name}_recall_cosine_walk"] = cosine_walk_recall(examples, budget)
     save_checkpoint(reader, cfg.checkpoint, train_cfg, metrics)
+    split_file = write_split(parts, cfg.checkpoint)
     out_dir.mkdir(parents=True, exist_ok=True)
-    payload = {"dataset": gs.dataset, "budget": asdict(budget), "split": parts, "train": asdict(train_cfg),
-               "metrics": metrics, "history": history, "checkpoint": str(cfg.checkpoint)}
+    payload = {"dataset": gs.dataset, "budget": asdict(budget), "split": parts, "split_file": str(split_file),
+               "train": asdict(train_cfg), "metrics": metrics, "history": history, "checkpoint": str(cfg.checkpoint)}
     (out_dir / "results.json").write_text(json.dumps(payload, indent=2))
     print(json.dumps(metrics, indent=2))
 

@@ -11,7 +11,10 @@ from graphmem.policies.base import Budget, Query
 from graphmem.policies.entries import EmbeddingEntrySelector
 from graphmem.policies.gnn import GNNPolicy
 from models.gnn_reader import GatedRelationalConv, GNNReader, start_mask
-from rl.gnn_train import GNNTrainConfig, ReaderExample, evidence_recall, save_checkpoint, train_reader
+from graphmem.policies.gnn import walk_and_load
+from rl.gnn_train import (GNNTrainConfig, ReaderExample, batched_walk, evidence_recall, graph_split, save_checkpoint,
+                          train_reader)
+from rl.splits import conversation_folds
 
 
 def toy_conv():
@@ -156,3 +159,35 @@ def test_supervised_training_raises_recall():
     again2, _ = train_reader(train, GNNTrainConfig(**{**cfg.__dict__, "epochs": 3}), budget)
     for (k, a), (_, b) in zip(again.state_dict().items(), again2.state_dict().items()):
         assert torch.equal(a, b), k
+
+
+def scattered_graph(n: int, e: int, seed: int) -> MemoryGraph:
+    gen = torch.Generator().manual_seed(seed)
+    g = MemoryGraph.empty(4)
+    texts = [" ".join(["w"] * int(k)) for k in torch.randint(1, 40, (n,), generator=gen)]
+    g.add_nodes([f"n{(7 * i) % n:03d}" for i in range(n)], texts, torch.randn(n, 4, generator=gen))
+    src, dst = torch.randint(0, n, (e,), generator=gen), torch.randint(0, n, (e,), generator=gen)
+    keep = src != dst
+    g.add_edges(src[keep].tolist(), dst[keep].tolist(), "semantic")
+    return g
+
+
+@pytest.mark.parametrize("budget", [Budget(), Budget(max_tokens=60), Budget(top_k_neighbors=3, max_hops=3, max_nodes=20),
+                                    Budget(top_k_neighbors=0), Budget(max_entries=2, max_hops=1, max_nodes=3)])
+def test_batched_walk_equals_per_query_walk(budget):
+    g = scattered_graph(40, 160, seed=1)
+    gen = torch.Generator().manual_seed(2)
+    scores = torch.randn(9, g.num_nodes, generator=gen).round(decimals=1)    # rounded: ties broken by node id
+    entries = [torch.randperm(g.num_nodes, generator=gen)[:k].tolist() for k in (1, 2, 3, 6, 6, 4, 0, 5, 6)]
+    loaded = batched_walk(g, entries, scores, budget)
+    for b in range(len(entries)):
+        expected = walk_and_load(g, entries[b][:budget.max_entries], scores[b], budget).loaded
+        assert set(loaded[b].nonzero().flatten().tolist()) == set(expected), b
+
+
+def test_graph_split_is_a_conversation_fold():
+    names = [f"g{i}" for i in range(10)]
+    parts = graph_split(names, k=5, fold=1, seed=3, val_fraction=0.2)
+    fold = conversation_folds(names, k=5, seed=3, val_fraction=0.2)[1]
+    assert parts == {"train": list(fold.train), "val": list(fold.val), "test": list(fold.test)}
+    assert not set(parts["train"]) & set(parts["test"]) and not set(parts["val"]) & set(parts["test"])

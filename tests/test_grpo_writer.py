@@ -8,8 +8,10 @@ import torch
 
 from graphmem.graph import MemoryGraph
 from models.gnn_reader import GNNReader
-from rl.grpo_writer import (ReaderReward, WriterConfig, WriterTask, byte_tokenizer, graph_from_triples, load_writer,
-                            parse_triples, repetition_rate, rewrite_entity_edges, tasks_from_graph, train_writer)
+from rl.grpo_writer import (ReaderReward, WriterConfig, WriterTask, byte_tokenizer, format_score, graph_from_triples,
+                            load_writer,
+                            parse_triples, repetition_rate, rewrite_entity_edges, rewrite_graph, tasks_from_graph,
+                            train_writer)
 
 BUDGET = {"max_entries": 1, "top_k_neighbors": 1, "max_hops": 1, "max_nodes": 2}
 
@@ -33,8 +35,10 @@ def test_parse_and_format_reward(reward):
     triples, good, total = parse_triples(text, ["a1", "a2", "b1", "b2"])
     assert (good, total) == (2, 4)
     assert triples == [("alice", "met", "bob", "a1"), ("bob", "flew to", "paris", "a2")]
-    assert reward.format_reward(None, [text], ["t0"]) == [0.5]
+    # line credits 1, 1, 0, 0.5 (anchor not in the task); c = 0.5
+    assert reward.format_reward(None, [text], ["t0"]) == [pytest.approx(2.5 / 4)]
     assert reward.format_reward(None, [""], ["t0"]) == [0.0]
+    assert format_score("(a | b | c)\nx", ["a1"], partial=0.5) == pytest.approx(0.125)
 
 
 def test_repetition_penalty(reward):
@@ -98,3 +102,16 @@ def test_short_grpo_run_completes(tmp_path):
     for h in history:
         assert math.isfinite(h["reward"]) and 0.0 <= h["rewards/task_reward/mean"] <= 1.0
     assert len(before) == len(list(trainer.model.parameters()))
+
+
+def test_rewrite_graph_batched_generation_keeps_nodes():
+    model, tok = load_writer("tiny", seed=0)
+    g = MemoryGraph.empty(4)
+    g.add_nodes([f"n{i}" for i in range(5)], [f"text {i}" * (i + 1) for i in range(5)], torch.eye(5, 4))
+    g.add_edges([0], [1], "temporal")
+    cfg = WriterConfig(fragments_per_task=2, max_completion_length=6)
+    one, n1 = rewrite_graph(model, tok, g, cfg, batch_size=1)
+    many, n3 = rewrite_graph(model, tok, g, cfg, batch_size=3)
+    assert one.node_ids == g.node_ids == many.node_ids and n1 >= 0 and n3 >= 0
+    temporal = g.relations.index("temporal")
+    assert int((many.edge_type == temporal).sum()) == 1
