@@ -3,6 +3,7 @@
     python scripts/evaluate.py data=locomo policy=ppr
     python scripts/evaluate.py data=hotpotqa 'policies=[beta_bfs,dense_topk,ppr,uniform_bfs]'
     python scripts/evaluate.py -m policy=beta_bfs,ppr          # one Hydra job per policy
+    python scripts/evaluate.py data=locomo qa=smollm2          # plus answer quality (QA mode)
 
 Writes into the run directory (``out_dir``, default Hydra's): ``results.json``, ``results.md``,
 ``questions_<policy>.jsonl`` and ``budget_sweep.png``; tracks the tables and files through
@@ -12,6 +13,7 @@ graph is loaded or built.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 import sys
@@ -109,19 +111,41 @@ def load_graphs(cfg: DictConfig, plan: Plan) -> GraphSet:
                          hydra.utils.to_absolute_path(cfg.graphset_dir), progress=cfg.progress)
 
 
+def restrict_graphs(gs: GraphSet, graphs, part: str = "test") -> GraphSet:
+    """Keep only the graphs ``graphs`` (a list of names, or a split JSON file such as
+    ``<checkpoint>.split.json`` whose list ``part`` is used) and the questions asked over them."""
+    if not graphs:
+        return gs
+    if isinstance(graphs, str):
+        import json
+
+        names = json.loads(Path(hydra.utils.to_absolute_path(graphs)).read_text())[part]
+    else:
+        names = [str(n) for n in graphs]
+    missing = sorted(set(names) - set(gs.graphs))
+    if missing:
+        raise ConfigError(f"graphs not in the graph set: {missing[:5]}")
+    keep = [i for i, q in enumerate(gs.questions) if q.graph in set(names)]
+    return dataclasses.replace(gs, graphs={n: gs.graphs[n] for n in names}, questions=[gs.questions[i] for i in keep],
+                               query_embeddings=gs.query_embeddings[keep])
+
+
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Run the evaluation described by ``cfg`` and return the ``results.json`` payload."""
     plan = plan_run(cfg)
+    qa_settings = _qa_settings(cfg)
     torch.manual_seed(int(cfg.seed))
     out = plan.out_dir
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    gs = load_graphs(cfg, plan)
+    gs = restrict_graphs(load_graphs(cfg, plan), cfg.get("graphs"), cfg.get("graphs_part") or "test")
     print("\n".join(gs.report.lines()))
     print(f"{len(gs.graphs)} graphs, {len(gs.questions)} questions ({time.perf_counter() - t0:.1f}s to load)")
 
     results: list[EvalResult] = []
     sweeps: dict[str, list[EvalResult]] = {}
+    qa_results: dict[str, Any] = {}
+    qa_shared: dict[str, Any] = {}
     for name, policy in plan.policies.items():
         main_result = evaluate_policy(policy, gs, plan.budget, progress=cfg.progress)
         results.append(main_result)
@@ -129,23 +153,28 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         sweeps[name] = [main_result if b == plan.budget else budget_sweep(policy, gs, [b], progress=cfg.progress)[0]
                         for b in plan.sweep]
         write_jsonl(results[-1].rows, out / f"questions_{name}.jsonl")
+        if qa_settings is not None:
+            qa_results[name] = _run_qa(qa_settings, gs, main_result, out, cfg.progress, qa_shared)
 
-    report = full_report(results)
+    report = full_report(results) + (_qa_report(qa_results) if qa_results else "")
     print(report)
     (out / "results.md").write_text(report, encoding="utf-8")
     meta = {"dataset": gs.dataset, "graphs": len(gs.graphs), "questions": len(gs.questions),
             "config_hash": gs.config_hash, "data": asdict(plan.data), "graph": asdict(plan.graph),
             "load_report": gs.report.lines(), "seed": int(cfg.seed)}
     payload = results_payload(results, sweeps, meta)
+    if qa_results:
+        payload["qa"] = {p: {"summary": r.summary, "info": r.info} for p, r in qa_results.items()}
     write_json(payload, out / "results.json")
     if plan.sweep:
         plot_budget_curves(sweeps, out / "budget_sweep.png", title=f"{gs.dataset}: evidence recall vs token budget")
-    _track(cfg, plan, results, sweeps, out)
+    _track(cfg, plan, results, sweeps, out, qa_results)
     print(f"results written to {out}")
     return payload
 
 
-def _track(cfg: DictConfig, plan: Plan, results: list[EvalResult], sweeps: dict[str, list[EvalResult]], out: Path) -> None:
+def _track(cfg: DictConfig, plan: Plan, results: list[EvalResult], sweeps: dict[str, list[EvalResult]], out: Path,
+           qa_results: dict[str, Any] | None = None) -> None:
     name = f"evaluate-{plan.data.name}-{'+'.join(plan.policies)}"
     with make_tracker(cfg.logger, run_config=cfg, out_dir=out, name=name) as tracker:
         columns, rows = [], []
@@ -165,6 +194,8 @@ def _track(cfg: DictConfig, plan: Plan, results: list[EvalResult], sweeps: dict[
                 [(out / f"questions_{p}.jsonl", "predictions") for p in plan.policies]:
             if path.exists():
                 tracker.log_artifact(path, kind)
+        if qa_results:
+            _track_qa(tracker, qa_results, out)
 
 
 def _question_table(result: EvalResult) -> tuple[list[str], list[list[Any]]]:
@@ -173,6 +204,61 @@ def _question_table(result: EvalResult) -> tuple[list[str], list[list[Any]]]:
     rows = [[r["qid"], r["graph"], r["category_name"], *(r["metrics"][k] for k in keys),
              " ".join(r["loaded"]), " ".join(r["gold_evidence"])] for r in result.rows]
     return columns, rows
+
+
+# ---------------------------------------------------------------------------- QA mode (qa.enabled)
+def _qa_settings(cfg: DictConfig):
+    """Checked QA settings when ``qa.enabled`` is true, else ``None`` (before any graph is loaded)."""
+    qa = cfg.get("qa")
+    if qa is None or not qa.get("enabled", False):
+        return None
+    from graphmem.qa.run import QASettings
+
+    try:
+        return QASettings.from_mapping(OmegaConf.to_container(qa, resolve=True))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"invalid qa config: {err}") from None
+
+
+def _run_qa(settings, gs: GraphSet, result: EvalResult, out: Path, progress: bool, shared: dict[str, Any]):
+    """Answer + score a seeded sample from ``result``'s loaded nodes; rows to ``qa_<policy>.jsonl``."""
+    from graphmem.qa.run import evaluate_qa, make_components, summary_lines, write_rows
+
+    components = make_components(settings, intents=shared.get("intents"))  # fresh clients per policy
+    shared["intents"] = components[2]  # the intent source (and its encoder) is built once per run
+    loaded = {row["qid"]: row["loaded"] for row in result.rows}
+    qa = evaluate_qa(settings, gs, loaded, policy=result.policy, components=components, progress=progress)
+    write_rows(qa, out / f"qa_{result.policy}.jsonl")
+    print("\n".join(summary_lines(qa)))
+    return qa
+
+
+def _qa_report(qa_results: dict[str, Any]) -> str:
+    lines = ["", "## Answer quality (QA)", "", "| policy | group | n | F1 | EM | judge | abstain | tokens | cost $ | latency s/q |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for policy, r in qa_results.items():
+        for group, s in r.summary.items():
+            if s.get("n"):
+                lines.append(f"| {policy} | {group} | {s['n']} | {fmt(s['f1'])} | {fmt(s['em'])} | {fmt(s['judge'])} | "
+                             f"{fmt(s['abstention_rate'])} | {s['tokens']} | {s['cost_usd']:.4f} | {s['latency_s']:.2f} |")
+    models = {(r.info.get("answer_model"), r.info.get("judge_model"), r.info.get("self_judged")) for r in qa_results.values()}
+    lines += [""] + [f"answer model: {a}; judge model: {j}{' (self-judged)' if sj else ''}" for a, j, sj in models]
+    return "\n".join(lines) + "\n"
+
+
+def _track_qa(tracker, qa_results: dict[str, Any], out: Path) -> None:
+    columns = ["qid", "graph", "category", "question", "gold_answer", "answer", "intent", "rule", "f1", "em", "judge",
+               "tokens", "cost_usd", "latency_s"]
+    for policy, r in qa_results.items():
+        tracker.log({f"{policy}/qa/{group}/{k}": v for group, s in r.summary.items()
+                     for k, v in s.items() if isinstance(v, (int, float))})
+        tracker.log_table(f"qa/{policy}", columns, [
+            [x["qid"], x["graph"], x["category_name"], x["question"], x["gold_answer"], x["answer"]["text"],
+             x["answer"]["intent"], x["score"]["rule"], x["f1"], x["em"], x["judge"], x["tokens"], x["cost_usd"],
+             x["latency_s"]] for x in r.rows])
+        if (out / f"qa_{policy}.jsonl").exists():
+            tracker.log_artifact(out / f"qa_{policy}.jsonl", "predictions")
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="evaluate")

@@ -93,3 +93,32 @@ TEMPLATES: dict[str, dict[str, str]] = {
         "user": "$memory_block\n$question_block\n$critique_block",
     },
 }
+
+# HAGE Appendix C.2: query-adaptive answering from retrieved memory. $guidance is one entry of
+# graphmem.qa.answer.INTENT_GUIDANCE, chosen by the *predicted* relation intent of the question.
+TEMPLATES["qa_answer"] = {
+    "system": (
+        "You answer a question using only the retrieved memory records below. "
+        + _DATA_RULE.replace("$tag", "memory")
+        + " Rules: ground the answer in the records; give a short factual answer (a few words, no full "
+        "sentence) when that is enough; if the records do not support an answer, reply exactly: "
+        "No information available. Follow this guidance for the question: $guidance"
+    ),
+    "user": "$memory_block\n$question_block\nAnswer:",
+}
+
+# HAGE Appendix C.3: LLM-as-a-judge, continuous score of semantic agreement with the reference.
+TEMPLATES["qa_judge"] = {
+    "system": (
+        "You are a strict judge of answers. Compare a generated response with the reference answer to the "
+        "question and score their semantic agreement on a continuous scale from 0.0 to 1.0. "
+        + _DATA_RULE.replace("$tag", "judge")
+        + " Check: the key entities; temporal markers (dates, durations, order of events); causal "
+        "relationships; factual correctness (no contradiction of the reference); missing constraints or "
+        "details the reference requires. Wording and length do not matter, meaning does. 1.0 means the same "
+        "meaning, 0.0 wrong or unrelated, values in between partial agreement. "
+        'Reply with one JSON object only: {"score": <number from 0 to 1>, "reason": "<short>"}.'
+    ),
+    "user": ("$question_block\n$reference_block\n$response_block\nHow well does the response agree with the "
+             'reference? Reply with {"score": <0 to 1>, "reason": "<short>"}.'),
+}

@@ -1,0 +1,262 @@
+"""The QA evaluation loop: answer every question from a policy's retrieval, then score and judge.
+
+Two phases, in this order, so that gold fields cannot reach a prompt:
+
+1. **Answering** — from each question only ``Query`` fields (id, text, embedding) and the loaded
+   node ids are used: the predicted intent, the context and the prompt are built by
+   :mod:`graphmem.qa.answer`, one call per question.
+2. **Scoring** — only after every answer has returned are the gold answer and category read:
+   the category picks the scoring rule (:mod:`graphmem.qa.scoring`), and the judge
+   (:mod:`graphmem.qa.judge`) compares the answer with the gold answer. Questions scored by the
+   ``abstention`` rule (no answer exists in memory) are not sent to the judge: their score is
+   whether the model abstained.
+
+Per question: answer, rule, F1, EM, judge score, intent, and answer + judge tokens, cost and
+latency, written as JSONL. Summary groups (:func:`summarize_qa`): ``overall`` (every question
+whose rule is not ``abstention``), one group per category, ``unanswerable`` (abstention-rule
+questions, reported apart) and ``all``. Each group: ``n``, mean ``f1``, ``em``, ``judge`` (mean
+over judged questions) with ``judged`` and ``judge_failures``, ``abstention_rate``,
+``answer_failures``, summed ``tokens`` and ``cost_usd``, mean and p95 ``latency_s`` per question.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from graphmem.datasets.types import Question
+from graphmem.eval.metrics import category_name, percentile
+from graphmem.graph import MemoryGraph
+from graphmem.llm.client import LLMClient, LLMConfig
+from graphmem.policies.base import Query
+from graphmem.qa.answer import Answerer, IntentPredictor, build_requests, make_intent_predictor
+from graphmem.qa.judge import Judge, JudgeItem, Verdict, check_judge_config
+from graphmem.qa.scoring import ABSTENTION_PHRASES, conventions_for, rule_for, score_answer
+
+OVERALL, UNANSWERABLE, ALL = "overall", "unanswerable", "all"
+
+
+@dataclass
+class QASettings:
+    """The ``qa`` config node (``configs/qa/default.yaml``), checked.
+
+    Args:
+        answer_llm: the answer model's :class:`LLMConfig`.
+        judge_llm: the judge model's :class:`LLMConfig`, or ``None`` for no judge.
+        max_questions: questions answered per policy, a seeded sample; ``None`` for all (default: 50).
+        seed: seed of the question sample (default: 0).
+        answer_max_tokens / judge_max_tokens: completion limits (default: 48 / 96).
+        intent: intent source, ``prototype`` / ``checkpoint`` / ``uniform`` (default: ``prototype``).
+        intent_checkpoint: router checkpoint for ``intent=checkpoint``.
+        intent_min_weight: top weight needed to use a relation's guidance (default: 0.4).
+        context_fields: node metadata shown before each record (default: ``date_time``, ``title``).
+        allow_same_model: permit the judge to be the answer model (default: ``False``).
+        abstention_phrases: phrases that mark an abstention.
+        conventions: category -> scoring rule override; ``None`` = the dataset's built-in map.
+    """
+
+    answer_llm: LLMConfig
+    judge_llm: LLMConfig | None
+    max_questions: int | None = 50
+    seed: int = 0
+    answer_max_tokens: int = 48
+    judge_max_tokens: int = 96
+    intent: str = "prototype"
+    intent_checkpoint: str | None = None
+    intent_min_weight: float = 0.4
+    context_fields: tuple[str, ...] = ("date_time", "title")
+    allow_same_model: bool = False
+    abstention_phrases: tuple[str, ...] = ABSTENTION_PHRASES
+    conventions: dict | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_questions is not None and self.max_questions < 1:
+            raise ValueError("qa.max_questions must be >= 1 or null")
+        if self.intent not in ("prototype", "checkpoint", "uniform"):
+            raise ValueError(f"qa.answer.intent {self.intent!r} is not prototype, checkpoint or uniform")
+        if self.judge_llm is not None:
+            check_judge_config(self.answer_llm, self.judge_llm, self.allow_same_model)
+
+    @property
+    def self_judged(self) -> bool:
+        return self.judge_llm is not None and self.judge_llm.model == self.answer_llm.model
+
+    @classmethod
+    def from_mapping(cls, qa: Mapping[str, Any]) -> QASettings:
+        """From the plain ``qa`` mapping (``enabled`` is read by the caller)."""
+        answer, judge, scoring = dict(qa.get("answer") or {}), dict(qa.get("judge") or {}), dict(qa.get("scoring") or {})
+        judge_llm = dict(judge.get("llm") or {})
+        use_judge = judge.get("enabled", True) and judge_llm.get("model")
+        return cls(
+            answer_llm=LLMConfig.from_dict(answer.get("llm") or {}),
+            judge_llm=LLMConfig.from_dict(judge_llm) if use_judge else None,
+            max_questions=qa.get("max_questions", 50), seed=int(qa.get("seed", 0)),
+            answer_max_tokens=int(answer.get("max_tokens", 48)), judge_max_tokens=int(judge.get("max_tokens", 96)),
+            intent=answer.get("intent", "prototype"), intent_checkpoint=answer.get("intent_checkpoint"),
+            intent_min_weight=float(answer.get("intent_min_weight", 0.4)),
+            context_fields=tuple(answer.get("context_fields") or ()),
+            allow_same_model=bool(judge.get("allow_same_model", False)),
+            abstention_phrases=tuple(scoring.get("abstention_phrases") or ABSTENTION_PHRASES),
+            conventions=scoring.get("conventions"),
+        )
+
+
+@dataclass
+class QAResult:
+    """Rows, grouped summary and LLM accounting of one QA run."""
+
+    policy: str
+    dataset: str
+    rows: list[dict[str, Any]]
+    summary: dict[str, dict[str, Any]]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def select_questions(questions: Sequence[Question], n: int | None, seed: int) -> list[Question]:
+    """A seeded sample of ``n`` questions in their original order (all when ``n`` is ``None`` or larger)."""
+    if n is None or n >= len(questions):
+        return list(questions)
+    keep = set(random.Random(seed).sample(range(len(questions)), n))
+    return [q for i, q in enumerate(questions) if i in keep]
+
+
+def _answer_phase(queries: Sequence[Query], graph_of: Sequence[str], loaded: Sequence[Sequence[str]],
+                  graphs: dict[str, MemoryGraph], answerer: Answerer, intents: IntentPredictor,
+                  context_fields: Sequence[str], progress: bool):
+    """Phase 1: nothing but queries, graphs and loaded ids is in scope."""
+    from tqdm.auto import tqdm
+
+    requests = build_requests(queries, graph_of, loaded, graphs, intents, context_fields)
+    with tqdm(total=len(requests), desc="answering", disable=not progress, leave=False) as bar:
+        return answerer.answer_many(requests, on_done=bar.update)
+
+
+def run_qa(questions: Sequence[Question], queries: Sequence[Query], loaded: Sequence[Sequence[str]],
+           graphs: dict[str, MemoryGraph], answerer: Answerer, judge: Judge | None, intents: IntentPredictor,
+           conventions: Mapping[int | str, str], *, policy: str = "", dataset: str = "",
+           context_fields: Sequence[str] = ("date_time", "title"), abstention_phrases: Sequence[str] = ABSTENTION_PHRASES,
+           progress: bool = False) -> QAResult:
+    """Answer, score and judge ``questions`` (aligned with ``queries`` and the ``loaded`` node ids)."""
+    if not (len(questions) == len(queries) == len(loaded)):
+        raise ValueError(f"{len(questions)} questions, {len(queries)} queries, {len(loaded)} retrievals")
+    if any(q.qid != x.qid for q, x in zip(questions, queries)):
+        raise ValueError("questions and queries are not aligned by qid")
+    graph_of = [q.graph for q in questions]  # routing only: which graph a query is asked over
+    answers = _answer_phase(queries, graph_of, loaded, graphs, answerer, intents, context_fields, progress)
+
+    # ---- gold joins here, after every answer has returned
+    rules = [rule_for(q.category, conventions) for q in questions]
+    scores = [score_answer(a.text, q.answer, r, abstention_phrases) for a, q, r in zip(answers, questions, rules)]
+    verdicts: dict[str, Verdict] = {}
+    if judge is not None:
+        items = [JudgeItem(q.qid, q.text, s.scored_gold or "", a.text)
+                 for q, a, s, r in zip(questions, answers, scores, rules)
+                 if r != "abstention" and a.text is not None and s.scored_gold]
+        verdicts = {v.qid: v for v in judge.judge_many(items)}
+    rows = []
+    for q, a, s, ids in zip(questions, answers, scores, loaded):
+        v = verdicts.get(q.qid)
+        judge_score = 0.0 if (judge is not None and a.text is None and s.rule != "abstention") else (v.score if v else None)
+        rows.append({
+            "qid": q.qid, "graph": q.graph, "category": q.category, "category_name": category_name(q.category),
+            "question": q.text, "gold_answer": q.answer, "loaded": list(ids), "answer": a.to_json(),
+            "score": s.to_json(), "f1": s.f1, "em": s.em, "judge": judge_score,
+            "judge_detail": v.to_json() if v else None,
+            "tokens": a.prompt_tokens + a.completion_tokens + (v.prompt_tokens + v.completion_tokens if v else 0),
+            "cost_usd": (a.cost_usd or 0.0) + ((v.cost_usd or 0.0) if v else 0.0),
+            "latency_s": a.latency_s + (v.latency_s if v else 0.0),
+        })
+    info = {"questions": len(rows), "judged": judge is not None}
+    return QAResult(policy=policy, dataset=dataset, rows=rows, summary=summarize_qa(rows), info=info)
+
+
+def _aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    if not rows:
+        return {"n": 0}
+    n = len(rows)
+    judged = [r["judge"] for r in rows if r["judge"] is not None]
+    judge_failures = sum(1 for r in rows if r["judge_detail"] is not None and r["judge_detail"]["score"] is None)
+    latencies = [r["latency_s"] for r in rows]
+    return {
+        "n": n, "f1": sum(r["f1"] for r in rows) / n, "em": sum(r["em"] for r in rows) / n,
+        "judge": sum(judged) / len(judged) if judged else None, "judged": len(judged), "judge_failures": judge_failures,
+        "abstention_rate": sum(r["answer"]["abstained"] for r in rows) / n,
+        "answer_failures": sum(r["answer"]["text"] is None for r in rows),
+        "tokens": sum(r["tokens"] for r in rows), "cost_usd": sum(r["cost_usd"] for r in rows),
+        "latency_s": sum(latencies) / n, "latency_p95_s": percentile(latencies, 95),
+    }
+
+
+def summarize_qa(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Groups of the module docstring, categories in their first-seen order after sorting."""
+    answerable = [r for r in rows if r["score"]["rule"] != "abstention"]
+    unanswerable = [r for r in rows if r["score"]["rule"] == "abstention"]
+    out = {OVERALL: _aggregate(answerable)}
+    for cat in sorted({r["category"] for r in rows}, key=lambda c: (isinstance(c, str), str(c) if isinstance(c, str) else c)):
+        out[category_name(cat)] = _aggregate([r for r in rows if r["category"] == cat])
+    if unanswerable:
+        out[UNANSWERABLE] = _aggregate(unanswerable)
+        out[ALL] = _aggregate(list(rows))
+    return out
+
+
+def make_components(settings: QASettings, encoder=None, intents: IntentPredictor | None = None
+                    ) -> tuple[Answerer, Judge | None, IntentPredictor, LLMClient, LLMClient | None]:
+    """Fresh clients (usage is accounted per run), answerer, judge and — unless given — the intent source."""
+    answer_client = LLMClient(settings.answer_llm)
+    judge_client = LLMClient(settings.judge_llm) if settings.judge_llm is not None else None
+    answerer = Answerer(answer_client, settings.answer_max_tokens, settings.abstention_phrases)
+    judge = Judge(judge_client, settings.judge_max_tokens) if judge_client is not None else None
+    intents = intents or make_intent_predictor(settings.intent, encoder=encoder, checkpoint=settings.intent_checkpoint,
+                                               min_weight=settings.intent_min_weight)
+    return answerer, judge, intents, answer_client, judge_client
+
+
+def evaluate_qa(settings: QASettings, graphset, loaded_by_qid: Mapping[str, Sequence[str]], *, policy: str = "",
+                components=None, progress: bool = False) -> QAResult:
+    """QA over a seeded sample of ``graphset``'s questions, using each question's loaded node ids.
+
+    ``loaded_by_qid`` maps a qid to the ids the policy loaded (e.g. from an evaluation's rows).
+    """
+    answerer, judge, intents, answer_client, judge_client = components or make_components(settings)
+    questions = select_questions([q for q in graphset.questions if q.qid in loaded_by_qid],
+                                 settings.max_questions, settings.seed)
+    by_qid = {x.qid: x for x in graphset.queries()}
+    result = run_qa(questions, [by_qid[q.qid] for q in questions], [loaded_by_qid[q.qid] for q in questions],
+                    graphset.graphs, answerer, judge, intents, conventions_for(graphset.dataset, settings.conventions),
+                    policy=policy, dataset=graphset.dataset, context_fields=settings.context_fields,
+                    abstention_phrases=settings.abstention_phrases, progress=progress)
+    result.info.update({
+        "answer_model": settings.answer_llm.model, "answer_local_substitute": answer_client.is_local_substitute,
+        "judge_model": settings.judge_llm.model if settings.judge_llm else None, "self_judged": settings.self_judged,
+        "intent": settings.intent, "seed": settings.seed,
+        "usage": {"answer": answer_client.usage_report(), "judge": judge_client.usage_report() if judge_client else None},
+        "failures": {"answer": answer_client.failure_summary(),
+                     "judge": judge_client.failure_summary() if judge_client else None},
+    })
+    return result
+
+
+def summary_lines(result: QAResult) -> list[str]:
+    """A printable summary: one line per group, then models and failures."""
+    lines = [f"QA [{result.policy}] {result.dataset}: answer={result.info.get('answer_model')} "
+             f"judge={result.info.get('judge_model')}{' (self-judged)' if result.info.get('self_judged') else ''}"
+             f"{' [local substitute]' if result.info.get('answer_local_substitute') else ''}"]
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for group, s in result.summary.items():
+        if s.get("n"):
+            lines.append(f"  {group:<14} n={s['n']:<4} F1={fmt(s['f1'])} EM={fmt(s['em'])} judge={fmt(s['judge'])} "
+                         f"(judged {s['judged']}, fail {s['judge_failures']}) abstain={fmt(s['abstention_rate'])} "
+                         f"tokens={s['tokens']} cost=${s['cost_usd']:.4f} latency={s['latency_s']:.2f}s/q")
+    fails = result.info.get("failures", {})
+    lines.append(f"  failures: answer={(fails.get('answer') or {}).get('failures', 0)} "
+                 f"judge={(fails.get('judge') or {}).get('failures', 0)}")
+    return lines
+
+
+def write_rows(result: QAResult, path: str | Path) -> Path:
+    from graphmem.eval.harness import write_jsonl
+
+    return write_jsonl(result.rows, path)
