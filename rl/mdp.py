@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.router import gather_out_edges
+from graphmem.policies.batched import segments
 
 
 ACTION_SPACES = ("frontier", "node")
@@ -97,7 +97,7 @@ class GraphUnion:
 
     def out_edges(self, nodes: Tensor) -> tuple[Tensor, Tensor]:
         """All out-edges of ``nodes`` ``[K]``: ``(seg [C], edges [C])``, ``seg`` indexing into ``nodes``."""
-        return gather_out_edges(self.rowptr, self.perm, nodes)
+        return segments(self.rowptr, self.perm, nodes)
 
 
 @dataclass

@@ -129,7 +129,7 @@ def test_reflector_fuzz_counters_move_exactly_by_valid_labels(case):
         else:
             pairs.append(p)
     parsed_ok = parse_structured(reflection, Reflection).value
-    expected, done, invalid, outside, repeats = [], set(), 0, 0, 0
+    expected, done, outside, repeats = [], set(), 0, 0
     if parsed_ok is not None:
         for t in parsed_ok.transitions:
             p = (t.source, t.target)

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from graphmem.graph import GraphError, MemoryGraph
-from graphmem.io import SCHEMA_VERSION, _digest, load_graph, save_graph
+from graphmem.io import SCHEMA_VERSION, _digest, load_graph
 from rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy
+from graphmem.policies.batched import segment_topk, segments
 from graphmem.policies.entries import make_entry_selector, query_matrix, unit_embeddings
 from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
@@ -42,26 +43,6 @@ def graph_name(graph: MemoryGraph) -> str | None:
         if isinstance(graph.info.get(key), str):
             return graph.info[key]
     return None
-
-
-def gather_out_edges(rowptr: Tensor, perm: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
-    """All out-edges of ``nodes`` ``[K]`` from a CSR: ``(seg [C], edges [C])``, ``seg`` indexing ``nodes``."""
-    start = rowptr[nodes]
-    deg = rowptr[nodes + 1] - start
-    seg = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
-    first = torch.cumsum(deg, 0) - deg
-    pos = torch.arange(seg.numel(), device=nodes.device) - first[seg] + start[seg]
-    return seg, perm[pos]
-
-
-def segment_topk(score: Tensor, seg: Tensor, k: int) -> Tensor:
-    """Positions of the ``k`` best scores of each segment (ties: earlier position first)."""
-    order = torch.argsort(score, descending=True, stable=True)
-    order = order[torch.argsort(seg[order], stable=True)]
-    counts = torch.bincount(seg, minlength=int(seg.max()) + 1 if seg.numel() else 0)
-    first = torch.cumsum(counts, 0) - counts
-    rank = torch.arange(order.numel(), device=score.device) - first[seg[order]]
-    return order[rank < k]
 
 
 def read_router_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
@@ -169,7 +150,7 @@ class RouterPolicy(TraversalPolicy):
             if not frontier_v or budget.top_k_neighbors == 0:
                 break
             fq = torch.tensor(frontier_q, dtype=torch.long, device=dev)
-            seg, edges = gather_out_edges(rowptr, perm, torch.tensor(frontier_v, dtype=torch.long, device=dev))
+            seg, edges = segments(rowptr, perm, torch.tensor(frontier_v, dtype=torch.long, device=dev))
             qi, tgt = fq[seg], dst[edges]
             for i, e in zip(qi.tolist(), edges.tolist()):
                 considered[i].append(e)
