@@ -109,11 +109,12 @@ class TrainConfig:
     """continue from checkpoint_dir/last.pt when it exists"""
 
     def __post_init__(self) -> None:
-        positive = ("epochs", "batch_size", "starts_per_question", "max_hops", "hidden", "eval_every", "checkpoint_every")
-        for name in positive:
+        positive = ("batch_size", "starts_per_question", "max_hops", "hidden", "eval_every", "checkpoint_every")
+        for name in ("epochs", *positive):  # epochs = 0: the initialised modules, untrained
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"trainer.{name} must be a positive integer, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < (name in positive):
+                raise ValueError(f"trainer.{name} must be a {'positive' if name in positive else 'non-negative'} "
+                                 f"integer, got {value!r}")
         for name in ("lr_router", "lr_edges", "temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"trainer.{name} must be > 0, got {getattr(self, name)!r}")

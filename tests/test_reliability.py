@@ -88,7 +88,8 @@ def _env(**extra):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("trainer.epochs=-1", "trainer.epochs must be a positive integer"),
+    ("trainer.epochs=-1", "trainer.epochs must be a non-negative integer"),
+    ("trainer.batch_size=0", "trainer.batch_size must be a positive integer"),
     ("trainer.lr_router=0", "trainer.lr_router must be > 0"),
     ("trainer.router_mode=magic", "trainer.router_mode must be one of"),
     ("budget.max_tokens=-5", "Budget.max_tokens must be a non-negative integer"),
