@@ -109,14 +109,14 @@ class MemoryGraph:
 
     def index_of(self, node_id: str) -> int:
         """Row of ``node_id``; raises :class:`GraphError` for an unknown id."""
-        lookup = self._cached("id_to_index", lambda: {n: i for i, n in enumerate(self.node_ids)})
+        lookup = self.cached("id_to_index", lambda: {n: i for i, n in enumerate(self.node_ids)})
         try:
             return lookup[node_id]
         except KeyError:
             raise GraphError(f"unknown node id {node_id!r}") from None
 
     def has_node(self, node_id: str) -> bool:
-        return node_id in self._cached("id_to_index", lambda: {n: i for i, n in enumerate(self.node_ids)})
+        return node_id in self.cached("id_to_index", lambda: {n: i for i, n in enumerate(self.node_ids)})
 
     def csr(self) -> tuple[Tensor, Tensor]:
         """Out-neighbour access: ``(rowptr [N+1], perm [E])``.
@@ -130,7 +130,7 @@ class MemoryGraph:
             rowptr = torch.zeros(self.num_nodes + 1, dtype=torch.long)
             rowptr[1:] = torch.cumsum(counts, 0)
             return rowptr, perm
-        return self._cached("csr", build)
+        return self.cached("csr", build)
 
     def out_edges(self, node: int) -> Tensor:
         """Edge ids leaving row ``node`` (ordered by target)."""
@@ -139,7 +139,7 @@ class MemoryGraph:
 
     def node_tokens(self) -> Tensor:
         """``[N]`` long: tokens of each node's serialized line (see :mod:`graphmem.tokens`)."""
-        return self._cached(
+        return self.cached(
             "node_tokens",
             lambda: torch.tensor([count_tokens(serialize_node(i, t)) for i, t in zip(self.node_ids, self.texts)], dtype=torch.long),
         )
@@ -149,24 +149,25 @@ class MemoryGraph:
         out = self.out_edges(src)
         return out[self.edge_index[1, out] == dst]
 
-    def cached(self, name: str, build):
-        """Derived structure ``build()`` memoised on this graph until its next mutation.
+    def cached(self, name: str, build, deps: Sequence[Tensor] = ()):
+        """Derived structure ``build()`` memoised on this graph.
 
-        Policies keep per-graph precomputations here (e.g. top-k neighbour tables); any
-        mutation, including :meth:`observe`, drops them. Code that edits tensors in place
-        must call :meth:`invalidate`.
+        Policies keep per-graph precomputations here (e.g. top-k neighbour tables). Any mutation
+        through this class, :meth:`observe` included, drops them; ``deps`` also invalidates the entry
+        when one of those tensors is replaced or edited in place (tracked by the tensor's version
+        counter), so code that writes ``S``/``F`` directly cannot read a stale table.
         """
-        if name not in self._cache:
-            self._cache[name] = build()
-        return self._cache[name]
-
-    _cached = cached
+        key = tuple((id(t), t._version) for t in deps)
+        hit = self._cache.get(name)
+        if hit is not None and hit[0] == key and all(a is b for a, b in zip(hit[1], deps)):
+            return hit[2]
+        value = build()
+        self._cache[name] = (key, tuple(deps), value)
+        return value
 
     def invalidate(self) -> None:
-        """Drop every derived structure (call after editing tensors in place)."""
+        """Drop every derived structure."""
         self._cache.clear()
-
-    _invalidate = invalidate
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> MemoryGraph:
@@ -266,7 +267,7 @@ class MemoryGraph:
         self.metadata += metadata
         self.embeddings = torch.cat([self.embeddings, embeddings])
         self.timestamps = torch.cat([self.timestamps, ts])
-        self._invalidate()
+        self.invalidate()
         return torch.arange(start, start + k)
 
     def revise_node(self, node_id: str, text: str | None = None, key: str | None = None,
@@ -287,7 +288,7 @@ class MemoryGraph:
             self.keys[i] = key
         if metadata is not None:
             self.metadata[i] = dict(metadata)
-        self._invalidate()
+        self.invalidate()
 
     def remove_nodes(self, node_ids: Iterable[str]) -> None:
         """Delete nodes and every edge touching them; remaining rows keep their order."""
@@ -307,7 +308,7 @@ class MemoryGraph:
         self.metadata = [self.metadata[i] for i in kept]
         self.embeddings = self.embeddings[keep]
         self.timestamps = self.timestamps[keep]
-        self._invalidate()
+        self.invalidate()
 
     def add_edges(self, src: Tensor | Sequence[int], dst: Tensor | Sequence[int], relation: Tensor | Sequence[int] | str,
                   features: Tensor | None = None, S: Tensor | None = None, F: Tensor | None = None) -> Tensor:
@@ -352,7 +353,7 @@ class MemoryGraph:
         self.F = torch.cat([self.F, counters[1]])
         self.edge_attr = torch.cat([self.edge_attr, features])
         self.edge_attr_init = torch.cat([self.edge_attr_init, features.clone()])
-        self._invalidate()
+        self.invalidate()
         return torch.arange(start, start + k)
 
     def add_edge(self, src_id: str, dst_id: str, relation: str, features: Sequence[float] | None = None) -> int:
@@ -372,7 +373,7 @@ class MemoryGraph:
         keep = torch.ones(self.num_edges, dtype=torch.bool)
         keep[ids] = False
         self._select_edges(keep)
-        self._invalidate()
+        self.invalidate()
 
     def _select_edges(self, keep: Tensor) -> None:
         for name in ("edge_type", "S", "F", "edge_attr", "edge_attr_init"):

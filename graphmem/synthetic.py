@@ -128,7 +128,7 @@ def make_synthetic_graph(num_nodes: int, avg_degree: float = 8.0, relation_mix: 
     graph.F = torch.zeros(src.numel())
     graph.edge_attr = torch.nn.functional.one_hot(rel, len(RELATIONS)).float()
     graph.edge_attr_init = graph.edge_attr.clone()
-    graph._invalidate()
+    graph.invalidate()
     return graph.validate() if validate else graph
 
 

@@ -31,13 +31,7 @@ def graph_cached(graph: MemoryGraph, name: str, deps: Sequence[Tensor], build: C
     Structural mutations clear the graph's cache anyway; ``deps`` catches the in-place counter
     updates of :meth:`MemoryGraph.observe` (tracked by each tensor's version counter).
     """
-    key = tuple((id(t), t._version) for t in deps)
-    hit = graph._cache.get(name)
-    if hit is not None and hit[0] == key and all(a is b for a, b in zip(hit[1], deps)):
-        return hit[2]
-    value = build()
-    graph._cache[name] = (key, tuple(deps), value)
-    return value
+    return graph.cached(name, build, deps)
 
 
 def node_id_rank(graph: MemoryGraph) -> Tensor:
