@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from graphmem.cli import run_or_exit
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
 from graphmem.eval.report import full_report, plot_budget_curves, results_payload, table_data, write_json
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet, open_graphset
@@ -263,11 +263,7 @@ def _track_qa(tracker, qa_results: dict[str, Any], out: Path) -> None:
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
-    try:
-        evaluate(cfg)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_or_exit(evaluate, cfg, errors=(ConfigError,))
 
 
 if __name__ == "__main__":

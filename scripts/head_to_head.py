@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from graphmem.cli import run_or_exit
 from graphmem.eval.harness import evaluate_policy
 from graphmem.feedback import EvidenceStats, OracleConfig, learn_evidence
 from graphmem.graphset import GraphSet, open_graphset
@@ -192,11 +192,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="head_to_head")
 def main(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except (ValueError, KeyError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_or_exit(run, cfg)
 
 
 if __name__ == "__main__":

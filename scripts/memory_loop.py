@@ -16,7 +16,6 @@ one JSON line per example (``trace.jsonl``) and the totals (``summary.json``) in
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,6 +25,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from graphmem.cli import run_or_exit
 from graphmem.eval.harness import write_jsonl
 from graphmem.graphset import GraphSet, open_graphset
 from graphmem.io import atomic_write
@@ -128,11 +128,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 def main(cfg: DictConfig) -> None:
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
-    try:
-        run(cfg)
-    except (ValueError, KeyError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_or_exit(run, cfg)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from graphmem.cli import run_or_exit
 from graphmem.eval.harness import evaluate_policy
 from graphmem.graphset import GraphSet, open_graphset
 from graphmem.io import atomic_write
@@ -177,10 +177,7 @@ class _Prefixed:
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
 def main(cfg: DictConfig) -> None:
     try:
-        run(cfg)
-    except (ValueError, KeyError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        run_or_exit(run, cfg)
     finally:
         shutdown()
 

@@ -8,7 +8,9 @@ text. Register another one (for example an LLM extractor following HAGE Appendix
 from __future__ import annotations
 
 import re
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
+
+from graphmem.registry import Registry
 
 
 @runtime_checkable
@@ -20,25 +22,13 @@ class EntityExtractor(Protocol):
     def extract(self, texts: Sequence[str]) -> list[set[str]]: ...
 
 
-ENTITY_EXTRACTORS: dict[str, Callable[..., EntityExtractor]] = {}
-
-
-def register_entity_extractor(name: str):
-    """Class decorator: make an extractor selectable as ``graph.entity_extractor=<name>``."""
-    def wrap(cls):
-        cls.name = name
-        ENTITY_EXTRACTORS[name] = cls
-        return cls
-    return wrap
+ENTITY_EXTRACTORS = Registry("entity extractor", lazy={"llm": "graphmem.llm.extractors"})
+register_entity_extractor = ENTITY_EXTRACTORS.register
 
 
 def make_entity_extractor(name: str, **kwargs) -> EntityExtractor:
     """Instantiate a registered extractor by name."""
-    if name == "llm" and name not in ENTITY_EXTRACTORS:
-        import graphmem.llm.extractors  # noqa: F401  (registers the LLM extractor; litellm loads lazily)
-    if name not in ENTITY_EXTRACTORS:
-        raise ValueError(f"unknown entity extractor {name!r}; registered: {sorted(ENTITY_EXTRACTORS)}")
-    return ENTITY_EXTRACTORS[name](**kwargs)
+    return ENTITY_EXTRACTORS.make(name, **kwargs)
 
 
 # Function words, pronouns, interjections and other words that are capitalised at the start of a

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Sequence
+from typing import ClassVar, Sequence
 
 import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
+from graphmem.registry import Registry
 from graphmem.tokens import TOKENIZER_NAME
 
 
@@ -117,25 +118,15 @@ class TraversalPolicy:
         return [self.retrieve(graph, q, budget) for q in queries]
 
 
-POLICIES: dict[str, Callable[..., TraversalPolicy]] = {}
-
-
-def register_policy(name: str):
-    """Class decorator: make a policy selectable as ``policy=<name>``."""
-    def wrap(cls):
-        cls.name = name
-        POLICIES[name] = cls
-        return cls
-    return wrap
+POLICIES = Registry("policy")
+register_policy = POLICIES.register
 
 
 def make_policy(name: str, **kwargs) -> TraversalPolicy:
     """Instantiate a registered policy by name."""
     import graphmem.policies  # noqa: F401  (registers the built-in policies)
 
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}; registered: {sorted(POLICIES)}")
-    return POLICIES[name](**kwargs)
+    return POLICIES.make(name, **kwargs)
 
 
 class Timer:

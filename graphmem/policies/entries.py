@@ -22,6 +22,7 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query
+from graphmem.registry import Registry
 
 
 # ---------------------------------------------------------------------------- per-graph caches
@@ -122,26 +123,13 @@ class EntrySelector(Protocol):
     def select(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[list[int]]: ...
 
 
-ENTRY_SELECTORS: dict[str, Callable[..., EntrySelector]] = {}
-
-
-def register_entry_selector(name: str):
-    """Class decorator: make an entry selector available as ``make_entry_selector(name)``."""
-    def wrap(cls):
-        ENTRY_SELECTORS[name] = cls
-        return cls
-    return wrap
+ENTRY_SELECTORS = Registry("entry selector", lazy={"llm": "graphmem.llm.retriever"})
+register_entry_selector = ENTRY_SELECTORS.register
 
 
 def make_entry_selector(name: str | EntrySelector = "embedding", **kwargs) -> EntrySelector:
     """Instantiate a registered selector by name (an instance is returned unchanged)."""
-    if not isinstance(name, str):
-        return name
-    if name == "llm" and name not in ENTRY_SELECTORS:
-        import graphmem.llm.retriever  # noqa: F401  (registers GraphMemory's LLM retriever; litellm loads lazily)
-    if name not in ENTRY_SELECTORS:
-        raise ValueError(f"unknown entry selector {name!r}; registered: {sorted(ENTRY_SELECTORS)}")
-    return ENTRY_SELECTORS[name](**kwargs)
+    return ENTRY_SELECTORS.make(name, **kwargs) if isinstance(name, str) else name
 
 
 @register_entry_selector("embedding")
