@@ -28,7 +28,7 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy
-from graphmem.policies.batched import segment_topk, segments
+from graphmem.policies.batched import segment_topk, segments, split_list
 from graphmem.policies.entries import make_entry_selector, query_matrix, unit_embeddings
 from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
@@ -56,6 +56,15 @@ def read_router_checkpoint(path: str | Path, map_location: str | torch.device = 
     if not isinstance(state, dict) or "router" not in state or "router_config" not in state:
         raise ValueError(f"{path}: not a router checkpoint (missing 'router'/'router_config')")
     return state
+
+
+def _group_by_query(rows: list[Tensor], values: list[Tensor], nq: int) -> list[list[int]]:
+    """Split hop-ordered ``values`` into one list per query row (order within a query kept)."""
+    if not rows:
+        return [[] for _ in range(nq)]
+    row, val = torch.cat(rows), torch.cat(values)
+    order = torch.argsort(row, stable=True)
+    return split_list(val[order].tolist(), torch.bincount(row, minlength=nq).tolist())
 
 
 @register_policy("router")
@@ -127,7 +136,8 @@ class RouterPolicy(TraversalPolicy):
         tokens = graph.node_tokens().tolist()
         loaded = [[] for _ in range(nq)]
         used, depth = [0] * nq, [0] * nq
-        considered, traversed, scores = [[] for _ in range(nq)], [[] for _ in range(nq)], [[] for _ in range(nq)]
+        traversed, scores = [[] for _ in range(nq)], [[] for _ in range(nq)]
+        considered_q, considered_e = [], []  # per hop: query row and edge id of every inspected out-edge
         visited = torch.zeros(nq, graph.num_nodes, dtype=torch.bool, device=dev)
 
         def try_load(i: int, v: int, score: float) -> bool:
@@ -152,8 +162,8 @@ class RouterPolicy(TraversalPolicy):
             fq = torch.tensor(frontier_q, dtype=torch.long, device=dev)
             seg, edges = segments(rowptr, perm, torch.tensor(frontier_v, dtype=torch.long, device=dev))
             qi, tgt = fq[seg], dst[edges]
-            for i, e in zip(qi.tolist(), edges.tolist()):
-                considered[i].append(e)
+            considered_q.append(qi)
+            considered_e.append(edges)
             fresh = ~visited[qi, tgt]
             seg, edges, qi, tgt = seg[fresh], edges[fresh], qi[fresh], tgt[fresh]
             if edges.numel() == 0:
@@ -178,6 +188,7 @@ class RouterPolicy(TraversalPolicy):
                     depth[i] = hop
                     frontier_q.append(i)
                     frontier_v.append(v)
+        considered = _group_by_query(considered_q, considered_e, nq)
         per_query = (time.perf_counter() - t0) / nq
         return [Retrieval(loaded=loaded[i], entries=list(entries[i]), edges_considered=considered[i],
                           edges_traversed=traversed[i], loaded_tokens=used[i], max_depth=depth[i],
