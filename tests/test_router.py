@@ -139,6 +139,40 @@ def test_router_policy_batch_equals_single():
         assert r1.loaded == rb.loaded and r1.edges_traversed == rb.edges_traversed
 
 
+ROUTER_BUDGETS = [Budget(), Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_nodes=20, max_tokens=400),
+                  Budget(max_entries=3, top_k_neighbors=2, max_hops=2, max_nodes=12, max_tokens=90),
+                  Budget(max_entries=1, top_k_neighbors=0, max_hops=0, max_nodes=5, max_tokens=60)]
+
+
+@pytest.mark.parametrize("budget", ROUTER_BUDGETS, ids=["default", "wide", "token-skips", "entries-only"])
+@pytest.mark.parametrize("variant", ["greedy", "beam", "no-similarities", "fixed"])
+def test_batched_walk_equals_per_query_reference(budget, variant):
+    from graphmem.synthetic import make_synthetic_graph
+
+    g = make_synthetic_graph(400, avg_degree=6, dim=16, seed=3)
+    gen = torch.Generator().manual_seed(0)
+    g.edge_attr = torch.rand(g.num_edges, g.edge_attr.shape[1], generator=gen)
+    emb = g.embeddings[torch.randint(0, 400, (12,), generator=gen)] + 0.3 * torch.randn(12, 16, generator=gen)
+    queries = [Query(f"q{i}", "x", emb[i]) for i in range(12)]
+    torch.manual_seed(2)
+    router = QueryRouter(16, num_relations=len(g.relations), hidden=8, mode="fixed" if variant == "fixed" else "learned",
+                         similarities=variant != "no-similarities")
+    policy = RouterPolicy(router=router, device="cpu", search="beam" if variant == "beam" else "greedy", beam_width=3)
+    batch = policy.retrieve_batch(g, queries, budget)
+    single = [policy.retrieve(g, q, budget) for q in queries]
+
+    def trace(r):
+        return r.loaded, r.entries, r.edges_considered, r.edges_traversed, r.loaded_tokens, r.max_depth
+
+    assert [trace(r) for r in batch] == [trace(r) for r in single]
+    for rb, rs in zip(batch, single):
+        assert rb.scores == pytest.approx(rs.scores, abs=1e-5)
+        assert len(rb.loaded) <= budget.max_nodes and rb.loaded_tokens <= budget.max_tokens
+    assert [trace(r) for r in policy.retrieve_batch(g, queries[::-1], budget)[::-1]] == [trace(r) for r in batch]
+    if budget.max_hops and budget.top_k_neighbors:
+        assert any(r.edges_traversed for r in batch)  # the walk left the entries
+
+
 def test_trainer_yaml_mirrors_train_config():
     import dataclasses
     from pathlib import Path

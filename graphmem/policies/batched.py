@@ -61,6 +61,20 @@ def pad_rows(rows: Sequence[Sequence[int]], width: int | None = None) -> Tensor:
     return out
 
 
+def ragged_block(rows: Tensor, num_rows: int) -> Tensor:
+    """``[num_rows, L]`` positions into ``rows`` laid out per row in their given order, ``-1`` padded.
+
+    Item ``i`` lands in row ``rows[i]`` after the earlier items of that row; ``L`` is the largest row count.
+    """
+    counts = torch.bincount(rows, minlength=num_rows)
+    width = int(counts.max()) if rows.numel() else 0
+    order = torch.argsort(rows, stable=True)
+    col = torch.arange(rows.numel(), device=rows.device) - (torch.cumsum(counts, 0) - counts)[rows[order]]
+    block = torch.full((num_rows, width), -1, dtype=torch.long, device=rows.device)
+    block[rows[order], col] = order
+    return block
+
+
 def compact_left(values: Tensor, *others: Tensor) -> tuple[Tensor, ...]:
     """Move the entries ``>= 0`` of each row of ``values`` to the front (order kept), drop empty columns;
     ``others`` (same shape) are permuted alike."""

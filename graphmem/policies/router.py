@@ -28,13 +28,16 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy
-from graphmem.policies.batched import segment_topk, segments, split_list
-from graphmem.policies.entries import make_entry_selector, query_matrix, unit_embeddings
+from graphmem.policies.batched import entry_matrix, greedy_admit, pad_rows, ragged_block, segment_topk, segments, split_list
+from graphmem.policies.entries import (EmbeddingEntrySelector, cosine_matrix, make_entry_selector, node_id_rank, query_matrix,
+                                      topk_by_score, unit_embeddings, validate_entries)
 from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
 from models.router import QueryRouter, edge_similarities
 
 GRAPH_NAME_KEYS = ("name", "sample_id", "graph")
+# one [B, N] matmul for cos(q, x_v) beats gathering [C, D] candidate rows when B * N <= this * C
+DENSE_COSINE_FACTOR = 16
 
 
 def graph_name(graph: MemoryGraph) -> str | None:
@@ -115,81 +118,206 @@ class RouterPolicy(TraversalPolicy):
                 return ef.weight[a:b].detach()
         return graph.edge_attr.float()
 
-    def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
-        return self.retrieve_batch(graph, [query], budget)[0]
+    def _modulation(self, graph: MemoryGraph, queries: Sequence[Query]) -> tuple[Tensor, Tensor]:
+        """Unit query rows ``[B, D]`` and their modulations ``m(q)`` ``[B, R]``."""
+        q = query_matrix(graph, queries).to(self.device)
+        external = self.intent_provider([x.text for x in queries]) if self.intent.kind == "external" else None
+        return q, self.router.modulation(q, self.intent(q, external))
 
+    def _keep(self, s: Tensor, seg: Tensor, qi: Tensor, budget: Budget) -> Tensor:
+        """Positions of the kept candidates, best score first (ties: earlier position first)."""
+        if self.search == "greedy":
+            keep = segment_topk(s, seg, budget.top_k_neighbors)
+        else:
+            keep = segment_topk(s, qi, self.beam_width or budget.max_entries * budget.top_k_neighbors)
+        return keep[torch.argsort(s[keep], descending=True, stable=True)]
+
+    # ------------------------------------------------------------------ reference: one query
     @torch.no_grad()
+    def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
+        """Per-query reference of the walk: Python lists and sets over this query's candidate edges."""
+        t0 = time.perf_counter()
+        entries = validate_entries(graph, self.entry_selector.select(graph, [query], budget)[0], budget)
+        q_unit, m = self._modulation(graph, [query])
+        x = unit_embeddings(graph).to(self.device)
+        etype, eattr = graph.edge_type.to(self.device), self._edge_attr(graph).to(self.device)
+        tokens = graph.node_tokens().tolist()
+        loaded, scores, traversed, considered = [], [], [], []
+        used = depth = 0
+
+        def fits(v: int) -> bool:
+            return len(loaded) < budget.max_nodes and used + tokens[v] <= budget.max_tokens
+
+        visited, frontier = set(entries), []
+        for v in entries:
+            if fits(v):
+                loaded.append(v)
+                scores.append(0.0)
+                frontier.append(v)
+                used += tokens[v]
+        for hop in range(1, budget.max_hops + 1):
+            if not frontier or budget.top_k_neighbors == 0:
+                break
+            seg, cand, source, target = [], [], [], []
+            for j, v in enumerate(frontier):
+                out = graph.out_edges(v)
+                considered.extend(out.tolist())
+                fresh = [(e, u) for e, u in zip(out.tolist(), graph.edge_index[1, out].tolist()) if u not in visited]
+                seg.extend([j] * len(fresh))
+                cand.extend(e for e, _ in fresh)
+                source.extend([v] * len(fresh))
+                target.extend(u for _, u in fresh)
+            if not cand:
+                break
+            edges = torch.tensor(cand, dtype=torch.long, device=self.device)
+            src, tgt = x[source], x[target]
+            qn = q_unit.expand(len(cand), -1)
+            cos = (qn * tgt).sum(-1)
+            sims = edge_similarities(qn, src, tgt, cos) if self.router.similarities else None
+            zeros = torch.zeros(len(cand), dtype=torch.long, device=self.device)
+            s = self.router.score(m, eattr[edges], etype[edges], zeros, cos, sims)
+            keep = self._keep(s, torch.tensor(seg, device=self.device), zeros, budget).tolist()
+            s = s.tolist()
+            visited.update(target[k] for k in keep)
+            reached, frontier = set(), []
+            for k in keep:
+                v = target[k]
+                if v in reached:  # reached over two edges this hop: loaded once, best edge first
+                    continue
+                reached.add(v)
+                if fits(v):
+                    loaded.append(v)
+                    scores.append(s[k])
+                    traversed.append(cand[k])
+                    frontier.append(v)
+                    used += tokens[v]
+                    depth = hop
+        return Retrieval(loaded=loaded, entries=entries, edges_considered=considered, edges_traversed=traversed,
+                         loaded_tokens=used, max_depth=depth, wall_time_s=time.perf_counter() - t0, scores=scores)
+
+    # ------------------------------------------------------------------ batched
     def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
+        """Entries for all queries (one ``[B, D] x [D, N]`` matmul for the embedding selector), then
+        :meth:`traverse_batch`."""
         if not queries:
             return []
-        t0, dev = time.perf_counter(), self.device
-        entries = self.entry_selector.select(graph, queries, budget)
-        nq = len(queries)
-        q = query_matrix(graph, queries).to(dev)
-        external = self.intent_provider([x.text for x in queries]) if self.intent.kind == "external" else None
-        m = self.router.modulation(q, self.intent(q, external))
-        x = unit_embeddings(graph).to(dev)
-        rowptr, perm = (t.to(dev) for t in graph.csr())
-        src_all, dst = graph.edge_index.to(dev)
-        etype, eattr = graph.edge_type.to(dev), self._edge_attr(graph).to(dev)
-        q_unit = torch.nn.functional.normalize(q, dim=-1)
-        tokens = graph.node_tokens().tolist()
-        loaded = [[] for _ in range(nq)]
-        used, depth = [0] * nq, [0] * nq
-        traversed, scores = [[] for _ in range(nq)], [[] for _ in range(nq)]
-        considered_q, considered_e = [], []  # per hop: query row and edge id of every inspected out-edge
-        visited = torch.zeros(nq, graph.num_nodes, dtype=torch.bool, device=dev)
+        t0 = time.perf_counter()
+        cos_all = None
+        if type(self.entry_selector) is EmbeddingEntrySelector and graph.num_nodes:
+            cos_all = cosine_matrix(graph, queries)
+            entries = topk_by_score(cos_all, budget.max_entries, node_id_rank(graph))
+        else:
+            entries = entry_matrix(self.entry_selector, graph, queries, budget)
+        results = self.traverse_batch(graph, queries, entries, budget, cos_all)
+        per_query = (time.perf_counter() - t0) / len(queries)
+        for r in results:
+            r.wall_time_s = per_query
+        return results
 
-        def try_load(i: int, v: int, score: float) -> bool:
-            if len(loaded[i]) >= budget.max_nodes or used[i] + tokens[v] > budget.max_tokens:
-                return False
-            loaded[i].append(v)
-            used[i] += tokens[v]
-            scores[i].append(score)
-            return True
+    @torch.no_grad()
+    def traverse_batch(self, graph: MemoryGraph, queries: Sequence[Query], entries: Tensor | Sequence[Sequence[int]],
+                       budget: Budget, cos_all: Tensor | None = None) -> list[Retrieval]:
+        """The walk for all queries at once, from given entry rows (``[B, <=max_entries]``, ``-1`` padded).
 
-        frontier_q, frontier_v = [], []
-        for i, ent in enumerate(entries):
-            if ent:
-                visited[i, torch.tensor(ent, device=dev)] = True
-            for v in ent:
-                if try_load(i, v, 0.0):
-                    frontier_q.append(i)
-                    frontier_v.append(v)
+        Per hop, every out-edge of every frontier node of every query is one row of a ragged
+        candidate list; the router scores them in one call; the kept targets of each query form a
+        ``[B, L]`` block admitted under the budget by :func:`greedy_admit`. Visited pairs are held
+        as ``query * N + node`` keys, so no ``[B, N]`` state exists: after entry selection the work
+        is bounded by the budget and the out-degrees, not by ``N``. ``cos(q, x_v)`` is read from
+        ``cos_all`` (``[B, N]``, e.g. the entry selector's matrix) when given, or computed as one
+        matmul when that is cheaper than gathering the candidates' embedding rows.
+        """
+        if not isinstance(entries, Tensor):
+            entries = pad_rows([validate_entries(graph, e, budget) for e in entries], budget.max_entries)
+        dev, nq, n = self.device, len(queries), graph.num_nodes
+        entries = entries.to(dev)
+        cos_all = None if cos_all is None else cos_all.to(dev)
+        q_unit, m = self._modulation(graph, queries)
+        x, rowptr, perm, src_all, dst, etype, edge_cos, tokens = self._graph_tensors(graph)
+        eattr = self._edge_attr(graph).to(dev)
+        used = torch.zeros(nq, dtype=torch.long, device=dev)
+        count = torch.zeros_like(used)
+        valid = entries >= 0
+        admit, used, count = greedy_admit(tokens[entries.clamp(min=0)], valid, used, count, budget)
+        rows, pos = admit.nonzero(as_tuple=True)
+        nodes = entries[rows, pos]
+        parts = [(rows, nodes, torch.full_like(nodes, -1), torch.zeros(nodes.numel(), device=dev), 0)]
+        visited = (torch.arange(nq, device=dev)[:, None] * n + entries)[valid]
+        considered_q, considered_e = [], []
         for hop in range(1, budget.max_hops + 1):
-            if not frontier_v or budget.top_k_neighbors == 0:
+            if nodes.numel() == 0 or budget.top_k_neighbors == 0:
                 break
-            fq = torch.tensor(frontier_q, dtype=torch.long, device=dev)
-            seg, edges = segments(rowptr, perm, torch.tensor(frontier_v, dtype=torch.long, device=dev))
-            qi, tgt = fq[seg], dst[edges]
+            seg, edges = segments(rowptr, perm, nodes)
+            qi, tgt = rows[seg], dst[edges]
             considered_q.append(qi)
             considered_e.append(edges)
-            fresh = ~visited[qi, tgt]
+            fresh = ~torch.isin(qi * n + tgt, visited)
             seg, edges, qi, tgt = seg[fresh], edges[fresh], qi[fresh], tgt[fresh]
             if edges.numel() == 0:
                 break
-            qn, src = q_unit[qi], src_all[edges]
-            cos = (qn * x[tgt]).sum(-1)
-            sims = edge_similarities(qn, x[src], x[tgt], cos) if self.router.similarities else None
-            s = self.router.score(m, eattr[edges], etype[edges], qi, cos, sims)
-            if self.search == "greedy":
-                keep = segment_topk(s, seg, budget.top_k_neighbors)
+            if cos_all is None and nq * n <= DENSE_COSINE_FACTOR * edges.numel():
+                cos_all = q_unit @ x.T
+            if cos_all is not None:
+                cos, cos_src = cos_all[qi, tgt], cos_all[qi, src_all[edges]]
             else:
-                keep = segment_topk(s, qi, self.beam_width or budget.max_entries * budget.top_k_neighbors)
-            keep = keep[torch.argsort(s[keep], descending=True, stable=True)]
-            visited[qi[keep], tgt[keep]] = True  # reached: loaded now or skipped for good
-            frontier_q, frontier_v, seen = [], [], set()
-            for i, v, e, sc in zip(qi[keep].tolist(), tgt[keep].tolist(), edges[keep].tolist(), s[keep].tolist()):
-                if (i, v) in seen:  # reached over two edges this hop: loaded once, best edge first
-                    continue
-                seen.add((i, v))
-                if try_load(i, v, sc):
-                    traversed[i].append(e)
-                    depth[i] = hop
-                    frontier_q.append(i)
-                    frontier_v.append(v)
+                cos, cos_src = (q_unit[qi] * x[tgt]).sum(-1), (q_unit[rows] * x[nodes]).sum(-1)[seg]
+            sims = torch.stack([cos_src, cos, edge_cos[edges]], -1) if self.router.similarities else None
+            s = self.router.score(m, eattr[edges], etype[edges], qi, cos, sims)
+            keep = self._keep(s, seg, qi, budget)
+            qi, tgt, edges, s = qi[keep], tgt[keep], edges[keep], s[keep]
+            key = qi * n + tgt
+            visited = torch.cat([visited, key])
+            first = first_occurrence(key).nonzero().flatten()  # one candidate per (query, node): its best edge
+            block = ragged_block(qi[first], nq)
+            item = first[block.clamp(min=0)]
+            admit, used, count = greedy_admit(tokens[tgt[item]], block >= 0, used, count, budget)
+            picked = item[admit]  # row-major: per query in score order
+            rows, nodes = qi[picked], tgt[picked]
+            parts.append((rows, nodes, edges[picked], s[picked], hop))
+        return self._retrievals(parts, considered_q, considered_e, entries, used, nq)
+
+    @staticmethod
+    def _retrievals(parts, considered_q, considered_e, entries: Tensor, used: Tensor, nq: int) -> list[Retrieval]:
+        """Retrieval objects from the per-hop loaded ``(rows, nodes, via, score, hop)`` parts, with one
+        ``tolist`` per field; stable sorting by query row keeps each query's load order."""
+        rows = torch.cat([p[0] for p in parts])
+        order = torch.argsort(rows, stable=True)
+        counts = torch.bincount(rows, minlength=nq).tolist()
+        nodes, via, score = (torch.cat([p[i] for p in parts])[order] for i in (1, 2, 3))
+        hop = torch.cat([torch.full_like(p[1], p[4]) for p in parts])
+        depth = torch.zeros(nq, dtype=torch.long, device=rows.device).scatter_reduce(0, rows, hop, "amax").tolist()
+        moved = via >= 0
+        traversed = split_list(via[moved].tolist(), torch.bincount(rows[order][moved], minlength=nq).tolist())
+        loaded, scores = split_list(nodes.tolist(), counts), split_list(score.tolist(), counts)
         considered = _group_by_query(considered_q, considered_e, nq)
-        per_query = (time.perf_counter() - t0) / nq
-        return [Retrieval(loaded=loaded[i], entries=list(entries[i]), edges_considered=considered[i],
-                          edges_traversed=traversed[i], loaded_tokens=used[i], max_depth=depth[i],
-                          wall_time_s=per_query, scores=scores[i]) for i in range(nq)]
+        ent = [[v for v in row if v >= 0] for row in entries.tolist()]
+        used = used.tolist()
+        return [Retrieval(loaded=loaded[i], entries=ent[i], edges_considered=considered[i], edges_traversed=traversed[i],
+                          loaded_tokens=used[i], max_depth=depth[i], scores=scores[i]) for i in range(nq)]
+
+    def _graph_tensors(self, graph: MemoryGraph) -> tuple[Tensor, ...]:
+        """Query-independent tensors of ``graph`` on the policy's device, cached on the graph."""
+        def build():
+            rowptr, perm = graph.csr()
+            src, dst = graph.edge_index
+            return tuple(t.to(self.device) for t in (unit_embeddings(graph), rowptr, perm, src, dst, graph.edge_type,
+                                                     edge_cosines(graph), graph.node_tokens()))
+        return graph.cached(f"policies.router_tensors:{self.device}", build, (graph.embeddings, graph.edge_index))
+
+
+def first_occurrence(key: Tensor) -> Tensor:
+    """``[K]`` bool: whether each key is the first of its value in order."""
+    order = torch.argsort(key, stable=True)
+    sorted_key = key[order]
+    first = torch.ones_like(key, dtype=torch.bool)
+    first[order[1:]] = sorted_key[1:] != sorted_key[:-1]
+    return first
+
+
+def edge_cosines(graph: MemoryGraph, chunk: int = 1 << 18) -> Tensor:
+    """``[E]`` ``cos(x_i, x_j)`` of every edge ``i -> j``, cached while the embeddings and edges are unchanged."""
+    def build():
+        x, (src, dst) = unit_embeddings(graph), graph.edge_index
+        return torch.cat([(x[src[a:a + chunk]] * x[dst[a:a + chunk]]).sum(-1) for a in range(0, graph.num_edges, chunk)]
+                         or [torch.empty(0)])
+    return graph.cached("policies.edge_cosines", build, (graph.embeddings, graph.edge_index))
