@@ -6,6 +6,7 @@ import torch
 from graphmem.graph import MemoryGraph
 from graphmem.policies import Budget, Query
 from graphmem.policies.ppr import PersonalizedPageRank, transition_matrix
+from graphmem.synthetic import make_synthetic_graph
 
 
 def small_graph(dangling: bool) -> MemoryGraph:
@@ -77,8 +78,66 @@ def test_loads_best_scores_within_hops():
     assert r.edges_traversed and all(int(g.edge_index[1, e]) in r.loaded for e in r.edges_traversed)
 
 
+@pytest.fixture(scope="module")
+def topic_graph():
+    """400 topic-clustered nodes with varied posteriors; nodes 0..29 lose their out-edges (dangling)."""
+    g = make_synthetic_graph(400, avg_degree=6, dim=16, seed=3)
+    gen = torch.Generator().manual_seed(0)
+    g.S = torch.randint(0, 3, (g.num_edges,), generator=gen).float()
+    g.F = torch.randint(0, 3, (g.num_edges,), generator=gen).float()
+    g.remove_edges((g.edge_index[0] < 30).nonzero().flatten())
+    return g
+
+
+@pytest.fixture(scope="module")
+def topic_queries(topic_graph):
+    gen = torch.Generator().manual_seed(1)
+    rows = torch.cat([torch.arange(3), torch.randint(0, topic_graph.num_nodes, (17,), generator=gen)])
+    emb = topic_graph.embeddings[rows] + 0.3 * torch.randn(20, topic_graph.dim, generator=gen)
+    return [Query(f"q{i}", f"question {i}", emb[i]) for i in range(20)]
+
+
+def fields(r):
+    return (r.loaded, r.entries, r.edges_considered, r.edges_traversed, r.loaded_tokens, r.max_depth, r.scores)
+
+
+@pytest.mark.parametrize("budget", [
+    Budget(max_entries=3, max_hops=2, max_nodes=12, max_tokens=90),    # token skips, windows past max_nodes
+    Budget(max_entries=4, max_hops=2, max_nodes=40, max_tokens=700),
+    Budget(max_entries=6, max_hops=1, max_nodes=3),
+    Budget(max_entries=2, max_hops=0, max_nodes=12),
+], ids=["tight-tokens", "wide", "few-nodes", "entries-only"])
+@pytest.mark.parametrize("columns", [1, 7, None], ids=["block1", "block7", "one-block"])
+@pytest.mark.parametrize("kwargs", [{}, {"relation_weights": {"entity": 0.0}, "use_posterior": False}],
+                         ids=["default", "no-entity"])
+def test_batched_equals_per_query_reference(topic_graph, topic_queries, budget, columns, kwargs):
+    n = topic_graph.num_nodes
+    block = {} if columns is None else {"max_block_elements": columns * n + n - 1}
+    policy = PersonalizedPageRank(**kwargs, **block)
+    single = [policy.retrieve(topic_graph, q, budget) for q in topic_queries]
+    batched = policy.retrieve_batch(topic_graph, topic_queries, budget)
+    assert [fields(r) for r in batched] == [fields(r) for r in single]
+    assert all(r.loaded for r in single) and any(r.edges_traversed for r in single)
+    assert all(r.max_depth <= budget.max_hops for r in single)
+    if budget.max_tokens < 100:
+        assert any(len(r.loaded) < budget.max_nodes for r in single)  # some node was skipped for tokens
+
+
+def test_scores_do_not_depend_on_block_composition(topic_graph):
+    restarts = torch.zeros(topic_graph.num_nodes, 9, dtype=torch.float64)
+    for j in range(9):
+        restarts[torch.arange(j, j + 1 + j % 3), j] = 1.0 / (1 + j % 3)
+    policy = PersonalizedPageRank()
+    block = policy.scores(topic_graph, restarts)
+    for j in range(9):
+        assert torch.equal(policy.scores(topic_graph, restarts[:, j:j + 1])[:, 0], block[:, j])
+        assert torch.equal(policy.scores(topic_graph, restarts[:, j:])[:, 0], block[:, j])
+
+
 def test_invalid_arguments():
     with pytest.raises(ValueError, match="alpha"):
         PersonalizedPageRank(alpha=0.0)
+    with pytest.raises(ValueError, match="max_block_elements"):
+        PersonalizedPageRank(max_block_elements=0)
     with pytest.raises(ValueError, match="unknown relation"):
         transition_matrix(small_graph(False), {"friendship": 1.0})

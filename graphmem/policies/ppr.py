@@ -15,23 +15,35 @@ i.e. dangling mass returns to the restart vector, so every iterate sums to one a
 point solves ``(I - (1 - alpha)(P^T + r 1_D^T)) p = alpha r``. Each query column stops when
 ``||p_{t+1} - p_t||_1 < tol`` (or after ``max_iter``). Nodes within ``max_hops`` of an entry and
 with ``p > 0`` are then loaded by decreasing ``p`` (ties by string id) under the budget;
-``top_k_neighbors`` does not apply. Queries are batched as an ``[N, B]`` matrix and one sparse
-``P^T`` product (``torch.sparse.mm`` on COO) per iteration.
+``top_k_neighbors`` does not apply.
+
+Queries are batched as ``[N, B]`` column blocks with ``N * B <= max_block_elements``. A column's
+PPR vector does not depend on the other columns of its block, bit for bit: every sum over nodes
+is a COO product (``torch.sparse.mm``), which accumulates each output entry over the nonzeros
+in a fixed order with one axpy across the columns. The dangling mass is an extra row of the
+propagation operator and the L1 change a product with a row of ones, never ``Tensor.sum``,
+whose reduction order changes with the number of columns (COO, not CSR, for the same reason).
+All other steps are elementwise.
+
+:meth:`PersonalizedPageRank.retrieve` is the per-query reference (one column, a sort and
+:func:`load_under_budget`); :meth:`PersonalizedPageRank.retrieve_batch` ranks, admits and traces
+whole blocks with tensor operations and returns the same :class:`Retrieval` objects.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy
-from graphmem.policies.batched import segments
-from graphmem.policies.entries import EntrySelector, graph_cached, make_entry_selector, node_id_rank, validate_entries
+from graphmem.policies.batched import entry_matrix, greedy_admit, segments, split_list
+from graphmem.policies.entries import (EntrySelector, graph_cached, make_entry_selector, node_id_rank, topk_by_score,
+                                       validate_entries)
 
 
 @dataclass
@@ -50,8 +62,8 @@ class PPRConfig:
     """multiplier per relation name (missing relations: 1.0)"""
     use_posterior: bool = True
     """scale edge strength by the Beta posterior mean"""
-    chunk_size: int = 16
-    """query columns iterated together (bounds memory on large graphs)"""
+    max_block_elements: int = 1 << 21
+    """most entries ``N * B`` of one ``[N, B]`` block of query columns iterated together (bounds memory)"""
     entries: str = "embedding"
     """entry selector registered in ``ENTRY_SELECTORS``"""
 
@@ -81,6 +93,62 @@ def transition_matrix(graph: MemoryGraph, relation_weights: dict[str, float] | N
     return pt.coalesce(), dangling
 
 
+class PPROperators(NamedTuple):
+    """Sparse operators of one graph: ``pt`` ``[N, N]`` (``P^T``), ``step`` ``[N + 1, N]`` and ``ones`` ``[1, N]``."""
+
+    pt: Tensor
+    step: Tensor
+    ones: Tensor
+
+
+def ppr_operators(pt: Tensor, dangling: Tensor, alpha: float) -> PPROperators:
+    """``step = (1 - alpha) [P^T; 1_D^T]`` and ``ones = 1^T``, both coalesced COO float64.
+
+    ``y = step @ p`` holds ``(1 - alpha) P^T p`` in its first ``N`` rows and the scaled dangling
+    mass ``(1 - alpha) sum_{u in D} p_u`` in row ``N``; ``ones @ x`` sums each column of ``x``.
+    """
+    n = pt.shape[0]
+    d = dangling.nonzero().flatten()
+    rows = torch.cat([pt.indices(), torch.stack([torch.full_like(d, n), d])], 1)
+    values = torch.cat([pt.values(), torch.ones(d.numel(), dtype=torch.float64)]) * (1.0 - alpha)
+    step = torch.sparse_coo_tensor(rows, values, (n + 1, n), check_invariants=False).coalesce()
+    ones = torch.sparse_coo_tensor(torch.stack([torch.zeros(n, dtype=torch.long), torch.arange(n)]),
+                                   torch.ones(n, dtype=torch.float64), (1, n), check_invariants=False).coalesce()
+    return PPROperators(pt, step, ones)
+
+
+def power_iteration(ops: PPROperators, restart: Tensor, alpha: float, tol: float, max_iter: int) -> Tensor:
+    """``[N, B]`` PPR vectors for the restart columns ``restart`` ``[N, B]`` (module docstring).
+
+    Only the columns still changing are iterated: a column that meets ``||p_{t+1} - p_t||_1 < tol``
+    is written to the output and dropped from the working block. The restart term touches only
+    the nonzeros ``(node, column, weight)`` of ``restart``.
+    """
+    n = restart.shape[0]
+    p = torch.empty_like(restart)
+    cols = torch.arange(restart.shape[1])
+    node, col = restart.nonzero(as_tuple=True)
+    weight = restart[node, col]
+    cur = restart
+    for _ in range(max_iter):
+        y = ops.step @ cur
+        nxt = y[:n]
+        nxt[node, col] += (y[n, col] + alpha) * weight
+        done = (ops.ones @ torch.sub(nxt, cur).abs_())[0] < tol
+        if not bool(done.any()):
+            cur = nxt
+            continue
+        p[:, cols[done]] = nxt[:, done]
+        keep = ~done
+        cols, cur = cols[keep], nxt[:, keep]
+        if cols.numel() == 0:
+            return p
+        kept = keep[col]
+        node, col, weight = node[kept], (keep.cumsum(0) - 1)[col[kept]], weight[kept]
+    p[:, cols] = cur
+    return p
+
+
 def hop_distance(adjacency_t: Tensor, restart: Tensor, max_hops: int) -> Tensor:
     """``[N, B]`` int: BFS hops from the support of each restart column (``max_hops + 1`` = farther)."""
     dist = torch.full(restart.shape, max_hops + 1, dtype=torch.long)
@@ -93,6 +161,39 @@ def hop_distance(adjacency_t: Tensor, restart: Tensor, max_hops: int) -> Tensor:
     return dist
 
 
+def admit_ranked(key: Tensor, id_rank: Tensor, tokens: Tensor, budget: Budget) -> tuple[Tensor, Tensor]:
+    """:func:`load_under_budget` for every row of ``key`` ``[B, N]``, nodes ranked by ``(-key, id_rank)``.
+
+    Nodes with ``key > 0`` are the candidates; every other key must be negative and distinct
+    within its row, so the ranking has no ties outside the candidates. The ranking is read in
+    windows (the first ``max_nodes`` places, then four times as many each round), each admitted by
+    :func:`greedy_admit` with the row's ``(used, count)`` carried over; a row takes another window
+    only while it is below ``max_nodes``, its last window held candidates only and the smallest
+    node still fits in its token budget.
+
+    Returns ``(loaded [B, max_nodes] long in load order, -1 padded, used tokens [B])``.
+    """
+    b, n = key.shape
+    loaded = torch.full((b, budget.max_nodes), -1, dtype=torch.long)
+    used = torch.zeros(b, dtype=torch.long)
+    count = torch.zeros(b, dtype=torch.long)
+    rows, start, width = torch.arange(b), 0, min(n, budget.max_nodes)
+    smallest = int(tokens.min())
+    while rows.numel():
+        nodes = topk_by_score(key[rows], width, id_rank)[:, start:]
+        valid = key[rows[:, None], nodes] > 0
+        admit, used_r, count_r = greedy_admit(tokens[nodes], valid, used[rows], count[rows], budget)
+        r, j = admit.nonzero(as_tuple=True)
+        slot = count[rows][r] + admit.long().cumsum(1)[r, j] - 1
+        loaded[rows[r], slot] = nodes[r, j]
+        used[rows], count[rows] = used_r, count_r
+        if width == n:
+            break
+        rows = rows[(count_r < budget.max_nodes) & valid[:, -1] & (used_r + smallest <= budget.max_tokens)]
+        start, width = width, min(n, 4 * width)
+    return loaded, used
+
+
 @register_policy("ppr")
 class PersonalizedPageRank(TraversalPolicy):
     """Personalized PageRank from the entries, best nodes loaded under the budget.
@@ -103,77 +204,52 @@ class PersonalizedPageRank(TraversalPolicy):
         max_iter: most iterations (default: ``200``).
         relation_weights: multiplier per relation name (default: ``None``, all 1).
         use_posterior: multiply edge strength by the posterior mean (default: ``True``).
-        chunk_size: query columns iterated together (default: ``16``).
+        max_block_elements: most entries ``N * B`` of one block of query columns; a batch is cut
+            into blocks of ``max(1, max_block_elements // N)`` queries (default: ``2**21``).
         entries: entry selector name or instance (default: ``"embedding"``).
     """
 
     def __init__(self, alpha: float = 0.15, tol: float = 1e-8, max_iter: int = 200,
                  relation_weights: dict[str, float] | None = None, use_posterior: bool = True,
-                 chunk_size: int = 16, entries: str | EntrySelector = "embedding") -> None:
+                 max_block_elements: int = 1 << 21, entries: str | EntrySelector = "embedding") -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-        if chunk_size < 1 or max_iter < 1:
-            raise ValueError("chunk_size and max_iter must be >= 1")
+        if max_block_elements < 1 or max_iter < 1:
+            raise ValueError("max_block_elements and max_iter must be >= 1")
         self.alpha, self.tol, self.max_iter = float(alpha), float(tol), int(max_iter)
         self.relation_weights = dict(relation_weights or {})
-        self.use_posterior, self.chunk_size = bool(use_posterior), int(chunk_size)
+        self.use_posterior, self.max_block_elements = bool(use_posterior), int(max_block_elements)
         self.entries = make_entry_selector(entries)
 
-    def _matrix(self, graph: MemoryGraph) -> tuple[Tensor, Tensor]:
-        name = f"policies.ppr_matrix:{sorted(self.relation_weights.items())}:{self.use_posterior}"
+    def _operators(self, graph: MemoryGraph) -> PPROperators:
+        name = f"policies.ppr_operators:{sorted(self.relation_weights.items())}:{self.use_posterior}:{self.alpha}"
         return graph_cached(graph, name, (graph.edge_index, graph.edge_type, graph.S, graph.F),
-                            lambda: transition_matrix(graph, self.relation_weights, self.use_posterior))
+                            lambda: ppr_operators(*transition_matrix(graph, self.relation_weights, self.use_posterior),
+                                                  self.alpha))
 
     def scores(self, graph: MemoryGraph, restart: Tensor) -> Tensor:
         """``[N, B]`` float64 PPR vectors for restart columns ``restart`` (each summing to 1)."""
-        pt, dangling = self._matrix(graph)
-        p = restart.clone()
-        active = torch.arange(restart.shape[1])
-        for _ in range(self.max_iter):
-            if active.numel() == 0:
-                break
-            cur, r = p[:, active], restart[:, active]
-            lost = cur[dangling].sum(0) if bool(dangling.any()) else torch.zeros(active.numel(), dtype=torch.float64)
-            nxt = (1.0 - self.alpha) * (pt @ cur) + ((1.0 - self.alpha) * lost + self.alpha) * r
-            p[:, active] = nxt
-            active = active[(nxt - cur).abs().sum(0) >= self.tol]
-        return p
+        return power_iteration(self._operators(graph), restart, self.alpha, self.tol, self.max_iter)
 
+    # ------------------------------------------------------------------ reference: one query
     def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
-        return self.retrieve_batch(graph, [query], budget)[0]
-
-    def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
-        if not queries:
-            return []
+        """Per-query reference: one restart column, its candidates sorted, :func:`load_under_budget`."""
         t0 = time.perf_counter()
-        entries = [validate_entries(graph, e, budget) for e in self.entries.select(graph, queries, budget)]
-        results: list[Retrieval] = []
-        for start in range(0, len(entries), self.chunk_size):
-            results += self._chunk(graph, entries[start:start + self.chunk_size], budget)
-        per_query = (time.perf_counter() - t0) / len(queries)
-        for r in results:
-            r.wall_time_s = per_query
-        return results
-
-    def _chunk(self, graph: MemoryGraph, entries: list[list[int]], budget: Budget) -> list[Retrieval]:
-        n, b = graph.num_nodes, len(entries)
-        restart = torch.zeros(n, b, dtype=torch.float64)
-        for j, ent in enumerate(entries):
-            if ent:
-                restart[torch.tensor(ent), j] = 1.0 / len(ent)
-        p = self.scores(graph, restart)
-        pt, _ = self._matrix(graph)
-        dist = hop_distance(pt, restart, budget.max_hops)
-        candidate = (p > 0) & (dist <= budget.max_hops)
-        rank = node_id_rank(graph)
-        out = []
-        for j, ent in enumerate(entries):
-            idx = candidate[:, j].nonzero().flatten()  # few nodes: those within max_hops of an entry
-            order = torch.argsort(rank[idx], stable=True)
-            order = order[torch.argsort(-p[idx[order], j], stable=True)]
-            loaded, used = load_under_budget(graph, idx[order].tolist(), budget)
-            out.append(self._trace(graph, ent, loaded, used, dist[:, j], p[:, j]))
-        return out
+        if graph.num_nodes == 0:
+            return Retrieval(loaded=[], entries=[], scores=[])
+        entries = validate_entries(graph, self.entries.select(graph, [query], budget)[0], budget)
+        restart = torch.zeros(graph.num_nodes, 1, dtype=torch.float64)
+        if entries:
+            restart[torch.tensor(entries), 0] = 1.0 / len(entries)
+        p = self.scores(graph, restart)[:, 0]
+        dist = hop_distance(self._operators(graph).pt, restart, budget.max_hops)[:, 0]
+        idx = ((p > 0) & (dist <= budget.max_hops)).nonzero().flatten()
+        order = torch.argsort(node_id_rank(graph)[idx], stable=True)
+        order = order[torch.argsort(-p[idx[order]], stable=True)]
+        loaded, used = load_under_budget(graph, idx[order].tolist(), budget)
+        r = self._trace(graph, entries, loaded, used, dist, p)
+        r.wall_time_s = time.perf_counter() - t0
+        return r
 
     @staticmethod
     def _trace(graph: MemoryGraph, entries: list[int], loaded: list[int], used: int, dist: Tensor, p: Tensor) -> Retrieval:
@@ -181,8 +257,64 @@ class PersonalizedPageRank(TraversalPolicy):
         rowptr, perm = graph.csr()
         nodes = torch.tensor(loaded, dtype=torch.long)
         _, edges = segments(rowptr, perm, nodes)
-        considered = edges.tolist()
-        traversed = edges[torch.isin(graph.edge_index[1, edges], nodes)].tolist()
-        return Retrieval(loaded=loaded, entries=list(entries), edges_considered=considered, edges_traversed=traversed,
-                         loaded_tokens=used, max_depth=int(dist[loaded].max()) if loaded else 0,
-                         scores=p[loaded].tolist() if loaded else [])
+        traversed = edges[torch.isin(graph.edge_index[1, edges], nodes)]
+        return Retrieval(loaded=loaded, entries=list(entries), edges_considered=edges.tolist(),
+                         edges_traversed=traversed.tolist(), loaded_tokens=used,
+                         max_depth=int(dist[loaded].max()) if loaded else 0, scores=p[loaded].tolist())
+
+    # ------------------------------------------------------------------ batched
+    def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
+        """All queries in blocks of ``max(1, max_block_elements // N)`` columns, each block one
+        :meth:`_retrieve_block`."""
+        if not queries:
+            return []
+        t0 = time.perf_counter()
+        if graph.num_nodes == 0:
+            return [Retrieval(loaded=[], entries=[], scores=[]) for _ in queries]
+        entries = entry_matrix(self.entries, graph, queries, budget)
+        width = max(1, self.max_block_elements // graph.num_nodes)
+        results: list[Retrieval] = []
+        for start in range(0, len(queries), width):
+            results += self._retrieve_block(graph, entries[start:start + width], budget)
+        per_query = (time.perf_counter() - t0) / len(queries)
+        for r in results:
+            r.wall_time_s = per_query
+        return results
+
+    def _retrieve_block(self, graph: MemoryGraph, entries: Tensor, budget: Budget) -> list[Retrieval]:
+        """PPR, hop distances, ranking, admission and trace for the entry rows ``entries`` ``[b, k]``
+        (``-1`` padded), with whole-tensor operations and one ``tolist`` per output field.
+
+        Non-candidates get the key ``-1 - id_rank`` (negative and distinct) for :func:`admit_ranked`.
+        """
+        n, b = graph.num_nodes, entries.shape[0]
+        ops = self._operators(graph)
+        rank = node_id_rank(graph)
+        q, slot = (entries >= 0).nonzero(as_tuple=True)
+        restart = torch.zeros(n, b, dtype=torch.float64)
+        restart[entries[q, slot], q] = 1.0 / (entries >= 0).sum(1).double()[q]
+        p = self.scores(graph, restart)
+        dist = hop_distance(ops.pt, restart, budget.max_hops)
+        candidate = (p > 0) & (dist <= budget.max_hops)
+        key = torch.where(candidate, p, -1.0 - rank[:, None].double()).T
+        slots, used = admit_ranked(key, rank, graph.node_tokens(), budget)
+
+        q, slot = (slots >= 0).nonzero(as_tuple=True)
+        nodes = slots[q, slot]
+        counts = torch.bincount(q, minlength=b).tolist()
+        rowptr, perm = graph.csr()
+        seg, edges = segments(rowptr, perm, nodes)
+        edge_q = q[seg]
+        member = torch.zeros(b, n, dtype=torch.bool)
+        member[q, nodes] = True
+        hit = member[edge_q, graph.edge_index[1, edges]]
+
+        loaded = split_list(nodes.tolist(), counts)
+        scores = split_list(p[nodes, q].tolist(), counts)
+        considered = split_list(edges.tolist(), torch.bincount(edge_q, minlength=b).tolist())
+        traversed = split_list(edges[hit].tolist(), torch.bincount(edge_q[hit], minlength=b).tolist())
+        max_depth = torch.zeros(b, dtype=torch.long).scatter_reduce(0, q, dist[nodes, q], "amax").tolist()
+        ent = [[v for v in row if v >= 0] for row in entries.tolist()]
+        used = used.tolist()
+        return [Retrieval(loaded=loaded[i], entries=ent[i], edges_considered=considered[i], edges_traversed=traversed[i],
+                          loaded_tokens=used[i], max_depth=max_depth[i], scores=scores[i]) for i in range(b)]
