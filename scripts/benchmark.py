@@ -6,8 +6,9 @@ For every graph and policy it measures, on the same graph and queries in the sam
   query (``retrieve_batch([q])``) and the batched form over all queries (``retrieve_batch``), as
   milliseconds per query, queries per second and the ratios ``batched_over_loop`` (vs the
   reference loop) and ``batched_over_single`` (vs batches of one);
-* for ``beta_bfs`` also the traversal alone (Algorithm 1 lines 2-16 from precomputed entries,
-  batched) and the embedding entry selection, since only the traversal is bounded by the budget.
+* for the bounded policies (``beta_bfs``, ``router``) also the traversal alone (batched, from
+  precomputed entries) and the embedding entry selection, since only the traversal is bounded by
+  the budget: entry selection ranks all ``N`` nodes.
 
 Graphs: the saved LoCoMo graph set (``locomo.path``; each conversation graph with its own
 questions) and synthetic graphs of ``sizes`` nodes. ``router`` and ``gnn`` run with freshly
@@ -32,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from graphmem.graphset import GraphSet
 from graphmem.policies import Budget, Query, make_policy
+from graphmem.policies.batched import entry_matrix
 from graphmem.synthetic import make_synthetic_graph
 
 log = logging.getLogger("benchmark")
@@ -98,15 +100,23 @@ def time_policy(policy, graph, queries: list[Query], budget: Budget, repeats: in
     }
 
 
-def time_traversal(policy, graph, queries: list[Query], budget: Budget, repeats: int) -> dict:
-    """Beta BFS split into batched entry selection and the batched bounded traversal."""
+# the batched traversal of a bounded policy from an entry matrix, and its entry selector
+TRAVERSALS = {
+    "beta_bfs": (lambda p, g, qs, e, b: p.traverse_batch(g, e, b), lambda p: p.entries),
+    "router": (lambda p, g, qs, e, b: p.traverse_batch(g, qs, e, b), lambda p: p.entry_selector),
+}
+
+
+def time_traversal(name: str, policy, graph, queries: list[Query], budget: Budget, repeats: int) -> dict:
+    """A bounded policy split into batched entry selection and the batched bounded traversal."""
+    traverse, selector = TRAVERSALS[name]
     best_sel, best_trav = float("inf"), float("inf")
     for _ in range(max(repeats, 3)):  # sub-millisecond timings: keep the quietest of a few rounds
         t = time.perf_counter()
-        entries = policy.entries.select(graph, queries, budget)
+        entries = entry_matrix(selector(policy), graph, queries, budget)
         best_sel = min(best_sel, time.perf_counter() - t)
         t = time.perf_counter()
-        policy.traverse_batch(graph, entries, budget)
+        traverse(policy, graph, queries, entries, budget)
         best_trav = min(best_trav, time.perf_counter() - t)
     n = len(queries)
     return {"entry_ms_per_query": 1e3 * best_sel / n, "traversal_ms_per_query": 1e3 * best_trav / n}
@@ -119,8 +129,8 @@ def time_graph(cfg: DictConfig, graph, queries: list[Query], budget: Budget, syn
         policy = build_policy(name, graph, cfg.seed)
         qs = queries[:cfg.get(f"{name}_queries", None) or len(queries)] if synthetic else queries
         res = time_policy(policy, graph, qs, budget, cfg.repeats, min(len(qs), cfg.loop_queries))
-        if name == "beta_bfs":
-            res.update(time_traversal(policy, graph, qs, budget, cfg.repeats))
+        if name in TRAVERSALS:
+            res.update(time_traversal(name, policy, graph, qs, budget, cfg.repeats))
         out[name] = res
         log.info("  %-11s loop %8.3f ms/q  batch-of-1 %8.3f ms/q  batched %8.4f ms/q  (x%.1f vs loop, x%.1f vs batch-of-1)%s",
                  name, res["loop_ms_per_query"], res["single_batch_ms_per_query"], res["batched_ms_per_query"],
@@ -193,17 +203,18 @@ def _run(cfg: DictConfig) -> dict:
 
 
 def growth(report: dict) -> dict:
-    """Latency at the largest size over the smallest, per policy (batched), and the spread of the
-    median beta_bfs traversal latency across sizes (GraphMemory's bounded retrieval: flat within 2x)."""
+    """Latency at the largest size over the smallest, per policy (batched), and the spread
+    (max / min over sizes) of each bounded policy's traversal latency (flat: within 2x)."""
     sizes = list(report["sizes"].values())
     if len(sizes) < 2:
         return {}
     first, last = sizes[0]["policies"], sizes[-1]["policies"]
     out = {name: last[name]["batched_ms_per_query"] / first[name]["batched_ms_per_query"] for name in last}
-    if "beta_bfs" in last:
-        trav = [s["policies"]["beta_bfs"]["traversal_ms_per_query"] for s in sizes]
-        out["beta_bfs_traversal_max_over_min"] = max(trav) / min(trav)
-        out["beta_bfs_traversal_flat_within_2x"] = max(trav) / min(trav) <= 2.0
+    for name in TRAVERSALS:
+        if name in last:
+            trav = [s["policies"][name]["traversal_ms_per_query"] for s in sizes]
+            out[f"{name}_traversal_max_over_min"] = max(trav) / min(trav)
+            out[f"{name}_traversal_flat_within_2x"] = max(trav) / min(trav) <= 2.0
     return out
 
 
@@ -220,9 +231,10 @@ def plot(report: dict, path: Path) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for name in names:
         ax1.plot(sizes, [e["policies"][name]["batched_ms_per_query"] for e in entries], marker="o", label=f"{name} (batched)")
-    if "beta_bfs" in names:
-        ax1.plot(sizes, [e["policies"]["beta_bfs"]["traversal_ms_per_query"] for e in entries], "k--", marker="s",
-                 label="beta_bfs traversal only")
+    for name, style in zip(TRAVERSALS, ("k--", "k:")):
+        if name in names:
+            ax1.plot(sizes, [e["policies"][name]["traversal_ms_per_query"] for e in entries], style, marker="s",
+                     label=f"{name} traversal only")
     ax1.set(xscale="log", yscale="log", xlabel="nodes", ylabel="ms per query", title="latency vs graph size")
     ax1.legend(fontsize=7)
     width = 0.8 / max(len(names), 1)

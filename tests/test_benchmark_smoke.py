@@ -33,8 +33,9 @@ def test_run_in_process_writes_json_and_plot(tmp_path):
         for res in entry["policies"].values():
             assert res["loop_qps"] > 0 and res["batched_qps"] > 0 and res["mean_loaded"] <= 12
             assert res["batched_over_single"] > 0 and res["single_batch_ms_per_query"] > 0
-        assert entry["policies"]["beta_bfs"]["traversal_ms_per_query"] > 0
-    assert "beta_bfs_traversal_flat_within_2x" in saved["growth"]
+        for name in ("beta_bfs", "router"):
+            assert entry["policies"][name]["traversal_ms_per_query"] > 0
+    assert {"beta_bfs_traversal_flat_within_2x", "router_traversal_flat_within_2x"} <= set(saved["growth"])
 
 
 def test_hydra_entry_point(tmp_path):

@@ -172,12 +172,15 @@ class BetaBFS(TraversalPolicy):
         result.wall_time_s = time.perf_counter() - t0
         return result
 
-    def traverse_batch(self, graph: MemoryGraph, entries: Sequence[Sequence[int]], budget: Budget) -> list[Retrieval]:
-        """:meth:`traverse` for many entry lists at once."""
-        if not entries:
+    def traverse_batch(self, graph: MemoryGraph, entries: Tensor | Sequence[Sequence[int]], budget: Budget) -> list[Retrieval]:
+        """:meth:`traverse` for many entry lists at once; a ``[B, <=max_entries]`` tensor of valid,
+        distinct rows (``-1`` padded, as :func:`~graphmem.policies.batched.entry_matrix` gives) is used as is."""
+        if len(entries) == 0:
             return []
         t0 = time.perf_counter()
-        results = self._traverse_batch(graph, pad_rows([validate_entries(graph, e, budget) for e in entries]), budget)
+        if not isinstance(entries, Tensor):
+            entries = pad_rows([validate_entries(graph, e, budget) for e in entries])
+        results = self._traverse_batch(graph, entries, budget)
         per_query = (time.perf_counter() - t0) / len(entries)
         for r in results:
             r.wall_time_s = per_query
