@@ -17,10 +17,12 @@ Knows nothing of datasets or files: inputs are tensors.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Final
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric import EdgeIndex
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import scatter
 
@@ -64,11 +66,17 @@ class GatedRelationalConv(MessagePassing):
     relation vector), :math:`U \in \mathbb{R}^{H \times d_e}` gates on the edge features
     (e.g. HAGE's ``e_ij``), and the residual keeps the seeded query signal.
 
+    :meth:`message_and_aggregate` computes :math:`\bar m` without materialising the ``[E, B, H]``
+    messages; :meth:`message` and :meth:`aggregate` state the same mean edge by edge and run for a
+    single query or where PyG does not fuse the two (e.g. in explain mode).
+
     Args:
         hidden_dim: state size ``H``.
         num_relations: relation ids the layer accepts (inverses included).
         edge_dim: edge feature size ``d_e`` (default: 4).
     """
+
+    SUPPORTS_FUSED_EDGE_INDEX: Final[bool] = True
 
     def __init__(self, hidden_dim: int, num_relations: int, edge_dim: int = 4):
         super().__init__(aggr="mean", node_dim=0)
@@ -81,15 +89,43 @@ class GatedRelationalConv(MessagePassing):
         nn.init.normal_(self.relation, 1.0, 0.1)
 
     def forward(self, h: Tensor, edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor) -> Tensor:
-        """``h``: ``[N, B, H]``; returns the new ``[N, B, H]`` states."""
-        gate = torch.sigmoid(self.gate_bias[edge_type] + self.gate_edge(edge_attr))        # [E, H]
-        return self.propagate(edge_index, h=h, gate=gate, edge_type=edge_type, size=(h.size(0), h.size(0)))
+        """``h``: ``[N, B, H]``; returns the new ``[N, B, H]`` states.
 
-    def message(self, h_j: Tensor, gate: Tensor, edge_type: Tensor) -> Tensor:
-        return (gate * self.relation[edge_type]).unsqueeze(1) * h_j                       # [E, B, H]
+        With more than one query the edges are sorted by target into an
+        :class:`~torch_geometric.EdgeIndex`, on which PyG runs :meth:`message_and_aggregate`; for
+        a single query the ``[E, 1, H]`` messages are cheaper than its index arithmetic, and PyG
+        runs :meth:`message` and :meth:`aggregate` on the edges as given.
+        """
+        n = h.size(0)
+        if h.size(1) > 1:
+            edge_index, perm = EdgeIndex(edge_index, sparse_size=(n, n)).sort_by("col")
+            edge_type, edge_attr = edge_type[perm], edge_attr[perm]
+        weight = torch.sigmoid(self.gate_bias[edge_type] + self.gate_edge(edge_attr)) * self.relation[edge_type]   # [E, H]
+        return self.propagate(edge_index, h=h, weight=weight, size=(n, n))
+
+    def message(self, h_j: Tensor, weight: Tensor) -> Tensor:
+        """``m_{e,b} = g_e * z_{r_e} * h_{j,b}``: ``[E, B, H]``."""
+        return weight.unsqueeze(1) * h_j
 
     def aggregate(self, inputs: Tensor, index: Tensor, ptr: Tensor | None = None, dim_size: int | None = None) -> Tensor:
         return scatter(inputs, index, dim=0, dim_size=dim_size, reduce="mean")
+
+    def message_and_aggregate(self, edge_index: EdgeIndex, h: Tensor, weight: Tensor) -> Tensor:
+        """The mean messages ``[N, B, H]`` of :meth:`message` and :meth:`aggregate`, without the
+        ``[E, B, H]`` messages: for each channel ``c`` and target ``i``, a bag-sum of the source
+        states ``h_{j,:,c}`` weighted by ``g_{e,c} z_{r_e,c} / |N^-(i)|`` (an empty bag is 0)."""
+        (colptr, src), _ = edge_index.get_csc()
+        n, bsz, hid = h.shape
+        in_degree = colptr.diff()
+        target_degree = torch.repeat_interleave(in_degree, in_degree, output_size=src.numel())   # [E]
+        channel = torch.arange(hid, device=h.device).unsqueeze(1)                               # [H, 1]
+        out = F.embedding_bag(
+            (src + channel * n).flatten(),                        # row c * N + j of the table
+            h.permute(2, 0, 1).reshape(hid * n, bsz),             # row c * N + j: h_{j,:,c}
+            (colptr[:-1] + channel * src.numel()).flatten(),      # bag c * N + i: the in-edges of i
+            mode="sum", per_sample_weights=(weight.T / target_degree).flatten(),
+        )
+        return out.view(hid, n, bsz).permute(1, 2, 0)
 
     def update(self, aggr_out: Tensor, h: Tensor) -> Tensor:
         return h + F.relu(self.lin_msg(aggr_out) + self.lin_self(h))
@@ -175,7 +211,6 @@ class GNNReader(nn.Module):
 def start_mask(entries: list[list[int]], num_nodes: int, dtype: torch.dtype = torch.float32) -> Tensor:
     """``[B, N]`` with 1 at each query's entry rows."""
     mask = torch.zeros(len(entries), num_nodes, dtype=dtype)
-    for b, rows in enumerate(entries):
-        if rows:
-            mask[b, torch.as_tensor(rows, dtype=torch.long)] = 1.0
+    queries = torch.repeat_interleave(torch.arange(len(entries)), torch.tensor([len(rows) for rows in entries], dtype=torch.long))
+    mask[queries, torch.tensor([v for rows in entries for v in rows], dtype=torch.long)] = 1.0
     return mask
