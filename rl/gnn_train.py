@@ -11,8 +11,8 @@ and retrieval see the same start states. Two losses are available:
 
 The reported metric is evidence recall of the ``gnn`` policy's walk under a :class:`Budget`
 (``|loaded ∩ gold| / |gold|``, averaged over questions). It is computed for all queries of a graph
-at once: one batched reader forward (``eval_chunk`` queries at a time) and :func:`batched_walk`,
-which reproduces :func:`graphmem.policies.gnn.walk_and_load` with tensor ops over the batch. The
+at once: one batched reader forward (``eval_chunk`` queries at a time) and
+:func:`graphmem.policies.gnn.batched_walk`, the policy's own walk over the batch. The
 best epoch is chosen on the validation examples only; :func:`graph_split` makes train /
 validation / test graph lists with :func:`rl.splits.conversation_folds`. A REINFORCE fine-tune
 stage is not part of this module.
@@ -33,6 +33,7 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget
+from graphmem.policies.gnn import batched_walk
 from models.gnn_reader import GNNReader, ReaderConfig, start_mask
 from rl.splits import conversation_folds
 
@@ -146,7 +147,8 @@ def gold_mask(ex: ReaderExample) -> Tensor:
 def walk_recall(ex: ReaderExample, scores: Tensor, budget: Budget) -> Tensor:
     """``[B]`` evidence recall ``|loaded ∩ gold| / |gold|`` of the batched walk ranked by ``scores``."""
     gold = gold_mask(ex)
-    loaded = batched_walk(ex.graph, ex.entries, scores, budget)
+    entries = [list(e)[:budget.max_entries] for e in ex.entries]
+    loaded = batched_walk(ex.graph, entries, scores, budget).loaded_mask()
     return (loaded & gold).sum(1).float() / gold.sum(1).clamp(min=1).float()
 
 
@@ -249,97 +251,3 @@ def cosine_walk_recall(examples: Sequence[ReaderExample], budget: Budget) -> flo
         total += float(walk_recall(ex, cos, budget).sum())
         count += len(ex.gold)
     return total / max(count, 1)
-
-
-# ---------------------------------------------------------------------- batched walk (validation)
-def neighbour_table(graph: MemoryGraph) -> Tensor:
-    """``[N, D_max]`` long: distinct out-neighbours of each row, ascending by node-id rank, padded with -1."""
-    from graphmem.policies.entries import node_id_rank
-
-    n = graph.num_nodes
-    if graph.edge_index.shape[1] == 0 or n == 0:
-        return torch.full((n, 1), -1, dtype=torch.long)
-    rank = node_id_rank(graph)
-    src, dst = graph.edge_index
-    pairs = torch.unique(torch.stack([src, dst], 1), dim=0)                      # distinct (u, v)
-    pairs = pairs[pairs[:, 0] != pairs[:, 1]]                                    # u is always reached first
-    order = torch.argsort(pairs[:, 0] * n + rank[pairs[:, 1]], stable=True)      # by u, then by rank of v
-    pairs = pairs[order]
-    counts = torch.bincount(pairs[:, 0], minlength=n)
-    start = torch.cumsum(counts, 0) - counts
-    col = torch.arange(pairs.shape[0]) - start[pairs[:, 0]]
-    table = torch.full((n, max(int(counts.max()), 1)), -1, dtype=torch.long)
-    table[pairs[:, 0], col] = pairs[:, 1]
-    return table
-
-
-def _padded(rows: list[list[int]], width: int) -> Tensor:
-    out = torch.full((len(rows), max(width, 1)), -1, dtype=torch.long)
-    for b, r in enumerate(rows):
-        r = list(dict.fromkeys(r))[:width]
-        out[b, :len(r)] = torch.as_tensor(r, dtype=torch.long)
-    return out
-
-
-def _rank_order(scores: Tensor, rank: Tensor, mask: Tensor) -> Tensor:
-    """Columns of each row of ``scores`` ordered by ``(-score, rank)`` with masked-out columns last."""
-    by_rank = torch.argsort(rank)                                                # columns in ascending rank
-    keyed = scores[:, by_rank].masked_fill(~mask[:, by_rank], -math.inf)
-    return by_rank[torch.sort(keyed, dim=1, descending=True, stable=True).indices]
-
-
-def batched_walk(graph: MemoryGraph, entries: list[list[int]], scores: Tensor, budget: Budget,
-                 table: Tensor | None = None) -> Tensor:
-    """``[B, N]`` bool: the nodes :func:`graphmem.policies.gnn.walk_and_load` loads, for all queries at once.
-
-    Same rules with tensor ops over the batch: per hop ``d <= max_hops``, each frontier node in
-    order admits its ``top_k_neighbors`` unreached out-neighbours by ``(-score, rank)``; the reached
-    set is ranked the same way and loaded while ``|loaded| < max_nodes`` and a node's tokens fit
-    what is left of ``max_tokens`` (a node that does not fit is skipped). Python loops run over
-    frontier slots and candidate positions (at most ``max_entries * (1 + k + ... + k^max_hops)``), not queries.
-    """
-    from graphmem.policies.entries import node_id_rank
-
-    bsz, n = scores.shape
-    scores = scores.float()
-    if n == 0 or bsz == 0:
-        return torch.zeros(bsz, n, dtype=torch.bool)
-    table = neighbour_table(graph) if table is None else table
-    rank = node_id_rank(graph)
-    rows = torch.arange(bsz)
-    frontier = _padded(entries, budget.max_entries)                              # [B, F], -1 = empty slot
-    reached = torch.zeros(bsz, n + 1, dtype=torch.bool)                          # column n absorbs padding
-    reached[rows.unsqueeze(1), frontier.masked_fill(frontier < 0, n)] = True
-    padded_scores = torch.cat([scores, torch.full((bsz, 1), -math.inf)], 1)
-    k = budget.top_k_neighbors
-    for _ in range(budget.max_hops if k > 0 else 0):
-        nxt = []
-        for j in range(frontier.shape[1]):
-            u = frontier[:, j]
-            nbr = table[u.clamp(min=0)].masked_fill((u < 0).unsqueeze(1), -1)   # [B, D]
-            nbr = nbr.masked_fill(nbr < 0, n)
-            free = (nbr < n) & ~reached.gather(1, nbr)
-            keyed = padded_scores.gather(1, nbr).masked_fill(~free, -math.inf)
-            # neighbour columns are in ascending rank, so a stable sort breaks score ties by rank
-            top = torch.sort(keyed, dim=1, descending=True, stable=True).indices[:, :k]
-            ok = free.gather(1, top)
-            chosen = nbr.gather(1, top).masked_fill(~ok, n)
-            reached[rows.unsqueeze(1), chosen] = True
-            nxt.append(chosen.masked_fill(~ok, -1))
-        frontier = torch.cat(nxt, 1) if nxt else frontier[:, :0]
-        if frontier.numel() == 0 or bool((frontier < 0).all()):
-            break
-    reached = reached[:, :n]
-    order = _rank_order(scores, rank, reached)
-    tokens = graph.node_tokens()
-    loaded = torch.zeros(bsz, n, dtype=torch.bool)
-    used = torch.zeros(bsz, dtype=torch.long)
-    count = torch.zeros(bsz, dtype=torch.long)
-    for c in range(int(reached.sum(1).max())):
-        v = order[:, c]
-        t = tokens[v]
-        ok = reached[rows, v] & (count < budget.max_nodes) & (used + t <= budget.max_tokens)
-        loaded[rows, v] |= ok
-        used += t * ok
-        count += ok.long()
-    return loaded

@@ -13,10 +13,17 @@ For a batch of queries over one graph:
 
 So the loaded set obeys the same entry, fan-out, hop, node and token limits as every other
 policy. The policy sees only the graph, the :class:`Query` and the :class:`Budget`.
+
+Steps 3-4 exist twice: :func:`walk_and_load` for one query in plain Python (the reference), and
+:func:`batched_walk` with tensor ops over the whole batch (what :meth:`GNNPolicy.retrieve_batch`
+and the reader's validation in :mod:`rl.gnn_train` run). Both give the same :class:`Retrieval`.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from itertools import accumulate
 from os import PathLike
 from typing import Sequence
 
@@ -25,7 +32,7 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query, Retrieval, Timer, TraversalPolicy, load_under_budget, register_policy
-from graphmem.policies.entries import make_entry_selector, node_id_rank
+from graphmem.policies.entries import graph_cached, make_entry_selector, node_id_rank
 
 
 @register_policy("gnn")
@@ -61,6 +68,8 @@ class GNNPolicy(TraversalPolicy):
         """``[B, N]`` reader scores (CPU tensor), computed ``query_chunk`` queries at a time."""
         from models.gnn_reader import start_mask
 
+        if not graph.num_nodes:
+            return torch.empty(len(queries), 0)
         dev = self.device
         x, ei, et, ea = (t.to(dev) for t in (graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr))
         out = []
@@ -71,23 +80,29 @@ class GNNPolicy(TraversalPolicy):
             out.append(self.reader(x, ei, et, ea, q, start).cpu())
         return torch.cat(out) if out else torch.empty(0, graph.num_nodes)
 
+    def select_entries(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[list[int]]:
+        """Step 1: at most ``max_entries`` entry rows per query."""
+        return [list(e)[:budget.max_entries] for e in self.entry_selector.select(graph, list(queries), budget)]
+
     # ------------------------------------------------------------------ retrieval
     def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
-        return self.retrieve_batch(graph, [query], budget)[0]
+        """One query: the reader on this query alone, then :func:`walk_and_load`."""
+        with Timer() as t:
+            entries = self.select_entries(graph, [query], budget)
+            result = walk_and_load(graph, entries[0], self.score(graph, [query], entries)[0], budget)
+        result.wall_time_s = t.seconds
+        return result
 
     def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
+        """All queries at once: batched reader passes, then :func:`batched_walk`; each result carries
+        an equal share of the wall time."""
         if not queries:
             return []
-        with Timer() as t_entries:
-            entries = [list(e)[:budget.max_entries] for e in self.entry_selector.select(graph, list(queries), budget)]
-            scores = self.score(graph, queries, entries) if graph.num_nodes else torch.empty(len(queries), 0)
-        share = t_entries.seconds / len(queries)
-        results = []
-        for b in range(len(queries)):
-            with Timer() as t:
-                result = walk_and_load(graph, entries[b], scores[b], budget)
-            result.wall_time_s = share + t.seconds
-            results.append(result)
+        with Timer() as t:
+            entries = self.select_entries(graph, queries, budget)
+            results = batched_walk(graph, entries, self.score(graph, queries, entries), budget).retrievals(graph, entries)
+        for result in results:
+            result.wall_time_s = t.seconds / len(queries)
         return results
 
 
@@ -124,3 +139,183 @@ def walk_and_load(graph: MemoryGraph, entries: list[int], scores: Tensor, budget
         edges_traversed=[parent_edge[v] for v in loaded if v in parent_edge], loaded_tokens=tokens,
         max_depth=max((depth[v] for v in loaded), default=0), scores=[score_list[v] for v in loaded],
     )
+
+
+# ---------------------------------------------------------------------- batched walk
+def neighbour_table(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
+    """``(nbr, edge)``, both ``[N + 1, D]`` long: row ``u`` lists the distinct out-neighbours of
+    ``u`` other than ``u`` itself, ascending by node-id rank, and for each the smallest id of an
+    edge ``u -> v``. Rows are padded with ``N`` (neighbour) and ``-1`` (edge); row ``N`` is all
+    padding, so a padded frontier slot ``N`` has no neighbours."""
+    def build() -> tuple[Tensor, Tensor]:
+        n = graph.num_nodes
+        src, dst = graph.edge_index
+        eid = torch.arange(src.numel())
+        keep = src != dst
+        src, dst, eid = src[keep], dst[keep], eid[keep]
+        order = torch.argsort(src * max(n, 1) + node_id_rank(graph)[dst], stable=True)   # then by edge id
+        src, dst, eid = src[order], dst[order], eid[order]
+        first = torch.ones_like(src, dtype=torch.bool)
+        first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+        src, dst, eid = src[first], dst[first], eid[first]
+        counts = torch.bincount(src, minlength=n + 1)
+        col = torch.arange(src.numel()) - (torch.cumsum(counts, 0) - counts)[src]
+        width = int(counts.max()) if src.numel() else 0
+        nbr = torch.full((n + 1, width), n, dtype=torch.long)
+        edge = torch.full((n + 1, width), -1, dtype=torch.long)
+        nbr[src, col] = dst
+        edge[src, col] = eid
+        return nbr, edge
+    return graph_cached(graph, "policies.gnn.neighbour_table", (graph.edge_index,), build)
+
+
+@dataclass
+class WalkBatch:
+    """Steps 3-4 for ``B`` queries as padded ``[B, R]`` tensors over each query's reached nodes.
+
+    Node rows are padded with ``N``; ``R`` bounds the reached nodes of any query
+    (``<= max_entries * (1 + k + ... + k^max_hops)``).
+
+    Attributes:
+        ranked: ``[B, R]`` reached nodes, by ``(-score, node-id rank)``.
+        taken: ``[B, R]`` bool, the ranked nodes that are loaded (load order = ranked order).
+        depth: ``[B, R]`` hop at which each ranked node was reached (0 for entries).
+        parent_edge: ``[B, R]`` the edge that reached each ranked node (-1 for entries and padding).
+        scores: ``[B, R]`` each ranked node's score.
+        loaded_tokens: ``[B]`` tokens of the loaded nodes.
+        visited: ``[B, S]`` the frontier nodes whose out-edges were considered, in visiting order.
+        num_nodes: ``N``.
+    """
+
+    ranked: Tensor
+    taken: Tensor
+    depth: Tensor
+    parent_edge: Tensor
+    scores: Tensor
+    loaded_tokens: Tensor
+    visited: Tensor
+    num_nodes: int
+
+    def loaded_mask(self) -> Tensor:
+        """``[B, N]`` bool, True at each query's loaded nodes."""
+        n = self.num_nodes
+        mask = torch.zeros(self.ranked.shape[0], n + 1, dtype=torch.bool)
+        mask.scatter_(1, self.ranked.masked_fill(~self.taken, n), True)
+        return mask[:, :n]
+
+    def retrievals(self, graph: MemoryGraph, entries: Sequence[Sequence[int]]) -> list[Retrieval]:
+        """One :class:`Retrieval` per query, equal to :func:`walk_and_load`'s, built from a few
+        ``tolist`` calls over the whole batch."""
+        taken = self.taken
+        traversed = taken & (self.parent_edge >= 0)
+        considered, num_considered = self.considered_edges(graph)
+        columns = {
+            "loaded": (self.ranked[taken], taken.sum(1)),
+            "scores": (self.scores[taken], taken.sum(1)),
+            "edges_traversed": (self.parent_edge[traversed], traversed.sum(1)),
+            "edges_considered": (considered, num_considered),
+        }
+        split = {name: _split_rows(flat.tolist(), counts.tolist()) for name, (flat, counts) in columns.items()}
+        max_depth = torch.cat([self.depth.masked_fill(~taken, 0), self.depth.new_zeros(len(taken), 1)], 1).amax(1)
+        return [
+            Retrieval(loaded=loaded, entries=list(e), edges_considered=considered, edges_traversed=traversed,
+                      loaded_tokens=tokens, max_depth=depth, scores=scores)
+            for loaded, e, considered, traversed, tokens, depth, scores in zip(
+                split["loaded"], entries, split["edges_considered"], split["edges_traversed"],
+                self.loaded_tokens.tolist(), max_depth.tolist(), split["scores"])
+        ]
+
+    def considered_edges(self, graph: MemoryGraph) -> tuple[Tensor, Tensor]:
+        """The out-edges of the visited nodes, concatenated row by row in visiting order (each
+        node's edges in :meth:`MemoryGraph.out_edges` order), and ``[B]`` edges per query."""
+        rowptr, perm = graph.csr()
+        degree = torch.cat([rowptr.diff(), rowptr.new_zeros(1)])                     # padding N has none
+        per_visit = degree[self.visited]                                              # [B, S]
+        real = self.visited < self.num_nodes
+        lengths, starts = per_visit[real], rowptr[:-1][self.visited[real]]
+        offsets = torch.cumsum(lengths, 0) - lengths
+        positions = torch.arange(int(lengths.sum())) + torch.repeat_interleave(starts - offsets, lengths)
+        return perm[positions], per_visit.sum(1)
+
+
+def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: Tensor, budget: Budget) -> WalkBatch:
+    """Steps 3-4 of the module docstring for ``B`` queries at once; ``scores`` is ``[B, N]``.
+
+    The same rules as :func:`walk_and_load` with tensor ops over the batch: at each hop
+    ``d <= max_hops``, frontier node ``u`` (in frontier order) admits its ``top_k_neighbors``
+    unreached out-neighbours by ``(-score, rank)``, each through its smallest edge id; the reached
+    nodes are ranked the same way and loaded while ``|loaded| < max_nodes`` and a node's tokens fit
+    what is left of ``max_tokens`` (a node that does not fit is skipped). Python loops run over
+    frontier slots and ranked positions, both bounded by the budget, never over queries.
+    ``entries`` are used as given (callers truncate them to ``max_entries``).
+    """
+    bsz, n = len(entries), graph.num_nodes
+    nbr_table, edge_table = neighbour_table(graph)
+    rank = torch.cat([node_id_rank(graph), torch.tensor([n])])                       # padding ranks last
+    # sort keys are -score with NaN at padding: an ascending stable sort puts padding last and
+    # breaks score ties by column order
+    neg_scores = torch.cat([-scores, scores.new_full((bsz, 1), math.nan)], 1)        # [B, N + 1]
+    frontier = _entry_frontier(entries, n)                                             # [B, F]
+    reached = torch.zeros(bsz, n + 1, dtype=torch.bool)
+    reached[:, n] = True                                                              # padding is never free
+    reached.scatter_(1, frontier, True)
+    nodes, parents, depths, visited = [frontier], [torch.full_like(frontier, -1)], [torch.zeros_like(frontier)], []
+    k = budget.top_k_neighbors
+    for d in range(1, budget.max_hops + 1 if k > 0 else 1):
+        if frontier.shape[1] == 0:
+            break
+        visited.append(frontier)
+        admitted, via = [], []
+        for u in frontier.unbind(1):
+            nbr = nbr_table[u]                                                        # [B, D]
+            free = ~reached.gather(1, nbr)
+            key = neg_scores.gather(1, nbr).masked_fill(~free, math.nan)
+            top = torch.sort(key, dim=1, stable=True).indices[:, :k]
+            ok = free.gather(1, top)
+            chosen = nbr.gather(1, top).masked_fill(~ok, n)
+            reached.scatter_(1, chosen, True)
+            admitted.append(chosen)
+            via.append(edge_table[u].gather(1, top).masked_fill(~ok, -1))
+        frontier, edge = _compact(torch.cat(admitted, 1), torch.cat(via, 1), n)
+        nodes.append(frontier)
+        parents.append(edge)
+        depths.append(torch.full_like(frontier, d))
+    nodes, parents, depths = torch.cat(nodes, 1), torch.cat(parents, 1), torch.cat(depths, 1)
+
+    order = torch.argsort(rank[nodes], dim=1, stable=True)
+    order = order.gather(1, torch.sort(neg_scores.gather(1, nodes.gather(1, order)), dim=1, stable=True).indices)
+    ranked = nodes.gather(1, order)
+    tokens = torch.cat([graph.node_tokens(), torch.zeros(1, dtype=torch.long)])[ranked]
+    taken = torch.zeros_like(ranked, dtype=torch.bool)
+    used = torch.zeros(bsz, dtype=torch.long)
+    count = torch.zeros(bsz, dtype=torch.long)
+    for c in range(ranked.shape[1]):
+        ok = (ranked[:, c] < n) & (count < budget.max_nodes) & (used + tokens[:, c] <= budget.max_tokens)
+        taken[:, c] = ok
+        used += tokens[:, c] * ok
+        count += ok
+    padded_scores = torch.cat([scores, scores.new_zeros(bsz, 1)], 1)
+    return WalkBatch(ranked=ranked, taken=taken, depth=depths.gather(1, order), parent_edge=parents.gather(1, order),
+                     scores=padded_scores.gather(1, ranked), loaded_tokens=used,
+                     visited=torch.cat(visited, 1) if visited else torch.empty(bsz, 0, dtype=torch.long), num_nodes=n)
+
+
+def _entry_frontier(entries: Sequence[Sequence[int]], n: int) -> Tensor:
+    """``[B, F]`` long: each query's distinct entries in order, padded with ``n``."""
+    rows = [list(dict.fromkeys(e)) for e in entries]
+    width = max(map(len, rows), default=0)
+    return torch.tensor([r + [n] * (width - len(r)) for r in rows], dtype=torch.long).reshape(len(rows), width)
+
+
+def _compact(nodes: Tensor, edges: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """Move each row's real nodes (``< n``) to the front, keeping their order, and drop the columns
+    that are padding in every row."""
+    real = nodes < n
+    order = torch.argsort(~real, dim=1, stable=True)[:, :int(real.sum(1).max()) if real.numel() else 0]
+    return nodes.gather(1, order), edges.gather(1, order)
+
+
+def _split_rows(flat: list, counts: list[int]) -> list[list]:
+    """``flat`` cut into consecutive pieces of ``counts`` items."""
+    ends = list(accumulate(counts))
+    return [flat[end - c:end] for c, end in zip(counts, ends)]
