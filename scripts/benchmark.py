@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
 import statistics
 import time
 import warnings
@@ -32,6 +33,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from graphmem.graphset import GraphSet
+from graphmem.peak_memory import PeakMemory
 from graphmem.policies import Budget, Query, make_policy
 from graphmem.policies.batched import entry_matrix
 from graphmem.synthetic import make_synthetic_graph
@@ -48,16 +50,26 @@ def make_queries(graph, num: int, noise: float, seed: int) -> list[Query]:
     return [Query(f"bench-{i}", f"synthetic query {i}", emb[i]) for i in range(num)]
 
 
-def build_policy(name: str, graph, seed: int):
-    """A registered policy; ``router`` and ``gnn`` get untrained modules sized for ``graph``."""
+def build_policy(name: str, graph, seed: int, device: str = "cpu"):
+    """A registered policy; ``router`` and ``gnn`` get untrained modules sized for ``graph``, on ``device``."""
     torch.manual_seed(seed)
     if name == "router":
         from models.router import QueryRouter
-        return make_policy("router", router=QueryRouter(graph.dim, num_relations=len(graph.relations)), device="cpu")
+        return make_policy("router", router=QueryRouter(graph.dim, num_relations=len(graph.relations)), device=device)
     if name == "gnn":
         from models.gnn_reader import GNNReader
-        return make_policy("gnn", reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)))
+        return make_policy("gnn", reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)), device=device)
     return make_policy(name)
+
+
+def resolve_device(name: str) -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``."""
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+
+
+def policy_device(policy) -> str:
+    """Where the policy's tensor work runs (the heuristic policies run on the CPU)."""
+    return str(getattr(policy, "device", "cpu"))
 
 
 def _loop(fn, queries) -> tuple[float, list[float]]:
@@ -73,10 +85,17 @@ def time_policy(policy, graph, queries: list[Query], budget: Budget, repeats: in
     """Reference loop, batches of one and the full batch, side by side; a warm-up call builds the caches.
 
     The loops run over the first ``loop_queries`` queries (per-query cost), the batch over all.
+    Peak memory above the warm state (:class:`PeakMemory`) is taken for one query and for the full
+    batch before the timed rounds.
     """
     t0 = time.perf_counter()
     policy.retrieve_batch(graph, queries[:1], budget)
     setup = time.perf_counter() - t0
+    device = policy_device(policy)
+    with PeakMemory(device) as one_mem:
+        policy.retrieve(graph, queries[0], budget)
+    with PeakMemory(device) as batch_mem:
+        policy.retrieve_batch(graph, queries, budget)
     few = queries[:loop_queries]
     loop, single, batch, lat = float("inf"), float("inf"), float("inf"), []
     for _ in range(repeats):
@@ -90,7 +109,8 @@ def time_policy(policy, graph, queries: list[Query], budget: Budget, repeats: in
     n, m = len(queries), len(few)
     loop_q, single_q, batch_q = loop / m, single / m, batch / n
     return {
-        "queries": n, "loop_queries": m, "setup_s": round(setup, 4),
+        "queries": n, "loop_queries": m, "setup_s": round(setup, 4), "device": device,
+        "single_peak_mb": one_mem.peak_mb, "batched_peak_mb": batch_mem.peak_mb,
         "loop_ms_per_query": 1e3 * loop_q, "loop_ms_median": 1e3 * statistics.median(lat),
         "single_batch_ms_per_query": 1e3 * single_q, "batched_ms_per_query": 1e3 * batch_q,
         "loop_qps": 1 / loop_q, "batched_qps": 1 / batch_q,
@@ -126,7 +146,7 @@ def time_graph(cfg: DictConfig, graph, queries: list[Query], budget: Budget, syn
     """All policies on one graph."""
     out = {}
     for name in cfg.policies:
-        policy = build_policy(name, graph, cfg.seed)
+        policy = build_policy(name, graph, cfg.seed, resolve_device(cfg.device))
         qs = queries[:cfg.get(f"{name}_queries", None) or len(queries)] if synthetic else queries
         res = time_policy(policy, graph, qs, budget, cfg.repeats, min(len(qs), cfg.loop_queries))
         if name in TRAVERSALS:
@@ -149,7 +169,7 @@ def locomo_benchmark(cfg: DictConfig, budget: Budget) -> dict | None:
     by_graph: dict[str, list[Query]] = {}
     for q, meta in zip(gs.queries(), gs.questions):
         by_graph.setdefault(meta.graph, []).append(q)
-    report = {"path": str(path), "graphs": {}, "total": {}}
+    report = {"path": str(path), "build_stats": gs.stats, "graphs": {}, "total": {}}
     for name in names:
         graph = gs.graphs[name]
         log.info("locomo %s: %d nodes, %d edges, %d questions", name, graph.num_nodes, graph.num_edges, len(by_graph[name]))
@@ -192,6 +212,7 @@ def _run(cfg: DictConfig) -> dict:
         entry["policies"] = time_graph(cfg, graph, queries, budget, True)
         report["sizes"][str(size)] = entry
     report["growth"] = growth(report)
+    report["process_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "benchmark.json").write_text(json.dumps(report, indent=2))

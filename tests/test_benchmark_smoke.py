@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -33,6 +34,7 @@ def test_run_in_process_writes_json_and_plot(tmp_path):
         for res in entry["policies"].values():
             assert res["loop_qps"] > 0 and res["batched_qps"] > 0 and res["mean_loaded"] <= 12
             assert res["batched_over_single"] > 0 and res["single_batch_ms_per_query"] > 0
+            assert res["device"] == "cpu" and res["batched_peak_mb"] >= 0 and res["single_peak_mb"] >= 0
         for name in ("beta_bfs", "router"):
             assert entry["policies"][name]["traversal_ms_per_query"] > 0
     assert {"beta_bfs_traversal_flat_within_2x", "router_traversal_flat_within_2x"} <= set(saved["growth"])
@@ -47,3 +49,17 @@ def test_hydra_entry_point(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((out / "benchmark.json").read_text())["sizes"]["100"]["nodes"] == 100
+
+
+def test_peak_memory_sees_a_large_temporary():
+    import torch
+
+    from graphmem.peak_memory import PeakMemory
+
+    with PeakMemory("cpu") as small:
+        torch.ones(1000).sum()
+    with PeakMemory("cpu") as big:
+        x = torch.ones(64 * 2**20 // 4 * 4)  # 256 MiB, every page written
+        time.sleep(0.01)
+        del x
+    assert big.peak_mb > 200 and small.peak_mb < 50
