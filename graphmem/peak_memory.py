@@ -5,12 +5,16 @@ block above what was in use when it started:
 
 * CUDA: ``torch.cuda.max_memory_allocated`` after a peak reset (exact, allocator bytes);
 * CPU: the resident set size, sampled every ``interval_s`` by a background thread (torch kernels
-  release the GIL while they run), so the value is a lower bound of the true peak. Linux only
-  (``/proc/self/statm``); elsewhere ``peak_mb`` is ``None``.
+  release the GIL while they run). Freed heap memory is first handed back to the system
+  (glibc ``malloc_trim``), so allocations inside the block show up as new resident pages; the
+  sampled value is still a lower bound of the true peak. Linux only (``/proc/self/statm``);
+  elsewhere ``peak_mb`` is ``None``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import threading
 from pathlib import Path
@@ -18,6 +22,15 @@ from pathlib import Path
 import torch
 
 _STATM = Path("/proc/self/statm")
+
+
+def release_free_heap() -> None:
+    """Return freed ``malloc`` memory to the system where glibc offers ``malloc_trim`` (else nothing)."""
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def resident_bytes() -> int | None:
@@ -47,6 +60,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
             return self
+        release_free_heap()
         self._base = resident_bytes()
         self._peak = self._base
         self._stop = threading.Event()
