@@ -112,6 +112,26 @@ def test_segment_topk_per_segment():
     assert sorted(segment_topk(s, seg, 1).tolist()) == [1, 3]
 
 
+@pytest.mark.parametrize("layout", ["sorted", "unsorted", "one-hub", "int-ties"])
+def test_segment_topk_matches_python_reference(layout):
+    gen = torch.Generator().manual_seed(4)
+    deg = torch.randint(0, 6, (50,), generator=gen)
+    if layout == "one-hub":
+        deg[7] = 2000  # runs of very different length: the flat two-sort path
+    seg = torch.repeat_interleave(torch.arange(50), deg)
+    score = torch.randint(0, 4, (seg.numel(),), generator=gen)  # many ties
+    if layout != "int-ties":
+        score = score.float()
+    if layout == "unsorted":
+        seg = seg[torch.randperm(seg.numel(), generator=gen)]
+    got = segment_topk(score, seg, 2).tolist()
+    want = []
+    for j in sorted(set(seg.tolist())):
+        members = [i for i in range(seg.numel()) if seg[i] == j]
+        want += sorted(members, key=lambda i: (-score[i].item(), i))[:2]
+    assert got == want
+
+
 def test_router_policy_walks_across_the_bridge_on_toy_graph():
     g = toy_graph()
     query = Query("q", "where", torch.tensor([1.0, 0.0]))

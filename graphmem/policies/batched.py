@@ -30,22 +30,39 @@ def split_list(flat: list, counts: Sequence[int]) -> list[list]:
     return [flat[e - c:e] for e, c in zip(ends, counts)]
 
 
-def segments(rowptr: Tensor, values: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
-    """Concatenated CSR rows of ``nodes`` ``[K]``: ``(seg [C], values[pos] [C])``, ``seg`` indexing ``nodes``."""
+def segments(rowptr: Tensor, values: Tensor | None, nodes: Tensor) -> tuple[Tensor, Tensor]:
+    """Concatenated CSR rows of ``nodes`` ``[K]``: ``(seg [C], values[pos] [C])``, ``seg`` indexing ``nodes``
+    (``values=None``: the positions ``pos`` themselves)."""
     start = rowptr[nodes]
     deg = rowptr[nodes + 1] - start
     seg = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
     first = torch.cumsum(deg, 0) - deg
     pos = torch.arange(seg.numel(), device=nodes.device) - first[seg] + start[seg]
-    return seg, values[pos]
+    return seg, pos if values is None else values[pos]
 
 
 def segment_topk(score: Tensor, seg: Tensor, k: int) -> Tensor:
     """Positions of the ``k`` best (largest) scores of each segment (ties: earlier position first),
-    grouped by segment, best first within a segment."""
+    grouped by segment, best first within a segment.
+
+    When ``seg`` is non-decreasing (segments are contiguous runs, as :func:`segments` gives) and
+    the runs are of similar length, the scores are laid out as a ``[segments, longest run]`` matrix
+    and each row is sorted; otherwise two stable sorts of the flat scores are used.
+    """
+    if seg.numel() == 0:
+        return seg.new_empty(0)
+    counts = torch.bincount(seg)
+    width = int(counts.max())
+    if counts.numel() * width <= 8 * seg.numel() and bool((seg[1:] >= seg[:-1]).all()):
+        first = torch.cumsum(counts, 0) - counts
+        col = torch.arange(seg.numel(), device=seg.device) - first[seg]
+        low = float("-inf") if score.is_floating_point() else torch.iinfo(score.dtype).min  # below every score
+        mat = torch.full((counts.numel(), width), low, dtype=score.dtype, device=score.device)
+        mat[seg, col] = score
+        idx = torch.sort(mat, dim=1, descending=True, stable=True).indices[:, :k]
+        return (first[:, None] + idx)[idx < counts[:, None]]
     order = torch.argsort(score, descending=True, stable=True)
     order = order[torch.argsort(seg[order], stable=True)]
-    counts = torch.bincount(seg, minlength=int(seg.max()) + 1 if seg.numel() else 0)
     first = torch.cumsum(counts, 0) - counts
     rank = torch.arange(order.numel(), device=score.device) - first[seg[order]]
     return order[rank < k]

@@ -62,12 +62,23 @@ def read_router_checkpoint(path: str | Path, map_location: str | torch.device = 
 
 
 def _group_by_query(rows: list[Tensor], values: list[Tensor], nq: int) -> list[list[int]]:
-    """Split hop-ordered ``values`` into one list per query row (order within a query kept)."""
+    """One list per query row of the hop-ordered ``values``: hop by hop, in order within a hop.
+
+    ``rows[h]`` is non-decreasing (frontiers are kept in query order), so each item's place is
+    counted, not sorted: its query's start, plus that query's items in earlier hops, plus its rank
+    within its query's run in hop ``h``.
+    """
     if not rows:
         return [[] for _ in range(nq)]
-    row, val = torch.cat(rows), torch.cat(values)
-    order = torch.argsort(row, stable=True)
-    return split_list(val[order].tolist(), torch.bincount(row, minlength=nq).tolist())
+    counts = [torch.bincount(r, minlength=nq) for r in rows]
+    total = torch.stack(counts).sum(0)
+    offset = torch.cumsum(total, 0) - total
+    out = torch.empty(int(total.sum()), dtype=values[0].dtype, device=values[0].device)
+    for r, v, c in zip(rows, values, counts):
+        rank = torch.arange(r.numel(), device=r.device) - (torch.cumsum(c, 0) - c)[r]
+        out[offset[r] + rank] = v
+        offset = offset + c
+    return split_list(out.tolist(), total.tolist())
 
 
 @register_policy("router")
@@ -233,36 +244,36 @@ class RouterPolicy(TraversalPolicy):
         entries = entries.to(dev)
         cos_all = None if cos_all is None else cos_all.to(dev)
         q_unit, m = self._modulation(graph, queries)
-        x, rowptr, perm, src_all, dst, etype, edge_cos, tokens = self._graph_tensors(graph)
+        x, rowptr, perm, dst, etype, edge_cos, tokens = self._graph_tensors(graph)
         eattr = self._edge_attr(graph).to(dev)
         used = torch.zeros(nq, dtype=torch.long, device=dev)
         count = torch.zeros_like(used)
         valid = entries >= 0
         admit, used, count = greedy_admit(tokens[entries.clamp(min=0)], valid, used, count, budget)
-        rows, pos = admit.nonzero(as_tuple=True)
-        nodes = entries[rows, pos]
+        rows, col = admit.nonzero(as_tuple=True)
+        nodes = entries[rows, col]
         parts = [(rows, nodes, torch.full_like(nodes, -1), torch.zeros(nodes.numel(), device=dev), 0)]
         visited = (torch.arange(nq, device=dev)[:, None] * n + entries)[valid]
         considered_q, considered_e = [], []
         for hop in range(1, budget.max_hops + 1):
             if nodes.numel() == 0 or budget.top_k_neighbors == 0:
                 break
-            seg, edges = segments(rowptr, perm, nodes)
-            qi, tgt = rows[seg], dst[edges]
+            seg, pos = segments(rowptr, None, nodes)  # CSR positions: each frontier node's edges are contiguous
+            qi, edges, tgt = rows[seg], perm[pos], dst[pos]
             considered_q.append(qi)
             considered_e.append(edges)
             fresh = ~torch.isin(qi * n + tgt, visited)
-            seg, edges, qi, tgt = seg[fresh], edges[fresh], qi[fresh], tgt[fresh]
+            seg, pos, edges, qi, tgt = seg[fresh], pos[fresh], edges[fresh], qi[fresh], tgt[fresh]
             if edges.numel() == 0:
                 break
             if cos_all is None and nq * n <= DENSE_COSINE_FACTOR * edges.numel():
                 cos_all = q_unit @ x.T
             if cos_all is not None:
-                cos, cos_src = cos_all[qi, tgt], cos_all[qi, src_all[edges]]
+                cos, cos_src = cos_all[qi, tgt], cos_all[qi, nodes[seg]]
             else:
                 cos, cos_src = (q_unit[qi] * x[tgt]).sum(-1), (q_unit[rows] * x[nodes]).sum(-1)[seg]
-            sims = torch.stack([cos_src, cos, edge_cos[edges]], -1) if self.router.similarities else None
-            s = self.router.score(m, eattr[edges], etype[edges], qi, cos, sims)
+            sims = torch.stack([cos_src, cos, edge_cos[pos]], -1) if self.router.similarities else None
+            s = self.router.score(m, eattr[edges], etype[pos], qi, cos, sims)
             keep = self._keep(s, seg, qi, budget)
             qi, tgt, edges, s = qi[keep], tgt[keep], edges[keep], s[keep]
             key = qi * n + tgt
@@ -296,12 +307,14 @@ class RouterPolicy(TraversalPolicy):
                           loaded_tokens=used[i], max_depth=depth[i], scores=scores[i]) for i in range(nq)]
 
     def _graph_tensors(self, graph: MemoryGraph) -> tuple[Tensor, ...]:
-        """Query-independent tensors of ``graph`` on the policy's device, cached on the graph."""
+        """Query-independent tensors of ``graph`` on the policy's device, cached on the graph:
+        ``(x, rowptr, perm, dst, edge_type, edge_cos, tokens)`` with the per-edge arrays in CSR order
+        (position ``rowptr[v] + j`` is the ``j``-th out-edge of ``v``), so a frontier node's edges are
+        read contiguously."""
         def build():
             rowptr, perm = graph.csr()
-            src, dst = graph.edge_index
-            return tuple(t.to(self.device) for t in (unit_embeddings(graph), rowptr, perm, src, dst, graph.edge_type,
-                                                     edge_cosines(graph), graph.node_tokens()))
+            per_edge = (graph.edge_index[1][perm], graph.edge_type[perm], edge_cosines(graph)[perm])
+            return tuple(t.to(self.device) for t in (unit_embeddings(graph), rowptr, perm, *per_edge, graph.node_tokens()))
         return graph.cached(f"policies.router_tensors:{self.device}", build, (graph.embeddings, graph.edge_index))
 
 
