@@ -91,7 +91,10 @@ def plan_run(cfg: DictConfig) -> Plan:
     policies = {}
     for n in names:
         try:
-            policies[n] = make_policy(n, **_policy_config(n, cfg.get("policy")))
+            kwargs = _policy_config(n, cfg.get("policy"))
+            if cfg.get("device"):
+                kwargs["device"] = cfg.device
+            policies[n] = make_policy(n, **kwargs)
         except Exception as err:  # noqa: BLE001 - any constructor failure is a config problem here
             raise ConfigError(f"policy {n!r} cannot be constructed from its config: {err}") from None
     out_dir = cfg.get("out_dir")

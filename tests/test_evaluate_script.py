@@ -113,7 +113,7 @@ def test_compose_run_writes_every_output(tmp_path):
     gs_dir = saved_graphset(tmp_path / "set")
     out = tmp_path / "out"
     cfg = compose_cfg([f"graphset={gs_dir}", f"out_dir={out}", "policies=[beta_bfs,dense_topk]",
-                       "sweep_tokens=[250,2500]", "logger.mode=disabled", "progress=false"])
+                       "sweep_tokens=[250,2500]", "logger.mode=disabled", "progress=false", "device=cpu"])
     payload = script.evaluate(cfg)
     assert set(payload["policies"]) == {"beta_bfs", "dense_topk"}
     saved = json.loads((out / "results.json").read_text())
@@ -132,6 +132,7 @@ def test_compose_run_writes_every_output(tmp_path):
     ("budget.max_tokens=-5", "invalid budget"),
     ("policies=[beta_bfs,no_such_policy]", "unknown policy 'no_such_policy'"),
     ("sweep_tokens=[0]", "invalid budget"),
+    ("device=gpu7", "policy 'beta_bfs' cannot be constructed"),
 ])
 def test_invalid_config_rejected_before_work(tmp_path, override, message):
     script = load_script()

@@ -129,3 +129,31 @@ def test_yaml_config_mirrors_dataclass(name):
     assert {k: v for k, v in vars(CONFIGS[name]()).items()} == cfg
     policy = make_policy(**cfg)
     assert policy.name == name and name in POLICIES
+
+
+def test_unavailable_or_unknown_device_is_refused_at_construction():
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            make_policy("beta_bfs", device="cuda")
+    with pytest.raises(RuntimeError):
+        make_policy("ppr", device="gpu7")
+    assert make_policy("dense_topk", device="auto").device.type in ("cpu", "cuda")
+
+
+def test_uniform_hash_matches_unsigned_64_bit_arithmetic():
+    from graphmem.policies.uniform_bfs import _signed, neighbor_priority
+
+    mask = (1 << 64) - 1
+
+    def splitmix(seed: int, v: int, u: int) -> int:  # the module docstring's formula on Python ints
+        x = seed ^ ((v * 0x9E3779B97F4A7C15) & mask) ^ ((u * 0xC2B2AE3D27D4EB4F) & mask)
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+        return (x ^ (x >> 31)) >> 1
+
+    gen = torch.Generator().manual_seed(3)
+    seeds = [int(x) for x in torch.randint(0, 2**62, (200,), generator=gen)] + [mask, 1 << 63, 0]
+    v = torch.randint(0, 10**7, (len(seeds),), generator=gen)
+    u = torch.randint(0, 10**7, (len(seeds),), generator=gen)
+    got = neighbor_priority(torch.tensor([_signed(s) for s in seeds]), v, u).tolist()
+    assert got == [splitmix(s, a, b) for s, a, b in zip(seeds, v.tolist(), u.tolist())]

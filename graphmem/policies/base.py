@@ -88,6 +88,17 @@ class Retrieval:
         }
 
 
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``torch.device(device)``, with ``"auto"`` = ``cuda`` when available, else ``cpu``; a CUDA device
+    is refused with a clear error where CUDA is not available."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} requested, but CUDA is not available here")
+    return dev
+
+
 def load_under_budget(graph: MemoryGraph, ranked: Sequence[int], budget: Budget) -> tuple[list[int], int]:
     """Load nodes in ``ranked`` order, skipping any that would break the node or token budget."""
     tokens = graph.node_tokens()

@@ -68,14 +68,13 @@ def segment_topk(score: Tensor, seg: Tensor, k: int) -> Tensor:
     return order[rank < k]
 
 
-def pad_rows(rows: Sequence[Sequence[int]], width: int | None = None) -> Tensor:
-    """``[B, width]`` long with ``rows`` left-aligned and ``-1`` padding."""
+def pad_rows(rows: Sequence[Sequence[int]], width: int | None = None, device: str | torch.device | None = None) -> Tensor:
+    """``[B, width]`` long with ``rows`` left-aligned and ``-1`` padding (on ``device``; default CPU)."""
     width = max((len(r) for r in rows), default=0) if width is None else width
-    out = torch.full((len(rows), width), -1, dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            out[i, :len(r)] = torch.as_tensor(list(r), dtype=torch.long)
-    return out
+    if not rows:
+        return torch.empty(0, width, dtype=torch.long, device=device or "cpu")
+    padded = [[int(v) for v in r] + [-1] * (width - len(r)) for r in rows]
+    return torch.tensor(padded, dtype=torch.long, device=device or "cpu").view(len(rows), width)
 
 
 def ragged_block(rows: Tensor, num_rows: int) -> Tensor:
@@ -102,17 +101,19 @@ def compact_left(values: Tensor, *others: Tensor) -> tuple[Tensor, ...]:
 
 
 # ---------------------------------------------------------------------------- entries
-def entry_matrix(selector: EntrySelector, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> Tensor:
-    """``[B, <=max_entries]`` entry rows (``-1`` padded) for all queries.
+def entry_matrix(selector: EntrySelector, graph: MemoryGraph, queries: Sequence[Query], budget: Budget,
+                 device: str | torch.device | None = None) -> Tensor:
+    """``[B, <=max_entries]`` entry rows (``-1`` padded) for all queries, on ``device`` (default CPU).
 
     The embedding selector's tie-aware top-k is used as a tensor directly (its rows are valid and
-    distinct by construction); any other selector's lists go through :func:`validate_entries`.
+    distinct by construction), computed on ``device``; any other selector's lists go through
+    :func:`validate_entries`.
     """
     if graph.num_nodes == 0:
-        return torch.full((len(queries), 0), -1, dtype=torch.long)
+        return torch.full((len(queries), 0), -1, dtype=torch.long, device=device)
     if type(selector) is EmbeddingEntrySelector:
-        return topk_by_score(cosine_matrix(graph, queries), budget.max_entries, node_id_rank(graph))
-    return pad_rows([validate_entries(graph, e, budget) for e in selector.select(graph, queries, budget)])
+        return topk_by_score(cosine_matrix(graph, queries, device), budget.max_entries, node_id_rank(graph, device))
+    return pad_rows([validate_entries(graph, e, budget) for e in selector.select(graph, queries, budget)], device=device)
 
 
 # ---------------------------------------------------------------------------- budget admission
@@ -168,12 +169,12 @@ def level_bfs(entries: Tensor, tokens: Tensor, budget: Budget, expand: ExpandBat
     popped items are admitted by :func:`greedy_admit`. Membership is tested against the popped
     items only (``[B, L, V]`` comparisons), so nothing of size ``N`` is allocated per query.
     """
-    b = entries.shape[0]
+    b, dev = entries.shape[0], entries.device
     cand, via = compact_left(entries, torch.full_like(entries, -1))
-    used = torch.zeros(b, dtype=torch.long)
-    count = torch.zeros(b, dtype=torch.long)
+    used = torch.zeros(b, dtype=torch.long, device=dev)
+    count = torch.zeros(b, dtype=torch.long, device=dev)
     levels: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
-    popped = torch.empty(b, 0, dtype=torch.long)
+    popped = torch.empty(b, 0, dtype=torch.long, device=dev)
     for d in range(budget.max_hops + 1):
         if cand.shape[1] == 0:
             break
@@ -191,14 +192,14 @@ def level_bfs(entries: Tensor, tokens: Tensor, budget: Budget, expand: ExpandBat
         rows, pos = admit.nonzero(as_tuple=True)
         tgt, edge = expand(rows, cand[rows, pos])
         k = tgt.shape[1]
-        nxt = torch.full((b, cand.shape[1] * k), -1, dtype=torch.long)
+        nxt = torch.full((b, cand.shape[1] * k), -1, dtype=torch.long, device=dev)
         nxt_via = torch.full_like(nxt, -1)
-        cols = pos[:, None] * k + torch.arange(k)
+        cols = pos[:, None] * k + torch.arange(k, device=dev)
         nxt[rows[:, None], cols] = tgt
         nxt_via[rows[:, None], cols] = edge
         cand, via = compact_left(nxt, nxt_via)
     if not levels:
-        empty = torch.empty(b, 0, dtype=torch.long)
+        empty = torch.empty(b, 0, dtype=torch.long, device=dev)
         return LevelBFS(empty, empty, empty, empty.bool(), used)
     nodes, vias, depth, loaded = (torch.cat(parts, 1) for parts in zip(*levels))
     return LevelBFS(nodes, vias, depth, loaded, used)
@@ -220,7 +221,7 @@ def bfs_retrievals(bfs: LevelBFS, entries: Tensor, budget: Budget, out_ptr: Tens
     inner = depth < budget.max_hops
     seg, edges = segments(out_ptr, perm, nodes[inner])
     considered = split_list(edges.tolist(), torch.bincount(rows[inner][seg], minlength=b).tolist())
-    max_depth = torch.zeros(b, dtype=torch.long).scatter_reduce(0, rows, depth, "amax").tolist()
+    max_depth = torch.zeros(b, dtype=torch.long, device=rows.device).scatter_reduce(0, rows, depth, "amax").tolist()
     ent = entries.tolist()
     if bool((entries < 0).any()):
         ent = [[v for v in row if v >= 0] for row in ent]

@@ -24,9 +24,10 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy
+from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import bfs_retrievals, entry_matrix, level_bfs, pad_rows
-from graphmem.policies.entries import EntrySelector, graph_cached, make_entry_selector, node_id_rank, validate_entries
+from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
+                                      validate_entries)
 
 # expand(v) -> (ids of every out-edge inspected, [(neighbour row, edge id), ...] to push in order)
 Expand = Callable[[int], tuple[list[int], list[tuple[int, int]]]]
@@ -40,6 +41,8 @@ class BetaBFSConfig:
     """registered policy name"""
     entries: str = "embedding"
     """entry selector registered in ``ENTRY_SELECTORS``"""
+    device: str = "cpu"
+    """where the batched traversal runs (``cpu``, ``cuda``, ``cuda:1``, ...)"""
 
 
 def bounded_bfs(graph: MemoryGraph, entries: Sequence[int], budget: Budget, expand: Expand) -> Retrieval:
@@ -122,10 +125,13 @@ class BetaBFS(TraversalPolicy):
 
     Args:
         entries: entry selector name or instance (default: ``"embedding"``).
+        device: where the batched traversal runs; the per-query reference stays on the CPU
+            (default: ``"cpu"``).
     """
 
-    def __init__(self, entries: str | EntrySelector = "embedding") -> None:
+    def __init__(self, entries: str | EntrySelector = "embedding", device: str | torch.device = "cpu") -> None:
         self.entries = make_entry_selector(entries)
+        self.device = resolve_device(device)
 
     # ------------------------------------------------------------------ reference: one query
     def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
@@ -156,7 +162,7 @@ class BetaBFS(TraversalPolicy):
         if not queries:
             return []
         t0 = time.perf_counter()
-        results = self._traverse_batch(graph, entry_matrix(self.entries, graph, queries, budget), budget)
+        results = self._traverse_batch(graph, entry_matrix(self.entries, graph, queries, budget, self.device), budget)
         per_query = (time.perf_counter() - t0) / len(queries)
         for r in results:
             r.wall_time_s = per_query
@@ -180,22 +186,23 @@ class BetaBFS(TraversalPolicy):
         t0 = time.perf_counter()
         if not isinstance(entries, Tensor):
             entries = pad_rows([validate_entries(graph, e, budget) for e in entries])
-        results = self._traverse_batch(graph, entries, budget)
+        results = self._traverse_batch(graph, entries.to(self.device), budget)
         per_query = (time.perf_counter() - t0) / len(entries)
         for r in results:
             r.wall_time_s = per_query
         return results
 
     def _traverse_batch(self, graph: MemoryGraph, entries: Tensor, budget: Budget) -> list[Retrieval]:
-        target, edge = top_neighbor_table(graph, budget.top_k_neighbors)
-        bfs = level_bfs(entries, graph.node_tokens(), budget, lambda rows, nodes: (target[nodes], edge[nodes]))
-        out_ptr, perm = graph.csr()
+        target, edge = top_neighbor_table(graph, budget.top_k_neighbors, entries.device)
+        tokens, (out_ptr, perm) = graph_tables(graph, entries.device)
+        bfs = level_bfs(entries, tokens, budget, lambda rows, nodes: (target[nodes], edge[nodes]))
         return bfs_retrievals(bfs, entries, budget, out_ptr, perm)
 
 
-def top_neighbor_table(graph: MemoryGraph, k: int) -> tuple[Tensor, Tensor]:
+def top_neighbor_table(graph: MemoryGraph, k: int, device: str | torch.device | None = None) -> tuple[Tensor, Tensor]:
     """``([N, k] target, [N, k] edge)``: the first ``k`` rows of :func:`unique_neighbors_by_weight`
-    per node, ``-1`` where a node has fewer distinct out-neighbours. Query-independent and cached."""
+    per node, ``-1`` where a node has fewer distinct out-neighbours. Query-independent and cached
+    (on ``device`` too, when given)."""
     def build():
         rowptr, target, edge = (torch.from_numpy(a) for a in unique_neighbors_by_weight(graph))
         pos = rowptr[:-1, None] + torch.arange(k)
@@ -204,4 +211,4 @@ def top_neighbor_table(graph: MemoryGraph, k: int) -> tuple[Tensor, Tensor]:
         if target.numel() == 0:
             return torch.full(pos.shape, -1, dtype=torch.long), torch.full(pos.shape, -1, dtype=torch.long)
         return torch.where(ok, target[pos], -1), torch.where(ok, edge[pos], -1)
-    return graph_cached(graph, f"policies.beta_bfs_top{k}", (graph.edge_index, graph.S, graph.F), build)
+    return graph_cached(graph, f"policies.beta_bfs_top{k}", (graph.edge_index, graph.S, graph.F), build, device)

@@ -14,9 +14,10 @@ from typing import Sequence
 import torch
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy
+from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy,
+                                    resolve_device)
 from graphmem.policies.batched import greedy_admit, split_list
-from graphmem.policies.entries import cosine_matrix, node_id_rank, topk_by_score
+from graphmem.policies.entries import cosine_matrix, graph_tables, node_id_rank, topk_by_score
 
 
 @dataclass
@@ -27,6 +28,8 @@ class DenseTopKConfig:
     """registered policy name"""
     oversample: int = 4
     """candidates ranked per query, as a multiple of ``max_nodes`` (more are ranked if tokens skip many)"""
+    device: str = "cpu"
+    """where the batched path runs (``cpu``, ``cuda``, ...)"""
 
 
 @register_policy("dense_topk")
@@ -36,12 +39,14 @@ class DenseTopK(TraversalPolicy):
     Args:
         oversample: candidates ranked per query as a multiple of ``budget.max_nodes``; if token
             skips leave the node budget unfilled, the full ranking is used (default: 4).
+        device: where the batched path runs; the per-query reference stays on the CPU (default: ``"cpu"``).
     """
 
-    def __init__(self, oversample: int = 4) -> None:
+    def __init__(self, oversample: int = 4, device: str | torch.device = "cpu") -> None:
         if oversample < 1:
             raise ValueError(f"oversample must be >= 1, got {oversample}")
         self.oversample = oversample
+        self.device = resolve_device(device)
 
     def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
         """Per-query reference: rank every node by cosine (ties by id), load under the budget."""
@@ -63,14 +68,14 @@ class DenseTopK(TraversalPolicy):
         t0 = time.perf_counter()
         if graph.num_nodes == 0:
             return [Retrieval(loaded=[], entries=[]) for _ in queries]
-        scores = cosine_matrix(graph, queries)
-        rank = node_id_rank(graph)
+        scores = cosine_matrix(graph, queries, self.device)
+        rank = node_id_rank(graph, self.device)
         k = min(graph.num_nodes, budget.max_nodes * self.oversample)
         ranked = topk_by_score(scores, k, rank)
         b = len(queries)
-        zero = torch.zeros(b, dtype=torch.long)
-        admit, used, count = greedy_admit(graph.node_tokens()[ranked], torch.ones_like(ranked, dtype=torch.bool),
-                                          zero, zero, budget)
+        zero = torch.zeros(b, dtype=torch.long, device=self.device)
+        tokens, _ = graph_tables(graph, self.device)
+        admit, used, count = greedy_admit(tokens[ranked], torch.ones_like(ranked, dtype=torch.bool), zero, zero, budget)
         rows, cols = admit.nonzero(as_tuple=True)
         nodes = ranked[rows, cols]
         counts = torch.bincount(rows, minlength=b).tolist()

@@ -26,29 +26,54 @@ from graphmem.registry import Registry
 
 
 # ---------------------------------------------------------------------------- per-graph caches
-def graph_cached(graph: MemoryGraph, name: str, deps: Sequence[Tensor], build: Callable[[], Any]) -> Any:
+def graph_cached(graph: MemoryGraph, name: str, deps: Sequence[Tensor], build: Callable[[], Any],
+                 device: str | torch.device | None = None) -> Any:
     """Return ``build()`` cached on ``graph`` until a tensor in ``deps`` is replaced or changed in place.
 
     Structural mutations clear the graph's cache anyway; ``deps`` catches the in-place counter
-    updates of :meth:`MemoryGraph.observe` (tracked by each tensor's version counter).
+    updates of :meth:`MemoryGraph.observe` (tracked by each tensor's version counter). With a
+    non-CPU ``device``, a copy of the value (a tensor or a tuple of tensors) moved there is cached
+    as well, so query batches find the graph's tables on their device.
     """
-    return graph.cached(name, build, deps)
+    value = graph.cached(name, build, deps)
+    if device is None or torch.device(device).type == "cpu":
+        return value
+    return graph.cached(f"{name}@{device}", lambda: to_device(value, device), deps)
 
 
-def node_id_rank(graph: MemoryGraph) -> Tensor:
+def to_device(value: Any, device: str | torch.device) -> Any:
+    """A tensor, or a tuple of tensors (other items unchanged), moved to ``device``."""
+    if isinstance(value, Tensor):
+        return value.to(device)
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value).to(device)
+    if isinstance(value, tuple):
+        moved = [to_device(v, device) for v in value]
+        return type(value)(*moved) if hasattr(value, "_fields") else tuple(moved)  # named tuples keep their type
+    return value
+
+
+def graph_tables(graph: MemoryGraph, device: str | torch.device | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """``(node tokens [N], (rowptr [N+1], perm [E]))`` of :meth:`MemoryGraph.node_tokens` and
+    :meth:`MemoryGraph.csr`, on ``device`` (cached there)."""
+    tokens = graph_cached(graph, "policies.node_tokens", (), graph.node_tokens, device)
+    return tokens, graph_cached(graph, "policies.csr", (graph.edge_index,), graph.csr, device)
+
+
+def node_id_rank(graph: MemoryGraph, device: str | torch.device | None = None) -> Tensor:
     """``[N]`` long: position of each node's string id in ascending string order."""
     def build() -> Tensor:
         order = sorted(range(graph.num_nodes), key=graph.node_ids.__getitem__)
         rank = torch.empty(graph.num_nodes, dtype=torch.long)
         rank[torch.tensor(order, dtype=torch.long)] = torch.arange(graph.num_nodes)
         return rank
-    return graph_cached(graph, "policies.id_rank", (), build)
+    return graph_cached(graph, "policies.id_rank", (), build, device)
 
 
-def unit_embeddings(graph: MemoryGraph) -> Tensor:
+def unit_embeddings(graph: MemoryGraph, device: str | torch.device | None = None) -> Tensor:
     """``[N, D]`` L2-normalised node embeddings (cached while the embedding tensor is unchanged)."""
     return graph_cached(graph, "policies.unit_embeddings", (graph.embeddings,),
-                        lambda: torch.nn.functional.normalize(graph.embeddings.float(), dim=1))
+                        lambda: torch.nn.functional.normalize(graph.embeddings.float(), dim=1), device)
 
 
 def query_matrix(graph: MemoryGraph, queries: Sequence[Query]) -> Tensor:
@@ -64,9 +89,10 @@ def query_matrix(graph: MemoryGraph, queries: Sequence[Query]) -> Tensor:
     return torch.nn.functional.normalize(torch.stack(rows), dim=1)
 
 
-def cosine_matrix(graph: MemoryGraph, queries: Sequence[Query]) -> Tensor:
-    """``[B, N]`` cosine similarity of every query to every node, one matmul."""
-    return query_matrix(graph, queries) @ unit_embeddings(graph).T
+def cosine_matrix(graph: MemoryGraph, queries: Sequence[Query], device: str | torch.device | None = None) -> Tensor:
+    """``[B, N]`` cosine similarity of every query to every node, one matmul (on ``device``; default CPU)."""
+    x = unit_embeddings(graph, device)
+    return query_matrix(graph, queries).to(x.device) @ x.T
 
 
 def topk_by_score(scores: Tensor, k: int, id_rank: Tensor) -> Tensor:
@@ -83,7 +109,7 @@ def topk_by_score(scores: Tensor, k: int, id_rank: Tensor) -> Tensor:
     b, n = scores.shape
     k = min(k, n)
     if k == 0 or b == 0:
-        return torch.empty(b, k, dtype=torch.long)
+        return torch.empty(b, k, dtype=torch.long, device=scores.device)
     # rows whose top k+1 values are strictly decreasing have a unique answer: plain topk order
     vals, cols = scores.topk(min(k + 1, n), dim=1)
     tied = (vals[:, 1:] == vals[:, :-1]).any(1)
@@ -107,7 +133,7 @@ def _topk_with_ties(scores: Tensor, k: int, id_rank: Tensor) -> Tensor:
     rows, cols = rows[order], cols[order]
     counts = torch.bincount(rows, minlength=b)
     starts = torch.cumsum(counts, 0) - counts
-    keep = (torch.arange(rows.numel()) - starts[rows]) < k
+    keep = (torch.arange(rows.numel(), device=rows.device) - starts[rows]) < k
     return cols[keep].view(b, k)
 
 

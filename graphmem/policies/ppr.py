@@ -40,10 +40,11 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy
+from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy,
+                                    resolve_device)
 from graphmem.policies.batched import entry_matrix, greedy_admit, segments, split_list
-from graphmem.policies.entries import (EntrySelector, graph_cached, make_entry_selector, node_id_rank, topk_by_score,
-                                       validate_entries)
+from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
+                                       topk_by_score, validate_entries)
 
 
 @dataclass
@@ -66,6 +67,8 @@ class PPRConfig:
     """most entries ``N * B`` of one ``[N, B]`` block of query columns iterated together (bounds memory)"""
     entries: str = "embedding"
     """entry selector registered in ``ENTRY_SELECTORS``"""
+    device: str = "cpu"
+    """where the batched path runs (``cpu``, ``cuda``, ...)"""
 
 
 def transition_matrix(graph: MemoryGraph, relation_weights: dict[str, float] | None = None,
@@ -126,7 +129,7 @@ def power_iteration(ops: PPROperators, restart: Tensor, alpha: float, tol: float
     """
     n = restart.shape[0]
     p = torch.empty_like(restart)
-    cols = torch.arange(restart.shape[1])
+    cols = torch.arange(restart.shape[1], device=restart.device)
     node, col = restart.nonzero(as_tuple=True)
     weight = restart[node, col]
     cur = restart
@@ -151,7 +154,7 @@ def power_iteration(ops: PPROperators, restart: Tensor, alpha: float, tol: float
 
 def hop_distance(adjacency_t: Tensor, restart: Tensor, max_hops: int) -> Tensor:
     """``[N, B]`` int: BFS hops from the support of each restart column (``max_hops + 1`` = farther)."""
-    dist = torch.full(restart.shape, max_hops + 1, dtype=torch.long)
+    dist = torch.full(restart.shape, max_hops + 1, dtype=torch.long, device=restart.device)
     frontier = restart > 0
     dist[frontier] = 0
     for h in range(1, max_hops + 1):
@@ -173,11 +176,11 @@ def admit_ranked(key: Tensor, id_rank: Tensor, tokens: Tensor, budget: Budget) -
 
     Returns ``(loaded [B, max_nodes] long in load order, -1 padded, used tokens [B])``.
     """
-    b, n = key.shape
-    loaded = torch.full((b, budget.max_nodes), -1, dtype=torch.long)
-    used = torch.zeros(b, dtype=torch.long)
-    count = torch.zeros(b, dtype=torch.long)
-    rows, start, width = torch.arange(b), 0, min(n, budget.max_nodes)
+    (b, n), dev = key.shape, key.device
+    loaded = torch.full((b, budget.max_nodes), -1, dtype=torch.long, device=dev)
+    used = torch.zeros(b, dtype=torch.long, device=dev)
+    count = torch.zeros(b, dtype=torch.long, device=dev)
+    rows, start, width = torch.arange(b, device=dev), 0, min(n, budget.max_nodes)
     smallest = int(tokens.min())
     while rows.numel():
         nodes = topk_by_score(key[rows], width, id_rank)[:, start:]
@@ -207,11 +210,13 @@ class PersonalizedPageRank(TraversalPolicy):
         max_block_elements: most entries ``N * B`` of one block of query columns; a batch is cut
             into blocks of ``max(1, max_block_elements // N)`` queries (default: ``2**21``).
         entries: entry selector name or instance (default: ``"embedding"``).
+        device: where the batched path runs; the per-query reference stays on the CPU (default: ``"cpu"``).
     """
 
     def __init__(self, alpha: float = 0.15, tol: float = 1e-8, max_iter: int = 200,
                  relation_weights: dict[str, float] | None = None, use_posterior: bool = True,
-                 max_block_elements: int = 1 << 21, entries: str | EntrySelector = "embedding") -> None:
+                 max_block_elements: int = 1 << 21, entries: str | EntrySelector = "embedding",
+                 device: str | torch.device = "cpu") -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         if max_block_elements < 1 or max_iter < 1:
@@ -220,16 +225,17 @@ class PersonalizedPageRank(TraversalPolicy):
         self.relation_weights = dict(relation_weights or {})
         self.use_posterior, self.max_block_elements = bool(use_posterior), int(max_block_elements)
         self.entries = make_entry_selector(entries)
+        self.device = resolve_device(device)
 
-    def _operators(self, graph: MemoryGraph) -> PPROperators:
+    def _operators(self, graph: MemoryGraph, device: torch.device | None = None) -> PPROperators:
         name = f"policies.ppr_operators:{sorted(self.relation_weights.items())}:{self.use_posterior}:{self.alpha}"
         return graph_cached(graph, name, (graph.edge_index, graph.edge_type, graph.S, graph.F),
                             lambda: ppr_operators(*transition_matrix(graph, self.relation_weights, self.use_posterior),
-                                                  self.alpha))
+                                                  self.alpha), device)
 
     def scores(self, graph: MemoryGraph, restart: Tensor) -> Tensor:
-        """``[N, B]`` float64 PPR vectors for restart columns ``restart`` (each summing to 1)."""
-        return power_iteration(self._operators(graph), restart, self.alpha, self.tol, self.max_iter)
+        """``[N, B]`` float64 PPR vectors for restart columns ``restart`` (each summing to 1), on its device."""
+        return power_iteration(self._operators(graph, restart.device), restart, self.alpha, self.tol, self.max_iter)
 
     # ------------------------------------------------------------------ reference: one query
     def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
@@ -271,7 +277,7 @@ class PersonalizedPageRank(TraversalPolicy):
         t0 = time.perf_counter()
         if graph.num_nodes == 0:
             return [Retrieval(loaded=[], entries=[], scores=[]) for _ in queries]
-        entries = entry_matrix(self.entries, graph, queries, budget)
+        entries = entry_matrix(self.entries, graph, queries, budget, self.device)
         width = max(1, self.max_block_elements // graph.num_nodes)
         results: list[Retrieval] = []
         for start in range(0, len(queries), width):
@@ -287,33 +293,34 @@ class PersonalizedPageRank(TraversalPolicy):
 
         Non-candidates get the key ``-1 - id_rank`` (negative and distinct) for :func:`admit_ranked`.
         """
-        n, b = graph.num_nodes, entries.shape[0]
-        ops = self._operators(graph)
-        rank = node_id_rank(graph)
+        n, b, dev = graph.num_nodes, entries.shape[0], entries.device
+        ops = self._operators(graph, dev)
+        rank = node_id_rank(graph, dev)
+        tokens, (rowptr, perm) = graph_tables(graph, dev)
+        dst = graph_cached(graph, "policies.edge_targets", (graph.edge_index,), lambda: graph.edge_index[1], dev)
         q, slot = (entries >= 0).nonzero(as_tuple=True)
-        restart = torch.zeros(n, b, dtype=torch.float64)
+        restart = torch.zeros(n, b, dtype=torch.float64, device=dev)
         restart[entries[q, slot], q] = 1.0 / (entries >= 0).sum(1).double()[q]
         p = self.scores(graph, restart)
         dist = hop_distance(ops.pt, restart, budget.max_hops)
         candidate = (p > 0) & (dist <= budget.max_hops)
         key = torch.where(candidate, p, -1.0 - rank[:, None].double()).T
-        slots, used = admit_ranked(key, rank, graph.node_tokens(), budget)
+        slots, used = admit_ranked(key, rank, tokens, budget)
 
         q, slot = (slots >= 0).nonzero(as_tuple=True)
         nodes = slots[q, slot]
         counts = torch.bincount(q, minlength=b).tolist()
-        rowptr, perm = graph.csr()
         seg, edges = segments(rowptr, perm, nodes)
         edge_q = q[seg]
-        member = torch.zeros(b, n, dtype=torch.bool)
+        member = torch.zeros(b, n, dtype=torch.bool, device=dev)
         member[q, nodes] = True
-        hit = member[edge_q, graph.edge_index[1, edges]]
+        hit = member[edge_q, dst[edges]]
 
         loaded = split_list(nodes.tolist(), counts)
         scores = split_list(p[nodes, q].tolist(), counts)
         considered = split_list(edges.tolist(), torch.bincount(edge_q, minlength=b).tolist())
         traversed = split_list(edges[hit].tolist(), torch.bincount(edge_q[hit], minlength=b).tolist())
-        max_depth = torch.zeros(b, dtype=torch.long).scatter_reduce(0, q, dist[nodes, q], "amax").tolist()
+        max_depth = torch.zeros(b, dtype=torch.long, device=dev).scatter_reduce(0, q, dist[nodes, q], "amax").tolist()
         ent = [[v for v in row if v >= 0] for row in entries.tolist()]
         used = used.tolist()
         return [Retrieval(loaded=loaded[i], entries=ent[i], edges_considered=considered[i], edges_traversed=traversed[i],

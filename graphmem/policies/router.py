@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy
+from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import entry_matrix, greedy_admit, pad_rows, ragged_block, segment_topk, segments, split_list
 from graphmem.policies.entries import (EmbeddingEntrySelector, cosine_matrix, make_entry_selector, node_id_rank, query_matrix,
                                       topk_by_score, unit_embeddings, validate_entries)
@@ -102,8 +102,7 @@ class RouterPolicy(TraversalPolicy):
                  intent_provider: IntentProvider | None = None):
         if search not in ("greedy", "beam"):
             raise ValueError(f"search {search!r} is not 'greedy' or 'beam'")
-        self.device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                                   ("cpu" if device == "auto" else device))
+        self.device = resolve_device(device)
         if checkpoint is not None:
             state = read_router_checkpoint(checkpoint, self.device)
             router = QueryRouter(**state["router_config"])
@@ -215,10 +214,10 @@ class RouterPolicy(TraversalPolicy):
         t0 = time.perf_counter()
         cos_all = None
         if type(self.entry_selector) is EmbeddingEntrySelector and graph.num_nodes:
-            cos_all = cosine_matrix(graph, queries)
-            entries = topk_by_score(cos_all, budget.max_entries, node_id_rank(graph))
+            cos_all = cosine_matrix(graph, queries, self.device)
+            entries = topk_by_score(cos_all, budget.max_entries, node_id_rank(graph, self.device))
         else:
-            entries = entry_matrix(self.entry_selector, graph, queries, budget)
+            entries = entry_matrix(self.entry_selector, graph, queries, budget, self.device)
         results = self.traverse_batch(graph, queries, entries, budget, cos_all)
         per_query = (time.perf_counter() - t0) / len(queries)
         for r in results:

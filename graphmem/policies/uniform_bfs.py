@@ -19,15 +19,15 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy
+from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import bfs_retrievals, entry_matrix, level_bfs, segment_topk, segments
 from graphmem.policies.beta_bfs import bounded_bfs
-from graphmem.policies.entries import EntrySelector, graph_cached, make_entry_selector, node_id_rank, validate_entries
+from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
+                                      validate_entries)
 
 
 @dataclass
@@ -40,6 +40,8 @@ class UniformBFSConfig:
     """mixed with each query id to seed that query's generator"""
     entries: str = "embedding"
     """entry selector registered in ``ENTRY_SELECTORS``"""
+    device: str = "cpu"
+    """where the batched traversal runs (``cpu``, ``cuda``, ...)"""
 
 
 def query_seed(seed: int, qid: str) -> int:
@@ -47,22 +49,36 @@ def query_seed(seed: int, qid: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{qid}".encode(), digest_size=8).digest(), "little")
 
 
-_C1, _C2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+def _signed(value: int) -> int:
+    """The int64 with the same 64 bits as the unsigned ``value``."""
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def neighbor_priority(seed: np.ndarray, v: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """``key_q(v, u)`` of the module docstring, elementwise over uint64 arrays; int64 result in ``[0, 2^63)``."""
-    with np.errstate(over="ignore"):
-        x = seed.astype(np.uint64) ^ (v.astype(np.uint64) * _C1) ^ (u.astype(np.uint64) * _C2)
-        x = (x ^ (x >> np.uint64(30))) * _M1
-        x = (x ^ (x >> np.uint64(27))) * _M2
-        x = x ^ (x >> np.uint64(31))
-    return (x >> np.uint64(1)).astype(np.int64)
+_C1, _C2 = _signed(0x9E3779B97F4A7C15), _signed(0xC2B2AE3D27D4EB4F)
+_M1, _M2 = _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
 
 
-def unique_neighbors_by_id(graph: MemoryGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """numpy ``(rowptr, target, edge)`` of distinct out-neighbours by ascending string id.
+def _shift_right(x: Tensor, s: int) -> Tensor:
+    """Logical right shift of the 64 bits of int64 ``x``."""
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def neighbor_priority(seed: Tensor, v: Tensor, u: Tensor) -> Tensor:
+    """``key_q(v, u)`` of the module docstring, elementwise over int64 tensors holding the 64-bit
+    words (``seed`` as :func:`_signed` of the unsigned seed); int64 result in ``[0, 2^63)``.
+
+    int64 multiplication wraps modulo ``2^64`` and xor acts on the bits, so this is the unsigned
+    arithmetic of the formula on any device.
+    """
+    x = seed ^ (v * _C1) ^ (u * _C2)
+    x = (x ^ _shift_right(x, 30)) * _M1
+    x = (x ^ _shift_right(x, 27)) * _M2
+    x = x ^ _shift_right(x, 31)
+    return _shift_right(x, 1)
+
+
+def unique_neighbors_by_id(graph: MemoryGraph, device: str | torch.device | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """``(rowptr, target, edge)`` of distinct out-neighbours by ascending string id (on ``device``).
 
     ``edge`` is the lowest edge id among parallel edges. Depends on the structure only.
     """
@@ -75,8 +91,8 @@ def unique_neighbors_by_id(graph: MemoryGraph) -> tuple[np.ndarray, np.ndarray, 
         rep = order[first]
         rowptr = torch.zeros(n + 1, dtype=torch.long)
         rowptr[1:] = torch.cumsum(torch.bincount(src[rep], minlength=n), 0)
-        return rowptr.numpy(), dst[rep].numpy(), rep.numpy()
-    return graph_cached(graph, "policies.uniform_table", (graph.edge_index,), build)
+        return rowptr, dst[rep], rep
+    return graph_cached(graph, "policies.uniform_table", (graph.edge_index,), build, device)
 
 
 @register_policy("uniform_bfs")
@@ -86,17 +102,20 @@ class UniformBFS(TraversalPolicy):
     Args:
         seed: base seed mixed with each query id (default: ``0``).
         entries: entry selector name or instance (default: ``"embedding"``).
+        device: where the batched traversal runs; the per-query reference stays on the CPU
+            (default: ``"cpu"``).
     """
 
-    def __init__(self, seed: int = 0, entries: str | EntrySelector = "embedding") -> None:
+    def __init__(self, seed: int = 0, entries: str | EntrySelector = "embedding", device: str | torch.device = "cpu") -> None:
         self.seed = int(seed)
         self.entries = make_entry_selector(entries)
+        self.device = resolve_device(device)
 
     def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
         """Per-query reference: dedups and orders each node's out-edges directly."""
         t0 = time.perf_counter()
         entries = validate_entries(graph, self.entries.select(graph, [query], budget)[0], budget)
-        seed = np.uint64(query_seed(self.seed, query.qid))
+        seed = _signed(query_seed(self.seed, query.qid))
         ids, dst = graph.node_ids, graph.edge_index[1]
 
         def expand(v: int):
@@ -105,7 +124,8 @@ class UniformBFS(TraversalPolicy):
             for e, u in zip(out, dst[out].tolist()):
                 first.setdefault(u, e)  # out-edges come ordered by (target, edge id)
             neigh = sorted(first.items(), key=lambda item: ids[item[0]])
-            keys = neighbor_priority(np.full(len(neigh), seed), np.full(len(neigh), v), np.array([u for u, _ in neigh]))
+            keys = neighbor_priority(torch.full((len(neigh),), seed), torch.full((len(neigh),), v),
+                                     torch.tensor([u for u, _ in neigh], dtype=torch.long)).tolist()
             picks = sorted(range(len(neigh)), key=lambda i: (keys[i], i))[:budget.top_k_neighbors]
             return out, [neigh[i] for i in picks]
 
@@ -119,27 +139,28 @@ class UniformBFS(TraversalPolicy):
         if not queries:
             return []
         t0 = time.perf_counter()
-        entries = entry_matrix(self.entries, graph, queries, budget)
-        seeds = np.array([query_seed(self.seed, q.qid) for q in queries], dtype=np.uint64)
-        rowptr, target, edge = (torch.from_numpy(a) for a in unique_neighbors_by_id(graph))
+        dev = self.device
+        entries = entry_matrix(self.entries, graph, queries, budget, dev)
+        seeds = torch.tensor([_signed(query_seed(self.seed, q.qid)) for q in queries], dtype=torch.long, device=dev)
+        rowptr, target, edge = unique_neighbors_by_id(graph, dev)
+        tokens, (out_ptr, perm) = graph_tables(graph, dev)
         k = budget.top_k_neighbors
 
         def expand(rows: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
-            seg, pos = segments(rowptr, torch.arange(target.numel()), nodes)
+            seg, pos = segments(rowptr, None, nodes)
             u = target[pos]
-            keys = torch.from_numpy(neighbor_priority(seeds[rows[seg].numpy()], nodes[seg].numpy(), u.numpy()))
+            keys = neighbor_priority(seeds[rows[seg]], nodes[seg], u)
             kept = segment_topk(-keys, seg, k)
             owner = seg[kept]
             counts = torch.bincount(owner, minlength=nodes.numel())
-            rank = torch.arange(kept.numel()) - (torch.cumsum(counts, 0) - counts)[owner]
-            tgt = torch.full((nodes.numel(), k), -1, dtype=torch.long)
+            rank = torch.arange(kept.numel(), device=dev) - (torch.cumsum(counts, 0) - counts)[owner]
+            tgt = torch.full((nodes.numel(), k), -1, dtype=torch.long, device=dev)
             via = torch.full_like(tgt, -1)
             tgt[owner, rank] = u[kept]
             via[owner, rank] = edge[pos[kept]]
             return tgt, via
 
-        bfs = level_bfs(entries, graph.node_tokens(), budget, expand)
-        out_ptr, perm = graph.csr()
+        bfs = level_bfs(entries, tokens, budget, expand)
         results = bfs_retrievals(bfs, entries, budget, out_ptr, perm)
         per_query = (time.perf_counter() - t0) / len(queries)
         for r in results:
