@@ -1,5 +1,6 @@
 """All heuristic policies: batched == per-query, determinism, budgets, entry selection, configs."""
 
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from graphmem.policies.ppr import PPRConfig
 from graphmem.policies.uniform_bfs import UniformBFS, UniformBFSConfig
 from graphmem.synthetic import make_synthetic_graph
 
+sys.path.insert(0, str(Path(__file__).parent))
+from varied_graphs import varied_posterior_graph  # noqa: E402
+
 NAMES = ["beta_bfs", "dense_topk", "ppr", "uniform_bfs"]
 CONFIGS = {"beta_bfs": BetaBFSConfig, "dense_topk": DenseTopKConfig, "ppr": PPRConfig, "uniform_bfs": UniformBFSConfig}
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,11 +29,7 @@ BUDGETS = [Budget(), Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_no
 
 @pytest.fixture(scope="module")
 def graph():
-    g = make_synthetic_graph(400, avg_degree=6, dim=16, seed=3)
-    gen = torch.Generator().manual_seed(0)
-    g.S = torch.randint(0, 3, (g.num_edges,), generator=gen).float()  # varied posterior means
-    g.F = torch.randint(0, 3, (g.num_edges,), generator=gen).float()
-    return g
+    return varied_posterior_graph(400, seed=3)
 
 
 @pytest.fixture(scope="module")

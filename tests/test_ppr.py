@@ -1,12 +1,17 @@
 """Personalized PageRank against a dense linear-algebra reference."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies import Budget, Query
 from graphmem.policies.ppr import PersonalizedPageRank, transition_matrix
-from graphmem.synthetic import make_synthetic_graph
+
+sys.path.insert(0, str(Path(__file__).parent))
+from varied_graphs import varied_posterior_graph  # noqa: E402
 
 
 def small_graph(dangling: bool) -> MemoryGraph:
@@ -81,10 +86,7 @@ def test_loads_best_scores_within_hops():
 @pytest.fixture(scope="module")
 def topic_graph():
     """400 topic-clustered nodes with varied posteriors; nodes 0..29 lose their out-edges (dangling)."""
-    g = make_synthetic_graph(400, avg_degree=6, dim=16, seed=3)
-    gen = torch.Generator().manual_seed(0)
-    g.S = torch.randint(0, 3, (g.num_edges,), generator=gen).float()
-    g.F = torch.randint(0, 3, (g.num_edges,), generator=gen).float()
+    g = varied_posterior_graph(400, seed=3)
     g.remove_edges((g.edge_index[0] < 30).nonzero().flatten())
     return g
 
