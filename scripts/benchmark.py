@@ -8,14 +8,19 @@ For every graph and policy it measures, on the same graph and queries in the sam
   reference loop) and ``batched_over_single`` (vs batches of one);
 * for the bounded policies (``beta_bfs``, ``router``) also the traversal alone (batched, from
   precomputed entries) and the embedding entry selection, since only the traversal is bounded by
-  the budget: entry selection ranks all ``N`` nodes.
+  the budget: entry selection ranks all ``N`` nodes;
+* peak memory of one query and of the full batch (:class:`graphmem.peak_memory.PeakMemory`);
+* with ``compare_devices`` (e.g. ``[cuda]``), the batched path again on each of those devices and
+  its speed-up over the main ``device``.
 
 Graphs: the saved LoCoMo graph set (``locomo.path``; each conversation graph with its own
-questions) and synthetic graphs of ``sizes`` nodes. ``router`` and ``gnn`` run with freshly
-initialised (untrained) modules: the timing does not depend on the weights. Timings use
-``threads`` torch intra-op threads. Writes ``benchmark.json`` and ``benchmark.png`` under ``out_dir``.
+questions) and synthetic graphs of ``sizes`` nodes (their build time is recorded; the LoCoMo set's
+build statistics come from its manifest). ``router`` and ``gnn`` run with freshly initialised
+(untrained) modules: the timing does not depend on the weights. Timings use ``threads`` torch
+intra-op threads. Writes ``benchmark.json`` and ``benchmark.png`` under ``out_dir``.
 
     python scripts/benchmark.py sizes=[1000,10000] num_queries=16
+    python scripts/benchmark.py device=cpu compare_devices=[cuda]      # CUDA vs CPU, side by side
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ def make_queries(graph, num: int, noise: float, seed: int) -> list[Query]:
 
 
 def build_policy(name: str, graph, seed: int, device: str = "cpu"):
-    """A registered policy; ``router`` and ``gnn`` get untrained modules sized for ``graph``, on ``device``."""
+    """A registered policy on ``device``; ``router`` and ``gnn`` get untrained modules sized for ``graph``."""
     torch.manual_seed(seed)
     if name == "router":
         from models.router import QueryRouter
@@ -59,7 +64,7 @@ def build_policy(name: str, graph, seed: int, device: str = "cpu"):
     if name == "gnn":
         from models.gnn_reader import GNNReader
         return make_policy("gnn", reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)), device=device)
-    return make_policy(name)
+    return make_policy(name, device=device)
 
 
 def resolve_device(name: str) -> str:
@@ -68,7 +73,7 @@ def resolve_device(name: str) -> str:
 
 
 def policy_device(policy) -> str:
-    """Where the policy's tensor work runs (the heuristic policies run on the CPU)."""
+    """Where the policy's batched tensor work runs."""
     return str(getattr(policy, "device", "cpu"))
 
 
@@ -127,6 +132,22 @@ TRAVERSALS = {
 }
 
 
+def time_other_device(policy, graph, queries: list[Query], budget: Budget, repeats: int, main_ms: float) -> dict:
+    """The batched path of ``policy`` (built on another device) on the same queries: ms per query,
+    peak memory, and the speed-up over the main device's batched path (``main_ms``)."""
+    policy.retrieve_batch(graph, queries[:1], budget)  # warm-up: per-graph tables move to the device
+    with PeakMemory(policy_device(policy)) as mem:
+        policy.retrieve_batch(graph, queries, budget)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        policy.retrieve_batch(graph, queries, budget)  # Retrieval lists are read back: the device is synchronised
+        best = min(best, time.perf_counter() - t)
+    ms = 1e3 * best / len(queries)
+    return {"batched_ms_per_query": ms, "batched_qps": 1e3 / ms, "batched_peak_mb": mem.peak_mb,
+            "speedup_over_main_device": main_ms / ms}
+
+
 def time_traversal(name: str, policy, graph, queries: list[Query], budget: Budget, rounds: int) -> dict:
     """A bounded policy split into batched entry selection and the batched bounded traversal, each
     the fastest of ``rounds`` (millisecond timings on a shared machine: keep the quietest)."""
@@ -152,6 +173,9 @@ def time_graph(cfg: DictConfig, graph, queries: list[Query], budget: Budget, syn
         res = time_policy(policy, graph, qs, budget, cfg.repeats, min(len(qs), cfg.loop_queries))
         if name in TRAVERSALS:
             res.update(time_traversal(name, policy, graph, qs, budget, cfg.traversal_rounds))
+        res["on"] = {dev: time_other_device(build_policy(name, graph, cfg.seed, resolve_device(dev)), graph, qs, budget,
+                                            cfg.repeats, res["batched_ms_per_query"])
+                     for dev in cfg.compare_devices}
         out[name] = res
         log.info("  %-11s loop %8.3f ms/q  batch-of-1 %8.3f ms/q  batched %8.4f ms/q  (x%.1f vs loop, x%.1f vs batch-of-1)%s",
                  name, res["loop_ms_per_query"], res["single_batch_ms_per_query"], res["batched_ms_per_query"],
@@ -184,6 +208,10 @@ def locomo_benchmark(cfg: DictConfig, budget: Budget) -> dict | None:
         batch = sum(r["batched_ms_per_query"] * r["queries"] for r in rows)
         report["total"][policy] = {"queries": n, "loop_qps": 1e3 * n / loop, "batched_qps": 1e3 * n / batch,
                                    "batched_over_loop": loop / batch, "batched_over_single": single / batch}
+        for dev in cfg.compare_devices:
+            other = sum(r["on"][dev]["batched_ms_per_query"] * r["queries"] for r in rows)
+            report["total"][policy][f"{dev}_batched_qps"] = 1e3 * n / other
+            report["total"][policy][f"{dev}_over_main_device"] = batch / other
     return report
 
 

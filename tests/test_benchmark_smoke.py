@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["sizes=[200,400]", "num_queries=4", "loop_queries=2", "ppr_queries=2", "gnn_queries=2", "dim=8", "avg_degree=4",
-        "locomo.enabled=false"]
+        "locomo.enabled=false", "compare_devices=[cpu]"]
 
 
 def load_script():
@@ -35,6 +35,7 @@ def test_run_in_process_writes_json_and_plot(tmp_path):
             assert res["loop_qps"] > 0 and res["batched_qps"] > 0 and res["mean_loaded"] <= 12
             assert res["batched_over_single"] > 0 and res["single_batch_ms_per_query"] > 0
             assert res["device"] == "cpu" and res["batched_peak_mb"] >= 0 and res["single_peak_mb"] >= 0
+            assert res["on"]["cpu"]["batched_ms_per_query"] > 0 and res["on"]["cpu"]["speedup_over_main_device"] > 0
         for name in ("beta_bfs", "router"):
             assert entry["policies"][name]["traversal_ms_per_query"] > 0
     assert {"beta_bfs_traversal_flat_within_2x", "router_traversal_flat_within_2x"} <= set(saved["growth"])
