@@ -1,11 +1,12 @@
 """Training throughput of the router: episodes/s at batch 1 (one episode per update) vs batched rollouts.
 
     python scripts/bench_train.py                       # CPU, writes outputs/benchmark/train_episodes.json
-    python scripts/bench_train.py --device cuda --batch 8192
+    python scripts/bench_train.py --device cpu,cuda --batch 8192   # both devices in one run, with ratios
 
 Both modes run the same REINFORCE update (rollout, returns, loss, backward, Adam step) on one
 synthetic graph; batch 1 walks one episode with :func:`rl.rollout.rollout_reference`, the batched
-mode walks ``--batch`` episodes together with :func:`rl.rollout.rollout`.
+mode walks ``--batch`` episodes together with :func:`rl.rollout.rollout`. With several devices
+each is measured in turn and every later device gets its batched episodes/s over the first's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from graphmem.peak_memory import PeakMemory
 from graphmem.synthetic import make_synthetic_graph
 from models.edge_features import EdgeFeatures
 from models.intent import RelationIntent
@@ -72,9 +74,11 @@ def bench(nodes: int = 2000, dim: int = 64, batch: int = 1024, single: int = 64,
     step(torch.arange(min(8, n), device=dev), True)  # warm-up
     one = max(timed(lambda: sum(step(torch.tensor([i], device=dev), False) for i in range(single))) for _ in range(repeats))
     many = max(timed(lambda: step(torch.arange(batch, device=dev), True)) for _ in range(repeats))
+    with PeakMemory(dev) as mem:
+        step(torch.arange(batch, device=dev), True)
     return {"device": str(dev), "nodes": nodes, "edges": graphs["synthetic"].num_edges, "dim": dim, "batch": batch,
             "batch1_episodes_per_s": one, "batched_episodes_per_s": many, "speedup": many / one,
-            "torch_threads": torch.get_num_threads()}
+            "batched_step_peak_mb": mem.peak_mb, "torch_threads": torch.get_num_threads()}
 
 
 def main() -> None:
@@ -83,10 +87,15 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--single", type=int, default=64, help="episodes timed at batch 1")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="a device, or several separated by commas (the first is the reference)")
     ap.add_argument("--out", default="outputs/benchmark/train_episodes.json")
     args = ap.parse_args()
-    result = bench(args.nodes, args.dim, args.batch, args.single, device=args.device)
+    devices = [d.strip() for d in args.device.split(",") if d.strip()]
+    runs = [bench(args.nodes, args.dim, args.batch, args.single, device=d) for d in devices]
+    for run in runs[1:]:
+        run[f"batched_over_{runs[0]['device']}"] = run["batched_episodes_per_s"] / runs[0]["batched_episodes_per_s"]
+    result = runs[0] if len(runs) == 1 else {"devices": runs}
     print(json.dumps(result, indent=1))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

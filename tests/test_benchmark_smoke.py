@@ -64,3 +64,17 @@ def test_peak_memory_sees_a_large_temporary():
         time.sleep(0.01)
         del x
     assert big.peak_mb > 200 and small.peak_mb < 50
+
+
+def test_training_throughput_benchmark(tmp_path):
+    out = tmp_path / "train.json"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_train.py"), "--nodes", "200", "--dim", "8",
+                           "--batch", "32", "--single", "4", "--device", "cpu,cpu", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = json.loads(out.read_text())["devices"]
+    for run in (first, second):
+        assert run["batch1_episodes_per_s"] > 0 and run["batched_episodes_per_s"] > 0 and run["batched_step_peak_mb"] >= 0
+        assert run["speedup"] == run["batched_episodes_per_s"] / run["batch1_episodes_per_s"]
+    assert second["batched_over_cpu"] > 0
