@@ -2,11 +2,14 @@
 
 The reader follows the NBFNet / graph-foundation-model recipe: node states are *not* the node
 embeddings but query-specific states seeded at the entry nodes, so one forward pass scores every
-node of one graph for a whole batch of queries that share it. Node states have shape
-``[N, B, H]`` (nodes, queries, hidden); edges are shared by the batch.
+node of one graph for a whole batch of queries that share it. Node states are stored channel-major,
+``[H, N, B]`` (hidden, nodes, queries), so that every linear map over the hidden size is one
+``[H', H] @ [H, N B]`` product and the fused aggregation reads the states as its ``[H N, B]``
+table without copies; edges are shared by the batch.
 
 * Seeding (soft addressing): ``h_{v,b}^{(0)} = s_{b,v} (W_q q_b)`` with ``s`` the start mask of
-  query ``b`` (1 at its entry nodes, or any non-negative weights), computed with ``einsum``.
+  query ``b`` (1 at its entry nodes, or any non-negative weights), a broadcast product of the
+  ``[H, 1, B]`` projected queries and the ``[1, N, B]`` start weights.
 * Layers: :class:`GatedRelationalConv` (formula in its docstring), ``L`` of them with residuals.
 * Readout: ``score_{b,v} = w_o^T ReLU(W_h h_{v,b}^{(L)} + W_c (P_x x_v \\odot P_q q_b) + c) + \\kappa \\cos(x_v, q_b)``,
   so a node that propagation never reaches is still ranked by its content match.
@@ -66,9 +69,13 @@ class GatedRelationalConv(MessagePassing):
     relation vector), :math:`U \in \mathbb{R}^{H \times d_e}` gates on the edge features
     (e.g. HAGE's ``e_ij``), and the residual keeps the seeded query signal.
 
-    :meth:`message_and_aggregate` computes :math:`\bar m` without materialising the ``[E, B, H]``
-    messages; :meth:`message` and :meth:`aggregate` state the same mean edge by edge and run for a
-    single query or where PyG does not fuse the two (e.g. in explain mode).
+    Layouts: states are channel-major, ``h: [H, N, B]``, so that :math:`W_m` and :math:`W_s` are
+    ``[H, H] @ [H, N B]`` products and :meth:`message_and_aggregate` reads ``h`` as an ``[H N, B]``
+    table; the edge weights :math:`g_e \odot z_{r_e}` are ``[E, H]``.
+    :meth:`message_and_aggregate` computes :math:`\bar m` without materialising the messages;
+    :meth:`message` and :meth:`aggregate` state the same mean edge by edge, on node-major rows
+    (messages ``[E, B, H]``, ``node_dim=0``), and run for a single query or where PyG does not fuse
+    the two (e.g. in explain mode).
 
     Args:
         hidden_dim: state size ``H``.
@@ -89,46 +96,66 @@ class GatedRelationalConv(MessagePassing):
         nn.init.normal_(self.relation, 1.0, 0.1)
 
     def forward(self, h: Tensor, edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor) -> Tensor:
-        """``h``: ``[N, B, H]``; returns the new ``[N, B, H]`` states.
+        """``h``: ``[H, N, B]``; returns the new ``[H, N, B]`` states.
 
         With more than one query the edges are sorted by target into an
-        :class:`~torch_geometric.EdgeIndex`, on which PyG runs :meth:`message_and_aggregate`; for
-        a single query the ``[E, 1, H]`` messages are cheaper than its index arithmetic, and PyG
-        runs :meth:`message` and :meth:`aggregate` on the edges as given.
+        :class:`~torch_geometric.EdgeIndex` (:func:`sort_by_target`, unless they come so), on
+        which PyG runs :meth:`message_and_aggregate`; for a single query the ``[E, 1, H]``
+        messages are cheaper than its index arithmetic, and PyG runs :meth:`message` and
+        :meth:`aggregate` on the edges as given.
         """
-        n = h.size(0)
-        if h.size(1) > 1:
-            edge_index, perm = EdgeIndex(edge_index, sparse_size=(n, n)).sort_by("col")
-            edge_type, edge_attr = edge_type[perm], edge_attr[perm]
-        weight = torch.sigmoid(self.gate_bias[edge_type] + self.gate_edge(edge_attr)) * self.relation[edge_type]   # [E, H]
+        n = h.size(1)
+        if h.size(2) > 1 and not (isinstance(edge_index, EdgeIndex) and edge_index.is_sorted_by_col):
+            edge_index, edge_type, edge_attr = sort_by_target(edge_index, edge_type, edge_attr, n)
+        gate = torch.addmm(self.gate_bias.index_select(0, edge_type), edge_attr, self.gate_edge.weight.T).sigmoid_()
+        weight = gate * self.relation.index_select(0, edge_type)                                   # [E, H]
         return self.propagate(edge_index, h=h, weight=weight, size=(n, n))
 
-    def message(self, h_j: Tensor, weight: Tensor) -> Tensor:
-        """``m_{e,b} = g_e * z_{r_e} * h_{j,b}``: ``[E, B, H]``."""
-        return weight.unsqueeze(1) * h_j
+    def message(self, h: Tensor, edge_index_j: Tensor, weight: Tensor) -> Tensor:
+        """``m_{e,b} = g_e * z_{r_e} * h_{j,b}``: ``[E, B, H]``. The sources are gathered from the
+        node-major states ``[N, B, H]``, where each edge copies one contiguous row."""
+        return weight.unsqueeze(1) * h.permute(1, 2, 0).contiguous().index_select(0, edge_index_j)
 
     def aggregate(self, inputs: Tensor, index: Tensor, ptr: Tensor | None = None, dim_size: int | None = None) -> Tensor:
-        return scatter(inputs, index, dim=0, dim_size=dim_size, reduce="mean")
+        """The mean message per target, returned channel-major: ``[H, N, B]``."""
+        return scatter(inputs, index, dim=0, dim_size=dim_size, reduce="mean").permute(2, 0, 1)
 
     def message_and_aggregate(self, edge_index: EdgeIndex, h: Tensor, weight: Tensor) -> Tensor:
-        """The mean messages ``[N, B, H]`` of :meth:`message` and :meth:`aggregate`, without the
+        """The mean messages ``[H, N, B]`` of :meth:`message` and :meth:`aggregate`, without the
         ``[E, B, H]`` messages: for each channel ``c`` and target ``i``, a bag-sum of the source
-        states ``h_{j,:,c}`` weighted by ``g_{e,c} z_{r_e,c} / |N^-(i)|`` (an empty bag is 0)."""
+        states ``h_{c,j,:}`` (row ``c N + j`` of ``h`` viewed as ``[H N, B]``) weighted by
+        ``g_{e,c} z_{r_e,c} / |N^-(i)|`` (an empty bag is 0)."""
         (colptr, src), _ = edge_index.get_csc()
-        n, bsz, hid = h.shape
+        hid, n, bsz = h.shape
         in_degree = colptr.diff()
         target_degree = torch.repeat_interleave(in_degree, in_degree, output_size=src.numel())   # [E]
-        channel = torch.arange(hid, device=h.device).unsqueeze(1)                               # [H, 1]
+        # int32 row and bag ids where they fit: half the index memory, and a faster backward sort
+        index_dtype = torch.int32 if hid * max(n, src.numel()) < 2**31 else torch.int64
+        channel = torch.arange(hid, device=h.device, dtype=index_dtype).unsqueeze(1)            # [H, 1]
         out = F.embedding_bag(
-            (src + channel * n).flatten(),                        # row c * N + j of the table
-            h.permute(2, 0, 1).reshape(hid * n, bsz),             # row c * N + j: h_{j,:,c}
-            (colptr[:-1] + channel * src.numel()).flatten(),      # bag c * N + i: the in-edges of i
+            (src.to(index_dtype) + channel * n).flatten(),                    # row c * N + j of the table
+            h.reshape(hid * n, bsz),                                          # row c * N + j: h_{c,j,:}
+            (colptr[:-1].to(index_dtype) + channel * src.numel()).flatten(),  # bag c * N + i: the in-edges of i
             mode="sum", per_sample_weights=(weight.T / target_degree).flatten(),
         )
-        return out.view(hid, n, bsz).permute(1, 2, 0)
+        return out.view(hid, n, bsz)
 
     def update(self, aggr_out: Tensor, h: Tensor) -> Tensor:
-        return h + F.relu(self.lin_msg(aggr_out) + self.lin_self(h))
+        """``h + ReLU(W_m mbar + W_s h + c)``, the linear maps as ``[H, H] @ [H, N B]`` products
+        (accumulated and rectified in place: no gradient needs the overwritten values)."""
+        pre = torch.addmm(self.lin_self.bias.unsqueeze(1), self.lin_self.weight, h.reshape(self.hidden_dim, -1))
+        pre.addmm_(self.lin_msg.weight, aggr_out.reshape(self.hidden_dim, -1))
+        return h + pre.relu_().view_as(h)
+
+
+def sort_by_target(edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor, num_nodes: int) -> tuple[EdgeIndex, Tensor, Tensor]:
+    """The edges as an :class:`~torch_geometric.EdgeIndex` sorted by target (column), with their
+    types and features in the same order: what :meth:`GatedRelationalConv.message_and_aggregate`
+    runs on. Sorting once lets all layers share the edges and their cached CSC index."""
+    edge_index, perm = EdgeIndex(edge_index, sparse_size=(num_nodes, num_nodes)).sort_by("col")
+    if perm is None:
+        return edge_index, edge_type, edge_attr
+    return edge_index, edge_type[perm], edge_attr[perm]
 
 
 class GNNReader(nn.Module):
@@ -157,8 +184,9 @@ class GNNReader(nn.Module):
 
     # ------------------------------------------------------------------ pieces
     def seed(self, query: Tensor, start: Tensor) -> Tensor:
-        """``h^(0) [N, B, H]`` from queries ``[B, D]`` and start weights ``[B, N]``."""
-        return torch.einsum("bn,bh->nbh", start, self.query_proj(query))
+        """``h^(0) [H, N, B]`` (channel-major) from queries ``[B, D]`` and start weights ``[B, N]``."""
+        projected = torch.addmm(self.query_proj.bias.unsqueeze(1), self.query_proj.weight, query.T)   # [H, B]
+        return projected.unsqueeze(1) * start.T.contiguous().unsqueeze(0)
 
     def relational_edges(self, edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Append inverse edges ``(i -> j, r + R)`` when ``add_inverse`` is set."""
@@ -181,13 +209,17 @@ class GNNReader(nn.Module):
         """
         query = query.to(x.dtype)
         edge_index, edge_type, edge_attr = self.relational_edges(edge_index, edge_type, edge_attr.to(x.dtype))
-        h = self.seed(query, start.to(x.dtype))
+        if query.size(0) > 1:       # the fused aggregation runs on target-sorted edges: sort once for all layers
+            edge_index, edge_type, edge_attr = sort_by_target(edge_index, edge_type, edge_attr, x.size(0))
+        h = self.seed(query, start.to(x.dtype))                                                   # [H, N, B]
         for layer in self.layers:
             h = layer(h, edge_index, edge_type, edge_attr)
-        content = self.node_content(x).unsqueeze(1) * self.query_content(query).unsqueeze(0)      # [N, B, H]
-        hidden = F.relu(self.read_state(h) + self.read_content(content))
-        cosine = F.normalize(x, dim=-1) @ F.normalize(query, dim=-1).T                            # [N, B]
-        return (self.read_out(hidden).squeeze(-1) + self.cosine_weight * cosine).T
+        hid = h.size(0)
+        content = (self.node_content.weight @ x.T).unsqueeze(2) * (self.query_content.weight @ query.T).unsqueeze(1)   # [H, N, B]
+        hidden = torch.addmm(self.read_state.bias.unsqueeze(1), self.read_state.weight, h.reshape(hid, -1))   # W_h h + c
+        hidden.addmm_(self.read_content.weight, content.view(hid, -1)).relu_()                                 # [H, N B]
+        cosine = F.normalize(x, dim=-1) @ F.normalize(query, dim=-1).T                                           # [N, B]
+        return ((self.read_out.weight @ hidden).view_as(cosine) + self.cosine_weight * cosine).T
 
     def score_graph(self, graph, query: Tensor, entries: list[list[int]]) -> Tensor:
         """Scores ``[B, N]`` for a :class:`~graphmem.graph.MemoryGraph`-like object (duck-typed)."""
@@ -208,9 +240,10 @@ class GNNReader(nn.Module):
         return reader
 
 
-def start_mask(entries: list[list[int]], num_nodes: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    """``[B, N]`` with 1 at each query's entry rows."""
-    mask = torch.zeros(len(entries), num_nodes, dtype=dtype)
-    queries = torch.repeat_interleave(torch.arange(len(entries)), torch.tensor([len(rows) for rows in entries], dtype=torch.long))
-    mask[queries, torch.tensor([v for rows in entries for v in rows], dtype=torch.long)] = 1.0
+def start_mask(entries: list[list[int]], num_nodes: int, dtype: torch.dtype = torch.float32,
+               device: str | torch.device = "cpu") -> Tensor:
+    """``[B, N]`` with 1 at each query's entry rows, on ``device``."""
+    mask = torch.zeros(len(entries), num_nodes, dtype=dtype, device=device)
+    queries = torch.tensor([b for b, rows in enumerate(entries) for _ in rows], dtype=torch.long, device=device)
+    mask[queries, torch.tensor([v for rows in entries for v in rows], dtype=torch.long, device=device)] = 1.0
     return mask

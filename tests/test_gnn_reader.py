@@ -34,13 +34,13 @@ def toy_conv():
 
 def test_conv_matches_hand_computation():
     conv, ei, et, ea = toy_conv()
-    h = torch.tensor([[1.0, 2.0], [0.0, 1.0], [1.0, 0.0], [3.0, 3.0]]).unsqueeze(1)   # [N=4, B=1, H=2]
+    h = torch.tensor([[1.0, 2.0], [0.0, 1.0], [1.0, 0.0], [3.0, 3.0]]).T.unsqueeze(2)   # [H=2, N=4, B=1]
     out = conv(h, ei, et, ea)
     # messages: 0->2: 0.75*[1,1]*[1,2] = [.75,1.5]; 1->2: 0.5*[2,.5]*[0,1] = [0,.25]; 2->3: 0.5*[2,.5]*[1,0] = [1,0]
     # mean at 2: [.375,.875]; at 3: [1,0]; nodes 0 and 1 receive nothing.
     # h' = h + relu(mbar + 0.5 h + [0,-.5])
-    expected = torch.tensor([[1.5, 2.5], [0.0, 1.0], [1.875, 0.375], [5.5, 4.0]]).unsqueeze(1)
-    assert out.shape == (4, 1, 2)
+    expected = torch.tensor([[1.5, 2.5], [0.0, 1.0], [1.875, 0.375], [5.5, 4.0]]).T.unsqueeze(2)
+    assert out.shape == (2, 4, 1)
     assert torch.allclose(out, expected, atol=1e-6)
     # the result does not depend on the order in which edges are stored
     perm = torch.tensor([2, 0, 1])
@@ -49,9 +49,9 @@ def test_conv_matches_hand_computation():
 
 def test_conv_batched_over_queries_equals_per_query():
     conv, ei, et, ea = toy_conv()
-    h = torch.randn(4, 3, 2)
+    h = torch.randn(2, 4, 3)                                   # [H, N, B]
     batched = conv(h, ei, et, ea)
-    single = torch.cat([conv(h[:, b:b + 1], ei, et, ea) for b in range(3)], dim=1)
+    single = torch.cat([conv(h[:, :, b:b + 1], ei, et, ea) for b in range(3)], dim=2)
     assert torch.allclose(batched, single, atol=1e-6)
 
 
@@ -63,7 +63,7 @@ def test_fused_aggregation_equals_per_edge_messages():
     edge_index = torch.randint(0, n, (2, e))
     edge_index[1, :3] = 0                                      # a target with several in-edges; some have none
     edge_type, edge_attr = torch.randint(0, 3, (e,)), torch.rand(e, 4)
-    h = torch.randn(n, 4, 5, requires_grad=True)
+    h = torch.randn(5, n, 4, requires_grad=True)              # [H, N, B]
     outputs, grads = [], []
     for fuse in (True, False):
         conv.fuse = fuse
@@ -76,7 +76,7 @@ def test_fused_aggregation_equals_per_edge_messages():
         assert torch.allclose(fused, plain, atol=1e-5)
     conv.fuse = True
     no_edges = conv(h, edge_index[:, :0], edge_type[:0], edge_attr[:0])
-    assert torch.allclose(no_edges, h + torch.relu(conv.lin_self(h)))
+    assert torch.allclose(no_edges, h + torch.relu(conv.lin_self(h.permute(1, 2, 0))).permute(2, 0, 1))
 
 
 def test_seed_is_start_mask_times_projected_query():
@@ -84,10 +84,11 @@ def test_seed_is_start_mask_times_projected_query():
     reader = GNNReader(input_dim=3, hidden_dim=2, num_relations=2, num_layers=1)
     q = torch.randn(2, 3)
     start = start_mask([[0, 2], [3]], 4)
-    h0 = reader.seed(q, start)
+    h0 = reader.seed(q, start)                                 # [H, N, B]
     proj = reader.query_proj(q)
-    assert torch.allclose(h0[0, 0], proj[0]) and torch.allclose(h0[2, 0], proj[0]) and torch.allclose(h0[3, 1], proj[1])
-    assert h0[1].abs().sum() == 0 and h0[3, 0].abs().sum() == 0
+    assert h0.shape == (2, 4, 2)
+    assert torch.allclose(h0[:, 0, 0], proj[0]) and torch.allclose(h0[:, 2, 0], proj[0]) and torch.allclose(h0[:, 3, 1], proj[1])
+    assert h0[:, 1].abs().sum() == 0 and h0[:, 3, 0].abs().sum() == 0
 
 
 def random_graph(n=12, dim=8, seed=0, extra_edges=30):
