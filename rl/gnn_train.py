@@ -130,7 +130,7 @@ def weighted_bce_loss(scores: Tensor, positive: Tensor, pos_weight: float) -> Te
 
 def _batch_scores(reader: GNNReader, ex: ReaderExample, rows: list[int], device) -> Tensor:
     g = ex.graph
-    start = start_mask([ex.entries[i] for i in rows], g.num_nodes).to(device)
+    start = start_mask([ex.entries[i] for i in rows], g.num_nodes, device=device)
     return reader(g.embeddings.to(device), g.edge_index.to(device), g.edge_type.to(device), g.edge_attr.to(device),
                   ex.query_embeddings[rows].to(device), start)
 

@@ -31,8 +31,9 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval, Timer, TraversalPolicy, load_under_budget, register_policy
-from graphmem.policies.entries import graph_cached, make_entry_selector, node_id_rank
+from graphmem.policies.base import (Budget, Query, Retrieval, Timer, TraversalPolicy, load_under_budget,
+                                    register_policy, resolve_device)
+from graphmem.policies.entries import graph_cached, graph_tables, make_entry_selector, node_id_rank
 
 
 @register_policy("gnn")
@@ -58,27 +59,27 @@ class GNNPolicy(TraversalPolicy):
             raise ValueError("GNNPolicy needs exactly one of `reader` or `checkpoint`")
         self.reader = reader if reader is not None else GNNReader.from_checkpoint(str(checkpoint))
         self.reader = self.reader.to(device).eval()
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.entry_selector = make_entry_selector(entries)
         self.query_chunk = int(query_chunk)
 
     # ------------------------------------------------------------------ scoring
     @torch.no_grad()
     def score(self, graph: MemoryGraph, queries: Sequence[Query], entries: list[list[int]]) -> Tensor:
-        """``[B, N]`` reader scores (CPU tensor), computed ``query_chunk`` queries at a time."""
+        """``[B, N]`` reader scores on the policy's device, computed ``query_chunk`` queries at a time."""
         from models.gnn_reader import start_mask
 
         if not graph.num_nodes:
-            return torch.empty(len(queries), 0)
+            return torch.empty(len(queries), 0, device=self.device)
         dev = self.device
         x, ei, et, ea = (t.to(dev) for t in (graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr))
         out = []
         for lo in range(0, len(queries), self.query_chunk):
             chunk = queries[lo:lo + self.query_chunk]
             q = torch.stack([c.embedding.float().flatten() for c in chunk]).to(dev)
-            start = start_mask(entries[lo:lo + self.query_chunk], graph.num_nodes).to(dev)
-            out.append(self.reader(x, ei, et, ea, q, start).cpu())
-        return torch.cat(out) if out else torch.empty(0, graph.num_nodes)
+            start = start_mask(entries[lo:lo + self.query_chunk], graph.num_nodes, device=dev)
+            out.append(self.reader(x, ei, et, ea, q, start))
+        return torch.cat(out) if out else torch.empty(0, graph.num_nodes, device=dev)
 
     def select_entries(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[list[int]]:
         """Step 1: at most ``max_entries`` entry rows per query."""
@@ -142,11 +143,11 @@ def walk_and_load(graph: MemoryGraph, entries: list[int], scores: Tensor, budget
 
 
 # ---------------------------------------------------------------------- batched walk
-def neighbour_table(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
+def neighbour_table(graph: MemoryGraph, device: str | torch.device | None = None) -> tuple[Tensor, Tensor]:
     """``(nbr, edge)``, both ``[N + 1, D]`` long: row ``u`` lists the distinct out-neighbours of
     ``u`` other than ``u`` itself, ascending by node-id rank, and for each the smallest id of an
     edge ``u -> v``. Rows are padded with ``N`` (neighbour) and ``-1`` (edge); row ``N`` is all
-    padding, so a padded frontier slot ``N`` has no neighbours."""
+    padding, so a padded frontier slot ``N`` has no neighbours. Cached (on ``device`` too, when given)."""
     def build() -> tuple[Tensor, Tensor]:
         n = graph.num_nodes
         src, dst = graph.edge_index
@@ -166,7 +167,7 @@ def neighbour_table(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
         nbr[src, col] = dst
         edge[src, col] = eid
         return nbr, edge
-    return graph_cached(graph, "policies.gnn.neighbour_table", (graph.edge_index,), build)
+    return graph_cached(graph, "policies.gnn.neighbour_table", (graph.edge_index,), build, device)
 
 
 @dataclass
@@ -199,7 +200,7 @@ class WalkBatch:
     def loaded_mask(self) -> Tensor:
         """``[B, N]`` bool, True at each query's loaded nodes."""
         n = self.num_nodes
-        mask = torch.zeros(self.ranked.shape[0], n + 1, dtype=torch.bool)
+        mask = torch.zeros(self.ranked.shape[0], n + 1, dtype=torch.bool, device=self.ranked.device)
         mask.scatter_(1, self.ranked.masked_fill(~self.taken, n), True)
         return mask[:, :n]
 
@@ -228,13 +229,13 @@ class WalkBatch:
     def considered_edges(self, graph: MemoryGraph) -> tuple[Tensor, Tensor]:
         """The out-edges of the visited nodes, concatenated row by row in visiting order (each
         node's edges in :meth:`MemoryGraph.out_edges` order), and ``[B]`` edges per query."""
-        rowptr, perm = graph.csr()
+        _, (rowptr, perm) = graph_tables(graph, self.visited.device)
         degree = torch.cat([rowptr.diff(), rowptr.new_zeros(1)])                     # padding N has none
         per_visit = degree[self.visited]                                              # [B, S]
         real = self.visited < self.num_nodes
         lengths, starts = per_visit[real], rowptr[:-1][self.visited[real]]
         offsets = torch.cumsum(lengths, 0) - lengths
-        positions = torch.arange(int(lengths.sum())) + torch.repeat_interleave(starts - offsets, lengths)
+        positions = torch.arange(int(lengths.sum()), device=lengths.device) + torch.repeat_interleave(starts - offsets, lengths)
         return perm[positions], per_visit.sum(1)
 
 
@@ -247,16 +248,18 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
     nodes are ranked the same way and loaded while ``|loaded| < max_nodes`` and a node's tokens fit
     what is left of ``max_tokens`` (a node that does not fit is skipped). Python loops run over
     frontier slots and ranked positions, both bounded by the budget, never over queries.
-    ``entries`` are used as given (callers truncate them to ``max_entries``).
+    ``entries`` are used as given (callers truncate them to ``max_entries``). Runs on the device
+    of ``scores``.
     """
-    bsz, n = len(entries), graph.num_nodes
-    nbr_table, edge_table = neighbour_table(graph)
-    rank = torch.cat([node_id_rank(graph), torch.tensor([n])])                       # padding ranks last
+    bsz, n, dev = len(entries), graph.num_nodes, scores.device
+    nbr_table, edge_table = neighbour_table(graph, dev)
+    node_tokens, _ = graph_tables(graph, dev)
+    rank = torch.cat([node_id_rank(graph, dev), torch.tensor([n], device=dev)])     # padding ranks last
     # sort keys are -score with NaN at padding: an ascending stable sort puts padding last and
     # breaks score ties by column order
     neg_scores = torch.cat([-scores, scores.new_full((bsz, 1), math.nan)], 1)        # [B, N + 1]
-    frontier = _entry_frontier(entries, n)                                             # [B, F]
-    reached = torch.zeros(bsz, n + 1, dtype=torch.bool)
+    frontier = _entry_frontier(entries, n, dev)                                        # [B, F]
+    reached = torch.zeros(bsz, n + 1, dtype=torch.bool, device=dev)
     reached[:, n] = True                                                              # padding is never free
     reached.scatter_(1, frontier, True)
     nodes, parents, depths, visited = [frontier], [torch.full_like(frontier, -1)], [torch.zeros_like(frontier)], []
@@ -285,10 +288,10 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
     order = torch.argsort(rank[nodes], dim=1, stable=True)
     order = order.gather(1, torch.sort(neg_scores.gather(1, nodes.gather(1, order)), dim=1, stable=True).indices)
     ranked = nodes.gather(1, order)
-    tokens = torch.cat([graph.node_tokens(), torch.zeros(1, dtype=torch.long)])[ranked]
+    tokens = torch.cat([node_tokens, node_tokens.new_zeros(1)])[ranked]
     taken = torch.zeros_like(ranked, dtype=torch.bool)
-    used = torch.zeros(bsz, dtype=torch.long)
-    count = torch.zeros(bsz, dtype=torch.long)
+    used = torch.zeros(bsz, dtype=torch.long, device=dev)
+    count = torch.zeros(bsz, dtype=torch.long, device=dev)
     for c in range(ranked.shape[1]):
         ok = (ranked[:, c] < n) & (count < budget.max_nodes) & (used + tokens[:, c] <= budget.max_tokens)
         taken[:, c] = ok
@@ -297,14 +300,15 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
     padded_scores = torch.cat([scores, scores.new_zeros(bsz, 1)], 1)
     return WalkBatch(ranked=ranked, taken=taken, depth=depths.gather(1, order), parent_edge=parents.gather(1, order),
                      scores=padded_scores.gather(1, ranked), loaded_tokens=used,
-                     visited=torch.cat(visited, 1) if visited else torch.empty(bsz, 0, dtype=torch.long), num_nodes=n)
+                     visited=torch.cat(visited, 1) if visited else torch.empty(bsz, 0, dtype=torch.long, device=dev),
+                     num_nodes=n)
 
 
-def _entry_frontier(entries: Sequence[Sequence[int]], n: int) -> Tensor:
+def _entry_frontier(entries: Sequence[Sequence[int]], n: int, device: torch.device) -> Tensor:
     """``[B, F]`` long: each query's distinct entries in order, padded with ``n``."""
     rows = [list(dict.fromkeys(e)) for e in entries]
     width = max(map(len, rows), default=0)
-    return torch.tensor([r + [n] * (width - len(r)) for r in rows], dtype=torch.long).reshape(len(rows), width)
+    return torch.tensor([r + [n] * (width - len(r)) for r in rows], dtype=torch.long, device=device).reshape(len(rows), width)
 
 
 def _compact(nodes: Tensor, edges: Tensor, n: int) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,55 @@
+"""Every batched policy path keeps its tensors on the policy's device.
+
+No GPU is needed to check the plumbing: under ``with torch.device("meta")`` any tensor created
+without an explicit device lands on the meta device, and mixing it with the policy's CPU tensors
+(or reading it back with ``tolist``) fails. A policy constructed with ``device="cpu"`` must
+therefore give the same results inside that context as outside it.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphmem.policies import Budget, Query, make_policy
+from models.gnn_reader import GNNReader
+from models.router import QueryRouter
+
+sys.path.insert(0, str(Path(__file__).parent))
+from varied_graphs import varied_posterior_graph  # noqa: E402
+
+NAMES = ["beta_bfs", "dense_topk", "uniform_bfs", "ppr", "router", "gnn"]
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return varied_posterior_graph(300, seed=5)
+
+
+def make(name: str, graph):
+    torch.manual_seed(0)
+    if name == "router":
+        return make_policy(name, router=QueryRouter(graph.dim, num_relations=len(graph.relations), hidden=8), device="cpu")
+    if name == "gnn":
+        return make_policy(name, reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)), device="cpu")
+    return make_policy(name, device="cpu")
+
+
+def trace(r):
+    return r.loaded, r.entries, r.edges_considered, r.edges_traversed, r.loaded_tokens, r.max_depth
+
+
+@pytest.mark.parametrize("budget", [Budget(), Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_nodes=20, max_tokens=150)],
+                         ids=["default", "tight-tokens"])
+@pytest.mark.parametrize("name", NAMES)
+def test_batched_path_creates_no_tensor_off_the_policy_device(graph, name, budget):
+    gen = torch.Generator().manual_seed(1)
+    queries = [Query(f"q{i}", "x", graph.embeddings[i * 7] + 0.3 * torch.randn(graph.dim, generator=gen)) for i in range(9)]
+    policy = make(name, graph)
+    assert policy.device == torch.device("cpu")
+    expected = policy.retrieve_batch(graph, queries, budget)  # also builds the per-graph caches
+    with torch.device("meta"):
+        got = policy.retrieve_batch(graph, queries, budget)
+    assert [trace(r) for r in got] == [trace(r) for r in expected]
+    assert any(r.loaded for r in got)
