@@ -125,10 +125,12 @@ def time_policy(policy, graph, queries: list[Query], budget: Budget, repeats: in
     }
 
 
-# the batched traversal of a bounded policy from an entry matrix, and its entry selector
+# a bounded policy's two stages as its retrieve_batch runs them: select entries, then traverse from them
 TRAVERSALS = {
-    "beta_bfs": (lambda p, g, qs, e, b: p.traverse_batch(g, e, b), lambda p: p.entries),
-    "router": (lambda p, g, qs, e, b: p.traverse_batch(g, qs, e, b), lambda p: p.entry_selector),
+    "beta_bfs": (lambda p, g, qs, b: entry_matrix(p.entries, g, qs, b, p.device),
+                 lambda p, g, qs, entries, b: p.traverse_batch(g, entries, b)),
+    "router": (lambda p, g, qs, b: p.select_entries(g, qs, b),  # entries and the [B, N] cosines the walk reuses
+               lambda p, g, qs, selected, b: p.traverse_batch(g, qs, selected[0], b, selected[1])),
 }
 
 
@@ -151,14 +153,14 @@ def time_other_device(policy, graph, queries: list[Query], budget: Budget, repea
 def time_traversal(name: str, policy, graph, queries: list[Query], budget: Budget, rounds: int) -> dict:
     """A bounded policy split into batched entry selection and the batched bounded traversal, each
     the fastest of ``rounds`` (millisecond timings on a shared machine: keep the quietest)."""
-    traverse, selector = TRAVERSALS[name]
+    select, traverse = TRAVERSALS[name]
     best_sel, best_trav = float("inf"), float("inf")
     for _ in range(rounds):
         t = time.perf_counter()
-        entries = entry_matrix(selector(policy), graph, queries, budget)
+        selected = select(policy, graph, queries, budget)
         best_sel = min(best_sel, time.perf_counter() - t)
         t = time.perf_counter()
-        traverse(policy, graph, queries, entries, budget)
+        traverse(policy, graph, queries, selected, budget)
         best_trav = min(best_trav, time.perf_counter() - t)
     n = len(queries)
     return {"entry_ms_per_query": 1e3 * best_sel / n, "traversal_ms_per_query": 1e3 * best_trav / n}

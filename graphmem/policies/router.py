@@ -207,22 +207,25 @@ class RouterPolicy(TraversalPolicy):
 
     # ------------------------------------------------------------------ batched
     def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
-        """Entries for all queries (one ``[B, D] x [D, N]`` matmul for the embedding selector), then
-        :meth:`traverse_batch`."""
+        """:meth:`select_entries` for all queries (one ``[B, D] x [D, N]`` matmul for the embedding
+        selector), then :meth:`traverse_batch`."""
         if not queries:
             return []
         t0 = time.perf_counter()
-        cos_all = None
-        if type(self.entry_selector) is EmbeddingEntrySelector and graph.num_nodes:
-            cos_all = cosine_matrix(graph, queries, self.device)
-            entries = topk_by_score(cos_all, budget.max_entries, node_id_rank(graph, self.device))
-        else:
-            entries = entry_matrix(self.entry_selector, graph, queries, budget, self.device)
+        entries, cos_all = self.select_entries(graph, queries, budget)
         results = self.traverse_batch(graph, queries, entries, budget, cos_all)
         per_query = (time.perf_counter() - t0) / len(queries)
         for r in results:
             r.wall_time_s = per_query
         return results
+
+    def select_entries(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> tuple[Tensor, Tensor | None]:
+        """``([B, <=max_entries] entry rows, -1 padded; [B, N] cos(q, x_v) or None)`` on the policy's
+        device: the embedding selector's score matrix is kept for :meth:`traverse_batch`."""
+        if type(self.entry_selector) is EmbeddingEntrySelector and graph.num_nodes:
+            cos_all = cosine_matrix(graph, queries, self.device)
+            return topk_by_score(cos_all, budget.max_entries, node_id_rank(graph, self.device)), cos_all
+        return entry_matrix(self.entry_selector, graph, queries, budget, self.device), None
 
     @torch.no_grad()
     def traverse_batch(self, graph: MemoryGraph, queries: Sequence[Query], entries: Tensor | Sequence[Sequence[int]],
