@@ -37,8 +37,8 @@ def test_run_in_process_writes_json_and_plot(tmp_path):
             assert res["device"] == "cpu" and res["batched_peak_mb"] >= 0 and res["single_peak_mb"] >= 0
             assert res["on"]["cpu"]["batched_ms_per_query"] > 0 and res["on"]["cpu"]["speedup_over_main_device"] > 0
         for name in ("beta_bfs", "router"):
-            assert entry["policies"][name]["traversal_ms_per_query"] > 0
-    assert {"beta_bfs_traversal_flat_within_2x", "router_traversal_flat_within_2x"} <= set(saved["growth"])
+            assert entry["policies"][name]["traversal_ms_per_query"] > 0 and entry["policies"][name]["traversal_warm_ms_per_query"] > 0
+    assert {"beta_bfs_traversal_flat_within_2x", "router_traversal_warm_flat_within_2x"} <= set(saved["growth"])
 
 
 def test_hydra_entry_point(tmp_path):
