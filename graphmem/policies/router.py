@@ -235,8 +235,8 @@ class RouterPolicy(TraversalPolicy):
         Per hop, every out-edge of every frontier node of every query is one row of a ragged
         candidate list; the router scores them in one call; the kept targets of each query form a
         ``[B, L]`` block admitted under the budget by :func:`greedy_admit`. Visited pairs are held
-        as ``query * N + node`` keys, so no ``[B, N]`` state exists: after entry selection the work
-        is bounded by the budget and the out-degrees, not by ``N``. ``cos(q, x_v)`` is read from
+        as ``query * N + node`` keys, so the walk keeps no ``[B, N]`` state of its own: after entry
+        selection its work is bounded by the budget and the out-degrees, not by ``N``. ``cos(q, x_v)`` is read from
         ``cos_all`` (``[B, N]``, e.g. the entry selector's matrix) when given, or computed as one
         matmul when that is cheaper than gathering the candidates' embedding rows.
         """
