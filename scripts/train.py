@@ -102,7 +102,12 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
     for name, overrides in variants.items():  # reject impossible settings before any work
         TrainConfig(**{**base, **overrides})
-    baselines = {name: make_policy(name, **policy_kwargs(name)) for name in cfg.baselines}
+    baselines = {}
+    for name in cfg.baselines:
+        try:
+            baselines[name] = make_policy(name, **policy_kwargs(name))
+        except (OSError, TypeError, ValueError, KeyError) as err:
+            raise ValueError(f"baseline {name!r} cannot be built from its policy config: {err}") from None
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
         raise ValueError(f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}")
     if not world.is_main:

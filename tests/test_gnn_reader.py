@@ -243,3 +243,10 @@ def test_graph_split_is_a_conversation_fold():
     fold = conversation_folds(names, k=5, seed=3, val_fraction=0.2)[1]
     assert parts == {"train": list(fold.train), "val": list(fold.val), "test": list(fold.test)}
     assert not set(parts["train"]) & set(parts["test"]) and not set(parts["val"]) & set(parts["test"])
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    from graphmem.policies.gnn import GNNPolicy
+
+    with pytest.raises(ValueError, match="not found"):
+        GNNPolicy(checkpoint=tmp_path / "no-reader.pt")

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from itertools import accumulate
 from os import PathLike
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -57,6 +58,8 @@ class GNNPolicy(TraversalPolicy):
 
         if (reader is None) == (checkpoint is None):
             raise ValueError("GNNPolicy needs exactly one of `reader` or `checkpoint`")
+        if checkpoint is not None and not Path(checkpoint).is_file():
+            raise ValueError(f"gnn checkpoint {str(checkpoint)!r} not found (train one with scripts/train_gnn.py)")
         self.reader = reader if reader is not None else GNNReader.from_checkpoint(str(checkpoint))
         self.reader = self.reader.to(device).eval()
         self.device = resolve_device(device)
