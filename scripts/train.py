@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from graphmem.cli import run_or_exit
 from graphmem.eval.harness import evaluate_policy
 from graphmem.graphset import GraphSet, open_graphset
 from graphmem.io import atomic_write
-from graphmem.policies.base import Budget, make_policy
+from graphmem.policies.base import Budget, make_policy, resolve_device
 from graphmem.policies.router import RouterPolicy
 from graphmem.tracking import make_tracker
 from rl.distributed import init_from_env, shutdown
@@ -119,6 +120,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     splits = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
     per_fold, records = [], []
+    started = time.perf_counter()
     tracker = make_tracker(cfg.logger if world.is_main else {"backend": "none"}, run_config=cfg, out_dir=out,
                            name=f"train-{gs.dataset}")
     for k in folds:
@@ -135,7 +137,9 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
             prefix = f"fold{k}/{name}/"
             logger = MultiLogger(PrintLogger(every=max(1, tc.epochs // 10)),
                                  _Prefixed(tracker, prefix, offset=1000 * k))
+            t0 = time.perf_counter()
             result = train(tc, gs.graphs, train_q, train_e, val_q, val_e, budget=budget, logger=logger, world=world)
+            train_s = time.perf_counter() - t0
             if not world.is_main:  # the other ranks only help train
                 continue
             policy = RouterPolicy(router=result.router, intent=result.intent, edge_features=result.edges,
@@ -144,7 +148,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
             records.append({"fold": k, "policy": name, "best_epoch": result.best_epoch, "val_recall": result.best_score,
-                            "test": res.overall, "trainer": dataclasses.asdict(tc)})
+                            "train_wall_s": round(train_s, 2), "test": res.overall, "trainer": dataclasses.asdict(tc)})
         if not world.is_main:
             continue
         for name, policy in baselines.items():
@@ -160,7 +164,9 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     table = markdown(summary)
     print(f"\n{gs.dataset}: test conversations, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
     payload = {"dataset": gs.dataset, "budget": dataclasses.asdict(budget), "folds": folds, "summary": summary,
-               "records": records, "splits": [dataclasses.asdict(splits[k]) for k in folds]}
+               "records": records, "splits": [dataclasses.asdict(splits[k]) for k in folds],
+               "wall_s": round(time.perf_counter() - started, 2), "device": str(resolve_device(base.get("device", "auto"))),
+               "world_size": world.size}
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     tracker.log_table("summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()])

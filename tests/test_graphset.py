@@ -1,5 +1,6 @@
 """GraphSet round trip, loading without the text stack, the embedding cache and load_or_build."""
 
+import json
 import os
 import subprocess
 import sys
@@ -156,6 +157,8 @@ def test_train_and_evaluate_run_without_the_text_stack(tmp_path):
         proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *common, *overrides], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "train" / "results.json").is_file() and (tmp_path / "eval" / "results.json").is_file()
+    assert (tmp_path / "eval" / "results.json").is_file()
+    trained = json.loads((tmp_path / "train" / "results.json").read_text())
+    assert trained["wall_s"] > 0 and trained["device"] == "cpu" and trained["records"][0]["train_wall_s"] > 0
     probe = subprocess.run([sys.executable, "-c", "import sentence_transformers"], env=env, capture_output=True, text=True)
     assert probe.returncode != 0 and "blocked" in probe.stderr  # the block was in force
