@@ -1,6 +1,5 @@
 """Smoke runs of scripts/benchmark.py with tiny settings."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,21 +10,16 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from script_loader import load_script  # noqa: E402
 TINY = ["sizes=[200,400]", "num_queries=4", "loop_queries=2", "ppr_queries=2", "gnn_queries=2", "dim=8", "avg_degree=4",
         "locomo.enabled=false", "compare_devices=[cpu]"]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("benchmark_script", ROOT / "scripts" / "benchmark.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_run_in_process_writes_json_and_plot(tmp_path):
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose(config_name="benchmark", overrides=TINY + [f"out_dir={tmp_path}"])
-    report = load_script().run(cfg)
+    report = load_script("benchmark").run(cfg)
     saved = json.loads((tmp_path / "benchmark.json").read_text())
     assert saved["growth"] == report["growth"] and (tmp_path / "benchmark.png").stat().st_size > 0
     assert set(saved["sizes"]) == {"200", "400"}

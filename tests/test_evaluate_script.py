@@ -1,6 +1,5 @@
 """scripts/evaluate.py (Hydra compose API and a real subprocess run) and graphmem.tracking."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,15 +18,9 @@ from graphmem.synthetic import make_synthetic_graph
 from graphmem.tracking import JsonlTracker, Tracker, config_for_logging, is_secret_name, make_tracker
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from script_loader import load_script  # noqa: E402
 CONFIGS = ROOT / "configs"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("evaluate_script", ROOT / "scripts" / "evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
 # ---------------------------------------------------------------------------- tracking
@@ -109,7 +102,7 @@ def compose_cfg(overrides):
 
 
 def test_compose_run_writes_every_output(tmp_path):
-    script = load_script()
+    script = load_script("evaluate")
     gs_dir = saved_graphset(tmp_path / "set")
     out = tmp_path / "out"
     cfg = compose_cfg([f"graphset={gs_dir}", f"out_dir={out}", "policies=[beta_bfs,dense_topk]",
@@ -135,7 +128,7 @@ def test_compose_run_writes_every_output(tmp_path):
     ("device=gpu7", "policy 'beta_bfs' cannot be constructed"),
 ])
 def test_invalid_config_rejected_before_work(tmp_path, override, message):
-    script = load_script()
+    script = load_script("evaluate")
     missing = tmp_path / "no-graphset-here"  # loading it would fail differently: nothing was loaded
     cfg = compose_cfg([f"graphset={missing}", f"out_dir={tmp_path / 'out'}", override])
     with pytest.raises(script.ConfigError, match=message):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -18,6 +17,9 @@ from graphmem.policies.base import Budget, Query
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.synthetic import make_synthetic_graph
 from rl.splits import within_conversation_split
+
+sys.path.insert(0, str(Path(__file__).parent))
+from script_loader import load_script  # noqa: E402
 
 
 class FixedEntries:
@@ -165,10 +167,7 @@ def test_head_to_head_smoke_on_synthetic_graphs(tmp_path):
                       for i in range(10)]
     emb = torch.nn.functional.normalize(torch.randn(len(questions), 16, generator=torch.Generator().manual_seed(0)), dim=1)
     gs_dir = GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic")).save(tmp_path / "set")
-    spec = importlib.util.spec_from_file_location("head_to_head_script", ROOT / "scripts" / "head_to_head.py")
-    script = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = script
-    spec.loader.exec_module(script)
+    script = load_script("head_to_head")
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose(config_name="head_to_head", overrides=[
             "experiment=beta_vs_router", f"graphset={gs_dir}", f"out_dir={tmp_path / 'out'}", "cv.k=3",

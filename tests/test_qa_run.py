@@ -1,6 +1,5 @@
 """graphmem.qa.run (mocked litellm replies) and the QA mode of scripts/evaluate.py."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -17,14 +16,8 @@ from graphmem.qa.scoring import conventions_for
 from tests.test_qa_leak import graphset
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("evaluate_script_qa", ROOT / "scripts" / "evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(Path(__file__).parent))
+from script_loader import load_script  # noqa: E402
 
 
 def compose_cfg(overrides):
@@ -108,7 +101,7 @@ def test_helpers():
 
 
 def test_evaluate_script_qa_mode(tmp_path):
-    script = load_script()
+    script = load_script("evaluate")
     gs_dir = graphset(["a"] * 10, [1, 2, 3, 4, 5, 4, 3, 2, 1, 5]).save(tmp_path / "set")
     out = tmp_path / "out"
     cfg = compose_cfg([f"graphset={gs_dir}", f"out_dir={out}", "policy=beta_bfs", "sweep_tokens=[]",
@@ -125,7 +118,7 @@ def test_evaluate_script_qa_mode(tmp_path):
 
 
 def test_evaluate_script_refuses_self_judging_before_loading(tmp_path):
-    script = load_script()
+    script = load_script("evaluate")
     cfg = compose_cfg([f"graphset={tmp_path / 'missing'}", f"out_dir={tmp_path}", "qa.enabled=true",
                        "qa.judge.llm.model=local/smollm2-135m"])
     with pytest.raises(script.ConfigError, match="allow_same_model"):
