@@ -40,6 +40,7 @@ from omegaconf import DictConfig, OmegaConf
 from graphmem.graphset import GraphSet
 from graphmem.peak_memory import PeakMemory
 from graphmem.policies import Budget, Query, make_policy
+from graphmem.policies.base import resolve_device
 from graphmem.policies.batched import entry_matrix
 from graphmem.synthetic import make_synthetic_graph
 
@@ -65,11 +66,6 @@ def build_policy(name: str, graph, seed: int, device: str = "cpu"):
         from models.gnn_reader import GNNReader
         return make_policy("gnn", reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)), device=device)
     return make_policy(name, device=device)
-
-
-def resolve_device(name: str) -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu``."""
-    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 
 def policy_device(policy) -> str:

@@ -91,10 +91,10 @@ def ragged_block(rows: Tensor, num_rows: int) -> Tensor:
     return block
 
 
-def compact_left(values: Tensor, *others: Tensor) -> tuple[Tensor, ...]:
-    """Move the entries ``>= 0`` of each row of ``values`` to the front (order kept), drop empty columns;
-    ``others`` (same shape) are permuted alike."""
-    keep = values >= 0
+def compact_left(values: Tensor, *others: Tensor, keep: Tensor | None = None) -> tuple[Tensor, ...]:
+    """Move the real entries of each row of ``values`` (``keep``, default ``values >= 0``) to the
+    front (order kept), drop columns with none; ``others`` (same shape) are permuted alike."""
+    keep = values >= 0 if keep is None else keep
     width = int(keep.sum(1).max()) if values.numel() else 0
     order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :width]
     return (values.gather(1, order),) + tuple(o.gather(1, order) for o in others)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import accumulate
 from os import PathLike
 from pathlib import Path
 from typing import Sequence
@@ -34,6 +33,7 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import (Budget, Query, Retrieval, Timer, TraversalPolicy, load_under_budget,
                                     register_policy, resolve_device)
+from graphmem.policies.batched import compact_left, split_list
 from graphmem.policies.entries import graph_cached, graph_tables, make_entry_selector, node_id_rank
 
 
@@ -219,7 +219,7 @@ class WalkBatch:
             "edges_traversed": (self.parent_edge[traversed], traversed.sum(1)),
             "edges_considered": (considered, num_considered),
         }
-        split = {name: _split_rows(flat.tolist(), counts.tolist()) for name, (flat, counts) in columns.items()}
+        split = {name: split_list(flat.tolist(), counts.tolist()) for name, (flat, counts) in columns.items()}
         max_depth = torch.cat([self.depth.masked_fill(~taken, 0), self.depth.new_zeros(len(taken), 1)], 1).amax(1)
         return [
             Retrieval(loaded=loaded, entries=list(e), edges_considered=considered, edges_traversed=traversed,
@@ -282,7 +282,8 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
             reached.scatter_(1, chosen, True)
             admitted.append(chosen)
             via.append(edge_table[u].gather(1, top).masked_fill(~ok, -1))
-        frontier, edge = _compact(torch.cat(admitted, 1), torch.cat(via, 1), n)
+        frontier = torch.cat(admitted, 1)
+        frontier, edge = compact_left(frontier, torch.cat(via, 1), keep=frontier < n)
         nodes.append(frontier)
         parents.append(edge)
         depths.append(torch.full_like(frontier, d))
@@ -312,17 +313,3 @@ def _entry_frontier(entries: Sequence[Sequence[int]], n: int, device: torch.devi
     rows = [list(dict.fromkeys(e)) for e in entries]
     width = max(map(len, rows), default=0)
     return torch.tensor([r + [n] * (width - len(r)) for r in rows], dtype=torch.long, device=device).reshape(len(rows), width)
-
-
-def _compact(nodes: Tensor, edges: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    """Move each row's real nodes (``< n``) to the front, keeping their order, and drop the columns
-    that are padding in every row."""
-    real = nodes < n
-    order = torch.argsort(~real, dim=1, stable=True)[:, :int(real.sum(1).max()) if real.numel() else 0]
-    return nodes.gather(1, order), edges.gather(1, order)
-
-
-def _split_rows(flat: list, counts: list[int]) -> list[list]:
-    """``flat`` cut into consecutive pieces of ``counts`` items."""
-    ends = list(accumulate(counts))
-    return [flat[end - c:end] for c, end in zip(counts, ends)]
