@@ -33,7 +33,7 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import (Budget, Query, Retrieval, Timer, TraversalPolicy, load_under_budget,
                                     register_policy, resolve_device)
-from graphmem.policies.batched import compact_left, split_list
+from graphmem.policies.batched import compact_left, greedy_admit, split_list
 from graphmem.policies.entries import graph_cached, graph_tables, make_entry_selector, node_id_rank
 
 
@@ -249,8 +249,9 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
     ``d <= max_hops``, frontier node ``u`` (in frontier order) admits its ``top_k_neighbors``
     unreached out-neighbours by ``(-score, rank)``, each through its smallest edge id; the reached
     nodes are ranked the same way and loaded while ``|loaded| < max_nodes`` and a node's tokens fit
-    what is left of ``max_tokens`` (a node that does not fit is skipped). Python loops run over
-    frontier slots and ranked positions, both bounded by the budget, never over queries.
+    what is left of ``max_tokens`` (a node that does not fit is skipped), admitted by
+    :func:`~graphmem.policies.batched.greedy_admit`. The only Python loop runs over frontier
+    slots, bounded by the budget, never over queries.
     ``entries`` are used as given (callers truncate them to ``max_entries``). Runs on the device
     of ``scores``.
     """
@@ -293,14 +294,8 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
     order = order.gather(1, torch.sort(neg_scores.gather(1, nodes.gather(1, order)), dim=1, stable=True).indices)
     ranked = nodes.gather(1, order)
     tokens = torch.cat([node_tokens, node_tokens.new_zeros(1)])[ranked]
-    taken = torch.zeros_like(ranked, dtype=torch.bool)
-    used = torch.zeros(bsz, dtype=torch.long, device=dev)
-    count = torch.zeros(bsz, dtype=torch.long, device=dev)
-    for c in range(ranked.shape[1]):
-        ok = (ranked[:, c] < n) & (count < budget.max_nodes) & (used + tokens[:, c] <= budget.max_tokens)
-        taken[:, c] = ok
-        used += tokens[:, c] * ok
-        count += ok
+    zero = torch.zeros(bsz, dtype=torch.long, device=dev)
+    taken, used, _ = greedy_admit(tokens, ranked < n, zero, zero, budget)
     padded_scores = torch.cat([scores, scores.new_zeros(bsz, 1)], 1)
     return WalkBatch(ranked=ranked, taken=taken, depth=depths.gather(1, order), parent_edge=parents.gather(1, order),
                      scores=padded_scores.gather(1, ranked), loaded_tokens=used,
