@@ -53,3 +53,16 @@ def test_batched_path_creates_no_tensor_off_the_policy_device(graph, name, budge
         got = policy.retrieve_batch(graph, queries, budget)
     assert [trace(r) for r in got] == [trace(r) for r in expected]
     assert any(r.loaded for r in got)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_graph_batch_path_creates_no_tensor_off_the_policy_device(graph, name):
+    other = varied_posterior_graph(80, seed=6)
+    gen = torch.Generator().manual_seed(2)
+    queries = [[Query(f"{g.num_nodes}-{i}", "x", g.embeddings[i * 5] + 0.3 * torch.randn(g.dim, generator=gen)) for i in range(4)]
+               for g in (graph, other)]
+    policy = make(name, graph)
+    expected = policy.retrieve_graphs([graph, other], queries, Budget())  # also builds the union and its caches
+    with torch.device("meta"):
+        got = policy.retrieve_graphs([graph, other], queries, Budget())
+    assert [[trace(r) for r in rs] for rs in got] == [[trace(r) for r in rs] for rs in expected]

@@ -1,6 +1,8 @@
 """Evaluate a traversal policy over a graph set: batched retrieval first, gold joined afterwards.
 
-The hot path is one ``policy.retrieve_batch(graph, queries, budget)`` call per graph, where
+The hot path is ``policy.retrieve_graphs(graphs, queries, budget)`` over groups of graphs of at
+most ``batch_nodes`` nodes in all; policies that batch across graphs walk each group as one
+disjoint union (:mod:`graphmem.graph_batch`), the others make one ``retrieve_batch`` per graph.
 ``queries`` are :class:`~graphmem.policies.base.Query` objects (id, text, embedding). The
 questions' gold fields are read only after every retrieval of the run has returned, by
 :mod:`graphmem.eval.metrics`.
@@ -86,29 +88,47 @@ def run_retrievals(
     budget: Budget,
     progress: bool = False,
     desc: str = "",
+    batch_nodes: int = 1 << 15,
 ) -> tuple[list[Retrieval], float]:
-    """Retrieve for every query, one batched call per graph; no gold is in scope here.
+    """Retrieve for every query with one ``retrieve_graphs`` call per group of graphs; no gold is in scope here.
 
-    Returns the retrievals aligned with ``queries`` and the summed wall time of the batch calls.
+    Graphs are grouped in order of first appearance, a group closing before it would exceed
+    ``batch_nodes`` nodes (a larger graph forms its own group). Returns the retrievals aligned with
+    ``queries`` and the summed wall time of the calls.
     """
     from tqdm.auto import tqdm
 
     order: dict[str, list[int]] = {}
     for i, g in enumerate(graph_of):
         order.setdefault(g, []).append(i)
+    groups: list[list[str]] = []
+    size = 0
+    for name in order:
+        n = graphs[name].num_nodes
+        if not groups or size + n > batch_nodes:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += n
     out: list[Retrieval | None] = [None] * len(queries)
     wall = 0.0
-    for name, idx in tqdm(order.items(), total=len(order), desc=desc or getattr(policy, "name", "policy"),
-                          unit="graph", disable=not progress, leave=False):
-        batch = [queries[i] for i in idx]
-        t0 = time.perf_counter()
-        results = policy.retrieve_batch(graphs[name], batch, budget)
-        wall += time.perf_counter() - t0
-        if len(results) != len(batch):
-            raise RuntimeError(f"policy {getattr(policy, 'name', policy)!r} returned {len(results)} retrievals "
-                               f"for {len(batch)} queries on graph {name!r}")
-        for i, r in zip(idx, results):
-            out[i] = r
+    with tqdm(total=len(order), desc=desc or getattr(policy, "name", "policy"), unit="graph", disable=not progress,
+              leave=False) as bar:
+        for names in groups:
+            batches = [[queries[i] for i in order[name]] for name in names]
+            t0 = time.perf_counter()
+            results = policy.retrieve_graphs([graphs[name] for name in names], batches, budget)
+            wall += time.perf_counter() - t0
+            if len(results) != len(names):
+                raise RuntimeError(f"policy {getattr(policy, 'name', policy)!r} returned {len(results)} result lists "
+                                   f"for {len(names)} graphs")
+            for name, batch, got in zip(names, batches, results):
+                if len(got) != len(batch):
+                    raise RuntimeError(f"policy {getattr(policy, 'name', policy)!r} returned {len(got)} retrievals "
+                                       f"for {len(batch)} queries on graph {name!r}")
+                for i, r in zip(order[name], got):
+                    out[i] = r
+            bar.update(len(names))
     return out, wall  # type: ignore[return-value]
 
 

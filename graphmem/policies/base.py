@@ -116,6 +116,14 @@ def load_under_budget(graph: MemoryGraph, ranked: Sequence[int], budget: Budget)
     return loaded, used
 
 
+def share_wall_time(results: list[Retrieval], t0: float) -> list[Retrieval]:
+    """Set every result's ``wall_time_s`` to its share of the time since ``t0`` (one batched call)."""
+    per_query = (time.perf_counter() - t0) / max(len(results), 1)
+    for r in results:
+        r.wall_time_s = per_query
+    return results
+
+
 class TraversalPolicy:
     """Base class: subclasses implement :meth:`retrieve`; :meth:`retrieve_batch` may be overridden."""
 
@@ -127,6 +135,18 @@ class TraversalPolicy:
     def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
         """Reference batched form: one :meth:`retrieve` per query."""
         return [self.retrieve(graph, q, budget) for q in queries]
+
+    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
+                        budget: Budget) -> list[list[Retrieval]]:
+        """Retrievals for the queries of many graphs, ``queries[c]`` asked over ``graphs[c]``.
+
+        This form makes one :meth:`retrieve_batch` per graph. Policies whose batched work can span
+        graphs override it with one call over the graphs' disjoint union
+        (:mod:`graphmem.graph_batch`); the results are the same.
+        """
+        if len(graphs) != len(queries):
+            raise ValueError(f"retrieve_graphs: {len(graphs)} graphs but {len(queries)} query lists")
+        return [self.retrieve_batch(g, qs, budget) for g, qs in zip(graphs, queries)]
 
 
 POLICIES = Registry("policy")

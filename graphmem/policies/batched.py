@@ -8,6 +8,7 @@ check that these kernels reproduce them exactly, trace included.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Callable, Sequence
@@ -16,8 +17,10 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval
-from graphmem.policies.entries import EmbeddingEntrySelector, EntrySelector, cosine_matrix, node_id_rank, topk_by_score, validate_entries
+from graphmem.graph_batch import GraphBatch, graph_batch
+from graphmem.policies.base import Budget, Query, Retrieval, share_wall_time
+from graphmem.policies.entries import (EmbeddingEntrySelector, EntrySelector, cosine_matrix, node_id_rank, scoped_cosine,
+                                      scoped_topk, topk_by_score, validate_entries)
 
 # expand(rows [M], nodes [M]) -> (targets [M, k], edges [M, k]): the children to push, -1 padded
 ExpandBatch = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
@@ -116,6 +119,55 @@ def entry_matrix(selector: EntrySelector, graph: MemoryGraph, queries: Sequence[
     return pad_rows([validate_entries(graph, e, budget) for e in selector.select(graph, queries, budget)], device=device)
 
 
+def scoped_entry_matrix(selector: EntrySelector, batch: GraphBatch, queries: Sequence[Query], comp: Tensor, budget: Budget,
+                        device: str | torch.device | None = None) -> Tensor:
+    """:func:`entry_matrix` over a graph batch: the entries of query ``b`` come from its own
+    component ``comp[b]`` only, as union rows (``-1`` padded). The embedding selector ranks with
+    :func:`scoped_cosine`; any other selector is asked once per component, over the component graph."""
+    if type(selector) is EmbeddingEntrySelector:
+        return scoped_topk(scoped_cosine(batch, queries, comp, device), budget.max_entries, batch, comp)
+    comp_list, rows = comp.tolist(), [[] for _ in queries]
+    for c in sorted(set(comp_list)):
+        idx = [i for i, ci in enumerate(comp_list) if ci == c]
+        graph, off = batch.graphs[c], int(batch.node_ptr[c])
+        for i, picked in zip(idx, selector.select(graph, [queries[i] for i in idx], budget)):
+            rows[i] = [v + off for v in validate_entries(graph, picked, budget)]
+    return pad_rows(rows, budget.max_entries, device=device)
+
+
+@dataclass
+class Scope:
+    """Where each query of a batched walk over a :class:`~graphmem.graph_batch.GraphBatch` belongs:
+    ``comp[b]`` is the component of query ``b``."""
+
+    batch: GraphBatch
+    comp: Tensor
+
+    def offsets(self, b: int, device: str | torch.device) -> tuple[Tensor, Tensor]:
+        """``([B] first node row, [B] first edge id)`` of each query's component, on ``device``."""
+        comp = self.comp.to(device)
+        return self.batch.node_ptr.to(device)[comp], self.batch.edge_ptr.to(device)[comp]
+
+
+def retrieve_union(policy, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget,
+                   run: Callable[[GraphBatch, list[Query], Scope], list[Retrieval]]) -> list[list[Retrieval]]:
+    """``policy.retrieve_graphs`` as one batched call: ``run(batch, flat queries, scope)`` over the
+    disjoint union of ``graphs`` (:func:`~graphmem.graph_batch.graph_batch`), split back per graph.
+    A single graph goes to ``policy.retrieve_batch`` directly."""
+    if len(graphs) != len(queries):
+        raise ValueError(f"retrieve_graphs: {len(graphs)} graphs but {len(queries)} query lists")
+    if len(graphs) == 1:
+        return [policy.retrieve_batch(graphs[0], queries[0], budget)]
+    flat = [q for qs in queries for q in qs]
+    if not flat:
+        return [[] for _ in graphs]
+    t0 = time.perf_counter()
+    batch = graph_batch(graphs)
+    counts = [len(qs) for qs in queries]
+    results = share_wall_time(run(batch, flat, Scope(batch, batch.query_components(counts))), t0)
+    return batch.split(results, counts)
+
+
 # ---------------------------------------------------------------------------- budget admission
 def greedy_admit(tokens: Tensor, valid: Tensor, used: Tensor, count: Tensor, budget: Budget) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`load_under_budget` for a ``[B, L]`` block, left to right per row.
@@ -205,21 +257,28 @@ def level_bfs(entries: Tensor, tokens: Tensor, budget: Budget, expand: ExpandBat
     return LevelBFS(nodes, vias, depth, loaded, used)
 
 
-def bfs_retrievals(bfs: LevelBFS, entries: Tensor, budget: Budget, out_ptr: Tensor, perm: Tensor) -> list[Retrieval]:
+def bfs_retrievals(bfs: LevelBFS, entries: Tensor, budget: Budget, out_ptr: Tensor, perm: Tensor,
+                   scope: Scope | None = None) -> list[Retrieval]:
     """Retrieval objects with the Algorithm 1 trace, built from tensors with one ``tolist`` each.
 
     ``edges_considered`` lists the CSR out-edges (``out_ptr``/``perm``) of every loaded node with
     depth ``< max_hops``, in load order; ``edges_traversed`` the pushing edge of every loaded
-    non-entry node.
+    non-entry node. With a ``scope`` (a walk over a graph batch), rows and edge ids are given
+    relative to each query's own component.
     """
     b = entries.shape[0]
+    node_off, edge_off = scope.offsets(b, entries.device) if scope is not None else (None, None)
     rows, cols = bfs.loaded.nonzero(as_tuple=True)
     nodes, via, depth = bfs.nodes[rows, cols], bfs.via[rows, cols], bfs.depth[rows, cols]
-    loaded = split_list(nodes.tolist(), torch.bincount(rows, minlength=b).tolist())
-    moved = via >= 0
-    traversed = split_list(via[moved].tolist(), torch.bincount(rows[moved], minlength=b).tolist())
     inner = depth < budget.max_hops
     seg, edges = segments(out_ptr, perm, nodes[inner])
+    moved = via >= 0
+    via = via[moved]
+    if scope is not None:
+        nodes, via, edges = nodes - node_off[rows], via - edge_off[rows[moved]], edges - edge_off[rows[inner][seg]]
+        entries = torch.where(entries >= 0, entries - node_off[:, None], -1)
+    loaded = split_list(nodes.tolist(), torch.bincount(rows, minlength=b).tolist())
+    traversed = split_list(via.tolist(), torch.bincount(rows[moved], minlength=b).tolist())
     considered = split_list(edges.tolist(), torch.bincount(rows[inner][seg], minlength=b).tolist())
     max_depth = torch.zeros(b, dtype=torch.long, device=rows.device).scatter_reduce(0, rows, depth, "amax").tolist()
     ent = entries.tolist()

@@ -24,8 +24,10 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device
-from graphmem.policies.batched import bfs_retrievals, entry_matrix, level_bfs, pad_rows
+from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device,
+                                    share_wall_time)
+from graphmem.policies.batched import (Scope, bfs_retrievals, entry_matrix, level_bfs, pad_rows, retrieve_union,
+                                      scoped_entry_matrix)
 from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
                                       validate_entries)
 
@@ -162,11 +164,18 @@ class BetaBFS(TraversalPolicy):
         if not queries:
             return []
         t0 = time.perf_counter()
-        results = self._traverse_batch(graph, entry_matrix(self.entries, graph, queries, budget, self.device), budget)
-        per_query = (time.perf_counter() - t0) / len(queries)
-        for r in results:
-            r.wall_time_s = per_query
-        return results
+        entries = entry_matrix(self.entries, graph, queries, budget, self.device)
+        return share_wall_time(self._traverse_batch(graph, entries, budget), t0)
+
+    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
+                        budget: Budget) -> list[list[Retrieval]]:
+        """All queries of all ``graphs`` in one batched call over their disjoint union: entries from
+        each query's own component (:func:`~graphmem.policies.batched.scoped_entry_matrix`), then one
+        :func:`~graphmem.policies.batched.level_bfs`, which never leaves a component."""
+        def run(batch, flat, scope):
+            entries = scoped_entry_matrix(self.entries, batch, flat, scope.comp, budget, self.device)
+            return self._traverse_batch(batch.graph, entries, budget, scope)
+        return retrieve_union(self, graphs, queries, budget, run)
 
     def traverse(self, graph: MemoryGraph, entries: Sequence[int], budget: Budget) -> Retrieval:
         """Algorithm 1 from given entry rows (lines 2-16), using the cached neighbour table.
@@ -186,17 +195,13 @@ class BetaBFS(TraversalPolicy):
         t0 = time.perf_counter()
         if not isinstance(entries, Tensor):
             entries = pad_rows([validate_entries(graph, e, budget) for e in entries])
-        results = self._traverse_batch(graph, entries.to(self.device), budget)
-        per_query = (time.perf_counter() - t0) / len(entries)
-        for r in results:
-            r.wall_time_s = per_query
-        return results
+        return share_wall_time(self._traverse_batch(graph, entries.to(self.device), budget), t0)
 
-    def _traverse_batch(self, graph: MemoryGraph, entries: Tensor, budget: Budget) -> list[Retrieval]:
+    def _traverse_batch(self, graph: MemoryGraph, entries: Tensor, budget: Budget, scope: Scope | None = None) -> list[Retrieval]:
         target, edge = top_neighbor_table(graph, budget.top_k_neighbors, entries.device)
         tokens, (out_ptr, perm) = graph_tables(graph, entries.device)
         bfs = level_bfs(entries, tokens, budget, lambda rows, nodes: (target[nodes], edge[nodes]))
-        return bfs_retrievals(bfs, entries, budget, out_ptr, perm)
+        return bfs_retrievals(bfs, entries, budget, out_ptr, perm, scope)
 
 
 def top_neighbor_table(graph: MemoryGraph, k: int, device: str | torch.device | None = None) -> tuple[Tensor, Tensor]:

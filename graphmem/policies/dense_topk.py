@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy,
-                                    resolve_device)
-from graphmem.policies.batched import greedy_admit, split_list
-from graphmem.policies.entries import cosine_matrix, graph_tables, node_id_rank, topk_by_score
+                                    resolve_device, share_wall_time)
+from graphmem.policies.batched import Scope, greedy_admit, retrieve_union, split_list
+from graphmem.policies.entries import cosine_matrix, graph_tables, node_id_rank, scoped_cosine, topk_by_score
 
 
 @dataclass
@@ -66,27 +67,42 @@ class DenseTopK(TraversalPolicy):
         if not queries:
             return []
         t0 = time.perf_counter()
-        if graph.num_nodes == 0:
-            return [Retrieval(loaded=[], entries=[]) for _ in queries]
-        scores = cosine_matrix(graph, queries, self.device)
-        rank = node_id_rank(graph, self.device)
-        k = min(graph.num_nodes, budget.max_nodes * self.oversample)
-        ranked = topk_by_score(scores, k, rank)
-        b = len(queries)
-        zero = torch.zeros(b, dtype=torch.long, device=self.device)
-        tokens, _ = graph_tables(graph, self.device)
-        admit, used, count = greedy_admit(tokens[ranked], torch.ones_like(ranked, dtype=torch.bool), zero, zero, budget)
+        return share_wall_time(self._load(graph, cosine_matrix(graph, queries, self.device), budget), t0)
+
+    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
+                        budget: Budget) -> list[list[Retrieval]]:
+        """All queries of all ``graphs`` at once: each query ranks the nodes of its own graph only
+        (:func:`~graphmem.policies.entries.scoped_cosine` over the graphs' disjoint union)."""
+        return retrieve_union(self, graphs, queries, budget, lambda batch, flat, scope: self._load(
+            batch.graph, scoped_cosine(batch, flat, scope.comp, self.device), budget, scope))
+
+    def _load(self, graph: MemoryGraph, scores: Tensor, budget: Budget, scope: Scope | None = None) -> list[Retrieval]:
+        """Rank and admit from ``[B, W]`` scores; with a ``scope``, column ``j`` of row ``b`` is node
+        ``j`` of the query's component (rows are reported relative to it)."""
+        b, dev = scores.shape[0], scores.device
+        if scope is None:
+            offset = torch.zeros(b, dtype=torch.long, device=dev)
+            size = torch.full((b,), graph.num_nodes, dtype=torch.long, device=dev)
+        else:
+            offset = scope.offsets(b, dev)[0]
+            size = scope.batch.sizes.to(dev)[scope.comp.to(dev)]
+        rank = node_id_rank(graph, dev)
+        k = min(scores.shape[1], budget.max_nodes * self.oversample)
+        ranked = topk_by_score(scores, k, rank, None if scope is None else offset)
+        valid = ranked < size[:, None]
+        zero = torch.zeros(b, dtype=torch.long, device=dev)
+        tokens, _ = graph_tables(graph, dev)
+        admit, used, count = greedy_admit(tokens[torch.where(valid, ranked + offset[:, None], 0)], valid, zero, zero, budget)
         rows, cols = admit.nonzero(as_tuple=True)
-        nodes = ranked[rows, cols]
+        local = ranked[rows, cols]
         counts = torch.bincount(rows, minlength=b).tolist()
-        loaded = split_list(nodes.tolist(), counts)
-        picked = split_list(scores[rows, nodes].tolist(), counts)
+        loaded = split_list(local.tolist(), counts)
+        picked = split_list(scores[rows, local].tolist(), counts)
         used = used.tolist()
-        short = set((count < budget.max_nodes).nonzero().flatten().tolist()) if k < graph.num_nodes else set()
-        for i in short:
-            full = topk_by_score(scores[i:i + 1], graph.num_nodes, rank)[0].tolist()
-            loaded[i], used[i] = load_under_budget(graph, full, budget)
+        for i in ((count < budget.max_nodes) & (size > k)).nonzero().flatten().tolist():  # token skips: rank all
+            own = graph if scope is None else scope.batch.graphs[int(scope.comp[i])]
+            full = topk_by_score(scores[i:i + 1], own.num_nodes, rank, offset[i:i + 1])[0].tolist()
+            loaded[i], used[i] = load_under_budget(own, full, budget)
             picked[i] = scores[i, loaded[i]].tolist()
-        per_query = (time.perf_counter() - t0) / b
         return [Retrieval(loaded=loaded[i], entries=loaded[i][:budget.max_entries], loaded_tokens=used[i],
-                          scores=picked[i], wall_time_s=per_query) for i in range(b)]
+                          scores=picked[i]) for i in range(b)]

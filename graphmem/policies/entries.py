@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
+from graphmem.graph_batch import GraphBatch
 from graphmem.policies.base import Budget, Query
 from graphmem.registry import Registry
 
@@ -95,7 +96,7 @@ def cosine_matrix(graph: MemoryGraph, queries: Sequence[Query], device: str | to
     return query_matrix(graph, queries).to(x.device) @ x.T
 
 
-def topk_by_score(scores: Tensor, k: int, id_rank: Tensor) -> Tensor:
+def topk_by_score(scores: Tensor, k: int, id_rank: Tensor, col_offset: Tensor | None = None) -> Tensor:
     """``[B, min(k, N)]`` columns of the ``k`` highest scores per row, ties by ascending ``id_rank``.
 
     ``torch.topk`` does not order ties; this finds the ``k``-th value per row, keeps every column
@@ -104,7 +105,8 @@ def topk_by_score(scores: Tensor, k: int, id_rank: Tensor) -> Tensor:
     Args:
         scores: ``[B, N]`` scores.
         k: columns to keep per row.
-        id_rank: ``[N]`` tie-break rank of each column (lower first).
+        id_rank: tie-break rank (lower first): column ``j`` of row ``b`` has rank
+            ``id_rank[j + col_offset[b]]`` (``col_offset`` default: zeros).
     """
     b, n = scores.shape
     k = min(k, n)
@@ -117,17 +119,21 @@ def topk_by_score(scores: Tensor, k: int, id_rank: Tensor) -> Tensor:
         return cols[:, :k]
     out = cols[:, :k].clone()
     rows = tied.nonzero().flatten()
-    out[rows] = _topk_with_ties(scores[rows], k, id_rank)
+    out[rows] = _topk_with_ties(scores[rows], k, id_rank, None if col_offset is None else col_offset[rows])
     return out
 
 
-def _topk_with_ties(scores: Tensor, k: int, id_rank: Tensor) -> Tensor:
+def _topk_with_ties(scores: Tensor, k: int, id_rank: Tensor, col_offset: Tensor | None) -> Tensor:
     """:func:`topk_by_score` for rows that have ties among their top ``k + 1`` scores."""
     b = scores.shape[0]
     kth = scores.topk(k, dim=1).values[:, -1:]
     rows, cols = (scores >= kth).nonzero(as_tuple=True)
     vals = scores[rows, cols]
-    order = torch.argsort(id_rank[cols], stable=True)
+    if col_offset is not None:  # padding columns past the last node may be among the ties; their rank is irrelevant
+        cols_rank = id_rank[(cols + col_offset[rows]).clamp(max=id_rank.numel() - 1)]
+    else:
+        cols_rank = id_rank[cols]
+    order = torch.argsort(cols_rank, stable=True)
     order = order[torch.argsort(-vals[order], stable=True)]
     order = order[torch.argsort(rows[order], stable=True)]
     rows, cols = rows[order], cols[order]
@@ -135,6 +141,47 @@ def _topk_with_ties(scores: Tensor, k: int, id_rank: Tensor) -> Tensor:
     starts = torch.cumsum(counts, 0) - counts
     keep = (torch.arange(rows.numel(), device=rows.device) - starts[rows]) < k
     return cols[keep].view(b, k)
+
+
+# ---------------------------------------------------------------------------- graph batches
+def scoped_cosine(batch: GraphBatch, queries: Sequence[Query], comp: Tensor,
+                  device: str | torch.device | None = None) -> Tensor:
+    """``[B, W]`` cosine of query ``b`` to the nodes of its own component ``comp[b]`` of ``batch``.
+
+    Column ``j`` of row ``b`` is union node ``node_ptr[comp[b]] + j``; ``W`` is the largest component
+    and columns past a component's size hold ``-inf``. No query is scored against another
+    component's nodes: the queries of each component are multiplied with that component's rows of
+    the unit embeddings, the same matmul :func:`cosine_matrix` does on the component graph alone,
+    so the scores are identical to it.
+    """
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    x = unit_embeddings(batch.graph, dev)
+    q = query_matrix(batch.graph, queries).to(dev)
+    width = int(batch.sizes.max()) if batch.num_graphs else 0
+    scores = torch.full((len(queries), width), float("-inf"), device=dev)
+    order = torch.argsort(comp.cpu(), stable=True)
+    groups, counts = torch.unique_consecutive(comp.cpu()[order], return_counts=True)
+    order = order.to(dev)
+    start = 0
+    for g, c in zip(groups.tolist(), counts.tolist()):
+        rows = order[start:start + c]
+        a, n = int(batch.node_ptr[g]), int(batch.node_ptr[g + 1]) - int(batch.node_ptr[g])
+        scores[rows, :n] = q[rows] @ x[a:a + n].T
+        start += c
+    return scores
+
+
+def scoped_topk(scores: Tensor, k: int, batch: GraphBatch, comp: Tensor) -> Tensor:
+    """:func:`topk_by_score` over :func:`scoped_cosine`'s ``[B, W]`` scores, as union node rows.
+
+    Ties go by ascending string id within the component; rows of a component with fewer than ``k``
+    nodes are ``-1`` padded after the real ones.
+    """
+    dev = scores.device
+    comp = comp.to(dev)
+    offset, size = batch.node_ptr.to(dev)[comp], batch.sizes.to(dev)[comp]
+    top = topk_by_score(scores, k, node_id_rank(batch.graph, dev), offset)
+    return torch.where(top < size[:, None], top + offset[:, None], -1)
 
 
 # ---------------------------------------------------------------------------- selectors

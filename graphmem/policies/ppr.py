@@ -41,7 +41,7 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy,
-                                    resolve_device)
+                                    resolve_device, share_wall_time)
 from graphmem.policies.batched import entry_matrix, greedy_admit, segments, split_list
 from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
                                        topk_by_score, validate_entries)
@@ -282,10 +282,7 @@ class PersonalizedPageRank(TraversalPolicy):
         results: list[Retrieval] = []
         for start in range(0, len(queries), width):
             results += self._retrieve_block(graph, entries[start:start + width], budget)
-        per_query = (time.perf_counter() - t0) / len(queries)
-        for r in results:
-            r.wall_time_s = per_query
-        return results
+        return share_wall_time(results, t0)
 
     def _retrieve_block(self, graph: MemoryGraph, entries: Tensor, budget: Budget) -> list[Retrieval]:
         """PPR, hop distances, ranking, admission and trace for the entry rows ``entries`` ``[b, k]``

@@ -27,10 +27,12 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device
-from graphmem.policies.batched import entry_matrix, greedy_admit, pad_rows, ragged_block, segment_topk, segments, split_list
+from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device,
+                                    share_wall_time)
+from graphmem.policies.batched import (Scope, entry_matrix, greedy_admit, pad_rows, ragged_block, retrieve_union,
+                                      scoped_entry_matrix, segment_topk, segments, split_list)
 from graphmem.policies.entries import (EmbeddingEntrySelector, cosine_matrix, make_entry_selector, node_id_rank, query_matrix,
-                                      topk_by_score, unit_embeddings, validate_entries)
+                                      scoped_cosine, scoped_topk, topk_by_score, unit_embeddings, validate_entries)
 from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
 from models.router import QueryRouter, edge_similarities
@@ -213,11 +215,21 @@ class RouterPolicy(TraversalPolicy):
             return []
         t0 = time.perf_counter()
         entries, cos_all = self.select_entries(graph, queries, budget)
-        results = self.traverse_batch(graph, queries, entries, budget, cos_all)
-        per_query = (time.perf_counter() - t0) / len(queries)
-        for r in results:
-            r.wall_time_s = per_query
-        return results
+        return share_wall_time(self.traverse_batch(graph, queries, entries, budget, cos_all), t0)
+
+    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
+                        budget: Budget) -> list[list[Retrieval]]:
+        """All queries of all ``graphs`` in one walk over their disjoint union: entries and
+        ``cos(q, x_v)`` from each query's own component (:func:`~graphmem.policies.entries.scoped_cosine`),
+        each component's edge features as :meth:`retrieve_batch` would read them."""
+        def run(batch, flat, scope):
+            if type(self.entry_selector) is EmbeddingEntrySelector:
+                cos = scoped_cosine(batch, flat, scope.comp, self.device)
+                entries = scoped_topk(cos, budget.max_entries, batch, scope.comp)
+            else:
+                cos, entries = None, scoped_entry_matrix(self.entry_selector, batch, flat, scope.comp, budget, self.device)
+            return self.traverse_batch(batch.graph, flat, entries, budget, cos, scope)
+        return retrieve_union(self, graphs, queries, budget, run)
 
     def select_entries(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> tuple[Tensor, Tensor | None]:
         """``([B, <=max_entries] entry rows, -1 padded; [B, N] cos(q, x_v) or None)`` on the policy's
@@ -229,7 +241,7 @@ class RouterPolicy(TraversalPolicy):
 
     @torch.no_grad()
     def traverse_batch(self, graph: MemoryGraph, queries: Sequence[Query], entries: Tensor | Sequence[Sequence[int]],
-                       budget: Budget, cos_all: Tensor | None = None) -> list[Retrieval]:
+                       budget: Budget, cos_all: Tensor | None = None, scope: Scope | None = None) -> list[Retrieval]:
         """The walk for all queries at once, from given entry rows (``[B, <=max_entries]``, ``-1`` padded).
 
         Per hop, every out-edge of every frontier node of every query is one row of a ragged
@@ -239,6 +251,10 @@ class RouterPolicy(TraversalPolicy):
         selection its work is bounded by the budget and the out-degrees, not by ``N``. ``cos(q, x_v)`` is read from
         ``cos_all`` (``[B, N]``, e.g. the entry selector's matrix) when given, or computed as one
         matmul when that is cheaper than gathering the candidates' embedding rows.
+
+        With a ``scope`` (``graph`` is a :class:`~graphmem.graph_batch.GraphBatch` union), column ``j``
+        of ``cos_all`` row ``b`` is node ``j`` of the query's component, no ``[B, N]`` matmul over the
+        union is made, and rows and edge ids are reported relative to each query's component.
         """
         if not isinstance(entries, Tensor):
             entries = pad_rows([validate_entries(graph, e, budget) for e in entries], budget.max_entries)
@@ -247,7 +263,12 @@ class RouterPolicy(TraversalPolicy):
         cos_all = None if cos_all is None else cos_all.to(dev)
         q_unit, m = self._modulation(graph, queries)
         x, rowptr, perm, dst, etype, edge_cos, tokens = self._graph_tensors(graph)
-        eattr = self._edge_attr(graph).to(dev)
+        if scope is None:
+            eattr = self._edge_attr(graph).to(dev)
+            col_off = torch.zeros(nq, dtype=torch.long, device=dev)
+        else:
+            eattr = torch.cat([self._edge_attr(g).to(dev) for g in scope.batch.graphs])
+            col_off = scope.offsets(nq, dev)[0]
         used = torch.zeros(nq, dtype=torch.long, device=dev)
         count = torch.zeros_like(used)
         valid = entries >= 0
@@ -268,10 +289,11 @@ class RouterPolicy(TraversalPolicy):
             seg, pos, edges, qi, tgt = seg[fresh], pos[fresh], edges[fresh], qi[fresh], tgt[fresh]
             if edges.numel() == 0:
                 break
-            if cos_all is None and nq * n <= DENSE_COSINE_FACTOR * edges.numel():
+            if cos_all is None and scope is None and nq * n <= DENSE_COSINE_FACTOR * edges.numel():
                 cos_all = q_unit @ x.T
             if cos_all is not None:
-                cos, cos_src = cos_all[qi, tgt], cos_all[qi, nodes[seg]]
+                off = col_off[qi]
+                cos, cos_src = cos_all[qi, tgt - off], cos_all[qi, nodes[seg] - off]
             else:
                 cos, cos_src = (q_unit[qi] * x[tgt]).sum(-1), (q_unit[rows] * x[nodes]).sum(-1)[seg]
             sims = torch.stack([cos_src, cos, edge_cos[pos]], -1) if self.router.similarities else None
@@ -287,6 +309,11 @@ class RouterPolicy(TraversalPolicy):
             picked = item[admit]  # row-major: per query in score order
             rows, nodes = qi[picked], tgt[picked]
             parts.append((rows, nodes, edges[picked], s[picked], hop))
+        if scope is not None:  # report rows and edge ids of each query's own component
+            node_off, edge_off = scope.offsets(nq, dev)
+            parts = [(r, v - node_off[r], torch.where(e >= 0, e - edge_off[r], -1), sc, h) for r, v, e, sc, h in parts]
+            considered_e = [e - edge_off[q] for q, e in zip(considered_q, considered_e)]
+            entries = torch.where(entries >= 0, entries - node_off[:, None], -1)
         return self._retrievals(parts, considered_q, considered_e, entries, used, nq)
 
     @staticmethod

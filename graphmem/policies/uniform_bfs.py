@@ -23,8 +23,10 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device
-from graphmem.policies.batched import bfs_retrievals, entry_matrix, level_bfs, segment_topk, segments
+from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device,
+                                    share_wall_time)
+from graphmem.policies.batched import (Scope, bfs_retrievals, entry_matrix, level_bfs, retrieve_union, scoped_entry_matrix,
+                                      segment_topk, segments)
 from graphmem.policies.beta_bfs import bounded_bfs
 from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
                                       validate_entries)
@@ -139,17 +141,33 @@ class UniformBFS(TraversalPolicy):
         if not queries:
             return []
         t0 = time.perf_counter()
+        entries = entry_matrix(self.entries, graph, queries, budget, self.device)
+        return share_wall_time(self._walk(graph, queries, entries, budget), t0)
+
+    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
+                        budget: Budget) -> list[list[Retrieval]]:
+        """All queries of all ``graphs`` in one batched call over their disjoint union; each draw is
+        hashed with the rows the nodes have in their own graph, so the draws are those of
+        :meth:`retrieve_batch` on that graph."""
+        def run(batch, flat, scope):
+            entries = scoped_entry_matrix(self.entries, batch, flat, scope.comp, budget, self.device)
+            return self._walk(batch.graph, flat, entries, budget, scope)
+        return retrieve_union(self, graphs, queries, budget, run)
+
+    def _walk(self, graph: MemoryGraph, queries: Sequence[Query], entries: Tensor, budget: Budget,
+              scope: Scope | None = None) -> list[Retrieval]:
         dev = self.device
-        entries = entry_matrix(self.entries, graph, queries, budget, dev)
         seeds = torch.tensor([_signed(query_seed(self.seed, q.qid)) for q in queries], dtype=torch.long, device=dev)
         rowptr, target, edge = unique_neighbors_by_id(graph, dev)
         tokens, (out_ptr, perm) = graph_tables(graph, dev)
+        node_off = scope.offsets(len(queries), dev)[0] if scope is not None else torch.zeros_like(seeds)
         k = budget.top_k_neighbors
 
         def expand(rows: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
             seg, pos = segments(rowptr, None, nodes)
             u = target[pos]
-            keys = neighbor_priority(seeds[rows[seg]], nodes[seg], u)
+            off = node_off[rows[seg]]
+            keys = neighbor_priority(seeds[rows[seg]], nodes[seg] - off, u - off)
             kept = segment_topk(-keys, seg, k)
             owner = seg[kept]
             counts = torch.bincount(owner, minlength=nodes.numel())
@@ -160,9 +178,4 @@ class UniformBFS(TraversalPolicy):
             via[owner, rank] = edge[pos[kept]]
             return tgt, via
 
-        bfs = level_bfs(entries, tokens, budget, expand)
-        results = bfs_retrievals(bfs, entries, budget, out_ptr, perm)
-        per_query = (time.perf_counter() - t0) / len(queries)
-        for r in results:
-            r.wall_time_s = per_query
-        return results
+        return bfs_retrievals(level_bfs(entries, tokens, budget, expand), entries, budget, out_ptr, perm, scope)
