@@ -150,22 +150,31 @@ class Scope:
 
 
 def retrieve_union(policy, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget,
-                   run: Callable[[GraphBatch, list[Query], Scope], list[Retrieval]]) -> list[list[Retrieval]]:
+                   run: Callable[[GraphBatch, list[Query], Scope], list[Retrieval]],
+                   solo_queries: int | None = None) -> list[list[Retrieval]]:
     """``policy.retrieve_graphs`` as one batched call: ``run(batch, flat queries, scope)`` over the
     disjoint union of ``graphs`` (:func:`~graphmem.graph_batch.graph_batch`), split back per graph.
-    A single graph goes to ``policy.retrieve_batch`` directly."""
+
+    A graph with more than ``solo_queries`` queries (default: no limit), or a lone graph, goes to
+    ``policy.retrieve_batch`` by itself: its own batch is wide enough already.
+    """
     if len(graphs) != len(queries):
         raise ValueError(f"retrieve_graphs: {len(graphs)} graphs but {len(queries)} query lists")
-    if len(graphs) == 1:
-        return [policy.retrieve_batch(graphs[0], queries[0], budget)]
-    flat = [q for qs in queries for q in qs]
-    if not flat:
-        return [[] for _ in graphs]
-    t0 = time.perf_counter()
-    batch = graph_batch(graphs)
-    counts = [len(qs) for qs in queries]
-    results = share_wall_time(run(batch, flat, Scope(batch, batch.query_components(counts))), t0)
-    return batch.split(results, counts)
+    solo = [len(graphs) == 1 or (solo_queries is not None and len(qs) > solo_queries) for qs in queries]
+    out: list[list[Retrieval]] = [policy.retrieve_batch(g, qs, budget) if alone else [] for g, qs, alone in
+                                  zip(graphs, queries, solo)]
+    together = [i for i, alone in enumerate(solo) if not alone and queries[i]]
+    if len(together) == 1:
+        out[together[0]] = policy.retrieve_batch(graphs[together[0]], queries[together[0]], budget)
+    elif together:
+        t0 = time.perf_counter()
+        batch = graph_batch([graphs[i] for i in together])
+        counts = [len(queries[i]) for i in together]
+        flat = [q for i in together for q in queries[i]]
+        results = share_wall_time(run(batch, flat, Scope(batch, batch.query_components(counts))), t0)
+        for i, rs in zip(together, batch.split(results, counts)):
+            out[i] = rs
+    return out
 
 
 # ---------------------------------------------------------------------------- budget admission

@@ -40,9 +40,11 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
+from graphmem.graph_batch import GraphBatch
 from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy,
                                     resolve_device, share_wall_time)
-from graphmem.policies.batched import entry_matrix, greedy_admit, segments, split_list
+from graphmem.policies.batched import (Scope, entry_matrix, greedy_admit, retrieve_union, scoped_entry_matrix, segments,
+                                      split_list)
 from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
                                        topk_by_score, validate_entries)
 
@@ -69,6 +71,8 @@ class PPRConfig:
     """entry selector registered in ``ENTRY_SELECTORS``"""
     device: str = "cpu"
     """where the batched path runs (``cpu``, ``cuda``, ...)"""
+    pack_queries: int = 8
+    """graphs with at most this many queries share PPR columns over their union (``retrieve_graphs``)"""
 
 
 def transition_matrix(graph: MemoryGraph, relation_weights: dict[str, float] | None = None,
@@ -97,59 +101,94 @@ def transition_matrix(graph: MemoryGraph, relation_weights: dict[str, float] | N
 
 
 class PPROperators(NamedTuple):
-    """Sparse operators of one graph: ``pt`` ``[N, N]`` (``P^T``), ``step`` ``[N + 1, N]`` and ``ones`` ``[1, N]``."""
+    """Sparse operators of one graph or graph batch with ``C`` components: ``pt`` ``[N, N]`` (``P^T``),
+    ``step`` ``[N + C, N]``, ``ones`` ``[C, N]`` and ``node_comp`` ``[N]`` (component of each node)."""
 
     pt: Tensor
     step: Tensor
     ones: Tensor
+    node_comp: Tensor
 
 
-def ppr_operators(pt: Tensor, dangling: Tensor, alpha: float) -> PPROperators:
-    """``step = (1 - alpha) [P^T; 1_D^T]`` and ``ones = 1^T``, both coalesced COO float64.
+def ppr_operators(pt: Tensor, dangling: Tensor, alpha: float, node_comp: Tensor | None = None,
+                  num_comp: int = 1) -> PPROperators:
+    """``step = (1 - alpha) [P^T; 1_{D_c}^T for each component c]`` and ``ones = [1_{V_c}^T]``, coalesced COO float64.
 
-    ``y = step @ p`` holds ``(1 - alpha) P^T p`` in its first ``N`` rows and the scaled dangling
-    mass ``(1 - alpha) sum_{u in D} p_u`` in row ``N``; ``ones @ x`` sums each column of ``x``.
+    ``y = step @ p`` holds ``(1 - alpha) P^T p`` in its first ``N`` rows and, in row ``N + c``, the
+    scaled dangling mass ``(1 - alpha) sum_{u in D, u in c} p_u`` of component ``c``; row ``c`` of
+    ``ones @ x`` sums the entries of ``x`` on component ``c``. A single graph is one component
+    (``node_comp=None``). Components never share an edge, so each one's rows of every product are
+    those of the component alone.
     """
     n = pt.shape[0]
+    node_comp = torch.zeros(n, dtype=torch.long) if node_comp is None else node_comp
     d = dangling.nonzero().flatten()
-    rows = torch.cat([pt.indices(), torch.stack([torch.full_like(d, n), d])], 1)
+    rows = torch.cat([pt.indices(), torch.stack([n + node_comp[d], d])], 1)
     values = torch.cat([pt.values(), torch.ones(d.numel(), dtype=torch.float64)]) * (1.0 - alpha)
-    step = torch.sparse_coo_tensor(rows, values, (n + 1, n), check_invariants=False).coalesce()
-    ones = torch.sparse_coo_tensor(torch.stack([torch.zeros(n, dtype=torch.long), torch.arange(n)]),
-                                   torch.ones(n, dtype=torch.float64), (1, n), check_invariants=False).coalesce()
-    return PPROperators(pt, step, ones)
+    step = torch.sparse_coo_tensor(rows, values, (n + num_comp, n), check_invariants=False).coalesce()
+    ones = torch.sparse_coo_tensor(torch.stack([node_comp, torch.arange(n)]), torch.ones(n, dtype=torch.float64),
+                                   (num_comp, n), check_invariants=False).coalesce()
+    return PPROperators(pt, step, ones, node_comp)
 
 
 def power_iteration(ops: PPROperators, restart: Tensor, alpha: float, tol: float, max_iter: int) -> Tensor:
     """``[N, B]`` PPR vectors for the restart columns ``restart`` ``[N, B]`` (module docstring).
 
-    Only the columns still changing are iterated: a column that meets ``||p_{t+1} - p_t||_1 < tol``
-    is written to the output and dropped from the working block. The restart term touches only
-    the nonzeros ``(node, column, weight)`` of ``restart``.
+    With several components, one column carries one query per component (its restart mass lies
+    in that component) and each (component, column) pair is its own PPR problem: it stops, and its
+    entries are written to the output, when its L1 change ``||p_{t+1} - p_t||_1`` over the
+    component falls below ``tol``. A column leaves the working block once all its pairs have
+    stopped, and a component's nonzeros leave the operators once all its pairs have (the
+    remaining nonzeros keep their order, so every other entry is computed exactly as before).
+    The restart term touches only the nonzeros ``(node, column, weight)`` of ``restart``.
     """
     n = restart.shape[0]
     p = torch.empty_like(restart)
+    comp = ops.node_comp
+    step, ones = ops.step, ops.ones
     cols = torch.arange(restart.shape[1], device=restart.device)
+    active = torch.ones(ones.shape[0], restart.shape[1], dtype=torch.bool, device=restart.device)
+    live = active.any(1)
     node, col = restart.nonzero(as_tuple=True)
     weight = restart[node, col]
     cur = restart
     for _ in range(max_iter):
-        y = ops.step @ cur
+        y = step @ cur
         nxt = y[:n]
-        nxt[node, col] += (y[n, col] + alpha) * weight
-        done = (ops.ones @ torch.sub(nxt, cur).abs_())[0] < tol
-        if not bool(done.any()):
+        nxt[node, col] += (y[n + comp[node], col] + alpha) * weight
+        done = (ones @ torch.sub(nxt, cur).abs_()) < tol
+        stop = done & active
+        if not bool(stop.any()):
             cur = nxt
             continue
-        p[:, cols[done]] = nxt[:, done]
-        keep = ~done
-        cols, cur = cols[keep], nxt[:, keep]
-        if cols.numel() == 0:
-            return p
-        kept = keep[col]
-        node, col, weight = node[kept], (keep.cumsum(0) - 1)[col[kept]], weight[kept]
-    p[:, cols] = cur
+        out = stop[comp]  # [N, b]: entries whose pair stops now
+        p[:, cols] = torch.where(out, nxt, p[:, cols])
+        active &= ~done
+        keep = active.any(0)
+        if not bool(keep.all()):
+            cols, nxt, active = cols[keep], nxt[:, keep], active[:, keep]
+            if cols.numel() == 0:
+                return p
+            kept = keep[col]
+            node, col, weight = node[kept], (keep.cumsum(0) - 1)[col[kept]], weight[kept]
+        if ones.shape[0] > 1 and not bool((active.any(1) == live).all()):
+            live = active.any(1)
+            step, ones = _restrict(step, live, comp, n), _restrict(ones, live, None, n)
+        cur = nxt
+    rest = active[comp]
+    p[:, cols] = torch.where(rest, cur, p[:, cols])
     return p
+
+
+def _restrict(op: Tensor, live: Tensor, comp: Tensor | None, n: int) -> Tensor:
+    """The nonzeros of a coalesced COO operator whose row belongs to a ``live`` component, in
+    their order (still coalesced). Rows ``< n`` of ``step`` belong to their node's component
+    (``comp``), row ``n + c`` to ``c``; row ``c`` of ``ones`` (``comp=None``) to ``c``."""
+    rows = op.indices()[0]
+    owner = rows if comp is None else torch.where(rows < n, comp[rows.clamp(max=n - 1)], rows - n)
+    keep = live[owner]
+    return torch.sparse_coo_tensor(op.indices()[:, keep], op.values()[keep], op.shape, device=op.device,
+                                   is_coalesced=True, check_invariants=False)
 
 
 def hop_distance(adjacency_t: Tensor, restart: Tensor, max_hops: int) -> Tensor:
@@ -164,9 +203,11 @@ def hop_distance(adjacency_t: Tensor, restart: Tensor, max_hops: int) -> Tensor:
     return dist
 
 
-def admit_ranked(key: Tensor, id_rank: Tensor, tokens: Tensor, budget: Budget) -> tuple[Tensor, Tensor]:
+def admit_ranked(key: Tensor, id_rank: Tensor, tokens: Tensor, budget: Budget,
+                 col_offset: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """:func:`load_under_budget` for every row of ``key`` ``[B, N]``, nodes ranked by ``(-key, id_rank)``.
 
+    Column ``j`` of row ``b`` is node ``j + col_offset[b]`` of ``id_rank`` and ``tokens`` (default: ``j``).
     Nodes with ``key > 0`` are the candidates; every other key must be negative and distinct
     within its row, so the ranking has no ties outside the candidates. The ranking is read in
     windows (the first ``max_nodes`` places, then four times as many each round), each admitted by
@@ -183,9 +224,11 @@ def admit_ranked(key: Tensor, id_rank: Tensor, tokens: Tensor, budget: Budget) -
     rows, start, width = torch.arange(b, device=dev), 0, min(n, budget.max_nodes)
     smallest = int(tokens.min())
     while rows.numel():
-        nodes = topk_by_score(key[rows], width, id_rank)[:, start:]
+        off = None if col_offset is None else col_offset[rows]
+        nodes = topk_by_score(key[rows], width, id_rank, off)[:, start:]
         valid = key[rows[:, None], nodes] > 0
-        admit, used_r, count_r = greedy_admit(tokens[nodes], valid, used[rows], count[rows], budget)
+        at = nodes if off is None else (nodes + off[:, None]).clamp(max=tokens.numel() - 1)
+        admit, used_r, count_r = greedy_admit(tokens[at], valid, used[rows], count[rows], budget)
         r, j = admit.nonzero(as_tuple=True)
         slot = count[rows][r] + admit.long().cumsum(1)[r, j] - 1
         loaded[rows[r], slot] = nodes[r, j]
@@ -211,12 +254,14 @@ class PersonalizedPageRank(TraversalPolicy):
             into blocks of ``max(1, max_block_elements // N)`` queries (default: ``2**21``).
         entries: entry selector name or instance (default: ``"embedding"``).
         device: where the batched path runs; the per-query reference stays on the CPU (default: ``"cpu"``).
+        pack_queries: in :meth:`retrieve_graphs`, graphs with at most this many queries share
+            columns over their union; the others run alone (default: ``8``).
     """
 
     def __init__(self, alpha: float = 0.15, tol: float = 1e-8, max_iter: int = 200,
                  relation_weights: dict[str, float] | None = None, use_posterior: bool = True,
                  max_block_elements: int = 1 << 21, entries: str | EntrySelector = "embedding",
-                 device: str | torch.device = "cpu") -> None:
+                 device: str | torch.device = "cpu", pack_queries: int = 8) -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         if max_block_elements < 1 or max_iter < 1:
@@ -226,12 +271,15 @@ class PersonalizedPageRank(TraversalPolicy):
         self.use_posterior, self.max_block_elements = bool(use_posterior), int(max_block_elements)
         self.entries = make_entry_selector(entries)
         self.device = resolve_device(device)
+        self.pack_queries = int(pack_queries)
 
-    def _operators(self, graph: MemoryGraph, device: torch.device | None = None) -> PPROperators:
+    def _operators(self, graph: MemoryGraph, device: torch.device | None = None, batch: GraphBatch | None = None) -> PPROperators:
+        """The PPR operators of ``graph``, or of the union ``batch.graph`` with one component per graph (cached)."""
         name = f"policies.ppr_operators:{sorted(self.relation_weights.items())}:{self.use_posterior}:{self.alpha}"
+        parts = {} if batch is None else {"node_comp": batch.node_component, "num_comp": batch.num_graphs}
         return graph_cached(graph, name, (graph.edge_index, graph.edge_type, graph.S, graph.F),
                             lambda: ppr_operators(*transition_matrix(graph, self.relation_weights, self.use_posterior),
-                                                  self.alpha), device)
+                                                  self.alpha, **parts), device)
 
     def scores(self, graph: MemoryGraph, restart: Tensor) -> Tensor:
         """``[N, B]`` float64 PPR vectors for restart columns ``restart`` (each summing to 1), on its device."""
@@ -278,47 +326,92 @@ class PersonalizedPageRank(TraversalPolicy):
         if graph.num_nodes == 0:
             return [Retrieval(loaded=[], entries=[], scores=[]) for _ in queries]
         entries = entry_matrix(self.entries, graph, queries, budget, self.device)
+        return share_wall_time(self._retrieve_packed(graph, entries, budget), t0)
+
+    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
+                        budget: Budget) -> list[list[Retrieval]]:
+        """The queries of graphs with at most ``pack_queries`` queries over their disjoint union, one
+        query per graph in each ``[N, B]`` column: the ``j``-th query of every graph shares column
+        ``j``, and each (graph, column) pair iterates, stops and ranks exactly as it would alone.
+        A graph with more queries fills its own columns: it runs by itself."""
+        def run(batch, flat, scope):
+            if batch.graph.num_nodes == 0:
+                return [Retrieval(loaded=[], entries=[], scores=[]) for _ in flat]
+            entries = scoped_entry_matrix(self.entries, batch, flat, scope.comp, budget, self.device)
+            return self._retrieve_packed(batch.graph, entries, budget, scope)
+        return retrieve_union(self, graphs, queries, budget, run, self.pack_queries)
+
+    def _retrieve_packed(self, graph: MemoryGraph, entries: Tensor, budget: Budget, scope: Scope | None = None) -> list[Retrieval]:
+        """Queries packed into columns, one per component each (a single graph: one query per
+        column), cut into blocks of ``max(1, max_block_elements // N)`` columns."""
+        b, dev = entries.shape[0], entries.device
+        if scope is None:
+            comp, num_comp, ops = torch.zeros(b, dtype=torch.long, device=dev), 1, self._operators(graph, dev)
+            node_off = edge_off = torch.zeros(b, dtype=torch.long, device=dev)
+            size = torch.full((b,), graph.num_nodes, dtype=torch.long, device=dev)
+        else:
+            comp, num_comp = scope.comp.to(dev), scope.batch.num_graphs
+            ops = self._operators(graph, dev, scope.batch)
+            node_off, edge_off = scope.offsets(b, dev)
+            size = scope.batch.sizes.to(dev)[comp]
+        counts = torch.bincount(comp, minlength=num_comp)
+        order = torch.argsort(comp, stable=True)
+        column = torch.empty_like(comp)
+        column[order] = torch.arange(b, device=dev) - (torch.cumsum(counts, 0) - counts)[comp[order]]
         width = max(1, self.max_block_elements // graph.num_nodes)
-        results: list[Retrieval] = []
-        for start in range(0, len(queries), width):
-            results += self._retrieve_block(graph, entries[start:start + width], budget)
-        return share_wall_time(results, t0)
+        results: list[Retrieval] = [None] * b  # type: ignore[list-item]
+        for start in range(0, int(counts.max()), width):
+            sel = ((column >= start) & (column < start + width)).nonzero().flatten()
+            block = self._retrieve_block(graph, ops, entries[sel], column[sel] - start, node_off[sel], edge_off[sel],
+                                         size[sel], budget)
+            for i, r in zip(sel.tolist(), block):
+                results[i] = r
+        return results
 
-    def _retrieve_block(self, graph: MemoryGraph, entries: Tensor, budget: Budget) -> list[Retrieval]:
+    def _retrieve_block(self, graph: MemoryGraph, ops: PPROperators, entries: Tensor, column: Tensor, node_off: Tensor,
+                        edge_off: Tensor, size: Tensor, budget: Budget) -> list[Retrieval]:
         """PPR, hop distances, ranking, admission and trace for the entry rows ``entries`` ``[b, k]``
-        (``-1`` padded), with whole-tensor operations and one ``tolist`` per output field.
+        (``-1`` padded) whose restart vectors go to columns ``column``, with whole-tensor operations
+        and one ``tolist`` per output field. Each query ranks the ``size`` nodes from its row
+        ``node_off`` on (its component), as a ``[b, max size]`` layout; rows and edge ids are
+        reported relative to ``node_off`` / ``edge_off``.
 
-        Non-candidates get the key ``-1 - id_rank`` (negative and distinct) for :func:`admit_ranked`.
+        Non-candidates get the key ``-1 - id_rank`` (negative and distinct) for :func:`admit_ranked`,
+        padding columns past a component's size lower keys still.
         """
         n, b, dev = graph.num_nodes, entries.shape[0], entries.device
-        ops = self._operators(graph, dev)
         rank = node_id_rank(graph, dev)
         tokens, (rowptr, perm) = graph_tables(graph, dev)
         dst = graph_cached(graph, "policies.edge_targets", (graph.edge_index,), lambda: graph.edge_index[1], dev)
         q, slot = (entries >= 0).nonzero(as_tuple=True)
-        restart = torch.zeros(n, b, dtype=torch.float64, device=dev)
-        restart[entries[q, slot], q] = 1.0 / (entries >= 0).sum(1).double()[q]
-        p = self.scores(graph, restart)
+        restart = torch.zeros(n, int(column.max()) + 1, dtype=torch.float64, device=dev)
+        restart[entries[q, slot], column[q]] = 1.0 / (entries >= 0).sum(1).double()[q]
+        p = power_iteration(ops, restart, self.alpha, self.tol, self.max_iter)
         dist = hop_distance(ops.pt, restart, budget.max_hops)
-        candidate = (p > 0) & (dist <= budget.max_hops)
-        key = torch.where(candidate, p, -1.0 - rank[:, None].double()).T
-        slots, used = admit_ranked(key, rank, tokens, budget)
+        j = torch.arange(int(size.max()), device=dev)
+        valid = j < size[:, None]
+        at = (node_off[:, None] + j).clamp(max=n - 1)
+        p, dist = p[at, column[:, None]], dist[at, column[:, None]]  # [b, W] over each query's own nodes
+        candidate = (p > 0) & (dist <= budget.max_hops) & valid
+        key = torch.where(candidate, p, torch.where(valid, -1.0 - rank[at].double(), -1.0 - n - j.double()))
+        slots, used = admit_ranked(key, rank, tokens, budget, node_off)
 
         q, slot = (slots >= 0).nonzero(as_tuple=True)
-        nodes = slots[q, slot]
+        local = slots[q, slot]
         counts = torch.bincount(q, minlength=b).tolist()
-        seg, edges = segments(rowptr, perm, nodes)
+        seg, edges = segments(rowptr, perm, local + node_off[q])
         edge_q = q[seg]
-        member = torch.zeros(b, n, dtype=torch.bool, device=dev)
-        member[q, nodes] = True
-        hit = member[edge_q, dst[edges]]
+        member = torch.zeros(b, j.numel(), dtype=torch.bool, device=dev)
+        member[q, local] = True
+        hit = member[edge_q, dst[edges] - node_off[edge_q]]
+        edges = edges - edge_off[edge_q]
 
-        loaded = split_list(nodes.tolist(), counts)
-        scores = split_list(p[nodes, q].tolist(), counts)
+        loaded = split_list(local.tolist(), counts)
+        scores = split_list(p[q, local].tolist(), counts)
         considered = split_list(edges.tolist(), torch.bincount(edge_q, minlength=b).tolist())
         traversed = split_list(edges[hit].tolist(), torch.bincount(edge_q[hit], minlength=b).tolist())
-        max_depth = torch.zeros(b, dtype=torch.long, device=dev).scatter_reduce(0, q, dist[nodes, q], "amax").tolist()
-        ent = [[v for v in row if v >= 0] for row in entries.tolist()]
+        max_depth = torch.zeros(b, dtype=torch.long, device=dev).scatter_reduce(0, q, dist[q, local], "amax").tolist()
+        ent = [[v for v in row if v >= 0] for row in torch.where(entries >= 0, entries - node_off[:, None], -1).tolist()]
         used = used.tolist()
         return [Retrieval(loaded=loaded[i], entries=ent[i], edges_considered=considered[i], edges_traversed=traversed[i],
                           loaded_tokens=used[i], max_depth=max_depth[i], scores=scores[i]) for i in range(b)]
