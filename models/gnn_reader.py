@@ -14,6 +14,10 @@ table without copies; edges are shared by the batch.
 * Readout: ``score_{b,v} = w_o^T ReLU(W_h h_{v,b}^{(L)} + W_c (P_x x_v \\odot P_q q_b) + c) + \\kappa \\cos(x_v, q_b)``,
   so a node that propagation never reaches is still ranked by its content match.
 
+Several graphs can share one pass as their disjoint union, *packed*: column ``j`` of the states
+then holds one query per graph (``query_of[j, v]`` names the query of node ``v``'s graph), since
+no message crosses from one graph to another.
+
 Knows nothing of datasets or files: inputs are tensors.
 """
 
@@ -183,10 +187,16 @@ class GNNReader(nn.Module):
         self.cosine_weight = nn.Parameter(torch.tensor(5.0))                 # kappa
 
     # ------------------------------------------------------------------ pieces
-    def seed(self, query: Tensor, start: Tensor) -> Tensor:
-        """``h^(0) [H, N, B]`` (channel-major) from queries ``[B, D]`` and start weights ``[B, N]``."""
+    def seed(self, query: Tensor, start: Tensor, query_of: Tensor | None = None) -> Tensor:
+        """``h^(0) [H, N, B]`` (channel-major) from queries ``[B, D]`` and start weights ``[B, N]``
+        (packed: queries ``[Q, D]``, ``query_of`` ``[B, N]``)."""
         projected = torch.addmm(self.query_proj.bias.unsqueeze(1), self.query_proj.weight, query.T)   # [H, B]
-        return projected.unsqueeze(1) * start.T.contiguous().unsqueeze(0)
+        return _per_node(projected, query_of) * start.T.contiguous().unsqueeze(0)
+
+    @staticmethod
+    def cosine(x: Tensor, query: Tensor) -> Tensor:
+        """``[N, B]`` ``cos(x_v, q_b)`` of the readout."""
+        return F.normalize(x, dim=-1) @ F.normalize(query, dim=-1).T
 
     def relational_edges(self, edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Append inverse edges ``(i -> j, r + R)`` when ``add_inverse`` is set."""
@@ -198,27 +208,32 @@ class GNNReader(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, x: Tensor, edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor,
-                query: Tensor, start: Tensor) -> Tensor:
+                query: Tensor, start: Tensor, query_of: Tensor | None = None, cosine: Tensor | None = None) -> Tensor:
         """Scores ``[B, N]``.
 
         Args:
             x: ``[N, D]`` node embeddings.
             edge_index, edge_type, edge_attr: the graph's edges (``[2, E]``, ``[E]``, ``[E, d_e]``).
-            query: ``[B, D]`` query embeddings.
+            query: ``[B, D]`` query embeddings (packed: ``[Q, D]``, all queries).
             start: ``[B, N]`` start weights (1 at each query's entry nodes).
+            query_of: packed layout only: ``[B, N]`` row of ``query`` that column ``b`` holds at node ``v``.
+            cosine: packed layout only: ``[N, B]`` :meth:`cosine` of each node and the query it holds.
         """
+        if (query_of is None) != (cosine is None):
+            raise ValueError("GNNReader: the packed layout needs both `query_of` and `cosine`")
         query = query.to(x.dtype)
         edge_index, edge_type, edge_attr = self.relational_edges(edge_index, edge_type, edge_attr.to(x.dtype))
-        if query.size(0) > 1:       # the fused aggregation runs on target-sorted edges: sort once for all layers
+        if start.size(0) > 1:       # the fused aggregation runs on target-sorted edges: sort once for all layers
             edge_index, edge_type, edge_attr = sort_by_target(edge_index, edge_type, edge_attr, x.size(0))
-        h = self.seed(query, start.to(x.dtype))                                                   # [H, N, B]
+        h = self.seed(query, start.to(x.dtype), query_of)                                         # [H, N, B]
         for layer in self.layers:
             h = layer(h, edge_index, edge_type, edge_attr)
         hid = h.size(0)
-        content = (self.node_content.weight @ x.T).unsqueeze(2) * (self.query_content.weight @ query.T).unsqueeze(1)   # [H, N, B]
+        content = (self.node_content.weight @ x.T).unsqueeze(2) * _per_node(self.query_content.weight @ query.T, query_of)
         hidden = torch.addmm(self.read_state.bias.unsqueeze(1), self.read_state.weight, h.reshape(hid, -1))   # W_h h + c
-        hidden.addmm_(self.read_content.weight, content.view(hid, -1)).relu_()                                 # [H, N B]
-        cosine = F.normalize(x, dim=-1) @ F.normalize(query, dim=-1).T                                           # [N, B]
+        hidden.addmm_(self.read_content.weight, content.reshape(hid, -1)).relu_()                              # [H, N B]
+        if query_of is None:
+            cosine = self.cosine(x, query)                                                                     # [N, B]
         return ((self.read_out.weight @ hidden).view_as(cosine) + self.cosine_weight * cosine).T
 
     def score_graph(self, graph, query: Tensor, entries: list[list[int]]) -> Tensor:
@@ -238,6 +253,14 @@ class GNNReader(nn.Module):
         reader = cls(ReaderConfig(**ckpt["config"]))
         reader.load_state_dict(ckpt["state_dict"])
         return reader
+
+
+def _per_node(per_query: Tensor, query_of: Tensor | None) -> Tensor:
+    """``[H, 1, B]`` from ``[H, B]`` per-query columns, or with a packed ``query_of`` ``[B, N]``,
+    ``[H, N, B]`` holding at ``(v, b)`` the column of query ``query_of[b, v]``."""
+    if query_of is None:
+        return per_query.unsqueeze(1)
+    return per_query[:, query_of.T]
 
 
 def start_mask(entries: list[list[int]], num_nodes: int, dtype: torch.dtype = torch.float32,

@@ -149,6 +149,17 @@ class Scope:
         return self.batch.node_ptr.to(device)[comp], self.batch.edge_ptr.to(device)[comp]
 
 
+def packed_columns(comp: Tensor, num_comp: int) -> tuple[Tensor, Tensor]:
+    """``(column [B], counts [C])``: each query's place among the queries of its component ``comp``
+    (in order), i.e. the column it takes when one query per component shares a column, and the
+    number of queries per component."""
+    counts = torch.bincount(comp, minlength=num_comp)
+    order = torch.argsort(comp, stable=True)
+    column = torch.empty_like(comp)
+    column[order] = torch.arange(comp.numel(), device=comp.device) - (torch.cumsum(counts, 0) - counts)[comp[order]]
+    return column, counts
+
+
 def retrieve_union(policy, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget,
                    run: Callable[[GraphBatch, list[Query], Scope], list[Retrieval]],
                    solo_queries: int | None = None) -> list[list[Retrieval]]:

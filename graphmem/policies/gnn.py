@@ -33,7 +33,9 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import (Budget, Query, Retrieval, Timer, TraversalPolicy, load_under_budget,
                                     register_policy, resolve_device)
-from graphmem.policies.batched import compact_left, greedy_admit, split_list
+from graphmem.graph_batch import GraphBatch
+from graphmem.policies.batched import (Scope, compact_left, greedy_admit, packed_columns, retrieve_union, scoped_entry_matrix,
+                                      split_list)
 from graphmem.policies.entries import graph_cached, graph_tables, make_entry_selector, node_id_rank
 
 
@@ -50,10 +52,12 @@ class GNNPolicy(TraversalPolicy):
         query_chunk: queries scored per forward pass, bounding memory to
             ``E * query_chunk * H`` floats (default: 64).
         device: where the reader runs (default: ``"cpu"``).
+        pack_queries: in :meth:`retrieve_graphs`, graphs with at most this many queries share
+            one packed reader pass over their union; the others run alone (default: ``8``).
     """
 
     def __init__(self, reader=None, checkpoint: str | PathLike | None = None, entries="embedding",
-                 query_chunk: int = 64, device: str = "cpu"):
+                 query_chunk: int = 64, device: str = "cpu", pack_queries: int = 8):
         from models.gnn_reader import GNNReader
 
         if (reader is None) == (checkpoint is None):
@@ -65,6 +69,7 @@ class GNNPolicy(TraversalPolicy):
         self.device = resolve_device(device)
         self.entry_selector = make_entry_selector(entries)
         self.query_chunk = int(query_chunk)
+        self.pack_queries = int(pack_queries)
 
     # ------------------------------------------------------------------ scoring
     @torch.no_grad()
@@ -108,6 +113,45 @@ class GNNPolicy(TraversalPolicy):
         for result in results:
             result.wall_time_s = t.seconds / len(queries)
         return results
+
+
+    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
+                        budget: Budget) -> list[list[Retrieval]]:
+        """The queries of graphs with at most ``pack_queries`` queries in one packed reader pass over
+        the graphs' union (column ``j`` holds the ``j``-th query of every graph; no message crosses
+        graphs), then one :func:`batched_walk`; graphs with more queries run alone. Results equal
+        :meth:`retrieve_batch` up to float rounding of the reader's products."""
+        return retrieve_union(self, graphs, queries, budget, lambda batch, flat, scope: self._retrieve_packed(
+            batch, flat, scope, budget), self.pack_queries)
+
+    @torch.no_grad()
+    def _retrieve_packed(self, batch: GraphBatch, queries: list[Query], scope: Scope, budget: Budget) -> list[Retrieval]:
+        graph, dev, b = batch.graph, self.device, len(queries)
+        entries = scoped_entry_matrix(self.entry_selector, batch, queries, scope.comp, budget, dev)
+        comp = scope.comp.to(dev)
+        column, counts = packed_columns(comp, batch.num_graphs)
+        order = torch.argsort(comp, stable=True)
+        width = int(counts.max())
+        holder = torch.zeros(batch.num_graphs, width, dtype=torch.long, device=dev)   # the query of (graph, column)
+        holder[comp, column] = torch.arange(b, device=dev)
+        query_of = holder[batch.node_component.to(dev)].T                             # [B', N]
+        q = torch.stack([x.embedding.float().flatten() for x in queries]).to(dev)
+        x = graph.embeddings.to(dev)
+        start = torch.zeros(width, graph.num_nodes, device=dev)
+        real = entries >= 0
+        start[column[:, None].expand_as(entries)[real], entries[real]] = 1.0
+        cosine = torch.zeros(graph.num_nodes, width, device=dev)
+        ptr, first = batch.node_ptr.tolist(), (torch.cumsum(counts, 0) - counts).tolist()
+        for c, n in enumerate(counts.tolist()):  # per graph, the product retrieve_batch makes on it alone
+            if n:
+                own = order[first[c]:first[c] + n]
+                cosine[ptr[c]:ptr[c + 1], :n] = self.reader.cosine(x[ptr[c]:ptr[c + 1]], q[own])
+        ei, et, ea = (t.to(dev) for t in (graph.edge_index, graph.edge_type, graph.edge_attr))
+        packed = torch.cat([self.reader(x, ei, et, ea, q, start[lo:lo + self.query_chunk],
+                                        query_of[lo:lo + self.query_chunk], cosine[:, lo:lo + self.query_chunk])
+                            for lo in range(0, width, self.query_chunk)])            # [B', N]
+        rows = [[v for v in r if v >= 0] for r in entries.tolist()]
+        return batched_walk(graph, rows, packed[column], budget).retrievals(graph, rows, scope)
 
 
 def walk_and_load(graph: MemoryGraph, entries: list[int], scores: Tensor, budget: Budget) -> Retrieval:
@@ -207,16 +251,23 @@ class WalkBatch:
         mask.scatter_(1, self.ranked.masked_fill(~self.taken, n), True)
         return mask[:, :n]
 
-    def retrievals(self, graph: MemoryGraph, entries: Sequence[Sequence[int]]) -> list[Retrieval]:
+    def retrievals(self, graph: MemoryGraph, entries: Sequence[Sequence[int]], scope: Scope | None = None) -> list[Retrieval]:
         """One :class:`Retrieval` per query, equal to :func:`walk_and_load`'s, built from a few
-        ``tolist`` calls over the whole batch."""
+        ``tolist`` calls over the whole batch. With a ``scope`` (``graph`` is a graph batch's union),
+        rows and edge ids are given relative to each query's own graph."""
         taken = self.taken
         traversed = taken & (self.parent_edge >= 0)
         considered, num_considered = self.considered_edges(graph)
+        loaded, via = self.ranked, self.parent_edge
+        if scope is not None:
+            node_off, edge_off = scope.offsets(len(taken), taken.device)
+            loaded, via = loaded - node_off[:, None], via - edge_off[:, None]
+            considered = considered - torch.repeat_interleave(edge_off, num_considered)
+            entries = [[v - o for v in e] for e, o in zip(entries, node_off.tolist())]
         columns = {
-            "loaded": (self.ranked[taken], taken.sum(1)),
+            "loaded": (loaded[taken], taken.sum(1)),
             "scores": (self.scores[taken], taken.sum(1)),
-            "edges_traversed": (self.parent_edge[traversed], traversed.sum(1)),
+            "edges_traversed": (via[traversed], traversed.sum(1)),
             "edges_considered": (considered, num_considered),
         }
         split = {name: split_list(flat.tolist(), counts.tolist()) for name, (flat, counts) in columns.items()}

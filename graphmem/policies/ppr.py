@@ -43,8 +43,8 @@ from graphmem.graph import MemoryGraph
 from graphmem.graph_batch import GraphBatch
 from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy,
                                     resolve_device, share_wall_time)
-from graphmem.policies.batched import (Scope, entry_matrix, greedy_admit, retrieve_union, scoped_entry_matrix, segments,
-                                      split_list)
+from graphmem.policies.batched import (Scope, entry_matrix, greedy_admit, packed_columns, retrieve_union, scoped_entry_matrix,
+                                      segments, split_list)
 from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
                                        topk_by_score, validate_entries)
 
@@ -354,10 +354,7 @@ class PersonalizedPageRank(TraversalPolicy):
             ops = self._operators(graph, dev, scope.batch)
             node_off, edge_off = scope.offsets(b, dev)
             size = scope.batch.sizes.to(dev)[comp]
-        counts = torch.bincount(comp, minlength=num_comp)
-        order = torch.argsort(comp, stable=True)
-        column = torch.empty_like(comp)
-        column[order] = torch.arange(b, device=dev) - (torch.cumsum(counts, 0) - counts)[comp[order]]
+        column, counts = packed_columns(comp, num_comp)
         width = max(1, self.max_block_elements // graph.num_nodes)
         results: list[Retrieval] = [None] * b  # type: ignore[list-item]
         for start in range(0, int(counts.max()), width):
