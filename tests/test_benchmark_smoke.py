@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_script  # noqa: E402
 TINY = ["sizes=[200,400]", "num_queries=4", "loop_queries=2", "ppr_queries=2", "gnn_queries=2", "dim=8", "avg_degree=4",
-        "locomo.enabled=false", "compare_devices=[cpu]"]
+        "locomo.enabled=false", "datasets=[]", "compare_devices=[cpu]"]
 
 
 def test_run_in_process_writes_json_and_plot(tmp_path):
@@ -40,10 +40,32 @@ def test_hydra_entry_point(tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "sizes=[100]", "num_queries=2",
                            "ppr_queries=1", "gnn_queries=1", "loop_queries=1", "dim=4", "plot=false",
-                           "locomo.enabled=false", f"out_dir={out}"],
+                           "locomo.enabled=false", "datasets=[]", f"out_dir={out}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((out / "benchmark.json").read_text())["sizes"]["100"]["nodes"] == 100
+
+
+def test_dataset_section_times_every_question_three_ways(tmp_path):
+    """A saved HotpotQA set (one graph per question): reference loop, one call per graph, and the
+    harness's batched path over the union, each with its ratio."""
+    from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+
+    data = DataConfig(name="hotpotqa", file="hotpotqa/hotpot_dev_distractor_200.jsonl", limit=6)
+    build_graphset(data, GraphConfig(encoder="hashing", cache_dir=str(tmp_path / "c")), progress=False).save(tmp_path / "hp")
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="benchmark", overrides=[
+            "sizes=[]", "locomo.enabled=false", f"datasets=['{tmp_path / 'hp'}']", "dataset_loop_queries=3",
+            "compare_devices=[cpu]", f"out_dir={tmp_path / 'out'}", "plot=false"])
+    report = load_script("benchmark").run(cfg)
+    res = report["datasets"]["hp"]
+    assert res["graphs"] == 6 and res["questions"] == 6
+    assert set(res["policies"]) == {"beta_bfs", "dense_topk", "ppr", "uniform_bfs", "router", "gnn"}
+    for r in res["policies"].values():
+        assert r["loop_queries"] == 3 and r["batched_ms_per_query"] > 0
+        assert r["batched_over_loop"] == r["loop_ms_per_query"] / r["batched_ms_per_query"]
+        assert r["batched_over_per_graph"] == r["per_graph_ms_per_query"] / r["batched_ms_per_query"]
+        assert r["on"]["cpu"]["speedup_over_main_device"] > 0
 
 
 def test_peak_memory_sees_a_large_temporary():

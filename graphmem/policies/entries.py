@@ -159,14 +159,18 @@ def scoped_cosine(batch: GraphBatch, queries: Sequence[Query], comp: Tensor,
     q = query_matrix(batch.graph, queries).to(dev)
     width = int(batch.sizes.max()) if batch.num_graphs else 0
     scores = torch.full((len(queries), width), float("-inf"), device=dev)
-    order = torch.argsort(comp.cpu(), stable=True)
-    groups, counts = torch.unique_consecutive(comp.cpu()[order], return_counts=True)
-    order = order.to(dev)
-    start = 0
+    comp = comp.cpu()
+    order = torch.argsort(comp, stable=True)
+    groups, counts = torch.unique_consecutive(comp[order], return_counts=True)
+    grouped = bool((order == torch.arange(order.numel(), device=order.device)).all())  # each component's queries are one run of rows
+    order, ptr, start = order.to(dev), batch.node_ptr.tolist(), 0
     for g, c in zip(groups.tolist(), counts.tolist()):
-        rows = order[start:start + c]
-        a, n = int(batch.node_ptr[g]), int(batch.node_ptr[g + 1]) - int(batch.node_ptr[g])
-        scores[rows, :n] = q[rows] @ x[a:a + n].T
+        a, n = ptr[g], ptr[g + 1] - ptr[g]
+        if grouped:
+            scores[start:start + c, :n] = q[start:start + c] @ x[a:a + n].T
+        else:
+            rows = order[start:start + c]
+            scores[rows, :n] = q[rows] @ x[a:a + n].T
         start += c
     return scores
 
