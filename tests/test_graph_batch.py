@@ -104,6 +104,26 @@ def test_retrieve_graphs_equals_one_call_per_graph(varied, name, budget):
     assert together[4] == []
 
 
+class LastNodes:
+    """An entry selector that is not the embedding one: the graph's last two rows, newest first."""
+
+    def select(self, graph, queries, budget):
+        return [[graph.num_nodes - 1 - i for i in range(min(2, graph.num_nodes))] for _ in queries]
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "dense_topk"])
+def test_retrieve_graphs_with_another_entry_selector(varied, name):
+    graphs, queries = varied
+    policy = policy_for(name, graphs[0].dim, len(graphs[0].relations))
+    for attr in ("entries", "entry_selector"):
+        if hasattr(policy, attr):
+            setattr(policy, attr, LastNodes())
+    together = policy.retrieve_graphs(graphs, queries, Budget())
+    apart = [policy.retrieve_batch(g, qs, Budget()) for g, qs in zip(graphs, queries)]
+    assert [[trace(r) for r in rs] for rs in together] == [[trace(r) for r in rs] for rs in apart]
+    assert together[0][0].entries == [graphs[0].num_nodes - 1, graphs[0].num_nodes - 2]
+
+
 def test_retrieve_graphs_rejects_mismatched_lists(varied):
     graphs, queries = varied
     for name in ("beta_bfs", "ppr"):

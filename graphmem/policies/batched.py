@@ -126,9 +126,11 @@ def scoped_entry_matrix(selector: EntrySelector, batch: GraphBatch, queries: Seq
     :func:`scoped_cosine`; any other selector is asked once per component, over the component graph."""
     if type(selector) is EmbeddingEntrySelector:
         return scoped_topk(scoped_cosine(batch, queries, comp, device), budget.max_entries, batch, comp)
-    comp_list, rows = comp.tolist(), [[] for _ in queries]
-    for c in sorted(set(comp_list)):
-        idx = [i for i, ci in enumerate(comp_list) if ci == c]
+    rows: list[list[int]] = [[] for _ in queries]
+    by_comp: dict[int, list[int]] = {}
+    for i, c in enumerate(comp.tolist()):
+        by_comp.setdefault(c, []).append(i)
+    for c, idx in by_comp.items():
         graph, off = batch.graphs[c], int(batch.node_ptr[c])
         for i, picked in zip(idx, selector.select(graph, [queries[i] for i in idx], budget)):
             rows[i] = [v + off for v in validate_entries(graph, picked, budget)]
