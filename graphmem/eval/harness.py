@@ -46,7 +46,7 @@ class EvalResult:
         budget: the budget every retrieval ran under.
         rows: one dict per question (qid, graph, category, loaded ids, trace, gold, metrics).
         summary: group name -> aggregate (see :func:`graphmem.eval.metrics.summarize`).
-        wall_time_s: wall time of all ``retrieve_batch`` calls together.
+        wall_time_s: wall time of all ``retrieve_graphs`` calls together.
     """
 
     policy: str
