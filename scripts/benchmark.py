@@ -284,6 +284,24 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
     return out
 
 
+def train_benchmark(cfg: DictConfig) -> dict:
+    """Router training episodes/s at batch 1 and batched (:func:`rl.throughput.training_throughput`)
+    on ``device`` and each of ``compare_devices``, with each one's batched rate over the main device's."""
+    from rl.throughput import training_throughput
+
+    t = cfg.train
+    runs = {}
+    for dev in [cfg.device, *cfg.compare_devices]:
+        name = str(resolve_device(dev))
+        runs[name] = training_throughput(t.nodes, t.dim, t.batch, t.single, t.repeats, name, cfg.seed)
+        log.info("train on %s: %.0f episodes/s at batch 1, %.0f batched (x%.1f)", name, runs[name]["batch1_episodes_per_s"],
+                 runs[name]["batched_episodes_per_s"], runs[name]["speedup"])
+    main = next(iter(runs.values()))
+    for run in runs.values():
+        run["batched_over_main_device"] = run["batched_episodes_per_s"] / main["batched_episodes_per_s"]
+    return runs
+
+
 def run(cfg: DictConfig) -> dict:
     """Run the benchmark described by ``cfg`` (see ``configs/benchmark.yaml``); returns the report."""
     threads = torch.get_num_threads()
@@ -302,6 +320,8 @@ def _run(cfg: DictConfig) -> dict:
     report["locomo"] = locomo_benchmark(cfg, budget)
     report["datasets"] = {Path(path).name: res for path in cfg.datasets
                           if (res := dataset_benchmark(cfg, Path(path).name, path, budget)) is not None}
+    if cfg.train.enabled:
+        report["train"] = train_benchmark(cfg)
     for size in cfg.sizes:
         t = time.perf_counter()
         graph = make_synthetic_graph(int(size), avg_degree=cfg.avg_degree, dim=cfg.dim, seed=cfg.seed)

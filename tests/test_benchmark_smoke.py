@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_script  # noqa: E402
 TINY = ["sizes=[200,400]", "num_queries=4", "loop_queries=2", "ppr_queries=2", "gnn_queries=2", "dim=8", "avg_degree=4",
-        "locomo.enabled=false", "datasets=[]", "compare_devices=[cpu]"]
+        "locomo.enabled=false", "datasets=[]", "compare_devices=[cpu]", "train.nodes=200", "train.dim=8", "train.batch=32",
+        "train.single=4", "train.repeats=1"]
 
 
 def test_run_in_process_writes_json_and_plot(tmp_path):
@@ -33,6 +34,9 @@ def test_run_in_process_writes_json_and_plot(tmp_path):
         for name in ("beta_bfs", "router"):
             assert entry["policies"][name]["traversal_ms_per_query"] > 0 and entry["policies"][name]["traversal_warm_ms_per_query"] > 0
     assert {"beta_bfs_traversal_flat_within_2x", "router_traversal_warm_flat_within_2x"} <= set(saved["growth"])
+    train = saved["train"]["cpu"]
+    assert train["batch1_episodes_per_s"] > 0 and train["batched_episodes_per_s"] > 0 and train["batch"] == 32
+    assert train["speedup"] == train["batched_episodes_per_s"] / train["batch1_episodes_per_s"]
 
 
 def test_hydra_entry_point(tmp_path):
@@ -40,7 +44,7 @@ def test_hydra_entry_point(tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "sizes=[100]", "num_queries=2",
                            "ppr_queries=1", "gnn_queries=1", "loop_queries=1", "dim=4", "plot=false",
-                           "locomo.enabled=false", "datasets=[]", f"out_dir={out}"],
+                           "locomo.enabled=false", "datasets=[]", "train.enabled=false", f"out_dir={out}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((out / "benchmark.json").read_text())["sizes"]["100"]["nodes"] == 100
@@ -55,7 +59,7 @@ def test_dataset_section_times_every_question_three_ways(tmp_path):
     build_graphset(data, GraphConfig(encoder="hashing", cache_dir=str(tmp_path / "c")), progress=False).save(tmp_path / "hp")
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose(config_name="benchmark", overrides=[
-            "sizes=[]", "locomo.enabled=false", f"datasets=['{tmp_path / 'hp'}']", "dataset_loop_queries=3",
+            "sizes=[]", "locomo.enabled=false", "train.enabled=false", f"datasets=['{tmp_path / 'hp'}']", "dataset_loop_queries=3",
             "compare_devices=[cpu]", f"out_dir={tmp_path / 'out'}", "plot=false"])
     report = load_script("benchmark").run(cfg)
     res = report["datasets"]["hp"]
