@@ -100,7 +100,9 @@ def topk_by_score(scores: Tensor, k: int, id_rank: Tensor, col_offset: Tensor | 
     """``[B, min(k, N)]`` columns of the ``k`` highest scores per row, ties by ascending ``id_rank``.
 
     ``torch.topk`` does not order ties; this finds the ``k``-th value per row, keeps every column
-    at or above it, and sorts those lexicographically by (row, -score, id rank).
+    at or above it, and sorts those lexicographically by (row, -score, id rank). A score of
+    ``-inf`` marks a column as absent (the padding of :func:`scoped_cosine`): such columns come
+    last, in no particular order.
 
     Args:
         scores: ``[B, N]`` scores.
@@ -114,7 +116,7 @@ def topk_by_score(scores: Tensor, k: int, id_rank: Tensor, col_offset: Tensor | 
         return torch.empty(b, k, dtype=torch.long, device=scores.device)
     # rows whose top k+1 values are strictly decreasing have a unique answer: plain topk order
     vals, cols = scores.topk(min(k + 1, n), dim=1)
-    tied = (vals[:, 1:] == vals[:, :-1]).any(1)
+    tied = ((vals[:, 1:] == vals[:, :-1]) & (vals[:, 1:] > float("-inf"))).any(1)
     if not bool(tied.any()):
         return cols[:, :k]
     out = cols[:, :k].clone()
