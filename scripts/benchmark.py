@@ -379,11 +379,11 @@ def plot(report: dict, path: Path) -> None:
                      label=f"{name} traversal only")
     ax1.set(xscale="log", yscale="log", xlabel="nodes", ylabel="ms per query", title="latency vs graph size")
     ax1.legend(fontsize=7)
-    groups = [(f"{s:g}", {n: e["policies"][n]["batched_over_loop"] for n in names}) for s, e in zip(sizes, entries)]
+    groups = [(f"{s:,}", {n: e["policies"][n]["batched_over_loop"] for n in names}) for s, e in zip(sizes, entries)]
     for label, res in reversed(list(report.get("datasets", {}).items())):
-        groups.insert(0, (f"{label} set", {n: r["batched_over_loop"] for n, r in res["policies"].items()}))
+        groups.insert(0, (f"{label}\nwhole set", {n: r["batched_over_loop"] for n, r in res["policies"].items()}))
     if report.get("locomo"):
-        groups.insert(0, ("LoCoMo per graph", {n: t["batched_over_loop"] for n, t in report["locomo"]["total"].items()}))
+        groups.insert(0, ("LoCoMo\nper graph", {n: t["batched_over_loop"] for n, t in report["locomo"]["total"].items()}))
     width = 0.8 / max(len(names), 1)
     for i, name in enumerate(names):
         ax2.bar([j + i * width for j in range(len(groups))], [g.get(name, 0.0) for _, g in groups], width, label=name)
