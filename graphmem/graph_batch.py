@@ -22,7 +22,7 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 
-_TOKEN = "graph_batch.member"  # per-graph object that lives until the graph's cache is invalidated
+_TOKEN = "graph_batch.member"  # per-graph token tensor, a new object after each invalidation of the graph's cache
 
 
 @dataclass
@@ -40,7 +40,6 @@ class GraphBatch:
     graphs: list[MemoryGraph]
     node_ptr: Tensor
     edge_ptr: Tensor
-    _members: tuple = ()
 
     @property
     def num_graphs(self) -> int:
@@ -90,39 +89,23 @@ class GraphBatch:
         # token counts are those of the component graphs (the prefixed ids must not change them)
         tokens = torch.cat([g.node_tokens() for g in graphs])
         union.cached("node_tokens", lambda: tokens)
-        return cls(union, graphs, node_ptr, edge_ptr, tuple(g.cached(_TOKEN, object) for g in graphs))
+        return cls(union, graphs, node_ptr, edge_ptr)
 
     def query_components(self, counts: Sequence[int], device: str | torch.device = "cpu") -> Tensor:
         """``[sum(counts)]`` component of each query when component ``c`` has ``counts[c]`` queries, in order."""
         return torch.repeat_interleave(torch.arange(self.num_graphs, device=device),
                                        torch.as_tensor(list(counts), device=device))
 
-    def split(self, items: list, counts: Sequence[int]) -> list[list]:
-        """Cut a flat per-query list back into one list per component."""
-        out, start = [], 0
-        for c in counts:
-            out.append(items[start:start + c])
-            start += c
-        return out
-
 
 def graph_batch(graphs: Sequence[MemoryGraph]) -> GraphBatch:
     """:meth:`GraphBatch.from_graphs`, cached on the first graph until any component changes.
 
     A component counts as changed when its cache was invalidated (every structural or counter
-    mutation through :class:`MemoryGraph` does this) or when one of its tensors was replaced or
-    edited in place (tracked by version counters, as :meth:`MemoryGraph.cached` does).
+    mutation through :class:`MemoryGraph` does this: its member token is then a new object) or when
+    one of its tensors was replaced or edited in place (the version counters that
+    :meth:`MemoryGraph.cached` tracks).
     """
     graphs = list(graphs)
-    deps = [t for g in graphs for t in (g.embeddings, g.edge_index, g.edge_type, g.S, g.F, g.edge_attr)]
-    hit = graphs[0]._cache.get("graph_batch")
-    if hit is not None:
-        batch, held, versions = hit
-        if (len(batch.graphs) == len(graphs) and all(a is b for a, b in zip(batch.graphs, graphs))
-                and all(g._cache.get(_TOKEN, (None, None, None))[2] is m for g, m in zip(graphs, batch._members))
-                and len(held) == len(deps) and all(a is b for a, b in zip(held, deps))
-                and versions == [t._version for t in deps]):
-            return batch
-    batch = GraphBatch.from_graphs(graphs)
-    graphs[0]._cache["graph_batch"] = (batch, deps, [t._version for t in deps])
-    return batch
+    deps = [t for g in graphs for t in (g.cached(_TOKEN, lambda: torch.empty(0)), g.embeddings, g.edge_index,
+                                        g.edge_type, g.S, g.F, g.edge_attr)]
+    return graphs[0].cached("graph_batch", lambda: GraphBatch.from_graphs(graphs), deps)

@@ -185,7 +185,7 @@ def retrieve_union(policy, graphs: Sequence[MemoryGraph], queries: Sequence[Sequ
         counts = [len(queries[i]) for i in together]
         flat = [q for i in together for q in queries[i]]
         results = share_wall_time(run(batch, flat, Scope(batch, batch.query_components(counts))), t0)
-        for i, rs in zip(together, batch.split(results, counts)):
+        for i, rs in zip(together, split_list(results, counts)):
             out[i] = rs
     return out
 

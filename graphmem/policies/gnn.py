@@ -114,7 +114,6 @@ class GNNPolicy(TraversalPolicy):
             result.wall_time_s = t.seconds / len(queries)
         return results
 
-
     def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
                         budget: Budget) -> list[list[Retrieval]]:
         """The queries of graphs with at most ``pack_queries`` queries in one packed reader pass over
@@ -126,6 +125,8 @@ class GNNPolicy(TraversalPolicy):
 
     @torch.no_grad()
     def _retrieve_packed(self, batch: GraphBatch, queries: list[Query], scope: Scope, budget: Budget) -> list[Retrieval]:
+        """Entries per graph, the packed ``[B', N]`` reader scores (``B'`` = most queries of one graph,
+        ``query_chunk`` columns per pass), each query's column as its ``[N]`` scores, one walk."""
         graph, dev, b = batch.graph, self.device, len(queries)
         entries = scoped_entry_matrix(self.entry_selector, batch, queries, scope.comp, budget, dev)
         comp = scope.comp.to(dev)
