@@ -31,6 +31,7 @@ from graphmem.policies.base import Query
 MANIFEST_VERSION = 1
 BUILDER_VERSION = 1  # bump when a builder changes what it produces, to invalidate saved sets
 DATASETS = ("locomo", "hotpotqa")
+DEFAULT_FILES = {"locomo": "locomo/locomo_dev8.json", "hotpotqa": "hotpotqa/hotpot_dev_distractor_200.jsonl"}
 FEATURES = ("scored", "onehot")
 
 
@@ -48,8 +49,8 @@ class DataConfig:
 
     name: str = "locomo"
     """dataset kind: ``locomo`` or ``hotpotqa``."""
-    file: str = "locomo/locomo_dev8.json"
-    """data file, relative to the data root (or absolute)."""
+    file: str | None = None
+    """data file, relative to the data root (or absolute); ``None`` = the dataset's file in ``DEFAULT_FILES``."""
     root: str | None = None
     """data root; ``None`` = ``$GRAPHMEM_DATA_ROOT`` or ``<repo>/../shared/data``."""
     limit: int | None = None
@@ -58,6 +59,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         if self.name not in DATASETS:
             raise ValueError(f"DataConfig.name {self.name!r} is not one of {DATASETS}")
+        if self.file is None:
+            object.__setattr__(self, "file", DEFAULT_FILES[self.name])
         if not isinstance(self.file, str) or not self.file:
             raise ValueError("DataConfig.file must be a non-empty path")
         if self.limit is not None and (not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1):

@@ -163,6 +163,8 @@ def test_config_validation():
             GraphConfig(**bad)
     with pytest.raises(ValueError, match="DataConfig.limit"):
         DataConfig(limit=0)
+    assert DataConfig(name="hotpotqa").file == "hotpotqa/hotpot_dev_distractor_200.jsonl"  # each dataset's own file
+    assert DataConfig().file == "locomo/locomo_dev8.json"
     with pytest.raises(ValueError, match="unknown keys"):
         GraphConfig.from_mapping({"semantic_kk": 3})
 

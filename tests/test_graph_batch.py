@@ -105,10 +105,12 @@ def test_retrieve_graphs_equals_one_call_per_graph(varied, name, budget):
 
 
 class LastNodes:
-    """An entry selector that is not the embedding one: the graph's last two rows, newest first."""
+    """An entry selector that is not the embedding one: the graph's last two rows, newest first,
+    with a repeat and an invalid row that every policy discards."""
 
     def select(self, graph, queries, budget):
-        return [[graph.num_nodes - 1 - i for i in range(min(2, graph.num_nodes))] for _ in queries]
+        last = [graph.num_nodes - 1 - i for i in range(min(2, graph.num_nodes))]
+        return [last + last[:1] + [graph.num_nodes + 5] for _ in queries]
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "dense_topk"])

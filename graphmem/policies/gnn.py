@@ -36,7 +36,7 @@ from graphmem.policies.base import (Budget, Query, Retrieval, Timer, TraversalPo
 from graphmem.graph_batch import GraphBatch
 from graphmem.policies.batched import (Scope, compact_left, greedy_admit, packed_columns, retrieve_union, scoped_entry_matrix,
                                       split_list)
-from graphmem.policies.entries import graph_cached, graph_tables, make_entry_selector, node_id_rank
+from graphmem.policies.entries import graph_cached, graph_tables, make_entry_selector, node_id_rank, validate_entries
 
 
 @register_policy("gnn")
@@ -90,8 +90,8 @@ class GNNPolicy(TraversalPolicy):
         return torch.cat(out) if out else torch.empty(0, graph.num_nodes, device=dev)
 
     def select_entries(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[list[int]]:
-        """Step 1: at most ``max_entries`` entry rows per query."""
-        return [list(e)[:budget.max_entries] for e in self.entry_selector.select(graph, list(queries), budget)]
+        """Step 1: at most ``max_entries`` valid, distinct entry rows per query (:func:`validate_entries`)."""
+        return [validate_entries(graph, e, budget) for e in self.entry_selector.select(graph, list(queries), budget)]
 
     # ------------------------------------------------------------------ retrieval
     def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
