@@ -80,17 +80,24 @@ def pad_rows(rows: Sequence[Sequence[int]], width: int | None = None, device: st
     return torch.tensor(padded, dtype=torch.long, device=device or "cpu").view(len(rows), width)
 
 
+def rank_in_group(group: Tensor, num_groups: int = 0) -> tuple[Tensor, Tensor]:
+    """``(rank [K], counts [G])``: each item's place among the earlier items of its group
+    ``group[i]`` (in order), and the number of items per group (at least ``num_groups`` groups)."""
+    counts = torch.bincount(group, minlength=num_groups)
+    order = torch.argsort(group, stable=True)
+    rank = torch.empty_like(group)
+    rank[order] = torch.arange(group.numel(), device=group.device) - (torch.cumsum(counts, 0) - counts)[group[order]]
+    return rank, counts
+
+
 def ragged_block(rows: Tensor, num_rows: int) -> Tensor:
     """``[num_rows, L]`` positions into ``rows`` laid out per row in their given order, ``-1`` padded.
 
     Item ``i`` lands in row ``rows[i]`` after the earlier items of that row; ``L`` is the largest row count.
     """
-    counts = torch.bincount(rows, minlength=num_rows)
-    width = int(counts.max()) if rows.numel() else 0
-    order = torch.argsort(rows, stable=True)
-    col = torch.arange(rows.numel(), device=rows.device) - (torch.cumsum(counts, 0) - counts)[rows[order]]
-    block = torch.full((num_rows, width), -1, dtype=torch.long, device=rows.device)
-    block[rows[order], col] = order
+    col, counts = rank_in_group(rows, num_rows)
+    block = torch.full((num_rows, int(counts.max()) if rows.numel() else 0), -1, dtype=torch.long, device=rows.device)
+    block[rows, col] = torch.arange(rows.numel(), device=rows.device)
     return block
 
 
@@ -140,26 +147,20 @@ def scoped_entry_matrix(selector: EntrySelector, batch: GraphBatch, queries: Seq
 @dataclass
 class Scope:
     """Where each query of a batched walk over a :class:`~graphmem.graph_batch.GraphBatch` belongs:
-    ``comp[b]`` is the component of query ``b``."""
+    ``comp[b]`` is the component of query ``b`` (non-decreasing: each component's queries are one run)."""
 
     batch: GraphBatch
     comp: Tensor
 
-    def offsets(self, b: int, device: str | torch.device) -> tuple[Tensor, Tensor]:
-        """``([B] first node row, [B] first edge id)`` of each query's component, on ``device``."""
-        comp = self.comp.to(device)
-        return self.batch.node_ptr.to(device)[comp], self.batch.edge_ptr.to(device)[comp]
 
-
-def packed_columns(comp: Tensor, num_comp: int) -> tuple[Tensor, Tensor]:
-    """``(column [B], counts [C])``: each query's place among the queries of its component ``comp``
-    (in order), i.e. the column it takes when one query per component shares a column, and the
-    number of queries per component."""
-    counts = torch.bincount(comp, minlength=num_comp)
-    order = torch.argsort(comp, stable=True)
-    column = torch.empty_like(comp)
-    column[order] = torch.arange(comp.numel(), device=comp.device) - (torch.cumsum(counts, 0) - counts)[comp[order]]
-    return column, counts
+def query_spans(graph: MemoryGraph, b: int, scope: Scope | None, device: str | torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """``([B] first node row, [B] first edge id, [B] node count)`` of each query's own graph, on
+    ``device``: its component of the scope's batch, or all of ``graph`` without a scope."""
+    if scope is None:
+        zero = torch.zeros(b, dtype=torch.long, device=device)
+        return zero, zero, torch.full((b,), graph.num_nodes, dtype=torch.long, device=device)
+    comp, batch = scope.comp.to(device), scope.batch
+    return batch.node_ptr.to(device)[comp], batch.edge_ptr.to(device)[comp], batch.sizes.to(device)[comp]
 
 
 def retrieve_union(policy, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget,
@@ -168,18 +169,18 @@ def retrieve_union(policy, graphs: Sequence[MemoryGraph], queries: Sequence[Sequ
     """``policy.retrieve_graphs`` as one batched call: ``run(batch, flat queries, scope)`` over the
     disjoint union of ``graphs`` (:func:`~graphmem.graph_batch.graph_batch`), split back per graph.
 
-    A graph with more than ``solo_queries`` queries (default: no limit), or a lone graph, goes to
-    ``policy.retrieve_batch`` by itself: its own batch is wide enough already.
+    A graph with more than ``solo_queries`` queries (default: no limit) goes to
+    ``policy.retrieve_batch`` by itself: its own batch is wide enough already; so does a graph that
+    would be alone in the union.
     """
     if len(graphs) != len(queries):
         raise ValueError(f"retrieve_graphs: {len(graphs)} graphs but {len(queries)} query lists")
-    solo = [len(graphs) == 1 or (solo_queries is not None and len(qs) > solo_queries) for qs in queries]
-    out: list[list[Retrieval]] = [policy.retrieve_batch(g, qs, budget) if alone else [] for g, qs, alone in
-                                  zip(graphs, queries, solo)]
-    together = [i for i, alone in enumerate(solo) if not alone and queries[i]]
-    if len(together) == 1:
-        out[together[0]] = policy.retrieve_batch(graphs[together[0]], queries[together[0]], budget)
-    elif together:
+    together = [i for i, qs in enumerate(queries) if qs and (solo_queries is None or len(qs) <= solo_queries)]
+    if len(together) < 2:
+        together = []
+    joined = set(together)
+    out = [[] if i in joined else policy.retrieve_batch(g, qs, budget) for i, (g, qs) in enumerate(zip(graphs, queries))]
+    if together:
         t0 = time.perf_counter()
         batch = graph_batch([graphs[i] for i in together])
         counts = [len(queries[i]) for i in together]
@@ -289,7 +290,6 @@ def bfs_retrievals(bfs: LevelBFS, entries: Tensor, budget: Budget, out_ptr: Tens
     relative to each query's own component.
     """
     b = entries.shape[0]
-    node_off, edge_off = scope.offsets(b, entries.device) if scope is not None else (None, None)
     rows, cols = bfs.loaded.nonzero(as_tuple=True)
     nodes, via, depth = bfs.nodes[rows, cols], bfs.via[rows, cols], bfs.depth[rows, cols]
     inner = depth < budget.max_hops
@@ -297,6 +297,7 @@ def bfs_retrievals(bfs: LevelBFS, entries: Tensor, budget: Budget, out_ptr: Tens
     moved = via >= 0
     via = via[moved]
     if scope is not None:
+        node_off, edge_off, _ = query_spans(scope.batch.graph, b, scope, entries.device)
         nodes, via, edges = nodes - node_off[rows], via - edge_off[rows[moved]], edges - edge_off[rows[inner][seg]]
         entries = torch.where(entries >= 0, entries - node_off[:, None], -1)
     loaded = split_list(nodes.tolist(), torch.bincount(rows, minlength=b).tolist())

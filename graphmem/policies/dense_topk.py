@@ -17,7 +17,7 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy,
                                     resolve_device, share_wall_time)
-from graphmem.policies.batched import Scope, greedy_admit, retrieve_union, split_list
+from graphmem.policies.batched import Scope, greedy_admit, query_spans, retrieve_union, split_list
 from graphmem.policies.entries import cosine_matrix, graph_tables, node_id_rank, scoped_cosine, topk_by_score
 
 
@@ -80,12 +80,7 @@ class DenseTopK(TraversalPolicy):
         """Rank and admit from ``[B, W]`` scores; with a ``scope``, column ``j`` of row ``b`` is node
         ``j`` of the query's component (rows are reported relative to it)."""
         b, dev = scores.shape[0], scores.device
-        if scope is None:
-            offset = torch.zeros(b, dtype=torch.long, device=dev)
-            size = torch.full((b,), graph.num_nodes, dtype=torch.long, device=dev)
-        else:
-            offset = scope.offsets(b, dev)[0]
-            size = scope.batch.sizes.to(dev)[scope.comp.to(dev)]
+        offset, _, size = query_spans(graph, b, scope, dev)
         rank = node_id_rank(graph, dev)
         k = min(scores.shape[1], budget.max_nodes * self.oversample)
         ranked = topk_by_score(scores, k, rank, None if scope is None else offset)

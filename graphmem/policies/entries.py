@@ -150,29 +150,24 @@ def scoped_cosine(batch: GraphBatch, queries: Sequence[Query], comp: Tensor,
                   device: str | torch.device | None = None) -> Tensor:
     """``[B, W]`` cosine of query ``b`` to the nodes of its own component ``comp[b]`` of ``batch``.
 
-    Column ``j`` of row ``b`` is union node ``node_ptr[comp[b]] + j``; ``W`` is the largest component
-    and columns past a component's size hold ``-inf``. No query is scored against another
-    component's nodes: the queries of each component are multiplied with that component's rows of
-    the unit embeddings, the same matmul :func:`cosine_matrix` does on the component graph alone,
-    so the scores are identical to it.
+    ``comp`` is non-decreasing (each component's queries are one run of rows). Column ``j`` of row
+    ``b`` is union node ``node_ptr[comp[b]] + j``; ``W`` is the largest component and columns past a
+    component's size hold ``-inf``. No query is scored against another component's nodes: the
+    queries of each component are multiplied with that component's rows of the unit embeddings,
+    the same matmul :func:`cosine_matrix` does on the component graph alone, so the scores are
+    identical to it.
     """
+    comp = comp.cpu()
+    if bool((comp[1:] < comp[:-1]).any()):
+        raise ValueError("scoped_cosine: the queries of each component must be one run (comp non-decreasing)")
     dev = torch.device(device) if device is not None else torch.device("cpu")
     x = unit_embeddings(batch.graph, dev)
     q = query_matrix(batch.graph, queries).to(dev)
-    width = int(batch.sizes.max()) if batch.num_graphs else 0
-    scores = torch.full((len(queries), width), float("-inf"), device=dev)
-    comp = comp.cpu()
-    order = torch.argsort(comp, stable=True)
-    groups, counts = torch.unique_consecutive(comp[order], return_counts=True)
-    grouped = bool((order == torch.arange(order.numel(), device=order.device)).all())  # each component's queries are one run of rows
-    order, ptr, start = order.to(dev), batch.node_ptr.tolist(), 0
+    scores = torch.full((len(queries), int(batch.sizes.max()) if batch.num_graphs else 0), float("-inf"), device=dev)
+    groups, counts = torch.unique_consecutive(comp, return_counts=True)
+    ptr, start = batch.node_ptr.tolist(), 0
     for g, c in zip(groups.tolist(), counts.tolist()):
-        a, n = ptr[g], ptr[g + 1] - ptr[g]
-        if grouped:
-            scores[start:start + c, :n] = q[start:start + c] @ x[a:a + n].T
-        else:
-            rows = order[start:start + c]
-            scores[rows, :n] = q[rows] @ x[a:a + n].T
+        scores[start:start + c, :ptr[g + 1] - ptr[g]] = q[start:start + c] @ x[ptr[g]:ptr[g + 1]].T
         start += c
     return scores
 

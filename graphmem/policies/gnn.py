@@ -34,8 +34,8 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.base import (Budget, Query, Retrieval, Timer, TraversalPolicy, load_under_budget,
                                     register_policy, resolve_device)
 from graphmem.graph_batch import GraphBatch
-from graphmem.policies.batched import (Scope, compact_left, greedy_admit, packed_columns, retrieve_union, scoped_entry_matrix,
-                                      split_list)
+from graphmem.policies.batched import (Scope, compact_left, greedy_admit, query_spans, rank_in_group, retrieve_union,
+                                      scoped_entry_matrix, segments, split_list)
 from graphmem.policies.entries import graph_cached, graph_tables, make_entry_selector, node_id_rank, validate_entries
 
 
@@ -130,8 +130,7 @@ class GNNPolicy(TraversalPolicy):
         graph, dev, b = batch.graph, self.device, len(queries)
         entries = scoped_entry_matrix(self.entry_selector, batch, queries, scope.comp, budget, dev)
         comp = scope.comp.to(dev)
-        column, counts = packed_columns(comp, batch.num_graphs)
-        order = torch.argsort(comp, stable=True)
+        column, counts = rank_in_group(comp, batch.num_graphs)
         width = int(counts.max())
         holder = torch.zeros(batch.num_graphs, width, dtype=torch.long, device=dev)   # the query of (graph, column)
         holder[comp, column] = torch.arange(b, device=dev)
@@ -144,9 +143,8 @@ class GNNPolicy(TraversalPolicy):
         cosine = torch.zeros(graph.num_nodes, width, device=dev)
         ptr, first = batch.node_ptr.tolist(), (torch.cumsum(counts, 0) - counts).tolist()
         for c, n in enumerate(counts.tolist()):  # per graph, the product retrieve_batch makes on it alone
-            if n:
-                own = order[first[c]:first[c] + n]
-                cosine[ptr[c]:ptr[c + 1], :n] = self.reader.cosine(x[ptr[c]:ptr[c + 1]], q[own])
+            if n:  # the queries of graph c are rows first[c]:first[c] + n (Scope keeps them in one run)
+                cosine[ptr[c]:ptr[c + 1], :n] = self.reader.cosine(x[ptr[c]:ptr[c + 1]], q[first[c]:first[c] + n])
         ei, et, ea = (t.to(dev) for t in (graph.edge_index, graph.edge_type, graph.edge_attr))
         packed = torch.cat([self.reader(x, ei, et, ea, q, start[lo:lo + self.query_chunk],
                                         query_of[lo:lo + self.query_chunk], cosine[:, lo:lo + self.query_chunk])
@@ -261,7 +259,7 @@ class WalkBatch:
         considered, num_considered = self.considered_edges(graph)
         loaded, via = self.ranked, self.parent_edge
         if scope is not None:
-            node_off, edge_off = scope.offsets(len(taken), taken.device)
+            node_off, edge_off, _ = query_spans(graph, len(taken), scope, taken.device)
             loaded, via = loaded - node_off[:, None], via - edge_off[:, None]
             considered = considered - torch.repeat_interleave(edge_off, num_considered)
             entries = [[v - o for v in e] for e, o in zip(entries, node_off.tolist())]
@@ -286,12 +284,8 @@ class WalkBatch:
         node's edges in :meth:`MemoryGraph.out_edges` order), and ``[B]`` edges per query."""
         _, (rowptr, perm) = graph_tables(graph, self.visited.device)
         degree = torch.cat([rowptr.diff(), rowptr.new_zeros(1)])                     # padding N has none
-        per_visit = degree[self.visited]                                              # [B, S]
-        real = self.visited < self.num_nodes
-        lengths, starts = per_visit[real], rowptr[:-1][self.visited[real]]
-        offsets = torch.cumsum(lengths, 0) - lengths
-        positions = torch.arange(int(lengths.sum()), device=lengths.device) + torch.repeat_interleave(starts - offsets, lengths)
-        return perm[positions], per_visit.sum(1)
+        _, edges = segments(rowptr, perm, self.visited[self.visited < self.num_nodes])  # row-major: per query
+        return edges, degree[self.visited].sum(1)
 
 
 def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: Tensor, budget: Budget) -> WalkBatch:

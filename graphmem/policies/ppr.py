@@ -43,8 +43,8 @@ from graphmem.graph import MemoryGraph
 from graphmem.graph_batch import GraphBatch
 from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy,
                                     resolve_device, share_wall_time)
-from graphmem.policies.batched import (Scope, entry_matrix, greedy_admit, packed_columns, retrieve_union, scoped_entry_matrix,
-                                      segments, split_list)
+from graphmem.policies.batched import (Scope, entry_matrix, greedy_admit, query_spans, rank_in_group, retrieve_union,
+                                      scoped_entry_matrix, segments, split_list)
 from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
                                        topk_by_score, validate_entries)
 
@@ -323,8 +323,6 @@ class PersonalizedPageRank(TraversalPolicy):
         if not queries:
             return []
         t0 = time.perf_counter()
-        if graph.num_nodes == 0:
-            return [Retrieval(loaded=[], entries=[], scores=[]) for _ in queries]
         entries = entry_matrix(self.entries, graph, queries, budget, self.device)
         return share_wall_time(self._retrieve_packed(graph, entries, budget), t0)
 
@@ -335,8 +333,6 @@ class PersonalizedPageRank(TraversalPolicy):
         ``j``, and each (graph, column) pair iterates, stops and ranks exactly as it would alone.
         A graph with more queries fills its own columns: it runs by itself."""
         def run(batch, flat, scope):
-            if batch.graph.num_nodes == 0:
-                return [Retrieval(loaded=[], entries=[], scores=[]) for _ in flat]
             entries = scoped_entry_matrix(self.entries, batch, flat, scope.comp, budget, self.device)
             return self._retrieve_packed(batch.graph, entries, budget, scope)
         return retrieve_union(self, graphs, queries, budget, run, self.pack_queries)
@@ -345,16 +341,14 @@ class PersonalizedPageRank(TraversalPolicy):
         """Queries packed into columns, one per component each (a single graph: one query per
         column), cut into blocks of ``max(1, max_block_elements // N)`` columns."""
         b, dev = entries.shape[0], entries.device
+        if graph.num_nodes == 0:
+            return [Retrieval(loaded=[], entries=[], scores=[]) for _ in range(b)]
+        node_off, edge_off, size = query_spans(graph, b, scope, dev)
         if scope is None:
-            comp, num_comp, ops = torch.zeros(b, dtype=torch.long, device=dev), 1, self._operators(graph, dev)
-            node_off = edge_off = torch.zeros(b, dtype=torch.long, device=dev)
-            size = torch.full((b,), graph.num_nodes, dtype=torch.long, device=dev)
+            column, counts, ops = torch.arange(b, device=dev), torch.tensor([b], device=dev), self._operators(graph, dev)
         else:
-            comp, num_comp = scope.comp.to(dev), scope.batch.num_graphs
+            column, counts = rank_in_group(scope.comp.to(dev), scope.batch.num_graphs)
             ops = self._operators(graph, dev, scope.batch)
-            node_off, edge_off = scope.offsets(b, dev)
-            size = scope.batch.sizes.to(dev)[comp]
-        column, counts = packed_columns(comp, num_comp)
         width = max(1, self.max_block_elements // graph.num_nodes)
         results: list[Retrieval] = [None] * b  # type: ignore[list-item]
         for start in range(0, int(counts.max()), width):

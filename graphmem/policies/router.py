@@ -29,8 +29,8 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device,
                                     share_wall_time)
-from graphmem.policies.batched import (Scope, entry_matrix, greedy_admit, pad_rows, ragged_block, retrieve_union,
-                                      scoped_entry_matrix, segment_topk, segments, split_list)
+from graphmem.policies.batched import (Scope, entry_matrix, greedy_admit, pad_rows, query_spans, ragged_block, rank_in_group,
+                                      retrieve_union, scoped_entry_matrix, segment_topk, segments, split_list)
 from graphmem.policies.entries import (EmbeddingEntrySelector, cosine_matrix, make_entry_selector, node_id_rank, query_matrix,
                                       scoped_cosine, scoped_topk, topk_by_score, unit_embeddings, validate_entries)
 from models.edge_features import EdgeFeatures
@@ -66,18 +66,16 @@ def read_router_checkpoint(path: str | Path, map_location: str | torch.device = 
 def _group_by_query(rows: list[Tensor], values: list[Tensor], nq: int) -> list[list[int]]:
     """One list per query row of the hop-ordered ``values``: hop by hop, in order within a hop.
 
-    ``rows[h]`` is non-decreasing (frontiers are kept in query order), so each item's place is
-    counted, not sorted: its query's start, plus that query's items in earlier hops, plus its rank
-    within its query's run in hop ``h``.
+    Each item's place is its query's start, plus that query's items in earlier hops, plus its rank
+    among its query's items in hop ``h`` (:func:`~graphmem.policies.batched.rank_in_group`).
     """
     if not rows:
         return [[] for _ in range(nq)]
-    counts = [torch.bincount(r, minlength=nq) for r in rows]
-    total = torch.stack(counts).sum(0)
+    ranks = [rank_in_group(r, nq) for r in rows]
+    total = torch.stack([c for _, c in ranks]).sum(0)
     offset = torch.cumsum(total, 0) - total
     out = torch.empty(int(total.sum()), dtype=values[0].dtype, device=values[0].device)
-    for r, v, c in zip(rows, values, counts):
-        rank = torch.arange(r.numel(), device=r.device) - (torch.cumsum(c, 0) - c)[r]
+    for r, v, (rank, c) in zip(rows, values, ranks):
         out[offset[r] + rank] = v
         offset = offset + c
     return split_list(out.tolist(), total.tolist())
@@ -263,12 +261,11 @@ class RouterPolicy(TraversalPolicy):
         cos_all = None if cos_all is None else cos_all.to(dev)
         q_unit, m = self._modulation(graph, queries)
         x, rowptr, perm, dst, etype, edge_cos, tokens = self._graph_tensors(graph)
+        node_off, edge_off, _ = query_spans(graph, nq, scope, dev)
         if scope is None:
             eattr = self._edge_attr(graph).to(dev)
-            col_off = torch.zeros(nq, dtype=torch.long, device=dev)
         else:
             eattr = torch.cat([self._edge_attr(g).to(dev) for g in scope.batch.graphs])
-            col_off = scope.offsets(nq, dev)[0]
         used = torch.zeros(nq, dtype=torch.long, device=dev)
         count = torch.zeros_like(used)
         valid = entries >= 0
@@ -292,7 +289,7 @@ class RouterPolicy(TraversalPolicy):
             if cos_all is None and scope is None and nq * n <= DENSE_COSINE_FACTOR * edges.numel():
                 cos_all = q_unit @ x.T
             if cos_all is not None:
-                off = col_off[qi]
+                off = node_off[qi]
                 cos, cos_src = cos_all[qi, tgt - off], cos_all[qi, nodes[seg] - off]
             else:
                 cos, cos_src = (q_unit[qi] * x[tgt]).sum(-1), (q_unit[rows] * x[nodes]).sum(-1)[seg]
@@ -310,7 +307,6 @@ class RouterPolicy(TraversalPolicy):
             rows, nodes = qi[picked], tgt[picked]
             parts.append((rows, nodes, edges[picked], s[picked], hop))
         if scope is not None:  # report rows and edge ids of each query's own component
-            node_off, edge_off = scope.offsets(nq, dev)
             parts = [(r, v - node_off[r], torch.where(e >= 0, e - edge_off[r], -1), sc, h) for r, v, e, sc, h in parts]
             considered_e = [e - edge_off[q] for q, e in zip(considered_q, considered_e)]
             entries = torch.where(entries >= 0, entries - node_off[:, None], -1)

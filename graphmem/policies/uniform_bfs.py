@@ -25,8 +25,8 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device,
                                     share_wall_time)
-from graphmem.policies.batched import (Scope, bfs_retrievals, entry_matrix, level_bfs, retrieve_union, scoped_entry_matrix,
-                                      segment_topk, segments)
+from graphmem.policies.batched import (Scope, bfs_retrievals, entry_matrix, level_bfs, query_spans, retrieve_union,
+                                      scoped_entry_matrix, segment_topk, segments)
 from graphmem.policies.beta_bfs import bounded_bfs
 from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
                                       validate_entries)
@@ -160,7 +160,7 @@ class UniformBFS(TraversalPolicy):
         seeds = torch.tensor([_signed(query_seed(self.seed, q.qid)) for q in queries], dtype=torch.long, device=dev)
         rowptr, target, edge = unique_neighbors_by_id(graph, dev)
         tokens, (out_ptr, perm) = graph_tables(graph, dev)
-        node_off = scope.offsets(len(queries), dev)[0] if scope is not None else torch.zeros_like(seeds)
+        node_off = query_spans(graph, len(queries), scope, dev)[0]
         k = budget.top_k_neighbors
 
         def expand(rows: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
