@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import threading
 from pathlib import Path
@@ -24,13 +25,20 @@ import torch
 _STATM = Path("/proc/self/statm")
 
 
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or ``None`` where the C library has none (looked up once)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
 def release_free_heap() -> None:
     """Return freed ``malloc`` memory to the system where glibc offers ``malloc_trim`` (else nothing)."""
-    name = ctypes.util.find_library("c")
-    try:
-        ctypes.CDLL(name).malloc_trim(0)
-    except (OSError, AttributeError, TypeError):
-        pass
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def resident_bytes() -> int | None:

@@ -76,6 +76,16 @@ def policy_device(policy) -> str:
     return str(getattr(policy, "device", "cpu"))
 
 
+def fastest(fn, rounds: int) -> float:
+    """Seconds taken by the fastest of ``rounds`` calls of ``fn()`` (timings on a shared machine: keep the quietest)."""
+    best = float("inf")
+    for _ in range(max(1, rounds)):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def _loop(fn, queries) -> tuple[float, list[float]]:
     lat = []
     for q in queries:
@@ -139,12 +149,8 @@ def time_other_device(policy, graph, queries: list[Query], budget: Budget, repea
     policy.retrieve_batch(graph, queries[:1], budget)  # warm-up: per-graph tables move to the device
     with PeakMemory(policy_device(policy)) as mem:
         policy.retrieve_batch(graph, queries, budget)
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        policy.retrieve_batch(graph, queries, budget)  # Retrieval lists are read back: the device is synchronised
-        best = min(best, time.perf_counter() - t)
-    ms = 1e3 * best / len(queries)
+    # Retrieval lists are read back, so the device is synchronised when the call returns
+    ms = 1e3 * fastest(lambda: policy.retrieve_batch(graph, queries, budget), repeats) / len(queries)
     return {"batched_ms_per_query": ms, "batched_qps": 1e3 / ms, "batched_peak_mb": mem.peak_mb,
             "speedup_over_main_device": main_ms / ms}
 
@@ -158,7 +164,7 @@ def time_traversal(name: str, policy, graph, queries: list[Query], budget: Budge
     graph's tables stay in cache: the difference is the cost of cache misses, not of work.
     """
     select, traverse = TRAVERSALS[name]
-    best_sel, best_trav, best_warm = float("inf"), float("inf"), float("inf")
+    best_sel, best_trav = float("inf"), float("inf")
     for _ in range(rounds):
         t = time.perf_counter()
         selected = select(policy, graph, queries, budget)
@@ -166,10 +172,7 @@ def time_traversal(name: str, policy, graph, queries: list[Query], budget: Budge
         t = time.perf_counter()
         traverse(policy, graph, queries, selected, budget)
         best_trav = min(best_trav, time.perf_counter() - t)
-    for _ in range(rounds):
-        t = time.perf_counter()
-        traverse(policy, graph, queries, selected, budget)
-        best_warm = min(best_warm, time.perf_counter() - t)
+    best_warm = fastest(lambda: traverse(policy, graph, queries, selected, budget), rounds)
     n = len(queries)
     return {"entry_ms_per_query": 1e3 * best_sel / n, "traversal_ms_per_query": 1e3 * best_trav / n,
             "traversal_warm_ms_per_query": 1e3 * best_warm / n}
@@ -251,19 +254,11 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
         t = time.perf_counter()
         run_retrievals(policy, gs.graphs, queries, graph_of, budget)  # warm-up: unions and their tables are built
         setup = time.perf_counter() - t
-        loop = per_graph = batched = float("inf")
-        for _ in range(cfg.dataset_repeats):
-            t = time.perf_counter()
-            for g, q in sample:
-                policy.retrieve(gs.graphs[g], q, budget)
-            loop = min(loop, (time.perf_counter() - t) / len(sample))
-            t = time.perf_counter()
-            for g, qs in by_graph.items():
-                policy.retrieve_batch(gs.graphs[g], qs, budget)
-            per_graph = min(per_graph, (time.perf_counter() - t) / len(queries))
-            t = time.perf_counter()
-            run_retrievals(policy, gs.graphs, queries, graph_of, budget)
-            batched = min(batched, (time.perf_counter() - t) / len(queries))
+        rounds = cfg.dataset_repeats
+        loop = fastest(lambda: [policy.retrieve(gs.graphs[g], q, budget) for g, q in sample], rounds) / len(sample)
+        per_graph = fastest(lambda: [policy.retrieve_batch(gs.graphs[g], qs, budget) for g, qs in by_graph.items()],
+                            rounds) / len(queries)
+        batched = fastest(lambda: run_retrievals(policy, gs.graphs, queries, graph_of, budget), rounds) / len(queries)
         res = {"loop_ms_per_query": 1e3 * loop, "per_graph_ms_per_query": 1e3 * per_graph,
                "batched_ms_per_query": 1e3 * batched, "setup_s": round(setup, 3), "loop_queries": len(sample),
                "batched_over_loop": loop / batched, "batched_over_per_graph": per_graph / batched,
@@ -271,11 +266,7 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
         for dev in cfg.compare_devices:
             other = build_policy(policy_name, first, cfg.seed, resolve_device(dev))
             run_retrievals(other, gs.graphs, queries, graph_of, budget)
-            best = float("inf")
-            for _ in range(cfg.dataset_repeats):
-                t = time.perf_counter()
-                run_retrievals(other, gs.graphs, queries, graph_of, budget)
-                best = min(best, (time.perf_counter() - t) / len(queries))
+            best = fastest(lambda: run_retrievals(other, gs.graphs, queries, graph_of, budget), rounds) / len(queries)
             res["on"][dev] = {"batched_ms_per_query": 1e3 * best, "speedup_over_main_device": batched / best}
         out["policies"][policy_name] = res
         log.info("  %s %-11s loop %7.3f ms/q  one call per graph %7.3f ms/q  batched %7.4f ms/q  (x%.1f vs loop, x%.1f vs per graph)",
