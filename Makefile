@@ -12,7 +12,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP ?= True
 export TOKENIZERS_PARALLELISM ?= false
 export WANDB_MODE ?= offline
 
-.PHONY: setup run graphs test test-all
+.PHONY: setup run graphs lint test test-all
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ graphs: $(STAMP)
 
 run: graphs
 	$(PY) scripts/train.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test: $(STAMP)
 	WANDB_MODE=disabled $(PY) -m pytest -m "not slow"

@@ -60,8 +60,13 @@ class MiniLMEncoder:
     def encode(self, texts: list[str]) -> Tensor:
         if not texts:
             return torch.empty(0, self.dim)
-        out = self._load().encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,
-                                  normalize_embeddings=True, show_progress_bar=self.progress)
+        out = self._load().encode(
+            list(texts),
+            batch_size=self.batch_size,
+            convert_to_tensor=True,
+            normalize_embeddings=True,
+            show_progress_bar=self.progress,
+        )
         return out.detach().float().cpu()
 
 

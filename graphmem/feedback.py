@@ -80,8 +80,13 @@ class EvidenceStats:
     """names of graphs whose counters may have changed"""
 
     def to_json(self) -> dict:
-        return {"examples": self.examples, "skipped": self.skipped, "labels": dict(self.labels),
-                "edges_updated": self.edges_updated, "graphs_touched": sorted(self.graphs_touched)}
+        return {
+            "examples": self.examples,
+            "skipped": self.skipped,
+            "labels": dict(self.labels),
+            "edges_updated": self.edges_updated,
+            "graphs_touched": sorted(self.graphs_touched),
+        }
 
 
 def loaded_below(graph: MemoryGraph, retrieval: Retrieval) -> dict[int, set[int]]:
@@ -102,8 +107,9 @@ def loaded_below(graph: MemoryGraph, retrieval: Retrieval) -> dict[int, set[int]
     return below
 
 
-def oracle_labels(graph: MemoryGraph, retrieval: Retrieval, gold: set[str],
-                  config: OracleConfig = OracleConfig()) -> list[TransitionLabel]:
+def oracle_labels(
+    graph: MemoryGraph, retrieval: Retrieval, gold: set[str], config: OracleConfig = OracleConfig()
+) -> list[TransitionLabel]:
     """Labels of the traversed transitions of ``retrieval`` (module docstring, step 2), in load order.
 
     Each pair ``(u, v)`` is labelled at most once per retrieval (GraphMemory B.1).
@@ -132,9 +138,15 @@ def apply_labels(graph: MemoryGraph, labels: Sequence[TransitionLabel]) -> int:
     return sum(graph.observe(t.source, t.target, t.label, t.confidence) for t in labels)
 
 
-def learn_evidence(graphs: Mapping[str, MemoryGraph], questions: Sequence[Question], embeddings: Tensor,
-                   policy: TraversalPolicy, budget: Budget, config: OracleConfig = OracleConfig(),
-                   stats: EvidenceStats | None = None) -> EvidenceStats:
+def learn_evidence(
+    graphs: Mapping[str, MemoryGraph],
+    questions: Sequence[Question],
+    embeddings: Tensor,
+    policy: TraversalPolicy,
+    budget: Budget,
+    config: OracleConfig = OracleConfig(),
+    stats: EvidenceStats | None = None,
+) -> EvidenceStats:
     """One sequential pass of Retrieve -> oracle Reflect -> eq. 21 over ``questions`` (in order).
 
     Args:

@@ -85,8 +85,15 @@ class MemoryGraph:
     def empty(cls, dim: int, relations: Sequence[str] = RELATIONS, info: dict | None = None) -> MemoryGraph:
         """A graph with no nodes whose embeddings will have ``dim`` columns."""
         return cls(
-            node_ids=[], texts=[], keys=[], embeddings=torch.empty(0, dim), timestamps=torch.empty(0, dtype=torch.float64),
-            metadata=[], relations=tuple(relations), info=dict(info or {}), **_empty_edges(),
+            node_ids=[],
+            texts=[],
+            keys=[],
+            embeddings=torch.empty(0, dim),
+            timestamps=torch.empty(0, dtype=torch.float64),
+            metadata=[],
+            relations=tuple(relations),
+            info=dict(info or {}),
+            **_empty_edges(),
         )
 
     # ------------------------------------------------------------------ sizes and derived views
@@ -123,6 +130,7 @@ class MemoryGraph:
 
         The out-edges of node ``i`` are edge ids ``perm[rowptr[i]:rowptr[i+1]]``, ordered by target.
         """
+
         def build() -> tuple[Tensor, Tensor]:
             src, dst = self.edge_index
             perm = torch.argsort(src * max(self.num_nodes, 1) + dst, stable=True)
@@ -130,18 +138,21 @@ class MemoryGraph:
             rowptr = torch.zeros(self.num_nodes + 1, dtype=torch.long)
             rowptr[1:] = torch.cumsum(counts, 0)
             return rowptr, perm
+
         return self.cached("csr", build)
 
     def out_edges(self, node: int) -> Tensor:
         """Edge ids leaving row ``node`` (ordered by target)."""
         rowptr, perm = self.csr()
-        return perm[rowptr[node]:rowptr[node + 1]]
+        return perm[rowptr[node] : rowptr[node + 1]]
 
     def node_tokens(self) -> Tensor:
         """``[N]`` long: tokens of each node's serialized line (see :mod:`graphmem.tokens`)."""
         return self.cached(
             "node_tokens",
-            lambda: torch.tensor([count_tokens(serialize_node(i, t)) for i, t in zip(self.node_ids, self.texts)], dtype=torch.long),
+            lambda: torch.tensor(
+                [count_tokens(serialize_node(i, t)) for i, t in zip(self.node_ids, self.texts)], dtype=torch.long
+            ),
         )
 
     def edges_between(self, src: int, dst: int) -> Tensor:
@@ -196,26 +207,45 @@ class MemoryGraph:
             raise GraphError(f"field 'timestamps' has shape {tuple(self.timestamps.shape)}, expected [{n}]")
         e = self.num_edges
         if self.edge_index.dim() != 2 or self.edge_index.shape[0] != 2 or self.edge_index.dtype != torch.long:
-            raise GraphError(f"field 'edge_index' must be a [2, E] long tensor, got {tuple(self.edge_index.shape)} {self.edge_index.dtype}")
-        shapes = {"edge_type": (e,), "S": (e,), "F": (e,), "edge_attr": (e, EDGE_FEATURE_DIM), "edge_attr_init": (e, EDGE_FEATURE_DIM)}
+            raise GraphError(
+                "field 'edge_index' must be a [2, E] long tensor, "
+                f"got {tuple(self.edge_index.shape)} {self.edge_index.dtype}"
+            )
+        shapes = {
+            "edge_type": (e,),
+            "S": (e,),
+            "F": (e,),
+            "edge_attr": (e, EDGE_FEATURE_DIM),
+            "edge_attr_init": (e, EDGE_FEATURE_DIM),
+        }
         for name, shape in shapes.items():
             if tuple(getattr(self, name).shape) != shape:
-                raise GraphError(f"field {name!r} has shape {tuple(getattr(self, name).shape)}, expected {list(shape)} for {e} edges")
+                raise GraphError(
+                    f"field {name!r} has shape {tuple(getattr(self, name).shape)}, expected {list(shape)} for {e} edges"
+                )
         if e:
             out_of_range = ((self.edge_index < 0) | (self.edge_index >= n)).any(0).nonzero().flatten()
             if out_of_range.numel():
                 j = int(out_of_range[0])
-                raise GraphError(f"edge {j} ({self.edge_index[0, j].item()} -> {self.edge_index[1, j].item()}): field 'edge_index' points to a missing node (graph has {n} nodes)")
+                raise GraphError(
+                    f"edge {j} ({self.edge_index[0, j].item()} -> {self.edge_index[1, j].item()}): "
+                    f"field 'edge_index' points to a missing node (graph has {n} nodes)"
+                )
             bad_type = ((self.edge_type < 0) | (self.edge_type >= len(self.relations))).nonzero().flatten()
             if bad_type.numel():
                 j = int(bad_type[0])
-                raise GraphError(f"edge {self._edge_name(j)}: field 'edge_type' = {int(self.edge_type[j])} is not one of {len(self.relations)} relations")
+                raise GraphError(
+                    f"edge {self._edge_name(j)}: field 'edge_type' = {int(self.edge_type[j])} "
+                    f"is not one of {len(self.relations)} relations"
+                )
             for name in ("S", "F"):
                 t = getattr(self, name)
                 bad = ((~torch.isfinite(t)) | (t < 0)).nonzero().flatten()
                 if bad.numel():
                     j = int(bad[0])
-                    raise GraphError(f"edge {self._edge_name(j)}: field {name!r} = {float(t[j])} must be finite and >= 0")
+                    raise GraphError(
+                        f"edge {self._edge_name(j)}: field {name!r} = {float(t[j])} must be finite and >= 0"
+                    )
             for name in ("edge_attr", "edge_attr_init"):
                 bad = (~torch.isfinite(getattr(self, name))).any(1).nonzero().flatten()
                 if bad.numel():
@@ -240,13 +270,19 @@ class MemoryGraph:
         k = len(node_ids)
         keys = list(keys) if keys is not None else [default_key(t) for t in texts]
         metadata = [dict(m) for m in metadata] if metadata is not None else [{} for _ in range(k)]
-        ts = torch.full((k,), math.nan, dtype=torch.float64) if timestamps is None else torch.as_tensor(timestamps, dtype=torch.float64)
+        ts = (
+            torch.full((k,), math.nan, dtype=torch.float64)
+            if timestamps is None
+            else torch.as_tensor(timestamps, dtype=torch.float64)
+        )
         embeddings = torch.as_tensor(embeddings, dtype=torch.float32)
         for name, seq in (("texts", texts), ("keys", keys), ("metadata", metadata)):
             if len(seq) != k:
                 raise GraphError(f"add_nodes: field {name!r} has {len(seq)} entries for {k} node ids")
         if embeddings.shape != (k, self.dim):
-            raise GraphError(f"add_nodes: field 'embeddings' has shape {tuple(embeddings.shape)}, expected [{k}, {self.dim}]")
+            raise GraphError(
+                f"add_nodes: field 'embeddings' has shape {tuple(embeddings.shape)}, expected [{k}, {self.dim}]"
+            )
         if ts.shape != (k,):
             raise GraphError(f"add_nodes: field 'timestamps' has shape {tuple(ts.shape)}, expected [{k}]")
         existing = set(self.node_ids)
@@ -270,8 +306,14 @@ class MemoryGraph:
         self.invalidate()
         return torch.arange(start, start + k)
 
-    def revise_node(self, node_id: str, text: str | None = None, key: str | None = None,
-                    embedding: Tensor | None = None, metadata: dict[str, Any] | None = None) -> None:
+    def revise_node(
+        self,
+        node_id: str,
+        text: str | None = None,
+        key: str | None = None,
+        embedding: Tensor | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
         """Replace fields of one node in place (its edges and counters are kept)."""
         i = self.index_of(node_id)
         if text is not None and not isinstance(text, str):
@@ -310,8 +352,15 @@ class MemoryGraph:
         self.timestamps = self.timestamps[keep]
         self.invalidate()
 
-    def add_edges(self, src: Tensor | Sequence[int], dst: Tensor | Sequence[int], relation: Tensor | Sequence[int] | str,
-                  features: Tensor | None = None, S: Tensor | None = None, F: Tensor | None = None) -> Tensor:
+    def add_edges(
+        self,
+        src: Tensor | Sequence[int],
+        dst: Tensor | Sequence[int],
+        relation: Tensor | Sequence[int] | str,
+        features: Tensor | None = None,
+        S: Tensor | None = None,
+        F: Tensor | None = None,
+    ) -> Tensor:
         """Append directed edges between existing rows; returns their edge ids.
 
         ``features`` default to the one-hot of the relation; counters default to ``S = F = 0``
@@ -331,15 +380,24 @@ class MemoryGraph:
         for name, idx in (("source", src), ("target", dst)):
             bad = ((idx < 0) | (idx >= self.num_nodes)).nonzero().flatten()
             if bad.numel():
-                raise GraphError(f"add_edges: edge {int(bad[0])}: {name} row {int(idx[bad[0]])} is not a node (graph has {self.num_nodes})")
+                raise GraphError(
+                    f"add_edges: edge {int(bad[0])}: {name} row {int(idx[bad[0]])} is not a node "
+                    f"(graph has {self.num_nodes})"
+                )
         bad = ((rel < 0) | (rel >= len(self.relations))).nonzero().flatten()
         if bad.numel():
-            raise GraphError(f"add_edges: edge {int(bad[0])}: relation {int(rel[bad[0]])} is not one of {len(self.relations)} relations")
+            raise GraphError(
+                f"add_edges: edge {int(bad[0])}: relation {int(rel[bad[0]])} "
+                f"is not one of {len(self.relations)} relations"
+            )
         if features is None:
             features = torch.nn.functional.one_hot(rel.clamp(max=EDGE_FEATURE_DIM - 1), EDGE_FEATURE_DIM).float()
         features = torch.as_tensor(features, dtype=torch.float32)
         if features.shape != (k, EDGE_FEATURE_DIM) or not torch.isfinite(features).all():
-            raise GraphError(f"add_edges: field 'edge_attr' must be [{k}, {EDGE_FEATURE_DIM}] finite floats, got {tuple(features.shape)}")
+            raise GraphError(
+                f"add_edges: field 'edge_attr' must be [{k}, {EDGE_FEATURE_DIM}] finite floats, "
+                f"got {tuple(features.shape)}"
+            )
         counters = []
         for name, c in (("S", S), ("F", F)):
             c = torch.zeros(k) if c is None else torch.as_tensor(c, dtype=torch.float32).flatten()
@@ -369,7 +427,9 @@ class MemoryGraph:
         ids = torch.as_tensor(edge_ids, dtype=torch.long).flatten()
         bad = ((ids < 0) | (ids >= self.num_edges)).nonzero().flatten()
         if bad.numel():
-            raise GraphError(f"remove_edges: edge id {int(ids[bad[0]])} does not exist (graph has {self.num_edges} edges)")
+            raise GraphError(
+                f"remove_edges: edge id {int(ids[bad[0]])} does not exist (graph has {self.num_edges} edges)"
+            )
         keep = torch.ones(self.num_edges, dtype=torch.bool)
         keep[ids] = False
         self._select_edges(keep)
@@ -405,10 +465,20 @@ class MemoryGraph:
         from torch_geometric.data import Data
 
         return Data(
-            x=self.embeddings, edge_index=self.edge_index, edge_type=self.edge_type, edge_attr=self.edge_attr,
-            edge_attr_init=self.edge_attr_init, S=self.S, F=self.F, timestamps=self.timestamps,
-            node_ids=list(self.node_ids), texts=list(self.texts), node_keys=list(self.keys),
-            node_metadata=[dict(m) for m in self.metadata], relations=list(self.relations), info=dict(self.info),
+            x=self.embeddings,
+            edge_index=self.edge_index,
+            edge_type=self.edge_type,
+            edge_attr=self.edge_attr,
+            edge_attr_init=self.edge_attr_init,
+            S=self.S,
+            F=self.F,
+            timestamps=self.timestamps,
+            node_ids=list(self.node_ids),
+            texts=list(self.texts),
+            node_keys=list(self.keys),
+            node_metadata=[dict(m) for m in self.metadata],
+            relations=list(self.relations),
+            info=dict(self.info),
             num_nodes=self.num_nodes,
         )
 
@@ -416,20 +486,39 @@ class MemoryGraph:
     def from_pyg(cls, data) -> MemoryGraph:
         """Inverse of :meth:`to_pyg` (validated)."""
         return cls(
-            node_ids=list(data.node_ids), texts=list(data.texts), keys=list(data.node_keys), embeddings=data.x,
-            timestamps=data.timestamps, metadata=[dict(m) for m in data.node_metadata], edge_index=data.edge_index,
-            edge_type=data.edge_type, S=data.S, F=data.F, edge_attr=data.edge_attr, edge_attr_init=data.edge_attr_init,
-            relations=tuple(data.relations), info=dict(data.info),
+            node_ids=list(data.node_ids),
+            texts=list(data.texts),
+            keys=list(data.node_keys),
+            embeddings=data.x,
+            timestamps=data.timestamps,
+            metadata=[dict(m) for m in data.node_metadata],
+            edge_index=data.edge_index,
+            edge_type=data.edge_type,
+            S=data.S,
+            F=data.F,
+            edge_attr=data.edge_attr,
+            edge_attr_init=data.edge_attr_init,
+            relations=tuple(data.relations),
+            info=dict(data.info),
         ).validate()
 
     def copy(self) -> MemoryGraph:
         """A deep copy (tensors cloned)."""
         return MemoryGraph(
-            node_ids=list(self.node_ids), texts=list(self.texts), keys=list(self.keys),
-            embeddings=self.embeddings.clone(), timestamps=self.timestamps.clone(),
-            metadata=[dict(m) for m in self.metadata], edge_index=self.edge_index.clone(),
-            edge_type=self.edge_type.clone(), S=self.S.clone(), F=self.F.clone(), edge_attr=self.edge_attr.clone(),
-            edge_attr_init=self.edge_attr_init.clone(), relations=tuple(self.relations), info=dict(self.info),
+            node_ids=list(self.node_ids),
+            texts=list(self.texts),
+            keys=list(self.keys),
+            embeddings=self.embeddings.clone(),
+            timestamps=self.timestamps.clone(),
+            metadata=[dict(m) for m in self.metadata],
+            edge_index=self.edge_index.clone(),
+            edge_type=self.edge_type.clone(),
+            S=self.S.clone(),
+            F=self.F.clone(),
+            edge_attr=self.edge_attr.clone(),
+            edge_attr_init=self.edge_attr_init.clone(),
+            relations=tuple(self.relations),
+            info=dict(self.info),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -437,9 +526,11 @@ class MemoryGraph:
         deg = torch.bincount(self.edge_index[0], minlength=self.num_nodes).float() if self.num_nodes else torch.zeros(1)
         by_rel = torch.bincount(self.edge_type, minlength=len(self.relations)).tolist()
         return {
-            "nodes": self.num_nodes, "edges": self.num_edges,
+            "nodes": self.num_nodes,
+            "edges": self.num_edges,
             "edges_by_relation": dict(zip(self.relations, by_rel)),
-            "out_degree_mean": round(float(deg.mean()), 3), "out_degree_max": int(deg.max()) if deg.numel() else 0,
+            "out_degree_mean": round(float(deg.mean()), 3),
+            "out_degree_max": int(deg.max()) if deg.numel() else 0,
             "nodes_without_out_edges": int((deg == 0).sum()),
         }
 

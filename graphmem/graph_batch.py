@@ -81,10 +81,12 @@ class GraphBatch:
             metadata=[m for g in graphs for m in g.metadata],
             edge_index=torch.cat([g.edge_index for g in graphs], 1) + offsets,
             edge_type=torch.cat([g.edge_type for g in graphs]),
-            S=torch.cat([g.S for g in graphs]), F=torch.cat([g.F for g in graphs]),
+            S=torch.cat([g.S for g in graphs]),
+            F=torch.cat([g.F for g in graphs]),
             edge_attr=torch.cat([g.edge_attr for g in graphs]),
             edge_attr_init=torch.cat([g.edge_attr_init for g in graphs]),
-            relations=tuple(first.relations), info={"graph_batch": len(graphs)},
+            relations=tuple(first.relations),
+            info={"graph_batch": len(graphs)},
         )
         # token counts are those of the component graphs (the prefixed ids must not change them)
         tokens = torch.cat([g.node_tokens() for g in graphs])
@@ -93,8 +95,9 @@ class GraphBatch:
 
     def query_components(self, counts: Sequence[int], device: str | torch.device = "cpu") -> Tensor:
         """``[sum(counts)]`` component of each query when component ``c`` has ``counts[c]`` queries, in order."""
-        return torch.repeat_interleave(torch.arange(self.num_graphs, device=device),
-                                       torch.as_tensor(list(counts), device=device))
+        return torch.repeat_interleave(
+            torch.arange(self.num_graphs, device=device), torch.as_tensor(list(counts), device=device)
+        )
 
 
 def graph_batch(graphs: Sequence[MemoryGraph]) -> GraphBatch:
@@ -106,6 +109,17 @@ def graph_batch(graphs: Sequence[MemoryGraph]) -> GraphBatch:
     :meth:`MemoryGraph.cached` tracks).
     """
     graphs = list(graphs)
-    deps = [t for g in graphs for t in (g.cached(_TOKEN, lambda: torch.empty(0)), g.embeddings, g.edge_index,
-                                        g.edge_type, g.S, g.F, g.edge_attr)]
+    deps = [
+        t
+        for g in graphs
+        for t in (
+            g.cached(_TOKEN, lambda: torch.empty(0)),
+            g.embeddings,
+            g.edge_index,
+            g.edge_type,
+            g.S,
+            g.F,
+            g.edge_attr,
+        )
+    ]
     return graphs[0].cached("graph_batch", lambda: GraphBatch.from_graphs(graphs), deps)

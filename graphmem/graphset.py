@@ -63,7 +63,9 @@ class DataConfig:
             object.__setattr__(self, "file", DEFAULT_FILES[self.name])
         if not isinstance(self.file, str) or not self.file:
             raise ValueError("DataConfig.file must be a non-empty path")
-        if self.limit is not None and (not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1):
+        if self.limit is not None and (
+            not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1
+        ):
             raise ValueError(f"DataConfig.limit must be a positive integer or null, got {self.limit!r}")
 
     @classmethod
@@ -110,8 +112,12 @@ class GraphConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"GraphConfig.{name} must be a non-negative integer, got {v!r}")
-        ranges = {"semantic_threshold": (-1.0, 1.0), "entity_max_share": (0.0, 1.0),
-                  "causal_qa_confidence": (0.0, 1.0), "causal_connective_confidence": (0.0, 1.0)}
+        ranges = {
+            "semantic_threshold": (-1.0, 1.0),
+            "entity_max_share": (0.0, 1.0),
+            "causal_qa_confidence": (0.0, 1.0),
+            "causal_connective_confidence": (0.0, 1.0),
+        }
         for name, (lo, hi) in ranges.items():
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not lo <= v <= hi:
@@ -131,8 +137,9 @@ def config_hash(data_cfg: DataConfig, graph_cfg: GraphConfig, data_sha256: str) 
     """sha256 over the settings that change the output (not root/cache paths) and the data file bytes."""
     data = {k: v for k, v in asdict(data_cfg).items() if k != "root"}
     graph = {k: v for k, v in asdict(graph_cfg).items() if k != "cache_dir"}
-    blob = json.dumps({"data": data, "graph": graph, "data_sha256": data_sha256, "builder": BUILDER_VERSION},
-                      sort_keys=True)
+    blob = json.dumps(
+        {"data": data, "graph": graph, "data_sha256": data_sha256, "builder": BUILDER_VERSION}, sort_keys=True
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -166,7 +173,9 @@ class GraphSet:
 
     def __post_init__(self) -> None:
         if self.query_embeddings.shape[0] != len(self.questions):
-            raise ValueError(f"GraphSet: {self.query_embeddings.shape[0]} query embeddings for {len(self.questions)} questions")
+            raise ValueError(
+                f"GraphSet: {self.query_embeddings.shape[0]} query embeddings for {len(self.questions)} questions"
+            )
         missing = sorted({q.graph for q in self.questions} - set(self.graphs))
         if missing:
             raise ValueError(f"GraphSet: questions refer to unknown graphs {missing[:5]}")
@@ -191,8 +200,12 @@ class GraphSet:
         emb = {"query_embeddings": self.query_embeddings.float().contiguous()}
         atomic_write(directory / "queries.safetensors", lambda tmp: save_file(emb, str(tmp)))
         manifest = {
-            "manifest_version": MANIFEST_VERSION, "dataset": self.dataset, "config_hash": self.config_hash,
-            "graphs": files, "questions": [_question_json(q) for q in self.questions], "report": asdict(self.report),
+            "manifest_version": MANIFEST_VERSION,
+            "dataset": self.dataset,
+            "config_hash": self.config_hash,
+            "graphs": files,
+            "questions": [_question_json(q) for q in self.questions],
+            "report": asdict(self.report),
             "stats": self.stats,
         }
         text = json.dumps(manifest, ensure_ascii=False, indent=1)
@@ -217,14 +230,21 @@ class GraphSet:
         if manifest is None:
             raise FileNotFoundError(f"{directory}: no manifest.json (build the set with scripts/build_graph.py)")
         if manifest.get("manifest_version") != MANIFEST_VERSION:
-            raise ValueError(f"{directory}/manifest.json: manifest_version {manifest.get('manifest_version')!r} is not {MANIFEST_VERSION}")
+            raise ValueError(
+                f"{directory}/manifest.json: manifest_version {manifest.get('manifest_version')!r} "
+                f"is not {MANIFEST_VERSION}"
+            )
         graphs = {name: load_graph(directory / rel) for name, rel in manifest["graphs"].items()}
         emb = load_file(str(directory / "queries.safetensors"))["query_embeddings"]
-        return cls(dataset=manifest["dataset"], graphs=graphs,
-                   questions=[_question_from_json(q) for q in manifest["questions"]], query_embeddings=emb,
-                   report=LoadReport(**manifest["report"]), config_hash=manifest["config_hash"],
-                   stats=manifest.get("stats", {}))
-
+        return cls(
+            dataset=manifest["dataset"],
+            graphs=graphs,
+            questions=[_question_from_json(q) for q in manifest["questions"]],
+            query_embeddings=emb,
+            report=LoadReport(**manifest["report"]),
+            config_hash=manifest["config_hash"],
+            stats=manifest.get("stats", {}),
+        )
 
 
 # ---------------------------------------------------------------------------------- building
@@ -274,7 +294,7 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     t0 = time.perf_counter()
     records, questions, report = load(path)
     if data_cfg.limit is not None:
-        records = records[:data_cfg.limit]
+        records = records[: data_cfg.limit]
         keep = {name_of(r) for r in records}
         questions = [q for q in questions if q.graph in keep]
     if encoder is None:
@@ -289,19 +309,32 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     torch.set_num_threads(1)  # per-graph ops are small: waking intra-op threads costs more than it saves
     try:
         for record, texts in tqdm(list(zip(records, node_texts)), desc=f"build {data_cfg.name}", disable=not progress):
-            graphs[name_of(record)] = build(record, embeddings[start:start + len(texts)], graph_cfg, extractor)
+            graphs[name_of(record)] = build(record, embeddings[start : start + len(texts)], graph_cfg, extractor)
             start += len(texts)
     finally:
         torch.set_num_threads(threads)
     t3 = time.perf_counter()
-    stats = {"load_s": round(t1 - t0, 3), "embed_s": round(t2 - t1, 3), "graph_s": round(t3 - t2, 3),
-             "encoder": encoder.name, "texts_embedded": len(flat)}
-    return GraphSet(dataset=data_cfg.name, graphs=graphs, questions=questions, query_embeddings=embeddings[start:],
-                    report=report, config_hash=config_hash(data_cfg, graph_cfg, file_sha256(path)), stats=stats)
+    stats = {
+        "load_s": round(t1 - t0, 3),
+        "embed_s": round(t2 - t1, 3),
+        "graph_s": round(t3 - t2, 3),
+        "encoder": encoder.name,
+        "texts_embedded": len(flat),
+    }
+    return GraphSet(
+        dataset=data_cfg.name,
+        graphs=graphs,
+        questions=questions,
+        query_embeddings=embeddings[start:],
+        report=report,
+        config_hash=config_hash(data_cfg, graph_cfg, file_sha256(path)),
+        stats=stats,
+    )
 
 
-def load_or_build(data_cfg: DataConfig, graph_cfg: GraphConfig, out_dir: str | Path, encoder=None,
-                  progress: bool = True) -> GraphSet:
+def load_or_build(
+    data_cfg: DataConfig, graph_cfg: GraphConfig, out_dir: str | Path, encoder=None, progress: bool = True
+) -> GraphSet:
     """Load the set saved in ``out_dir`` when its config hash matches; otherwise build and save it."""
     from graphmem.datasets.paths import data_file
 
@@ -326,8 +359,13 @@ def graphset_dir(root: str | Path, data_cfg: DataConfig, graph_cfg: GraphConfig)
     return Path(root) / name
 
 
-def open_graphset(saved: str | Path | None, data: Mapping[str, Any], graph: Mapping[str, Any],
-                  root: str | Path = "outputs/graphs", progress: bool = True) -> GraphSet:
+def open_graphset(
+    saved: str | Path | None,
+    data: Mapping[str, Any],
+    graph: Mapping[str, Any],
+    root: str | Path = "outputs/graphs",
+    progress: bool = True,
+) -> GraphSet:
     """The graph set a script runs on: ``saved`` when given, else :func:`load_or_build` under ``root``.
 
     ``data`` and ``graph`` are plain mappings (the Hydra groups), checked before any work.

@@ -55,10 +55,17 @@ def save_graph(graph: MemoryGraph, path: str | Path) -> Path:
     """Validate and write ``graph`` to ``path`` (``.safetensors``) atomically."""
     graph.validate()
     tensors = {name: getattr(graph, name).contiguous() for name in _TENSORS}
-    payload = json.dumps({
-        "node_ids": graph.node_ids, "texts": graph.texts, "keys": graph.keys, "metadata": graph.metadata,
-        "relations": list(graph.relations), "info": graph.info,
-    }, ensure_ascii=False)
+    payload = json.dumps(
+        {
+            "node_ids": graph.node_ids,
+            "texts": graph.texts,
+            "keys": graph.keys,
+            "metadata": graph.metadata,
+            "relations": list(graph.relations),
+            "info": graph.info,
+        },
+        ensure_ascii=False,
+    )
     header = {"schema_version": str(SCHEMA_VERSION), "graphmem": payload, "sha256": _digest(payload, tensors)}
     return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=header))
 
@@ -87,8 +94,13 @@ def load_graph(path: str | Path) -> MemoryGraph:
     try:
         meta = json.loads(header["graphmem"])
         graph = MemoryGraph(
-            node_ids=meta["node_ids"], texts=meta["texts"], keys=meta["keys"], metadata=meta["metadata"],
-            relations=tuple(meta["relations"]), info=meta["info"], **{n: tensors[n] for n in _TENSORS},
+            node_ids=meta["node_ids"],
+            texts=meta["texts"],
+            keys=meta["keys"],
+            metadata=meta["metadata"],
+            relations=tuple(meta["relations"]),
+            info=meta["info"],
+            **{n: tensors[n] for n in _TENSORS},
         )
     except (KeyError, TypeError, json.JSONDecodeError) as err:
         raise GraphError(f"{path}: malformed header field: {err}") from None

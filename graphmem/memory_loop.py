@@ -61,8 +61,14 @@ class MemoryLoop:
         max_tokens: completion limit of each call (default: 256).
     """
 
-    def __init__(self, client: LLMClient, policy: TraversalPolicy, embed: Embed, budget: Budget | None = None,
-                 max_tokens: int = 256) -> None:
+    def __init__(
+        self,
+        client: LLMClient,
+        policy: TraversalPolicy,
+        embed: Embed,
+        budget: Budget | None = None,
+        max_tokens: int = 256,
+    ) -> None:
         self.client, self.policy, self.embed = client, policy, embed
         self.budget = budget or Budget()
         self.max_tokens = max_tokens
@@ -74,8 +80,12 @@ class MemoryLoop:
         retrieval = self.policy.retrieve(graph, query, self.budget)
         records = [(graph.node_ids[v], graph.texts[v]) for v in retrieval.loaded]
         nonce = make_nonce([*(t for _, t in records), query.text])
-        messages = render("generator", nonce, memory_block=memory_block(records, nonce),
-                          question_block=block("question", query.text, nonce))
+        messages = render(
+            "generator",
+            nonce,
+            memory_block=memory_block(records, nonce),
+            question_block=block("question", query.text, nonce),
+        )
         parsed = self.client.structured("generator", messages, Generation, max_tokens=self.max_tokens)
         discarded: dict[str, int] = {}
         if parsed.value is not None:
@@ -96,8 +106,9 @@ class MemoryLoop:
         generation, retrieval, discarded = self.predict(graph, query)
         prediction = generation.answer if generation is not None else None
         trace = generation.trace if generation is not None else []
-        record = ExampleRecord(query.qid, prediction, retrieval.loaded_ids(graph), trace, discarded=discarded,
-                               retrieval=retrieval)
+        record = ExampleRecord(
+            query.qid, prediction, retrieval.loaded_ids(graph), trace, discarded=discarded, retrieval=retrieval
+        )
         records = [(graph.node_ids[v], graph.texts[v]) for v in retrieval.loaded]
         note = feedback(prediction or "")
         nonce = make_nonce([*(t for _, t in records), query.text, prediction or "", note])
@@ -106,13 +117,24 @@ class MemoryLoop:
         self._curate(graph, record, nonce, common, critique)
         billed = self._billed_tokens() - before
         index = getattr(getattr(self.policy, "entries", None), "stats", None)
-        record.tokens = {"memory": retrieval.loaded_tokens, "index": getattr(index, "index_tokens", 0),
-                         "llm_billed": billed}
+        record.tokens = {
+            "memory": retrieval.loaded_tokens,
+            "index": getattr(index, "index_tokens", 0),
+            "llm_billed": billed,
+        }
         record.tokens["rest"] = max(0, billed - record.tokens["memory"] - record.tokens["index"])
         return record
 
-    def _reflect(self, graph: MemoryGraph, trace: list[str], record: ExampleRecord, nonce: str, common: dict,
-                 prediction: str, note: str) -> str:
+    def _reflect(
+        self,
+        graph: MemoryGraph,
+        trace: list[str],
+        record: ExampleRecord,
+        nonce: str,
+        common: dict,
+        prediction: str,
+        note: str,
+    ) -> str:
         pairs, seen = [], set()
         for pair in zip(trace, trace[1:]):  # eq. 20: adjacent items of the influence trace
             if pair[0] == pair[1] or pair in seen:
@@ -121,8 +143,14 @@ class MemoryLoop:
             seen.add(pair)
             pairs.append(pair)
         listing = "\n".join(f"- {a} -> {b}" for a, b in pairs) or "(none)"
-        messages = render("reflector", nonce, answer_block=block("answer", prediction, nonce),
-                          feedback_block=block("feedback", note, nonce), transitions=listing, **common)
+        messages = render(
+            "reflector",
+            nonce,
+            answer_block=block("answer", prediction, nonce),
+            feedback_block=block("feedback", note, nonce),
+            transitions=listing,
+            **common,
+        )
         parsed = self.client.structured("reflector", messages, Reflection, max_tokens=self.max_tokens)
         self._count(record, "invalid_feedback_items", parsed.discarded)
         if parsed.value is None:
@@ -155,8 +183,13 @@ class MemoryLoop:
         for op in parsed.value.operations:
             if isinstance(op, AddNode):
                 nid = self._fresh_id(graph)
-                graph.add_nodes([nid], [op.text], self.embed([op.text]).reshape(1, -1), keys=[op.key],
-                                metadata=[{"section": "lessons"}])
+                graph.add_nodes(
+                    [nid],
+                    [op.text],
+                    self.embed([op.text]).reshape(1, -1),
+                    keys=[op.key],
+                    metadata=[{"section": "lessons"}],
+                )
                 created.append(nid)
                 local.add(nid)
                 record.applied_ops.append(f"add_node {nid}")
@@ -164,12 +197,22 @@ class MemoryLoop:
                 emb = self.embed([op.text]).reshape(-1) if op.text else None
                 graph.revise_node(op.node_id, text=op.text, key=op.key, embedding=emb)
                 record.applied_ops.append(f"revise_node {op.node_id}")
-            elif isinstance(op, AddEdge) and (s := resolve(op.source)) and (d := resolve(op.target)) and s != d \
-                    and op.relation in graph.relations and not self._has_edge(graph, s, d, op.relation):
+            elif (
+                isinstance(op, AddEdge)
+                and (s := resolve(op.source))
+                and (d := resolve(op.target))
+                and s != d
+                and op.relation in graph.relations
+                and not self._has_edge(graph, s, d, op.relation)
+            ):
                 graph.add_edge(s, d, op.relation)  # S = F = 0 (eq. 17)
                 record.applied_ops.append(f"add_edge {s}->{d} {op.relation}")
-            elif isinstance(op, RemoveEdge) and op.source in local and op.target in local \
-                    and (edges := graph.edges_between(graph.index_of(op.source), graph.index_of(op.target))).numel():
+            elif (
+                isinstance(op, RemoveEdge)
+                and op.source in local
+                and op.target in local
+                and (edges := graph.edges_between(graph.index_of(op.source), graph.index_of(op.target))).numel()
+            ):
                 graph.remove_edges(edges)
                 record.applied_ops.append(f"remove_edge {op.source}->{op.target}")
             else:

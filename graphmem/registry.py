@@ -20,10 +20,12 @@ class Registry(dict):
 
     def register(self, name: str) -> Callable[[type], type]:
         """Class decorator: make the class selectable as ``name`` (and set ``cls.name``)."""
+
         def wrap(cls: type) -> type:
             cls.name = name
             self[name] = cls
             return cls
+
         return wrap
 
     def make(self, name: str, **kwargs: Any) -> Any:

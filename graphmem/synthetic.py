@@ -24,8 +24,33 @@ from graphmem.policies.base import Query
 
 DEFAULT_MIX: dict[str, float] = {"temporal": 0.25, "semantic": 0.4, "causal": 0.15, "entity": 0.2}
 _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "qu", "di", "fe", "go", "hu", "ja")
-_COMMON = ("the", "a", "we", "talked", "about", "and", "then", "later", "said", "it", "was", "at", "with",
-           "my", "our", "new", "old", "trip", "plan", "friend", "work", "home", "week", "day", "because")
+_COMMON = (
+    "the",
+    "a",
+    "we",
+    "talked",
+    "about",
+    "and",
+    "then",
+    "later",
+    "said",
+    "it",
+    "was",
+    "at",
+    "with",
+    "my",
+    "our",
+    "new",
+    "old",
+    "trip",
+    "plan",
+    "friend",
+    "work",
+    "home",
+    "week",
+    "day",
+    "because",
+)
 
 
 def _vocabulary(rng: np.random.Generator, size: int) -> np.ndarray:
@@ -34,7 +59,9 @@ def _vocabulary(rng: np.random.Generator, size: int) -> np.ndarray:
     return np.array(sorted(words))
 
 
-def _texts(rng: np.random.Generator, topic: np.ndarray, words: tuple[int, int], topic_vocab: int) -> tuple[list[str], list[str]]:
+def _texts(
+    rng: np.random.Generator, topic: np.ndarray, words: tuple[int, int], topic_vocab: int
+) -> tuple[list[str], list[str]]:
     """One sentence per node: topic words mixed with common words; keys are the first 6 words."""
     n = topic.size
     vocab = np.concatenate([_vocabulary(rng, 4 * topic_vocab * (int(topic.max()) + 1)), np.array(_COMMON)])
@@ -42,8 +69,11 @@ def _texts(rng: np.random.Generator, topic: np.ndarray, words: tuple[int, int], 
     owner = np.repeat(np.arange(n), lengths)
     topical = rng.random(owner.size) < 0.5
     rare = vocab.size - len(_COMMON)  # topic words first, common words last
-    word = np.where(topical, (topic[owner] * topic_vocab + rng.integers(0, topic_vocab, owner.size)) % rare,
-                    rare + rng.integers(0, len(_COMMON), owner.size))
+    word = np.where(
+        topical,
+        (topic[owner] * topic_vocab + rng.integers(0, topic_vocab, owner.size)) % rare,
+        rare + rng.integers(0, len(_COMMON), owner.size),
+    )
     tokens = vocab[word]
     sizes = np.char.str_len(tokens) + 1
     ends = np.cumsum(np.bincount(owner, weights=sizes, minlength=n).astype(np.int64)) - 1
@@ -54,9 +84,17 @@ def _texts(rng: np.random.Generator, topic: np.ndarray, words: tuple[int, int], 
     return texts, keys
 
 
-def make_synthetic_graph(num_nodes: int, avg_degree: float = 8.0, relation_mix: Mapping[str, float] | None = None,
-                         dim: int = 64, seed: int = 0, num_topics: int | None = None, words: tuple[int, int] = (8, 30),
-                         noise: float = 0.6, validate: bool = True) -> MemoryGraph:
+def make_synthetic_graph(
+    num_nodes: int,
+    avg_degree: float = 8.0,
+    relation_mix: Mapping[str, float] | None = None,
+    dim: int = 64,
+    seed: int = 0,
+    num_topics: int | None = None,
+    words: tuple[int, int] = (8, 30),
+    noise: float = 0.6,
+    validate: bool = True,
+) -> MemoryGraph:
     """A random topic-clustered memory graph.
 
     Args:
@@ -81,10 +119,10 @@ def make_synthetic_graph(num_nodes: int, avg_degree: float = 8.0, relation_mix: 
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     n = num_nodes
-    t = num_topics or max(4, int(round(n ** 0.5)))
+    t = num_topics or max(4, int(round(n**0.5)))
     topic = rng.integers(0, t, size=n)
     centres = torch.nn.functional.normalize(torch.randn(t, dim, generator=gen), dim=1)
-    emb = centres[torch.from_numpy(topic)] + noise / dim ** 0.5 * torch.randn(n, dim, generator=gen)
+    emb = centres[torch.from_numpy(topic)] + noise / dim**0.5 * torch.randn(n, dim, generator=gen)
     emb = torch.nn.functional.normalize(emb, dim=1)
 
     # ---- edges, per relation
@@ -139,9 +177,16 @@ def _unit_orthogonal(gen: torch.Generator, q: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.normalize(v, dim=1)
 
 
-def make_bridge_graph(num_queries: int = 8, num_decoys: int = 3, num_filler: int = 64, dim: int = 32, seed: int = 0,
-                      bridge_cosine: float = -0.5, decoy_cosine: float = 0.7,
-                      bridge_relation: str = "causal") -> tuple[MemoryGraph, list[Query], list[int]]:
+def make_bridge_graph(
+    num_queries: int = 8,
+    num_decoys: int = 3,
+    num_filler: int = 64,
+    dim: int = 32,
+    seed: int = 0,
+    bridge_cosine: float = -0.5,
+    decoy_cosine: float = 0.7,
+    bridge_relation: str = "causal",
+) -> tuple[MemoryGraph, list[Query], list[int]]:
     """Tasks whose gold node is reachable only through a bridge with negative cosine to the query.
 
     For each query ``q``: an entry node (cosine ~0.99), ``num_decoys`` decoys (cosine
@@ -190,14 +235,22 @@ def make_bridge_graph(num_queries: int = 8, num_decoys: int = 3, num_filler: int
     other = [r for r in RELATIONS if r != bridge_relation]
     src = [entry.repeat_interleave(k), entry, bridge]
     dst = [decoys.flatten(), bridge, gold]
-    typ = [torch.full((m * k,), rel[other[0]]), torch.full((m,), rel[bridge_relation]), torch.full((m,), rel[bridge_relation])]
+    typ = [
+        torch.full((m * k,), rel[other[0]]),
+        torch.full((m,), rel[bridge_relation]),
+        torch.full((m,), rel[bridge_relation]),
+    ]
     if num_filler:
         ds = decoys.flatten().repeat_interleave(2)
         src += [ds, fill.repeat_interleave(2)]
-        dst += [fill[torch.from_numpy(rng.integers(0, num_filler, ds.numel()))],
-                fill[torch.from_numpy(rng.integers(0, num_filler, 2 * num_filler))]]
-        typ += [torch.from_numpy(rng.choice([rel[r] for r in other], ds.numel())),
-                torch.from_numpy(rng.choice([rel[r] for r in other], 2 * num_filler))]
+        dst += [
+            fill[torch.from_numpy(rng.integers(0, num_filler, ds.numel()))],
+            fill[torch.from_numpy(rng.integers(0, num_filler, 2 * num_filler))],
+        ]
+        typ += [
+            torch.from_numpy(rng.choice([rel[r] for r in other], ds.numel())),
+            torch.from_numpy(rng.choice([rel[r] for r in other], 2 * num_filler)),
+        ]
     src, dst, typ = torch.cat(src).long(), torch.cat(dst).long(), torch.cat(typ).long()
     ok = src != dst
     src, dst, typ = src[ok], dst[ok], typ[ok]
@@ -209,6 +262,8 @@ def make_bridge_graph(num_queries: int = 8, num_decoys: int = 3, num_filler: int
     graph = MemoryGraph.empty(dim, info={"synthetic": "bridge", "seed": seed})
     graph.add_nodes(ids, texts, stored, keys=keys)
     graph.add_edges(src, dst, typ)
-    queries = [Query(qid=f"bridge-{i}", text=f"bridge task {i}: {texts[int(entry[i])]}", embedding=q[i].clone())
-               for i in range(m)]
+    queries = [
+        Query(qid=f"bridge-{i}", text=f"bridge task {i}: {texts[int(entry[i])]}", embedding=q[i].clone())
+        for i in range(m)
+    ]
     return graph.validate(), queries, gold.tolist()

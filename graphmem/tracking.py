@@ -151,7 +151,9 @@ class JsonlTracker(Tracker):
         (self.dir / "tables" / f"{safe}.json").write_text(json.dumps(payload, default=str))
 
     def log_artifact(self, path, type, name=None):
-        self._append("artifacts.jsonl", {"path": str(Path(path).resolve()), "type": type, "name": name or Path(path).name})
+        self._append(
+            "artifacts.jsonl", {"path": str(Path(path).resolve()), "type": type, "name": name or Path(path).name}
+        )
 
 
 class WandbTracker(Tracker):
@@ -159,17 +161,35 @@ class WandbTracker(Tracker):
 
     backend = "wandb"
 
-    def __init__(self, project: str, config: Any = None, entity: str | None = None, mode: str = "offline",
-                 dir: str | Path | None = None, name: str | None = None, group: str | None = None,
-                 tags: Sequence[str] = (), job_type: str | None = None):
+    def __init__(
+        self,
+        project: str,
+        config: Any = None,
+        entity: str | None = None,
+        mode: str = "offline",
+        dir: str | Path | None = None,
+        name: str | None = None,
+        group: str | None = None,
+        tags: Sequence[str] = (),
+        job_type: str | None = None,
+    ):
         import wandb
 
         self._wandb = wandb
         if dir is not None:
             Path(dir).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=project, entity=entity, mode=mode, dir=str(dir) if dir else None, name=name,
-                              group=group, tags=list(tags) or None, job_type=job_type,
-                              config=config_for_logging(config or {}), reinit="finish_previous")
+        self.run = wandb.init(
+            project=project,
+            entity=entity,
+            mode=mode,
+            dir=str(dir) if dir else None,
+            name=name,
+            group=group,
+            tags=list(tags) or None,
+            job_type=job_type,
+            config=config_for_logging(config or {}),
+            reinit="finish_previous",
+        )
 
     def log(self, metrics, step=None):
         self.run.log(dict(metrics), step=step)
@@ -199,7 +219,9 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def make_tracker(logger_cfg: Any, run_config: Any = None, out_dir: str | Path = ".", name: str | None = None) -> Tracker:
+def make_tracker(
+    logger_cfg: Any, run_config: Any = None, out_dir: str | Path = ".", name: str | None = None
+) -> Tracker:
     """Build the tracker that ``logger_cfg`` asks for (see module docstring).
 
     Args:
@@ -228,7 +250,13 @@ def make_tracker(logger_cfg: Any, run_config: Any = None, out_dir: str | Path = 
         warnings.warn("wandb is not installed; tracking to JSONL files under the run directory instead", stacklevel=2)
         return JsonlTracker(out_dir / "tracking", run_config, name)
     return WandbTracker(
-        project=_get(logger_cfg, "project", "graphmem"), entity=_get(logger_cfg, "entity"), mode=mode,
-        dir=_get(logger_cfg, "dir", out_dir), name=name or _get(logger_cfg, "name"), group=_get(logger_cfg, "group"),
-        tags=list(_get(logger_cfg, "tags", [])), job_type=_get(logger_cfg, "job_type"), config=run_config,
+        project=_get(logger_cfg, "project", "graphmem"),
+        entity=_get(logger_cfg, "entity"),
+        mode=mode,
+        dir=_get(logger_cfg, "dir", out_dir),
+        name=name or _get(logger_cfg, "name"),
+        group=_get(logger_cfg, "group"),
+        tags=list(_get(logger_cfg, "tags", [])),
+        job_type=_get(logger_cfg, "job_type"),
+        config=run_config,
     )

@@ -107,7 +107,9 @@ class EdgeFeatures(nn.Module):
             if name in self._row:
                 feats = self.of(name).detach().cpu().float()
                 if feats.shape[0] != graph.num_edges:
-                    raise ValueError(f"EdgeFeatures for graph {name!r} has {feats.shape[0]} edges, the graph has {graph.num_edges}")
+                    raise ValueError(
+                        f"EdgeFeatures for graph {name!r} has {feats.shape[0]} edges, the graph has {graph.num_edges}"
+                    )
                 graph.edge_attr = feats.clone()
             out[name] = graph
         return out

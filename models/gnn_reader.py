@@ -92,11 +92,11 @@ class GatedRelationalConv(MessagePassing):
     def __init__(self, hidden_dim: int, num_relations: int, edge_dim: int = 4):
         super().__init__(aggr="mean", node_dim=0)
         self.hidden_dim = hidden_dim
-        self.relation = nn.Parameter(torch.ones(num_relations, hidden_dim))       # z_r
-        self.gate_bias = nn.Parameter(torch.zeros(num_relations, hidden_dim))    # beta_r
-        self.gate_edge = nn.Linear(edge_dim, hidden_dim, bias=False)             # U
-        self.lin_msg = nn.Linear(hidden_dim, hidden_dim, bias=False)             # W_m
-        self.lin_self = nn.Linear(hidden_dim, hidden_dim)                        # W_s, c
+        self.relation = nn.Parameter(torch.ones(num_relations, hidden_dim))  # z_r
+        self.gate_bias = nn.Parameter(torch.zeros(num_relations, hidden_dim))  # beta_r
+        self.gate_edge = nn.Linear(edge_dim, hidden_dim, bias=False)  # U
+        self.lin_msg = nn.Linear(hidden_dim, hidden_dim, bias=False)  # W_m
+        self.lin_self = nn.Linear(hidden_dim, hidden_dim)  # W_s, c
         nn.init.normal_(self.relation, 1.0, 0.1)
 
     def forward(self, h: Tensor, edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor) -> Tensor:
@@ -112,7 +112,7 @@ class GatedRelationalConv(MessagePassing):
         if h.size(2) > 1 and not (isinstance(edge_index, EdgeIndex) and edge_index.is_sorted_by_col):
             edge_index, edge_type, edge_attr = sort_by_target(edge_index, edge_type, edge_attr, n)
         gate = torch.addmm(self.gate_bias.index_select(0, edge_type), edge_attr, self.gate_edge.weight.T).sigmoid_()
-        weight = gate * self.relation.index_select(0, edge_type)                                   # [E, H]
+        weight = gate * self.relation.index_select(0, edge_type)  # [E, H]
         return self.propagate(edge_index, h=h, weight=weight, size=(n, n))
 
     def message(self, h: Tensor, edge_index_j: Tensor, weight: Tensor) -> Tensor:
@@ -120,7 +120,9 @@ class GatedRelationalConv(MessagePassing):
         node-major states ``[N, B, H]``, where each edge copies one contiguous row."""
         return weight.unsqueeze(1) * h.permute(1, 2, 0).contiguous().index_select(0, edge_index_j)
 
-    def aggregate(self, inputs: Tensor, index: Tensor, ptr: Tensor | None = None, dim_size: int | None = None) -> Tensor:
+    def aggregate(
+        self, inputs: Tensor, index: Tensor, ptr: Tensor | None = None, dim_size: int | None = None
+    ) -> Tensor:
         """The mean message per target, returned channel-major: ``[H, N, B]``."""
         return scatter(inputs, index, dim=0, dim_size=dim_size, reduce="mean").permute(2, 0, 1)
 
@@ -132,15 +134,16 @@ class GatedRelationalConv(MessagePassing):
         (colptr, src), _ = edge_index.get_csc()
         hid, n, bsz = h.shape
         in_degree = colptr.diff()
-        target_degree = torch.repeat_interleave(in_degree, in_degree, output_size=src.numel())   # [E]
+        target_degree = torch.repeat_interleave(in_degree, in_degree, output_size=src.numel())  # [E]
         # int32 row and bag ids where they fit: half the index memory, and a faster backward sort
         index_dtype = torch.int32 if hid * max(n, src.numel()) < 2**31 else torch.int64
-        channel = torch.arange(hid, device=h.device, dtype=index_dtype).unsqueeze(1)            # [H, 1]
+        channel = torch.arange(hid, device=h.device, dtype=index_dtype).unsqueeze(1)  # [H, 1]
         out = F.embedding_bag(
-            (src.to(index_dtype) + channel * n).flatten(),                    # row c * N + j of the table
-            h.reshape(hid * n, bsz),                                          # row c * N + j: h_{c,j,:}
+            (src.to(index_dtype) + channel * n).flatten(),  # row c * N + j of the table
+            h.reshape(hid * n, bsz),  # row c * N + j: h_{c,j,:}
             (colptr[:-1].to(index_dtype) + channel * src.numel()).flatten(),  # bag c * N + i: the in-edges of i
-            mode="sum", per_sample_weights=(weight.T / target_degree).flatten(),
+            mode="sum",
+            per_sample_weights=(weight.T / target_degree).flatten(),
         )
         return out.view(hid, n, bsz)
 
@@ -152,7 +155,9 @@ class GatedRelationalConv(MessagePassing):
         return h + pre.relu_().view_as(h)
 
 
-def sort_by_target(edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor, num_nodes: int) -> tuple[EdgeIndex, Tensor, Tensor]:
+def sort_by_target(
+    edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor, num_nodes: int
+) -> tuple[EdgeIndex, Tensor, Tensor]:
     """The edges as an :class:`~torch_geometric.EdgeIndex` sorted by target (column), with their
     types and features in the same order: what :meth:`GatedRelationalConv.message_and_aggregate`
     runs on. Sorting once lets all layers share the edges and their cached CSC index."""
@@ -177,20 +182,20 @@ class GNNReader(nn.Module):
         self.config = cfg
         d, h = cfg.input_dim, cfg.hidden_dim
         rel = cfg.num_relations * (2 if cfg.add_inverse else 1)
-        self.query_proj = nn.Linear(d, h)                                    # W_q
+        self.query_proj = nn.Linear(d, h)  # W_q
         self.layers = nn.ModuleList(GatedRelationalConv(h, rel, cfg.edge_dim) for _ in range(cfg.num_layers))
-        self.node_content = nn.Linear(d, h, bias=False)                      # P_x
-        self.query_content = nn.Linear(d, h, bias=False)                     # P_q
-        self.read_state = nn.Linear(h, h)                                    # W_h, c
-        self.read_content = nn.Linear(h, h, bias=False)                      # W_c
-        self.read_out = nn.Linear(h, 1, bias=False)                          # w_o
-        self.cosine_weight = nn.Parameter(torch.tensor(5.0))                 # kappa
+        self.node_content = nn.Linear(d, h, bias=False)  # P_x
+        self.query_content = nn.Linear(d, h, bias=False)  # P_q
+        self.read_state = nn.Linear(h, h)  # W_h, c
+        self.read_content = nn.Linear(h, h, bias=False)  # W_c
+        self.read_out = nn.Linear(h, 1, bias=False)  # w_o
+        self.cosine_weight = nn.Parameter(torch.tensor(5.0))  # kappa
 
     # ------------------------------------------------------------------ pieces
     def seed(self, query: Tensor, start: Tensor, query_of: Tensor | None = None) -> Tensor:
         """``h^(0) [H, N, B]`` (channel-major) from queries ``[B, D]`` and start weights ``[B, N]``
         (packed: queries ``[Q, D]``, ``query_of`` ``[B, N]``)."""
-        projected = torch.addmm(self.query_proj.bias.unsqueeze(1), self.query_proj.weight, query.T)   # [H, B]
+        projected = torch.addmm(self.query_proj.bias.unsqueeze(1), self.query_proj.weight, query.T)  # [H, B]
         return _per_node(projected, query_of) * start.T.contiguous().unsqueeze(0)
 
     @staticmethod
@@ -198,17 +203,31 @@ class GNNReader(nn.Module):
         """``[N, B]`` ``cos(x_v, q_b)`` of the readout."""
         return F.normalize(x, dim=-1) @ F.normalize(query, dim=-1).T
 
-    def relational_edges(self, edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def relational_edges(
+        self, edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Append inverse edges ``(i -> j, r + R)`` when ``add_inverse`` is set."""
         if not self.config.add_inverse:
             return edge_index, edge_type, edge_attr
         r = self.config.num_relations
-        return (torch.cat([edge_index, edge_index.flip(0)], 1), torch.cat([edge_type, edge_type + r]),
-                torch.cat([edge_attr, edge_attr]))
+        return (
+            torch.cat([edge_index, edge_index.flip(0)], 1),
+            torch.cat([edge_type, edge_type + r]),
+            torch.cat([edge_attr, edge_attr]),
+        )
 
     # ------------------------------------------------------------------ forward
-    def forward(self, x: Tensor, edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor,
-                query: Tensor, start: Tensor, query_of: Tensor | None = None, cosine: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_type: Tensor,
+        edge_attr: Tensor,
+        query: Tensor,
+        start: Tensor,
+        query_of: Tensor | None = None,
+        cosine: Tensor | None = None,
+    ) -> Tensor:
         """Scores ``[B, N]``.
 
         Args:
@@ -223,17 +242,19 @@ class GNNReader(nn.Module):
             raise ValueError("GNNReader: the packed layout needs both `query_of` and `cosine`")
         query = query.to(x.dtype)
         edge_index, edge_type, edge_attr = self.relational_edges(edge_index, edge_type, edge_attr.to(x.dtype))
-        if start.size(0) > 1:       # the fused aggregation runs on target-sorted edges: sort once for all layers
+        if start.size(0) > 1:  # the fused aggregation runs on target-sorted edges: sort once for all layers
             edge_index, edge_type, edge_attr = sort_by_target(edge_index, edge_type, edge_attr, x.size(0))
-        h = self.seed(query, start.to(x.dtype), query_of)                                         # [H, N, B]
+        h = self.seed(query, start.to(x.dtype), query_of)  # [H, N, B]
         for layer in self.layers:
             h = layer(h, edge_index, edge_type, edge_attr)
         hid = h.size(0)
-        content = (self.node_content.weight @ x.T).unsqueeze(2) * _per_node(self.query_content.weight @ query.T, query_of)
-        hidden = torch.addmm(self.read_state.bias.unsqueeze(1), self.read_state.weight, h.reshape(hid, -1))   # W_h h + c
-        hidden.addmm_(self.read_content.weight, content.reshape(hid, -1)).relu_()                              # [H, N B]
+        content = (self.node_content.weight @ x.T).unsqueeze(2) * _per_node(
+            self.query_content.weight @ query.T, query_of
+        )
+        hidden = torch.addmm(self.read_state.bias.unsqueeze(1), self.read_state.weight, h.reshape(hid, -1))  # W_h h + c
+        hidden.addmm_(self.read_content.weight, content.reshape(hid, -1)).relu_()  # [H, N B]
         if query_of is None:
-            cosine = self.cosine(x, query)                                                                     # [N, B]
+            cosine = self.cosine(x, query)  # [N, B]
         return ((self.read_out.weight @ hidden).view_as(cosine) + self.cosine_weight * cosine).T
 
     def score_graph(self, graph, query: Tensor, entries: list[list[int]]) -> Tensor:
@@ -244,7 +265,10 @@ class GNNReader(nn.Module):
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> dict:
         """A ``torch.load(weights_only=True)``-safe dict: config fields and the state dict."""
-        return {"config": asdict(self.config), "state_dict": {k: v.detach().clone() for k, v in self.state_dict().items()}}
+        return {
+            "config": asdict(self.config),
+            "state_dict": {k: v.detach().clone() for k, v in self.state_dict().items()},
+        }
 
     @classmethod
     def from_checkpoint(cls, source) -> GNNReader:
@@ -263,8 +287,9 @@ def _per_node(per_query: Tensor, query_of: Tensor | None) -> Tensor:
     return per_query[:, query_of.T]
 
 
-def start_mask(entries: list[list[int]], num_nodes: int, dtype: torch.dtype = torch.float32,
-               device: str | torch.device = "cpu") -> Tensor:
+def start_mask(
+    entries: list[list[int]], num_nodes: int, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> Tensor:
     """``[B, N]`` with 1 at each query's entry rows, on ``device``."""
     mask = torch.zeros(len(entries), num_nodes, dtype=dtype, device=device)
     queries = torch.tensor([b for b, rows in enumerate(entries) for _ in rows], dtype=torch.long, device=device)

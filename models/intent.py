@@ -45,8 +45,14 @@ class RelationIntent(nn.Module):
         prototypes: optional ``[R, D]`` starting prototypes (default: seeded random normal).
     """
 
-    def __init__(self, dim: int, kind: str = "prototype", num_relations: int = 4, temperature: float = 0.1,
-                 prototypes: Tensor | None = None):
+    def __init__(
+        self,
+        dim: int,
+        kind: str = "prototype",
+        num_relations: int = 4,
+        temperature: float = 0.1,
+        prototypes: Tensor | None = None,
+    ):
         super().__init__()
         if kind not in INTENT_KINDS:
             raise ValueError(f"intent kind {kind!r} is not one of {INTENT_KINDS}")
@@ -75,7 +81,9 @@ class RelationIntent(nn.Module):
                 raise ValueError("intent kind 'external' needs weights from an IntentProvider")
             w = torch.as_tensor(external, dtype=q.dtype, device=q.device)
             if w.shape != (q.shape[0], self.num_relations) or (w < 0).any() or not torch.isfinite(w).all():
-                raise ValueError(f"external intent must be [{q.shape[0]}, {self.num_relations}] finite non-negative weights")
+                raise ValueError(
+                    f"external intent must be [{q.shape[0]}, {self.num_relations}] finite non-negative weights"
+                )
             return w / w.sum(-1, keepdim=True).clamp_min(1e-12)
         if external is not None:
             raise ValueError(f"intent kind {self.kind!r} does not take external weights")

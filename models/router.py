@@ -30,7 +30,9 @@ ROUTER_MODES = ("learned", "fixed")
 NUM_SIMILARITIES = 3
 
 
-def edge_similarities(q_unit: Tensor, x_source_unit: Tensor, x_target_unit: Tensor, cos_target: Tensor | None = None) -> Tensor:
+def edge_similarities(
+    q_unit: Tensor, x_source_unit: Tensor, x_target_unit: Tensor, cos_target: Tensor | None = None
+) -> Tensor:
     """``σ_ij = [cos(q, x_i), cos(q, x_j), cos(x_i, x_j)]`` ``[C, 3]`` from unit-norm rows ``[C, D]``."""
     if cos_target is None:
         cos_target = (q_unit * x_target_unit).sum(-1)
@@ -50,28 +52,48 @@ class QueryRouter(nn.Module):
         similarities: feed ``σ_ij`` to ``h`` (default: ``True``).
     """
 
-    def __init__(self, dim: int, num_relations: int = 4, hidden: int = 64, relation_dim: int = 4,
-                 head: str = "mlp", mode: str = "learned", similarities: bool = True):
+    def __init__(
+        self,
+        dim: int,
+        num_relations: int = 4,
+        hidden: int = 64,
+        relation_dim: int = 4,
+        head: str = "mlp",
+        mode: str = "learned",
+        similarities: bool = True,
+    ):
         super().__init__()
         if mode not in ROUTER_MODES:
             raise ValueError(f"router mode {mode!r} is not one of {ROUTER_MODES}")
         if head not in ("mlp", "linear"):
             raise ValueError(f"router head {head!r} is not 'mlp' or 'linear'")
         self.dim, self.num_relations, self.mode = dim, num_relations, mode
-        self._config = {"dim": dim, "num_relations": num_relations, "hidden": hidden, "relation_dim": relation_dim,
-                        "head": head, "mode": mode, "similarities": similarities}
+        self._config = {
+            "dim": dim,
+            "num_relations": num_relations,
+            "hidden": hidden,
+            "relation_dim": relation_dim,
+            "head": head,
+            "mode": mode,
+            "similarities": similarities,
+        }
         self.relation_dim = relation_dim if mode == "learned" else 0
         self.similarities = similarities and mode == "learned"
         if mode == "fixed":
             return
-        self.modulator = nn.Sequential(nn.Linear(dim + num_relations, hidden), nn.ReLU(), nn.Linear(hidden, num_relations))
+        self.modulator = nn.Sequential(
+            nn.Linear(dim + num_relations, hidden), nn.ReLU(), nn.Linear(hidden, num_relations)
+        )
         nn.init.zeros_(self.modulator[2].weight)
         nn.init.zeros_(self.modulator[2].bias)
         if relation_dim:
             self.relation = nn.Embedding(num_relations, relation_dim)
         width = num_relations + relation_dim + (NUM_SIMILARITIES if self.similarities else 0)
-        self.head = (nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, 1)) if head == "mlp"
-                     else nn.Linear(width, 1))
+        self.head = (
+            nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+            if head == "mlp"
+            else nn.Linear(width, 1)
+        )
 
     def modulation(self, q: Tensor, intent: Tensor) -> Tensor:
         """``m(q)``: ``[B, R]``."""
@@ -94,8 +116,16 @@ class QueryRouter(nn.Module):
             z = torch.cat([z, sims.expand(*z.shape[:-1], NUM_SIMILARITIES)], -1)
         return self.head(z).squeeze(-1)
 
-    def forward(self, q: Tensor, intent: Tensor, x_target: Tensor, e: Tensor, edge_type: Tensor,
-                index: Tensor | None = None, x_source: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        q: Tensor,
+        intent: Tensor,
+        x_target: Tensor,
+        e: Tensor,
+        edge_type: Tensor,
+        index: Tensor | None = None,
+        x_source: Tensor | None = None,
+    ) -> Tensor:
         """Traversal scores ``s_ij``.
 
         Args:
@@ -117,15 +147,15 @@ class QueryRouter(nn.Module):
         xs = None if x_source is None else nn.functional.normalize(x_source, dim=-1)
         if index is None:
             cos = qn @ xt.T
-            sims = None if xs is None else torch.stack(
-                [qn @ xs.T, cos, ((xs * xt).sum(-1))[None].expand_as(cos)], -1)
+            sims = None if xs is None else torch.stack([qn @ xs.T, cos, ((xs * xt).sum(-1))[None].expand_as(cos)], -1)
             return cos + self.structural_weight(m[:, None, :], e[None, :, :], edge_type[None, :], sims)
         cos = (qn[index] * xt).sum(-1)
         sims = None if xs is None else edge_similarities(qn[index], xs, xt, cos)
         return self.score(m, e, edge_type, index, cos, sims)
 
-    def score(self, m: Tensor, e: Tensor, edge_type: Tensor, index: Tensor, cos: Tensor,
-              sims: Tensor | None = None) -> Tensor:
+    def score(
+        self, m: Tensor, e: Tensor, edge_type: Tensor, index: Tensor, cos: Tensor, sims: Tensor | None = None
+    ) -> Tensor:
         """Ragged ``s_ij = cos_ij + w_ij`` ``[C]`` from precomputed parts.
 
         Args:

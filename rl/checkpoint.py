@@ -72,8 +72,12 @@ def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> Path:
     return atomic_write(path, lambda tmp: torch.save(payload, str(tmp)))
 
 
-def load_checkpoint(path: str | Path, fingerprint: str | None = None, architecture: Mapping[str, Any] | None = None,
-                    map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint(
+    path: str | Path,
+    fingerprint: str | None = None,
+    architecture: Mapping[str, Any] | None = None,
+    map_location: str | torch.device = "cpu",
+) -> dict[str, Any]:
     """Load and check a checkpoint.
 
     Args:
@@ -91,9 +95,13 @@ def load_checkpoint(path: str | Path, fingerprint: str | None = None, architectu
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a {FORMAT} file")
     if fingerprint is not None and state.get("fingerprint") != fingerprint:
-        raise CheckpointError(f"{path}: trained on other graphs (fingerprint {str(state.get('fingerprint'))[:12]}..., "
-                              f"these graphs {fingerprint[:12]}...; graphs in the checkpoint: {state.get('edge_names')})")
+        raise CheckpointError(
+            f"{path}: trained on other graphs (fingerprint {str(state.get('fingerprint'))[:12]}..., "
+            f"these graphs {fingerprint[:12]}...; graphs in the checkpoint: {state.get('edge_names')})"
+        )
     for key, want in (architecture or {}).items():
         if state.get(key) != want:
-            raise CheckpointError(f"{path}: architecture differs in {key!r}: checkpoint {state.get(key)!r}, expected {want!r}")
+            raise CheckpointError(
+                f"{path}: architecture differs in {key!r}: checkpoint {state.get(key)!r}, expected {want!r}"
+            )
     return state

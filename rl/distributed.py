@@ -127,6 +127,7 @@ def init_from_env(device: str = "auto") -> World:
     """
     if "WORLD_SIZE" not in os.environ and int(os.environ.get("SLURM_NTASKS", 1)) > 1:
         from submitit.helpers import TorchDistributedEnvironment  # the SLURM launcher's dependency
+
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     size = int(os.environ.get("WORLD_SIZE", 1))
     if size <= 1:

@@ -7,7 +7,8 @@ and retrieval see the same start states. Two losses are available:
 * ``ranking`` (default) — multi-positive ranking: every positive competes with the negatives only,
   ``L = (1/|P|) \\sum_{p in P} [ -s_p + log(exp(s_p) + \\sum_{n \\notin P} exp(s_n)) ]``;
 * ``bce`` — weighted binary cross-entropy, positives weighted by ``pos_weight``:
-  ``L = mean_v [ -w_v (y_v log \\sigma(s_v) + (1 - y_v) log(1 - \\sigma(s_v))) ]``, ``w_v = pos_weight`` if ``y_v = 1`` else 1.
+  ``L = mean_v [ -w_v (y_v log \\sigma(s_v) + (1 - y_v) log(1 - \\sigma(s_v))) ]``,
+  ``w_v = pos_weight`` if ``y_v = 1`` else 1.
 
 The reported metric is evidence recall of the ``gnn`` policy's walk under a :class:`Budget`
 (``|loaded ∩ gold| / |gold|``, averaged over questions). It is computed for all queries of a graph
@@ -79,15 +80,15 @@ class ReaderExample:
     qids: list[str] = field(default_factory=list)
 
 
-def examples_from_graphset(graphset, question_indices: Sequence[int], budget: Budget, entries="embedding",
-                           max_queries: int | None = None) -> list[ReaderExample]:
+def examples_from_graphset(
+    graphset, question_indices: Sequence[int], budget: Budget, entries="embedding", max_queries: int | None = None
+) -> list[ReaderExample]:
     """Group questions of a ``GraphSet`` by graph (one example per graph, or per ``max_queries``
     questions of it); questions without gold rows in their graph are dropped.
 
     Entries come from the selector named ``entries`` (or given as an object), exactly as at retrieval.
     """
     from graphmem.policies.base import Query
-
     from graphmem.policies.entries import make_entry_selector
 
     entry_selector = make_entry_selector(entries)
@@ -104,10 +105,12 @@ def examples_from_graphset(graphset, question_indices: Sequence[int], budget: Bu
                 keep.append((i, sorted(set(rows))))
         step = max_queries or max(len(keep), 1)
         for lo in range(0, len(keep), step):
-            part = keep[lo:lo + step]
+            part = keep[lo : lo + step]
             emb = graphset.query_embeddings[[i for i, _ in part]].float()
-            queries = [Query(graphset.questions[i].qid, graphset.questions[i].text, emb[k]) for k, (i, _) in enumerate(part)]
-            entries = [list(e)[:budget.max_entries] for e in entry_selector.select(graph, queries, budget)]
+            queries = [
+                Query(graphset.questions[i].qid, graphset.questions[i].text, emb[k]) for k, (i, _) in enumerate(part)
+            ]
+            entries = [list(e)[: budget.max_entries] for e in entry_selector.select(graph, queries, budget)]
             out.append(ReaderExample(graph, emb, entries, [g for _, g in part], [q.qid for q in queries]))
     return out
 
@@ -115,7 +118,7 @@ def examples_from_graphset(graphset, question_indices: Sequence[int], budget: Bu
 # ---------------------------------------------------------------------- losses
 def ranking_loss(scores: Tensor, positive: Tensor) -> Tensor:
     """Multi-positive ranking loss (module docstring); ``scores`` and bool ``positive`` are ``[B, N]``."""
-    neg_lse = torch.logsumexp(scores.masked_fill(positive, -math.inf), dim=1, keepdim=True)     # [B, 1]
+    neg_lse = torch.logsumexp(scores.masked_fill(positive, -math.inf), dim=1, keepdim=True)  # [B, 1]
     per_pos = -scores + torch.logaddexp(scores, neg_lse)
     per_pos = per_pos.masked_fill(~positive, 0.0)
     return (per_pos.sum(1) / positive.sum(1).clamp(min=1)).mean()
@@ -131,8 +134,14 @@ def weighted_bce_loss(scores: Tensor, positive: Tensor, pos_weight: float) -> Te
 def _batch_scores(reader: GNNReader, ex: ReaderExample, rows: list[int], device) -> Tensor:
     g = ex.graph
     start = start_mask([ex.entries[i] for i in rows], g.num_nodes, device=device)
-    return reader(g.embeddings.to(device), g.edge_index.to(device), g.edge_type.to(device), g.edge_attr.to(device),
-                  ex.query_embeddings[rows].to(device), start)
+    return reader(
+        g.embeddings.to(device),
+        g.edge_index.to(device),
+        g.edge_type.to(device),
+        g.edge_attr.to(device),
+        ex.query_embeddings[rows].to(device),
+        start,
+    )
 
 
 # ---------------------------------------------------------------------- evaluation
@@ -147,30 +156,37 @@ def gold_mask(ex: ReaderExample) -> Tensor:
 def walk_recall(ex: ReaderExample, scores: Tensor, budget: Budget) -> Tensor:
     """``[B]`` evidence recall ``|loaded ∩ gold| / |gold|`` of the batched walk ranked by ``scores``."""
     gold = gold_mask(ex)
-    entries = [list(e)[:budget.max_entries] for e in ex.entries]
+    entries = [list(e)[: budget.max_entries] for e in ex.entries]
     loaded = batched_walk(ex.graph, entries, scores, budget).loaded_mask()
     return (loaded & gold).sum(1).float() / gold.sum(1).clamp(min=1).float()
 
 
 @torch.no_grad()
-def evidence_recall(reader: GNNReader, examples: Sequence[ReaderExample], budget: Budget, device: str = "cpu",
-                    chunk: int = 256) -> float:
+def evidence_recall(
+    reader: GNNReader, examples: Sequence[ReaderExample], budget: Budget, device: str = "cpu", chunk: int = 256
+) -> float:
     """Mean ``|loaded ∩ gold| / |gold|`` of the ``gnn`` walk under ``budget`` over all questions."""
     reader.eval()
     total, count = 0.0, 0
     for ex in examples:
         rows = list(range(len(ex.gold)))
-        scores = torch.cat([_batch_scores(reader, ex, rows[lo:lo + chunk], device).cpu()
-                            for lo in range(0, len(rows), chunk)])
+        scores = torch.cat(
+            [_batch_scores(reader, ex, rows[lo : lo + chunk], device).cpu() for lo in range(0, len(rows), chunk)]
+        )
         total += float(walk_recall(ex, scores, budget).sum())
         count += len(rows)
     return total / max(count, 1)
 
 
 # ---------------------------------------------------------------------- training
-def train_reader(train: Sequence[ReaderExample], cfg: GNNTrainConfig, budget: Budget,
-                 val: Sequence[ReaderExample] | None = None, reader: GNNReader | None = None,
-                 progress: bool = False) -> tuple[GNNReader, list[dict]]:
+def train_reader(
+    train: Sequence[ReaderExample],
+    cfg: GNNTrainConfig,
+    budget: Budget,
+    val: Sequence[ReaderExample] | None = None,
+    reader: GNNReader | None = None,
+    progress: bool = False,
+) -> tuple[GNNReader, list[dict]]:
     """Train (or fine-tune ``reader``) and return the best-on-validation reader and per-epoch history.
 
     Without ``val`` the last epoch is kept. Deterministic on CPU for a fixed ``cfg.seed``.
@@ -180,18 +196,29 @@ def train_reader(train: Sequence[ReaderExample], cfg: GNNTrainConfig, budget: Bu
     device = torch.device(cfg.device)
     if reader is None:
         g0 = train[0].graph
-        reader = GNNReader(ReaderConfig(input_dim=g0.dim, hidden_dim=cfg.hidden_dim, num_relations=len(g0.relations),
-                                        edge_dim=int(g0.edge_attr.shape[1]), num_layers=cfg.num_layers,
-                                        add_inverse=cfg.add_inverse))
+        reader = GNNReader(
+            ReaderConfig(
+                input_dim=g0.dim,
+                hidden_dim=cfg.hidden_dim,
+                num_relations=len(g0.relations),
+                edge_dim=int(g0.edge_attr.shape[1]),
+                num_layers=cfg.num_layers,
+                add_inverse=cfg.add_inverse,
+            )
+        )
     reader.to(device)
     opt = torch.optim.Adam(reader.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    batches = [(k, list(range(lo, min(lo + cfg.query_batch, len(ex.gold)))))
-               for k, ex in enumerate(train) for lo in range(0, len(ex.gold), cfg.query_batch)]
+    batches = [
+        (k, list(range(lo, min(lo + cfg.query_batch, len(ex.gold)))))
+        for k, ex in enumerate(train)
+        for lo in range(0, len(ex.gold), cfg.query_batch)
+    ]
     history: list[dict] = []
     best_state, best_val = None, -1.0
     epochs = range(cfg.epochs)
     if progress:
         from tqdm import tqdm
+
         epochs = tqdm(epochs, desc="reader")
     for epoch in epochs:
         reader.train()
@@ -203,7 +230,11 @@ def train_reader(train: Sequence[ReaderExample], cfg: GNNTrainConfig, budget: Bu
             positive = torch.zeros_like(scores, dtype=torch.bool)
             for b, i in enumerate(rows):
                 positive[b, ex.gold[i]] = True
-            loss = ranking_loss(scores, positive) if cfg.loss == "ranking" else weighted_bce_loss(scores, positive, cfg.pos_weight)
+            loss = (
+                ranking_loss(scores, positive)
+                if cfg.loss == "ranking"
+                else weighted_bce_loss(scores, positive, cfg.pos_weight)
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -212,14 +243,19 @@ def train_reader(train: Sequence[ReaderExample], cfg: GNNTrainConfig, budget: Bu
         if val:
             row["val_recall"] = evidence_recall(reader, val, budget, cfg.device, cfg.eval_chunk)
             if row["val_recall"] > best_val:
-                best_val, best_state = row["val_recall"], {k: v.detach().clone() for k, v in reader.state_dict().items()}
+                best_val, best_state = (
+                    row["val_recall"],
+                    {k: v.detach().clone() for k, v in reader.state_dict().items()},
+                )
         history.append(row)
     if best_state is not None:
         reader.load_state_dict(best_state)
     return reader.cpu().eval(), history
 
 
-def save_checkpoint(reader: GNNReader, path: str | Path, cfg: GNNTrainConfig | None = None, metrics: dict | None = None) -> Path:
+def save_checkpoint(
+    reader: GNNReader, path: str | Path, cfg: GNNTrainConfig | None = None, metrics: dict | None = None
+) -> Path:
     """Write ``reader.checkpoint()`` (plus training settings) atomically; loads with ``weights_only=True``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -234,8 +270,9 @@ def save_checkpoint(reader: GNNReader, path: str | Path, cfg: GNNTrainConfig | N
     return path
 
 
-def graph_split(names: Sequence[str], k: int = 5, fold: int = 0, seed: int = 0,
-                val_fraction: float = 0.2) -> dict[str, list[str]]:
+def graph_split(
+    names: Sequence[str], k: int = 5, fold: int = 0, seed: int = 0, val_fraction: float = 0.2
+) -> dict[str, list[str]]:
     """``train`` / ``val`` / ``test`` graph names of fold ``fold`` of :func:`rl.splits.conversation_folds`
     (the split the router's training script uses for the same ``k``, ``seed`` and ``val_fraction``)."""
     split = conversation_folds(list(names), k=k, seed=seed, val_fraction=val_fraction)[fold]

@@ -36,9 +36,13 @@ from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
 
 LOOSE_TRIPLE_RE = re.compile(r"^\s*\(\s*[^|()\[\]]+?\s*\|\s*[^|()\[\]]+?\s*\|\s*[^|()\[\]]+?\s*\)")
-TRIPLE_RE = re.compile(r"^\s*\(\s*([^|()\[\]]+?)\s*\|\s*([^|()\[\]]+?)\s*\|\s*([^|()\[\]]+?)\s*\)\s*\[\s*([^\[\]]+?)\s*\]\s*$")
-PROMPT_HEAD = ("Extract knowledge triples from the memory fragments. Write one per line as\n"
-               "(head | relation | tail) [fragment id]\nfor example: (Alice | adopted | a puppy) [F3]\nFragments:\n")
+TRIPLE_RE = re.compile(
+    r"^\s*\(\s*([^|()\[\]]+?)\s*\|\s*([^|()\[\]]+?)\s*\|\s*([^|()\[\]]+?)\s*\)\s*\[\s*([^\[\]]+?)\s*\]\s*$"
+)
+PROMPT_HEAD = (
+    "Extract knowledge triples from the memory fragments. Write one per line as\n"
+    "(head | relation | tail) [fragment id]\nfor example: (Alice | adopted | a puppy) [F3]\nFragments:\n"
+)
 
 
 @dataclass
@@ -63,7 +67,9 @@ class WriterConfig:
     """weight of the format reward"""
     format_partial: float = 0.5
     """line credit c of a triple whose anchor is not a fragment of the task (c/2 without an anchor)"""
-    reader_budget: dict = field(default_factory=lambda: {"max_entries": 2, "top_k_neighbors": 2, "max_hops": 2, "max_nodes": 4})
+    reader_budget: dict = field(
+        default_factory=lambda: {"max_entries": 2, "top_k_neighbors": 2, "max_hops": 2, "max_nodes": 4}
+    )
     """Budget the frozen reader retrieves under (k = max_nodes)"""
     max_steps: int = 20
     """GRPO optimizer steps"""
@@ -107,8 +113,9 @@ class WriterTask:
         return PROMPT_HEAD + "\n".join(lines) + "\nTriples:\n"
 
 
-def tasks_from_graph(graph: MemoryGraph, name: str, query_embeddings: Tensor, evidence: Sequence[Sequence[str]],
-                     fragments_per_task: int) -> list[WriterTask]:
+def tasks_from_graph(
+    graph: MemoryGraph, name: str, query_embeddings: Tensor, evidence: Sequence[Sequence[str]], fragments_per_task: int
+) -> list[WriterTask]:
     """Windows of consecutive nodes; a question joins each window holding some of its gold nodes."""
     tasks = []
     for lo in range(0, graph.num_nodes, fragments_per_task):
@@ -118,8 +125,16 @@ def tasks_from_graph(graph: MemoryGraph, name: str, query_embeddings: Tensor, ev
         picked = [(k, [e for e in ev if e in inside]) for k, ev in enumerate(evidence)]
         picked = [(k, g) for k, g in picked if g]
         if picked:
-            tasks.append(WriterTask(f"{name}@{lo}", ids, [graph.texts[r] for r in rows], graph.embeddings[rows],
-                                    query_embeddings[[k for k, _ in picked]].float(), [g for _, g in picked]))
+            tasks.append(
+                WriterTask(
+                    f"{name}@{lo}",
+                    ids,
+                    [graph.texts[r] for r in rows],
+                    graph.embeddings[rows],
+                    query_embeddings[[k for k, _ in picked]].float(),
+                    [g for _, g in picked],
+                )
+            )
     return tasks
 
 
@@ -131,8 +146,13 @@ def tasks_from_graphset(graphset, question_indices: Sequence[int], fragments_per
     tasks = []
     for name in sorted(by_graph):
         idx = by_graph[name]
-        tasks += tasks_from_graph(graphset.graphs[name], name, graphset.query_embeddings[idx],
-                                  [graphset.questions[i].evidence for i in idx], fragments_per_task)
+        tasks += tasks_from_graph(
+            graphset.graphs[name],
+            name,
+            graphset.query_embeddings[idx],
+            [graphset.questions[i].evidence for i in idx],
+            fragments_per_task,
+        )
     return tasks
 
 
@@ -172,7 +192,9 @@ def repetition_rate(triples: Sequence[tuple]) -> float:
     return (len(triples) - len(set(triples))) / len(triples) if triples else 0.0
 
 
-def entity_edges(triples: Sequence[tuple[str, str, str, str]], fragment_ids: Sequence[str]) -> tuple[list[int], list[int]]:
+def entity_edges(
+    triples: Sequence[tuple[str, str, str, str]], fragment_ids: Sequence[str]
+) -> tuple[list[int], list[int]]:
     """Both directions between every pair of distinct fragments that mention a common entity."""
     row = {f: i for i, f in enumerate(fragment_ids)}
     mentions: dict[str, set[int]] = {}
@@ -230,8 +252,13 @@ class ReaderReward:
             pre += hit / len(got.loaded) if got.loaded else 0.0
         rec, pre = rec / len(task.gold), pre / len(task.gold)
         a, b = self.cfg.alpha, self.cfg.beta
-        return {"r_rec": rec, "r_pre": pre, "r_task": (a * rec + b * pre) / (a + b),
-                "rho_rep": repetition_rate(triples), "r_fmt": format_score(completion, task.fragment_ids, self.cfg.format_partial)}
+        return {
+            "r_rec": rec,
+            "r_pre": pre,
+            "r_task": (a * rec + b * pre) / (a + b),
+            "rho_rep": repetition_rate(triples),
+            "r_fmt": format_score(completion, task.fragment_ids, self.cfg.format_partial),
+        }
 
     def task_reward(self, prompts, completions, task_id, **_) -> list[float]:
         """``r_task - λ_rep ρ_rep`` per completion (trl reward-function signature)."""
@@ -243,12 +270,14 @@ class ReaderReward:
 
     def format_reward(self, prompts, completions, task_id, **_) -> list[float]:
         """``r_fmt`` per completion (trl reward-function signature)."""
-        return [format_score(_text(c), self.tasks[t].fragment_ids, self.cfg.format_partial)
-                for c, t in zip(completions, task_id)]
+        return [
+            format_score(_text(c), self.tasks[t].fragment_ids, self.cfg.format_partial)
+            for c, t in zip(completions, task_id)
+        ]
 
 
 def _text(completion) -> str:
-    if isinstance(completion, list):            # conversational completions: [{"role", "content"}]
+    if isinstance(completion, list):  # conversational completions: [{"role", "content"}]
         return "".join(m.get("content", "") for m in completion)
     return str(completion)
 
@@ -276,9 +305,18 @@ def load_writer(name: str, seed: int = 0):
     if name == "tiny":
         tok = byte_tokenizer()
         torch.manual_seed(seed)
-        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
-                          pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+        cfg = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=4096,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
         return LlamaForCausalLM(cfg), tok
     if name == "smollm2":
         import importlib.util
@@ -318,11 +356,24 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
     reward = ReaderReward(tasks, reader, cfg)
     data = Dataset.from_list([{"prompt": _prompt(t, cfg), "task_id": t.task_id} for t in tasks])
     args = GRPOConfig(
-        output_dir=cfg.output_dir, max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
-        num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
-        learning_rate=cfg.learning_rate, beta=cfg.kl_beta, epsilon=cfg.epsilon, loss_type="grpo",
-        num_iterations=cfg.num_iterations, temperature=cfg.temperature, reward_weights=[1.0, cfg.lambda_fmt],
-        logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False, seed=cfg.seed,
+        output_dir=cfg.output_dir,
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        learning_rate=cfg.learning_rate,
+        beta=cfg.kl_beta,
+        epsilon=cfg.epsilon,
+        loss_type="grpo",
+        num_iterations=cfg.num_iterations,
+        temperature=cfg.temperature,
+        reward_weights=[1.0, cfg.lambda_fmt],
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=cfg.seed,
         disable_tqdm=True,
     )
     history: list[dict] = []
@@ -332,15 +383,22 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
             if logs and "reward" in logs:
                 history.append({"step": state.global_step, **logs})
 
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward.task_reward, reward.format_reward], args=args,
-                          train_dataset=data, processing_class=tokenizer, callbacks=[Record()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[reward.task_reward, reward.format_reward],
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[Record()],
+    )
     trainer.train()
     return trainer, history
 
 
 @torch.no_grad()
-def write_triples(model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig,
-                  batch_size: int = 8) -> list[tuple[str, str, str, str]]:
+def write_triples(
+    model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig, batch_size: int = 8
+) -> list[tuple[str, str, str, str]]:
     """Greedy triples for every task, ``batch_size`` prompts per ``generate`` call (left padding);
     used to rebuild graphs after a writer update."""
     model.eval()
@@ -348,24 +406,39 @@ def write_triples(model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConf
     out = []
     try:
         for lo in range(0, len(tasks), batch_size):
-            part = tasks[lo:lo + batch_size]
+            part = tasks[lo : lo + batch_size]
             texts = [_prompt(t, cfg) for t in part]
             if cfg.chat_template:
                 texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in texts]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not cfg.chat_template)
-            gen = model.generate(**enc, max_new_tokens=cfg.max_completion_length, do_sample=False,
-                                 pad_token_id=tokenizer.pad_token_id)
-            for t, row in zip(part, gen[:, enc["input_ids"].shape[1]:]):
+            gen = model.generate(
+                **enc, max_new_tokens=cfg.max_completion_length, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+            for t, row in zip(part, gen[:, enc["input_ids"].shape[1] :]):
                 out += parse_triples(tokenizer.decode(row, skip_special_tokens=True), t.fragment_ids)[0]
     finally:
         tokenizer.padding_side = side
     return out
 
 
-def rewrite_graph(model, tokenizer, graph: MemoryGraph, cfg: WriterConfig, batch_size: int = 8) -> tuple[MemoryGraph, int]:
-    """Let the writer annotate every window of ``graph``; returns the graph with rewritten entity edges and the triple count."""
+def rewrite_graph(
+    model, tokenizer, graph: MemoryGraph, cfg: WriterConfig, batch_size: int = 8
+) -> tuple[MemoryGraph, int]:
+    """Let the writer annotate every window of ``graph``.
+
+    Returns the graph with rewritten entity edges and the triple count.
+    """
     k = cfg.fragments_per_task
-    windows = [WriterTask(f"w{lo}", graph.node_ids[lo:lo + k], graph.texts[lo:lo + k], graph.embeddings[lo:lo + k],
-                          torch.empty(0, graph.dim), []) for lo in range(0, graph.num_nodes, k)]
+    windows = [
+        WriterTask(
+            f"w{lo}",
+            graph.node_ids[lo : lo + k],
+            graph.texts[lo : lo + k],
+            graph.embeddings[lo : lo + k],
+            torch.empty(0, graph.dim),
+            [],
+        )
+        for lo in range(0, graph.num_nodes, k)
+    ]
     triples = write_triples(model, tokenizer, windows, cfg, batch_size)
     return rewrite_entity_edges(graph, triples), len(triples)

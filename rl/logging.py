@@ -22,8 +22,11 @@ class PrintLogger:
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         if step % self.every == 0:
-            parts = [f"{k}={metrics[k]:.4g}" if isinstance(metrics[k], float) else f"{k}={metrics[k]}"
-                     for k in self.keys if k in metrics]
+            parts = [
+                f"{k}={metrics[k]:.4g}" if isinstance(metrics[k], float) else f"{k}={metrics[k]}"
+                for k in self.keys
+                if k in metrics
+            ]
             print(" ".join(parts), flush=True)
 
 

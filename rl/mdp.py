@@ -29,7 +29,6 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.batched import segments
 
-
 ACTION_SPACES = ("frontier", "node")
 
 
@@ -85,8 +84,16 @@ class GraphUnion:
         rowptr = torch.zeros(n + 1, dtype=torch.long)
         rowptr[1:] = torch.cumsum(torch.bincount(src, minlength=n), 0)
         dev = torch.device(device)
-        return cls(names, x.to(dev), edge_index.to(dev), edge_type.to(dev), rowptr.to(dev), perm.to(dev),
-                   node_offset.to(dev), edge_offset.to(dev))
+        return cls(
+            names,
+            x.to(dev),
+            edge_index.to(dev),
+            edge_type.to(dev),
+            rowptr.to(dev),
+            perm.to(dev),
+            node_offset.to(dev),
+            edge_offset.to(dev),
+        )
 
     @property
     def device(self) -> torch.device:
@@ -102,7 +109,8 @@ class GraphUnion:
 
 @dataclass
 class TraversalState:
-    """Per-episode state: current node ``[B]``, visited ``[B, L]`` (-1 padded), hop, done ``[B]``, reached ``[B, G]``."""
+    """Per-episode state: current node ``[B]``, visited ``[B, L]`` (-1 padded), hop, done ``[B]``,
+    reached ``[B, G]``."""
 
     current: Tensor
     visited: Tensor

@@ -12,7 +12,8 @@ The router and intent head use Adam at ``lr_router``, the edge features Adam at 
 Gradients are clipped to ``max_grad_norm``. Actions are sampled with noise keyed by
 (seed, epoch, step, episode index in the batch), so a run is reproducible and, under
 ``torchrun``, N ranks each rolling out a slice of the batch reproduce one process
-(:mod:`rl.distributed` says what is reduced; rank 0 alone validates, logs and checkpoints). Model selection is on validation evidence recall of
+(:mod:`rl.distributed` says what is reduced; rank 0 alone validates, logs and checkpoints).
+Model selection is on validation evidence recall of
 the policy walking at question time under the evaluation budget.
 """
 
@@ -113,21 +114,35 @@ class TrainConfig:
         for name in ("epochs", *positive):  # epochs = 0: the initialised modules, untrained
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (name in positive):
-                raise ValueError(f"trainer.{name} must be a {'positive' if name in positive else 'non-negative'} "
-                                 f"integer, got {value!r}")
+                raise ValueError(
+                    f"trainer.{name} must be a {'positive' if name in positive else 'non-negative'} "
+                    f"integer, got {value!r}"
+                )
         for name in ("lr_router", "lr_edges", "temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"trainer.{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("gamma", "baseline_beta"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"trainer.{name} must lie in [0, 1], got {getattr(self, name)!r}")
-        for name in ("anchor_lambda", "max_grad_norm", "entropy_coef", "step_penalty", "timeout_penalty", "relation_dim"):
+        for name in (
+            "anchor_lambda",
+            "max_grad_norm",
+            "entropy_coef",
+            "step_penalty",
+            "timeout_penalty",
+            "relation_dim",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"trainer.{name} must be >= 0, got {getattr(self, name)!r}")
-        choices = {"device": None, "dtype": ("float32", "float64"), "router_head": ("mlp", "linear"),
-                   "router_mode": ("learned", "fixed"), "action_space": ("frontier", "node"),
-                   "intent": ("prototype", "head", "uniform", "external"),
-                   "edge_init": ("phase1", "onehot")}
+        choices = {
+            "device": None,
+            "dtype": ("float32", "float64"),
+            "router_head": ("mlp", "linear"),
+            "router_mode": ("learned", "fixed"),
+            "action_space": ("frontier", "node"),
+            "intent": ("prototype", "head", "uniform", "external"),
+            "edge_init": ("phase1", "onehot"),
+        }
         for name, allowed in choices.items():
             if allowed is not None and getattr(self, name) not in allowed:
                 raise ValueError(f"trainer.{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -151,10 +166,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else ("cpu" if name == "auto" else name))
 
 
-def build_modules(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], dim: int) -> tuple[QueryRouter, RelationIntent, EdgeFeatures]:
+def build_modules(
+    cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], dim: int
+) -> tuple[QueryRouter, RelationIntent, EdgeFeatures]:
     """Router, intent and edge features as ``cfg`` describes (seed the RNG first for a fixed init)."""
-    router = QueryRouter(dim, hidden=cfg.hidden, relation_dim=cfg.relation_dim, head=cfg.router_head, mode=cfg.router_mode,
-                         similarities=cfg.similarities)
+    router = QueryRouter(
+        dim,
+        hidden=cfg.hidden,
+        relation_dim=cfg.relation_dim,
+        head=cfg.router_head,
+        mode=cfg.router_mode,
+        similarities=cfg.similarities,
+    )
     intent = RelationIntent(dim, kind=cfg.intent if cfg.router_mode == "learned" else "uniform")
     edges = EdgeFeatures(graphs, init=cfg.edge_init, trainable=cfg.train_edges)
     return router, intent, edges
@@ -168,12 +191,18 @@ def gold_rows(graph: MemoryGraph, question: Question) -> list[int]:
 def _padded(rows: Sequence[Sequence[int]]) -> torch.Tensor:
     out = torch.full((len(rows), max([len(r) for r in rows] + [1])), -1, dtype=torch.long)
     for i, r in enumerate(rows):
-        out[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
     return out
 
 
-def prepare_questions(union: GraphUnion, graphs: Mapping[str, MemoryGraph], questions: Sequence[Question],
-                      embeddings: torch.Tensor, budget: Budget, entry_selector) -> dict[str, torch.Tensor]:
+def prepare_questions(
+    union: GraphUnion,
+    graphs: Mapping[str, MemoryGraph],
+    questions: Sequence[Question],
+    embeddings: torch.Tensor,
+    budget: Budget,
+    entry_selector,
+) -> dict[str, torch.Tensor]:
     """Training tensors: query embeddings, global entry rows (selector order) and gold rows, ``-1`` padded.
 
     Questions without any gold node in their graph are dropped (they carry no learning signal).
@@ -195,18 +224,31 @@ def prepare_questions(union: GraphUnion, graphs: Mapping[str, MemoryGraph], ques
     return {"q": embeddings[order].float(), "index": order, "entries": _padded(entries), "gold": _padded(gold)}
 
 
-def validation_recall(router: QueryRouter, intent: RelationIntent, edges: EdgeFeatures, graphs: Mapping[str, MemoryGraph],
-                      questions: Sequence[Question], embeddings: torch.Tensor, budget: Budget, entry_selector="embedding",
-                      intent_provider: IntentProvider | None = None, device: str | torch.device = "cpu") -> float:
+def validation_recall(
+    router: QueryRouter,
+    intent: RelationIntent,
+    edges: EdgeFeatures,
+    graphs: Mapping[str, MemoryGraph],
+    questions: Sequence[Question],
+    embeddings: torch.Tensor,
+    budget: Budget,
+    entry_selector="embedding",
+    intent_provider: IntentProvider | None = None,
+    device: str | torch.device = "cpu",
+) -> float:
     """Mean evidence recall of the router walking at question time (gold joined after retrieval)."""
     from graphmem.eval.harness import run_retrievals
     from graphmem.eval.metrics import resolvable_evidence
     from graphmem.policies.router import RouterPolicy
 
-    live = {name: dataclasses.replace(g, edge_attr=edges.of(name).detach().cpu().float(), _cache={})
-            for name, g in graphs.items() if name in {q.graph for q in questions}}
-    policy = RouterPolicy(router=router, intent=intent, device=str(device), entry_selector=entry_selector,
-                          intent_provider=intent_provider)
+    live = {
+        name: dataclasses.replace(g, edge_attr=edges.of(name).detach().cpu().float(), _cache={})
+        for name, g in graphs.items()
+        if name in {q.graph for q in questions}
+    }
+    policy = RouterPolicy(
+        router=router, intent=intent, device=str(device), entry_selector=entry_selector, intent_provider=intent_provider
+    )
     queries = [Query(q.qid, q.text, embeddings[i]) for i, q in enumerate(questions)]
     retrievals, _ = run_retrievals(policy, live, queries, [q.graph for q in questions], budget)
     recalls = []
@@ -229,10 +271,19 @@ def _to_device(obj: Any, device: str | torch.device) -> Any:
     return obj
 
 
-def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequence[Question], embeddings: torch.Tensor,
-          val_questions: Sequence[Question] = (), val_embeddings: torch.Tensor | None = None, budget: Budget = Budget(),
-          logger: Logger | None = None, entry_selector="embedding", intent_provider: IntentProvider | None = None,
-          world: World | None = None) -> TrainResult:
+def train(
+    cfg: TrainConfig,
+    graphs: Mapping[str, MemoryGraph],
+    questions: Sequence[Question],
+    embeddings: torch.Tensor,
+    val_questions: Sequence[Question] = (),
+    val_embeddings: torch.Tensor | None = None,
+    budget: Budget = Budget(),
+    logger: Logger | None = None,
+    entry_selector="embedding",
+    intent_provider: IntentProvider | None = None,
+    world: World | None = None,
+) -> TrainResult:
     """Train on ``questions`` over ``graphs`` (edge features are kept for every graph in ``graphs``).
 
     ``world`` (default: the initialised process group, else one process) shards each batch's
@@ -248,8 +299,10 @@ def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequen
     router, intent, edges = router.to(device, dtype), intent.to(device, dtype), edges.to(device, dtype)
     union = GraphUnion.build(graphs, device)
     union.x = union.x.to(dtype)
-    data = {k: v.to(device, dtype) if v.is_floating_point() else v.to(device)
-            for k, v in prepare_questions(union, graphs, questions, embeddings, budget, selector).items()}
+    data = {
+        k: v.to(device, dtype) if v.is_floating_point() else v.to(device)
+        for k, v in prepare_questions(union, graphs, questions, embeddings, budget, selector).items()
+    }
     external = None
     if intent.kind == "external":
         if intent_provider is None:
@@ -267,17 +320,31 @@ def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequen
     n_train = int(data["q"].shape[0])
 
     def snapshot(epoch: int) -> dict[str, Any]:
-        return {**arch, "router": router.state_dict(), "intent": intent.state_dict(), "edges": edges.state_dict(),
-                "edge_names": edges.names, "fingerprint": fingerprint, "config": asdict(cfg), "epoch": epoch,
-                "baseline": baseline, "history": result.history, "best_epoch": result.best_epoch,
-                "best_score": result.best_score, "rng": rng_state(), "order_rng": order_gen.get_state(),
-                "opt_router": opt_router.state_dict() if opt_router else {},
-                "opt_edges": opt_edges.state_dict() if opt_edges else {}}
+        return {
+            **arch,
+            "router": router.state_dict(),
+            "intent": intent.state_dict(),
+            "edges": edges.state_dict(),
+            "edge_names": edges.names,
+            "fingerprint": fingerprint,
+            "config": asdict(cfg),
+            "epoch": epoch,
+            "baseline": baseline,
+            "history": result.history,
+            "best_epoch": result.best_epoch,
+            "best_score": result.best_score,
+            "rng": rng_state(),
+            "order_rng": order_gen.get_state(),
+            "opt_router": opt_router.state_dict() if opt_router else {},
+            "opt_edges": opt_edges.state_dict() if opt_edges else {},
+        }
 
     # ------------------------------------------------------------------ resume
     if cfg.resume and ckpt_dir is not None and world.broadcast_object((ckpt_dir / "last.pt").is_file(), device):
         st = load_checkpoint(ckpt_dir / "last.pt", fingerprint, arch, map_location="cpu") if world.is_main else None
-        st = world.broadcast_object(st, device)  # rank 0's file: no shared filesystem needed; load_state_dict moves to device
+        st = world.broadcast_object(
+            st, device
+        )  # rank 0's file: no shared filesystem needed; load_state_dict moves to device
         router.load_state_dict(st["router"]), intent.load_state_dict(st["intent"]), edges.load_state_dict(st["edges"])
         if opt_router:
             opt_router.load_state_dict(st["opt_router"])
@@ -292,7 +359,7 @@ def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequen
         t0, stats = time.perf_counter(), {"return": [], "success": [], "loss": [], "episodes": 0}
         perm = torch.randperm(n_train, generator=order_gen).to(device)
         for step, lo in enumerate(range(0, n_train if opt_router or opt_edges else 0, cfg.batch_size)):
-            rows = perm[lo:lo + cfg.batch_size]
+            rows = perm[lo : lo + cfg.batch_size]
             # ---------------------------------------------------------- rollout (this rank's slice of the batch)
             ep = make_episodes(rows, data["entries"][rows], data["gold"][rows], cfg.starts_per_question)
             mine = world.shard(len(ep), device)
@@ -304,9 +371,17 @@ def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequen
             # ---------------------------------------------------------- returns and advantages (global means)
             returns = traj.returns(cfg.gamma).to(dtype)
             acted = traj.acted.float()
-            totals = world.all_reduce_sum(torch.stack([
-                (returns * acted).sum().double(), acted.sum().double(), torch.tensor(len(ep), dtype=torch.float64, device=device),
-                traj.reward.sum().double(), traj.success.sum().double()]))
+            totals = world.all_reduce_sum(
+                torch.stack(
+                    [
+                        (returns * acted).sum().double(),
+                        acted.sum().double(),
+                        torch.tensor(len(ep), dtype=torch.float64, device=device),
+                        traj.reward.sum().double(),
+                        traj.success.sum().double(),
+                    ]
+                )
+            )
             n_acted, n_episodes = totals[1].clamp_min(1), max(float(totals[2]), 1.0)
             mean_return = float(totals[0] / n_acted)
             baseline = mean_return if baseline is None else baseline
@@ -338,18 +413,30 @@ def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequen
         stats["loss"] = world.all_reduce_sum(torch.tensor(stats["loss"], dtype=torch.float64, device=device)).tolist()
 
         # -------------------------------------------------------------- evaluate, log, checkpoint
-        row = {"epoch": epoch, "episodes": stats["episodes"], "baseline": baseline, "seconds": time.perf_counter() - t0,
-               **{k: float(np.mean(stats[k])) if stats[k] else float("nan") for k in ("return", "success", "loss")}}
+        row = {
+            "epoch": epoch,
+            "episodes": stats["episodes"],
+            "baseline": baseline,
+            "seconds": time.perf_counter() - t0,
+            **{k: float(np.mean(stats[k])) if stats[k] else float("nan") for k in ("return", "success", "loss")},
+        }
         improved = False
         if world.is_main and val_questions and ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs):
-            walker = (router, intent) if dtype == torch.float32 else (copy.deepcopy(router).float(), copy.deepcopy(intent).float())
-            row["val_recall"] = validation_recall(*walker, edges, graphs, val_questions, val_embeddings, budget,
-                                                  selector, intent_provider, device)
+            walker = (
+                (router, intent)
+                if dtype == torch.float32
+                else (copy.deepcopy(router).float(), copy.deepcopy(intent).float())
+            )
+            row["val_recall"] = validation_recall(
+                *walker, edges, graphs, val_questions, val_embeddings, budget, selector, intent_provider, device
+            )
             improved = not (row["val_recall"] <= result.best_score)  # also true for the first (best is NaN)
             if improved:
                 result.best_epoch, result.best_score = epoch, row["val_recall"]
-                result.best_state = {k: {n: t.detach().clone() for n, t in m.state_dict().items()}
-                                     for k, m in (("router", router), ("intent", intent), ("edges", edges))}
+                result.best_state = {
+                    k: {n: t.detach().clone() for n, t in m.state_dict().items()}
+                    for k, m in (("router", router), ("intent", intent), ("edges", edges))
+                }
         result.history.append(row)
         if logger is not None and world.is_main:
             logger.log(row, step=epoch)
@@ -364,7 +451,8 @@ def train(cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], questions: Sequen
         result.best_state = load_checkpoint(ckpt_dir / "best.pt", fingerprint, arch, map_location=device)
     if world.distributed:  # every rank returns rank 0's selection
         result.best_epoch, result.best_score, best = world.broadcast_object(
-            (result.best_epoch, result.best_score, _to_device(result.best_state, "cpu")), device)
+            (result.best_epoch, result.best_score, _to_device(result.best_state, "cpu")), device
+        )
         result.best_state = best
     if result.best_state is not None:  # keep the modules of the best validation epoch
         router.load_state_dict(result.best_state["router"]), intent.load_state_dict(result.best_state["intent"])

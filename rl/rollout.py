@@ -68,7 +68,9 @@ def _combine(h: Tensor, v: Tensor | int) -> Tensor:
     return _mix32(h ^ ((torch.as_tensor(v, device=h.device) & _MASK32) + 0x9E3779B9 + (h << 6) + (h >> 2)) & _MASK32)
 
 
-def episode_keys(seed: int, epoch: int, step: int, first: int, count: int, device: str | torch.device = "cpu") -> Tensor:
+def episode_keys(
+    seed: int, epoch: int, step: int, first: int, count: int, device: str | torch.device = "cpu"
+) -> Tensor:
     """``[count]`` int64 keys of episodes ``first .. first+count-1`` of optimizer step ``(epoch, step)``."""
     h = _mix32(torch.tensor(seed & _MASK32, dtype=torch.long, device=device))
     h = _combine(_combine(h, epoch), step)
@@ -78,7 +80,7 @@ def episode_keys(seed: int, epoch: int, step: int, first: int, count: int, devic
 def keyed_uniform(keys: Tensor, hop: int, edges: Tensor) -> Tensor:
     """Uniforms in ``(0, 1)`` (float64) as a pure function of (episode key, hop, global edge id)."""
     h = _combine(_combine(keys, hop), edges)
-    return (h.double() + 0.5) / 2.0 ** 32
+    return (h.double() + 0.5) / 2.0**32
 
 
 def make_episodes(query: Tensor, entries: Tensor, gold: Tensor, starts_per_question: int) -> Episodes:
@@ -127,9 +129,20 @@ def _segment_choice(key: Tensor, seg: Tensor, num: int) -> tuple[Tensor, Tensor]
     return has, first.clamp(max=max(key.numel() - 1, 0))
 
 
-def rollout(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr: Tensor, union: GraphUnion, episodes: Episodes,
-            config: MDPConfig = MDPConfig(), temperature: float = 1.0, greedy: bool = False,
-            generator: torch.Generator | None = None, forced: Tensor | None = None, keys: Tensor | None = None) -> Trajectory:
+def rollout(
+    router: QueryRouter,
+    q: Tensor,
+    intent: Tensor,
+    edge_attr: Tensor,
+    union: GraphUnion,
+    episodes: Episodes,
+    config: MDPConfig = MDPConfig(),
+    temperature: float = 1.0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    forced: Tensor | None = None,
+    keys: Tensor | None = None,
+) -> Trajectory:
     """Run all ``episodes`` together.
 
     Args:
@@ -191,10 +204,20 @@ def rollout(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr: Tensor, u
     return Trajectory(st["logp"], st["entropy"], st["reward"], st["acted"], st["edge"], mdp.success(state))
 
 
-def rollout_reference(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr: Tensor, union: GraphUnion,
-                      graphs: Mapping[str, MemoryGraph], episodes: Episodes, config: MDPConfig = MDPConfig(),
-                      temperature: float = 1.0, greedy: bool = False, generator: torch.Generator | None = None,
-                      forced: Tensor | None = None) -> Trajectory:
+def rollout_reference(
+    router: QueryRouter,
+    q: Tensor,
+    intent: Tensor,
+    edge_attr: Tensor,
+    union: GraphUnion,
+    graphs: Mapping[str, MemoryGraph],
+    episodes: Episodes,
+    config: MDPConfig = MDPConfig(),
+    temperature: float = 1.0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    forced: Tensor | None = None,
+) -> Trajectory:
     """Batch-1 reference: each episode alone, on its own graph's CSR, Python sets and ``torch.softmax``.
 
     Same arguments and output layout as :func:`rollout` (``[T, B]``, ``T = config.max_hops``).
@@ -217,7 +240,7 @@ def rollout_reference(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr:
         if gold and reached == gold:
             success[i] = True
             continue
-        m = router.modulation(q[i:i + 1], intent[i:i + 1])
+        m = router.modulation(q[i : i + 1], intent[i : i + 1])
         frontier = [cur] + [int(v) for v in episodes.entries[i].tolist() if v >= 0 and int(v) != cur]
         for t in range(horizon):
             sources = frontier if config.action_space == "frontier" else [cur]
@@ -227,11 +250,19 @@ def rollout_reference(router: QueryRouter, q: Tensor, intent: Tensor, edge_attr:
                 break
             tgt = graph.edge_index[1, out].to(q.device)
             gid = out.to(q.device) + e0
-            qn = torch.nn.functional.normalize(q[i:i + 1], dim=-1).expand(out.numel(), -1)
+            qn = torch.nn.functional.normalize(q[i : i + 1], dim=-1).expand(out.numel(), -1)
             xs = x[graph.edge_index[0, out].to(q.device)]
-            s = router.score(m, edge_attr[gid], graph.edge_type[out].to(q.device),
-                             torch.zeros(out.numel(), dtype=torch.long, device=q.device), (qn * x[tgt]).sum(-1),
-                             edge_similarities(qn, xs, x[tgt]) if router.similarities else None) / temperature
+            s = (
+                router.score(
+                    m,
+                    edge_attr[gid],
+                    graph.edge_type[out].to(q.device),
+                    torch.zeros(out.numel(), dtype=torch.long, device=q.device),
+                    (qn * x[tgt]).sum(-1),
+                    edge_similarities(qn, xs, x[tgt]) if router.similarities else None,
+                )
+                / temperature
+            )
             p = torch.softmax(s, 0)
             if forced is not None:
                 if int(forced[t, i]) < 0:

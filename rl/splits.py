@@ -33,8 +33,8 @@ def conversation_folds(names: Sequence[str], k: int = 5, seed: int = 0, val_frac
     bounds = [round(i * n / k) for i in range(k + 1)]
     splits = []
     for i in range(k):
-        test = order[bounds[i]:bounds[i + 1]]
-        rest = order[bounds[i + 1]:] + order[:bounds[i]]
+        test = order[bounds[i] : bounds[i + 1]]
+        rest = order[bounds[i + 1] :] + order[: bounds[i]]
         n_v = min(n_val, len(rest) - 1)
         if not test or n_v < 1:
             raise ValueError(f"fold {i}: {n} graphs are too few for {k} folds with validation")
@@ -51,8 +51,9 @@ class QuestionSplit:
     test: tuple[str, ...]
 
 
-def within_conversation_split(qids: Sequence[str], graphs: Sequence[str], test_fraction: float = 0.2,
-                              val_fraction: float = 0.2, seed: int = 0) -> QuestionSplit:
+def within_conversation_split(
+    qids: Sequence[str], graphs: Sequence[str], test_fraction: float = 0.2, val_fraction: float = 0.2, seed: int = 0
+) -> QuestionSplit:
     """Split the questions of each graph into train / validation / test parts.
 
     ``qids[i]`` is asked over ``graphs[i]``. Per graph, its question ids are sorted, shuffled by
@@ -76,8 +77,8 @@ def within_conversation_split(qids: Sequence[str], graphs: Sequence[str], test_f
         n_val = min(round(val_fraction * n), max(0, n - 1 - n_test))
         for q in order[:n_test]:
             part[q] = "test"
-        for q in order[n_test:n_test + n_val]:
+        for q in order[n_test : n_test + n_val]:
             part[q] = "val"
-        for q in order[n_test + n_val:]:
+        for q in order[n_test + n_val :]:
             part[q] = "train"
     return QuestionSplit(*(tuple(q for q in qids if part[q] == p) for p in ("train", "val", "test")))

@@ -29,8 +29,15 @@ def _update(traj, opt, gamma: float = 0.99) -> None:
     opt.step()
 
 
-def training_throughput(nodes: int = 2000, dim: int = 64, batch: int = 1024, single: int = 64, repeats: int = 3,
-          device: str = "cpu", seed: int = 0) -> dict:
+def training_throughput(
+    nodes: int = 2000,
+    dim: int = 64,
+    batch: int = 1024,
+    single: int = 64,
+    repeats: int = 3,
+    device: str = "cpu",
+    seed: int = 0,
+) -> dict:
     """Episodes/s of batch-1 and batched training steps on ``device`` (see module docstring)."""
     torch.manual_seed(seed)
     dev = torch.device(device)
@@ -52,7 +59,9 @@ def training_throughput(nodes: int = 2000, dim: int = 64, batch: int = 1024, sin
         if batched:
             traj = rollout(router, qe, pi, edges(), union, ep, cfg, generator=sample)
         else:
-            traj = rollout_reference(router, qe, pi, edges(), union, graphs, ep, cfg, generator=torch.Generator().manual_seed(0))
+            traj = rollout_reference(
+                router, qe, pi, edges(), union, graphs, ep, cfg, generator=torch.Generator().manual_seed(0)
+            )
         _update(traj, opt)
         return len(ep)
 
@@ -66,10 +75,21 @@ def training_throughput(nodes: int = 2000, dim: int = 64, batch: int = 1024, sin
         return count / (time.perf_counter() - t0)
 
     step(torch.arange(min(8, n), device=dev), True)  # warm-up
-    one = max(timed(lambda: sum(step(torch.tensor([i], device=dev), False) for i in range(single))) for _ in range(repeats))
+    one = max(
+        timed(lambda: sum(step(torch.tensor([i], device=dev), False) for i in range(single))) for _ in range(repeats)
+    )
     many = max(timed(lambda: step(torch.arange(batch, device=dev), True)) for _ in range(repeats))
     with PeakMemory(dev) as mem:
         step(torch.arange(batch, device=dev), True)
-    return {"device": str(dev), "nodes": nodes, "edges": graphs["synthetic"].num_edges, "dim": dim, "batch": batch,
-            "batch1_episodes_per_s": one, "batched_episodes_per_s": many, "speedup": many / one,
-            "batched_step_peak_mb": mem.peak_mb, "torch_threads": torch.get_num_threads()}
+    return {
+        "device": str(dev),
+        "nodes": nodes,
+        "edges": graphs["synthetic"].num_edges,
+        "dim": dim,
+        "batch": batch,
+        "batch1_episodes_per_s": one,
+        "batched_episodes_per_s": many,
+        "speedup": many / one,
+        "batched_step_peak_mb": mem.peak_mb,
+        "torch_threads": torch.get_num_threads(),
+    }

@@ -25,8 +25,11 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--single", type=int, default=64, help="episodes timed at batch 1")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                    help="a device, or several separated by commas (the first is the reference)")
+    ap.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="a device, or several separated by commas (the first is the reference)",
+    )
     ap.add_argument("--out", default="outputs/benchmark/train_episodes.json")
     args = ap.parse_args()
     devices = [d.strip() for d in args.device.split(",") if d.strip()]

@@ -55,7 +55,7 @@ def make_queries(graph, num: int, noise: float, seed: int) -> list[Query]:
     """Queries near random nodes: ``x_v + noise * N(0, I)``."""
     gen = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, graph.num_nodes, (num,), generator=gen)
-    emb = graph.embeddings[rows] + noise * torch.randn(num, graph.dim, generator=gen) / graph.dim ** 0.5
+    emb = graph.embeddings[rows] + noise * torch.randn(num, graph.dim, generator=gen) / graph.dim**0.5
     return [Query(f"bench-{i}", f"synthetic query {i}", emb[i]) for i in range(num)]
 
 
@@ -64,10 +64,14 @@ def build_policy(name: str, graph, seed: int, device: str = "cpu"):
     torch.manual_seed(seed)
     if name == "router":
         from models.router import QueryRouter
+
         return make_policy("router", router=QueryRouter(graph.dim, num_relations=len(graph.relations)), device=device)
     if name == "gnn":
         from models.gnn_reader import GNNReader
-        return make_policy("gnn", reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)), device=device)
+
+        return make_policy(
+            "gnn", reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)), device=device
+        )
     return make_policy(name, device=device)
 
 
@@ -123,12 +127,20 @@ def time_policy(policy, graph, queries: list[Query], budget: Budget, repeats: in
     n, m = len(queries), len(few)
     loop_q, single_q, batch_q = loop / m, single / m, batch / n
     return {
-        "queries": n, "loop_queries": m, "setup_s": round(setup, 4), "device": device,
-        "single_peak_mb": one_mem.peak_mb, "batched_peak_mb": batch_mem.peak_mb,
-        "loop_ms_per_query": 1e3 * loop_q, "loop_ms_median": 1e3 * statistics.median(lat),
-        "single_batch_ms_per_query": 1e3 * single_q, "batched_ms_per_query": 1e3 * batch_q,
-        "loop_qps": 1 / loop_q, "batched_qps": 1 / batch_q,
-        "batched_over_loop": loop_q / batch_q, "batched_over_single": single_q / batch_q,
+        "queries": n,
+        "loop_queries": m,
+        "setup_s": round(setup, 4),
+        "device": device,
+        "single_peak_mb": one_mem.peak_mb,
+        "batched_peak_mb": batch_mem.peak_mb,
+        "loop_ms_per_query": 1e3 * loop_q,
+        "loop_ms_median": 1e3 * statistics.median(lat),
+        "single_batch_ms_per_query": 1e3 * single_q,
+        "batched_ms_per_query": 1e3 * batch_q,
+        "loop_qps": 1 / loop_q,
+        "batched_qps": 1 / batch_q,
+        "batched_over_loop": loop_q / batch_q,
+        "batched_over_single": single_q / batch_q,
         "mean_loaded": sum(len(r.loaded) for r in results) / n,
         "mean_tokens": sum(r.loaded_tokens for r in results) / n,
     }
@@ -136,10 +148,14 @@ def time_policy(policy, graph, queries: list[Query], budget: Budget, repeats: in
 
 # a bounded policy's two stages as its retrieve_batch runs them: select entries, then traverse from them
 TRAVERSALS = {
-    "beta_bfs": (lambda p, g, qs, b: entry_matrix(p.entries, g, qs, b, p.device),
-                 lambda p, g, qs, entries, b: p.traverse_batch(g, entries, b)),
-    "router": (lambda p, g, qs, b: p.select_entries(g, qs, b),  # entries and the [B, N] cosines the walk reuses
-               lambda p, g, qs, selected, b: p.traverse_batch(g, qs, selected[0], b, selected[1])),
+    "beta_bfs": (
+        lambda p, g, qs, b: entry_matrix(p.entries, g, qs, b, p.device),
+        lambda p, g, qs, entries, b: p.traverse_batch(g, entries, b),
+    ),
+    "router": (
+        lambda p, g, qs, b: p.select_entries(g, qs, b),  # entries and the [B, N] cosines the walk reuses
+        lambda p, g, qs, selected, b: p.traverse_batch(g, qs, selected[0], b, selected[1]),
+    ),
 }
 
 
@@ -151,8 +167,12 @@ def time_other_device(policy, graph, queries: list[Query], budget: Budget, repea
         policy.retrieve_batch(graph, queries, budget)
     # Retrieval lists are read back, so the device is synchronised when the call returns
     ms = 1e3 * fastest(lambda: policy.retrieve_batch(graph, queries, budget), repeats) / len(queries)
-    return {"batched_ms_per_query": ms, "batched_qps": 1e3 / ms, "batched_peak_mb": mem.peak_mb,
-            "speedup_over_main_device": main_ms / ms}
+    return {
+        "batched_ms_per_query": ms,
+        "batched_qps": 1e3 / ms,
+        "batched_peak_mb": mem.peak_mb,
+        "speedup_over_main_device": main_ms / ms,
+    }
 
 
 def time_traversal(name: str, policy, graph, queries: list[Query], budget: Budget, rounds: int) -> dict:
@@ -174,8 +194,11 @@ def time_traversal(name: str, policy, graph, queries: list[Query], budget: Budge
         best_trav = min(best_trav, time.perf_counter() - t)
     best_warm = fastest(lambda: traverse(policy, graph, queries, selected, budget), rounds)
     n = len(queries)
-    return {"entry_ms_per_query": 1e3 * best_sel / n, "traversal_ms_per_query": 1e3 * best_trav / n,
-            "traversal_warm_ms_per_query": 1e3 * best_warm / n}
+    return {
+        "entry_ms_per_query": 1e3 * best_sel / n,
+        "traversal_ms_per_query": 1e3 * best_trav / n,
+        "traversal_warm_ms_per_query": 1e3 * best_warm / n,
+    }
 
 
 def time_graph(cfg: DictConfig, graph, queries: list[Query], budget: Budget, synthetic: bool) -> dict:
@@ -183,18 +206,33 @@ def time_graph(cfg: DictConfig, graph, queries: list[Query], budget: Budget, syn
     out = {}
     for name in cfg.policies:
         policy = build_policy(name, graph, cfg.seed, resolve_device(cfg.device))
-        qs = queries[:cfg.get(f"{name}_queries", None) or len(queries)] if synthetic else queries
+        qs = queries[: cfg.get(f"{name}_queries", None) or len(queries)] if synthetic else queries
         res = time_policy(policy, graph, qs, budget, cfg.repeats, min(len(qs), cfg.loop_queries))
         if name in TRAVERSALS:
             res.update(time_traversal(name, policy, graph, qs, budget, cfg.traversal_rounds))
-        res["on"] = {dev: time_other_device(build_policy(name, graph, cfg.seed, resolve_device(dev)), graph, qs, budget,
-                                            cfg.repeats, res["batched_ms_per_query"])
-                     for dev in cfg.compare_devices}
+        res["on"] = {
+            dev: time_other_device(
+                build_policy(name, graph, cfg.seed, resolve_device(dev)),
+                graph,
+                qs,
+                budget,
+                cfg.repeats,
+                res["batched_ms_per_query"],
+            )
+            for dev in cfg.compare_devices
+        }
         out[name] = res
-        log.info("  %-11s loop %8.3f ms/q  batch-of-1 %8.3f ms/q  batched %8.4f ms/q  (x%.1f vs loop, x%.1f vs batch-of-1)%s",
-                 name, res["loop_ms_per_query"], res["single_batch_ms_per_query"], res["batched_ms_per_query"],
-                 res["batched_over_loop"], res["batched_over_single"],
-                 f"  traversal {res['traversal_ms_per_query']:.4f} ms/q" if "traversal_ms_per_query" in res else "")
+        log.info(
+            "  %-11s loop %8.3f ms/q  batch-of-1 %8.3f ms/q  batched %8.4f ms/q"
+            "  (x%.1f vs loop, x%.1f vs batch-of-1)%s",
+            name,
+            res["loop_ms_per_query"],
+            res["single_batch_ms_per_query"],
+            res["batched_ms_per_query"],
+            res["batched_over_loop"],
+            res["batched_over_single"],
+            f"  traversal {res['traversal_ms_per_query']:.4f} ms/q" if "traversal_ms_per_query" in res else "",
+        )
     return out
 
 
@@ -204,24 +242,34 @@ def locomo_benchmark(cfg: DictConfig, budget: Budget) -> dict | None:
     if not cfg.locomo.enabled or not (path / "manifest.json").exists():
         return None
     gs = GraphSet.load(path)
-    names = list(gs.graphs)[:cfg.locomo.graphs or None]
+    names = list(gs.graphs)[: cfg.locomo.graphs or None]
     by_graph: dict[str, list[Query]] = {}
     for q, meta in zip(gs.queries(), gs.questions):
         by_graph.setdefault(meta.graph, []).append(q)
     report = {"path": str(path), "build_stats": gs.stats, "graphs": {}, "total": {}}
     for name in names:
         graph = gs.graphs[name]
-        log.info("locomo %s: %d nodes, %d edges, %d questions", name, graph.num_nodes, graph.num_edges, len(by_graph[name]))
-        report["graphs"][name] = {"nodes": graph.num_nodes, "edges": graph.num_edges,
-                                  "policies": time_graph(cfg, graph, by_graph.get(name, []), budget, False)}
+        log.info(
+            "locomo %s: %d nodes, %d edges, %d questions", name, graph.num_nodes, graph.num_edges, len(by_graph[name])
+        )
+        report["graphs"][name] = {
+            "nodes": graph.num_nodes,
+            "edges": graph.num_edges,
+            "policies": time_graph(cfg, graph, by_graph.get(name, []), budget, False),
+        }
     for policy in cfg.policies:
         rows = [g["policies"][policy] for g in report["graphs"].values()]
         n = sum(r["queries"] for r in rows)
         loop = sum(r["loop_ms_per_query"] * r["queries"] for r in rows)
         single = sum(r["single_batch_ms_per_query"] * r["queries"] for r in rows)
         batch = sum(r["batched_ms_per_query"] * r["queries"] for r in rows)
-        report["total"][policy] = {"queries": n, "loop_qps": 1e3 * n / loop, "batched_qps": 1e3 * n / batch,
-                                   "batched_over_loop": loop / batch, "batched_over_single": single / batch}
+        report["total"][policy] = {
+            "queries": n,
+            "loop_qps": 1e3 * n / loop,
+            "batched_qps": 1e3 * n / batch,
+            "batched_over_loop": loop / batch,
+            "batched_over_single": single / batch,
+        }
         for dev in cfg.compare_devices:
             other = sum(r["on"][dev]["batched_ms_per_query"] * r["queries"] for r in rows)
             report["total"][policy][f"{dev}_batched_qps"] = 1e3 * n / other
@@ -245,10 +293,15 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
     for q, g in zip(queries, graph_of):
         by_graph.setdefault(g, []).append(q)
     step = max(1, len(queries) // max(1, cfg.dataset_loop_queries))
-    sample = list(zip(graph_of, queries))[::step][:cfg.dataset_loop_queries]
+    sample = list(zip(graph_of, queries))[::step][: cfg.dataset_loop_queries]
     first = gs.graphs[graph_of[0]]
-    out = {"path": str(path), "graphs": len(by_graph), "questions": len(queries),
-           "nodes": sum(gs.graphs[g].num_nodes for g in by_graph), "policies": {}}
+    out = {
+        "path": str(path),
+        "graphs": len(by_graph),
+        "questions": len(queries),
+        "nodes": sum(gs.graphs[g].num_nodes for g in by_graph),
+        "policies": {},
+    }
     for policy_name in cfg.policies:
         policy = build_policy(policy_name, first, cfg.seed, resolve_device(cfg.device))
         t = time.perf_counter()
@@ -256,22 +309,38 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
         setup = time.perf_counter() - t
         rounds = cfg.dataset_repeats
         loop = fastest(lambda: [policy.retrieve(gs.graphs[g], q, budget) for g, q in sample], rounds) / len(sample)
-        per_graph = fastest(lambda: [policy.retrieve_batch(gs.graphs[g], qs, budget) for g, qs in by_graph.items()],
-                            rounds) / len(queries)
+        per_graph = fastest(
+            lambda: [policy.retrieve_batch(gs.graphs[g], qs, budget) for g, qs in by_graph.items()], rounds
+        ) / len(queries)
         batched = fastest(lambda: run_retrievals(policy, gs.graphs, queries, graph_of, budget), rounds) / len(queries)
-        res = {"loop_ms_per_query": 1e3 * loop, "per_graph_ms_per_query": 1e3 * per_graph,
-               "batched_ms_per_query": 1e3 * batched, "setup_s": round(setup, 3), "loop_queries": len(sample),
-               "batched_over_loop": loop / batched, "batched_over_per_graph": per_graph / batched,
-               "per_graph_over_loop": loop / per_graph, "on": {}}
+        res = {
+            "loop_ms_per_query": 1e3 * loop,
+            "per_graph_ms_per_query": 1e3 * per_graph,
+            "batched_ms_per_query": 1e3 * batched,
+            "setup_s": round(setup, 3),
+            "loop_queries": len(sample),
+            "batched_over_loop": loop / batched,
+            "batched_over_per_graph": per_graph / batched,
+            "per_graph_over_loop": loop / per_graph,
+            "on": {},
+        }
         for dev in cfg.compare_devices:
             other = build_policy(policy_name, first, cfg.seed, resolve_device(dev))
             run_retrievals(other, gs.graphs, queries, graph_of, budget)
             best = fastest(lambda: run_retrievals(other, gs.graphs, queries, graph_of, budget), rounds) / len(queries)
             res["on"][dev] = {"batched_ms_per_query": 1e3 * best, "speedup_over_main_device": batched / best}
         out["policies"][policy_name] = res
-        log.info("  %s %-11s loop %7.3f ms/q  one call per graph %7.3f ms/q  batched %7.4f ms/q  (x%.1f vs loop, x%.1f vs per graph)",
-                 name, policy_name, res["loop_ms_per_query"], res["per_graph_ms_per_query"], res["batched_ms_per_query"],
-                 res["batched_over_loop"], res["batched_over_per_graph"])
+        log.info(
+            "  %s %-11s loop %7.3f ms/q  one call per graph %7.3f ms/q  batched %7.4f ms/q"
+            "  (x%.1f vs loop, x%.1f vs per graph)",
+            name,
+            policy_name,
+            res["loop_ms_per_query"],
+            res["per_graph_ms_per_query"],
+            res["batched_ms_per_query"],
+            res["batched_over_loop"],
+            res["batched_over_per_graph"],
+        )
     return out
 
 
@@ -285,8 +354,13 @@ def train_benchmark(cfg: DictConfig) -> dict:
     for dev in [cfg.device, *cfg.compare_devices]:
         name = str(resolve_device(dev))
         runs[name] = training_throughput(t.nodes, t.dim, t.batch, t.single, t.repeats, name, cfg.seed)
-        log.info("train on %s: %.0f episodes/s at batch 1, %.0f batched (x%.1f)", name, runs[name]["batch1_episodes_per_s"],
-                 runs[name]["batched_episodes_per_s"], runs[name]["speedup"])
+        log.info(
+            "train on %s: %.0f episodes/s at batch 1, %.0f batched (x%.1f)",
+            name,
+            runs[name]["batch1_episodes_per_s"],
+            runs[name]["batched_episodes_per_s"],
+            runs[name]["speedup"],
+        )
     main = next(iter(runs.values()))
     for run in runs.values():
         run["batched_over_main_device"] = run["batched_episodes_per_s"] / main["batched_episodes_per_s"]
@@ -306,11 +380,17 @@ def run(cfg: DictConfig) -> dict:
 
 def _run(cfg: DictConfig) -> dict:
     budget = Budget(**OmegaConf.to_container(cfg.budget))
-    report: dict = {"config": OmegaConf.to_container(cfg, resolve=True), "torch_threads": torch.get_num_threads(),
-                    "sizes": {}}
+    report: dict = {
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "torch_threads": torch.get_num_threads(),
+        "sizes": {},
+    }
     report["locomo"] = locomo_benchmark(cfg, budget)
-    report["datasets"] = {Path(path).name: res for path in cfg.datasets
-                          if (res := dataset_benchmark(cfg, Path(path).name, path, budget)) is not None}
+    report["datasets"] = {
+        Path(path).name: res
+        for path in cfg.datasets
+        if (res := dataset_benchmark(cfg, Path(path).name, path, budget)) is not None
+    }
     if cfg.train.enabled:
         report["train"] = train_benchmark(cfg)
     for size in cfg.sizes:
@@ -363,18 +443,27 @@ def plot(report: dict, path: Path) -> None:
     names = list(entries[0]["policies"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for name in names:
-        ax1.plot(sizes, [e["policies"][name]["batched_ms_per_query"] for e in entries], marker="o", label=f"{name} (batched)")
+        ax1.plot(
+            sizes, [e["policies"][name]["batched_ms_per_query"] for e in entries], marker="o", label=f"{name} (batched)"
+        )
     for name, style in zip(TRAVERSALS, ("k--", "k:")):
         if name in names:
-            ax1.plot(sizes, [e["policies"][name]["traversal_ms_per_query"] for e in entries], style, marker="s",
-                     label=f"{name} traversal only")
+            ax1.plot(
+                sizes,
+                [e["policies"][name]["traversal_ms_per_query"] for e in entries],
+                style,
+                marker="s",
+                label=f"{name} traversal only",
+            )
     ax1.set(xscale="log", yscale="log", xlabel="nodes", ylabel="ms per query", title="latency vs graph size")
     ax1.legend(fontsize=7)
     groups = [(f"{s:,}", {n: e["policies"][n]["batched_over_loop"] for n in names}) for s, e in zip(sizes, entries)]
     for label, res in reversed(list(report.get("datasets", {}).items())):
         groups.insert(0, (f"{label}\nwhole set", {n: r["batched_over_loop"] for n, r in res["policies"].items()}))
     if report.get("locomo"):
-        groups.insert(0, ("LoCoMo\nper graph", {n: t["batched_over_loop"] for n, t in report["locomo"]["total"].items()}))
+        groups.insert(
+            0, ("LoCoMo\nper graph", {n: t["batched_over_loop"] for n, t in report["locomo"]["total"].items()})
+        )
     width = 0.8 / max(len(names), 1)
     for i, name in enumerate(names):
         ax2.bar([j + i * width for j in range(len(groups))], [g.get(name, 0.0) for _, g in groups], width, label=name)
@@ -382,8 +471,12 @@ def plot(report: dict, path: Path) -> None:
     ax2.axhline(1.0, color="grey", lw=0.8)
     ax2.axhline(50.0, color="red", lw=0.8, ls="--")  # 50x reference line
     ax2.tick_params(axis="x", labelsize=7)
-    ax2.set(yscale="log", xlabel="graph sets / synthetic nodes", ylabel="batched qps / reference loop qps",
-            title="batched vs per-query loop")
+    ax2.set(
+        yscale="log",
+        xlabel="graph sets / synthetic nodes",
+        ylabel="batched qps / reference loop qps",
+        title="batched vs per-query loop",
+    )
     ax2.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -26,11 +26,20 @@ def degree_stats(graphs: list[MemoryGraph]) -> dict:
     """Counts by relation and out-degree mean/median/max over the nodes of ``graphs``."""
     degrees = torch.cat([torch.bincount(g.edge_index[0], minlength=g.num_nodes) for g in graphs]).float()
     relations = graphs[0].relations
-    by_rel = sum((torch.bincount(g.edge_type, minlength=len(relations)) for g in graphs), torch.zeros(len(relations), dtype=torch.long))
-    return {"graphs": len(graphs), "nodes": int(degrees.numel()), "edges": int(degrees.sum()),
-            "edges_by_relation": dict(zip(relations, by_rel.tolist())), "out_degree_mean": round(float(degrees.mean()), 2),
-            "out_degree_median": float(degrees.median()), "out_degree_max": int(degrees.max()),
-            "nodes_without_out_edges": int((degrees == 0).sum())}
+    by_rel = sum(
+        (torch.bincount(g.edge_type, minlength=len(relations)) for g in graphs),
+        torch.zeros(len(relations), dtype=torch.long),
+    )
+    return {
+        "graphs": len(graphs),
+        "nodes": int(degrees.numel()),
+        "edges": int(degrees.sum()),
+        "edges_by_relation": dict(zip(relations, by_rel.tolist())),
+        "out_degree_mean": round(float(degrees.mean()), 2),
+        "out_degree_median": float(degrees.median()),
+        "out_degree_max": int(degrees.max()),
+        "nodes_without_out_edges": int((degrees == 0).sum()),
+    }
 
 
 def plot_neighbourhood(graph: MemoryGraph, center: str | None, max_nodes: int, path: Path) -> Path:
@@ -65,9 +74,13 @@ def plot_neighbourhood(graph: MemoryGraph, center: str | None, max_nodes: int, p
             ax.plot(*zip(pos[u], pos[v]), color=colours[rel], alpha=0.5, lw=1, label=rel if rel not in drawn else None)
             drawn.add(rel)
     for v, (x, y) in pos.items():
-        ax.scatter([x], [y], s=160 if v == c else 40, color="black" if v == c else "white", edgecolors="black", zorder=3)
+        ax.scatter(
+            [x], [y], s=160 if v == c else 40, color="black" if v == c else "white", edgecolors="black", zorder=3
+        )
         ax.annotate(graph.node_ids[v], (x, y), fontsize=6, ha="center", va="bottom")
-    ax.set_title(f"{graph.info.get('sample_id') or graph.info.get('qid', '')}: 2-hop neighbourhood of {graph.node_ids[c]}")
+    ax.set_title(
+        f"{graph.info.get('sample_id') or graph.info.get('qid', '')}: 2-hop neighbourhood of {graph.node_ids[c]}"
+    )
     ax.legend(loc="upper right")
     ax.set_axis_off()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,11 +113,15 @@ def main(cfg: DictConfig) -> None:
     total = degree_stats(graphs)
     print(f"total: {json.dumps(total)}")
     stats = graphset.stats
-    print(f"time: embedding {stats.get('embed_s', 0.0):.2f}s, graphs {stats.get('graph_s', 0.0):.2f}s, "
-          f"total {total_s:.2f}s ({len(graphset.questions)} questions) -> {out_dir}")
+    print(
+        f"time: embedding {stats.get('embed_s', 0.0):.2f}s, graphs {stats.get('graph_s', 0.0):.2f}s, "
+        f"total {total_s:.2f}s ({len(graphset.questions)} questions) -> {out_dir}"
+    )
     if cfg.plot and graphs:
         name = cfg.plot_graph or next(iter(graphset.graphs))
-        png = plot_neighbourhood(graphset.graphs[name], cfg.plot_node, cfg.plot_max_nodes, out_dir / "neighbourhood.png")
+        png = plot_neighbourhood(
+            graphset.graphs[name], cfg.plot_node, cfg.plot_max_nodes, out_dir / "neighbourhood.png"
+        )
         print(f"plot: {png}")
 
 

@@ -59,7 +59,8 @@ def _register_all_policies() -> None:
 
 
 def _policy_config(name: str, selected: DictConfig | None) -> dict[str, Any]:
-    """Kwargs of policy ``name``: the selected ``policy`` group when it is that policy, else ``configs/policy/<name>.yaml``."""
+    """Kwargs of policy ``name``: the selected ``policy`` group when it is that policy,
+    else ``configs/policy/<name>.yaml``."""
     if selected is not None and selected.get("name") == name:
         raw = OmegaConf.to_container(selected, resolve=True)
     elif (CONFIG_DIR / "policy" / f"{name}.yaml").is_file():
@@ -110,8 +111,13 @@ def plan_run(cfg: DictConfig) -> Plan:
 def load_graphs(cfg: DictConfig, plan: Plan) -> GraphSet:
     """A saved set from ``cfg.graphset`` when given, else ``load_or_build`` under ``cfg.graphset_dir``."""
     saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    return open_graphset(saved, asdict(plan.data), asdict(plan.graph),
-                         hydra.utils.to_absolute_path(cfg.graphset_dir), progress=cfg.progress)
+    return open_graphset(
+        saved,
+        asdict(plan.data),
+        asdict(plan.graph),
+        hydra.utils.to_absolute_path(cfg.graphset_dir),
+        progress=cfg.progress,
+    )
 
 
 def restrict_graphs(gs: GraphSet, graphs, part: str = "test") -> GraphSet:
@@ -129,8 +135,12 @@ def restrict_graphs(gs: GraphSet, graphs, part: str = "test") -> GraphSet:
     if missing:
         raise ConfigError(f"graphs not in the graph set: {missing[:5]}")
     keep = [i for i, q in enumerate(gs.questions) if q.graph in set(names)]
-    return dataclasses.replace(gs, graphs={n: gs.graphs[n] for n in names}, questions=[gs.questions[i] for i in keep],
-                               query_embeddings=gs.query_embeddings[keep])
+    return dataclasses.replace(
+        gs,
+        graphs={n: gs.graphs[n] for n in names},
+        questions=[gs.questions[i] for i in keep],
+        query_embeddings=gs.query_embeddings[keep],
+    )
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
@@ -153,8 +163,10 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         main_result = evaluate_policy(policy, gs, plan.budget, progress=cfg.progress)
         results.append(main_result)
         # a sweep level equal to the run's budget reuses its result instead of retrieving again
-        sweeps[name] = [main_result if b == plan.budget else budget_sweep(policy, gs, [b], progress=cfg.progress)[0]
-                        for b in plan.sweep]
+        sweeps[name] = [
+            main_result if b == plan.budget else budget_sweep(policy, gs, [b], progress=cfg.progress)[0]
+            for b in plan.sweep
+        ]
         write_jsonl(results[-1].rows, out / f"questions_{name}.jsonl")
         if qa_settings is not None:
             qa_results[name] = _run_qa(qa_settings, gs, main_result, out, cfg.progress, qa_shared)
@@ -162,9 +174,16 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     report = full_report(results) + (_qa_report(qa_results) if qa_results else "")
     print(report)
     (out / "results.md").write_text(report, encoding="utf-8")
-    meta = {"dataset": gs.dataset, "graphs": len(gs.graphs), "questions": len(gs.questions),
-            "config_hash": gs.config_hash, "data": asdict(plan.data), "graph": asdict(plan.graph),
-            "load_report": gs.report.lines(), "seed": int(cfg.seed)}
+    meta = {
+        "dataset": gs.dataset,
+        "graphs": len(gs.graphs),
+        "questions": len(gs.questions),
+        "config_hash": gs.config_hash,
+        "data": asdict(plan.data),
+        "graph": asdict(plan.graph),
+        "load_report": gs.report.lines(),
+        "seed": int(cfg.seed),
+    }
     payload = results_payload(results, sweeps, meta)
     if qa_results:
         payload["qa"] = {p: {"summary": r.summary, "info": r.info} for p, r in qa_results.items()}
@@ -176,25 +195,50 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     return payload
 
 
-def _track(cfg: DictConfig, plan: Plan, results: list[EvalResult], sweeps: dict[str, list[EvalResult]], out: Path,
-           qa_results: dict[str, Any] | None = None) -> None:
+def _track(
+    cfg: DictConfig,
+    plan: Plan,
+    results: list[EvalResult],
+    sweeps: dict[str, list[EvalResult]],
+    out: Path,
+    qa_results: dict[str, Any] | None = None,
+) -> None:
     name = f"evaluate-{plan.data.name}-{'+'.join(plan.policies)}"
     with make_tracker(cfg.logger, run_config=cfg, out_dir=out, name=name) as tracker:
         columns, rows = [], []
         for r in results:
             columns, policy_rows = table_data(r)
             rows += policy_rows
-            tracker.log({f"{r.policy}/{group}/{k}": v for group, s in r.summary.items()
-                         for k, v in s.items() if isinstance(v, (int, float))})
+            tracker.log(
+                {
+                    f"{r.policy}/{group}/{k}": v
+                    for group, s in r.summary.items()
+                    for k, v in s.items()
+                    if isinstance(v, (int, float))
+                }
+            )
             tracker.log_table(f"questions/{r.policy}", *_question_table(r))
         tracker.log_table("summary", columns, rows)
-        sweep_rows = [[policy, p.budget.max_tokens, p.budget.max_nodes, p.overall["evidence_recall"],
-                       p.overall["all_evidence_hit"], p.overall["loaded_tokens"]]
-                      for policy, points in sweeps.items() for p in points]
-        tracker.log_table("budget_sweep", ["policy", "max_tokens", "max_nodes", "evidence_recall", "all_evidence_hit",
-                                           "loaded_tokens"], sweep_rows)
-        for path, kind in [(out / "results.json", "results"), (out / "budget_sweep.png", "plot")] + \
-                [(out / f"questions_{p}.jsonl", "predictions") for p in plan.policies]:
+        sweep_rows = [
+            [
+                policy,
+                p.budget.max_tokens,
+                p.budget.max_nodes,
+                p.overall["evidence_recall"],
+                p.overall["all_evidence_hit"],
+                p.overall["loaded_tokens"],
+            ]
+            for policy, points in sweeps.items()
+            for p in points
+        ]
+        tracker.log_table(
+            "budget_sweep",
+            ["policy", "max_tokens", "max_nodes", "evidence_recall", "all_evidence_hit", "loaded_tokens"],
+            sweep_rows,
+        )
+        for path, kind in [(out / "results.json", "results"), (out / "budget_sweep.png", "plot")] + [
+            (out / f"questions_{p}.jsonl", "predictions") for p in plan.policies
+        ]:
             if path.exists():
                 tracker.log_artifact(path, kind)
         if qa_results:
@@ -204,8 +248,17 @@ def _track(cfg: DictConfig, plan: Plan, results: list[EvalResult], sweeps: dict[
 def _question_table(result: EvalResult) -> tuple[list[str], list[list[Any]]]:
     keys = ("evidence_recall", "all_evidence_hit", "precision", "first_gold_rank", "loaded_tokens", "hops", "latency_s")
     columns = ["qid", "graph", "category", *keys, "loaded", "gold_evidence"]
-    rows = [[r["qid"], r["graph"], r["category_name"], *(r["metrics"][k] for k in keys),
-             " ".join(r["loaded"]), " ".join(r["gold_evidence"])] for r in result.rows]
+    rows = [
+        [
+            r["qid"],
+            r["graph"],
+            r["category_name"],
+            *(r["metrics"][k] for k in keys),
+            " ".join(r["loaded"]),
+            " ".join(r["gold_evidence"]),
+        ]
+        for r in result.rows
+    ]
     return columns, rows
 
 
@@ -237,29 +290,77 @@ def _run_qa(settings, gs: GraphSet, result: EvalResult, out: Path, progress: boo
 
 
 def _qa_report(qa_results: dict[str, Any]) -> str:
-    lines = ["", "## Answer quality (QA)", "", "| policy | group | n | F1 | EM | judge | abstain | tokens | cost $ | latency s/q |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "## Answer quality (QA)",
+        "",
+        "| policy | group | n | F1 | EM | judge | abstain | tokens | cost $ | latency s/q |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     for policy, r in qa_results.items():
         for group, s in r.summary.items():
             if s.get("n"):
-                lines.append(f"| {policy} | {group} | {s['n']} | {fmt(s['f1'])} | {fmt(s['em'])} | {fmt(s['judge'])} | "
-                             f"{fmt(s['abstention_rate'])} | {s['tokens']} | {s['cost_usd']:.4f} | {s['latency_s']:.2f} |")
-    models = {(r.info.get("answer_model"), r.info.get("judge_model"), r.info.get("self_judged")) for r in qa_results.values()}
+                lines.append(
+                    f"| {policy} | {group} | {s['n']} | {fmt(s['f1'])} | {fmt(s['em'])} | {fmt(s['judge'])} | "
+                    f"{fmt(s['abstention_rate'])} | {s['tokens']} | {s['cost_usd']:.4f} | {s['latency_s']:.2f} |"
+                )
+    models = {
+        (r.info.get("answer_model"), r.info.get("judge_model"), r.info.get("self_judged")) for r in qa_results.values()
+    }
     lines += [""] + [f"answer model: {a}; judge model: {j}{' (self-judged)' if sj else ''}" for a, j, sj in models]
     return "\n".join(lines) + "\n"
 
 
 def _track_qa(tracker, qa_results: dict[str, Any], out: Path) -> None:
-    columns = ["qid", "graph", "category", "question", "gold_answer", "answer", "intent", "rule", "f1", "em", "judge",
-               "tokens", "cost_usd", "latency_s"]
+    columns = [
+        "qid",
+        "graph",
+        "category",
+        "question",
+        "gold_answer",
+        "answer",
+        "intent",
+        "rule",
+        "f1",
+        "em",
+        "judge",
+        "tokens",
+        "cost_usd",
+        "latency_s",
+    ]
     for policy, r in qa_results.items():
-        tracker.log({f"{policy}/qa/{group}/{k}": v for group, s in r.summary.items()
-                     for k, v in s.items() if isinstance(v, (int, float))})
-        tracker.log_table(f"qa/{policy}", columns, [
-            [x["qid"], x["graph"], x["category_name"], x["question"], x["gold_answer"], x["answer"]["text"],
-             x["answer"]["intent"], x["score"]["rule"], x["f1"], x["em"], x["judge"], x["tokens"], x["cost_usd"],
-             x["latency_s"]] for x in r.rows])
+        tracker.log(
+            {
+                f"{policy}/qa/{group}/{k}": v
+                for group, s in r.summary.items()
+                for k, v in s.items()
+                if isinstance(v, (int, float))
+            }
+        )
+        tracker.log_table(
+            f"qa/{policy}",
+            columns,
+            [
+                [
+                    x["qid"],
+                    x["graph"],
+                    x["category_name"],
+                    x["question"],
+                    x["gold_answer"],
+                    x["answer"]["text"],
+                    x["answer"]["intent"],
+                    x["score"]["rule"],
+                    x["f1"],
+                    x["em"],
+                    x["judge"],
+                    x["tokens"],
+                    x["cost_usd"],
+                    x["latency_s"],
+                ]
+                for x in r.rows
+            ],
+        )
         if (out / f"qa_{policy}.jsonl").exists():
             tracker.log_artifact(out / f"qa_{policy}.jsonl", "predictions")
 

@@ -55,8 +55,13 @@ METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
 
 def load_graphset(cfg: DictConfig) -> GraphSet:
     saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    return open_graphset(saved, OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True),
-                         hydra.utils.to_absolute_path(cfg.graphset_dir), progress=cfg.progress)
+    return open_graphset(
+        saved,
+        OmegaConf.to_container(cfg.data, resolve=True),
+        OmegaConf.to_container(cfg.graph, resolve=True),
+        hydra.utils.to_absolute_path(cfg.graphset_dir),
+        progress=cfg.progress,
+    )
 
 
 def pick(gs: GraphSet, qids) -> tuple[list, torch.Tensor]:
@@ -69,13 +74,21 @@ def pick(gs: GraphSet, qids) -> tuple[list, torch.Tensor]:
 def protocol_parts(gs: GraphSet, name: str, cfg: DictConfig) -> dict[str, tuple[list, torch.Tensor]]:
     """train / val / test questions (with embeddings) of one protocol."""
     if name == "conversation":
-        split = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)[cfg.cv.fold]
-        return {part: pick(gs, [q.qid for q in gs.questions if q.graph in set(getattr(split, part))])
-                for part in ("train", "val", "test")}
+        split = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)[
+            cfg.cv.fold
+        ]
+        return {
+            part: pick(gs, [q.qid for q in gs.questions if q.graph in set(getattr(split, part))])
+            for part in ("train", "val", "test")
+        }
     if name == "within":
-        s = within_conversation_split([q.qid for q in gs.questions], [q.graph for q in gs.questions],
-                                      test_fraction=cfg.within.test_fraction, val_fraction=cfg.within.val_fraction,
-                                      seed=cfg.within.seed)
+        s = within_conversation_split(
+            [q.qid for q in gs.questions],
+            [q.graph for q in gs.questions],
+            test_fraction=cfg.within.test_fraction,
+            val_fraction=cfg.within.val_fraction,
+            seed=cfg.within.seed,
+        )
         return {"train": pick(gs, s.train), "val": pick(gs, s.val), "test": pick(gs, s.test)}
     raise ValueError(f"unknown protocol {name!r}: use conversation or within")
 
@@ -85,7 +98,9 @@ def counter_mass(graphs: dict, names) -> float:
     return float(sum((graphs[n].S.sum() + graphs[n].F.sum()).item() for n in names))
 
 
-def evaluate(policy, gs: GraphSet, graphs: dict, questions: list, embeddings: torch.Tensor, budget: Budget) -> dict[str, Any]:
+def evaluate(
+    policy, gs: GraphSet, graphs: dict, questions: list, embeddings: torch.Tensor, budget: Budget
+) -> dict[str, Any]:
     view = GraphSet(gs.dataset, graphs, questions, embeddings, gs.report)
     return {m: evaluate_policy(policy, view, budget, progress=False).overall.get(m) for m in METRICS}
 
@@ -98,8 +113,11 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
     train_q, train_e = [train_q[i] for i in order], train_e[order]
     counts = sorted({round(f * len(train_q)) for f in cfg.fractions})
     test_graphs = sorted({q.graph for q in test_q})
-    print(f"[{name}] train {len(train_q)} / val {len(val_q)} / test {len(test_q)} questions; "
-          f"test graphs {test_graphs}; checkpoints {counts}", flush=True)
+    print(
+        f"[{name}] train {len(train_q)} / val {len(val_q)} / test {len(test_q)} questions; "
+        f"test graphs {test_graphs}; checkpoints {counts}",
+        flush=True,
+    )
 
     # ------------------------------------------------------------------ Beta BFS: uniform, then evidence learning
     graphs = {n: g.copy() for n, g in gs.graphs.items()}  # the saved graph set is never touched
@@ -112,36 +130,64 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
         t0 = time.perf_counter()
         learn_evidence(graphs, train_q[seen:n], train_e[seen:n], beta, budget, oracle, stats)
         seen = n
-        row = {"examples": n, **evaluate(beta, gs, graphs, test_q, test_e, budget),
-               "test_counter_mass": counter_mass(graphs, test_graphs), "seconds": time.perf_counter() - t0}
+        row = {
+            "examples": n,
+            **evaluate(beta, gs, graphs, test_q, test_e, budget),
+            "test_counter_mass": counter_mass(graphs, test_graphs),
+            "seconds": time.perf_counter() - t0,
+        }
         curve_beta.append(row)
-        print(f"[{name}] beta_bfs after {n:5d} examples: recall {row['evidence_recall']:.4f} "
-              f"(counter mass on test graphs {row['test_counter_mass']:.1f})", flush=True)
+        print(
+            f"[{name}] beta_bfs after {n:5d} examples: recall {row['evidence_recall']:.4f} "
+            f"(counter mass on test graphs {row['test_counter_mass']:.1f})",
+            flush=True,
+        )
 
     # ------------------------------------------------------------------ router on the same prefixes
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
-    policy_kw = {k: v for k, v in OmegaConf.to_container(cfg.policy, resolve=True).items()
-                 if k in ("search", "beam_width", "entry_selector")}
+    policy_kw = {
+        k: v
+        for k, v in OmegaConf.to_container(cfg.policy, resolve=True).items()
+        if k in ("search", "beam_width", "entry_selector")
+    }
     curve_router = []
     for n in counts:
         t0 = time.perf_counter()
         tc = TrainConfig(**{**base, "checkpoint_dir": "", "epochs": base["epochs"] if n else 0})
         q, e = (train_q[:n], train_e[:n]) if n else (train_q, train_e)  # n = 0: initialisation only
         result = train(tc, gs.graphs, q, e, val_q, val_e, budget=budget)
-        router = RouterPolicy(router=result.router, intent=result.intent, edge_features=result.edges,
-                              device=tc.device, **policy_kw)
-        row = {"examples": n, **evaluate(router, gs, gs.graphs, test_q, test_e, budget),
-               "best_epoch": result.best_epoch, "val_recall": result.best_score, "seconds": time.perf_counter() - t0}
+        router = RouterPolicy(
+            router=result.router, intent=result.intent, edge_features=result.edges, device=tc.device, **policy_kw
+        )
+        row = {
+            "examples": n,
+            **evaluate(router, gs, gs.graphs, test_q, test_e, budget),
+            "best_epoch": result.best_epoch,
+            "val_recall": result.best_score,
+            "seconds": time.perf_counter() - t0,
+        }
         curve_router.append(row)
-        print(f"[{name}] router after {n:5d} examples: recall {row['evidence_recall']:.4f} ({row['seconds']:.0f}s)", flush=True)
+        print(
+            f"[{name}] router after {n:5d} examples: recall {row['evidence_recall']:.4f} ({row['seconds']:.0f}s)",
+            flush=True,
+        )
 
     table = {"beta_bfs_uniform": curve_beta[0], "beta_bfs_learned": curve_beta[-1], "router": curve_router[-1]}
-    return {"protocol": name, "sizes": {k: len(v[0]) for k, v in parts.items()}, "test_graphs": test_graphs,
-            "evidence": stats.to_json(), "table": table, "curves": {"beta_bfs": curve_beta, "router": curve_router}}
+    return {
+        "protocol": name,
+        "sizes": {k: len(v[0]) for k, v in parts.items()},
+        "test_graphs": test_graphs,
+        "evidence": stats.to_json(),
+        "table": table,
+        "curves": {"beta_bfs": curve_beta, "router": curve_router},
+    }
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
-    lines = ["| protocol | policy | train examples | " + " | ".join(METRICS) + " |", "|---|---|---|" + "---|" * len(METRICS)]
+    lines = [
+        "| protocol | policy | train examples | " + " | ".join(METRICS) + " |",
+        "|---|---|---|" + "---|" * len(METRICS),
+    ]
     for r in results:
         for policy, row in r["table"].items():
             n = 0 if policy == "beta_bfs_uniform" else row["examples"]
@@ -181,8 +227,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     results = [run_protocol(p, gs, cfg, budget) for p in cfg.protocols]
     table = markdown(results)
     print(f"\n{gs.dataset}: budget {dataclasses.asdict(budget)}\n{table}")
-    payload = {"dataset": gs.dataset, "budget": dataclasses.asdict(budget), "results": results,
-               "config": OmegaConf.to_container(cfg, resolve=True)}
+    payload = {
+        "dataset": gs.dataset,
+        "budget": dataclasses.asdict(budget),
+        "results": results,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     plot(results, out / "recall_vs_examples.png")

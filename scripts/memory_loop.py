@@ -38,39 +38,56 @@ from graphmem.policies.entries import make_entry_selector
 
 def feedback_note(answer: str | None) -> Any:
     """The environment's feedback on a prediction, built after the prediction exists (eq. 22)."""
+
     def note(prediction: str) -> str:
         if answer is None:
             return f"Prediction: {prediction or '(none)'}. No reference answer is available."
         return f"Prediction: {prediction or '(none)'}. Reference answer: {answer}."
+
     return note
 
 
 def record_json(rec: ExampleRecord, question_text: str, elapsed: float) -> dict[str, Any]:
-    return {"qid": rec.qid, "question": question_text, "prediction": rec.prediction, "loaded": rec.loaded,
-            "trace": rec.trace, "applied_transitions": [list(t) for t in rec.applied_transitions],
-            "applied_ops": rec.applied_ops, "discarded": rec.discarded, "tokens": rec.tokens,
-            "entries": [] if rec.retrieval is None else rec.retrieval.entries, "seconds": elapsed}
+    return {
+        "qid": rec.qid,
+        "question": question_text,
+        "prediction": rec.prediction,
+        "loaded": rec.loaded,
+        "trace": rec.trace,
+        "applied_transitions": [list(t) for t in rec.applied_transitions],
+        "applied_ops": rec.applied_ops,
+        "discarded": rec.discarded,
+        "tokens": rec.tokens,
+        "entries": [] if rec.retrieval is None else rec.retrieval.entries,
+        "seconds": elapsed,
+    }
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     out = Path(hydra.utils.to_absolute_path(cfg.out_dir))
     out.mkdir(parents=True, exist_ok=True)
     saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    gs: GraphSet = open_graphset(saved, OmegaConf.to_container(cfg.data, resolve=True),
-                                 OmegaConf.to_container(cfg.graph, resolve=True),
-                                 hydra.utils.to_absolute_path(cfg.graphset_dir), progress=cfg.progress)
+    gs: GraphSet = open_graphset(
+        saved,
+        OmegaConf.to_container(cfg.data, resolve=True),
+        OmegaConf.to_container(cfg.graph, resolve=True),
+        hydra.utils.to_absolute_path(cfg.graphset_dir),
+        progress=cfg.progress,
+    )
     name = cfg.graph_name or sorted(gs.graphs)[0]
     if name not in gs.graphs:
         raise KeyError(f"graph {name!r} is not in the graph set; have {sorted(gs.graphs)}")
     graph = gs.graphs[name].copy()
-    idx = [i for i, q in enumerate(gs.questions) if q.graph == name][:cfg.n_questions]
+    idx = [i for i, q in enumerate(gs.questions) if q.graph == name][: cfg.n_questions]
     queries = gs.queries()
 
     llm_cfg = OmegaConf.to_container(cfg.llm, resolve=True)
     if llm_cfg.get("cache_dir"):
         llm_cfg["cache_dir"] = hydra.utils.to_absolute_path(llm_cfg["cache_dir"])
     client = LLMClient(LLMConfig.from_dict(llm_cfg))
-    entries = make_entry_selector(cfg.entries, client=client) if cfg.entries == "llm" else make_entry_selector(cfg.entries)
+    entries = (
+        make_entry_selector(cfg.entries, client=client) if cfg.entries == "llm" else make_entry_selector(cfg.entries)
+    )
     encoder = None
 
     def embed(texts):
@@ -94,26 +111,41 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         discarded.update(rec.discarded)
         ops.update(op.split()[0] for op in rec.applied_ops)
         n_transitions += len(rec.applied_transitions)
-        print(f"  {rec.qid}: loaded {len(rec.loaded)}, trace {len(rec.trace)}, transitions "
-              f"{len(rec.applied_transitions)}, ops {len(rec.applied_ops)}, discarded {sum(rec.discarded.values())} "
-              f"({rows[-1]['seconds']:.1f}s)", flush=True)
+        print(
+            f"  {rec.qid}: loaded {len(rec.loaded)}, trace {len(rec.trace)}, transitions "
+            f"{len(rec.applied_transitions)}, ops {len(rec.applied_ops)}, discarded {sum(rec.discarded.values())} "
+            f"({rows[-1]['seconds']:.1f}s)",
+            flush=True,
+        )
     graph.validate()
     usage = client.usage_report()
     summary = {
-        "graph": name, "questions": len(idx), "model": usage["model"], "local_substitute": usage["local_substitute"],
-        "calls": {r: u["calls"] for r, u in usage["roles"].items()}, "total_calls": usage["total"].get("calls", 0),
-        "requests": usage["total"].get("requests", 0), "cache_hits": usage["total"].get("cache_hits", 0),
+        "graph": name,
+        "questions": len(idx),
+        "model": usage["model"],
+        "local_substitute": usage["local_substitute"],
+        "calls": {r: u["calls"] for r, u in usage["roles"].items()},
+        "total_calls": usage["total"].get("calls", 0),
+        "requests": usage["total"].get("requests", 0),
+        "cache_hits": usage["total"].get("cache_hits", 0),
         "prompt_tokens": usage["total"].get("prompt_tokens", 0),
         "completion_tokens": usage["total"].get("completion_tokens", 0),
         "memory_tokens": sum(r["tokens"].get("memory", 0) for r in rows),
         "index_tokens": sum(r["tokens"].get("index", 0) for r in rows),
-        "applied_transitions": n_transitions, "edits": dict(ops), "discarded": dict(discarded),
+        "applied_transitions": n_transitions,
+        "edits": dict(ops),
+        "discarded": dict(discarded),
         "client_failures": client.failure_summary()["by_role_kind"],
         "entry_selection": {k: v for k, v in vars(entries.stats).items() if k != "last_sections"}
-        if hasattr(entries, "stats") else {},
+        if hasattr(entries, "stats")
+        else {},
         "graph_before": {"nodes": nodes0, "edges": edges0},
-        "graph_after": {"nodes": graph.num_nodes, "edges": graph.num_edges,
-                        "S_total": float(graph.S.sum()), "F_total": float(graph.F.sum())},
+        "graph_after": {
+            "nodes": graph.num_nodes,
+            "edges": graph.num_edges,
+            "S_total": float(graph.S.sum()),
+            "F_total": float(graph.F.sum()),
+        },
         "usage": usage,
     }
     write_jsonl(rows, out / "trace.jsonl")

@@ -41,12 +41,18 @@ def only_graphs(gs, names):
         return gs
     names = sorted(str(n) for n in names)
     keep = [i for i, q in enumerate(gs.questions) if q.graph in set(names)]
-    return dataclasses.replace(gs, graphs={k: gs.graphs[k] for k in names}, questions=[gs.questions[i] for i in keep],
-                               query_embeddings=gs.query_embeddings[keep])
+    return dataclasses.replace(
+        gs,
+        graphs={k: gs.graphs[k] for k in names},
+        questions=[gs.questions[i] for i in keep],
+        query_embeddings=gs.query_embeddings[keep],
+    )
 
 
 def entity_edge_count(graphs) -> int:
-    return sum(int((g.edge_type == g.relations.index("entity")).sum()) for g in graphs.values() if "entity" in g.relations)
+    return sum(
+        int((g.edge_type == g.relations.index("entity")).sum()) for g in graphs.values() if "entity" in g.relations
+    )
 
 
 @hydra.main(config_path="../configs", config_name="writer", version_base="1.3")
@@ -67,32 +73,51 @@ def main(cfg: DictConfig) -> None:
         parts, ex = split_examples(gs, cfg.split, budget)
         start = evidence_recall(reader, ex["test"], budget) if ex["test"] else None
         wcfg_t = dataclasses.replace(wcfg, output_dir=str(out_dir / f"writer_round{t}"), seed=wcfg.seed + t)
-        trainer, writer_result = run_writer(gs, cfg, wcfg_t, reader)           # 1. writer update, reader frozen
+        trainer, writer_result = run_writer(gs, cfg, wcfg_t, reader)  # 1. writer update, reader frozen
         if writer_result["curve"]:
-            plot_curve(writer_result["curve"], out_dir / f"reward_curve_round{t}.png", f"self-evolution round {t}: writer")
+            plot_curve(
+                writer_result["curve"], out_dir / f"reward_curve_round{t}.png", f"self-evolution round {t}: writer"
+            )
         t1 = time.perf_counter()
         graphs, triples = {}, 0
-        for name, graph in gs.graphs.items():                                  # 2. rebuild graphs
-            graphs[name], n = rewrite_graph(trainer.model, trainer.processing_class, graph, wcfg_t,
-                                            int(cfg.get("rebuild_batch", 8)))
+        for name, graph in gs.graphs.items():  # 2. rebuild graphs
+            graphs[name], n = rewrite_graph(
+                trainer.model, trainer.processing_class, graph, wcfg_t, int(cfg.get("rebuild_batch", 8))
+            )
             triples += n
         entity_before = entity_edge_count(gs.graphs)
         gs = dataclasses.replace(gs, graphs=graphs)
         t2 = time.perf_counter()
         _, ex = split_examples(gs, cfg.split, budget)
         before = evidence_recall(reader, ex["test"], budget) if ex["test"] else None
-        reader, history = train_reader(ex["train"], dataclasses.replace(tcfg, seed=tcfg.seed + t), budget,
-                                       val=ex["val"] or None, reader=reader)    # 3. reader fine-tune
+        reader, history = train_reader(
+            ex["train"], dataclasses.replace(tcfg, seed=tcfg.seed + t), budget, val=ex["val"] or None, reader=reader
+        )  # 3. reader fine-tune
         after = evidence_recall(reader, ex["test"], budget) if ex["test"] else None
         save_checkpoint(reader, out_dir / f"reader_round{t}.pt", tcfg)
-        rounds.append({"round": t, "split": parts, "writer": writer_result, "triples_written": triples,
-                       "entity_edges_before": entity_before, "entity_edges_after": entity_edge_count(graphs),
-                       "test_recall_start_graphs": start, "test_recall_rebuilt_before_finetune": before,
-                       "test_recall_rebuilt_after_finetune": after, "reader_history": history,
-                       "seconds": {"writer": round(t1 - t0, 1), "rebuild": round(t2 - t1, 1),
-                                   "reader": round(time.perf_counter() - t2, 1)}})
+        rounds.append(
+            {
+                "round": t,
+                "split": parts,
+                "writer": writer_result,
+                "triples_written": triples,
+                "entity_edges_before": entity_before,
+                "entity_edges_after": entity_edge_count(graphs),
+                "test_recall_start_graphs": start,
+                "test_recall_rebuilt_before_finetune": before,
+                "test_recall_rebuilt_after_finetune": after,
+                "reader_history": history,
+                "seconds": {
+                    "writer": round(t1 - t0, 1),
+                    "rebuild": round(t2 - t1, 1),
+                    "reader": round(time.perf_counter() - t2, 1),
+                },
+            }
+        )
         print(json.dumps({k: v for k, v in rounds[-1].items() if k not in ("writer", "reader_history", "split")}))
-        (out_dir / "rounds.json").write_text(json.dumps({"writer": asdict(wcfg), "train": asdict(tcfg), "rounds": rounds}, indent=2))
+        (out_dir / "rounds.json").write_text(
+            json.dumps({"writer": asdict(wcfg), "train": asdict(tcfg), "rounds": rounds}, indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -54,8 +54,13 @@ def subset(gs: GraphSet, names) -> tuple[list, Any]:
 
 def load_graphset(cfg: DictConfig) -> GraphSet:
     saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    return open_graphset(saved, OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True),
-                         hydra.utils.to_absolute_path(cfg.graphset_dir), progress=cfg.progress)
+    return open_graphset(
+        saved,
+        OmegaConf.to_container(cfg.data, resolve=True),
+        OmegaConf.to_container(cfg.graph, resolve=True),
+        hydra.utils.to_absolute_path(cfg.graphset_dir),
+        progress=cfg.progress,
+    )
 
 
 def summarize(per_fold: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
@@ -72,8 +77,10 @@ def summarize(per_fold: list[dict[str, dict[str, float]]]) -> dict[str, dict[str
 def markdown(summary: dict[str, dict[str, dict[str, float]]]) -> str:
     lines = ["| policy | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
     for policy, ms in summary.items():
-        cells = [f"{ms[m]['mean']:.3f} ± {ms[m]['std']:.3f}" if m != "loaded_tokens" else f"{ms[m]['mean']:.0f}"
-                 for m in METRICS]
+        cells = [
+            f"{ms[m]['mean']:.3f} ± {ms[m]['std']:.3f}" if m != "loaded_tokens" else f"{ms[m]['mean']:.0f}"
+            for m in METRICS
+        ]
         lines.append(f"| {policy} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -110,7 +117,9 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         except (OSError, TypeError, ValueError, KeyError) as err:
             raise ValueError(f"baseline {name!r} cannot be built from its policy config: {err}") from None
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
-        raise ValueError(f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}")
+        raise ValueError(
+            f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}"
+        )
     if not world.is_main:
         world.barrier()  # rank 0 loads (or builds and caches) the graph set first
     gs = load_graphset(cfg)
@@ -121,8 +130,9 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
     per_fold, records = [], []
     started = time.perf_counter()
-    tracker = make_tracker(cfg.logger if world.is_main else {"backend": "none"}, run_config=cfg, out_dir=out,
-                           name=f"train-{gs.dataset}")
+    tracker = make_tracker(
+        cfg.logger if world.is_main else {"backend": "none"}, run_config=cfg, out_dir=out, name=f"train-{gs.dataset}"
+    )
     for k in folds:
         split = splits[k]
         if world.is_main:
@@ -135,20 +145,38 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         for name, overrides in variants.items():
             tc = TrainConfig(**{**base, **overrides, "checkpoint_dir": str(out / f"fold{k}" / name)})
             prefix = f"fold{k}/{name}/"
-            logger = MultiLogger(PrintLogger(every=max(1, tc.epochs // 10)),
-                                 _Prefixed(tracker, prefix, offset=1000 * k))
+            logger = MultiLogger(
+                PrintLogger(every=max(1, tc.epochs // 10)), _Prefixed(tracker, prefix, offset=1000 * k)
+            )
             t0 = time.perf_counter()
             result = train(tc, gs.graphs, train_q, train_e, val_q, val_e, budget=budget, logger=logger, world=world)
             train_s = time.perf_counter() - t0
             if not world.is_main:  # the other ranks only help train
                 continue
-            policy = RouterPolicy(router=result.router, intent=result.intent, edge_features=result.edges,
-                                  device=tc.device, **{k2: v for k2, v in OmegaConf.to_container(cfg.policy).items()
-                                                         if k2 in ("search", "beam_width", "entry_selector")})
+            policy = RouterPolicy(
+                router=result.router,
+                intent=result.intent,
+                edge_features=result.edges,
+                device=tc.device,
+                **{
+                    k2: v
+                    for k2, v in OmegaConf.to_container(cfg.policy).items()
+                    if k2 in ("search", "beam_width", "entry_selector")
+                },
+            )
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
-            records.append({"fold": k, "policy": name, "best_epoch": result.best_epoch, "val_recall": result.best_score,
-                            "train_wall_s": round(train_s, 2), "test": res.overall, "trainer": dataclasses.asdict(tc)})
+            records.append(
+                {
+                    "fold": k,
+                    "policy": name,
+                    "best_epoch": result.best_epoch,
+                    "val_recall": result.best_score,
+                    "train_wall_s": round(train_s, 2),
+                    "test": res.overall,
+                    "trainer": dataclasses.asdict(tc),
+                }
+            )
         if not world.is_main:
             continue
         for name, policy in baselines.items():
@@ -163,13 +191,22 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     summary = summarize(per_fold)
     table = markdown(summary)
     print(f"\n{gs.dataset}: test conversations, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
-    payload = {"dataset": gs.dataset, "budget": dataclasses.asdict(budget), "folds": folds, "summary": summary,
-               "records": records, "splits": [dataclasses.asdict(splits[k]) for k in folds],
-               "wall_s": round(time.perf_counter() - started, 2), "device": str(resolve_device(base.get("device", "auto"))),
-               "world_size": world.size}
+    payload = {
+        "dataset": gs.dataset,
+        "budget": dataclasses.asdict(budget),
+        "folds": folds,
+        "summary": summary,
+        "records": records,
+        "splits": [dataclasses.asdict(splits[k]) for k in folds],
+        "wall_s": round(time.perf_counter() - started, 2),
+        "device": str(resolve_device(base.get("device", "auto"))),
+        "world_size": world.size,
+    }
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
-    tracker.log_table("summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()])
+    tracker.log_table(
+        "summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()]
+    )
     tracker.finish()
     print(f"results written to {out}")
     return payload
@@ -182,7 +219,9 @@ class _Prefixed:
         self.tracker, self.prefix, self.offset = tracker, prefix, offset
 
     def log(self, metrics, step):
-        self.tracker.log({self.prefix + k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step + self.offset)
+        self.tracker.log(
+            {self.prefix + k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step + self.offset
+        )
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")

@@ -26,14 +26,26 @@ from omegaconf import DictConfig, OmegaConf
 from graphmem.graphset import GraphSet, open_graphset
 from graphmem.policies.base import Budget
 from models.gnn_reader import GNNReader
-from rl.gnn_train import (GNNTrainConfig, cosine_walk_recall, evidence_recall, examples_from_graphset, graph_split,
-                          save_checkpoint, train_reader)
+from rl.gnn_train import (
+    GNNTrainConfig,
+    cosine_walk_recall,
+    evidence_recall,
+    examples_from_graphset,
+    graph_split,
+    save_checkpoint,
+    train_reader,
+)
 
 
 def load_graphset(cfg: DictConfig) -> GraphSet:
     saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.graphset else None
-    return open_graphset(saved, OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True),
-                         hydra.utils.to_absolute_path(cfg.graphset_dir), progress=bool(cfg.get("progress", True)))
+    return open_graphset(
+        saved,
+        OmegaConf.to_container(cfg.data, resolve=True),
+        OmegaConf.to_container(cfg.graph, resolve=True),
+        hydra.utils.to_absolute_path(cfg.graphset_dir),
+        progress=bool(cfg.get("progress", True)),
+    )
 
 
 def set_threads(cfg: DictConfig) -> int:
@@ -44,8 +56,9 @@ def set_threads(cfg: DictConfig) -> int:
 
 
 def split_parts(gs: GraphSet, split_cfg) -> dict[str, list[str]]:
-    return graph_split(list(gs.graphs), k=split_cfg.k, fold=split_cfg.fold, seed=split_cfg.seed,
-                       val_fraction=split_cfg.val_fraction)
+    return graph_split(
+        list(gs.graphs), k=split_cfg.k, fold=split_cfg.fold, seed=split_cfg.seed, val_fraction=split_cfg.val_fraction
+    )
 
 
 def split_examples(gs: GraphSet, split_cfg, budget: Budget) -> tuple[dict, dict]:
@@ -72,11 +85,19 @@ def main(cfg: DictConfig) -> None:
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     gs = load_graphset(cfg)
     parts, ex = split_examples(gs, cfg.split, budget)
-    print({k: len(v) for k, v in parts.items()}, "graphs;", {k: sum(len(e.gold) for e in v) for k, v in ex.items()},
-          "questions;", threads, "threads")
+    print(
+        {k: len(v) for k, v in parts.items()},
+        "graphs;",
+        {k: sum(len(e.gold) for e in v) for k, v in ex.items()},
+        "questions;",
+        threads,
+        "threads",
+    )
     init = GNNReader.from_checkpoint(cfg.init_checkpoint) if cfg.init_checkpoint else None
     t0 = time.perf_counter()
-    reader, history = train_reader(ex["train"], train_cfg, budget, val=ex["val"] or None, reader=init, progress=cfg.progress)
+    reader, history = train_reader(
+        ex["train"], train_cfg, budget, val=ex["val"] or None, reader=init, progress=cfg.progress
+    )
     metrics = {"train_seconds": round(time.perf_counter() - t0, 2)}
     for name, examples in ex.items():
         if examples:
@@ -85,8 +106,16 @@ def main(cfg: DictConfig) -> None:
     save_checkpoint(reader, cfg.checkpoint, train_cfg, metrics)
     split_file = write_split(parts, cfg.checkpoint)
     out_dir.mkdir(parents=True, exist_ok=True)
-    payload = {"dataset": gs.dataset, "budget": asdict(budget), "split": parts, "split_file": str(split_file),
-               "train": asdict(train_cfg), "metrics": metrics, "history": history, "checkpoint": str(cfg.checkpoint)}
+    payload = {
+        "dataset": gs.dataset,
+        "budget": asdict(budget),
+        "split": parts,
+        "split_file": str(split_file),
+        "train": asdict(train_cfg),
+        "metrics": metrics,
+        "history": history,
+        "checkpoint": str(cfg.checkpoint),
+    }
     (out_dir / "results.json").write_text(json.dumps(payload, indent=2))
     print(json.dumps(metrics, indent=2))
 

@@ -1,6 +1,7 @@
 """Train the memory writer with GRPO against a frozen GNN reader (SAGE §4.1).
 
-    python scripts/train_writer.py data=locomo graphset=outputs/graphs/locomo writer.reader_checkpoint=runs/gnn/locomo.pt
+    python scripts/train_writer.py data=locomo graphset=outputs/graphs/locomo \\
+        writer.reader_checkpoint=runs/gnn/locomo.pt
     python scripts/train_writer.py data=locomo writer.model=smollm2 writer.max_steps=30 save_model=runs/writer/model
 
 Tasks are windows of fragments of the *training* graphs (fold ``split.fold`` of
@@ -26,15 +27,23 @@ from train_gnn import load_graphset, set_threads, split_parts  # noqa: E402  (si
 from models.gnn_reader import GNNReader  # noqa: E402
 from rl.grpo_writer import WriterConfig, tasks_from_graphset, train_writer  # noqa: E402
 
-REWARD_KEYS = ("reward", "reward_std", "rewards/task_reward/mean", "rewards/format_reward/mean", "completions/mean_length")
+REWARD_KEYS = (
+    "reward",
+    "reward_std",
+    "rewards/task_reward/mean",
+    "rewards/format_reward/mean",
+    "completions/mean_length",
+)
 
 
 def writer_tasks(gs, cfg: DictConfig, wcfg: WriterConfig):
     parts = split_parts(gs, cfg.split)
     train = set(parts["train"])
-    tasks = tasks_from_graphset(gs, [i for i, q in enumerate(gs.questions) if q.graph in train], wcfg.fragments_per_task)
+    tasks = tasks_from_graphset(
+        gs, [i for i, q in enumerate(gs.questions) if q.graph in train], wcfg.fragments_per_task
+    )
     random.Random(wcfg.seed).shuffle(tasks)
-    return tasks[:cfg.max_tasks], parts
+    return tasks[: cfg.max_tasks], parts
 
 
 def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader):

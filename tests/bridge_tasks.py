@@ -27,7 +27,9 @@ def _near(q: torch.Tensor, cos: float, gen: torch.Generator) -> torch.Tensor:
     return cos * q + math.sqrt(1 - cos * cos) * r
 
 
-def bridge_task(seed: int, dim: int = 16, distractors: int = 4, fillers: int = 12) -> tuple[MemoryGraph, Question, torch.Tensor]:
+def bridge_task(
+    seed: int, dim: int = 16, distractors: int = 4, fillers: int = 12
+) -> tuple[MemoryGraph, Question, torch.Tensor]:
     """One bridge graph, its question and the query embedding."""
     gen = torch.Generator().manual_seed(seed)
     q = torch.nn.functional.normalize(torch.randn(dim, generator=gen), dim=0)
@@ -45,12 +47,18 @@ def bridge_task(seed: int, dim: int = 16, distractors: int = 4, fillers: int = 1
     graph.add_edges([row["entry"]] * distractors, d, "semantic")
     graph.add_edges([row["entry"]], [row["bridge"]], "causal")
     graph.add_edges(d, f[:distractors], "semantic")
-    graph.add_edges(d, f[distractors:2 * distractors], "entity")
+    graph.add_edges(d, f[distractors : 2 * distractors], "entity")
     graph.add_edges([row["bridge"]], [row["gold"]], "temporal")
     graph.add_edges([row["bridge"]] * 2, [row["decoy0"], row["decoy1"]], "entity")
     graph.add_edges([row["decoy0"], row["decoy1"]], f[-2:], "semantic")
-    question = Question(qid=f"bridge{seed}#0", graph=f"bridge{seed}", text=f"question {seed}", answer=None,
-                        evidence=(ids[row["gold"]],), category=1)
+    question = Question(
+        qid=f"bridge{seed}#0",
+        graph=f"bridge{seed}",
+        text=f"question {seed}",
+        answer=None,
+        evidence=(ids[row["gold"]],),
+        category=1,
+    )
     return graph.validate(), question, q
 
 

@@ -13,9 +13,24 @@ from hydra import compose, initialize_config_dir
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_script  # noqa: E402
-TINY = ["sizes=[200,400]", "num_queries=4", "loop_queries=2", "ppr_queries=2", "gnn_queries=2", "dim=8", "avg_degree=4",
-        "locomo.enabled=false", "datasets=[]", "compare_devices=[cpu]", "train.nodes=200", "train.dim=8", "train.batch=32",
-        "train.single=4", "train.repeats=1"]
+
+TINY = [
+    "sizes=[200,400]",
+    "num_queries=4",
+    "loop_queries=2",
+    "ppr_queries=2",
+    "gnn_queries=2",
+    "dim=8",
+    "avg_degree=4",
+    "locomo.enabled=false",
+    "datasets=[]",
+    "compare_devices=[cpu]",
+    "train.nodes=200",
+    "train.dim=8",
+    "train.batch=32",
+    "train.single=4",
+    "train.repeats=1",
+]
 
 
 def test_run_in_process_writes_json_and_plot(tmp_path):
@@ -33,7 +48,10 @@ def test_run_in_process_writes_json_and_plot(tmp_path):
             assert res["device"] == "cpu" and res["batched_peak_mb"] >= 0 and res["single_peak_mb"] >= 0
             assert res["on"]["cpu"]["batched_ms_per_query"] > 0 and res["on"]["cpu"]["speedup_over_main_device"] > 0
         for name in ("beta_bfs", "router"):
-            assert entry["policies"][name]["traversal_ms_per_query"] > 0 and entry["policies"][name]["traversal_warm_ms_per_query"] > 0
+            assert (
+                entry["policies"][name]["traversal_ms_per_query"] > 0
+                and entry["policies"][name]["traversal_warm_ms_per_query"] > 0
+            )
     assert {"beta_bfs_traversal_flat_within_2x", "router_traversal_warm_flat_within_2x"} <= set(saved["growth"])
     train = saved["train"]["cpu"]
     assert train["batch1_episodes_per_s"] > 0 and train["batched_episodes_per_s"] > 0 and train["batch"] == 32
@@ -43,10 +61,28 @@ def test_run_in_process_writes_json_and_plot(tmp_path):
 def test_hydra_entry_point(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
     out = tmp_path / "bench"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "sizes=[100]", "num_queries=2",
-                           "ppr_queries=1", "gnn_queries=1", "loop_queries=1", "dim=4", "plot=false",
-                           "locomo.enabled=false", "datasets=[]", "train.enabled=false", f"out_dir={out}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "benchmark.py"),
+            "sizes=[100]",
+            "num_queries=2",
+            "ppr_queries=1",
+            "gnn_queries=1",
+            "loop_queries=1",
+            "dim=4",
+            "plot=false",
+            "locomo.enabled=false",
+            "datasets=[]",
+            "train.enabled=false",
+            f"out_dir={out}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((out / "benchmark.json").read_text())["sizes"]["100"]["nodes"] == 100
 
@@ -57,11 +93,23 @@ def test_dataset_section_times_every_question_three_ways(tmp_path):
     from graphmem.graphset import DataConfig, GraphConfig, build_graphset
 
     data = DataConfig(name="hotpotqa", file="hotpotqa/hotpot_dev_distractor_200.jsonl", limit=6)
-    build_graphset(data, GraphConfig(encoder="hashing", cache_dir=str(tmp_path / "c")), progress=False).save(tmp_path / "hp")
+    build_graphset(data, GraphConfig(encoder="hashing", cache_dir=str(tmp_path / "c")), progress=False).save(
+        tmp_path / "hp"
+    )
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="benchmark", overrides=[
-            "sizes=[]", "locomo.enabled=false", "train.enabled=false", f"datasets=['{tmp_path / 'hp'}']", "dataset_loop_queries=3",
-            "compare_devices=[cpu]", f"out_dir={tmp_path / 'out'}", "plot=false"])
+        cfg = compose(
+            config_name="benchmark",
+            overrides=[
+                "sizes=[]",
+                "locomo.enabled=false",
+                "train.enabled=false",
+                f"datasets=['{tmp_path / 'hp'}']",
+                "dataset_loop_queries=3",
+                "compare_devices=[cpu]",
+                f"out_dir={tmp_path / 'out'}",
+                "plot=false",
+            ],
+        )
     report = load_script("benchmark").run(cfg)
     res = report["datasets"]["hp"]
     assert res["graphs"] == 6 and res["questions"] == 6
@@ -69,7 +117,9 @@ def test_dataset_section_times_every_question_three_ways(tmp_path):
     for r in res["policies"].values():
         assert r["loop_queries"] == 3 and r["batched_ms_per_query"] > 0
         assert r["batched_over_loop"] == pytest.approx(r["loop_ms_per_query"] / r["batched_ms_per_query"], rel=1e-9)
-        assert r["batched_over_per_graph"] == pytest.approx(r["per_graph_ms_per_query"] / r["batched_ms_per_query"], rel=1e-9)
+        assert r["batched_over_per_graph"] == pytest.approx(
+            r["per_graph_ms_per_query"] / r["batched_ms_per_query"], rel=1e-9
+        )
         assert r["on"]["cpu"]["speedup_over_main_device"] > 0
 
 
@@ -90,12 +140,34 @@ def test_peak_memory_sees_a_large_temporary():
 def test_training_throughput_benchmark(tmp_path):
     out = tmp_path / "train.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_train.py"), "--nodes", "200", "--dim", "8",
-                           "--batch", "32", "--single", "4", "--device", "cpu,cpu", "--out", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_train.py"),
+            "--nodes",
+            "200",
+            "--dim",
+            "8",
+            "--batch",
+            "32",
+            "--single",
+            "4",
+            "--device",
+            "cpu,cpu",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     first, second = json.loads(out.read_text())["devices"]
     for run in (first, second):
-        assert run["batch1_episodes_per_s"] > 0 and run["batched_episodes_per_s"] > 0 and run["batched_step_peak_mb"] >= 0
+        assert (
+            run["batch1_episodes_per_s"] > 0 and run["batched_episodes_per_s"] > 0 and run["batched_step_peak_mb"] >= 0
+        )
         assert run["speedup"] == run["batched_episodes_per_s"] / run["batch1_episodes_per_s"]
     assert second["batched_over_cpu"] > 0

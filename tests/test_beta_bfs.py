@@ -16,7 +16,7 @@ class Fixed:
         self.ids = ids
 
     def select(self, graph, queries, budget):
-        return [[graph.index_of(i) for i in self.ids][:budget.max_entries] for _ in queries]
+        return [[graph.index_of(i) for i in self.ids][: budget.max_entries] for _ in queries]
 
 
 def toy(ids, edges, texts=None):
@@ -46,10 +46,18 @@ def both(graph, entries, budget=Budget()):
 
 def test_top2_by_target_id_and_depth_two():
     # Rows are not in id order, so the tie-break must use the string id.
-    g = toy(["a", "d", "c", "b", "e", "f", "g", "h"], [
-        ("a", "d", "semantic"), ("a", "c", "semantic"), ("a", "b", "semantic"),
-        ("b", "e", "temporal"), ("b", "f", "temporal"), ("c", "g", "causal"), ("e", "h", "entity"),
-    ])
+    g = toy(
+        ["a", "d", "c", "b", "e", "f", "g", "h"],
+        [
+            ("a", "d", "semantic"),
+            ("a", "c", "semantic"),
+            ("a", "b", "semantic"),
+            ("b", "e", "temporal"),
+            ("b", "f", "temporal"),
+            ("c", "g", "causal"),
+            ("e", "h", "entity"),
+        ],
+    )
     r, loaded = both(g, ["a"])
     assert loaded == ["a", "b", "c", "e", "f", "g"]  # d: third of three ties; h: depth 3
     assert r.max_depth == 2
@@ -69,8 +77,16 @@ def test_posterior_mean_beats_id_after_observe():
 
 
 def test_directed_weights_differ():
-    g = toy(["x", "y", "z", "w"], [("x", "w", "semantic"), ("x", "y", "semantic"), ("x", "z", "semantic"),
-                                   ("y", "x", "semantic"), ("y", "z", "semantic")])
+    g = toy(
+        ["x", "y", "z", "w"],
+        [
+            ("x", "w", "semantic"),
+            ("x", "y", "semantic"),
+            ("x", "z", "semantic"),
+            ("y", "x", "semantic"),
+            ("y", "z", "semantic"),
+        ],
+    )
     one = Budget(top_k_neighbors=1, max_hops=1)
     assert both(g, ["x"], one)[1] == ["x", "w"]
     g.observe("y", "x", "harmful", 1.0)  # only y->x changes; x->y keeps 1/2
@@ -98,8 +114,11 @@ def test_node_cap_twelve_in_bfs_order():
 
 def test_token_budget_skips_long_node_and_keeps_going():
     texts = {"a": "alpha", "b": " ".join(["long"] * 50), "c": "gamma", "d": "delta", "e": "epsilon"}
-    g = toy(list(texts), [("a", "b", "semantic"), ("a", "c", "semantic"), ("c", "d", "semantic"),
-                          ("b", "e", "semantic")], texts=list(texts.values()))
+    g = toy(
+        list(texts),
+        [("a", "b", "semantic"), ("a", "c", "semantic"), ("c", "d", "semantic"), ("b", "e", "semantic")],
+        texts=list(texts.values()),
+    )
     tok = {i: count_tokens(serialize_node(i, t)) for i, t in texts.items()}
     assert tok["a"] == 4  # "[", "a", "]", "alpha"
     budget = Budget(max_tokens=tok["a"] + tok["c"] + tok["d"])  # exactly enough: <= is allowed
@@ -111,8 +130,16 @@ def test_token_budget_skips_long_node_and_keeps_going():
 
 
 def test_node_reached_twice_loaded_once():
-    g = toy(["a", "b", "c", "d"], [("a", "b", "semantic"), ("a", "c", "semantic"), ("b", "d", "semantic"),
-                                   ("c", "d", "semantic"), ("d", "a", "semantic")])
+    g = toy(
+        ["a", "b", "c", "d"],
+        [
+            ("a", "b", "semantic"),
+            ("a", "c", "semantic"),
+            ("b", "d", "semantic"),
+            ("c", "d", "semantic"),
+            ("d", "a", "semantic"),
+        ],
+    )
     r, loaded = both(g, ["a", "b"])
     assert loaded == ["a", "b", "c", "d"]
     names = [(g.node_ids[int(g.edge_index[0, e])], g.node_ids[int(g.edge_index[1, e])]) for e in r.edges_traversed]
@@ -121,8 +148,15 @@ def test_node_reached_twice_loaded_once():
 
 
 def test_parallel_edges_count_once_with_max_weight():
-    g = toy(["a", "b", "c", "d"], [("a", "b", "semantic", 0.0, 0.0), ("a", "b", "causal", 3.0, 0.0),
-                                   ("a", "c", "semantic", 1.0, 0.0), ("a", "d", "semantic")])
+    g = toy(
+        ["a", "b", "c", "d"],
+        [
+            ("a", "b", "semantic", 0.0, 0.0),
+            ("a", "b", "causal", 3.0, 0.0),
+            ("a", "c", "semantic", 1.0, 0.0),
+            ("a", "d", "semantic"),
+        ],
+    )
     r, loaded = both(g, ["a"], Budget(max_hops=1))
     assert loaded == ["a", "b", "c"]  # w(a,b) = max(0.5, 0.8); b is not counted twice
     assert g.relations[int(g.edge_type[r.edges_traversed[0]])] == "causal"

@@ -42,13 +42,21 @@ def test_locomo_nodes(conv, graph):
     turns = conv.turns
     assert graph.node_ids == [t.dia_id for t in turns] and graph.num_nodes == 419
     captioned = next(i for i, t in enumerate(turns) if t.image_caption)
-    assert graph.texts[captioned] == f"{turns[captioned].speaker}: {turns[captioned].text} [image: {turns[captioned].image_caption}]"
+    assert (
+        graph.texts[captioned]
+        == f"{turns[captioned].speaker}: {turns[captioned].text} [image: {turns[captioned].image_caption}]"
+    )
     assert graph.texts[0] == f"{turns[0].speaker}: {turns[0].text}"
     s2 = conv.sessions[1]
     row = graph.index_of(s2.turns[3].dia_id)
     assert graph.timestamps[row].item() == s2.date_time.replace(tzinfo=timezone.utc).timestamp() + 3
-    assert graph.metadata[row] == {"speaker": s2.turns[3].speaker, "session": s2.index, "dia_id": s2.turns[3].dia_id,
-                                   "position": 3, "date_time": s2.raw_date_time}
+    assert graph.metadata[row] == {
+        "speaker": s2.turns[3].speaker,
+        "session": s2.index,
+        "dia_id": s2.turns[3].dia_id,
+        "position": 3,
+        "date_time": s2.raw_date_time,
+    }
     assert len(graph.keys[0]) < len(graph.texts[0]) + 20
 
 
@@ -64,9 +72,13 @@ def test_locomo_edges(graph):
     assert (graph.index_of("D1:1"), graph.index_of("D1:2"), t) in triples
     # question -> reply of the other speaker is a causal edge
     c = graph.relations.index("causal")
-    i = next(i for i in range(graph.num_nodes - 1) if graph.texts[i].endswith("?")
-             and graph.metadata[i]["session"] == graph.metadata[i + 1]["session"]
-             and graph.metadata[i]["speaker"] != graph.metadata[i + 1]["speaker"])
+    i = next(
+        i
+        for i in range(graph.num_nodes - 1)
+        if graph.texts[i].endswith("?")
+        and graph.metadata[i]["session"] == graph.metadata[i + 1]["session"]
+        and graph.metadata[i]["speaker"] != graph.metadata[i + 1]["speaker"]
+    )
     assert (i, i + 1, c) in triples
     sem = graph.edge_type == graph.relations.index("semantic")
     assert sem.sum() <= 2 * CFG.semantic_k * graph.num_nodes
@@ -78,11 +90,17 @@ def test_scored_features_reach_tensors_and_match(conv, graph):
     onehot = torch.nn.functional.one_hot(graph.edge_type, 4).float()
     assert not torch.allclose(graph.edge_attr, onehot)
     assert torch.equal(graph.edge_attr, graph.edge_attr_init)
-    entities = make_entity_extractor("offline").extract([t.text + (f" {t.image_caption}" if t.image_caption else "") for t in conv.turns])
+    entities = make_entity_extractor("offline").extract(
+        [t.text + (f" {t.image_caption}" if t.image_caption else "") for t in conv.turns]
+    )
     for e in torch.linspace(0, graph.num_edges - 1, 40).long().tolist():
         u, v = graph.edge_index[:, e].tolist()
         mu, mv = graph.metadata[u], graph.metadata[v]
-        p_t = math.exp(-(abs(mu["position"] - mv["position"]) - 1) / CFG.temporal_tau) if mu["session"] == mv["session"] else 0.0
+        p_t = (
+            math.exp(-(abs(mu["position"] - mv["position"]) - 1) / CFG.temporal_tau)
+            if mu["session"] == mv["session"]
+            else 0.0
+        )
         p_s = float(graph.embeddings[u] @ graph.embeddings[v])
         union = entities[u] | entities[v]
         p_e = len(entities[u] & entities[v]) / len(union) if union else 0.0
@@ -101,8 +119,13 @@ def test_onehot_features(conv):
 
 def test_entity_extractor_and_fanout_cap():
     ex = CueEntityExtractor()
-    out = ex.extract(["Yesterday I met Alice Smith in Paris and ran 5 km.", "Hey there! Thanks so much.",
-                      "Paris was lovely in 2019, it cost $20."])
+    out = ex.extract(
+        [
+            "Yesterday I met Alice Smith in Paris and ran 5 km.",
+            "Hey there! Thanks so much.",
+            "Paris was lovely in 2019, it cost $20.",
+        ]
+    )
     assert {"alice smith", "paris", "5 km"} <= out[0] and "yesterday" not in out[0]
     assert out[1] == set() and {"paris", "2019", "$20"} <= out[2]
     a, b = E.entity_pairs([{"x"}] * 30, fanout=3, max_share=1.0)
@@ -147,7 +170,11 @@ def test_hotpot_graphs(hotpot):
         for p in record.paragraphs:
             t_row = g.index_of(f"{p.title}::title")
             for row, m in enumerate(g.metadata):
-                if m["kind"] == "sentence" and m["title"] != p.title and p.title.lower() in g.texts[row].split(": ", 1)[1].lower():
+                if (
+                    m["kind"] == "sentence"
+                    and m["title"] != p.title
+                    and p.title.lower() in g.texts[row].split(": ", 1)[1].lower()
+                ):
                     assert (row, t_row, ent) in triples
                     bridges += 1
         for r, n in _relation_counts(g).items():
@@ -157,8 +184,14 @@ def test_hotpot_graphs(hotpot):
 
 
 def test_config_validation():
-    for bad in (dict(semantic_k=-1), dict(semantic_threshold=1.5), dict(temporal_tau=0), dict(features="both"),
-                dict(causal_qa_confidence=-0.1), dict(temporal_window_s=-5)):
+    for bad in (
+        dict(semantic_k=-1),
+        dict(semantic_threshold=1.5),
+        dict(temporal_tau=0),
+        dict(features="both"),
+        dict(causal_qa_confidence=-0.1),
+        dict(temporal_window_s=-5),
+    ):
         with pytest.raises(ValueError, match="GraphConfig"):
             GraphConfig(**bad)
     with pytest.raises(ValueError, match="DataConfig.limit"):

@@ -7,7 +7,13 @@ from datetime import datetime
 import pytest
 
 from graphmem.datasets import (
-    DataNotFoundError, HotpotFormatError, LocomoFormatError, data_file, data_root, load_hotpotqa, load_locomo,
+    DataNotFoundError,
+    HotpotFormatError,
+    LocomoFormatError,
+    data_file,
+    data_root,
+    load_hotpotqa,
+    load_locomo,
     parse_session_datetime,
 )
 
@@ -78,11 +84,21 @@ def _write(tmp_path, records, name="bad.json"):
 
 
 def _record(**conv_overrides):
-    conv = {"speaker_a": "A", "speaker_b": "B", "session_1_date_time": "1:56 pm on 8 May, 2023",
-            "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "Hi?"}, {"speaker": "B", "dia_id": "D1:2", "text": "Yo"}]}
+    conv = {
+        "speaker_a": "A",
+        "speaker_b": "B",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "A", "dia_id": "D1:1", "text": "Hi?"},
+            {"speaker": "B", "dia_id": "D1:2", "text": "Yo"},
+        ],
+    }
     conv.update(conv_overrides)
-    return {"sample_id": "s-1", "conversation": conv,
-            "qa": [{"question": "q", "answer": "a", "evidence": ["D1:1"], "category": 4}]}
+    return {
+        "sample_id": "s-1",
+        "conversation": conv,
+        "qa": [{"question": "q", "answer": "a", "evidence": ["D1:1"], "category": 4}],
+    }
 
 
 def test_locomo_malformed_turn_names_file_record_field(tmp_path):
@@ -97,7 +113,9 @@ def test_locomo_malformed_turn_names_file_record_field(tmp_path):
 
 def test_locomo_empty_conversation_and_missing_keys(tmp_path):
     with pytest.raises(LocomoFormatError, match="empty conversation"):
-        load_locomo(_write(tmp_path, [{"sample_id": "x", "conversation": {"speaker_a": "A", "speaker_b": "B"}, "qa": []}]))
+        load_locomo(
+            _write(tmp_path, [{"sample_id": "x", "conversation": {"speaker_a": "A", "speaker_b": "B"}, "qa": []}])
+        )
     with pytest.raises(LocomoFormatError, match="record 0.*missing field 'qa'"):
         rec = _record()
         del rec["qa"]
@@ -148,6 +166,10 @@ def test_data_root_resolution(tmp_path, monkeypatch):
     assert data_root() == tmp_path.resolve()
     with pytest.raises(DataNotFoundError) as err:
         data_file(LOCOMO)
-    assert str(tmp_path / LOCOMO) in str(err.value) and "GRAPHMEM_DATA_ROOT" in str(err.value) and "data.root" in str(err.value)
+    assert (
+        str(tmp_path / LOCOMO) in str(err.value)
+        and "GRAPHMEM_DATA_ROOT" in str(err.value)
+        and "data.root" in str(err.value)
+    )
     with pytest.raises(DataNotFoundError, match="config key data.root"):
         data_root(tmp_path / "nowhere")

@@ -30,9 +30,13 @@ def graph():
 def make(name: str, graph):
     torch.manual_seed(0)
     if name == "router":
-        return make_policy(name, router=QueryRouter(graph.dim, num_relations=len(graph.relations), hidden=8), device="cpu")
+        return make_policy(
+            name, router=QueryRouter(graph.dim, num_relations=len(graph.relations), hidden=8), device="cpu"
+        )
     if name == "gnn":
-        return make_policy(name, reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)), device="cpu")
+        return make_policy(
+            name, reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)), device="cpu"
+        )
     return make_policy(name, device="cpu")
 
 
@@ -40,12 +44,17 @@ def trace(r):
     return r.loaded, r.entries, r.edges_considered, r.edges_traversed, r.loaded_tokens, r.max_depth
 
 
-@pytest.mark.parametrize("budget", [Budget(), Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_nodes=20, max_tokens=150)],
-                         ids=["default", "tight-tokens"])
+@pytest.mark.parametrize(
+    "budget",
+    [Budget(), Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_nodes=20, max_tokens=150)],
+    ids=["default", "tight-tokens"],
+)
 @pytest.mark.parametrize("name", NAMES)
 def test_batched_path_creates_no_tensor_off_the_policy_device(graph, name, budget):
     gen = torch.Generator().manual_seed(1)
-    queries = [Query(f"q{i}", "x", graph.embeddings[i * 7] + 0.3 * torch.randn(graph.dim, generator=gen)) for i in range(9)]
+    queries = [
+        Query(f"q{i}", "x", graph.embeddings[i * 7] + 0.3 * torch.randn(graph.dim, generator=gen)) for i in range(9)
+    ]
     policy = make(name, graph)
     assert policy.device == torch.device("cpu")
     expected = policy.retrieve_batch(graph, queries, budget)  # also builds the per-graph caches
@@ -59,8 +68,13 @@ def test_batched_path_creates_no_tensor_off_the_policy_device(graph, name, budge
 def test_graph_batch_path_creates_no_tensor_off_the_policy_device(graph, name):
     other = varied_posterior_graph(80, seed=6)
     gen = torch.Generator().manual_seed(2)
-    queries = [[Query(f"{g.num_nodes}-{i}", "x", g.embeddings[i * 5] + 0.3 * torch.randn(g.dim, generator=gen)) for i in range(4)]
-               for g in (graph, other)]
+    queries = [
+        [
+            Query(f"{g.num_nodes}-{i}", "x", g.embeddings[i * 5] + 0.3 * torch.randn(g.dim, generator=gen))
+            for i in range(4)
+        ]
+        for g in (graph, other)
+    ]
     policy = make(name, graph)
     expected = policy.retrieve_graphs([graph, other], queries, Budget())  # also builds the union and its caches
     with torch.device("meta"):

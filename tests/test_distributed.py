@@ -29,8 +29,18 @@ from bridge_tasks import BRIDGE_BUDGET, bridge_tasks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # 12 questions, one entry each (BRIDGE_BUDGET), batch 5 -> steps of 5, 5 and 2 episodes: unequal slices 2/3 and 1/1
-CONFIG = dict(epochs=3, seed=4, batch_size=5, starts_per_question=2, lr_router=1e-2, lr_edges=1e-2, device="cpu",
-              entropy_coef=0.01, eval_every=1, temperature=1.0)  # T = 1 keeps float32 rounding from flipping samples here
+CONFIG = dict(
+    epochs=3,
+    seed=4,
+    batch_size=5,
+    starts_per_question=2,
+    lr_router=1e-2,
+    lr_edges=1e-2,
+    device="cpu",
+    entropy_coef=0.01,
+    eval_every=1,
+    temperature=1.0,
+)  # T = 1 keeps float32 rounding from flipping samples here
 TRAIN, VAL = range(12), range(500, 504)
 
 WORKER = """
@@ -74,16 +84,37 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
     out = tmp_path / "ddp"
     out.mkdir()
     script = tmp_path / "worker.py"
-    script.write_text(WORKER.format(tests=str(Path(__file__).parent), root=str(ROOT), train=list(TRAIN), val=list(VAL),
-                                    cfg=CONFIG, out=str(out)))
+    script.write_text(
+        WORKER.format(
+            tests=str(Path(__file__).parent), root=str(ROOT), train=list(TRAIN), val=list(VAL), cfg=CONFIG, out=str(out)
+        )
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port()}", str(script)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
+        str(script),
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     g, q, e = bridge_tasks(TRAIN)  # the one-process runs, while the ranks work
     vg, vq, ve = bridge_tasks(VAL)
-    single = {dtype: train(TrainConfig(**CONFIG, dtype=dtype, checkpoint_dir=str(tmp_path / dtype)), {**g, **vg}, q, e,
-                           vq, ve, budget=BRIDGE_BUDGET) for dtype in ("float64", "float32")}
+    single = {
+        dtype: train(
+            TrainConfig(**CONFIG, dtype=dtype, checkpoint_dir=str(tmp_path / dtype)),
+            {**g, **vg},
+            q,
+            e,
+            vq,
+            ve,
+            budget=BRIDGE_BUDGET,
+        )
+        for dtype in ("float64", "float32")
+    }
     log = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0, log[-4000:]
     diffs = {}
@@ -92,11 +123,16 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
         assert [r["world"] for r in ranks] == [[0, 2], [1, 2]]
         # after k = 9 steps: rank 0's last checkpoint vs the one-process last checkpoint (router + edge features)
         ddp_last, one_last = load_checkpoint(out / dtype / "last.pt"), load_checkpoint(tmp_path / dtype / "last.pt")
-        diffs[dtype] = _max_diff(_params(ddp_last["router"], ddp_last["edges"]["weight"]),
-                                 _params(one_last["router"], one_last["edges"]["weight"]))
+        diffs[dtype] = _max_diff(
+            _params(ddp_last["router"], ddp_last["edges"]["weight"]),
+            _params(one_last["router"], one_last["edges"]["weight"]),
+        )
         assert not torch.equal(ddp_last["edges"]["weight"], ddp_last["edges"]["initial"])  # edge features did move
         # the replicas are identical, and both ranks return rank 0's validation-selected modules
-        assert _max_diff(_params(ranks[0]["router"], ranks[0]["edges"]), _params(ranks[1]["router"], ranks[1]["edges"])) == 0
+        assert (
+            _max_diff(_params(ranks[0]["router"], ranks[0]["edges"]), _params(ranks[1]["router"], ranks[1]["edges"]))
+            == 0
+        )
         assert ranks[1]["best"] == ranks[0]["best"] and ranks[0]["best"][0] == one.best_epoch
         # the same sampled actions: episode counts, returns and successes of every epoch are the one process's
         for got, want in zip(ranks[0]["history"], _history(one.history)):
@@ -108,7 +144,10 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
     assert diffs["float64"] < 1e-8
     one = single["float64"]
     ranks = [torch.load(out / f"float64-rank{r}.pt", weights_only=True) for r in range(2)]
-    assert _max_diff(_params(ranks[0]["router"], ranks[0]["edges"]), _params(one.router.state_dict(), one.edges.weight)) < 1e-8
+    assert (
+        _max_diff(_params(ranks[0]["router"], ranks[0]["edges"]), _params(one.router.state_dict(), one.edges.weight))
+        < 1e-8
+    )
     for got, want in zip(ranks[0]["history"], _history(one.history)):
         assert all(abs(got[k] - want[k]) < 1e-6 for k in want), (got, want)  # rewards are float32 sums
 

@@ -20,6 +20,7 @@ from graphmem.tracking import JsonlTracker, Tracker, config_for_logging, is_secr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_script  # noqa: E402
+
 CONFIGS = ROOT / "configs"
 
 
@@ -34,15 +35,21 @@ def test_secret_names():
 def test_config_for_logging_drops_secrets_and_env_values(monkeypatch):
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-123456789")
     monkeypatch.setenv("SOME_PATH", "/opt/private/place")
-    cfg = OmegaConf.create({
-        "budget": {"max_tokens": 2500, "tokenizer": "regex-word-v1"},
-        "llm": {"api_key": "sk-abc", "model": "m", "base": "${oc.env:SOME_PATH}", "header": "Bearer tok-123456789"},
-        "logger": {"project": "graphmem", "where": "/opt/private/place"},
-        "list": [1, "${oc.env:SOME_PATH}", {"password": "x", "ok": True}],
-    })
+    cfg = OmegaConf.create(
+        {
+            "budget": {"max_tokens": 2500, "tokenizer": "regex-word-v1"},
+            "llm": {"api_key": "sk-abc", "model": "m", "base": "${oc.env:SOME_PATH}", "header": "Bearer tok-123456789"},
+            "logger": {"project": "graphmem", "where": "/opt/private/place"},
+            "list": [1, "${oc.env:SOME_PATH}", {"password": "x", "ok": True}],
+        }
+    )
     safe = config_for_logging(cfg)
-    assert safe == {"budget": {"max_tokens": 2500, "tokenizer": "regex-word-v1"}, "llm": {"model": "m"},
-                    "logger": {"project": "graphmem"}, "list": [1, {"ok": True}]}
+    assert safe == {
+        "budget": {"max_tokens": 2500, "tokenizer": "regex-word-v1"},
+        "llm": {"model": "m"},
+        "logger": {"project": "graphmem"},
+        "list": [1, {"ok": True}],
+    }
     assert config_for_logging({"nested": {"secret": 1, "n": 2}}) == {"nested": {"n": 2}}
 
 
@@ -68,8 +75,12 @@ def test_jsonl_and_none_backends(tmp_path, monkeypatch):
 
 def test_wandb_offline_run_never_logs_secrets(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    tracker = make_tracker({"backend": "wandb", "mode": "offline"},
-                           {"budget": {"max_tokens": 2500}, "llm": {"api_key": "sk-never-logged"}}, tmp_path, name="t")
+    tracker = make_tracker(
+        {"backend": "wandb", "mode": "offline"},
+        {"budget": {"max_tokens": 2500}, "llm": {"api_key": "sk-never-logged"}},
+        tmp_path,
+        name="t",
+    )
     tracker.log({"recall": 0.25})
     tracker.log_table("summary", ["policy", "recall"], [["x", 0.25]])
     tracker.finish()
@@ -105,8 +116,17 @@ def test_compose_run_writes_every_output(tmp_path):
     script = load_script("evaluate")
     gs_dir = saved_graphset(tmp_path / "set")
     out = tmp_path / "out"
-    cfg = compose_cfg([f"graphset={gs_dir}", f"out_dir={out}", "policies=[beta_bfs,dense_topk]",
-                       "sweep_tokens=[250,2500]", "logger.mode=disabled", "progress=false", "device=cpu"])
+    cfg = compose_cfg(
+        [
+            f"graphset={gs_dir}",
+            f"out_dir={out}",
+            "policies=[beta_bfs,dense_topk]",
+            "sweep_tokens=[250,2500]",
+            "logger.mode=disabled",
+            "progress=false",
+            "device=cpu",
+        ]
+    )
     payload = script.evaluate(cfg)
     assert set(payload["policies"]) == {"beta_bfs", "dense_topk"}
     saved = json.loads((out / "results.json").read_text())
@@ -121,12 +141,15 @@ def test_compose_run_writes_every_output(tmp_path):
     assert {"summary.json", "budget_sweep.json", "questions_beta_bfs.json"} <= tables
 
 
-@pytest.mark.parametrize("override, message", [
-    ("budget.max_tokens=-5", "invalid budget"),
-    ("policies=[beta_bfs,no_such_policy]", "unknown policy 'no_such_policy'"),
-    ("sweep_tokens=[0]", "invalid budget"),
-    ("device=gpu7", "policy 'beta_bfs' cannot be constructed"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("budget.max_tokens=-5", "invalid budget"),
+        ("policies=[beta_bfs,no_such_policy]", "unknown policy 'no_such_policy'"),
+        ("sweep_tokens=[0]", "invalid budget"),
+        ("device=gpu7", "policy 'beta_bfs' cannot be constructed"),
+    ],
+)
 def test_invalid_config_rejected_before_work(tmp_path, override, message):
     script = load_script("evaluate")
     missing = tmp_path / "no-graphset-here"  # loading it would fail differently: nothing was loaded
@@ -137,16 +160,31 @@ def test_invalid_config_rejected_before_work(tmp_path, override, message):
 
 
 def _env():
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
-               LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        WANDB_MODE="disabled",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        PYTHONPATH=str(ROOT),
+    )
     return env
 
 
 def test_script_smoke_on_one_locomo_conversation(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "scripts/evaluate.py", "data=locomo", "data.limit=1", "graph.encoder=hashing",
-           f"graphset_dir={tmp_path / 'sets'}", f"out_dir={out}", "policies=[beta_bfs,dense_topk,uniform_bfs]",
-           "sweep_tokens=[250,2500]", "progress=false"]
+    cmd = [
+        sys.executable,
+        "scripts/evaluate.py",
+        "data=locomo",
+        "data.limit=1",
+        "graph.encoder=hashing",
+        f"graphset_dir={tmp_path / 'sets'}",
+        f"out_dir={out}",
+        "policies=[beta_bfs,dense_topk,uniform_bfs]",
+        "sweep_tokens=[250,2500]",
+        "progress=false",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| overall |" in proc.stdout and "adversarial" in proc.stdout

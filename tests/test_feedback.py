@@ -37,8 +37,14 @@ def tree_graph(name: str = "g") -> MemoryGraph:
     g = MemoryGraph.empty(3, info={"name": name})
     ids = ["a", "b", "c", "d", "e"]
     g.add_nodes(ids, [f"node {i}" for i in ids], torch.eye(5, 3))
-    for s, d, r in [("a", "b", "temporal"), ("a", "b", "entity"), ("a", "c", "semantic"), ("b", "d", "semantic"),
-                    ("c", "e", "temporal"), ("e", "a", "semantic")]:
+    for s, d, r in [
+        ("a", "b", "temporal"),
+        ("a", "b", "entity"),
+        ("a", "c", "semantic"),
+        ("b", "d", "semantic"),
+        ("c", "e", "temporal"),
+        ("e", "a", "semantic"),
+    ]:
         g.add_edge(s, d, r)
     return g
 
@@ -64,9 +70,9 @@ def test_oracle_labels_and_counter_updates_exact():
     r = retrieve(g)
     labels = oracle_labels(g, r, {"d", "zz-not-a-node"}, OracleConfig(helpful_confidence=1.0, harmful_confidence=0.5))
     assert labels == [
-        TransitionLabel("a", "b", "neutral", 0.0),   # b is not gold, but gold d is loaded below it
-        TransitionLabel("a", "c", "harmful", 0.5),   # nothing gold among c, e
-        TransitionLabel("b", "d", "helpful", 1.0),   # d is gold
+        TransitionLabel("a", "b", "neutral", 0.0),  # b is not gold, but gold d is loaded below it
+        TransitionLabel("a", "c", "harmful", 0.5),  # nothing gold among c, e
+        TransitionLabel("b", "d", "helpful", 1.0),  # d is gold
         TransitionLabel("c", "e", "harmful", 0.5),
     ]
     assert apply_labels(g, labels) == 3
@@ -88,8 +94,14 @@ def test_gold_target_helpful_updates_every_parallel_edge():
 def test_neutral_and_zero_confidence_leave_counters_and_edges():
     g = tree_graph()
     before = (g.S.clone(), g.F.clone(), g.edge_index.clone())
-    n = apply_labels(g, [TransitionLabel("a", "b", "neutral", 1.0), TransitionLabel("a", "c", "harmful", 0.0),
-                         TransitionLabel("b", "d", "helpful", 0.0)])
+    n = apply_labels(
+        g,
+        [
+            TransitionLabel("a", "b", "neutral", 1.0),
+            TransitionLabel("a", "c", "harmful", 0.0),
+            TransitionLabel("b", "d", "helpful", 0.0),
+        ],
+    )
     assert n == 0
     zero = oracle_labels(g, retrieve(g), {"d"}, OracleConfig(0.0, 0.0))
     assert apply_labels(g, zero) == 0
@@ -122,9 +134,11 @@ def test_learn_evidence_touches_training_graphs_only_and_gold_never_reaches_retr
     marker = "GOLD-7731"
     train_g, held_g = tree_graph("train"), tree_graph("held")
     held_before = (held_g.S.clone(), held_g.F.clone())
-    questions = [Question("train#0", "train", "where?", f"answer {marker}", ("d",), 1),
-                 Question("train#1", "train", "what?", marker, (marker,), 1),        # no gold node: skipped
-                 Question("train#2", "train", "who?", marker, ("b", "e"), 1)]
+    questions = [
+        Question("train#0", "train", "where?", f"answer {marker}", ("d",), 1),
+        Question("train#1", "train", "what?", marker, (marker,), 1),  # no gold node: skipped
+        Question("train#2", "train", "who?", marker, ("b", "e"), 1),
+    ]
     policy = RecordingPolicy()
     stats = learn_evidence({"train": train_g, "held": held_g}, questions, torch.ones(3, 3), policy, Budget())
     assert stats.examples == 2 and stats.skipped == 1 and stats.graphs_touched == {"train"}
@@ -163,15 +177,28 @@ def test_head_to_head_smoke_on_synthetic_graphs(tmp_path):
     for g in range(3):
         graph = make_synthetic_graph(30, avg_degree=4.0, dim=16, seed=g)
         graphs[f"conv-{g}"] = graph
-        questions += [Question(f"conv-{g}#{i}", f"conv-{g}", f"q{i}", "a", (graph.node_ids[(7 * i) % 30],), 1)
-                      for i in range(10)]
-    emb = torch.nn.functional.normalize(torch.randn(len(questions), 16, generator=torch.Generator().manual_seed(0)), dim=1)
+        questions += [
+            Question(f"conv-{g}#{i}", f"conv-{g}", f"q{i}", "a", (graph.node_ids[(7 * i) % 30],), 1) for i in range(10)
+        ]
+    emb = torch.nn.functional.normalize(
+        torch.randn(len(questions), 16, generator=torch.Generator().manual_seed(0)), dim=1
+    )
     gs_dir = GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic")).save(tmp_path / "set")
     script = load_script("head_to_head")
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="head_to_head", overrides=[
-            "experiment=beta_vs_router", f"graphset={gs_dir}", f"out_dir={tmp_path / 'out'}", "cv.k=3",
-            "trainer.epochs=1", "trainer.batch_size=8", "fractions=[0,0.5,1.0]", "progress=false"])
+        cfg = compose(
+            config_name="head_to_head",
+            overrides=[
+                "experiment=beta_vs_router",
+                f"graphset={gs_dir}",
+                f"out_dir={tmp_path / 'out'}",
+                "cv.k=3",
+                "trainer.epochs=1",
+                "trainer.batch_size=8",
+                "fractions=[0,0.5,1.0]",
+                "progress=false",
+            ],
+        )
     payload = script.run(cfg)
     by = {r["protocol"]: r for r in payload["results"]}
     conv, within = by["conversation"], by["within"]

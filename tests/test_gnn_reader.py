@@ -22,7 +22,7 @@ def toy_conv():
         conv.relation.copy_(torch.tensor([[1.0, 1.0], [2.0, 0.5]]))
         conv.gate_bias.zero_()
         conv.gate_edge.weight.zero_()
-        conv.gate_edge.weight[:, 0] = math.log(3.0)        # feature 0 = 1 -> gate sigmoid(ln 3) = 0.75
+        conv.gate_edge.weight[:, 0] = math.log(3.0)  # feature 0 = 1 -> gate sigmoid(ln 3) = 0.75
         conv.lin_msg.weight.copy_(torch.eye(2))
         conv.lin_self.weight.copy_(0.5 * torch.eye(2))
         conv.lin_self.bias.copy_(torch.tensor([0.0, -0.5]))
@@ -34,7 +34,7 @@ def toy_conv():
 
 def test_conv_matches_hand_computation():
     conv, ei, et, ea = toy_conv()
-    h = torch.tensor([[1.0, 2.0], [0.0, 1.0], [1.0, 0.0], [3.0, 3.0]]).T.unsqueeze(2)   # [H=2, N=4, B=1]
+    h = torch.tensor([[1.0, 2.0], [0.0, 1.0], [1.0, 0.0], [3.0, 3.0]]).T.unsqueeze(2)  # [H=2, N=4, B=1]
     out = conv(h, ei, et, ea)
     # messages: 0->2: 0.75*[1,1]*[1,2] = [.75,1.5]; 1->2: 0.5*[2,.5]*[0,1] = [0,.25]; 2->3: 0.5*[2,.5]*[1,0] = [1,0]
     # mean at 2: [.375,.875]; at 3: [1,0]; nodes 0 and 1 receive nothing.
@@ -49,9 +49,9 @@ def test_conv_matches_hand_computation():
 
 def test_conv_batched_over_queries_equals_per_query():
     conv, ei, et, ea = toy_conv()
-    h = torch.randn(2, 4, 3)                                   # [H, N, B]
+    h = torch.randn(2, 4, 3)  # [H, N, B]
     batched = conv(h, ei, et, ea)
-    single = torch.cat([conv(h[:, :, b:b + 1], ei, et, ea) for b in range(3)], dim=2)
+    single = torch.cat([conv(h[:, :, b : b + 1], ei, et, ea) for b in range(3)], dim=2)
     assert torch.allclose(batched, single, atol=1e-6)
 
 
@@ -61,16 +61,17 @@ def test_fused_aggregation_equals_per_edge_messages():
     conv = GatedRelationalConv(hidden_dim=5, num_relations=3, edge_dim=4)
     n, e = 9, 30
     edge_index = torch.randint(0, n, (2, e))
-    edge_index[1, :3] = 0                                      # a target with several in-edges; some have none
+    edge_index[1, :3] = 0  # a target with several in-edges; some have none
     edge_type, edge_attr = torch.randint(0, 3, (e,)), torch.rand(e, 4)
-    h = torch.randn(5, n, 4, requires_grad=True)              # [H, N, B]
+    h = torch.randn(5, n, 4, requires_grad=True)  # [H, N, B]
     outputs, grads = [], []
     for fuse in (True, False):
         conv.fuse = fuse
         out = conv(h, edge_index, edge_type, edge_attr)
         outputs.append(out)
-        grads.append(torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(),
-                                         [h, *conv.parameters()]))
+        grads.append(
+            torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(), [h, *conv.parameters()])
+        )
     assert torch.allclose(outputs[0], outputs[1], atol=1e-6)
     for fused, plain in zip(*grads):
         assert torch.allclose(fused, plain, atol=1e-5)
@@ -84,10 +85,14 @@ def test_seed_is_start_mask_times_projected_query():
     reader = GNNReader(input_dim=3, hidden_dim=2, num_relations=2, num_layers=1)
     q = torch.randn(2, 3)
     start = start_mask([[0, 2], [3]], 4)
-    h0 = reader.seed(q, start)                                 # [H, N, B]
+    h0 = reader.seed(q, start)  # [H, N, B]
     proj = reader.query_proj(q)
     assert h0.shape == (2, 4, 2)
-    assert torch.allclose(h0[:, 0, 0], proj[0]) and torch.allclose(h0[:, 2, 0], proj[0]) and torch.allclose(h0[:, 3, 1], proj[1])
+    assert (
+        torch.allclose(h0[:, 0, 0], proj[0])
+        and torch.allclose(h0[:, 2, 0], proj[0])
+        and torch.allclose(h0[:, 3, 1], proj[1])
+    )
     assert h0[:, 1].abs().sum() == 0 and h0[:, 3, 0].abs().sum() == 0
 
 
@@ -95,7 +100,11 @@ def random_graph(n=12, dim=8, seed=0, extra_edges=30):
     gen = torch.Generator().manual_seed(seed)
     g = MemoryGraph.empty(dim)
     emb = torch.nn.functional.normalize(torch.randn(n, dim, generator=gen), dim=1)
-    g.add_nodes([f"n{i}" for i in range(n)], [f"memory {i} " + "word " * int(torch.randint(1, 30, (1,), generator=gen)) for i in range(n)], emb)
+    g.add_nodes(
+        [f"n{i}" for i in range(n)],
+        [f"memory {i} " + "word " * int(torch.randint(1, 30, (1,), generator=gen)) for i in range(n)],
+        emb,
+    )
     src = torch.randint(0, n, (extra_edges,), generator=gen)
     dst = (src + torch.randint(1, n, (extra_edges,), generator=gen)) % n
     g.add_edges(src, dst, torch.randint(0, 4, (extra_edges,), generator=gen))
@@ -109,13 +118,19 @@ def test_reader_batched_equals_per_query():
     q = torch.randn(5, 8)
     entries = [[0, 1], [2], [3, 4, 5], [6], [7, 0]]
     batched = reader.score_graph(g, q, entries)
-    single = torch.cat([reader.score_graph(g, q[b:b + 1], entries[b:b + 1]) for b in range(5)])
+    single = torch.cat([reader.score_graph(g, q[b : b + 1], entries[b : b + 1]) for b in range(5)])
     assert batched.shape == (5, 12)
     assert torch.allclose(batched, single, atol=1e-5)
 
 
-@pytest.mark.parametrize("budget", [Budget(), Budget(max_entries=2, top_k_neighbors=1, max_hops=2, max_nodes=4, max_tokens=40),
-                                    Budget(max_entries=1, top_k_neighbors=0, max_hops=0, max_nodes=3)])
+@pytest.mark.parametrize(
+    "budget",
+    [
+        Budget(),
+        Budget(max_entries=2, top_k_neighbors=1, max_hops=2, max_nodes=4, max_tokens=40),
+        Budget(max_entries=1, top_k_neighbors=0, max_hops=0, max_nodes=3),
+    ],
+)
 def test_gnn_policy_honours_budget(budget, tmp_path):
     torch.manual_seed(2)
     g = random_graph(n=20, extra_edges=60)
@@ -205,24 +220,33 @@ def retrieval_fields(r) -> dict:
     return {k: v for k, v in dataclasses.asdict(r).items() if k != "wall_time_s"}
 
 
-@pytest.mark.parametrize("budget", [Budget(), Budget(max_tokens=60), Budget(top_k_neighbors=3, max_hops=3, max_nodes=20),
-                                    Budget(top_k_neighbors=0), Budget(max_hops=0), Budget(max_nodes=1),
-                                    Budget(max_entries=2, max_hops=1, max_nodes=3)])
+@pytest.mark.parametrize(
+    "budget",
+    [
+        Budget(),
+        Budget(max_tokens=60),
+        Budget(top_k_neighbors=3, max_hops=3, max_nodes=20),
+        Budget(top_k_neighbors=0),
+        Budget(max_hops=0),
+        Budget(max_nodes=1),
+        Budget(max_entries=2, max_hops=1, max_nodes=3),
+    ],
+)
 def test_batched_walk_equals_per_query_walk(budget):
     g = scattered_graph(40, 160, seed=1)
     gen = torch.Generator().manual_seed(2)
-    scores = torch.randn(10, g.num_nodes, generator=gen).round(decimals=1)    # rounded: ties broken by node id
+    scores = torch.randn(10, g.num_nodes, generator=gen).round(decimals=1)  # rounded: ties broken by node id
     scores[8, ::3] = -math.inf
     entries = [torch.randperm(g.num_nodes, generator=gen)[:k].tolist() for k in (1, 2, 3, 6, 6, 4, 0, 5, 6, 3)]
-    entries[9] = [entries[9][0], entries[9][1], entries[9][0]]                # a repeated entry
-    entries = [e[:budget.max_entries] for e in entries]
+    entries[9] = [entries[9][0], entries[9][1], entries[9][0]]  # a repeated entry
+    entries = [e[: budget.max_entries] for e in entries]
     walk = batched_walk(g, entries, scores, budget)
     batched = walk.retrievals(g, entries)
     expected = [walk_and_load(g, entries[b], scores[b], budget) for b in range(len(entries))]
     for b, (got, want) in enumerate(zip(batched, expected)):
         assert retrieval_fields(got) == retrieval_fields(want), b
         assert walk.loaded_mask()[b].nonzero().flatten().tolist() == sorted(want.loaded)
-    if budget.max_tokens == 60:     # some query skips a node that does not fit, then loads a later one
+    if budget.max_tokens == 60:  # some query skips a node that does not fit, then loads a later one
         skipped = walk.ranked.lt(g.num_nodes) & ~walk.taken
         assert (skipped & walk.taken.flip(1).cummax(1).values.flip(1)).any()
 
@@ -230,8 +254,10 @@ def test_batched_walk_equals_per_query_walk(budget):
 def test_batched_walk_without_edges_or_nodes():
     empty, edgeless = MemoryGraph.empty(4), MemoryGraph.empty(4)
     edgeless.add_nodes(["a", "b", "c"], ["x", "y y", "z"], torch.randn(3, 4))
-    for g, scores, entries in [(empty, torch.empty(2, 0), [[], []]),
-                               (edgeless, torch.tensor([[0.1, 0.3, 0.2], [1.0, 0.0, 0.0]]), [[2, 0], []])]:
+    for g, scores, entries in [
+        (empty, torch.empty(2, 0), [[], []]),
+        (edgeless, torch.tensor([[0.1, 0.3, 0.2], [1.0, 0.0, 0.0]]), [[2, 0], []]),
+    ]:
         batched = batched_walk(g, entries, scores, Budget()).retrievals(g, entries)
         expected = [walk_and_load(g, e, s, Budget()) for e, s in zip(entries, scores)]
         assert [retrieval_fields(r) for r in batched] == [retrieval_fields(r) for r in expected]

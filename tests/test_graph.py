@@ -13,8 +13,10 @@ from graphmem.io import SCHEMA_VERSION, load_graph, save_graph
 def toy_graph() -> MemoryGraph:
     g = MemoryGraph.empty(dim=3, info={"name": "toy"})
     g.add_nodes(
-        ["a", "b", "c", "d"], ["alpha text", "bravo text here", "charlie", "delta"],
-        torch.eye(4, 3), timestamps=[1.0, 2.0, float("nan"), 4.0],
+        ["a", "b", "c", "d"],
+        ["alpha text", "bravo text here", "charlie", "delta"],
+        torch.eye(4, 3),
+        timestamps=[1.0, 2.0, float("nan"), 4.0],
         metadata=[{"speaker": "x"}, {"speaker": "y"}, {}, {"session": 2}],
     )
     g.add_edges([0, 1, 0, 2], [1, 0, 2, 3], [0, 1, 3, 2])
@@ -126,7 +128,13 @@ def test_save_load_round_trip_is_identical(tmp_path):
             name == "timestamps" and torch.equal(h.timestamps.isnan(), g.timestamps.isnan())
         ), name
     assert (h.node_ids, h.texts, h.keys, h.metadata, h.relations, h.info) == (
-        g.node_ids, g.texts, g.keys, g.metadata, g.relations, g.info)
+        g.node_ids,
+        g.texts,
+        g.keys,
+        g.metadata,
+        g.relations,
+        g.info,
+    )
     assert list(tmp_path.iterdir()) == [path]  # no temp files left behind
 
 
@@ -141,11 +149,11 @@ def test_truncated_file_is_refused(tmp_path):
 def _rewrite_header(path, edit):
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     edit(header)
     new = json.dumps(header).encode()
     new += b" " * ((8 - len(new) % 8) % 8)
-    path.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
+    path.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n :])
 
 
 def test_hand_edited_file_is_refused(tmp_path):

@@ -17,8 +17,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from varied_graphs import varied_posterior_graph  # noqa: E402
 
 NAMES = ["beta_bfs", "dense_topk", "uniform_bfs", "router", "ppr", "gnn"]
-BUDGETS = [Budget(), Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_nodes=20, max_tokens=400),
-           Budget(max_entries=3, top_k_neighbors=2, max_hops=2, max_nodes=12, max_tokens=90)]
+BUDGETS = [
+    Budget(),
+    Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_nodes=20, max_tokens=400),
+    Budget(max_entries=3, top_k_neighbors=2, max_hops=2, max_nodes=12, max_tokens=90),
+]
 
 
 def trace(r):
@@ -29,9 +32,11 @@ def policy_for(name: str, dim: int, relations: int):
     torch.manual_seed(0)
     if name == "router":
         from models.router import QueryRouter
+
         return make_policy("router", router=QueryRouter(dim, num_relations=relations, hidden=8), device="cpu")
     if name == "gnn":
         from models.gnn_reader import GNNReader
+
         return make_policy("gnn", reader=GNNReader(input_dim=dim, num_relations=relations), device="cpu")
     return make_policy(name)
 
@@ -61,8 +66,12 @@ def test_union_keeps_each_component():
     a, b = make_synthetic_graph(30, dim=8, seed=1), make_synthetic_graph(50, dim=8, seed=2)
     batch = GraphBatch.from_graphs([a, b])
     u = batch.graph
-    assert batch.node_ptr.tolist() == [0, 30, 80] and batch.edge_ptr.tolist() == [0, a.num_edges, a.num_edges + b.num_edges]
-    assert torch.equal(u.edge_index[:, a.num_edges:] - 30, b.edge_index)
+    assert batch.node_ptr.tolist() == [0, 30, 80] and batch.edge_ptr.tolist() == [
+        0,
+        a.num_edges,
+        a.num_edges + b.num_edges,
+    ]
+    assert torch.equal(u.edge_index[:, a.num_edges :] - 30, b.edge_index)
     assert torch.equal(u.node_tokens(), torch.cat([a.node_tokens(), b.node_tokens()]))
     assert sorted(range(50), key=lambda i: u.node_ids[30 + i]) == sorted(range(50), key=lambda i: b.node_ids[i])
     assert batch.node_component.tolist() == [0] * 30 + [1] * 50
@@ -80,7 +89,7 @@ def test_union_is_cached_until_a_component_changes():
     assert second is not first and second.graph.S[a.num_edges] == b.S[0]
     b.observe(b.node_ids[int(b.edge_index[0, 1])], b.node_ids[int(b.edge_index[1, 1])], "helpful", 1.0)
     third = graph_batch([a, b])
-    assert third is not second and torch.equal(third.graph.S[a.num_edges:], b.S)
+    assert third is not second and torch.equal(third.graph.S[a.num_edges :], b.S)
     assert graph_batch([b, a]) is not third
 
 

@@ -106,11 +106,17 @@ def test_load_or_build_reuses_and_rebuilds(tmp_path):
     assert len(gs.graphs) == 3 and len(gs.questions) == 3 and len(enc.calls) == 1
     again = load_or_build(data, cfg, tmp_path, encoder=CachedEncoder(enc, tmp_path / "cache"), progress=False)
     assert len(enc.calls) == 1 and again.config_hash == gs.config_hash  # reused: no encoding, no build
-    changed = load_or_build(data, GraphConfig(encoder="hashing", features="onehot"), tmp_path,
-                            encoder=CachedEncoder(enc, tmp_path / "cache"), progress=False)
+    changed = load_or_build(
+        data,
+        GraphConfig(encoder="hashing", features="onehot"),
+        tmp_path,
+        encoder=CachedEncoder(enc, tmp_path / "cache"),
+        progress=False,
+    )
     assert changed.config_hash != gs.config_hash
-    assert torch.equal(GraphSet.load(tmp_path).graphs[gs.questions[0].graph].edge_attr,
-                       changed.graphs[gs.questions[0].graph].edge_attr)
+    assert torch.equal(
+        GraphSet.load(tmp_path).graphs[gs.questions[0].graph].edge_attr, changed.graphs[gs.questions[0].graph].edge_attr
+    )
     assert len(enc.calls) == 1  # the rebuild found every text in the cache
 
 
@@ -144,21 +150,37 @@ BLOCK_TEXT_STACK = textwrap.dedent("""
 def test_train_and_evaluate_run_without_the_text_stack(tmp_path):
     """Training and evaluation start from a saved set (embeddings included): no encoder or LLM package is imported."""
     out = tmp_path / "set"
-    build_graphset(DataConfig(name="locomo", limit=5), GraphConfig(encoder="hashing", cache_dir=str(tmp_path / "cache")),
-                   progress=False).save(out)
+    build_graphset(
+        DataConfig(name="locomo", limit=5),
+        GraphConfig(encoder="hashing", cache_dir=str(tmp_path / "cache")),
+        progress=False,
+    ).save(out)
     (tmp_path / "sitecustomize.py").write_text(BLOCK_TEXT_STACK)
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "WANDB_MODE": "disabled"}
     common = [f"graphset={out}", "logger=none", "progress=false"]
     runs = {
-        "train.py": ["trainer.epochs=1", "trainer.eval_every=1", "baselines=[beta_bfs]", f"out_dir={tmp_path / 'train'}"],
+        "train.py": [
+            "trainer.epochs=1",
+            "trainer.eval_every=1",
+            "baselines=[beta_bfs]",
+            f"out_dir={tmp_path / 'train'}",
+        ],
         "evaluate.py": ["policies=[beta_bfs,ppr]", f"out_dir={tmp_path / 'eval'}"],
     }
     for script, overrides in runs.items():
-        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *common, *overrides], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / script), *common, *overrides],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "eval" / "results.json").is_file()
     trained = json.loads((tmp_path / "train" / "results.json").read_text())
     assert trained["wall_s"] > 0 and trained["device"] == "cpu" and trained["records"][0]["train_wall_s"] > 0
-    probe = subprocess.run([sys.executable, "-c", "import sentence_transformers"], env=env, capture_output=True, text=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sentence_transformers"], env=env, capture_output=True, text=True
+    )
     assert probe.returncode != 0 and "blocked" in probe.stderr  # the block was in force

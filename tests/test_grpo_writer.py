@@ -8,10 +8,21 @@ import torch
 
 from graphmem.graph import MemoryGraph
 from models.gnn_reader import GNNReader
-from rl.grpo_writer import (ReaderReward, WriterConfig, WriterTask, byte_tokenizer, format_score, graph_from_triples,
-                            load_writer,
-                            parse_triples, repetition_rate, rewrite_entity_edges, rewrite_graph, tasks_from_graph,
-                            train_writer)
+from rl.grpo_writer import (
+    ReaderReward,
+    WriterConfig,
+    WriterTask,
+    byte_tokenizer,
+    format_score,
+    graph_from_triples,
+    load_writer,
+    parse_triples,
+    repetition_rate,
+    rewrite_entity_edges,
+    rewrite_graph,
+    tasks_from_graph,
+    train_writer,
+)
 
 BUDGET = {"max_entries": 1, "top_k_neighbors": 1, "max_hops": 1, "max_nodes": 2}
 
@@ -19,15 +30,22 @@ BUDGET = {"max_entries": 1, "top_k_neighbors": 1, "max_hops": 1, "max_nodes": 2}
 def make_task(task_id="t0"):
     torch.manual_seed(0)
     emb = torch.nn.functional.normalize(torch.randn(4, 8), dim=1)
-    return WriterTask(task_id, ["a1", "a2", "b1", "b2"],
-                      ["Alice met Bob at noon", "Bob flew to Paris", "Carol likes tea", "Dan sings"],
-                      emb, emb[[0]].clone(), [["a1", "a2"]])
+    return WriterTask(
+        task_id,
+        ["a1", "a2", "b1", "b2"],
+        ["Alice met Bob at noon", "Bob flew to Paris", "Carol likes tea", "Dan sings"],
+        emb,
+        emb[[0]].clone(),
+        [["a1", "a2"]],
+    )
 
 
 @pytest.fixture
 def reward():
     torch.manual_seed(0)
-    return ReaderReward([make_task()], GNNReader(input_dim=8, hidden_dim=4), WriterConfig(reader_budget=BUDGET, lambda_rep=0.5))
+    return ReaderReward(
+        [make_task()], GNNReader(input_dim=8, hidden_dim=4), WriterConfig(reader_budget=BUDGET, lambda_rep=0.5)
+    )
 
 
 def test_parse_and_format_reward(reward):

@@ -58,8 +58,15 @@ class NearestTwo(TraversalPolicy):
         for q in queries:
             top = int(torch.argmax(graph.embeddings @ q.embedding))
             loaded = [top, (top + 1) % graph.num_nodes][: budget.max_nodes]
-            out.append(Retrieval(loaded=loaded, entries=[top], loaded_tokens=5 * len(loaded), max_depth=1,
-                                 wall_time_s=0.001 * (top + 1)))
+            out.append(
+                Retrieval(
+                    loaded=loaded,
+                    entries=[top],
+                    loaded_tokens=5 * len(loaded),
+                    max_depth=1,
+                    wall_time_s=0.001 * (top + 1),
+                )
+            )
         return out
 
 

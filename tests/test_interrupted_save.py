@@ -32,8 +32,12 @@ def test_kill_during_save_keeps_previous_graph(tmp_path):
     save_graph(old, path)
 
     for delay in (0.05, 0.15, 0.3):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONPATH": os.getcwd()})
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+        )
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)

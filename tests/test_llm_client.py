@@ -22,8 +22,13 @@ REAL_COMPLETION = litellm.completion
 
 
 def mock_config(tmp_path=None, **overrides) -> LLMConfig:
-    values = dict(model="gpt-4o-mini", mock_response="hi there", max_retries=3, backoff_s=0.01,
-                  cache_dir=str(tmp_path / "cache") if tmp_path is not None else None)
+    values = dict(
+        model="gpt-4o-mini",
+        mock_response="hi there",
+        max_retries=3,
+        backoff_s=0.01,
+        cache_dir=str(tmp_path / "cache") if tmp_path is not None else None,
+    )
     values.update(overrides)
     return LLMConfig(**values)
 
@@ -56,6 +61,7 @@ def recorder(monkeypatch):
         rec = Recorder(script)
         monkeypatch.setattr(litellm, "completion", rec)
         return rec
+
     return install
 
 
@@ -95,9 +101,13 @@ def test_cache_key_covers_params_and_torn_entry_is_a_miss(tmp_path):
 
 # ---------------------------------------------------------------------- retries and failures
 def test_timeout_and_rate_limit_are_retried_with_exponential_backoff(recorder):
-    rec = recorder([litellm.Timeout("slow", model="gpt-4o-mini", llm_provider="openai"),
-                    litellm.RateLimitError("429", llm_provider="openai", model="gpt-4o-mini"),
-                    litellm.APIConnectionError("reset", llm_provider="openai", model="gpt-4o-mini")])
+    rec = recorder(
+        [
+            litellm.Timeout("slow", model="gpt-4o-mini", llm_provider="openai"),
+            litellm.RateLimitError("429", llm_provider="openai", model="gpt-4o-mini"),
+            litellm.APIConnectionError("reset", llm_provider="openai", model="gpt-4o-mini"),
+        ]
+    )
     client = LLMClient(mock_config(backoff_s=0.5))
     sleeps = no_sleep(client)
     out = client.complete("gen", MSG)
@@ -107,13 +117,16 @@ def test_timeout_and_rate_limit_are_retried_with_exponential_backoff(recorder):
     assert client.failure_summary()["failures"] == 0
 
 
-@pytest.mark.parametrize("outcome,kind", [
-    (lambda: litellm.Timeout("slow", model="m", llm_provider="openai"), "timeout"),
-    (lambda: litellm.RateLimitError("429", llm_provider="openai", model="m"), "rate_limit"),
-    (lambda: litellm.InternalServerError("500", llm_provider="openai", model="m"), "api_error"),
-    (lambda: "", "empty"),
-    (lambda: "   ", "empty"),
-])
+@pytest.mark.parametrize(
+    "outcome,kind",
+    [
+        (lambda: litellm.Timeout("slow", model="m", llm_provider="openai"), "timeout"),
+        (lambda: litellm.RateLimitError("429", llm_provider="openai", model="m"), "rate_limit"),
+        (lambda: litellm.InternalServerError("500", llm_provider="openai", model="m"), "api_error"),
+        (lambda: "", "empty"),
+        (lambda: "   ", "empty"),
+    ],
+)
 def test_exhausted_retries_give_a_counted_failure_and_the_run_continues(recorder, outcome, kind):
     rec = recorder([outcome() for _ in range(3)])
     client = LLMClient(mock_config(max_retries=2))
@@ -187,7 +200,9 @@ def test_complete_many_respects_concurrency_limit_and_order(monkeypatch):
 def test_api_key_never_written_to_cache_logs_or_summaries(tmp_path, recorder, monkeypatch, caplog):
     secret = "sk-test-DO-NOT-LEAK-7f3a9c"
     monkeypatch.setenv("GRAPHMEM_TEST_KEY", secret)
-    rec = recorder([litellm.APIConnectionError(f"connection refused for key {secret}", llm_provider="openai", model="m")] * 2)
+    rec = recorder(
+        [litellm.APIConnectionError(f"connection refused for key {secret}", llm_provider="openai", model="m")] * 2
+    )
     client = LLMClient(mock_config(tmp_path, api_key_env="GRAPHMEM_TEST_KEY", max_retries=1))
     no_sleep(client)
     with caplog.at_level(logging.DEBUG):
@@ -214,13 +229,18 @@ def test_extract_json_tolerates_fences_and_prose():
 
 
 def test_invalid_list_items_are_discarded_individually():
-    reply = json.dumps({"critique": "c", "transitions": [
-        {"source": "a", "target": "b", "label": "helpful", "confidence": 0.9},
-        {"source": "a", "target": "b", "label": "great", "confidence": 0.9},
-        {"source": "b", "target": "c", "label": "harmful", "confidence": 1.5},
-        {"source": "b", "label": "neutral", "confidence": 0.1},
-        "not an object",
-    ]})
+    reply = json.dumps(
+        {
+            "critique": "c",
+            "transitions": [
+                {"source": "a", "target": "b", "label": "helpful", "confidence": 0.9},
+                {"source": "a", "target": "b", "label": "great", "confidence": 0.9},
+                {"source": "b", "target": "c", "label": "harmful", "confidence": 1.5},
+                {"source": "b", "label": "neutral", "confidence": 0.1},
+                "not an object",
+            ],
+        }
+    )
     parsed = parse_structured(reply, Reflection)
     assert parsed.value is not None and parsed.discarded == 4
     assert [(t.source, t.target) for t in parsed.value.transitions] == [("a", "b")]
@@ -233,8 +253,21 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12,
 )
-field_names = st.sampled_from(["entities", "topics", "relationships", "facts", "temporal", "summary",
-                               "transitions", "critique", "entry_ids", "sections", "x"])
+field_names = st.sampled_from(
+    [
+        "entities",
+        "topics",
+        "relationships",
+        "facts",
+        "temporal",
+        "summary",
+        "transitions",
+        "critique",
+        "entry_ids",
+        "sections",
+        "x",
+    ]
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

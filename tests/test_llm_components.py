@@ -26,11 +26,20 @@ def mock_client(reply: str, **overrides) -> LLMClient:
 
 def toy_graph() -> MemoryGraph:
     g = MemoryGraph.empty(4)
-    texts = ["Alice moved to Paris in May.", "Bob adopted a dog named Rex.", "Alice started a bakery.",
-             "The bakery sells croissants.", "Bob trains Rex every morning."]
-    g.add_nodes([f"n{i}" for i in range(5)], texts, torch.eye(5, 4) + 0.1,
-                keys=["Alice moves", "Bob dog", "Alice bakery", "bakery products", "Bob training"],
-                metadata=[{"session": 1}, {"session": 1}, {"session": 2}, {"session": 2}, {"title": "Pets"}])
+    texts = [
+        "Alice moved to Paris in May.",
+        "Bob adopted a dog named Rex.",
+        "Alice started a bakery.",
+        "The bakery sells croissants.",
+        "Bob trains Rex every morning.",
+    ]
+    g.add_nodes(
+        [f"n{i}" for i in range(5)],
+        texts,
+        torch.eye(5, 4) + 0.1,
+        keys=["Alice moves", "Bob dog", "Alice bakery", "bakery products", "Bob training"],
+        metadata=[{"session": 1}, {"session": 1}, {"session": 2}, {"session": 2}, {"title": "Pets"}],
+    )
     g.add_edge("n0", "n2", "temporal")
     g.add_edge("n2", "n3", "semantic")
     return g
@@ -47,8 +56,12 @@ def test_adversarial_memory_text_stays_inside_its_block():
     attack = ATTACK.replace("{n}", nonce)  # even a text that knows this prompt's nonce
     records[1] = ("n1", attack)
     nonce = make_nonce(text for _, text in records)  # the real nonce depends on the text itself
-    messages = render("generator", nonce, memory_block=memory_block(records, nonce),
-                      question_block=block("question", "What does Bob like?", nonce))
+    messages = render(
+        "generator",
+        nonce,
+        memory_block=memory_block(records, nonce),
+        question_block=block("question", "What does Bob like?", nonce),
+    )
     prompt = messages[1]["content"]
     assert extract_blocks(prompt, "memory", nonce) == records  # every record round-trips in its own block
     assert prompt.count(f"</memory-{nonce}>") == 3 and prompt.count(f"<memory-{nonce} ") == 3
@@ -70,9 +83,16 @@ def test_index_keys_cannot_forge_entries_or_close_the_index():
 
 # ---------------------------------------------------------------------- extractor and judge
 def test_entity_extractor_returns_normalised_sets_and_counts_invalid_items():
-    reply = json.dumps({"entities": ["Alice", " Paris ", 7, {"x": 1}, "A"], "topics": ["move"],
-                        "relationships": [{"subject": "Alice", "relation": "moved to", "object": "Paris"}, {"subject": "x"}],
-                        "facts": ["Alice moved"], "temporal": ["May"], "summary": "Alice says she moved."})
+    reply = json.dumps(
+        {
+            "entities": ["Alice", " Paris ", 7, {"x": 1}, "A"],
+            "topics": ["move"],
+            "relationships": [{"subject": "Alice", "relation": "moved to", "object": "Paris"}, {"subject": "x"}],
+            "facts": ["Alice moved"],
+            "temporal": ["May"],
+            "summary": "Alice says she moved.",
+        }
+    )
     extractor = LLMEntityExtractor(client=mock_client(f"Here it is:\n```json\n{reply}\n```"))
     assert extractor.extract(["Alice: I moved to Paris in May.", "Bob: nice"]) == [{"alice", "paris"}] * 2
     events = extractor.extract_events(["Alice: I moved to Paris in May."])
@@ -107,8 +127,9 @@ def test_causal_judge_scores_and_discards_out_of_range():
 # ---------------------------------------------------------------------- LLM retriever
 def test_retriever_reads_compact_index_only_and_discards_hallucinated_ids():
     g = toy_graph()
-    reply = json.dumps({"sections": ["session 1", "made-up section"],
-                        "entry_ids": ["n9", "n0", "[n2]", "n0", "ghost", 5, "n3"]})
+    reply = json.dumps(
+        {"sections": ["session 1", "made-up section"], "entry_ids": ["n9", "n0", "[n2]", "n0", "ghost", 5, "n3"]}
+    )
     retriever = LLMEntryRetriever(client=mock_client(reply))
     prompt = retriever.messages(g, "Where does Alice live?", Budget())[1]["content"]
     assert "Alice moves" in prompt and "Alice moved to Paris" not in prompt  # keys, not full texts
@@ -170,6 +191,8 @@ def test_local_smollm2_end_to_end_through_litellm(tmp_path, monkeypatch):
     again = LLMClient(client.config).complete("smoke", [{"role": "user", "content": "Name one fruit."}])
     assert again.cached and again.text == out.text and calls == [LOCAL_MODEL] * len(calls)
     report = client.usage_report()
-    print(f"\nlocal model: {out.model}; reply {out.text!r}; first call {first_s:.1f}s (incl. load), "
-          f"retriever call {select_s:.1f}s; usage {json.dumps(report['total'])}")
+    print(
+        f"\nlocal model: {out.model}; reply {out.text!r}; first call {first_s:.1f}s (incl. load), "
+        f"retriever call {select_s:.1f}s; usage {json.dumps(report['total'])}"
+    )
     assert report["total"]["prompt_tokens"] > 0 and report["local_substitute"]

@@ -38,7 +38,9 @@ def _env():
 
 def test_rerun_after_kill_repeats_no_finished_call(tmp_path):
     cache, log = tmp_path / "cache", tmp_path / "requests.log"
-    proc = subprocess.Popen([sys.executable, "-c", LOOP, str(cache), str(log)], env=_env(), stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LOOP, str(cache), str(log)], env=_env(), stdout=subprocess.PIPE, text=True
+    )
     done = 0
     while done < 15:  # let a quarter of the loop finish, then kill it mid-request
         line = proc.stdout.readline()
@@ -50,11 +52,12 @@ def test_rerun_after_kill_repeats_no_finished_call(tmp_path):
     first = log.read_text().split("\n")[:-1]
     assert 15 <= len(first) < 60
 
-    rerun = subprocess.run([sys.executable, "-c", LOOP, str(cache), str(log)], env=_env(), capture_output=True, text=True,
-                           timeout=300)
+    rerun = subprocess.run(
+        [sys.executable, "-c", LOOP, str(cache), str(log)], env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     requests = log.read_text().split("\n")[:-1]
-    second = requests[len(first):]
+    second = requests[len(first) :]
     # every question is answered once overall, except at most the one in flight when killed
     assert len(set(first) & set(second)) <= 1
     assert set(first) | set(second) == {f"question {i}" for i in range(60)}

@@ -60,8 +60,9 @@ def graph() -> MemoryGraph:
 
 def loop_for(replies: dict[str, str]) -> tuple[MemoryLoop, ScriptedClient]:
     client = ScriptedClient(replies)
-    loop = MemoryLoop(client, BetaBFS(entries=FirstRows()), embed=lambda t: torch.ones(len(t), 4),
-                      budget=Budget(max_hops=0))
+    loop = MemoryLoop(
+        client, BetaBFS(entries=FirstRows()), embed=lambda t: torch.ones(len(t), 4), budget=Budget(max_hops=0)
+    )
     return loop, client
 
 
@@ -71,19 +72,25 @@ def maybe_malformed(draw, payload) -> str:
     if kind == "fenced":
         return f"Sure!\n```json\n{text}\n```"
     if kind == "truncated":
-        return text[:draw(st.integers(0, max(0, len(text) - 1)))]
+        return text[: draw(st.integers(0, max(0, len(text) - 1)))]
     if kind == "garbage":
         return draw(st.text(max_size=30))
     return text
 
 
 feedback_item = st.one_of(
-    st.fixed_dictionaries({
-        "source": IDS, "target": IDS,
-        "label": st.sampled_from(["helpful", "harmful", "neutral", "great", "HELPFUL", ""]),
-        "confidence": st.one_of(st.floats(-1.0, 2.0, allow_nan=False), st.sampled_from([0, 1, 0.0, 1.0]), st.just("high")),
-    }),
-    st.integers(), st.none(),
+    st.fixed_dictionaries(
+        {
+            "source": IDS,
+            "target": IDS,
+            "label": st.sampled_from(["helpful", "harmful", "neutral", "great", "HELPFUL", ""]),
+            "confidence": st.one_of(
+                st.floats(-1.0, 2.0, allow_nan=False), st.sampled_from([0, 1, 0.0, 1.0]), st.just("high")
+            ),
+        }
+    ),
+    st.integers(),
+    st.none(),
 )
 
 
@@ -99,8 +106,11 @@ def valid_feedback(item) -> bool:
 def reflector_case(draw):
     trace = draw(st.lists(IDS.filter(bool), max_size=7))
     items = draw(st.lists(feedback_item, max_size=8))
-    generation = maybe_malformed(draw, {"answer": "x", "trace": trace}) if draw(st.booleans()) else \
-        json.dumps({"answer": "x", "trace": trace})
+    generation = (
+        maybe_malformed(draw, {"answer": "x", "trace": trace})
+        if draw(st.booleans())
+        else json.dumps({"answer": "x", "trace": trace})
+    )
     reflection_obj = {"critique": "c", "transitions": items}
     return generation, maybe_malformed(draw, reflection_obj), reflection_obj
 
@@ -163,11 +173,18 @@ def test_reflector_fuzz_counters_move_exactly_by_valid_labels(case):
 
 
 curation_op = st.one_of(
-    st.fixed_dictionaries({"op": st.just("add_node"), "key": st.sampled_from(["k", ""]), "text": st.sampled_from(["t", ""])}),
+    st.fixed_dictionaries(
+        {"op": st.just("add_node"), "key": st.sampled_from(["k", ""]), "text": st.sampled_from(["t", ""])}
+    ),
     st.fixed_dictionaries({"op": st.just("revise_node"), "node_id": IDS, "text": st.sampled_from(["new text", None])}),
-    st.fixed_dictionaries({"op": st.just("add_edge"), "source": st.one_of(IDS, st.just("new:0"), st.just("new:7")),
-                           "target": st.one_of(IDS, st.just("new:0")),
-                           "relation": st.sampled_from(["semantic", "entity", "telepathic"])}),
+    st.fixed_dictionaries(
+        {
+            "op": st.just("add_edge"),
+            "source": st.one_of(IDS, st.just("new:0"), st.just("new:7")),
+            "target": st.one_of(IDS, st.just("new:0")),
+            "relation": st.sampled_from(["semantic", "entity", "telepathic"]),
+        }
+    ),
     st.fixed_dictionaries({"op": st.just("remove_edge"), "source": IDS, "target": IDS}),
     st.fixed_dictionaries({"op": st.sampled_from(["explode", "add_nodes"])}),
     st.integers(),
@@ -184,10 +201,12 @@ def curator_case(draw):
 @given(curator_case())
 def test_curator_fuzz_edits_are_local_validated_and_counted(case):
     curation, ops = case
-    reflection = json.dumps({"critique": "c", "transitions": [
-        {"source": "n0", "target": "n1", "label": "helpful", "confidence": 0.5}]})
-    loop, client = loop_for({"generator": json.dumps({"answer": "x", "trace": ["n0", "n1"]}), "reflector": reflection,
-                             "curator": curation})
+    reflection = json.dumps(
+        {"critique": "c", "transitions": [{"source": "n0", "target": "n1", "label": "helpful", "confidence": 0.5}]}
+    )
+    loop, client = loop_for(
+        {"generator": json.dumps({"answer": "x", "trace": ["n0", "n1"]}), "reflector": reflection, "curator": curation}
+    )
     g = graph()
     before = {(g.node_ids[int(s)], g.node_ids[int(d)], int(r)) for s, d, r in zip(*g.edge_index, g.edge_type)}
     rec = loop.step(g, Query("q", "?", torch.ones(4)), lambda p: "feedback")

@@ -16,8 +16,15 @@ def toy_graph(ids, titles=None) -> MemoryGraph:
 
 
 def question(evidence, category=4, support_titles=()):
-    return Question(qid="q", graph="g", text="?", answer="x", evidence=tuple(evidence), category=category,
-                    support_titles=tuple(support_titles))
+    return Question(
+        qid="q",
+        graph="g",
+        text="?",
+        answer="x",
+        evidence=tuple(evidence),
+        category=category,
+        support_titles=tuple(support_titles),
+    )
 
 
 G = toy_graph(["a", "b", "c", "d", "e"])
@@ -29,9 +36,9 @@ def score(evidence, loaded, tokens=10, hops=1, latency=0.01, graph=G, **kw):
 
 def test_partial_recall_precision_rank():
     m = score(["b", "d"], ["a", "b", "c"])
-    assert m.evidence_recall == pytest.approx(0.5)      # 1 of 2 gold loaded
+    assert m.evidence_recall == pytest.approx(0.5)  # 1 of 2 gold loaded
     assert m.all_evidence_hit == 0.0
-    assert m.precision == pytest.approx(1 / 3)          # 1 gold of 3 loaded
+    assert m.precision == pytest.approx(1 / 3)  # 1 gold of 3 loaded
     assert m.first_gold_rank == 2 and m.reciprocal_rank == pytest.approx(0.5)
     assert (m.n_loaded, m.n_gold, m.n_gold_loaded) == (3, 2, 1)
     assert (m.loaded_tokens, m.hops, m.latency_s) == (10, 1, 0.01)
@@ -86,8 +93,11 @@ def test_percentile_linear_interpolation():
 
 
 def test_aggregate_means_and_exclusions():
-    ms = [score(["b", "d"], ["a", "b", "c"], latency=0.001), score(["a"], ["a"], tokens=20, hops=0, latency=0.003),
-          score(["missing"], ["a"], tokens=30, hops=2, latency=0.002)]
+    ms = [
+        score(["b", "d"], ["a", "b", "c"], latency=0.001),
+        score(["a"], ["a"], tokens=20, hops=0, latency=0.003),
+        score(["missing"], ["a"], tokens=30, hops=2, latency=0.002),
+    ]
     agg = aggregate(ms)
     assert (agg["n"], agg["n_scored"], agg["n_no_gold"]) == (3, 2, 1)
     assert agg["evidence_recall"] == pytest.approx((0.5 + 1.0) / 2)

@@ -74,9 +74,18 @@ def graphset() -> GraphSet:
         name = f"conv-{g}"
         graphs[name] = graph
         for i in range(6):
-            questions.append(Question(qid=f"{name}#{i}", graph=name, text=f"question {i} about {name}",
-                                      answer=f"answer {i}", evidence=tuple(rng.sample(graph.node_ids, 2)),
-                                      category=1 + i % 5, dangling_evidence=(), support_titles=()))
+            questions.append(
+                Question(
+                    qid=f"{name}#{i}",
+                    graph=name,
+                    text=f"question {i} about {name}",
+                    answer=f"answer {i}",
+                    evidence=tuple(rng.sample(graph.node_ids, 2)),
+                    category=1 + i % 5,
+                    dangling_evidence=(),
+                    support_titles=(),
+                )
+            )
     emb = torch.nn.functional.normalize(torch.randn(len(questions), DIM, generator=gen), dim=1)
     return GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic"))
 
@@ -87,9 +96,16 @@ def scrambled(gs: GraphSet) -> GraphSet:
     qs = []
     for q in gs.questions:
         ids = gs.graphs[q.graph].node_ids
-        qs.append(dataclasses.replace(
-            q, answer="scrambled " + str(rng.random()), evidence=tuple(rng.sample(ids, 3)),
-            category=1 + (q.category % 5), dangling_evidence=("D99:99",), support_titles=("Nowhere",)))
+        qs.append(
+            dataclasses.replace(
+                q,
+                answer="scrambled " + str(rng.random()),
+                evidence=tuple(rng.sample(ids, 3)),
+                category=1 + (q.category % 5),
+                dangling_evidence=("D99:99",),
+                support_titles=("Nowhere",),
+            )
+        )
     return GraphSet(gs.dataset, gs.graphs, qs, gs.query_embeddings, gs.report)
 
 

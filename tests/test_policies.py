@@ -23,8 +23,11 @@ from varied_graphs import varied_posterior_graph  # noqa: E402
 NAMES = ["beta_bfs", "dense_topk", "ppr", "uniform_bfs"]
 CONFIGS = {"beta_bfs": BetaBFSConfig, "dense_topk": DenseTopKConfig, "ppr": PPRConfig, "uniform_bfs": UniformBFSConfig}
 ROOT = Path(__file__).resolve().parents[1]
-BUDGETS = [Budget(), Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_nodes=20, max_tokens=400),
-           Budget(max_entries=1, top_k_neighbors=0, max_hops=0, max_nodes=5, max_tokens=60)]
+BUDGETS = [
+    Budget(),
+    Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_nodes=20, max_tokens=400),
+    Budget(max_entries=1, top_k_neighbors=0, max_hops=0, max_nodes=5, max_tokens=60),
+]
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +84,9 @@ def test_empty_graph_and_empty_batch(name):
 def test_embedding_entries_ties_by_node_id_and_one_matmul():
     g = MemoryGraph.empty(2)
     # rows 0..4; ids out of order; rows 1, 2, 4 tie on cosine 1.0
-    g.add_nodes(["z", "m", "b", "x", "k"], ["t"] * 5, torch.tensor([[0., 1.], [1., 0.], [2., 0.], [1., 1.], [3., 0.]]))
+    g.add_nodes(
+        ["z", "m", "b", "x", "k"], ["t"] * 5, torch.tensor([[0.0, 1.0], [1.0, 0.0], [2.0, 0.0], [1.0, 1.0], [3.0, 0.0]])
+    )
     sel = make_entry_selector("embedding")
     assert isinstance(sel, EntrySelector) and isinstance(sel, EmbeddingEntrySelector)
     qs = [Query("a", "", torch.tensor([1.0, 0.0])), Query("b", "", torch.tensor([0.0, 5.0]))]
@@ -103,7 +108,7 @@ def test_entry_selector_registry_and_validation():
 
 def test_dense_topk_loads_by_cosine_under_tokens():
     g = MemoryGraph.empty(2)
-    g.add_nodes(["a", "b", "c"], ["short", "very " * 40, "tiny"], torch.tensor([[1., 0.], [1., .1], [1., .5]]))
+    g.add_nodes(["a", "b", "c"], ["short", "very " * 40, "tiny"], torch.tensor([[1.0, 0.0], [1.0, 0.1], [1.0, 0.5]]))
     r = make_policy("dense_topk").retrieve(g, Query("q", "", torch.tensor([1.0, 0.0])), Budget(max_tokens=20))
     assert r.loaded_ids(g) == ["a", "c"] and r.entries == r.loaded and r.edges_considered == []
     assert r.scores[0] == pytest.approx(1.0)

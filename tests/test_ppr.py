@@ -103,15 +103,20 @@ def fields(r):
     return (r.loaded, r.entries, r.edges_considered, r.edges_traversed, r.loaded_tokens, r.max_depth, r.scores)
 
 
-@pytest.mark.parametrize("budget", [
-    Budget(max_entries=3, max_hops=2, max_nodes=12, max_tokens=90),    # token skips, windows past max_nodes
-    Budget(max_entries=4, max_hops=2, max_nodes=40, max_tokens=700),
-    Budget(max_entries=6, max_hops=1, max_nodes=3),
-    Budget(max_entries=2, max_hops=0, max_nodes=12),
-], ids=["tight-tokens", "wide", "few-nodes", "entries-only"])
+@pytest.mark.parametrize(
+    "budget",
+    [
+        Budget(max_entries=3, max_hops=2, max_nodes=12, max_tokens=90),  # token skips, windows past max_nodes
+        Budget(max_entries=4, max_hops=2, max_nodes=40, max_tokens=700),
+        Budget(max_entries=6, max_hops=1, max_nodes=3),
+        Budget(max_entries=2, max_hops=0, max_nodes=12),
+    ],
+    ids=["tight-tokens", "wide", "few-nodes", "entries-only"],
+)
 @pytest.mark.parametrize("columns", [1, 7, None], ids=["block1", "block7", "one-block"])
-@pytest.mark.parametrize("kwargs", [{}, {"relation_weights": {"entity": 0.0}, "use_posterior": False}],
-                         ids=["default", "no-entity"])
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"relation_weights": {"entity": 0.0}, "use_posterior": False}], ids=["default", "no-entity"]
+)
 def test_batched_equals_per_query_reference(topic_graph, topic_queries, budget, columns, kwargs):
     n = topic_graph.num_nodes
     block = {} if columns is None else {"max_block_elements": columns * n + n - 1}
@@ -132,7 +137,7 @@ def test_scores_do_not_depend_on_block_composition(topic_graph):
     policy = PersonalizedPageRank()
     block = policy.scores(topic_graph, restarts)
     for j in range(9):
-        assert torch.equal(policy.scores(topic_graph, restarts[:, j:j + 1])[:, 0], block[:, j])
+        assert torch.equal(policy.scores(topic_graph, restarts[:, j : j + 1])[:, 0], block[:, j])
         assert torch.equal(policy.scores(topic_graph, restarts[:, j:])[:, 0], block[:, j])
 
 

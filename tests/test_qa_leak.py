@@ -13,11 +13,11 @@ import torch
 
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.graphset import GraphSet
-from graphmem.qa.answer import AnswerRequest, Answerer, IntentPredictor, make_intent_predictor
+from graphmem.llm.client import LLMClient, LLMConfig
+from graphmem.qa.answer import Answerer, AnswerRequest, IntentPredictor, make_intent_predictor
 from graphmem.qa.judge import Judge
 from graphmem.qa.run import QASettings, evaluate_qa, make_components
 from graphmem.synthetic import make_synthetic_graph
-from graphmem.llm.client import LLMClient, LLMConfig
 
 GOLD_MARK = "QZXGOLD"
 
@@ -40,8 +40,16 @@ def graphset(answers, categories, evidence_seed=0):
         graphs[f"conv-{g}"] = graph
         for i in range(5):
             k = 5 * g + i
-            questions.append(Question(f"conv-{g}#{i}", f"conv-{g}", f"what about item {k}?", answers[k],
-                                      (rng.choice(graph.node_ids),), categories[k]))
+            questions.append(
+                Question(
+                    f"conv-{g}#{i}",
+                    f"conv-{g}",
+                    f"what about item {k}?",
+                    answers[k],
+                    (rng.choice(graph.node_ids),),
+                    categories[k],
+                )
+            )
     emb = torch.nn.functional.normalize(torch.randn(10, 16, generator=torch.Generator().manual_seed(7)), dim=1)
     return GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic"))
 
@@ -52,8 +60,9 @@ def captured(monkeypatch):
     real = litellm.completion
 
     def recording(*args, **kwargs):
-        calls.append({"model": kwargs.get("model"), "messages": kwargs["messages"],
-                      "mock": kwargs.get("mock_response")})
+        calls.append(
+            {"model": kwargs.get("model"), "messages": kwargs["messages"], "mock": kwargs.get("mock_response")}
+        )
         return real(*args, **kwargs)
 
     monkeypatch.setattr(litellm, "completion", recording)
@@ -61,10 +70,13 @@ def captured(monkeypatch):
 
 
 def settings(**judge):
-    return QASettings.from_mapping({
-        "max_questions": None, "answer": {"intent": "prototype", "llm": {"model": "gpt-4o-mini", "mock_response": "an answer"}},
-        "judge": {"llm": {"model": "gpt-4o-judge", "mock_response": '{"score": 0.5, "reason": "r"}', **judge}},
-    })
+    return QASettings.from_mapping(
+        {
+            "max_questions": None,
+            "answer": {"intent": "prototype", "llm": {"model": "gpt-4o-mini", "mock_response": "an answer"}},
+            "judge": {"llm": {"model": "gpt-4o-judge", "mock_response": '{"score": 0.5, "reason": "r"}', **judge}},
+        }
+    )
 
 
 def run_once(gs, calls):
@@ -108,6 +120,7 @@ def test_types_on_the_answer_path_hold_no_gold_fields():
     gold = {"answer", "category", "evidence", "support_titles", "dangling_evidence"}
     assert not gold & {f.name for f in dataclasses.fields(AnswerRequest)}
     from graphmem.policies.base import Query
+
     assert not gold & {f.name for f in dataclasses.fields(Query)}
 
 
@@ -126,4 +139,4 @@ def test_one_answer_call_per_question(captured):
     reqs = [AnswerRequest(f"q{i}", f"question {i}?", (("n1", "text"),)) for i in range(3)]
     out = Answerer(client).answer_many(reqs)
     assert [a.text for a in out] == ["Paris"] * 3 and len(captured) == 3
-    assert Judge(LLMClient(LLMConfig(model="j", mock_response='{"score": 1}'))).judge_many([])  == []
+    assert Judge(LLMClient(LLMConfig(model="j", mock_response='{"score": 1}'))).judge_many([]) == []

@@ -32,8 +32,18 @@ def client(model, reply, **kw):
 def run(gs, answer_reply, judge_reply='{"score": 0.8, "reason": "ok"}', judge=True):
     loaded = [list(gs.graphs[q.graph].node_ids[:3]) for q in gs.questions]
     j = Judge(client("openai/judge-model", judge_reply)) if judge else None
-    return run_qa(gs.questions, gs.queries(), loaded, gs.graphs, Answerer(client("openai/answer-model", answer_reply)), j,
-                  IntentPredictor(None), conventions_for("locomo"), policy="p", dataset="locomo")
+    return run_qa(
+        gs.questions,
+        gs.queries(),
+        loaded,
+        gs.graphs,
+        Answerer(client("openai/answer-model", answer_reply)),
+        j,
+        IntentPredictor(None),
+        conventions_for("locomo"),
+        policy="p",
+        dataset="locomo",
+    )
 
 
 def test_rows_and_summary_per_category(tmp_path):
@@ -49,7 +59,9 @@ def test_rows_and_summary_per_category(tmp_path):
     assert row["judge_detail"]["score"] == 0.8 and row["score"]["rule"] == "multi_answer_f1"
     assert result.rows[4]["judge"] is None and result.rows[4]["judge_detail"] is None  # abstention rule: not judged
     path = write_rows(result, tmp_path / "qa.jsonl")
-    assert len(path.read_text().splitlines()) == 10 and json.loads(path.read_text().splitlines()[0])["qid"] == "conv-0#0"
+    assert (
+        len(path.read_text().splitlines()) == 10 and json.loads(path.read_text().splitlines()[0])["qid"] == "conv-0#0"
+    )
     assert any("overall" in line and "F1=1.000" in line for line in summary_lines(result))
 
 
@@ -104,11 +116,25 @@ def test_evaluate_script_qa_mode(tmp_path):
     script = load_script("evaluate")
     gs_dir = graphset(["a"] * 10, [1, 2, 3, 4, 5, 4, 3, 2, 1, 5]).save(tmp_path / "set")
     out = tmp_path / "out"
-    cfg = compose_cfg([f"graphset={gs_dir}", f"out_dir={out}", "policy=beta_bfs", "sweep_tokens=[]",
-                       "logger.mode=disabled", "progress=false", "qa.enabled=true", "qa.max_questions=6",
-                       "qa.answer.intent=uniform", "qa.answer.llm.model=gpt-4o-mini", "qa.answer.llm.cache_dir=null",
-                       "qa.answer.llm.mock_response=a", "qa.judge.llm.model=openai/judge-model",
-                       "qa.judge.llm.cache_dir=null", "qa.judge.llm.mock_response='score: 1'"])
+    cfg = compose_cfg(
+        [
+            f"graphset={gs_dir}",
+            f"out_dir={out}",
+            "policy=beta_bfs",
+            "sweep_tokens=[]",
+            "logger.mode=disabled",
+            "progress=false",
+            "qa.enabled=true",
+            "qa.max_questions=6",
+            "qa.answer.intent=uniform",
+            "qa.answer.llm.model=gpt-4o-mini",
+            "qa.answer.llm.cache_dir=null",
+            "qa.answer.llm.mock_response=a",
+            "qa.judge.llm.model=openai/judge-model",
+            "qa.judge.llm.cache_dir=null",
+            "qa.judge.llm.mock_response='score: 1'",
+        ]
+    )
     payload = script.evaluate(cfg)
     qa = payload["qa"]["beta_bfs"]
     assert qa["summary"]["all"]["n"] == 6 and qa["info"]["judge_model"] == "openai/judge-model"
@@ -119,7 +145,13 @@ def test_evaluate_script_qa_mode(tmp_path):
 
 def test_evaluate_script_refuses_self_judging_before_loading(tmp_path):
     script = load_script("evaluate")
-    cfg = compose_cfg([f"graphset={tmp_path / 'missing'}", f"out_dir={tmp_path}", "qa.enabled=true",
-                       "qa.judge.llm.model=local/smollm2-135m"])
+    cfg = compose_cfg(
+        [
+            f"graphset={tmp_path / 'missing'}",
+            f"out_dir={tmp_path}",
+            "qa.enabled=true",
+            "qa.judge.llm.model=local/smollm2-135m",
+        ]
+    )
     with pytest.raises(script.ConfigError, match="allow_same_model"):
         script.evaluate(cfg)

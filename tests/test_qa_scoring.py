@@ -4,8 +4,17 @@ import pytest
 
 from graphmem.llm.client import LLMConfig
 from graphmem.qa.judge import SameModelError, check_judge_config, parse_score
-from graphmem.qa.scoring import (CONVENTIONS, conventions_for, exact_match, is_abstention, multi_answer_f1,
-                                 normalize, rule_for, score_answer, token_f1)
+from graphmem.qa.scoring import (
+    CONVENTIONS,
+    conventions_for,
+    exact_match,
+    is_abstention,
+    multi_answer_f1,
+    normalize,
+    rule_for,
+    score_answer,
+    token_f1,
+)
 
 
 def test_normalize_drops_case_punctuation_articles_and_spaces():
@@ -47,7 +56,8 @@ def test_multi_hop_partial_f1_over_comma_separated_sub_answers():
 def test_open_domain_gold_cut_at_first_semicolon():
     s = score_answer("national park", "National park; she likes the outdoors", "first_alternative")
     assert s.scored_gold == "National park" and s.f1 == 1.0 and s.em == 1.0
-    # without the cut the rationale dilutes F1: G = [national, park, she, likes, outdoors], c = 2 -> 2·1·(2/5)/(7/5) = 4/7
+    # without the cut the rationale dilutes F1: G = [national, park, she, likes, outdoors], c = 2
+    # -> 2·1·(2/5)/(7/5) = 4/7
     assert token_f1("national park", "National park; she likes the outdoors") == pytest.approx(4 / 7)
 
 

@@ -32,22 +32,42 @@ def write_unvalidated(path: Path, g: MemoryGraph, **tensors) -> Path:
     """A file with a correct checksum but content that ``save_graph`` would have refused."""
     names = ("embeddings", "timestamps", "edge_index", "edge_type", "S", "F", "edge_attr", "edge_attr_init")
     body = {n: tensors.get(n, getattr(g, n)).contiguous() for n in names}
-    payload = json.dumps({"node_ids": g.node_ids, "texts": g.texts, "keys": g.keys, "metadata": g.metadata,
-                          "relations": list(g.relations), "info": g.info})
-    save_file(body, str(path), metadata={"schema_version": str(SCHEMA_VERSION), "graphmem": payload,
-                                         "sha256": _digest(payload, body)})
+    payload = json.dumps(
+        {
+            "node_ids": g.node_ids,
+            "texts": g.texts,
+            "keys": g.keys,
+            "metadata": g.metadata,
+            "relations": list(g.relations),
+            "info": g.info,
+        }
+    )
+    save_file(
+        body,
+        str(path),
+        metadata={"schema_version": str(SCHEMA_VERSION), "graphmem": payload, "sha256": _digest(payload, body)},
+    )
     return path
 
 
-@pytest.mark.parametrize("fault, message", [
-    ({"embeddings": torch.tensor([[0.0, float("nan"), 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]])}, r"node 'a': field 'embeddings' holds NaN"),
-    ({"embeddings": torch.zeros(3, 4, 2)}, r"field 'embeddings' has shape \(3, 4, 2\)"),
-    ({"embeddings": torch.zeros(2, 4)}, r"field 'embeddings' has shape \(2, 4\), expected \[3, D\]"),
-    ({"edge_index": torch.tensor([[0, 1], [1, 7]])}, r"edge 1 \(1 -> 7\): field 'edge_index' points to a missing node"),
-    ({"S": torch.zeros(5)}, r"field 'S' has shape \(5,\), expected \[2\] for 2 edges"),
-    ({"edge_attr": torch.zeros(2, 3)}, r"field 'edge_attr' has shape \(2, 3\)"),
-    ({"F": torch.tensor([0.0, -1.0])}, r"edge 1 \('b' -> 'c', temporal\): field 'F' = -1.0"),
-])
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        (
+            {"embeddings": torch.tensor([[0.0, float("nan"), 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]])},
+            r"node 'a': field 'embeddings' holds NaN",
+        ),
+        ({"embeddings": torch.zeros(3, 4, 2)}, r"field 'embeddings' has shape \(3, 4, 2\)"),
+        ({"embeddings": torch.zeros(2, 4)}, r"field 'embeddings' has shape \(2, 4\), expected \[3, D\]"),
+        (
+            {"edge_index": torch.tensor([[0, 1], [1, 7]])},
+            r"edge 1 \(1 -> 7\): field 'edge_index' points to a missing node",
+        ),
+        ({"S": torch.zeros(5)}, r"field 'S' has shape \(5,\), expected \[2\] for 2 edges"),
+        ({"edge_attr": torch.zeros(2, 3)}, r"field 'edge_attr' has shape \(2, 3\)"),
+        ({"F": torch.tensor([0.0, -1.0])}, r"edge 1 \('b' -> 'c', temporal\): field 'F' = -1.0"),
+    ],
+)
 def test_crafted_graph_content_is_refused_naming_file_and_field(tmp_path, fault, message):
     path = write_unvalidated(tmp_path / "bad.safetensors", graph(), **fault)
     with pytest.raises(GraphError, match=message) as err:
@@ -83,23 +103,40 @@ def test_corrupted_and_foreign_checkpoints_are_refused(tmp_path):
 
 
 def _env(**extra):
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "WANDB_MODE": "disabled",
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        **extra,
+    }
 
 
-@pytest.mark.parametrize("override, message", [
-    ("trainer.epochs=-1", "trainer.epochs must be a non-negative integer"),
-    ("trainer.batch_size=0", "trainer.batch_size must be a positive integer"),
-    ("trainer.lr_router=0", "trainer.lr_router must be > 0"),
-    ("trainer.router_mode=magic", "trainer.router_mode must be one of"),
-    ("budget.max_tokens=-5", "Budget.max_tokens must be a non-negative integer"),
-    ("baselines=[no_such_policy]", "unknown baseline policy 'no_such_policy'"),
-    ("cv.folds=[9]", "cv.folds within [0, 5)"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("trainer.epochs=-1", "trainer.epochs must be a non-negative integer"),
+        ("trainer.batch_size=0", "trainer.batch_size must be a positive integer"),
+        ("trainer.lr_router=0", "trainer.lr_router must be > 0"),
+        ("trainer.router_mode=magic", "trainer.router_mode must be one of"),
+        ("budget.max_tokens=-5", "Budget.max_tokens must be a non-negative integer"),
+        ("baselines=[no_such_policy]", "unknown baseline policy 'no_such_policy'"),
+        ("cv.folds=[9]", "cv.folds within [0, 5)"),
+    ],
+)
 def test_train_rejects_impossible_overrides_before_any_work(tmp_path, override, message):
     # the graph set path does not exist: an error about it would mean work had started
-    cmd = [sys.executable, "scripts/train.py", f"graphset={tmp_path / 'missing'}", "logger=none",
-           f"out_dir={tmp_path / 'out'}", override]
+    cmd = [
+        sys.executable,
+        "scripts/train.py",
+        f"graphset={tmp_path / 'missing'}",
+        "logger=none",
+        f"out_dir={tmp_path / 'out'}",
+        override,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert message in proc.stderr
@@ -107,16 +144,41 @@ def test_train_rejects_impossible_overrides_before_any_work(tmp_path, override, 
 
 def test_no_written_file_contains_an_api_key(tmp_path):
     """Build, train and evaluate with a fake key in the environment; scan every file written."""
-    env = _env(OPENAI_API_KEY=FAKE_KEY, WANDB_MODE="offline", WANDB_DIR=str(tmp_path / "wandb"),
-               GRAPHMEM_CACHE_DIR=str(tmp_path / "cache"))
+    env = _env(
+        OPENAI_API_KEY=FAKE_KEY,
+        WANDB_MODE="offline",
+        WANDB_DIR=str(tmp_path / "wandb"),
+        GRAPHMEM_CACHE_DIR=str(tmp_path / "cache"),
+    )
     (tmp_path / "wandb").mkdir()
-    common = ["data=locomo", "data.limit=3", "graph.encoder=hashing", f"graphset_dir={tmp_path / 'sets'}", "progress=false"]
+    common = [
+        "data=locomo",
+        "data.limit=3",
+        "graph.encoder=hashing",
+        f"graphset_dir={tmp_path / 'sets'}",
+        "progress=false",
+    ]
     runs = [
         ["scripts/build_graph.py", *common, "plot=false", f"hydra.run.dir={tmp_path / 'hydra-build'}"],
-        ["scripts/train.py", *common, "cv.k=3", "cv.folds=[0]", "trainer.epochs=1", "baselines=[dense_topk]",
-         f"out_dir={tmp_path / 'train'}", f"hydra.run.dir={tmp_path / 'hydra-train'}", "+llm=openai"],
-        ["scripts/evaluate.py", *common, "policies=[beta_bfs]", "sweep_tokens=[]", f"out_dir={tmp_path / 'eval'}",
-         f"hydra.run.dir={tmp_path / 'hydra-eval'}"],
+        [
+            "scripts/train.py",
+            *common,
+            "cv.k=3",
+            "cv.folds=[0]",
+            "trainer.epochs=1",
+            "baselines=[dense_topk]",
+            f"out_dir={tmp_path / 'train'}",
+            f"hydra.run.dir={tmp_path / 'hydra-train'}",
+            "+llm=openai",
+        ],
+        [
+            "scripts/evaluate.py",
+            *common,
+            "policies=[beta_bfs]",
+            "sweep_tokens=[]",
+            f"out_dir={tmp_path / 'eval'}",
+            f"hydra.run.dir={tmp_path / 'hydra-eval'}",
+        ],
     ]
     for args in runs:
         proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -1,4 +1,5 @@
-"""REINFORCE training of the router: learning, determinism, batched == batch-1, exact resume, safe loading, no gold leak."""
+"""REINFORCE training of the router: learning, determinism, batched == batch-1, exact resume, safe loading,
+no gold leak."""
 
 import dataclasses
 import inspect
@@ -39,7 +40,9 @@ def _history(result):
 
 
 def _graphset(graphs, questions, emb):
-    return GraphSet(dataset="bridge", graphs=graphs, questions=questions, query_embeddings=emb, report=LoadReport("bridge"))
+    return GraphSet(
+        dataset="bridge", graphs=graphs, questions=questions, query_embeddings=emb, report=LoadReport("bridge")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,9 @@ def trained():
     graphs, questions, emb = bridge_tasks(range(64))
     vg, vq, vemb = bridge_tasks(range(1000, 1016))
     # seed 1: on the episode-keyed sampling stream seed 0 is a slow starter (0.84 test success at 20 epochs)
-    result = train(TrainConfig(epochs=20, seed=1, **FAST), {**graphs, **vg}, questions, emb, vq, vemb, budget=BRIDGE_BUDGET)
+    result = train(
+        TrainConfig(epochs=20, seed=1, **FAST), {**graphs, **vg}, questions, emb, vq, vemb, budget=BRIDGE_BUDGET
+    )
     return result
 
 
@@ -101,11 +106,23 @@ def test_batched_rollout_matches_batch_one_reference():
     graphs, union, edges, router, intent, eps, q = _rollout_setup()
     cfg = MDPConfig()
     pi = intent(q)
-    batched = rollout(router, q, pi, edges(), union, eps, cfg, temperature=0.5, generator=torch.Generator().manual_seed(1))
+    batched = rollout(
+        router, q, pi, edges(), union, eps, cfg, temperature=0.5, generator=torch.Generator().manual_seed(1)
+    )
     t = batched.logp.shape[0]
     assert batched.acted.any() and t <= cfg.max_hops
-    ref = rollout_reference(router, q, pi, edges(), union, graphs, eps, cfg, temperature=0.5,
-                            forced=torch.cat([batched.edge, torch.full((cfg.max_hops - t, len(eps)), -1)]))
+    ref = rollout_reference(
+        router,
+        q,
+        pi,
+        edges(),
+        union,
+        graphs,
+        eps,
+        cfg,
+        temperature=0.5,
+        forced=torch.cat([batched.edge, torch.full((cfg.max_hops - t, len(eps)), -1)]),
+    )
     assert torch.equal(ref.acted[:t], batched.acted) and not ref.acted[t:].any()
     assert torch.equal(ref.edge[:t], batched.edge)
     assert torch.allclose(ref.logp[:t], batched.logp, atol=1e-5)
@@ -114,7 +131,7 @@ def test_batched_rollout_matches_batch_one_reference():
     assert torch.equal(ref.success, batched.success)
     greedy = rollout(router, q, pi, edges(), union, eps, cfg, greedy=True)
     greedy_ref = rollout_reference(router, q, pi, edges(), union, graphs, eps, cfg, greedy=True)
-    assert torch.equal(greedy_ref.edge[:greedy.edge.shape[0]], greedy.edge)
+    assert torch.equal(greedy_ref.edge[: greedy.edge.shape[0]], greedy.edge)
     # gradients agree too
     g1 = torch.autograd.grad(batched.logp.sum(), list(router.parameters()), allow_unused=True)
     g2 = torch.autograd.grad(ref.logp.sum(), list(router.parameters()), allow_unused=True)
@@ -124,8 +141,12 @@ def test_batched_rollout_matches_batch_one_reference():
 
 def test_sampling_follows_the_policy_distribution():
     graphs, union, edges, router, intent, eps, q = _rollout_setup()
-    one = Episodes(eps.query[:1].repeat(4000), eps.start[:1].repeat(4000), eps.entries[:1].repeat(4000, 1),
-                   eps.gold[:1].repeat(4000, 1))
+    one = Episodes(
+        eps.query[:1].repeat(4000),
+        eps.start[:1].repeat(4000),
+        eps.entries[:1].repeat(4000, 1),
+        eps.gold[:1].repeat(4000, 1),
+    )
     qs, pis = q[:1].repeat(4000, 1), intent(q[:1]).repeat(4000, 1)
     cfg = MDPConfig(max_hops=1)
     traj = rollout(router, qs, pis, edges(), union, one, cfg, generator=torch.Generator().manual_seed(5))
@@ -153,7 +174,9 @@ def test_kill_and_resume_gives_the_uninterrupted_result(tmp_path):
     vg, vq, ve = bridge_tasks(range(100, 104))
     graphs = {**g, **vg}
     base = dict(epochs=8, seed=3, **FAST)
-    straight = train(TrainConfig(**base, checkpoint_dir=str(tmp_path / "a")), graphs, q, e, vq, ve, budget=BRIDGE_BUDGET)
+    straight = train(
+        TrainConfig(**base, checkpoint_dir=str(tmp_path / "a")), graphs, q, e, vq, ve, budget=BRIDGE_BUDGET
+    )
     cfg = {**base, "checkpoint_dir": str(tmp_path / "b"), "resume": True}
     script = tmp_path / "run.py"
     script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), root=str(Path(__file__).parents[1]), cfg=cfg))
@@ -184,7 +207,10 @@ def test_kill_and_resume_gives_the_uninterrupted_result(tmp_path):
     direct = RouterPolicy(router=resumed.router, intent=resumed.intent, edge_features=resumed.edges, device="cpu")
     queries = [Query(x.qid, x.text, e[i]) for i, x in enumerate(q)]
     for name, query in zip([x.graph for x in q], queries):
-        assert policy.retrieve(graphs[name], query, BRIDGE_BUDGET).loaded == direct.retrieve(graphs[name], query, BRIDGE_BUDGET).loaded
+        assert (
+            policy.retrieve(graphs[name], query, BRIDGE_BUDGET).loaded
+            == direct.retrieve(graphs[name], query, BRIDGE_BUDGET).loaded
+        )
 
 
 class _Exploit:

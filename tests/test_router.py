@@ -1,7 +1,7 @@
 """QueryRouter, relation intent, edge features and the router policy on toy graphs with hand-computed values."""
 
-import torch
 import pytest
+import torch
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query
@@ -12,7 +12,8 @@ from models.router import QueryRouter
 
 
 def toy_graph() -> MemoryGraph:
-    """0 = entry (cos 1), 1 = distractor (cos .8, semantic), 2 = bridge (cos -.6, causal), 3 = gold behind the bridge."""
+    """0 = entry (cos 1), 1 = distractor (cos .8, semantic), 2 = bridge (cos -.6, causal),
+    3 = gold behind the bridge."""
     emb = torch.tensor([[1.0, 0.0], [0.8, 0.6], [-0.6, 0.8], [0.0, 1.0]])
     g = MemoryGraph.empty(2, info={"name": "toy"})
     g.add_nodes(["a", "b", "c", "d"], ["entry", "distractor", "bridge", "gold"], emb)
@@ -83,7 +84,9 @@ def test_intent_kinds():
     assert torch.allclose(RelationIntent(2, "head")(q), torch.full((2, 4), 0.25))
     assert torch.allclose(RelationIntent(2, "uniform")(q), torch.full((2, 4), 0.25))
     ext = RelationIntent(2, "external")
-    assert torch.allclose(ext(q, torch.tensor([[2.0, 0, 0, 2], [0, 1, 0, 0]])), torch.tensor([[0.5, 0, 0, 0.5], [0, 1, 0, 0]]))
+    assert torch.allclose(
+        ext(q, torch.tensor([[2.0, 0, 0, 2], [0, 1, 0, 0]])), torch.tensor([[0.5, 0, 0, 0.5], [0, 1, 0, 0]])
+    )
     with pytest.raises(ValueError):
         ext(q)
     with pytest.raises(ValueError):
@@ -141,7 +144,9 @@ def test_router_policy_walks_across_the_bridge_on_toy_graph():
     assert r.entries == [0] and r.max_depth == 2
     assert [int(e) for e in r.edges_traversed] == [1, 2]
     assert r.scores == pytest.approx([0.0, 1.4, 0.5])
-    wide = RouterPolicy(router=QueryRouter(2, mode="fixed"), device="cpu").retrieve(g, query, Budget(max_entries=1, max_nodes=2))
+    wide = RouterPolicy(router=QueryRouter(2, mode="fixed"), device="cpu").retrieve(
+        g, query, Budget(max_entries=1, max_nodes=2)
+    )
     assert wide.loaded_ids(g) == ["a", "c"]  # node budget respected
     beam = RouterPolicy(router=QueryRouter(2, mode="fixed"), search="beam", beam_width=1, device="cpu")
     assert beam.retrieve(g, query, budget).loaded_ids(g) == ["a", "c", "d"]
@@ -159,9 +164,12 @@ def test_router_policy_batch_equals_single():
         assert r1.loaded == rb.loaded and r1.edges_traversed == rb.edges_traversed
 
 
-ROUTER_BUDGETS = [Budget(), Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_nodes=20, max_tokens=400),
-                  Budget(max_entries=3, top_k_neighbors=2, max_hops=2, max_nodes=12, max_tokens=90),
-                  Budget(max_entries=1, top_k_neighbors=0, max_hops=0, max_nodes=5, max_tokens=60)]
+ROUTER_BUDGETS = [
+    Budget(),
+    Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_nodes=20, max_tokens=400),
+    Budget(max_entries=3, top_k_neighbors=2, max_hops=2, max_nodes=12, max_tokens=90),
+    Budget(max_entries=1, top_k_neighbors=0, max_hops=0, max_nodes=5, max_tokens=60),
+]
 
 
 @pytest.mark.parametrize("budget", ROUTER_BUDGETS, ids=["default", "wide", "token-skips", "entries-only"])
@@ -175,8 +183,13 @@ def test_batched_walk_equals_per_query_reference(budget, variant):
     emb = g.embeddings[torch.randint(0, 400, (12,), generator=gen)] + 0.3 * torch.randn(12, 16, generator=gen)
     queries = [Query(f"q{i}", "x", emb[i]) for i in range(12)]
     torch.manual_seed(2)
-    router = QueryRouter(16, num_relations=len(g.relations), hidden=8, mode="fixed" if variant == "fixed" else "learned",
-                         similarities=variant != "no-similarities")
+    router = QueryRouter(
+        16,
+        num_relations=len(g.relations),
+        hidden=8,
+        mode="fixed" if variant == "fixed" else "learned",
+        similarities=variant != "no-similarities",
+    )
     policy = RouterPolicy(router=router, device="cpu", search="beam" if variant == "beam" else "greedy", beam_width=3)
     batch = policy.retrieve_batch(g, queries, budget)
     single = [policy.retrieve(g, q, budget) for q in queries]

@@ -23,7 +23,9 @@ from graphmem.graph import MemoryGraph
 
 CONNECTIVES = re.compile(
     r"\b(because|therefore|thus|hence|consequently|as a result|that's why|that is why|which is why|due to|"
-    r"led to|leads to|caused|causes|so that|since then|in order to|so)\b", re.IGNORECASE)
+    r"led to|leads to|caused|causes|so that|since then|in order to|so)\b",
+    re.IGNORECASE,
+)
 _STRONG = re.compile(r"\b(because|therefore|thus|hence|consequently|as a result|due to|caused|causes)\b", re.IGNORECASE)
 
 
@@ -39,8 +41,9 @@ def sequence_pairs(group: Sequence, order: Sequence[int]) -> tuple[Tensor, Tenso
     return _pairs(a, b)
 
 
-def time_window_pairs(timestamps: Tensor, window: float, cap: int,
-                      exclude: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+def time_window_pairs(
+    timestamps: Tensor, window: float, cap: int, exclude: tuple[Tensor, Tensor] | None = None
+) -> tuple[Tensor, Tensor]:
     """Each node to at most ``cap`` nearest-in-time other nodes with ``|t_i - t_j| <= window``.
 
     Pairs in ``exclude`` (e.g. the consecutive pairs, already linked) are not counted against the cap.
@@ -94,14 +97,20 @@ def entity_pairs(entities: Sequence[set[str]], fanout: int, max_share: float) ->
         if len(rows) < 2 or len(rows) > limit:
             continue
         for pos, i in enumerate(rows):
-            for j in rows[pos + 1:pos + 1 + fanout]:
+            for j in rows[pos + 1 : pos + 1 + fanout]:
                 a.append(i)
                 b.append(j)
     return _pairs(a, b)
 
 
-def causal_pairs(texts: Sequence[str], speakers: Sequence[str | None], group: Sequence, order: Sequence[int],
-                 qa_confidence: float, connective_confidence: float) -> tuple[Tensor, Tensor, Tensor]:
+def causal_pairs(
+    texts: Sequence[str],
+    speakers: Sequence[str | None],
+    group: Sequence,
+    order: Sequence[int],
+    qa_confidence: float,
+    connective_confidence: float,
+) -> tuple[Tensor, Tensor, Tensor]:
     """Offline causal cues between consecutive nodes ``i -> j`` of a group; returns ``(a, b, confidence)``.
 
     Cues: *question -> answer* (``text_i`` ends with ``?`` and ``j`` is said by another speaker,
@@ -155,16 +164,27 @@ def lookup_pairs(n: int, a: Tensor, b: Tensor, values: Tensor, src: Tensor, dst:
     return torch.where(keys[pos] == q, vals[pos], torch.zeros(q.numel()))
 
 
-def phase1_features(graph: MemoryGraph, src: Tensor, dst: Tensor, group: Sequence, order: Sequence[int],
-                    entities: Sequence[set[str]], causal: tuple[Tensor, Tensor, Tensor], tau: float) -> Tensor:
+def phase1_features(
+    graph: MemoryGraph,
+    src: Tensor,
+    dst: Tensor,
+    group: Sequence,
+    order: Sequence[int],
+    entities: Sequence[set[str]],
+    causal: tuple[Tensor, Tensor, Tensor],
+    tau: float,
+) -> Tensor:
     """``[E, 4]`` rows ``[p_t, p_s, p_c, p_e]`` (module docstring) for the edges ``src -> dst``."""
     emb = graph.embeddings
-    return torch.stack([
-        temporal_proximity(group, order, src, dst, tau),
-        (emb[src] * emb[dst]).sum(1).clamp(-1.0, 1.0),
-        lookup_pairs(graph.num_nodes, *causal, src, dst),
-        jaccard(entities, src, dst),
-    ], dim=1)
+    return torch.stack(
+        [
+            temporal_proximity(group, order, src, dst, tau),
+            (emb[src] * emb[dst]).sum(1).clamp(-1.0, 1.0),
+            lookup_pairs(graph.num_nodes, *causal, src, dst),
+            jaccard(entities, src, dst),
+        ],
+        dim=1,
+    )
 
 
 def undirected_unique(a: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -175,9 +195,16 @@ def undirected_unique(a: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor]:
     return key // n, key % n
 
 
-def add_relation_edges(graph: MemoryGraph, pairs: dict[str, tuple[Tensor, Tensor]], features: str,
-                       group: Sequence, order: Sequence[int], entities: Sequence[set[str]],
-                       causal: tuple[Tensor, Tensor, Tensor], tau: float) -> None:
+def add_relation_edges(
+    graph: MemoryGraph,
+    pairs: dict[str, tuple[Tensor, Tensor]],
+    features: str,
+    group: Sequence,
+    order: Sequence[int],
+    entities: Sequence[set[str]],
+    causal: tuple[Tensor, Tensor, Tensor],
+    tau: float,
+) -> None:
     """Insert both directions of every pair with ``scored`` or ``onehot`` features, in one call.
 
     Edges are ordered by relation (in ``pairs`` order), then source, then target.

@@ -33,7 +33,8 @@ def make_entity_extractor(name: str, **kwargs) -> EntityExtractor:
 
 # Function words, pronouns, interjections and other words that are capitalised at the start of a
 # sentence without naming anything. General English, not tied to any dataset.
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a about above after again against all also am an and any are as at be because been before being
 below between both but by can could did do does doing down during each few for from further had
 has have having he her here hers herself him himself his how i if in into is it its itself just
@@ -47,11 +48,14 @@ congratulations totally though although however also maybe perhaps still even si
 i'm i've i'd i'll you're you've you'd you'll he's she's it's we're we've they're they've that's
 there's what's let's can't don't doesn't didn't isn't aren't wasn't weren't won't wouldn't
 couldn't shouldn't mr mrs ms dr st last next sounds looks seems
-""".split())
+""".split()
+)
 
-_UNITS = (r"%|percent|km|kms|kilometers?|kilometres?|miles?|mi|m|meters?|metres?|cm|mm|kg|kgs|g|grams?|lbs?"
-          r"|pounds?|ft|feet|foot|inch(?:es)?|years?|yrs?|months?|weeks?|days?|hours?|hrs?|minutes?|mins?"
-          r"|seconds?|secs?|dollars?|usd|euros?|eur|people|times|am|pm|k|million|billion")
+_UNITS = (
+    r"%|percent|km|kms|kilometers?|kilometres?|miles?|mi|m|meters?|metres?|cm|mm|kg|kgs|g|grams?|lbs?"
+    r"|pounds?|ft|feet|foot|inch(?:es)?|years?|yrs?|months?|weeks?|days?|hours?|hrs?|minutes?|mins?"
+    r"|seconds?|secs?|dollars?|usd|euros?|eur|people|times|am|pm|k|million|billion"
+)
 _NUMBER_UNIT = re.compile(rf"(?<![\w.])(\$|€|£)?(\d+(?:[.,]\d+)*)\s*({_UNITS})?(?![\w])", re.IGNORECASE)
 _YEAR = re.compile(r"^(1[5-9]|20)\d\d$")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'’&.-]*[A-Za-z0-9]|[A-Za-z]")
@@ -84,9 +88,9 @@ class CueEntityExtractor:
         runs, current = [], []
         for m in _WORD.finditer(text):
             word = _clean(m.group())
-            prefix = text[:m.start()]
+            prefix = text[: m.start()]
             initial = not prefix.strip() or bool(_SENTENCE_END.search(prefix))
-            gap = text[current[-1][2]:m.start()] if current else ""
+            gap = text[current[-1][2] : m.start()] if current else ""
             if word[:1].isupper() and word.lower() not in STOPWORDS:
                 if current and gap.strip() not in ("", "-", "&"):
                     runs.append(current)

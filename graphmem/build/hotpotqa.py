@@ -36,8 +36,13 @@ def _nodes(record: HotpotRecord) -> list[tuple[str, str, dict]]:
     for p, par in enumerate(record.paragraphs):
         out.append((title_id(par.title), par.title, {"kind": "title", "title": par.title, "paragraph": p}))
         for i, sent in enumerate(par.sentences):
-            out.append((sentence_id(par.title, i), f"{par.title}: {sent.strip()}",
-                        {"kind": "sentence", "title": par.title, "paragraph": p, "sent_idx": i}))
+            out.append(
+                (
+                    sentence_id(par.title, i),
+                    f"{par.title}: {sent.strip()}",
+                    {"kind": "sentence", "title": par.title, "paragraph": p, "sent_idx": i},
+                )
+            )
     return out
 
 
@@ -52,20 +57,30 @@ def title_pattern(title: str) -> re.Pattern:
     return re.compile(rf"(?<!\w){re.escape(core)}(?!\w)", re.IGNORECASE)
 
 
-def build_hotpot_graph(record: HotpotRecord, embeddings: Tensor, cfg: GraphConfig, extractor: EntityExtractor) -> MemoryGraph:
+def build_hotpot_graph(
+    record: HotpotRecord, embeddings: Tensor, cfg: GraphConfig, extractor: EntityExtractor
+) -> MemoryGraph:
     """The graph of ``record`` from precomputed unit embeddings in :func:`node_texts` order."""
     nodes = _nodes(record)
     info = {"dataset": "hotpotqa", "qid": record.qid, "features": cfg.features}
     graph = MemoryGraph.empty(embeddings.shape[1], info=info)
-    keys = [m["title"] if m["kind"] == "title" else f"{m['title']}: {default_key(record.paragraphs[m['paragraph']].sentences[m['sent_idx']], 10)}"
-            for _, _, m in nodes]
-    graph.add_nodes([n for n, _, _ in nodes], [t for _, t, _ in nodes], embeddings, keys=keys, metadata=[m for _, _, m in nodes])
+    keys = [
+        m["title"]
+        if m["kind"] == "title"
+        else f"{m['title']}: {default_key(record.paragraphs[m['paragraph']].sentences[m['sent_idx']], 10)}"
+        for _, _, m in nodes
+    ]
+    graph.add_nodes(
+        [n for n, _, _ in nodes], [t for _, t, _ in nodes], embeddings, keys=keys, metadata=[m for _, _, m in nodes]
+    )
 
     # title node has order -1 so title -> first sentence is a consecutive pair of the paragraph group
     group = [m["paragraph"] for _, _, m in nodes]
     order = [-1 if m["kind"] == "title" else m["sent_idx"] for _, _, m in nodes]
-    sentences = [record.paragraphs[m["paragraph"]].sentences[m["sent_idx"]] if m["kind"] == "sentence" else ""
-                 for _, _, m in nodes]
+    sentences = [
+        record.paragraphs[m["paragraph"]].sentences[m["sent_idx"]] if m["kind"] == "sentence" else ""
+        for _, _, m in nodes
+    ]
     entities = extractor.extract(sentences)
     bridge_a: list[int] = []
     bridge_b: list[int] = []
@@ -78,18 +93,21 @@ def build_hotpot_graph(record: HotpotRecord, embeddings: Tensor, cfg: GraphConfi
         for row, (_, _, m) in enumerate(nodes):
             if m["kind"] == "sentence" and m["paragraph"] != p and pattern.search(sentences[row]):
                 entities[row].add(par.title.lower())
-                for t in target_rows[:1 + cfg.entity_fanout]:
+                for t in target_rows[: 1 + cfg.entity_fanout]:
                     bridge_a.append(row)
                     bridge_b.append(t)
-    causal = E.causal_pairs(sentences, [None] * len(nodes), group, order, cfg.causal_qa_confidence,
-                            cfg.causal_connective_confidence)
+    causal = E.causal_pairs(
+        sentences, [None] * len(nodes), group, order, cfg.causal_qa_confidence, cfg.causal_connective_confidence
+    )
     ent_a, ent_b = E.entity_pairs(entities, cfg.entity_fanout, cfg.entity_max_share)
     pairs = {
         "temporal": E.sequence_pairs(group, order),
         "semantic": E.semantic_knn_pairs(graph.embeddings, cfg.semantic_k, cfg.semantic_threshold),
         "causal": causal[:2],
-        "entity": (torch.cat([torch.as_tensor(bridge_a, dtype=torch.long), ent_a]),
-                   torch.cat([torch.as_tensor(bridge_b, dtype=torch.long), ent_b])),
+        "entity": (
+            torch.cat([torch.as_tensor(bridge_a, dtype=torch.long), ent_a]),
+            torch.cat([torch.as_tensor(bridge_b, dtype=torch.long), ent_b]),
+        ),
     }
     E.add_relation_edges(graph, pairs, cfg.features, group, order, entities, causal, cfg.temporal_tau)
     return graph

@@ -40,7 +40,9 @@ def node_texts(conv: Conversation) -> list[str]:
     return [turn_text(t) for t in conv.turns]
 
 
-def build_locomo_graph(conv: Conversation, embeddings: Tensor, cfg: GraphConfig, extractor: EntityExtractor) -> MemoryGraph:
+def build_locomo_graph(
+    conv: Conversation, embeddings: Tensor, cfg: GraphConfig, extractor: EntityExtractor
+) -> MemoryGraph:
     """The graph of ``conv`` from precomputed ``[turns, D]`` unit embeddings (module docstring)."""
     turns, texts = conv.turns, node_texts(conv)
     timestamps, metadata = [], []
@@ -48,20 +50,43 @@ def build_locomo_graph(conv: Conversation, embeddings: Tensor, cfg: GraphConfig,
         base = s.date_time.replace(tzinfo=timezone.utc).timestamp() if s.date_time else math.nan
         for t in s.turns:
             timestamps.append(base + t.position)
-            metadata.append({"speaker": t.speaker, "session": s.index, "dia_id": t.dia_id, "position": t.position,
-                             "date_time": s.raw_date_time})
-    info = {"dataset": "locomo", "sample_id": conv.sample_id, "speakers": [conv.speaker_a, conv.speaker_b],
-            "features": cfg.features}
+            metadata.append(
+                {
+                    "speaker": t.speaker,
+                    "session": s.index,
+                    "dia_id": t.dia_id,
+                    "position": t.position,
+                    "date_time": s.raw_date_time,
+                }
+            )
+    info = {
+        "dataset": "locomo",
+        "sample_id": conv.sample_id,
+        "speakers": [conv.speaker_a, conv.speaker_b],
+        "features": cfg.features,
+    }
     graph = MemoryGraph.empty(embeddings.shape[1], info=info)
-    graph.add_nodes([t.dia_id for t in turns], texts, embeddings, keys=[f"{t.speaker}: {default_key(t.text, 10)}" for t in turns],
-                    timestamps=timestamps, metadata=metadata)
+    graph.add_nodes(
+        [t.dia_id for t in turns],
+        texts,
+        embeddings,
+        keys=[f"{t.speaker}: {default_key(t.text, 10)}" for t in turns],
+        timestamps=timestamps,
+        metadata=metadata,
+    )
 
     group = [t.session for t in turns]
     order = [t.position for t in turns]
     raw = [t.text + (f" {t.image_caption}" if t.image_caption else "") for t in turns]
     entities = extractor.extract(raw)
-    causal = E.causal_pairs([t.text for t in turns], [t.speaker for t in turns], group, order,
-                            cfg.causal_qa_confidence, cfg.causal_connective_confidence)
+    causal = E.causal_pairs(
+        [t.text for t in turns],
+        [t.speaker for t in turns],
+        group,
+        order,
+        cfg.causal_qa_confidence,
+        cfg.causal_connective_confidence,
+    )
     seq_a, seq_b = E.sequence_pairs(group, order)
     win_a, win_b = E.time_window_pairs(graph.timestamps, cfg.temporal_window_s, cfg.temporal_cap, (seq_a, seq_b))
     pairs = {

@@ -4,11 +4,34 @@ from graphmem.datasets.hotpotqa import HotpotFormatError, load_hotpotqa, sentenc
 from graphmem.datasets.locomo import LocomoFormatError, load_locomo, parse_session_datetime
 from graphmem.datasets.paths import DataNotFoundError, data_file, data_root, repo_root
 from graphmem.datasets.types import (
-    LOCOMO_CATEGORIES, Conversation, HotpotRecord, LoadReport, Paragraph, Question, Session, Turn,
+    LOCOMO_CATEGORIES,
+    Conversation,
+    HotpotRecord,
+    LoadReport,
+    Paragraph,
+    Question,
+    Session,
+    Turn,
 )
 
 __all__ = [
-    "LOCOMO_CATEGORIES", "Conversation", "DataNotFoundError", "HotpotFormatError", "HotpotRecord", "LoadReport",
-    "LocomoFormatError", "Paragraph", "Question", "Session", "Turn", "data_file", "data_root", "load_hotpotqa",
-    "load_locomo", "parse_session_datetime", "repo_root", "sentence_id", "title_id",
+    "LOCOMO_CATEGORIES",
+    "Conversation",
+    "DataNotFoundError",
+    "HotpotFormatError",
+    "HotpotRecord",
+    "LoadReport",
+    "LocomoFormatError",
+    "Paragraph",
+    "Question",
+    "Session",
+    "Turn",
+    "data_file",
+    "data_root",
+    "load_hotpotqa",
+    "load_locomo",
+    "parse_session_datetime",
+    "repo_root",
+    "sentence_id",
+    "title_id",
 ]

@@ -101,15 +101,27 @@ def _record(raw: dict, qid: str, where: str, report: LoadReport) -> HotpotRecord
         paragraphs.append(Paragraph(title=par[0], sentences=tuple(par[1])))
     facts = []
     for j, fact in enumerate(raw.get("supporting_facts") or []):
-        if (isinstance(fact, (list, tuple)) and len(fact) == 2 and isinstance(fact[0], str)
-                and isinstance(fact[1], int) and not isinstance(fact[1], bool)):
+        if (
+            isinstance(fact, (list, tuple))
+            and len(fact) == 2
+            and isinstance(fact[0], str)
+            and isinstance(fact[1], int)
+            and not isinstance(fact[1], bool)
+        ):
             facts.append((fact[0], fact[1]))
         else:
             report.malformed_evidence.append(f"{qid}: supporting_facts[{j}] = {fact!r:.60}")
     answer = raw.get("answer", "")
     answer = str(answer) if isinstance(answer, (str, int, float)) and not isinstance(answer, bool) else ""
-    return HotpotRecord(qid=qid, question=question, answer=answer, paragraphs=tuple(paragraphs),
-                        supporting_facts=tuple(facts), type=str(raw.get("type", "")), level=str(raw.get("level", "")))
+    return HotpotRecord(
+        qid=qid,
+        question=question,
+        answer=answer,
+        paragraphs=tuple(paragraphs),
+        supporting_facts=tuple(facts),
+        type=str(raw.get("type", "")),
+        level=str(raw.get("level", "")),
+    )
 
 
 def _question(record: HotpotRecord, report: LoadReport) -> Question:
@@ -124,6 +136,13 @@ def _question(record: HotpotRecord, report: LoadReport) -> Question:
             titles.append(title)
     for d in dangling:
         report.dangling_evidence.append(f"{record.qid}: {d}")
-    return Question(qid=record.qid, graph=record.qid, text=record.question, answer=record.answer,
-                    evidence=tuple(evidence), category=record.type, dangling_evidence=tuple(dangling),
-                    support_titles=tuple(titles))
+    return Question(
+        qid=record.qid,
+        graph=record.qid,
+        text=record.question,
+        answer=record.answer,
+        evidence=tuple(evidence),
+        category=record.type,
+        dangling_evidence=tuple(dangling),
+        support_titles=tuple(titles),
+    )

@@ -120,11 +120,17 @@ def _conversation(conv: dict, sample_id: str, where: str, report: LoadReport) ->
             if not isinstance(text, str):
                 raise LocomoFormatError(f"{tw}: field 'text' must be a string, got {text!r:.60}")
             caption, query = t.get("blip_caption"), t.get("query")
-            turns.append(Turn(
-                dia_id=dia_id, speaker=_field(t, "speaker", str, tw), text=text, session=n, position=pos,
-                image_caption=caption if isinstance(caption, str) and caption.strip() else None,
-                image_query=query if isinstance(query, str) and query.strip() else None,
-            ))
+            turns.append(
+                Turn(
+                    dia_id=dia_id,
+                    speaker=_field(t, "speaker", str, tw),
+                    text=text,
+                    session=n,
+                    position=pos,
+                    image_caption=caption if isinstance(caption, str) and caption.strip() else None,
+                    image_query=query if isinstance(query, str) and query.strip() else None,
+                )
+            )
         if turns:
             sessions.append(Session(index=n, date_time=date, raw_date_time=raw_date, turns=tuple(turns)))
     if not sessions:
@@ -157,11 +163,20 @@ def _question(qa: Any, sample_id: str, i: int, turn_ids: set[str], report: LoadR
         report.discarded.append(f"{name}: field 'evidence' must be a list, got {type(raw_evidence).__name__}")
         return None
     evidence, dangling = normalize_evidence(raw_evidence, turn_ids, name, report)
-    return Question(qid=name, graph=sample_id, text=text, answer=answer, evidence=evidence, category=category,
-                    dangling_evidence=dangling)
+    return Question(
+        qid=name,
+        graph=sample_id,
+        text=text,
+        answer=answer,
+        evidence=evidence,
+        category=category,
+        dangling_evidence=dangling,
+    )
 
 
-def normalize_evidence(raw: list, turn_ids: set[str], name: str, report: LoadReport) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def normalize_evidence(
+    raw: list, turn_ids: set[str], name: str, report: LoadReport
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Split, repair and check evidence strings (see module docstring); returns (evidence, dangling)."""
     evidence: list[str] = []
     dangling: list[str] = []

@@ -114,14 +114,15 @@ class LoadReport:
 
     def lines(self) -> list[str]:
         out = [f"{self.source}: {self.records} records, {self.questions} questions"]
-        if self.repaired_evidence:
-            out.append(f"  repaired evidence ids: {len(self.repaired_evidence)} ({', '.join(self.repaired_evidence[:5])}{' ...' if len(self.repaired_evidence) > 5 else ''})")
-        if self.dangling_evidence:
-            out.append(f"  dangling evidence ids (name no turn): {len(self.dangling_evidence)} ({', '.join(self.dangling_evidence[:5])}{' ...' if len(self.dangling_evidence) > 5 else ''})")
-        if self.malformed_evidence:
-            out.append(f"  malformed evidence strings dropped: {len(self.malformed_evidence)} ({', '.join(self.malformed_evidence[:5])}{' ...' if len(self.malformed_evidence) > 5 else ''})")
-        if self.unparsed_dates:
-            out.append(f"  unparsable session dates (timestamp unknown): {len(self.unparsed_dates)} ({', '.join(self.unparsed_dates[:3])}{' ...' if len(self.unparsed_dates) > 3 else ''})")
-        if self.discarded:
-            out.append(f"  discarded records: {len(self.discarded)} ({'; '.join(self.discarded[:3])}{' ...' if len(self.discarded) > 3 else ''})")
+        listed = (
+            ("repaired evidence ids", self.repaired_evidence, ", ", 5),
+            ("dangling evidence ids (name no turn)", self.dangling_evidence, ", ", 5),
+            ("malformed evidence strings dropped", self.malformed_evidence, ", ", 5),
+            ("unparsable session dates (timestamp unknown)", self.unparsed_dates, ", ", 3),
+            ("discarded records", self.discarded, "; ", 3),
+        )
+        for label, items, sep, shown in listed:
+            if items:
+                more = " ..." if len(items) > shown else ""
+                out.append(f"  {label}: {len(items)} ({sep.join(items[:shown])}{more})")
         return out

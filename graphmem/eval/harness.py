@@ -63,8 +63,12 @@ class EvalResult:
 
     def to_json(self, rows: bool = False) -> dict[str, Any]:
         out = {
-            "policy": self.policy, "dataset": self.dataset, "budget": asdict(self.budget),
-            "summary": self.summary, "wall_time_s": self.wall_time_s, "info": self.info,
+            "policy": self.policy,
+            "dataset": self.dataset,
+            "budget": asdict(self.budget),
+            "summary": self.summary,
+            "wall_time_s": self.wall_time_s,
+            "info": self.info,
         }
         if rows:
             out["rows"] = self.rows
@@ -112,20 +116,29 @@ def run_retrievals(
         size += n
     out: list[Retrieval | None] = [None] * len(queries)
     wall = 0.0
-    with tqdm(total=len(order), desc=desc or getattr(policy, "name", "policy"), unit="graph", disable=not progress,
-              leave=False) as bar:
+    with tqdm(
+        total=len(order),
+        desc=desc or getattr(policy, "name", "policy"),
+        unit="graph",
+        disable=not progress,
+        leave=False,
+    ) as bar:
         for names in groups:
             batches = [[queries[i] for i in order[name]] for name in names]
             t0 = time.perf_counter()
             results = policy.retrieve_graphs([graphs[name] for name in names], batches, budget)
             wall += time.perf_counter() - t0
             if len(results) != len(names):
-                raise RuntimeError(f"policy {getattr(policy, 'name', policy)!r} returned {len(results)} result lists "
-                                   f"for {len(names)} graphs")
+                raise RuntimeError(
+                    f"policy {getattr(policy, 'name', policy)!r} returned {len(results)} result lists "
+                    f"for {len(names)} graphs"
+                )
             for name, batch, got in zip(names, batches, results):
                 if len(got) != len(batch):
-                    raise RuntimeError(f"policy {getattr(policy, 'name', policy)!r} returned {len(got)} retrievals "
-                                       f"for {len(batch)} queries on graph {name!r}")
+                    raise RuntimeError(
+                        f"policy {getattr(policy, 'name', policy)!r} returned {len(got)} retrievals "
+                        f"for {len(batch)} queries on graph {name!r}"
+                    )
                 for i, r in zip(order[name], got):
                     out[i] = r
             bar.update(len(names))
@@ -152,8 +165,15 @@ def evaluate_policy(
     _group_by_graph(questions, graphset.graphs)
     queries = [by_qid[q.qid] for q in questions]
     name = getattr(policy, "name", type(policy).__name__)
-    retrievals, wall = run_retrievals(policy, graphset.graphs, queries, [q.graph for q in questions], budget,
-                                      progress=progress, desc=f"{name} ({graphset.dataset})")
+    retrievals, wall = run_retrievals(
+        policy,
+        graphset.graphs,
+        queries,
+        [q.graph for q in questions],
+        budget,
+        progress=progress,
+        desc=f"{name} ({graphset.dataset})",
+    )
 
     # ---- gold joins here, after every retrieval has returned
     rows: list[dict[str, Any]] = []
@@ -163,20 +183,34 @@ def evaluate_policy(
         loaded = r.loaded_ids(graph)
         m = question_metrics(q, graph, loaded, r.loaded_tokens, r.max_depth, r.wall_time_s, r.fallback_used)
         metrics.append(m)
-        rows.append({
-            "qid": q.qid, "graph": q.graph, "category": q.category, "category_name": category_name(q.category),
-            "question": q.text, "loaded": loaded, "gold_evidence": list(q.evidence),
-            "dangling_evidence": list(q.dangling_evidence), "trace": r.to_json(graph), "metrics": m.to_json(),
-        })
+        rows.append(
+            {
+                "qid": q.qid,
+                "graph": q.graph,
+                "category": q.category,
+                "category_name": category_name(q.category),
+                "question": q.text,
+                "loaded": loaded,
+                "gold_evidence": list(q.evidence),
+                "dangling_evidence": list(q.dangling_evidence),
+                "trace": r.to_json(graph),
+                "metrics": m.to_json(),
+            }
+        )
     summary = summarize([q.category for q in questions], metrics)
-    info = {"graphs": len({q.graph for q in questions}), "questions": len(questions),
-            "queries_per_s": len(questions) / wall if wall > 0 else None}
-    return EvalResult(policy=name, dataset=graphset.dataset, budget=budget, rows=rows, summary=summary,
-                      wall_time_s=wall, info=info)
+    info = {
+        "graphs": len({q.graph for q in questions}),
+        "questions": len(questions),
+        "queries_per_s": len(questions) / wall if wall > 0 else None,
+    }
+    return EvalResult(
+        policy=name, dataset=graphset.dataset, budget=budget, rows=rows, summary=summary, wall_time_s=wall, info=info
+    )
 
 
 def scaled_budgets(base: Budget, max_tokens: Iterable[int]) -> list[Budget]:
-    """Budgets for a token sweep: ``max_tokens = t`` and ``max_nodes = max(1, round(base.max_nodes · t / base.max_tokens))``,
+    """Budgets for a token sweep: ``max_tokens = t`` and
+    ``max_nodes = max(1, round(base.max_nodes · t / base.max_tokens))``,
     other fields from ``base``."""
     if base.max_tokens <= 0:
         raise ValueError("budget sweep needs a base budget with max_tokens > 0")
@@ -202,18 +236,26 @@ def budget_sweep(
 
 def sweep_curve(results: Sequence[EvalResult], group: str = "overall") -> list[dict[str, Any]]:
     """Points of a budget sweep: the budget limits with the group's recall and loaded tokens."""
-    return [{
-        "max_tokens": r.budget.max_tokens, "max_nodes": r.budget.max_nodes,
-        "evidence_recall": r.summary[group]["evidence_recall"], "all_evidence_hit": r.summary[group]["all_evidence_hit"],
-        "loaded_tokens": r.summary[group]["loaded_tokens"],
-        "support_paragraph_recall": r.summary[group]["support_paragraph_recall"],
-    } for r in results if group in r.summary]
+    return [
+        {
+            "max_tokens": r.budget.max_tokens,
+            "max_nodes": r.budget.max_nodes,
+            "evidence_recall": r.summary[group]["evidence_recall"],
+            "all_evidence_hit": r.summary[group]["all_evidence_hit"],
+            "loaded_tokens": r.summary[group]["loaded_tokens"],
+            "support_paragraph_recall": r.summary[group]["support_paragraph_recall"],
+        }
+        for r in results
+        if group in r.summary
+    ]
 
 
 def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
     """Write one JSON object per line, atomically."""
+
     def write(tmp: Path) -> None:
         with open(tmp, "w", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
     return atomic_write(path, write)

@@ -106,11 +106,20 @@ def question_metrics(
             loaded_titles = {node_title(graph, n) for n in loaded}
             paragraph_recall = sum(t in loaded_titles for t in support) / len(support)
     return QuestionMetrics(
-        n_loaded=len(loaded), n_gold=len(gold), n_gold_loaded=n_hit, evidence_recall=recall,
-        all_evidence_hit=all_hit, precision=precision, first_gold_rank=hits[0] + 1 if hits else None,
-        reciprocal_rank=reciprocal, loaded_tokens=int(loaded_tokens), hops=int(hops),
-        latency_s=float(latency_s), fallback_used=bool(fallback_used),
-        support_sentence_recall=sentence_recall, support_paragraph_recall=paragraph_recall,
+        n_loaded=len(loaded),
+        n_gold=len(gold),
+        n_gold_loaded=n_hit,
+        evidence_recall=recall,
+        all_evidence_hit=all_hit,
+        precision=precision,
+        first_gold_rank=hits[0] + 1 if hits else None,
+        reciprocal_rank=reciprocal,
+        loaded_tokens=int(loaded_tokens),
+        hops=int(hops),
+        latency_s=float(latency_s),
+        fallback_used=bool(fallback_used),
+        support_sentence_recall=sentence_recall,
+        support_paragraph_recall=paragraph_recall,
     )
 
 

@@ -40,7 +40,10 @@ def _count(s: Mapping[str, Any]) -> str:
 
 
 def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
+    ]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -49,8 +52,10 @@ def table_data(result: EvalResult) -> tuple[list[str], list[list[Any]]]:
     """Columns and raw rows (one per group) of :func:`markdown_table`, for tracking backends."""
     cols = _columns(list(result.summary.values()))
     header = ["policy", "group", "n", "n_no_gold"] + [key for _, key, _ in cols]
-    rows = [[result.policy, group, s["n"], s["n_no_gold"]] + [s[key] for _, key, _ in cols]
-            for group, s in result.summary.items()]
+    rows = [
+        [result.policy, group, s["n"], s["n_no_gold"]] + [s[key] for _, key, _ in cols]
+        for group, s in result.summary.items()
+    ]
     return header, rows
 
 
@@ -60,8 +65,10 @@ def markdown_table(result: EvalResult) -> str:
     header = ["group", "n"] + [h for h, _, _ in cols]
     rows = [[group, _count(s)] + [_fmt(s[key], fmt) for _, key, fmt in cols] for group, s in result.summary.items()]
     b = result.budget
-    title = (f"**{result.policy}** on {result.dataset} — budget: {b.max_entries} entries, top-{b.top_k_neighbors} "
-             f"neighbours, {b.max_hops} hops, {b.max_nodes} nodes, {b.max_tokens} tokens")
+    title = (
+        f"**{result.policy}** on {result.dataset} — budget: {b.max_entries} entries, top-{b.top_k_neighbors} "
+        f"neighbours, {b.max_hops} hops, {b.max_nodes} nodes, {b.max_tokens} tokens"
+    )
     return title + "\n\n" + _markdown(header, rows)
 
 
@@ -70,8 +77,10 @@ def comparison_table(results: Sequence[EvalResult], group: str = "overall") -> s
     present = [r for r in results if group in r.summary]
     cols = _columns([r.summary[group] for r in present])
     header = ["policy", "n"] + [h for h, _, _ in cols]
-    rows = [[r.policy, _count(r.summary[group])] + [_fmt(r.summary[group][key], fmt) for _, key, fmt in cols]
-            for r in present]
+    rows = [
+        [r.policy, _count(r.summary[group])] + [_fmt(r.summary[group][key], fmt) for _, key, fmt in cols]
+        for r in present
+    ]
     return f"{group}:\n\n" + _markdown(header, rows)
 
 
@@ -80,8 +89,10 @@ def category_recall_table(results: Sequence[EvalResult]) -> str:
     groups: list[str] = []
     for r in results:
         groups += [g for g in r.summary if g not in groups]
-    rows = [[r.policy] + [_fmt(r.summary[g]["evidence_recall"], "{:.3f}") if g in r.summary else "–" for g in groups]
-            for r in results]
+    rows = [
+        [r.policy] + [_fmt(r.summary[g]["evidence_recall"], "{:.3f}") if g in r.summary else "–" for g in groups]
+        for r in results
+    ]
     return "evidence recall by group:\n\n" + _markdown(["policy"] + groups, rows)
 
 
@@ -100,8 +111,11 @@ def write_json(payload: Any, path: str | Path) -> Path:
     return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
-def results_payload(results: Sequence[EvalResult], sweeps: Mapping[str, Sequence[EvalResult]] | None = None,
-                    meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def results_payload(
+    results: Sequence[EvalResult],
+    sweeps: Mapping[str, Sequence[EvalResult]] | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The content of ``results.json``: run metadata, each policy's summary, and its sweep curve."""
     return {
         "meta": dict(meta or {}),
@@ -110,8 +124,9 @@ def results_payload(results: Sequence[EvalResult], sweeps: Mapping[str, Sequence
     }
 
 
-def plot_budget_curves(sweeps: Mapping[str, Sequence[EvalResult]], path: str | Path, group: str = "overall",
-                       title: str | None = None) -> Path:
+def plot_budget_curves(
+    sweeps: Mapping[str, Sequence[EvalResult]], path: str | Path, group: str = "overall", title: str | None = None
+) -> Path:
     """PNG of evidence recall (left) and all-evidence hit (right) against the token budget, one line per policy.
 
     For HotpotQA the supporting-paragraph recall is drawn dashed on the left panel.
@@ -125,10 +140,16 @@ def plot_budget_curves(sweeps: Mapping[str, Sequence[EvalResult]], path: str | P
     for name, points in sweeps.items():
         curve = sweep_curve(points, group)
         xs = [p["max_tokens"] for p in curve]
-        line, = ax_r.plot(xs, [_nan(p["evidence_recall"]) for p in curve], marker="o", label=name)
+        (line,) = ax_r.plot(xs, [_nan(p["evidence_recall"]) for p in curve], marker="o", label=name)
         if any(p["support_paragraph_recall"] is not None for p in curve):
-            ax_r.plot(xs, [_nan(p["support_paragraph_recall"]) for p in curve], marker="s", linestyle="--",
-                      color=line.get_color(), label=f"{name} (paragraph)")
+            ax_r.plot(
+                xs,
+                [_nan(p["support_paragraph_recall"]) for p in curve],
+                marker="s",
+                linestyle="--",
+                color=line.get_color(),
+                label=f"{name} (paragraph)",
+            )
         ax_h.plot(xs, [_nan(p["all_evidence_hit"]) for p in curve], marker="o", label=name, color=line.get_color())
     for ax, ylabel in ((ax_r, "evidence recall"), (ax_h, "all-evidence hit")):
         ax.set_xlabel("token budget (max_tokens; max_nodes scaled)")

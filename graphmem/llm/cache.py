@@ -22,7 +22,10 @@ def cache_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any]
     """SHA-256 hex digest of the canonical JSON of ``(model, messages, params)``."""
     payload = json.dumps(
         {"format": CACHE_FORMAT, "model": model, "messages": messages, "params": params},
-        sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str,
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+        default=str,
     )
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
@@ -47,7 +50,11 @@ class ResponseCache:
             entry = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        if not isinstance(entry, dict) or entry.get("format") != CACHE_FORMAT or not isinstance(entry.get("content"), str):
+        if (
+            not isinstance(entry, dict)
+            or entry.get("format") != CACHE_FORMAT
+            or not isinstance(entry.get("content"), str)
+        ):
             return None
         return entry
 

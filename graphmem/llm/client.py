@@ -147,10 +147,14 @@ def _classify(err: Exception) -> tuple[str, bool]:
     import litellm
 
     table = (
-        (litellm.Timeout, "timeout", True), (litellm.RateLimitError, "rate_limit", True),
-        (litellm.ServiceUnavailableError, "api_error", True), (litellm.InternalServerError, "api_error", True),
-        (litellm.APIConnectionError, "api_error", True), (litellm.APIError, "api_error", True),
-        (litellm.AuthenticationError, "auth", False), (litellm.BadRequestError, "bad_request", False),
+        (litellm.Timeout, "timeout", True),
+        (litellm.RateLimitError, "rate_limit", True),
+        (litellm.ServiceUnavailableError, "api_error", True),
+        (litellm.InternalServerError, "api_error", True),
+        (litellm.APIConnectionError, "api_error", True),
+        (litellm.APIError, "api_error", True),
+        (litellm.AuthenticationError, "auth", False),
+        (litellm.BadRequestError, "bad_request", False),
     )
     for cls, kind, retry in table:
         if isinstance(err, cls):
@@ -188,8 +192,15 @@ class LLMClient:
         return self.config.model.startswith("local/") or self.config.mock_response is not None
 
     # ------------------------------------------------------------------ single and batched calls
-    def complete(self, role: str, messages: Messages, *, max_tokens: int | None = None,
-                 validate: Callable[[str], str | None] | None = None, strict: bool = False) -> Completion | None:
+    def complete(
+        self,
+        role: str,
+        messages: Messages,
+        *,
+        max_tokens: int | None = None,
+        validate: Callable[[str], str | None] | None = None,
+        strict: bool = False,
+    ) -> Completion | None:
         """Send ``messages``; return the reply, or ``None`` after a counted failure.
 
         Args:
@@ -206,11 +217,22 @@ class LLMClient:
         key = cache_key(self.config.model, messages, params)
         with self._lock:
             self._usage[role].calls += 1
-        if self.cache is not None and (hit := self.cache.get(key)) is not None and (validate is None or validate(hit["content"]) is None):
+        if (
+            self.cache is not None
+            and (hit := self.cache.get(key)) is not None
+            and (validate is None or validate(hit["content"]) is None)
+        ):
             with self._lock:
                 self._usage[role].cache_hits += 1
-            return Completion(hit["content"], hit.get("model", self.config.model), int(hit.get("prompt_tokens", 0)),
-                              int(hit.get("completion_tokens", 0)), hit.get("cost_usd"), 0.0, cached=True)
+            return Completion(
+                hit["content"],
+                hit.get("model", self.config.model),
+                int(hit.get("prompt_tokens", 0)),
+                int(hit.get("completion_tokens", 0)),
+                hit.get("cost_usd"),
+                0.0,
+                cached=True,
+            )
         kind, message = "other", "no attempt made"
         for attempt in range(self.config.max_retries + 1):
             if attempt:
@@ -229,8 +251,16 @@ class LLMClient:
                     continue
                 break
             if self.cache is not None:
-                self.cache.put(key, {"content": result.text, "model": result.model, "prompt_tokens": result.prompt_tokens,
-                                     "completion_tokens": result.completion_tokens, "cost_usd": result.cost_usd})
+                self.cache.put(
+                    key,
+                    {
+                        "content": result.text,
+                        "model": result.model,
+                        "prompt_tokens": result.prompt_tokens,
+                        "completion_tokens": result.completion_tokens,
+                        "cost_usd": result.cost_usd,
+                    },
+                )
             return result
         return self._fail(role, kind, message, strict)
 
@@ -248,6 +278,7 @@ class LLMClient:
         A reply with no parsable object is retried; after the last attempt the result has
         ``value=None`` and the failure is counted. Never raises on bad model output.
         """
+
         def check(text: str) -> str | None:
             return parse_structured(text, schema).error
 
@@ -277,24 +308,39 @@ class LLMClient:
     def usage_report(self) -> dict[str, Any]:
         """Per-role and total counters; ``model`` and ``local_substitute`` say where replies came from."""
         with self._lock:
-            roles = {r: {**{k: v for k, v in asdict(u).items() if k != "failure_kinds"}, "failure_kinds": dict(u.failure_kinds)}
-                     for r, u in sorted(self._usage.items())}
+            roles = {
+                r: {
+                    **{k: v for k, v in asdict(u).items() if k != "failure_kinds"},
+                    "failure_kinds": dict(u.failure_kinds),
+                }
+                for r, u in sorted(self._usage.items())
+            }
         total: dict[str, Any] = {}
         for stats in roles.values():
             for k, v in stats.items():
                 if k != "failure_kinds":
                     total[k] = total.get(k, 0) + v
-        return {"model": self.config.model, "local_substitute": self.is_local_substitute, "roles": roles, "total": total}
+        return {
+            "model": self.config.model,
+            "local_substitute": self.is_local_substitute,
+            "roles": roles,
+            "total": total,
+        }
 
     def failure_summary(self) -> dict[str, Any]:
         """Failures by role and kind, with the last few (redacted) messages."""
         with self._lock:
             by_kind = Counter(f"{f['role']}/{f['kind']}" for f in self._failures)
-            return {"failures": len(self._failures), "by_role_kind": dict(by_kind), "recent": list(self._failures[-10:])}
+            return {
+                "failures": len(self._failures),
+                "by_role_kind": dict(by_kind),
+                "recent": list(self._failures[-10:]),
+            }
 
     # ------------------------------------------------------------------ internals
-    def _call_once(self, role: str, messages: Messages, params: dict[str, Any],
-                   validate: Callable[[str], str | None] | None) -> Completion:
+    def _call_once(
+        self, role: str, messages: Messages, params: dict[str, Any], validate: Callable[[str], str | None] | None
+    ) -> Completion:
         import litellm
 
         extra: dict[str, Any] = {"timeout": self.config.timeout_s, "num_retries": 0}
@@ -325,7 +371,9 @@ class LLMClient:
             raise _Retryable("empty", "the model returned no content")
         if validate is not None and (problem := validate(text)) is not None:
             raise _Retryable("malformed", problem)
-        return Completion(text, getattr(response, "model", None) or self.config.model, prompt_tokens, completion_tokens, cost, latency)
+        return Completion(
+            text, getattr(response, "model", None) or self.config.model, prompt_tokens, completion_tokens, cost, latency
+        )
 
     @staticmethod
     def _cost(response: Any) -> float | None:

@@ -48,8 +48,13 @@ class LLMEntityExtractor:
     name = "llm"
     role = "extractor"
 
-    def __init__(self, client: LLMClient | None = None, config: LLMConfig | dict | str | None = None,
-                 max_tokens: int = 256, min_length: int = 2) -> None:
+    def __init__(
+        self,
+        client: LLMClient | None = None,
+        config: LLMConfig | dict | str | None = None,
+        max_tokens: int = 256,
+        min_length: int = 2,
+    ) -> None:
         self.client = make_client(client, config)
         self.max_tokens = max_tokens
         self.min_length = min_length
@@ -61,8 +66,12 @@ class LLMEntityExtractor:
         context_block = block("context", context, nonce) if context else "(no prior summary)"
         return render(self.role, nonce, turn_block=block("turn", turn, nonce), context_block=context_block)
 
-    def extract_events(self, texts: Sequence[str], speakers: Sequence[str | None] | None = None,
-                       contexts: Sequence[str | None] | None = None) -> list[EventExtraction | None]:
+    def extract_events(
+        self,
+        texts: Sequence[str],
+        speakers: Sequence[str | None] | None = None,
+        contexts: Sequence[str | None] | None = None,
+    ) -> list[EventExtraction | None]:
         """One validated extraction per text (``None`` where the call failed)."""
         speakers = list(speakers) if speakers is not None else [None] * len(texts)
         contexts = list(contexts) if contexts is not None else [None] * len(texts)
@@ -91,14 +100,17 @@ class LLMCausalJudge:
 
     role = "causal_judge"
 
-    def __init__(self, client: LLMClient | None = None, config: LLMConfig | dict | str | None = None,
-                 max_tokens: int = 96) -> None:
+    def __init__(
+        self, client: LLMClient | None = None, config: LLMConfig | dict | str | None = None, max_tokens: int = 96
+    ) -> None:
         self.client = make_client(client, config)
         self.max_tokens = max_tokens
 
     def messages(self, first: str, second: str) -> list[dict[str, str]]:
         nonce = make_nonce([first, second])
-        return render(self.role, nonce, first_block=block("turn", first, nonce), second_block=block("turn", second, nonce))
+        return render(
+            self.role, nonce, first_block=block("turn", first, nonce), second_block=block("turn", second, nonce)
+        )
 
     def judge(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         """One confidence per pair; 0.0 where the call failed or the reply was invalid."""

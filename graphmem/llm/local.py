@@ -67,7 +67,9 @@ def generate(messages: list[dict[str, str]], max_new_tokens: int) -> tuple[str, 
     prompt_len = int(inputs["input_ids"].shape[1])
     with _generate_lock, torch.inference_mode():
         out = model.generate(
-            **inputs, max_new_tokens=max(1, int(max_new_tokens)), do_sample=False,
+            **inputs,
+            max_new_tokens=max(1, int(max_new_tokens)),
+            do_sample=False,
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         )
     new = out[0, prompt_len:]
@@ -87,9 +89,15 @@ def _handler_class():
             start = time.perf_counter()
             text, n_prompt, n_new = generate(messages, max_new)
             response = ModelResponse(
-                id=f"local-{uuid.uuid4().hex}", model=SUBSTITUTE_LABEL,
-                choices=[Choices(index=0, finish_reason="stop" if n_new < max_new else "length",
-                                 message=Message(role="assistant", content=text))],
+                id=f"local-{uuid.uuid4().hex}",
+                model=SUBSTITUTE_LABEL,
+                choices=[
+                    Choices(
+                        index=0,
+                        finish_reason="stop" if n_new < max_new else "length",
+                        message=Message(role="assistant", content=text),
+                    )
+                ],
                 usage=Usage(prompt_tokens=n_prompt, completion_tokens=n_new, total_tokens=n_prompt + n_new),
             )
             response._hidden_params["response_cost"] = 0.0
@@ -108,6 +116,8 @@ def register_local_provider() -> None:
         import litellm
 
         if not any(item.get("provider") == PROVIDER for item in litellm.custom_provider_map):
-            litellm.custom_provider_map = [*litellm.custom_provider_map,
-                                           {"provider": PROVIDER, "custom_handler": _handler_class()()}]
+            litellm.custom_provider_map = [
+                *litellm.custom_provider_map,
+                {"provider": PROVIDER, "custom_handler": _handler_class()()},
+            ]
         _registered = True

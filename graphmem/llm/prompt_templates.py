@@ -29,7 +29,8 @@ TEMPLATES: dict[str, dict[str, str]] = {
             "$context_block\n$turn_block\n"
             'Example reply: {"entities": ["Alice", "Paris"], "topics": ["travel"], '
             '"relationships": [{"subject": "Alice", "relation": "visited", "object": "Paris"}], '
-            '"facts": ["Alice visited Paris"], "temporal": ["last May"], "summary": "Alice says she visited Paris last May."}'
+            '"facts": ["Alice visited Paris"], "temporal": ["last May"], '
+            '"summary": "Alice says she visited Paris last May."}'
         ),
     },
     "causal_judge": {
@@ -39,7 +40,10 @@ TEMPLATES: dict[str, dict[str, str]] = {
             + _DATA_RULE.replace("$tag", "turn")
             + ' Reply with one JSON object only: {"confidence": <number from 0 to 1>, "reason": "<short>"}.'
         ),
-        "user": "Earlier turn:\n$first_block\nLater turn:\n$second_block\nHow confident are you that the later turn is causally linked to the earlier one?",
+        "user": (
+            "Earlier turn:\n$first_block\nLater turn:\n$second_block\n"
+            "How confident are you that the later turn is causally linked to the earlier one?"
+        ),
     },
     # GraphMemory Appendix B.2: entry selection from the compact index (ids and short keys only).
     "retriever": {
@@ -48,7 +52,7 @@ TEMPLATES: dict[str, dict[str, str]] = {
             "grouped into sections. "
             + _DATA_RULE.replace("$tag", "index")
             + " Choose at most $max_sections sections and at most $max_entries node ids most useful for the "
-            'question. Use only ids that appear in the index. Reply with one JSON object only: '
+            "question. Use only ids that appear in the index. Reply with one JSON object only: "
             '{"sections": ["<section name>", ...], "entry_ids": ["<node id>", ...]}. '
             'If nothing is relevant reply {"sections": [], "entry_ids": []}.'
         ),
@@ -88,7 +92,8 @@ TEMPLATES: dict[str, dict[str, str]] = {
             '{"op": "revise_node", "node_id": "<id>", "text": "<new lesson>"}, '
             '{"op": "add_edge", "source": "<id or new:k>", "target": "<id or new:k>", "relation": "semantic"}, '
             '{"op": "remove_edge", "source": "<id>", "target": "<id>"}. '
-            "new:k refers to the k-th add_node of this reply (0-based). Reply {\"operations\": []} when nothing should change."
+            "new:k refers to the k-th add_node of this reply (0-based). "
+            'Reply {"operations": []} when nothing should change.'
         ),
         "user": "$memory_block\n$question_block\n$critique_block",
     },
@@ -119,6 +124,8 @@ TEMPLATES["qa_judge"] = {
         "meaning, 0.0 wrong or unrelated, values in between partial agreement. "
         'Reply with one JSON object only: {"score": <number from 0 to 1>, "reason": "<short>"}.'
     ),
-    "user": ("$question_block\n$reference_block\n$response_block\nHow well does the response agree with the "
-             'reference? Reply with {"score": <0 to 1>, "reason": "<short>"}.'),
+    "user": (
+        "$question_block\n$reference_block\n$response_block\nHow well does the response agree with the "
+        'reference? Reply with {"score": <0 to 1>, "reason": "<short>"}.'
+    ),
 }

@@ -99,6 +99,10 @@ def extract_blocks(prompt: str, tag: str, nonce: str) -> list[tuple[str | None, 
 
     Used by tests and audits to check that untrusted text stayed inside its own block.
     """
-    pattern = re.compile(rf'<{re.escape(tag)}-{nonce}(?: id="([^"]*)")?>\n(.*?)\n</{re.escape(tag)}-{nonce}>', re.DOTALL)
-    return [(None if m.group(1) is None else unescape(m.group(1).replace("&quot;", '"')), unescape(m.group(2)))
-            for m in pattern.finditer(prompt)]
+    pattern = re.compile(
+        rf'<{re.escape(tag)}-{nonce}(?: id="([^"]*)")?>\n(.*?)\n</{re.escape(tag)}-{nonce}>', re.DOTALL
+    )
+    return [
+        (None if m.group(1) is None else unescape(m.group(1).replace("&quot;", '"')), unescape(m.group(2)))
+        for m in pattern.finditer(prompt)
+    ]

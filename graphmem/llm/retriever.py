@@ -72,9 +72,14 @@ class LLMEntryRetriever:
 
     role = "retriever"
 
-    def __init__(self, client: LLMClient | None = None, config: LLMConfig | dict | str | None = None,
-                 section_fields: Sequence[str] = SECTION_FIELDS, max_sections: int = MAX_SECTIONS,
-                 max_tokens: int = 128) -> None:
+    def __init__(
+        self,
+        client: LLMClient | None = None,
+        config: LLMConfig | dict | str | None = None,
+        section_fields: Sequence[str] = SECTION_FIELDS,
+        max_sections: int = MAX_SECTIONS,
+        max_tokens: int = 128,
+    ) -> None:
         self.client = make_client(client, config)
         self.section_fields = tuple(section_fields)
         self.max_sections = max_sections
@@ -86,9 +91,14 @@ class LLMEntryRetriever:
         sections = compact_index(graph, self.section_fields)
         flat = [f"{s}\x1f{n}\x1f{k}" for s, items in sections.items() for n, k in items]
         nonce = make_nonce([*flat, query_text])
-        return render(self.role, nonce, index_block=index_block(sections, nonce),
-                      question_block=block("question", query_text, nonce),
-                      max_sections=self.max_sections, max_entries=min(MAX_ENTRIES, budget.max_entries))
+        return render(
+            self.role,
+            nonce,
+            index_block=index_block(sections, nonce),
+            question_block=block("question", query_text, nonce),
+            max_sections=self.max_sections,
+            max_entries=min(MAX_ENTRIES, budget.max_entries),
+        )
 
     def select(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[list[int]]:
         """At most ``min(6, budget.max_entries)`` distinct valid rows per query; ``[]`` when none is valid."""
@@ -111,7 +121,7 @@ class LLMEntryRetriever:
                 self.stats.last_sections.append([])
                 out.append([])
                 continue
-            chosen_sections = [s for s in dict.fromkeys(parsed.value.sections) if s in sections][:self.max_sections]
+            chosen_sections = [s for s in dict.fromkeys(parsed.value.sections) if s in sections][: self.max_sections]
             self.stats.discarded_sections += len(parsed.value.sections) - len(chosen_sections)
             self.stats.last_sections.append(chosen_sections)
             rows = self._valid_rows(graph, parsed.value.entry_ids, limit)

@@ -208,5 +208,9 @@ def parse_structured(text: str | None, schema: type[T]) -> Parsed[T]:
     try:
         return Parsed(schema.model_validate(data), discarded, None)
     except ValidationError as err:
-        return Parsed(None, discarded, f"schema {schema.__name__}: {err.errors()[0].get('msg', 'invalid')}"
-                                        f" at {'.'.join(map(str, err.errors()[0].get('loc', ())))}")
+        return Parsed(
+            None,
+            discarded,
+            f"schema {schema.__name__}: {err.errors()[0].get('msg', 'invalid')}"
+            f" at {'.'.join(map(str, err.errors()[0].get('loc', ())))}",
+        )

@@ -56,7 +56,9 @@ class Budget:
         if self.max_entries == 0 or self.max_nodes == 0:
             raise ValueError("Budget.max_entries and Budget.max_nodes must be at least 1")
         if self.tokenizer != TOKENIZER_NAME:
-            raise ValueError(f"Budget.tokenizer {self.tokenizer!r} is unknown; the only tokenizer is {TOKENIZER_NAME!r}")
+            raise ValueError(
+                f"Budget.tokenizer {self.tokenizer!r} is unknown; the only tokenizer is {TOKENIZER_NAME!r}"
+            )
 
 
 @dataclass
@@ -79,11 +81,20 @@ class Retrieval:
     def to_json(self, graph: MemoryGraph) -> dict:
         ids = graph.node_ids
         return {
-            "loaded": [ids[i] for i in self.loaded], "entries": [ids[i] for i in self.entries],
-            "edges_considered": len(self.edges_considered), "edges_traversed": [
-                [ids[int(graph.edge_index[0, e])], ids[int(graph.edge_index[1, e])], graph.relations[int(graph.edge_type[e])]]
-                for e in self.edges_traversed],
-            "loaded_tokens": self.loaded_tokens, "max_depth": self.max_depth, "wall_time_s": self.wall_time_s,
+            "loaded": [ids[i] for i in self.loaded],
+            "entries": [ids[i] for i in self.entries],
+            "edges_considered": len(self.edges_considered),
+            "edges_traversed": [
+                [
+                    ids[int(graph.edge_index[0, e])],
+                    ids[int(graph.edge_index[1, e])],
+                    graph.relations[int(graph.edge_type[e])],
+                ]
+                for e in self.edges_traversed
+            ],
+            "loaded_tokens": self.loaded_tokens,
+            "max_depth": self.max_depth,
+            "wall_time_s": self.wall_time_s,
             "fallback_used": self.fallback_used,
         }
 
@@ -136,8 +147,9 @@ class TraversalPolicy:
         """Reference batched form: one :meth:`retrieve` per query."""
         return [self.retrieve(graph, q, budget) for q in queries]
 
-    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
-                        budget: Budget) -> list[list[Retrieval]]:
+    def retrieve_graphs(
+        self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget
+    ) -> list[list[Retrieval]]:
         """Retrievals for the queries of many graphs, ``queries[c]`` asked over ``graphs[c]``.
 
         This form makes one :meth:`retrieve_batch` per graph. Policies whose batched work can span

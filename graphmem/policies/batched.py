@@ -19,8 +19,16 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.graph_batch import GraphBatch, graph_batch
 from graphmem.policies.base import Budget, Query, Retrieval, share_wall_time
-from graphmem.policies.entries import (EmbeddingEntrySelector, EntrySelector, cosine_matrix, node_id_rank, scoped_cosine,
-                                      scoped_topk, topk_by_score, validate_entries)
+from graphmem.policies.entries import (
+    EmbeddingEntrySelector,
+    EntrySelector,
+    cosine_matrix,
+    node_id_rank,
+    scoped_cosine,
+    scoped_topk,
+    topk_by_score,
+    validate_entries,
+)
 
 # expand(rows [M], nodes [M]) -> (targets [M, k], edges [M, k]): the children to push, -1 padded
 ExpandBatch = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
@@ -30,7 +38,7 @@ ExpandBatch = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 def split_list(flat: list, counts: Sequence[int]) -> list[list]:
     """Cut ``flat`` into consecutive pieces of the given lengths."""
     ends = list(accumulate(counts))
-    return [flat[e - c:e] for e, c in zip(ends, counts)]
+    return [flat[e - c : e] for e, c in zip(ends, counts)]
 
 
 def segments(rowptr: Tensor, values: Tensor | None, nodes: Tensor) -> tuple[Tensor, Tensor]:
@@ -71,7 +79,9 @@ def segment_topk(score: Tensor, seg: Tensor, k: int) -> Tensor:
     return order[rank < k]
 
 
-def pad_rows(rows: Sequence[Sequence[int]], width: int | None = None, device: str | torch.device | None = None) -> Tensor:
+def pad_rows(
+    rows: Sequence[Sequence[int]], width: int | None = None, device: str | torch.device | None = None
+) -> Tensor:
     """``[B, width]`` long with ``rows`` left-aligned and ``-1`` padding (on ``device``; default CPU)."""
     width = max((len(r) for r in rows), default=0) if width is None else width
     if not rows:
@@ -111,8 +121,13 @@ def compact_left(values: Tensor, *others: Tensor, keep: Tensor | None = None) ->
 
 
 # ---------------------------------------------------------------------------- entries
-def entry_matrix(selector: EntrySelector, graph: MemoryGraph, queries: Sequence[Query], budget: Budget,
-                 device: str | torch.device | None = None) -> Tensor:
+def entry_matrix(
+    selector: EntrySelector,
+    graph: MemoryGraph,
+    queries: Sequence[Query],
+    budget: Budget,
+    device: str | torch.device | None = None,
+) -> Tensor:
     """``[B, <=max_entries]`` entry rows (``-1`` padded) for all queries, on ``device`` (default CPU).
 
     The embedding selector's tie-aware top-k is used as a tensor directly (its rows are valid and
@@ -123,11 +138,19 @@ def entry_matrix(selector: EntrySelector, graph: MemoryGraph, queries: Sequence[
         return torch.full((len(queries), 0), -1, dtype=torch.long, device=device)
     if type(selector) is EmbeddingEntrySelector:
         return topk_by_score(cosine_matrix(graph, queries, device), budget.max_entries, node_id_rank(graph, device))
-    return pad_rows([validate_entries(graph, e, budget) for e in selector.select(graph, queries, budget)], device=device)
+    return pad_rows(
+        [validate_entries(graph, e, budget) for e in selector.select(graph, queries, budget)], device=device
+    )
 
 
-def scoped_entry_matrix(selector: EntrySelector, batch: GraphBatch, queries: Sequence[Query], comp: Tensor, budget: Budget,
-                        device: str | torch.device | None = None) -> Tensor:
+def scoped_entry_matrix(
+    selector: EntrySelector,
+    batch: GraphBatch,
+    queries: Sequence[Query],
+    comp: Tensor,
+    budget: Budget,
+    device: str | torch.device | None = None,
+) -> Tensor:
     """:func:`entry_matrix` over a graph batch: the entries of query ``b`` come from its own
     component ``comp[b]`` only, as union rows (``-1`` padded). The embedding selector ranks with
     :func:`scoped_cosine`; any other selector is asked once per component, over the component graph."""
@@ -153,7 +176,9 @@ class Scope:
     comp: Tensor
 
 
-def query_spans(graph: MemoryGraph, b: int, scope: Scope | None, device: str | torch.device) -> tuple[Tensor, Tensor, Tensor]:
+def query_spans(
+    graph: MemoryGraph, b: int, scope: Scope | None, device: str | torch.device
+) -> tuple[Tensor, Tensor, Tensor]:
     """``([B] first node row, [B] first edge id, [B] node count)`` of each query's own graph, on
     ``device``: its component of the scope's batch, or all of ``graph`` without a scope."""
     if scope is None:
@@ -163,9 +188,14 @@ def query_spans(graph: MemoryGraph, b: int, scope: Scope | None, device: str | t
     return batch.node_ptr.to(device)[comp], batch.edge_ptr.to(device)[comp], batch.sizes.to(device)[comp]
 
 
-def retrieve_union(policy, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget,
-                   run: Callable[[GraphBatch, list[Query], Scope], list[Retrieval]],
-                   solo_queries: int | None = None) -> list[list[Retrieval]]:
+def retrieve_union(
+    policy,
+    graphs: Sequence[MemoryGraph],
+    queries: Sequence[Sequence[Query]],
+    budget: Budget,
+    run: Callable[[GraphBatch, list[Query], Scope], list[Retrieval]],
+    solo_queries: int | None = None,
+) -> list[list[Retrieval]]:
     """``policy.retrieve_graphs`` as one batched call: ``run(batch, flat queries, scope)`` over the
     disjoint union of ``graphs`` (:func:`~graphmem.graph_batch.graph_batch`), split back per graph.
 
@@ -179,7 +209,9 @@ def retrieve_union(policy, graphs: Sequence[MemoryGraph], queries: Sequence[Sequ
     if len(together) < 2:
         together = []
     joined = set(together)
-    out = [[] if i in joined else policy.retrieve_batch(g, qs, budget) for i, (g, qs) in enumerate(zip(graphs, queries))]
+    out = [
+        [] if i in joined else policy.retrieve_batch(g, qs, budget) for i, (g, qs) in enumerate(zip(graphs, queries))
+    ]
     if together:
         t0 = time.perf_counter()
         batch = graph_batch([graphs[i] for i in together])
@@ -192,7 +224,9 @@ def retrieve_union(policy, graphs: Sequence[MemoryGraph], queries: Sequence[Sequ
 
 
 # ---------------------------------------------------------------------------- budget admission
-def greedy_admit(tokens: Tensor, valid: Tensor, used: Tensor, count: Tensor, budget: Budget) -> tuple[Tensor, Tensor, Tensor]:
+def greedy_admit(
+    tokens: Tensor, valid: Tensor, used: Tensor, count: Tensor, budget: Budget
+) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`load_under_budget` for a ``[B, L]`` block, left to right per row.
 
     Item ``j`` of row ``b`` is admitted iff it is valid, ``count_b < max_nodes`` and
@@ -261,8 +295,12 @@ def level_bfs(entries: Tensor, tokens: Tensor, budget: Budget, expand: ExpandBat
         admit, used, count = greedy_admit(tokens[cand.clamp(min=0)], valid, used, count, budget)
         levels.append((torch.where(valid, cand, -1), via, torch.full_like(cand, d), admit))
         popped = torch.cat([popped, cand], 1)
-        if d == budget.max_hops or budget.top_k_neighbors == 0 or not bool(admit.any()) \
-                or bool((count >= budget.max_nodes).all()):
+        if (
+            d == budget.max_hops
+            or budget.top_k_neighbors == 0
+            or not bool(admit.any())
+            or bool((count >= budget.max_nodes).all())
+        ):
             break
         rows, pos = admit.nonzero(as_tuple=True)
         tgt, edge = expand(rows, cand[rows, pos])
@@ -280,8 +318,9 @@ def level_bfs(entries: Tensor, tokens: Tensor, budget: Budget, expand: ExpandBat
     return LevelBFS(nodes, vias, depth, loaded, used)
 
 
-def bfs_retrievals(bfs: LevelBFS, entries: Tensor, budget: Budget, out_ptr: Tensor, perm: Tensor,
-                   scope: Scope | None = None) -> list[Retrieval]:
+def bfs_retrievals(
+    bfs: LevelBFS, entries: Tensor, budget: Budget, out_ptr: Tensor, perm: Tensor, scope: Scope | None = None
+) -> list[Retrieval]:
     """Retrieval objects with the Algorithm 1 trace, built from tensors with one ``tolist`` each.
 
     ``edges_considered`` lists the CSR out-edges (``out_ptr``/``perm``) of every loaded node with
@@ -308,5 +347,14 @@ def bfs_retrievals(bfs: LevelBFS, entries: Tensor, budget: Budget, out_ptr: Tens
     if bool((entries < 0).any()):
         ent = [[v for v in row if v >= 0] for row in ent]
     used = bfs.used.tolist()
-    return [Retrieval(loaded=loaded[i], entries=ent[i], edges_considered=considered[i], edges_traversed=traversed[i],
-                      loaded_tokens=used[i], max_depth=max_depth[i]) for i in range(b)]
+    return [
+        Retrieval(
+            loaded=loaded[i],
+            entries=ent[i],
+            edges_considered=considered[i],
+            edges_traversed=traversed[i],
+            loaded_tokens=used[i],
+            max_depth=max_depth[i],
+        )
+        for i in range(b)
+    ]

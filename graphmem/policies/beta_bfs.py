@@ -24,12 +24,32 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device,
-                                    share_wall_time)
-from graphmem.policies.batched import (Scope, bfs_retrievals, entry_matrix, level_bfs, pad_rows, retrieve_union,
-                                      scoped_entry_matrix)
-from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
-                                      validate_entries)
+from graphmem.policies.base import (
+    Budget,
+    Query,
+    Retrieval,
+    TraversalPolicy,
+    register_policy,
+    resolve_device,
+    share_wall_time,
+)
+from graphmem.policies.batched import (
+    Scope,
+    bfs_retrievals,
+    entry_matrix,
+    level_bfs,
+    pad_rows,
+    retrieve_union,
+    scoped_entry_matrix,
+)
+from graphmem.policies.entries import (
+    EntrySelector,
+    graph_cached,
+    graph_tables,
+    make_entry_selector,
+    node_id_rank,
+    validate_entries,
+)
 
 # expand(v) -> (ids of every out-edge inspected, [(neighbour row, edge id), ...] to push in order)
 Expand = Callable[[int], tuple[list[int], list[tuple[int, int]]]]
@@ -82,8 +102,14 @@ def bounded_bfs(graph: MemoryGraph, entries: Sequence[int], budget: Budget, expa
             inspected, chosen = expand(v)
             considered.extend(inspected)
             queue.extend((u, d + 1, e) for u, e in chosen)
-    return Retrieval(loaded=loaded, entries=list(entries), edges_considered=considered, edges_traversed=traversed,
-                     loaded_tokens=used, max_depth=max_depth)
+    return Retrieval(
+        loaded=loaded,
+        entries=list(entries),
+        edges_considered=considered,
+        edges_traversed=traversed,
+        loaded_tokens=used,
+        max_depth=max_depth,
+    )
 
 
 def unique_neighbors_by_weight(graph: MemoryGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -94,6 +120,7 @@ def unique_neighbors_by_weight(graph: MemoryGraph) -> tuple[np.ndarray, np.ndarr
     weight, ties by target string id; ``edge`` is the heaviest parallel edge (lowest id on ties).
     Query-independent, so it is built once for all queries.
     """
+
     def build():
         n, src, dst = graph.num_nodes, graph.edge_index[0], graph.edge_index[1]
         w = graph.posterior_mean
@@ -110,14 +137,17 @@ def unique_neighbors_by_weight(graph: MemoryGraph) -> tuple[np.ndarray, np.ndarr
         rowptr = torch.zeros(n + 1, dtype=torch.long)
         rowptr[1:] = torch.cumsum(torch.bincount(src[rep], minlength=n), 0)
         return rowptr.numpy(), dst[rep].numpy(), rep.numpy()
+
     return graph_cached(graph, "policies.beta_bfs_table", (graph.edge_index, graph.S, graph.F), build)
 
 
 def out_edge_lists(graph: MemoryGraph) -> tuple[np.ndarray, np.ndarray]:
     """numpy ``(rowptr, perm)`` of :meth:`MemoryGraph.csr` for fast slicing."""
+
     def build():
         rowptr, perm = graph.csr()
         return rowptr.numpy(), perm.numpy()
+
     return graph_cached(graph, "policies.csr_numpy", (graph.edge_index,), build)
 
 
@@ -150,7 +180,7 @@ class BetaBFS(TraversalPolicy):
                 if u not in best or wu > best[u][0]:  # out-edges come ordered by (target, edge id)
                     best[u] = (wu, e)
             ranked = sorted(best.items(), key=lambda item: (-item[1][0], ids[item[0]]))
-            return out.tolist(), [(u, e) for u, (_, e) in ranked[:budget.top_k_neighbors]]
+            return out.tolist(), [(u, e) for u, (_, e) in ranked[: budget.top_k_neighbors]]
 
         result = bounded_bfs(graph, entries, budget, expand)
         result.wall_time_s = time.perf_counter() - t0
@@ -167,14 +197,17 @@ class BetaBFS(TraversalPolicy):
         entries = entry_matrix(self.entries, graph, queries, budget, self.device)
         return share_wall_time(self._traverse_batch(graph, entries, budget), t0)
 
-    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
-                        budget: Budget) -> list[list[Retrieval]]:
+    def retrieve_graphs(
+        self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget
+    ) -> list[list[Retrieval]]:
         """All queries of all ``graphs`` in one batched call over their disjoint union: entries from
         each query's own component (:func:`~graphmem.policies.batched.scoped_entry_matrix`), then one
         :func:`~graphmem.policies.batched.level_bfs`, which never leaves a component."""
+
         def run(batch, flat, scope):
             entries = scoped_entry_matrix(self.entries, batch, flat, scope.comp, budget, self.device)
             return self._traverse_batch(batch.graph, entries, budget, scope)
+
         return retrieve_union(self, graphs, queries, budget, run)
 
     def traverse(self, graph: MemoryGraph, entries: Sequence[int], budget: Budget) -> Retrieval:
@@ -187,7 +220,9 @@ class BetaBFS(TraversalPolicy):
         result.wall_time_s = time.perf_counter() - t0
         return result
 
-    def traverse_batch(self, graph: MemoryGraph, entries: Tensor | Sequence[Sequence[int]], budget: Budget) -> list[Retrieval]:
+    def traverse_batch(
+        self, graph: MemoryGraph, entries: Tensor | Sequence[Sequence[int]], budget: Budget
+    ) -> list[Retrieval]:
         """:meth:`traverse` for many entry lists at once; a ``[B, <=max_entries]`` tensor of valid,
         distinct rows (``-1`` padded, as :func:`~graphmem.policies.batched.entry_matrix` gives) is used as is."""
         if len(entries) == 0:
@@ -197,7 +232,9 @@ class BetaBFS(TraversalPolicy):
             entries = pad_rows([validate_entries(graph, e, budget) for e in entries])
         return share_wall_time(self._traverse_batch(graph, entries.to(self.device), budget), t0)
 
-    def _traverse_batch(self, graph: MemoryGraph, entries: Tensor, budget: Budget, scope: Scope | None = None) -> list[Retrieval]:
+    def _traverse_batch(
+        self, graph: MemoryGraph, entries: Tensor, budget: Budget, scope: Scope | None = None
+    ) -> list[Retrieval]:
         target, edge = top_neighbor_table(graph, budget.top_k_neighbors, entries.device)
         tokens, (out_ptr, perm) = graph_tables(graph, entries.device)
         bfs = level_bfs(entries, tokens, budget, lambda rows, nodes: (target[nodes], edge[nodes]))
@@ -208,6 +245,7 @@ def top_neighbor_table(graph: MemoryGraph, k: int, device: str | torch.device | 
     """``([N, k] target, [N, k] edge)``: the first ``k`` rows of :func:`unique_neighbors_by_weight`
     per node, ``-1`` where a node has fewer distinct out-neighbours. Query-independent and cached
     (on ``device`` too, when given)."""
+
     def build():
         rowptr, target, edge = (torch.from_numpy(a) for a in unique_neighbors_by_weight(graph))
         pos = rowptr[:-1, None] + torch.arange(k)
@@ -216,4 +254,5 @@ def top_neighbor_table(graph: MemoryGraph, k: int, device: str | torch.device | 
         if target.numel() == 0:
             return torch.full(pos.shape, -1, dtype=torch.long), torch.full(pos.shape, -1, dtype=torch.long)
         return torch.where(ok, target[pos], -1), torch.where(ok, edge[pos], -1)
+
     return graph_cached(graph, f"policies.beta_bfs_top{k}", (graph.edge_index, graph.S, graph.F), build, device)

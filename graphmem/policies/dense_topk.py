@@ -15,8 +15,16 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy,
-                                    resolve_device, share_wall_time)
+from graphmem.policies.base import (
+    Budget,
+    Query,
+    Retrieval,
+    TraversalPolicy,
+    load_under_budget,
+    register_policy,
+    resolve_device,
+    share_wall_time,
+)
 from graphmem.policies.batched import Scope, greedy_admit, query_spans, retrieve_union, split_list
 from graphmem.policies.entries import cosine_matrix, graph_tables, node_id_rank, scoped_cosine, topk_by_score
 
@@ -57,8 +65,13 @@ class DenseTopK(TraversalPolicy):
         scores = cosine_matrix(graph, [query])
         ranked = topk_by_score(scores, graph.num_nodes, node_id_rank(graph))[0].tolist()
         loaded, used = load_under_budget(graph, ranked, budget)
-        return Retrieval(loaded=loaded, entries=loaded[:budget.max_entries], loaded_tokens=used,
-                         scores=scores[0, loaded].tolist(), wall_time_s=time.perf_counter() - t0)
+        return Retrieval(
+            loaded=loaded,
+            entries=loaded[: budget.max_entries],
+            loaded_tokens=used,
+            scores=scores[0, loaded].tolist(),
+            wall_time_s=time.perf_counter() - t0,
+        )
 
     def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
         """One ``[B, D] x [D, N]`` matmul, one tie-aware top-k of ``oversample * max_nodes`` columns and
@@ -69,12 +82,20 @@ class DenseTopK(TraversalPolicy):
         t0 = time.perf_counter()
         return share_wall_time(self._load(graph, cosine_matrix(graph, queries, self.device), budget), t0)
 
-    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
-                        budget: Budget) -> list[list[Retrieval]]:
+    def retrieve_graphs(
+        self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget
+    ) -> list[list[Retrieval]]:
         """All queries of all ``graphs`` at once: each query ranks the nodes of its own graph only
         (:func:`~graphmem.policies.entries.scoped_cosine` over the graphs' disjoint union)."""
-        return retrieve_union(self, graphs, queries, budget, lambda batch, flat, scope: self._load(
-            batch.graph, scoped_cosine(batch, flat, scope.comp, self.device), budget, scope))
+        return retrieve_union(
+            self,
+            graphs,
+            queries,
+            budget,
+            lambda batch, flat, scope: self._load(
+                batch.graph, scoped_cosine(batch, flat, scope.comp, self.device), budget, scope
+            ),
+        )
 
     def _load(self, graph: MemoryGraph, scores: Tensor, budget: Budget, scope: Scope | None = None) -> list[Retrieval]:
         """Rank and admit from ``[B, W]`` scores; with a ``scope``, column ``j`` of row ``b`` is node
@@ -87,7 +108,9 @@ class DenseTopK(TraversalPolicy):
         valid = ranked < size[:, None]
         zero = torch.zeros(b, dtype=torch.long, device=dev)
         tokens, _ = graph_tables(graph, dev)
-        admit, used, count = greedy_admit(tokens[torch.where(valid, ranked + offset[:, None], 0)], valid, zero, zero, budget)
+        admit, used, count = greedy_admit(
+            tokens[torch.where(valid, ranked + offset[:, None], 0)], valid, zero, zero, budget
+        )
         rows, cols = admit.nonzero(as_tuple=True)
         local = ranked[rows, cols]
         counts = torch.bincount(rows, minlength=b).tolist()
@@ -96,8 +119,12 @@ class DenseTopK(TraversalPolicy):
         used = used.tolist()
         for i in ((count < budget.max_nodes) & (size > k)).nonzero().flatten().tolist():  # token skips: rank all
             own = graph if scope is None else scope.batch.graphs[int(scope.comp[i])]
-            full = topk_by_score(scores[i:i + 1], own.num_nodes, rank, offset[i:i + 1])[0].tolist()
+            full = topk_by_score(scores[i : i + 1], own.num_nodes, rank, offset[i : i + 1])[0].tolist()
             loaded[i], used[i] = load_under_budget(own, full, budget)
             picked[i] = scores[i, loaded[i]].tolist()
-        return [Retrieval(loaded=loaded[i], entries=loaded[i][:budget.max_entries], loaded_tokens=used[i],
-                          scores=picked[i]) for i in range(b)]
+        return [
+            Retrieval(
+                loaded=loaded[i], entries=loaded[i][: budget.max_entries], loaded_tokens=used[i], scores=picked[i]
+            )
+            for i in range(b)
+        ]

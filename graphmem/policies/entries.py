@@ -27,8 +27,13 @@ from graphmem.registry import Registry
 
 
 # ---------------------------------------------------------------------------- per-graph caches
-def graph_cached(graph: MemoryGraph, name: str, deps: Sequence[Tensor], build: Callable[[], Any],
-                 device: str | torch.device | None = None) -> Any:
+def graph_cached(
+    graph: MemoryGraph,
+    name: str,
+    deps: Sequence[Tensor],
+    build: Callable[[], Any],
+    device: str | torch.device | None = None,
+) -> Any:
     """Return ``build()`` cached on ``graph`` until a tensor in ``deps`` is replaced or changed in place.
 
     Structural mutations clear the graph's cache anyway; ``deps`` catches the in-place counter
@@ -63,18 +68,25 @@ def graph_tables(graph: MemoryGraph, device: str | torch.device | None = None) -
 
 def node_id_rank(graph: MemoryGraph, device: str | torch.device | None = None) -> Tensor:
     """``[N]`` long: position of each node's string id in ascending string order."""
+
     def build() -> Tensor:
         order = sorted(range(graph.num_nodes), key=graph.node_ids.__getitem__)
         rank = torch.empty(graph.num_nodes, dtype=torch.long)
         rank[torch.tensor(order, dtype=torch.long)] = torch.arange(graph.num_nodes)
         return rank
+
     return graph_cached(graph, "policies.id_rank", (), build, device)
 
 
 def unit_embeddings(graph: MemoryGraph, device: str | torch.device | None = None) -> Tensor:
     """``[N, D]`` L2-normalised node embeddings (cached while the embedding tensor is unchanged)."""
-    return graph_cached(graph, "policies.unit_embeddings", (graph.embeddings,),
-                        lambda: torch.nn.functional.normalize(graph.embeddings.float(), dim=1), device)
+    return graph_cached(
+        graph,
+        "policies.unit_embeddings",
+        (graph.embeddings,),
+        lambda: torch.nn.functional.normalize(graph.embeddings.float(), dim=1),
+        device,
+    )
 
 
 def query_matrix(graph: MemoryGraph, queries: Sequence[Query]) -> Tensor:
@@ -146,8 +158,9 @@ def _topk_with_ties(scores: Tensor, k: int, id_rank: Tensor, col_offset: Tensor 
 
 
 # ---------------------------------------------------------------------------- graph batches
-def scoped_cosine(batch: GraphBatch, queries: Sequence[Query], comp: Tensor,
-                  device: str | torch.device | None = None) -> Tensor:
+def scoped_cosine(
+    batch: GraphBatch, queries: Sequence[Query], comp: Tensor, device: str | torch.device | None = None
+) -> Tensor:
     """``[B, W]`` cosine of query ``b`` to the nodes of its own component ``comp[b]`` of ``batch``.
 
     ``comp`` is non-decreasing (each component's queries are one run of rows). Column ``j`` of row
@@ -167,7 +180,7 @@ def scoped_cosine(batch: GraphBatch, queries: Sequence[Query], comp: Tensor,
     groups, counts = torch.unique_consecutive(comp, return_counts=True)
     ptr, start = batch.node_ptr.tolist(), 0
     for g, c in zip(groups.tolist(), counts.tolist()):
-        scores[start:start + c, :ptr[g + 1] - ptr[g]] = q[start:start + c] @ x[ptr[g]:ptr[g + 1]].T
+        scores[start : start + c, : ptr[g + 1] - ptr[g]] = q[start : start + c] @ x[ptr[g] : ptr[g + 1]].T
         start += c
     return scores
 

@@ -31,11 +31,28 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import (Budget, Query, Retrieval, Timer, TraversalPolicy, load_under_budget,
-                                    register_policy, resolve_device)
 from graphmem.graph_batch import GraphBatch
-from graphmem.policies.batched import (Scope, compact_left, greedy_admit, query_spans, rank_in_group, retrieve_union,
-                                      scoped_entry_matrix, segments, split_list)
+from graphmem.policies.base import (
+    Budget,
+    Query,
+    Retrieval,
+    Timer,
+    TraversalPolicy,
+    load_under_budget,
+    register_policy,
+    resolve_device,
+)
+from graphmem.policies.batched import (
+    Scope,
+    compact_left,
+    greedy_admit,
+    query_spans,
+    rank_in_group,
+    retrieve_union,
+    scoped_entry_matrix,
+    segments,
+    split_list,
+)
 from graphmem.policies.entries import graph_cached, graph_tables, make_entry_selector, node_id_rank, validate_entries
 
 
@@ -56,8 +73,15 @@ class GNNPolicy(TraversalPolicy):
             one packed reader pass over their union; the others run alone (default: ``8``).
     """
 
-    def __init__(self, reader=None, checkpoint: str | PathLike | None = None, entries="embedding",
-                 query_chunk: int = 64, device: str = "cpu", pack_queries: int = 8):
+    def __init__(
+        self,
+        reader=None,
+        checkpoint: str | PathLike | None = None,
+        entries="embedding",
+        query_chunk: int = 64,
+        device: str = "cpu",
+        pack_queries: int = 8,
+    ):
         from models.gnn_reader import GNNReader
 
         if (reader is None) == (checkpoint is None):
@@ -83,9 +107,9 @@ class GNNPolicy(TraversalPolicy):
         x, ei, et, ea = (t.to(dev) for t in (graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr))
         out = []
         for lo in range(0, len(queries), self.query_chunk):
-            chunk = queries[lo:lo + self.query_chunk]
+            chunk = queries[lo : lo + self.query_chunk]
             q = torch.stack([c.embedding.float().flatten() for c in chunk]).to(dev)
-            start = start_mask(entries[lo:lo + self.query_chunk], graph.num_nodes, device=dev)
+            start = start_mask(entries[lo : lo + self.query_chunk], graph.num_nodes, device=dev)
             out.append(self.reader(x, ei, et, ea, q, start))
         return torch.cat(out) if out else torch.empty(0, graph.num_nodes, device=dev)
 
@@ -109,22 +133,33 @@ class GNNPolicy(TraversalPolicy):
             return []
         with Timer() as t:
             entries = self.select_entries(graph, queries, budget)
-            results = batched_walk(graph, entries, self.score(graph, queries, entries), budget).retrievals(graph, entries)
+            results = batched_walk(graph, entries, self.score(graph, queries, entries), budget).retrievals(
+                graph, entries
+            )
         for result in results:
             result.wall_time_s = t.seconds / len(queries)
         return results
 
-    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
-                        budget: Budget) -> list[list[Retrieval]]:
+    def retrieve_graphs(
+        self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget
+    ) -> list[list[Retrieval]]:
         """The queries of graphs with at most ``pack_queries`` queries in one packed reader pass over
         the graphs' union (column ``j`` holds the ``j``-th query of every graph; no message crosses
         graphs), then one :func:`batched_walk`; graphs with more queries run alone. Results equal
         :meth:`retrieve_batch` up to float rounding of the reader's products."""
-        return retrieve_union(self, graphs, queries, budget, lambda batch, flat, scope: self._retrieve_packed(
-            batch, flat, scope, budget), self.pack_queries)
+        return retrieve_union(
+            self,
+            graphs,
+            queries,
+            budget,
+            lambda batch, flat, scope: self._retrieve_packed(batch, flat, scope, budget),
+            self.pack_queries,
+        )
 
     @torch.no_grad()
-    def _retrieve_packed(self, batch: GraphBatch, queries: list[Query], scope: Scope, budget: Budget) -> list[Retrieval]:
+    def _retrieve_packed(
+        self, batch: GraphBatch, queries: list[Query], scope: Scope, budget: Budget
+    ) -> list[Retrieval]:
         """Entries per graph, the packed ``[B', N]`` reader scores (``B'`` = most queries of one graph,
         ``query_chunk`` columns per pass), each query's column as its ``[N]`` scores, one walk."""
         graph, dev, b = batch.graph, self.device, len(queries)
@@ -132,9 +167,9 @@ class GNNPolicy(TraversalPolicy):
         comp = scope.comp.to(dev)
         column, counts = rank_in_group(comp, batch.num_graphs)
         width = int(counts.max())
-        holder = torch.zeros(batch.num_graphs, width, dtype=torch.long, device=dev)   # the query of (graph, column)
+        holder = torch.zeros(batch.num_graphs, width, dtype=torch.long, device=dev)  # the query of (graph, column)
         holder[comp, column] = torch.arange(b, device=dev)
-        query_of = holder[batch.node_component.to(dev)].T                             # [B', N]
+        query_of = holder[batch.node_component.to(dev)].T  # [B', N]
         q = torch.stack([x.embedding.float().flatten() for x in queries]).to(dev)
         x = graph.embeddings.to(dev)
         start = torch.zeros(width, graph.num_nodes, device=dev)
@@ -144,11 +179,23 @@ class GNNPolicy(TraversalPolicy):
         ptr, first = batch.node_ptr.tolist(), (torch.cumsum(counts, 0) - counts).tolist()
         for c, n in enumerate(counts.tolist()):  # per graph, the product retrieve_batch makes on it alone
             if n:  # the queries of graph c are rows first[c]:first[c] + n (Scope keeps them in one run)
-                cosine[ptr[c]:ptr[c + 1], :n] = self.reader.cosine(x[ptr[c]:ptr[c + 1]], q[first[c]:first[c] + n])
+                cosine[ptr[c] : ptr[c + 1], :n] = self.reader.cosine(x[ptr[c] : ptr[c + 1]], q[first[c] : first[c] + n])
         ei, et, ea = (t.to(dev) for t in (graph.edge_index, graph.edge_type, graph.edge_attr))
-        packed = torch.cat([self.reader(x, ei, et, ea, q, start[lo:lo + self.query_chunk],
-                                        query_of[lo:lo + self.query_chunk], cosine[:, lo:lo + self.query_chunk])
-                            for lo in range(0, width, self.query_chunk)])            # [B', N]
+        packed = torch.cat(
+            [
+                self.reader(
+                    x,
+                    ei,
+                    et,
+                    ea,
+                    q,
+                    start[lo : lo + self.query_chunk],
+                    query_of[lo : lo + self.query_chunk],
+                    cosine[:, lo : lo + self.query_chunk],
+                )
+                for lo in range(0, width, self.query_chunk)
+            ]
+        )  # [B', N]
         rows = [[v for v in r if v >= 0] for r in entries.tolist()]
         return batched_walk(graph, rows, packed[column], budget).retrievals(graph, rows, scope)
 
@@ -173,7 +220,7 @@ def walk_and_load(graph: MemoryGraph, entries: list[int], scores: Tensor, budget
                 v = int(graph.edge_index[1, e])
                 if v not in depth and v not in first_edge:
                     first_edge[v] = e
-            best = sorted(first_edge, key=lambda v: (-score_list[v], rank[v]))[:budget.top_k_neighbors]
+            best = sorted(first_edge, key=lambda v: (-score_list[v], rank[v]))[: budget.top_k_neighbors]
             for v in best:
                 depth[v] = d
                 parent_edge[v] = first_edge[v]
@@ -182,9 +229,13 @@ def walk_and_load(graph: MemoryGraph, entries: list[int], scores: Tensor, budget
     ranked = sorted(depth, key=lambda v: (-score_list[v], rank[v]))
     loaded, tokens = load_under_budget(graph, ranked, budget)
     return Retrieval(
-        loaded=loaded, entries=list(entries), edges_considered=considered,
-        edges_traversed=[parent_edge[v] for v in loaded if v in parent_edge], loaded_tokens=tokens,
-        max_depth=max((depth[v] for v in loaded), default=0), scores=[score_list[v] for v in loaded],
+        loaded=loaded,
+        entries=list(entries),
+        edges_considered=considered,
+        edges_traversed=[parent_edge[v] for v in loaded if v in parent_edge],
+        loaded_tokens=tokens,
+        max_depth=max((depth[v] for v in loaded), default=0),
+        scores=[score_list[v] for v in loaded],
     )
 
 
@@ -194,13 +245,14 @@ def neighbour_table(graph: MemoryGraph, device: str | torch.device | None = None
     ``u`` other than ``u`` itself, ascending by node-id rank, and for each the smallest id of an
     edge ``u -> v``. Rows are padded with ``N`` (neighbour) and ``-1`` (edge); row ``N`` is all
     padding, so a padded frontier slot ``N`` has no neighbours. Cached (on ``device`` too, when given)."""
+
     def build() -> tuple[Tensor, Tensor]:
         n = graph.num_nodes
         src, dst = graph.edge_index
         eid = torch.arange(src.numel())
         keep = src != dst
         src, dst, eid = src[keep], dst[keep], eid[keep]
-        order = torch.argsort(src * max(n, 1) + node_id_rank(graph)[dst], stable=True)   # then by edge id
+        order = torch.argsort(src * max(n, 1) + node_id_rank(graph)[dst], stable=True)  # then by edge id
         src, dst, eid = src[order], dst[order], eid[order]
         first = torch.ones_like(src, dtype=torch.bool)
         first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
@@ -213,6 +265,7 @@ def neighbour_table(graph: MemoryGraph, device: str | torch.device | None = None
         nbr[src, col] = dst
         edge[src, col] = eid
         return nbr, edge
+
     return graph_cached(graph, "policies.gnn.neighbour_table", (graph.edge_index,), build, device)
 
 
@@ -250,7 +303,9 @@ class WalkBatch:
         mask.scatter_(1, self.ranked.masked_fill(~self.taken, n), True)
         return mask[:, :n]
 
-    def retrievals(self, graph: MemoryGraph, entries: Sequence[Sequence[int]], scope: Scope | None = None) -> list[Retrieval]:
+    def retrievals(
+        self, graph: MemoryGraph, entries: Sequence[Sequence[int]], scope: Scope | None = None
+    ) -> list[Retrieval]:
         """One :class:`Retrieval` per query, equal to :func:`walk_and_load`'s, built from a few
         ``tolist`` calls over the whole batch. With a ``scope`` (``graph`` is a graph batch's union),
         rows and edge ids are given relative to each query's own graph."""
@@ -272,18 +327,31 @@ class WalkBatch:
         split = {name: split_list(flat.tolist(), counts.tolist()) for name, (flat, counts) in columns.items()}
         max_depth = torch.cat([self.depth.masked_fill(~taken, 0), self.depth.new_zeros(len(taken), 1)], 1).amax(1)
         return [
-            Retrieval(loaded=loaded, entries=list(e), edges_considered=considered, edges_traversed=traversed,
-                      loaded_tokens=tokens, max_depth=depth, scores=scores)
+            Retrieval(
+                loaded=loaded,
+                entries=list(e),
+                edges_considered=considered,
+                edges_traversed=traversed,
+                loaded_tokens=tokens,
+                max_depth=depth,
+                scores=scores,
+            )
             for loaded, e, considered, traversed, tokens, depth, scores in zip(
-                split["loaded"], entries, split["edges_considered"], split["edges_traversed"],
-                self.loaded_tokens.tolist(), max_depth.tolist(), split["scores"])
+                split["loaded"],
+                entries,
+                split["edges_considered"],
+                split["edges_traversed"],
+                self.loaded_tokens.tolist(),
+                max_depth.tolist(),
+                split["scores"],
+            )
         ]
 
     def considered_edges(self, graph: MemoryGraph) -> tuple[Tensor, Tensor]:
         """The out-edges of the visited nodes, concatenated row by row in visiting order (each
         node's edges in :meth:`MemoryGraph.out_edges` order), and ``[B]`` edges per query."""
         _, (rowptr, perm) = graph_tables(graph, self.visited.device)
-        degree = torch.cat([rowptr.diff(), rowptr.new_zeros(1)])                     # padding N has none
+        degree = torch.cat([rowptr.diff(), rowptr.new_zeros(1)])  # padding N has none
         _, edges = segments(rowptr, perm, self.visited[self.visited < self.num_nodes])  # row-major: per query
         return edges, degree[self.visited].sum(1)
 
@@ -304,13 +372,13 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
     bsz, n, dev = len(entries), graph.num_nodes, scores.device
     nbr_table, edge_table = neighbour_table(graph, dev)
     node_tokens, _ = graph_tables(graph, dev)
-    rank = torch.cat([node_id_rank(graph, dev), torch.tensor([n], device=dev)])     # padding ranks last
+    rank = torch.cat([node_id_rank(graph, dev), torch.tensor([n], device=dev)])  # padding ranks last
     # sort keys are -score with NaN at padding: an ascending stable sort puts padding last and
     # breaks score ties by column order
-    neg_scores = torch.cat([-scores, scores.new_full((bsz, 1), math.nan)], 1)        # [B, N + 1]
-    frontier = _entry_frontier(entries, n, dev)                                        # [B, F]
+    neg_scores = torch.cat([-scores, scores.new_full((bsz, 1), math.nan)], 1)  # [B, N + 1]
+    frontier = _entry_frontier(entries, n, dev)  # [B, F]
     reached = torch.zeros(bsz, n + 1, dtype=torch.bool, device=dev)
-    reached[:, n] = True                                                              # padding is never free
+    reached[:, n] = True  # padding is never free
     reached.scatter_(1, frontier, True)
     nodes, parents, depths, visited = [frontier], [torch.full_like(frontier, -1)], [torch.zeros_like(frontier)], []
     k = budget.top_k_neighbors
@@ -320,7 +388,7 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
         visited.append(frontier)
         admitted, via = [], []
         for u in frontier.unbind(1):
-            nbr = nbr_table[u]                                                        # [B, D]
+            nbr = nbr_table[u]  # [B, D]
             free = ~reached.gather(1, nbr)
             key = neg_scores.gather(1, nbr).masked_fill(~free, math.nan)
             top = torch.sort(key, dim=1, stable=True).indices[:, :k]
@@ -343,14 +411,22 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
     zero = torch.zeros(bsz, dtype=torch.long, device=dev)
     taken, used, _ = greedy_admit(tokens, ranked < n, zero, zero, budget)
     padded_scores = torch.cat([scores, scores.new_zeros(bsz, 1)], 1)
-    return WalkBatch(ranked=ranked, taken=taken, depth=depths.gather(1, order), parent_edge=parents.gather(1, order),
-                     scores=padded_scores.gather(1, ranked), loaded_tokens=used,
-                     visited=torch.cat(visited, 1) if visited else torch.empty(bsz, 0, dtype=torch.long, device=dev),
-                     num_nodes=n)
+    return WalkBatch(
+        ranked=ranked,
+        taken=taken,
+        depth=depths.gather(1, order),
+        parent_edge=parents.gather(1, order),
+        scores=padded_scores.gather(1, ranked),
+        loaded_tokens=used,
+        visited=torch.cat(visited, 1) if visited else torch.empty(bsz, 0, dtype=torch.long, device=dev),
+        num_nodes=n,
+    )
 
 
 def _entry_frontier(entries: Sequence[Sequence[int]], n: int, device: torch.device) -> Tensor:
     """``[B, F]`` long: each query's distinct entries in order, padded with ``n``."""
     rows = [list(dict.fromkeys(e)) for e in entries]
     width = max(map(len, rows), default=0)
-    return torch.tensor([r + [n] * (width - len(r)) for r in rows], dtype=torch.long, device=device).reshape(len(rows), width)
+    return torch.tensor([r + [n] * (width - len(r)) for r in rows], dtype=torch.long, device=device).reshape(
+        len(rows), width
+    )

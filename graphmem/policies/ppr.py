@@ -41,12 +41,36 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.graph_batch import GraphBatch
-from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, load_under_budget, register_policy,
-                                    resolve_device, share_wall_time)
-from graphmem.policies.batched import (Scope, entry_matrix, greedy_admit, query_spans, rank_in_group, retrieve_union,
-                                      scoped_entry_matrix, segments, split_list)
-from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
-                                       topk_by_score, validate_entries)
+from graphmem.policies.base import (
+    Budget,
+    Query,
+    Retrieval,
+    TraversalPolicy,
+    load_under_budget,
+    register_policy,
+    resolve_device,
+    share_wall_time,
+)
+from graphmem.policies.batched import (
+    Scope,
+    entry_matrix,
+    greedy_admit,
+    query_spans,
+    rank_in_group,
+    retrieve_union,
+    scoped_entry_matrix,
+    segments,
+    split_list,
+)
+from graphmem.policies.entries import (
+    EntrySelector,
+    graph_cached,
+    graph_tables,
+    make_entry_selector,
+    node_id_rank,
+    topk_by_score,
+    validate_entries,
+)
 
 
 @dataclass
@@ -75,8 +99,9 @@ class PPRConfig:
     """graphs with at most this many queries share PPR columns over their union (``retrieve_graphs``)"""
 
 
-def transition_matrix(graph: MemoryGraph, relation_weights: dict[str, float] | None = None,
-                      use_posterior: bool = True) -> tuple[Tensor, Tensor]:
+def transition_matrix(
+    graph: MemoryGraph, relation_weights: dict[str, float] | None = None, use_posterior: bool = True
+) -> tuple[Tensor, Tensor]:
     """``(P^T as coalesced sparse COO [N, N] float64, dangling mask [N])`` (see module docstring).
 
     COO (not CSR) keeps each query column's product bit-identical whatever the batch size.
@@ -110,8 +135,9 @@ class PPROperators(NamedTuple):
     node_comp: Tensor
 
 
-def ppr_operators(pt: Tensor, dangling: Tensor, alpha: float, node_comp: Tensor | None = None,
-                  num_comp: int = 1) -> PPROperators:
+def ppr_operators(
+    pt: Tensor, dangling: Tensor, alpha: float, node_comp: Tensor | None = None, num_comp: int = 1
+) -> PPROperators:
     """``step = (1 - alpha) [P^T; 1_{D_c}^T for each component c]`` and ``ones = [1_{V_c}^T]``, coalesced COO float64.
 
     ``y = step @ p`` holds ``(1 - alpha) P^T p`` in its first ``N`` rows and, in row ``N + c``, the
@@ -126,8 +152,12 @@ def ppr_operators(pt: Tensor, dangling: Tensor, alpha: float, node_comp: Tensor 
     rows = torch.cat([pt.indices(), torch.stack([n + node_comp[d], d])], 1)
     values = torch.cat([pt.values(), torch.ones(d.numel(), dtype=torch.float64)]) * (1.0 - alpha)
     step = torch.sparse_coo_tensor(rows, values, (n + num_comp, n), check_invariants=False).coalesce()
-    ones = torch.sparse_coo_tensor(torch.stack([node_comp, torch.arange(n)]), torch.ones(n, dtype=torch.float64),
-                                   (num_comp, n), check_invariants=False).coalesce()
+    ones = torch.sparse_coo_tensor(
+        torch.stack([node_comp, torch.arange(n)]),
+        torch.ones(n, dtype=torch.float64),
+        (num_comp, n),
+        check_invariants=False,
+    ).coalesce()
     return PPROperators(pt, step, ones, node_comp)
 
 
@@ -187,8 +217,9 @@ def _restrict(op: Tensor, live: Tensor, comp: Tensor | None, n: int) -> Tensor:
     rows = op.indices()[0]
     owner = rows if comp is None else torch.where(rows < n, comp[rows.clamp(max=n - 1)], rows - n)
     keep = live[owner]
-    return torch.sparse_coo_tensor(op.indices()[:, keep], op.values()[keep], op.shape, device=op.device,
-                                   is_coalesced=True, check_invariants=False)
+    return torch.sparse_coo_tensor(
+        op.indices()[:, keep], op.values()[keep], op.shape, device=op.device, is_coalesced=True, check_invariants=False
+    )
 
 
 def hop_distance(adjacency_t: Tensor, restart: Tensor, max_hops: int) -> Tensor:
@@ -203,8 +234,9 @@ def hop_distance(adjacency_t: Tensor, restart: Tensor, max_hops: int) -> Tensor:
     return dist
 
 
-def admit_ranked(key: Tensor, id_rank: Tensor, tokens: Tensor, budget: Budget,
-                 col_offset: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def admit_ranked(
+    key: Tensor, id_rank: Tensor, tokens: Tensor, budget: Budget, col_offset: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """:func:`load_under_budget` for every row of ``key`` ``[B, N]``, nodes ranked by ``(-key, id_rank)``.
 
     Column ``j`` of row ``b`` is node ``j + col_offset[b]`` of ``id_rank`` and ``tokens`` (default: ``j``).
@@ -258,10 +290,18 @@ class PersonalizedPageRank(TraversalPolicy):
             columns over their union; the others run alone (default: ``8``).
     """
 
-    def __init__(self, alpha: float = 0.15, tol: float = 1e-8, max_iter: int = 200,
-                 relation_weights: dict[str, float] | None = None, use_posterior: bool = True,
-                 max_block_elements: int = 1 << 21, entries: str | EntrySelector = "embedding",
-                 device: str | torch.device = "cpu", pack_queries: int = 8) -> None:
+    def __init__(
+        self,
+        alpha: float = 0.15,
+        tol: float = 1e-8,
+        max_iter: int = 200,
+        relation_weights: dict[str, float] | None = None,
+        use_posterior: bool = True,
+        max_block_elements: int = 1 << 21,
+        entries: str | EntrySelector = "embedding",
+        device: str | torch.device = "cpu",
+        pack_queries: int = 8,
+    ) -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         if max_block_elements < 1 or max_iter < 1:
@@ -273,13 +313,21 @@ class PersonalizedPageRank(TraversalPolicy):
         self.device = resolve_device(device)
         self.pack_queries = int(pack_queries)
 
-    def _operators(self, graph: MemoryGraph, device: torch.device | None = None, batch: GraphBatch | None = None) -> PPROperators:
+    def _operators(
+        self, graph: MemoryGraph, device: torch.device | None = None, batch: GraphBatch | None = None
+    ) -> PPROperators:
         """The PPR operators of ``graph``, or of the union ``batch.graph`` with one component per graph (cached)."""
         name = f"policies.ppr_operators:{sorted(self.relation_weights.items())}:{self.use_posterior}:{self.alpha}"
         parts = {} if batch is None else {"node_comp": batch.node_component, "num_comp": batch.num_graphs}
-        return graph_cached(graph, name, (graph.edge_index, graph.edge_type, graph.S, graph.F),
-                            lambda: ppr_operators(*transition_matrix(graph, self.relation_weights, self.use_posterior),
-                                                  self.alpha, **parts), device)
+        return graph_cached(
+            graph,
+            name,
+            (graph.edge_index, graph.edge_type, graph.S, graph.F),
+            lambda: ppr_operators(
+                *transition_matrix(graph, self.relation_weights, self.use_posterior), self.alpha, **parts
+            ),
+            device,
+        )
 
     def scores(self, graph: MemoryGraph, restart: Tensor) -> Tensor:
         """``[N, B]`` float64 PPR vectors for restart columns ``restart`` (each summing to 1), on its device."""
@@ -306,15 +354,23 @@ class PersonalizedPageRank(TraversalPolicy):
         return r
 
     @staticmethod
-    def _trace(graph: MemoryGraph, entries: list[int], loaded: list[int], used: int, dist: Tensor, p: Tensor) -> Retrieval:
+    def _trace(
+        graph: MemoryGraph, entries: list[int], loaded: list[int], used: int, dist: Tensor, p: Tensor
+    ) -> Retrieval:
         """Edges considered: out-edges of loaded nodes; traversed: those between two loaded nodes."""
         rowptr, perm = graph.csr()
         nodes = torch.tensor(loaded, dtype=torch.long)
         _, edges = segments(rowptr, perm, nodes)
         traversed = edges[torch.isin(graph.edge_index[1, edges], nodes)]
-        return Retrieval(loaded=loaded, entries=list(entries), edges_considered=edges.tolist(),
-                         edges_traversed=traversed.tolist(), loaded_tokens=used,
-                         max_depth=int(dist[loaded].max()) if loaded else 0, scores=p[loaded].tolist())
+        return Retrieval(
+            loaded=loaded,
+            entries=list(entries),
+            edges_considered=edges.tolist(),
+            edges_traversed=traversed.tolist(),
+            loaded_tokens=used,
+            max_depth=int(dist[loaded].max()) if loaded else 0,
+            scores=p[loaded].tolist(),
+        )
 
     # ------------------------------------------------------------------ batched
     def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
@@ -326,18 +382,23 @@ class PersonalizedPageRank(TraversalPolicy):
         entries = entry_matrix(self.entries, graph, queries, budget, self.device)
         return share_wall_time(self._retrieve_packed(graph, entries, budget), t0)
 
-    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
-                        budget: Budget) -> list[list[Retrieval]]:
+    def retrieve_graphs(
+        self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget
+    ) -> list[list[Retrieval]]:
         """The queries of graphs with at most ``pack_queries`` queries over their disjoint union, one
         query per graph in each ``[N, B]`` column: the ``j``-th query of every graph shares column
         ``j``, and each (graph, column) pair iterates, stops and ranks exactly as it would alone.
         A graph with more queries fills its own columns: it runs by itself."""
+
         def run(batch, flat, scope):
             entries = scoped_entry_matrix(self.entries, batch, flat, scope.comp, budget, self.device)
             return self._retrieve_packed(batch.graph, entries, budget, scope)
+
         return retrieve_union(self, graphs, queries, budget, run, self.pack_queries)
 
-    def _retrieve_packed(self, graph: MemoryGraph, entries: Tensor, budget: Budget, scope: Scope | None = None) -> list[Retrieval]:
+    def _retrieve_packed(
+        self, graph: MemoryGraph, entries: Tensor, budget: Budget, scope: Scope | None = None
+    ) -> list[Retrieval]:
         """Queries packed into columns, one per component each (a single graph: one query per
         column), cut into blocks of ``max(1, max_block_elements // N)`` columns."""
         b, dev = entries.shape[0], entries.device
@@ -345,7 +406,11 @@ class PersonalizedPageRank(TraversalPolicy):
             return [Retrieval(loaded=[], entries=[], scores=[]) for _ in range(b)]
         node_off, edge_off, size = query_spans(graph, b, scope, dev)
         if scope is None:
-            column, counts, ops = torch.arange(b, device=dev), torch.tensor([b], device=dev), self._operators(graph, dev)
+            column, counts, ops = (
+                torch.arange(b, device=dev),
+                torch.tensor([b], device=dev),
+                self._operators(graph, dev),
+            )
         else:
             column, counts = rank_in_group(scope.comp.to(dev), scope.batch.num_graphs)
             ops = self._operators(graph, dev, scope.batch)
@@ -353,14 +418,24 @@ class PersonalizedPageRank(TraversalPolicy):
         results: list[Retrieval] = [None] * b  # type: ignore[list-item]
         for start in range(0, int(counts.max()), width):
             sel = ((column >= start) & (column < start + width)).nonzero().flatten()
-            block = self._retrieve_block(graph, ops, entries[sel], column[sel] - start, node_off[sel], edge_off[sel],
-                                         size[sel], budget)
+            block = self._retrieve_block(
+                graph, ops, entries[sel], column[sel] - start, node_off[sel], edge_off[sel], size[sel], budget
+            )
             for i, r in zip(sel.tolist(), block):
                 results[i] = r
         return results
 
-    def _retrieve_block(self, graph: MemoryGraph, ops: PPROperators, entries: Tensor, column: Tensor, node_off: Tensor,
-                        edge_off: Tensor, size: Tensor, budget: Budget) -> list[Retrieval]:
+    def _retrieve_block(
+        self,
+        graph: MemoryGraph,
+        ops: PPROperators,
+        entries: Tensor,
+        column: Tensor,
+        node_off: Tensor,
+        edge_off: Tensor,
+        size: Tensor,
+        budget: Budget,
+    ) -> list[Retrieval]:
         """PPR, hop distances, ranking, admission and trace for the entry rows ``entries`` ``[b, k]``
         (``-1`` padded) whose restart vectors go to columns ``column``, with whole-tensor operations
         and one ``tolist`` per output field. Each query ranks the ``size`` nodes from its row
@@ -402,7 +477,19 @@ class PersonalizedPageRank(TraversalPolicy):
         considered = split_list(edges.tolist(), torch.bincount(edge_q, minlength=b).tolist())
         traversed = split_list(edges[hit].tolist(), torch.bincount(edge_q[hit], minlength=b).tolist())
         max_depth = torch.zeros(b, dtype=torch.long, device=dev).scatter_reduce(0, q, dist[q, local], "amax").tolist()
-        ent = [[v for v in row if v >= 0] for row in torch.where(entries >= 0, entries - node_off[:, None], -1).tolist()]
+        ent = [
+            [v for v in row if v >= 0] for row in torch.where(entries >= 0, entries - node_off[:, None], -1).tolist()
+        ]
         used = used.tolist()
-        return [Retrieval(loaded=loaded[i], entries=ent[i], edges_considered=considered[i], edges_traversed=traversed[i],
-                          loaded_tokens=used[i], max_depth=max_depth[i], scores=scores[i]) for i in range(b)]
+        return [
+            Retrieval(
+                loaded=loaded[i],
+                entries=ent[i],
+                edges_considered=considered[i],
+                edges_traversed=traversed[i],
+                loaded_tokens=used[i],
+                max_depth=max_depth[i],
+                scores=scores[i],
+            )
+            for i in range(b)
+        ]

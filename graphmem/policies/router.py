@@ -27,12 +27,41 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device,
-                                    share_wall_time)
-from graphmem.policies.batched import (Scope, entry_matrix, greedy_admit, pad_rows, query_spans, ragged_block, rank_in_group,
-                                      retrieve_union, scoped_entry_matrix, segment_topk, segments, split_list)
-from graphmem.policies.entries import (EmbeddingEntrySelector, cosine_matrix, make_entry_selector, node_id_rank, query_matrix,
-                                      scoped_cosine, scoped_topk, topk_by_score, unit_embeddings, validate_entries)
+from graphmem.policies.base import (
+    Budget,
+    Query,
+    Retrieval,
+    TraversalPolicy,
+    register_policy,
+    resolve_device,
+    share_wall_time,
+)
+from graphmem.policies.batched import (
+    Scope,
+    entry_matrix,
+    greedy_admit,
+    pad_rows,
+    query_spans,
+    ragged_block,
+    rank_in_group,
+    retrieve_union,
+    scoped_entry_matrix,
+    segment_topk,
+    segments,
+    split_list,
+)
+from graphmem.policies.entries import (
+    EmbeddingEntrySelector,
+    cosine_matrix,
+    make_entry_selector,
+    node_id_rank,
+    query_matrix,
+    scoped_cosine,
+    scoped_topk,
+    topk_by_score,
+    unit_embeddings,
+    validate_entries,
+)
 from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
 from models.router import QueryRouter, edge_similarities
@@ -96,10 +125,18 @@ class RouterPolicy(TraversalPolicy):
         intent_provider: supplies intent weights when the intent kind is ``external``.
     """
 
-    def __init__(self, checkpoint: str | Path | None = None, router: QueryRouter | None = None,
-                 intent: RelationIntent | None = None, edge_features: EdgeFeatures | None = None,
-                 search: str = "greedy", beam_width: int = 0, device: str = "auto", entry_selector="embedding",
-                 intent_provider: IntentProvider | None = None):
+    def __init__(
+        self,
+        checkpoint: str | Path | None = None,
+        router: QueryRouter | None = None,
+        intent: RelationIntent | None = None,
+        edge_features: EdgeFeatures | None = None,
+        search: str = "greedy",
+        beam_width: int = 0,
+        device: str = "auto",
+        entry_selector="embedding",
+        intent_provider: IntentProvider | None = None,
+    ):
         if search not in ("greedy", "beam"):
             raise ValueError(f"search {search!r} is not 'greedy' or 'beam'")
         self.device = resolve_device(device)
@@ -109,11 +146,17 @@ class RouterPolicy(TraversalPolicy):
             router.load_state_dict(state["router"])
             intent = RelationIntent(**state["intent_config"])
             intent.load_state_dict(state["intent"])
-            edge_features = EdgeFeatures.from_state(state["edge_names"], state["edges"], state.get("edge_init", "phase1"))
+            edge_features = EdgeFeatures.from_state(
+                state["edge_names"], state["edges"], state.get("edge_init", "phase1")
+            )
         if router is None:
             raise ValueError("RouterPolicy needs a checkpoint or a router module")
         self.router = router.to(self.device).eval()
-        self.intent = (intent or RelationIntent(router.dim, kind="uniform", num_relations=router.num_relations)).to(self.device).eval()
+        self.intent = (
+            (intent or RelationIntent(router.dim, kind="uniform", num_relations=router.num_relations))
+            .to(self.device)
+            .eval()
+        )
         self.edge_features = edge_features
         self.search, self.beam_width = search, beam_width
         self.entry_selector = make_entry_selector(entry_selector)
@@ -202,8 +245,16 @@ class RouterPolicy(TraversalPolicy):
                     frontier.append(v)
                     used += tokens[v]
                     depth = hop
-        return Retrieval(loaded=loaded, entries=entries, edges_considered=considered, edges_traversed=traversed,
-                         loaded_tokens=used, max_depth=depth, wall_time_s=time.perf_counter() - t0, scores=scores)
+        return Retrieval(
+            loaded=loaded,
+            entries=entries,
+            edges_considered=considered,
+            edges_traversed=traversed,
+            loaded_tokens=used,
+            max_depth=depth,
+            wall_time_s=time.perf_counter() - t0,
+            scores=scores,
+        )
 
     # ------------------------------------------------------------------ batched
     def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
@@ -215,21 +266,29 @@ class RouterPolicy(TraversalPolicy):
         entries, cos_all = self.select_entries(graph, queries, budget)
         return share_wall_time(self.traverse_batch(graph, queries, entries, budget, cos_all), t0)
 
-    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
-                        budget: Budget) -> list[list[Retrieval]]:
+    def retrieve_graphs(
+        self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget
+    ) -> list[list[Retrieval]]:
         """All queries of all ``graphs`` in one walk over their disjoint union: entries and
         ``cos(q, x_v)`` from each query's own component (:func:`~graphmem.policies.entries.scoped_cosine`),
         each component's edge features as :meth:`retrieve_batch` would read them."""
+
         def run(batch, flat, scope):
             if type(self.entry_selector) is EmbeddingEntrySelector:
                 cos = scoped_cosine(batch, flat, scope.comp, self.device)
                 entries = scoped_topk(cos, budget.max_entries, batch, scope.comp)
             else:
-                cos, entries = None, scoped_entry_matrix(self.entry_selector, batch, flat, scope.comp, budget, self.device)
+                cos, entries = (
+                    None,
+                    scoped_entry_matrix(self.entry_selector, batch, flat, scope.comp, budget, self.device),
+                )
             return self.traverse_batch(batch.graph, flat, entries, budget, cos, scope)
+
         return retrieve_union(self, graphs, queries, budget, run)
 
-    def select_entries(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> tuple[Tensor, Tensor | None]:
+    def select_entries(
+        self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget
+    ) -> tuple[Tensor, Tensor | None]:
         """``([B, <=max_entries] entry rows, -1 padded; [B, N] cos(q, x_v) or None)`` on the policy's
         device: the embedding selector's score matrix is kept for :meth:`traverse_batch`."""
         if type(self.entry_selector) is EmbeddingEntrySelector and graph.num_nodes:
@@ -238,8 +297,15 @@ class RouterPolicy(TraversalPolicy):
         return entry_matrix(self.entry_selector, graph, queries, budget, self.device), None
 
     @torch.no_grad()
-    def traverse_batch(self, graph: MemoryGraph, queries: Sequence[Query], entries: Tensor | Sequence[Sequence[int]],
-                       budget: Budget, cos_all: Tensor | None = None, scope: Scope | None = None) -> list[Retrieval]:
+    def traverse_batch(
+        self,
+        graph: MemoryGraph,
+        queries: Sequence[Query],
+        entries: Tensor | Sequence[Sequence[int]],
+        budget: Budget,
+        cos_all: Tensor | None = None,
+        scope: Scope | None = None,
+    ) -> list[Retrieval]:
         """The walk for all queries at once, from given entry rows (``[B, <=max_entries]``, ``-1`` padded).
 
         Per hop, every out-edge of every frontier node of every query is one row of a ragged
@@ -328,18 +394,32 @@ class RouterPolicy(TraversalPolicy):
         considered = _group_by_query(considered_q, considered_e, nq)
         ent = [[v for v in row if v >= 0] for row in entries.tolist()]
         used = used.tolist()
-        return [Retrieval(loaded=loaded[i], entries=ent[i], edges_considered=considered[i], edges_traversed=traversed[i],
-                          loaded_tokens=used[i], max_depth=depth[i], scores=scores[i]) for i in range(nq)]
+        return [
+            Retrieval(
+                loaded=loaded[i],
+                entries=ent[i],
+                edges_considered=considered[i],
+                edges_traversed=traversed[i],
+                loaded_tokens=used[i],
+                max_depth=depth[i],
+                scores=scores[i],
+            )
+            for i in range(nq)
+        ]
 
     def _graph_tensors(self, graph: MemoryGraph) -> tuple[Tensor, ...]:
         """Query-independent tensors of ``graph`` on the policy's device, cached on the graph:
         ``(x, rowptr, perm, dst, edge_type, edge_cos, tokens)`` with the per-edge arrays in CSR order
         (position ``rowptr[v] + j`` is the ``j``-th out-edge of ``v``), so a frontier node's edges are
         read contiguously."""
+
         def build():
             rowptr, perm = graph.csr()
             per_edge = (graph.edge_index[1][perm], graph.edge_type[perm], edge_cosines(graph)[perm])
-            return tuple(t.to(self.device) for t in (unit_embeddings(graph), rowptr, perm, *per_edge, graph.node_tokens()))
+            return tuple(
+                t.to(self.device) for t in (unit_embeddings(graph), rowptr, perm, *per_edge, graph.node_tokens())
+            )
+
         return graph.cached(f"policies.router_tensors:{self.device}", build, (graph.embeddings, graph.edge_index))
 
 
@@ -354,8 +434,12 @@ def first_occurrence(key: Tensor) -> Tensor:
 
 def edge_cosines(graph: MemoryGraph, chunk: int = 1 << 18) -> Tensor:
     """``[E]`` ``cos(x_i, x_j)`` of every edge ``i -> j``, cached while the embeddings and edges are unchanged."""
+
     def build():
         x, (src, dst) = unit_embeddings(graph), graph.edge_index
-        return torch.cat([(x[src[a:a + chunk]] * x[dst[a:a + chunk]]).sum(-1) for a in range(0, graph.num_edges, chunk)]
-                         or [torch.empty(0)])
+        return torch.cat(
+            [(x[src[a : a + chunk]] * x[dst[a : a + chunk]]).sum(-1) for a in range(0, graph.num_edges, chunk)]
+            or [torch.empty(0)]
+        )
+
     return graph.cached("policies.edge_cosines", build, (graph.embeddings, graph.edge_index))

@@ -23,13 +23,35 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import (Budget, Query, Retrieval, TraversalPolicy, register_policy, resolve_device,
-                                    share_wall_time)
-from graphmem.policies.batched import (Scope, bfs_retrievals, entry_matrix, level_bfs, query_spans, retrieve_union,
-                                      scoped_entry_matrix, segment_topk, segments)
+from graphmem.policies.base import (
+    Budget,
+    Query,
+    Retrieval,
+    TraversalPolicy,
+    register_policy,
+    resolve_device,
+    share_wall_time,
+)
+from graphmem.policies.batched import (
+    Scope,
+    bfs_retrievals,
+    entry_matrix,
+    level_bfs,
+    query_spans,
+    retrieve_union,
+    scoped_entry_matrix,
+    segment_topk,
+    segments,
+)
 from graphmem.policies.beta_bfs import bounded_bfs
-from graphmem.policies.entries import (EntrySelector, graph_cached, graph_tables, make_entry_selector, node_id_rank,
-                                      validate_entries)
+from graphmem.policies.entries import (
+    EntrySelector,
+    graph_cached,
+    graph_tables,
+    make_entry_selector,
+    node_id_rank,
+    validate_entries,
+)
 
 
 @dataclass
@@ -79,11 +101,14 @@ def neighbor_priority(seed: Tensor, v: Tensor, u: Tensor) -> Tensor:
     return _shift_right(x, 1)
 
 
-def unique_neighbors_by_id(graph: MemoryGraph, device: str | torch.device | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def unique_neighbors_by_id(
+    graph: MemoryGraph, device: str | torch.device | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
     """``(rowptr, target, edge)`` of distinct out-neighbours by ascending string id (on ``device``).
 
     ``edge`` is the lowest edge id among parallel edges. Depends on the structure only.
     """
+
     def build():
         n, src, dst = graph.num_nodes, graph.edge_index[0], graph.edge_index[1]
         order = torch.argsort(src * max(n, 1) + node_id_rank(graph)[dst], stable=True)
@@ -94,6 +119,7 @@ def unique_neighbors_by_id(graph: MemoryGraph, device: str | torch.device | None
         rowptr = torch.zeros(n + 1, dtype=torch.long)
         rowptr[1:] = torch.cumsum(torch.bincount(src[rep], minlength=n), 0)
         return rowptr, dst[rep], rep
+
     return graph_cached(graph, "policies.uniform_table", (graph.edge_index,), build, device)
 
 
@@ -108,7 +134,9 @@ class UniformBFS(TraversalPolicy):
             (default: ``"cpu"``).
     """
 
-    def __init__(self, seed: int = 0, entries: str | EntrySelector = "embedding", device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self, seed: int = 0, entries: str | EntrySelector = "embedding", device: str | torch.device = "cpu"
+    ) -> None:
         self.seed = int(seed)
         self.entries = make_entry_selector(entries)
         self.device = resolve_device(device)
@@ -126,9 +154,12 @@ class UniformBFS(TraversalPolicy):
             for e, u in zip(out, dst[out].tolist()):
                 first.setdefault(u, e)  # out-edges come ordered by (target, edge id)
             neigh = sorted(first.items(), key=lambda item: ids[item[0]])
-            keys = neighbor_priority(torch.full((len(neigh),), seed), torch.full((len(neigh),), v),
-                                     torch.tensor([u for u, _ in neigh], dtype=torch.long)).tolist()
-            picks = sorted(range(len(neigh)), key=lambda i: (keys[i], i))[:budget.top_k_neighbors]
+            keys = neighbor_priority(
+                torch.full((len(neigh),), seed),
+                torch.full((len(neigh),), v),
+                torch.tensor([u for u, _ in neigh], dtype=torch.long),
+            ).tolist()
+            picks = sorted(range(len(neigh)), key=lambda i: (keys[i], i))[: budget.top_k_neighbors]
             return out, [neigh[i] for i in picks]
 
         result = bounded_bfs(graph, entries, budget, expand)
@@ -144,18 +175,22 @@ class UniformBFS(TraversalPolicy):
         entries = entry_matrix(self.entries, graph, queries, budget, self.device)
         return share_wall_time(self._walk(graph, queries, entries, budget), t0)
 
-    def retrieve_graphs(self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]],
-                        budget: Budget) -> list[list[Retrieval]]:
+    def retrieve_graphs(
+        self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget
+    ) -> list[list[Retrieval]]:
         """All queries of all ``graphs`` in one batched call over their disjoint union; each draw is
         hashed with the rows the nodes have in their own graph, so the draws are those of
         :meth:`retrieve_batch` on that graph."""
+
         def run(batch, flat, scope):
             entries = scoped_entry_matrix(self.entries, batch, flat, scope.comp, budget, self.device)
             return self._walk(batch.graph, flat, entries, budget, scope)
+
         return retrieve_union(self, graphs, queries, budget, run)
 
-    def _walk(self, graph: MemoryGraph, queries: Sequence[Query], entries: Tensor, budget: Budget,
-              scope: Scope | None = None) -> list[Retrieval]:
+    def _walk(
+        self, graph: MemoryGraph, queries: Sequence[Query], entries: Tensor, budget: Budget, scope: Scope | None = None
+    ) -> list[Retrieval]:
         dev = self.device
         seeds = torch.tensor([_signed(query_seed(self.seed, q.qid)) for q in queries], dtype=torch.long, device=dev)
         rowptr, target, edge = unique_neighbors_by_id(graph, dev)

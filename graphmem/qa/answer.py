@@ -47,14 +47,20 @@ INTENT_DESCRIPTIONS: dict[str, str] = {
 
 # The instruction placed in the answer prompt for each predicted intent.
 INTENT_GUIDANCE: dict[str, str] = {
-    "temporal": ("The question is about time. Use the dates shown with the records; resolve relative expressions "
-                 "such as 'last week' or 'yesterday' against the record's date and answer with a specific date, "
-                 "period or order of events."),
+    "temporal": (
+        "The question is about time. Use the dates shown with the records; resolve relative expressions "
+        "such as 'last week' or 'yesterday' against the record's date and answer with a specific date, "
+        "period or order of events."
+    ),
     "semantic": "The question asks for a fact. Answer with the specific fact the records state, in a few words.",
-    "causal": ("The question asks for a reason or a consequence. Answer with the cause or effect the records give, "
-               "in one short phrase."),
-    "entity": ("The question asks about specific people, places or things. Name them exactly as the records do; "
-               "list several items separated by commas when the records give several."),
+    "causal": (
+        "The question asks for a reason or a consequence. Answer with the cause or effect the records give, "
+        "in one short phrase."
+    ),
+    "entity": (
+        "The question asks about specific people, places or things. Name them exactly as the records do; "
+        "list several items separated by commas when the records give several."
+    ),
     GENERAL: "Answer in a few words, as specifically as the records allow.",
 }
 
@@ -91,8 +97,14 @@ class IntentPredictor:
         return out
 
 
-def make_intent_predictor(kind: str = "prototype", *, encoder=None, checkpoint: str | None = None,
-                          temperature: float = 0.1, min_weight: float = 0.4) -> IntentPredictor:
+def make_intent_predictor(
+    kind: str = "prototype",
+    *,
+    encoder=None,
+    checkpoint: str | None = None,
+    temperature: float = 0.1,
+    min_weight: float = 0.4,
+) -> IntentPredictor:
     """Build the intent source named by ``kind`` (``prototype``, ``checkpoint`` or ``uniform``).
 
     ``prototype`` embeds :data:`INTENT_DESCRIPTIONS` with ``encoder`` (default: the MiniLM encoder,
@@ -123,8 +135,9 @@ def make_intent_predictor(kind: str = "prototype", *, encoder=None, checkpoint: 
 
 
 # ------------------------------------------------------------------------------------ context
-def context_records(graph: MemoryGraph, loaded_ids: Sequence[str],
-                    context_fields: Sequence[str] = ("date_time", "title")) -> list[tuple[str, str]]:
+def context_records(
+    graph: MemoryGraph, loaded_ids: Sequence[str], context_fields: Sequence[str] = ("date_time", "title")
+) -> list[tuple[str, str]]:
     """``(node id, text)`` of the loaded nodes in load order; present ``context_fields`` of a node's
     metadata are prefixed as ``[value]`` (the date of a turn, the title of a passage)."""
     records = []
@@ -150,15 +163,19 @@ class AnswerRequest:
 def answer_messages(request: AnswerRequest) -> Messages:
     """The system + user messages of one request (template ``qa_answer``)."""
     nonce = make_nonce([request.question, *(t for r in request.records for t in r)])
-    return render(ROLE, nonce, guidance=INTENT_GUIDANCE[request.intent],
-                  memory_block=memory_block(list(request.records), nonce),
-                  question_block=block("question", request.question, nonce))
+    return render(
+        ROLE,
+        nonce,
+        guidance=INTENT_GUIDANCE[request.intent],
+        memory_block=memory_block(list(request.records), nonce),
+        question_block=block("question", request.question, nonce),
+    )
 
 
 def clean_answer(text: str, max_chars: int = 400) -> str:
     """First non-empty line of a reply, without an ``Answer:`` prefix or wrapping quotes."""
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    line = _PREFIX.sub("", line).strip().strip('"\'`').strip()
+    line = _PREFIX.sub("", line).strip().strip("\"'`").strip()
     return line[:max_chars]
 
 
@@ -176,8 +193,13 @@ class CallUsage:
     def of(completion) -> dict[str, Any]:
         if completion is None:
             return {}
-        return {"prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
-                "cost_usd": completion.cost_usd, "latency_s": completion.latency_s, "cached": completion.cached}
+        return {
+            "prompt_tokens": completion.prompt_tokens,
+            "completion_tokens": completion.completion_tokens,
+            "cost_usd": completion.cost_usd,
+            "latency_s": completion.latency_s,
+            "cached": completion.cached,
+        }
 
 
 @dataclass
@@ -204,35 +226,50 @@ class Answerer:
         abstention_phrases: phrases that mark an abstention (default: scoring's).
     """
 
-    def __init__(self, client: LLMClient, max_tokens: int = 48,
-                 abstention_phrases: Sequence[str] = ABSTENTION_PHRASES):
+    def __init__(self, client: LLMClient, max_tokens: int = 48, abstention_phrases: Sequence[str] = ABSTENTION_PHRASES):
         self.client, self.max_tokens, self.abstention_phrases = client, int(max_tokens), tuple(abstention_phrases)
 
-    def answer_many(self, requests: Sequence[AnswerRequest],
-                    on_done: Callable[[int], None] | None = None) -> list[Answer]:
+    def answer_many(
+        self, requests: Sequence[AnswerRequest], on_done: Callable[[int], None] | None = None
+    ) -> list[Answer]:
         def check(text: str) -> str | None:
             return None if clean_answer(text) else "no answer line in the reply"
 
         answers = []
         for k in range(0, len(requests), max(1, self.client.config.max_concurrency)):
-            chunk = requests[k:k + max(1, self.client.config.max_concurrency)]
-            replies = self.client.complete_many(ROLE, [answer_messages(r) for r in chunk],
-                                                max_tokens=self.max_tokens, validate=check)
+            chunk = requests[k : k + max(1, self.client.config.max_concurrency)]
+            replies = self.client.complete_many(
+                ROLE, [answer_messages(r) for r in chunk], max_tokens=self.max_tokens, validate=check
+            )
             for r, c in zip(chunk, replies):
                 text = clean_answer(c.text) if c is not None else None
-                answers.append(Answer(
-                    qid=r.qid, text=text, raw=c.text if c is not None else None,
-                    abstained=text is not None and is_abstention(text, self.abstention_phrases),
-                    intent=r.intent, intent_weights=r.intent_weights, **CallUsage.of(c)))
+                answers.append(
+                    Answer(
+                        qid=r.qid,
+                        text=text,
+                        raw=c.text if c is not None else None,
+                        abstained=text is not None and is_abstention(text, self.abstention_phrases),
+                        intent=r.intent,
+                        intent_weights=r.intent_weights,
+                        **CallUsage.of(c),
+                    )
+                )
             if on_done is not None:
                 on_done(len(chunk))
         return answers
 
 
-def build_requests(queries: Sequence[Query], graph_of: Sequence[str], loaded: Sequence[Sequence[str]],
-                   graphs: dict[str, MemoryGraph], intents: IntentPredictor,
-                   context_fields: Sequence[str] = ("date_time", "title")) -> list[AnswerRequest]:
+def build_requests(
+    queries: Sequence[Query],
+    graph_of: Sequence[str],
+    loaded: Sequence[Sequence[str]],
+    graphs: dict[str, MemoryGraph],
+    intents: IntentPredictor,
+    context_fields: Sequence[str] = ("date_time", "title"),
+) -> list[AnswerRequest]:
     """One request per query from its graph and loaded ids; the intent is predicted from the query."""
     predicted = intents(list(queries))
-    return [AnswerRequest(q.qid, q.text, tuple(context_records(graphs[g], ids, context_fields)), label, weights)
-            for q, g, ids, (label, weights) in zip(queries, graph_of, loaded, predicted)]
+    return [
+        AnswerRequest(q.qid, q.text, tuple(context_records(graphs[g], ids, context_fields)), label, weights)
+        for q, g, ids, (label, weights) in zip(queries, graph_of, loaded, predicted)
+    ]

@@ -11,7 +11,8 @@ allowed (:func:`check_judge_config`), because a model grading itself is biased.
 
 Parsing: the ``score`` of the first JSON object in the reply; else a ``score: s`` pattern; else
 the first percentage ``p%`` (as ``p/100``); else the first standalone ``0``, ``1``, ``0.x`` or
-``1.0`` in the text (small local models answer in prose). A value outside ``[0, 1]`` or no value at all is an unusable reply
+``1.0`` in the text (small local models answer in prose). A value outside ``[0, 1]`` or no value at all
+is an unusable reply
 and is retried by the client; after the last retry the verdict has ``score=None`` and counts as a
 judge failure (excluded from the judge mean, reported as a failure).
 """
@@ -46,7 +47,8 @@ def check_judge_config(answer: LLMConfig, judge: LLMConfig, allow_same_model: bo
     if same and not allow_same_model:
         raise SameModelError(
             f"judge model {judge.model!r} is the answer model; configure a different qa.judge.llm.model, or set "
-            "qa.judge.allow_same_model=true to force it (the results are then marked as self-judged)")
+            "qa.judge.allow_same_model=true to force it (the results are then marked as self-judged)"
+        )
 
 
 def parse_score(text: str | None) -> float | None:
@@ -89,9 +91,13 @@ def parse_reason(text: str | None) -> str:
 def judge_messages(question: str, reference: str, response: str) -> Messages:
     """System + user messages of one judgement (template ``qa_judge``)."""
     nonce = make_nonce([question, reference, response])
-    return render(ROLE, nonce, question_block=block("question", question, nonce),
-                  reference_block=block("reference", reference, nonce),
-                  response_block=block("response", response, nonce))
+    return render(
+        ROLE,
+        nonce,
+        question_block=block("question", question, nonce),
+        reference_block=block("reference", reference, nonce),
+        response_block=block("response", response, nonce),
+    )
 
 
 @dataclass(frozen=True)
@@ -137,9 +143,13 @@ class Judge:
         out: list[Verdict] = []
         step = max(1, self.client.config.max_concurrency)
         for k in range(0, len(items), step):
-            chunk = items[k:k + step]
-            replies = self.client.complete_many(ROLE, [judge_messages(i.question, i.reference, i.response) for i in chunk],
-                                                max_tokens=self.max_tokens, validate=check)
+            chunk = items[k : k + step]
+            replies = self.client.complete_many(
+                ROLE,
+                [judge_messages(i.question, i.reference, i.response) for i in chunk],
+                max_tokens=self.max_tokens,
+                validate=check,
+            )
             for item, c in zip(chunk, replies):
                 if c is None:
                     out.append(Verdict(item.qid, None))

@@ -86,15 +86,22 @@ class QASettings:
     @classmethod
     def from_mapping(cls, qa: Mapping[str, Any]) -> QASettings:
         """From the plain ``qa`` mapping (``enabled`` is read by the caller)."""
-        answer, judge, scoring = dict(qa.get("answer") or {}), dict(qa.get("judge") or {}), dict(qa.get("scoring") or {})
+        answer, judge, scoring = (
+            dict(qa.get("answer") or {}),
+            dict(qa.get("judge") or {}),
+            dict(qa.get("scoring") or {}),
+        )
         judge_llm = dict(judge.get("llm") or {})
         use_judge = judge.get("enabled", True) and judge_llm.get("model")
         return cls(
             answer_llm=LLMConfig.from_dict(answer.get("llm") or {}),
             judge_llm=LLMConfig.from_dict(judge_llm) if use_judge else None,
-            max_questions=qa.get("max_questions", 50), seed=int(qa.get("seed", 0)),
-            answer_max_tokens=int(answer.get("max_tokens", 48)), judge_max_tokens=int(judge.get("max_tokens", 96)),
-            intent=answer.get("intent", "prototype"), intent_checkpoint=answer.get("intent_checkpoint"),
+            max_questions=qa.get("max_questions", 50),
+            seed=int(qa.get("seed", 0)),
+            answer_max_tokens=int(answer.get("max_tokens", 48)),
+            judge_max_tokens=int(judge.get("max_tokens", 96)),
+            intent=answer.get("intent", "prototype"),
+            intent_checkpoint=answer.get("intent_checkpoint"),
             intent_min_weight=float(answer.get("intent_min_weight", 0.4)),
             context_fields=tuple(answer.get("context_fields") or ()),
             allow_same_model=bool(judge.get("allow_same_model", False)),
@@ -122,9 +129,16 @@ def select_questions(questions: Sequence[Question], n: int | None, seed: int) ->
     return [q for i, q in enumerate(questions) if i in keep]
 
 
-def _answer_phase(queries: Sequence[Query], graph_of: Sequence[str], loaded: Sequence[Sequence[str]],
-                  graphs: dict[str, MemoryGraph], answerer: Answerer, intents: IntentPredictor,
-                  context_fields: Sequence[str], progress: bool):
+def _answer_phase(
+    queries: Sequence[Query],
+    graph_of: Sequence[str],
+    loaded: Sequence[Sequence[str]],
+    graphs: dict[str, MemoryGraph],
+    answerer: Answerer,
+    intents: IntentPredictor,
+    context_fields: Sequence[str],
+    progress: bool,
+):
     """Phase 1: nothing but queries, graphs and loaded ids is in scope."""
     from tqdm.auto import tqdm
 
@@ -133,11 +147,22 @@ def _answer_phase(queries: Sequence[Query], graph_of: Sequence[str], loaded: Seq
         return answerer.answer_many(requests, on_done=bar.update)
 
 
-def run_qa(questions: Sequence[Question], queries: Sequence[Query], loaded: Sequence[Sequence[str]],
-           graphs: dict[str, MemoryGraph], answerer: Answerer, judge: Judge | None, intents: IntentPredictor,
-           conventions: Mapping[int | str, str], *, policy: str = "", dataset: str = "",
-           context_fields: Sequence[str] = ("date_time", "title"), abstention_phrases: Sequence[str] = ABSTENTION_PHRASES,
-           progress: bool = False) -> QAResult:
+def run_qa(
+    questions: Sequence[Question],
+    queries: Sequence[Query],
+    loaded: Sequence[Sequence[str]],
+    graphs: dict[str, MemoryGraph],
+    answerer: Answerer,
+    judge: Judge | None,
+    intents: IntentPredictor,
+    conventions: Mapping[int | str, str],
+    *,
+    policy: str = "",
+    dataset: str = "",
+    context_fields: Sequence[str] = ("date_time", "title"),
+    abstention_phrases: Sequence[str] = ABSTENTION_PHRASES,
+    progress: bool = False,
+) -> QAResult:
     """Answer, score and judge ``questions`` (aligned with ``queries`` and the ``loaded`` node ids)."""
     if not (len(questions) == len(queries) == len(loaded)):
         raise ValueError(f"{len(questions)} questions, {len(queries)} queries, {len(loaded)} retrievals")
@@ -151,23 +176,38 @@ def run_qa(questions: Sequence[Question], queries: Sequence[Query], loaded: Sequ
     scores = [score_answer(a.text, q.answer, r, abstention_phrases) for a, q, r in zip(answers, questions, rules)]
     verdicts: dict[str, Verdict] = {}
     if judge is not None:
-        items = [JudgeItem(q.qid, q.text, s.scored_gold or "", a.text)
-                 for q, a, s, r in zip(questions, answers, scores, rules)
-                 if r != "abstention" and a.text is not None and s.scored_gold]
+        items = [
+            JudgeItem(q.qid, q.text, s.scored_gold or "", a.text)
+            for q, a, s, r in zip(questions, answers, scores, rules)
+            if r != "abstention" and a.text is not None and s.scored_gold
+        ]
         verdicts = {v.qid: v for v in judge.judge_many(items)}
     rows = []
     for q, a, s, ids in zip(questions, answers, scores, loaded):
         v = verdicts.get(q.qid)
-        judge_score = 0.0 if (judge is not None and a.text is None and s.rule != "abstention") else (v.score if v else None)
-        rows.append({
-            "qid": q.qid, "graph": q.graph, "category": q.category, "category_name": category_name(q.category),
-            "question": q.text, "gold_answer": q.answer, "loaded": list(ids), "answer": a.to_json(),
-            "score": s.to_json(), "f1": s.f1, "em": s.em, "judge": judge_score,
-            "judge_detail": v.to_json() if v else None,
-            "tokens": a.prompt_tokens + a.completion_tokens + (v.prompt_tokens + v.completion_tokens if v else 0),
-            "cost_usd": (a.cost_usd or 0.0) + ((v.cost_usd or 0.0) if v else 0.0),
-            "latency_s": a.latency_s + (v.latency_s if v else 0.0),
-        })
+        judge_score = (
+            0.0 if (judge is not None and a.text is None and s.rule != "abstention") else (v.score if v else None)
+        )
+        rows.append(
+            {
+                "qid": q.qid,
+                "graph": q.graph,
+                "category": q.category,
+                "category_name": category_name(q.category),
+                "question": q.text,
+                "gold_answer": q.answer,
+                "loaded": list(ids),
+                "answer": a.to_json(),
+                "score": s.to_json(),
+                "f1": s.f1,
+                "em": s.em,
+                "judge": judge_score,
+                "judge_detail": v.to_json() if v else None,
+                "tokens": a.prompt_tokens + a.completion_tokens + (v.prompt_tokens + v.completion_tokens if v else 0),
+                "cost_usd": (a.cost_usd or 0.0) + ((v.cost_usd or 0.0) if v else 0.0),
+                "latency_s": a.latency_s + (v.latency_s if v else 0.0),
+            }
+        )
     info = {"questions": len(rows), "judged": judge is not None}
     return QAResult(policy=policy, dataset=dataset, rows=rows, summary=summarize_qa(rows), info=info)
 
@@ -180,12 +220,18 @@ def _aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     judge_failures = sum(1 for r in rows if r["judge_detail"] is not None and r["judge_detail"]["score"] is None)
     latencies = [r["latency_s"] for r in rows]
     return {
-        "n": n, "f1": sum(r["f1"] for r in rows) / n, "em": sum(r["em"] for r in rows) / n,
-        "judge": sum(judged) / len(judged) if judged else None, "judged": len(judged), "judge_failures": judge_failures,
+        "n": n,
+        "f1": sum(r["f1"] for r in rows) / n,
+        "em": sum(r["em"] for r in rows) / n,
+        "judge": sum(judged) / len(judged) if judged else None,
+        "judged": len(judged),
+        "judge_failures": judge_failures,
         "abstention_rate": sum(r["answer"]["abstained"] for r in rows) / n,
         "answer_failures": sum(r["answer"]["text"] is None for r in rows),
-        "tokens": sum(r["tokens"] for r in rows), "cost_usd": sum(r["cost_usd"] for r in rows),
-        "latency_s": sum(latencies) / n, "latency_p95_s": percentile(latencies, 95),
+        "tokens": sum(r["tokens"] for r in rows),
+        "cost_usd": sum(r["cost_usd"] for r in rows),
+        "latency_s": sum(latencies) / n,
+        "latency_p95_s": percentile(latencies, 95),
     }
 
 
@@ -194,7 +240,9 @@ def summarize_qa(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     answerable = [r for r in rows if r["score"]["rule"] != "abstention"]
     unanswerable = [r for r in rows if r["score"]["rule"] == "abstention"]
     out = {OVERALL: _aggregate(answerable)}
-    for cat in sorted({r["category"] for r in rows}, key=lambda c: (isinstance(c, str), str(c) if isinstance(c, str) else c)):
+    for cat in sorted(
+        {r["category"] for r in rows}, key=lambda c: (isinstance(c, str), str(c) if isinstance(c, str) else c)
+    ):
         out[category_name(cat)] = _aggregate([r for r in rows if r["category"] == cat])
     if unanswerable:
         out[UNANSWERABLE] = _aggregate(unanswerable)
@@ -202,57 +250,94 @@ def summarize_qa(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def make_components(settings: QASettings, encoder=None, intents: IntentPredictor | None = None
-                    ) -> tuple[Answerer, Judge | None, IntentPredictor, LLMClient, LLMClient | None]:
+def make_components(
+    settings: QASettings, encoder=None, intents: IntentPredictor | None = None
+) -> tuple[Answerer, Judge | None, IntentPredictor, LLMClient, LLMClient | None]:
     """Fresh clients (usage is accounted per run), answerer, judge and — unless given — the intent source."""
     answer_client = LLMClient(settings.answer_llm)
     judge_client = LLMClient(settings.judge_llm) if settings.judge_llm is not None else None
     answerer = Answerer(answer_client, settings.answer_max_tokens, settings.abstention_phrases)
     judge = Judge(judge_client, settings.judge_max_tokens) if judge_client is not None else None
-    intents = intents or make_intent_predictor(settings.intent, encoder=encoder, checkpoint=settings.intent_checkpoint,
-                                               min_weight=settings.intent_min_weight)
+    intents = intents or make_intent_predictor(
+        settings.intent, encoder=encoder, checkpoint=settings.intent_checkpoint, min_weight=settings.intent_min_weight
+    )
     return answerer, judge, intents, answer_client, judge_client
 
 
-def evaluate_qa(settings: QASettings, graphset, loaded_by_qid: Mapping[str, Sequence[str]], *, policy: str = "",
-                components=None, progress: bool = False) -> QAResult:
+def evaluate_qa(
+    settings: QASettings,
+    graphset,
+    loaded_by_qid: Mapping[str, Sequence[str]],
+    *,
+    policy: str = "",
+    components=None,
+    progress: bool = False,
+) -> QAResult:
     """QA over a seeded sample of ``graphset``'s questions, using each question's loaded node ids.
 
     ``loaded_by_qid`` maps a qid to the ids the policy loaded (e.g. from an evaluation's rows).
     """
     answerer, judge, intents, answer_client, judge_client = components or make_components(settings)
-    questions = select_questions([q for q in graphset.questions if q.qid in loaded_by_qid],
-                                 settings.max_questions, settings.seed)
+    questions = select_questions(
+        [q for q in graphset.questions if q.qid in loaded_by_qid], settings.max_questions, settings.seed
+    )
     by_qid = {x.qid: x for x in graphset.queries()}
-    result = run_qa(questions, [by_qid[q.qid] for q in questions], [loaded_by_qid[q.qid] for q in questions],
-                    graphset.graphs, answerer, judge, intents, conventions_for(graphset.dataset, settings.conventions),
-                    policy=policy, dataset=graphset.dataset, context_fields=settings.context_fields,
-                    abstention_phrases=settings.abstention_phrases, progress=progress)
-    result.info.update({
-        "answer_model": settings.answer_llm.model, "answer_local_substitute": answer_client.is_local_substitute,
-        "judge_model": settings.judge_llm.model if settings.judge_llm else None, "self_judged": settings.self_judged,
-        "intent": settings.intent, "seed": settings.seed,
-        "usage": {"answer": answer_client.usage_report(), "judge": judge_client.usage_report() if judge_client else None},
-        "failures": {"answer": answer_client.failure_summary(),
-                     "judge": judge_client.failure_summary() if judge_client else None},
-    })
+    result = run_qa(
+        questions,
+        [by_qid[q.qid] for q in questions],
+        [loaded_by_qid[q.qid] for q in questions],
+        graphset.graphs,
+        answerer,
+        judge,
+        intents,
+        conventions_for(graphset.dataset, settings.conventions),
+        policy=policy,
+        dataset=graphset.dataset,
+        context_fields=settings.context_fields,
+        abstention_phrases=settings.abstention_phrases,
+        progress=progress,
+    )
+    result.info.update(
+        {
+            "answer_model": settings.answer_llm.model,
+            "answer_local_substitute": answer_client.is_local_substitute,
+            "judge_model": settings.judge_llm.model if settings.judge_llm else None,
+            "self_judged": settings.self_judged,
+            "intent": settings.intent,
+            "seed": settings.seed,
+            "usage": {
+                "answer": answer_client.usage_report(),
+                "judge": judge_client.usage_report() if judge_client else None,
+            },
+            "failures": {
+                "answer": answer_client.failure_summary(),
+                "judge": judge_client.failure_summary() if judge_client else None,
+            },
+        }
+    )
     return result
 
 
 def summary_lines(result: QAResult) -> list[str]:
     """A printable summary: one line per group, then models and failures."""
-    lines = [f"QA [{result.policy}] {result.dataset}: answer={result.info.get('answer_model')} "
-             f"judge={result.info.get('judge_model')}{' (self-judged)' if result.info.get('self_judged') else ''}"
-             f"{' [local substitute]' if result.info.get('answer_local_substitute') else ''}"]
+    lines = [
+        f"QA [{result.policy}] {result.dataset}: answer={result.info.get('answer_model')} "
+        f"judge={result.info.get('judge_model')}{' (self-judged)' if result.info.get('self_judged') else ''}"
+        f"{' [local substitute]' if result.info.get('answer_local_substitute') else ''}"
+    ]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     for group, s in result.summary.items():
         if s.get("n"):
-            lines.append(f"  {group:<14} n={s['n']:<4} F1={fmt(s['f1'])} EM={fmt(s['em'])} judge={fmt(s['judge'])} "
-                         f"(judged {s['judged']}, fail {s['judge_failures']}) abstain={fmt(s['abstention_rate'])} "
-                         f"tokens={s['tokens']} cost=${s['cost_usd']:.4f} latency={s['latency_s']:.2f}s/q")
+            lines.append(
+                f"  {group:<14} n={s['n']:<4} F1={fmt(s['f1'])} EM={fmt(s['em'])} judge={fmt(s['judge'])} "
+                f"(judged {s['judged']}, fail {s['judge_failures']}) abstain={fmt(s['abstention_rate'])} "
+                f"tokens={s['tokens']} cost=${s['cost_usd']:.4f} latency={s['latency_s']:.2f}s/q"
+            )
     fails = result.info.get("failures", {})
-    lines.append(f"  failures: answer={(fails.get('answer') or {}).get('failures', 0)} "
-                 f"judge={(fails.get('judge') or {}).get('failures', 0)}")
+    lines.append(
+        f"  failures: answer={(fails.get('answer') or {}).get('failures', 0)} "
+        f"judge={(fails.get('judge') or {}).get('failures', 0)}"
+    )
     return lines
 
 

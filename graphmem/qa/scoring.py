@@ -117,8 +117,13 @@ class Score:
     abstained: bool
 
     def to_json(self) -> dict:
-        return {"rule": self.rule, "f1": self.f1, "em": self.em, "scored_gold": self.scored_gold,
-                "abstained": self.abstained}
+        return {
+            "rule": self.rule,
+            "f1": self.f1,
+            "em": self.em,
+            "scored_gold": self.scored_gold,
+            "abstained": self.abstained,
+        }
 
 
 def rule_for(category: int | str, conventions: Mapping[int | str, str]) -> str:
@@ -127,14 +132,17 @@ def rule_for(category: int | str, conventions: Mapping[int | str, str]) -> str:
     if rule is None and isinstance(category, str) and category.isdigit():
         rule = conventions.get(int(category))
     if rule is None:
-        raise KeyError(f"no scoring rule for category {category!r}; the convention map covers {sorted(map(str, conventions))}")
+        raise KeyError(
+            f"no scoring rule for category {category!r}; the convention map covers {sorted(map(str, conventions))}"
+        )
     if rule not in RULES:
         raise ValueError(f"unknown scoring rule {rule!r} for category {category!r}; known: {RULES}")
     return rule
 
 
-def score_answer(prediction: str | None, gold: str | None, rule: str,
-                 abstention_phrases: Sequence[str] = ABSTENTION_PHRASES) -> Score:
+def score_answer(
+    prediction: str | None, gold: str | None, rule: str, abstention_phrases: Sequence[str] = ABSTENTION_PHRASES
+) -> Score:
     """Apply ``rule`` (one of :data:`RULES`) to one prediction; a failed answer is ``None`` and scores 0."""
     abstained = prediction is not None and is_abstention(prediction, abstention_phrases)
     if rule == "abstention":
@@ -160,6 +168,8 @@ def conventions_for(dataset: str, override: Mapping[int | str, str] | None = Non
     if override:
         return {(int(k) if isinstance(k, str) and k.isdigit() else k): v for k, v in override.items()}
     if dataset not in CONVENTIONS:
-        raise KeyError(f"no scoring conventions for dataset {dataset!r}; known: {sorted(CONVENTIONS)} "
-                       "(pass qa.scoring.conventions to define them)")
+        raise KeyError(
+            f"no scoring conventions for dataset {dataset!r}; known: {sorted(CONVENTIONS)} "
+            "(pass qa.scoring.conventions to define them)"
+        )
     return dict(CONVENTIONS[dataset])
