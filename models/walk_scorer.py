@@ -1,0 +1,154 @@
+"""WalkScorer: the learned router's score of a walk candidate ``u -> v`` (``u`` loaded, ``v`` not).
+
+For a query ``q`` (unit ``q̂``), its relation intent ``π(q)`` and a candidate pair ``u -> v`` with
+inductive edge features ``e_uv`` (:class:`models.edge_encoder.EdgeEncoder`) and raw pair features
+``a_uv``:
+
+    m(q)   = R · π(q) + g([q̂ ; π(q)])                         modulation (HAGE), g: MLP, last layer zero-init
+    σ_uv   = [cos(q, x_u), cos(q, x_v), cos(x_u, x_v)]         semantic similarities of the step
+    ρ_v    = [1(v is an entry), 1(depth 1), 1(depth 2), depth / max(1, depth)]   path features
+    w_uv   = h([m(q) ⊙ e_uv ; a_uv ; σ_uv ; ρ_v])              structural weight, h: MLP
+    ι_qv   = (A q̂) · (B x̂_v)                                  low-rank query/node interaction
+    s_uv   = cos(q, x_v) + ι_qv + w_uv                         the candidate's score
+
+Entries have no parent: ``e = a = 0`` and ``cos(q, x_u) = 0``. At initialisation ``A = 0`` and the
+last layers of ``g`` and ``h`` are zero, so ``s = cos(q, x_v)``: the untrained router walks by
+cosine. Everything is computed from the frozen node and query embeddings and from pair features
+every graph has, so a trained scorer applies to graphs it never saw.
+
+The stop head ``stop(q, state) = α · max open s + β · loaded / max_nodes + b`` (``b`` starts at
+-10: the untrained walk fills its budget) decides when the walk ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from graphmem.policies.base import Budget
+from models.edge_encoder import EDGE_FEATURE_DIM, NUM_PAIR_FEATURES, EdgeEncoder
+from models.intent import RelationIntent
+
+NUM_PATH_FEATURES = 4
+
+
+@dataclass
+class ScorerConfig:
+    """Shape of a :class:`WalkScorer`."""
+
+    dim: int = 384
+    """node / query embedding size D"""
+    rank: int = 32
+    """rank of the query/node interaction ι (0 disables it)"""
+    hidden: int = 64
+    """width of the heads g and h"""
+    edge_mode: str = "inductive"
+    """EdgeEncoder mode: onehot, phase1, table or inductive"""
+    edge_hidden: int = 32
+    """width of the edge encoder's MLP"""
+    edge_rank: int = 8
+    """rank of the edge encoder's embedding interaction"""
+    intent: str = "head"
+    """relation intent: prototype, head, uniform (no intent)"""
+    stop: bool = True
+    """whether the walk has a learned stop action"""
+
+
+class _Context:
+    """Per-batch precomputation: unit queries, their modulations and low-rank projections."""
+
+    def __init__(self, tables, q_unit: Tensor, m: Tensor, qa, xb, px, delta):
+        self.tables, self.q, self.m, self.qa, self.xb, self.px, self.delta = tables, q_unit, m, qa, xb, px, delta
+
+
+class WalkScorer(nn.Module):
+    """Candidate scores and stop logits of the best-first walk (module docstring for the formulas).
+
+    Args:
+        config: a :class:`ScorerConfig`.
+        residual_graphs: graphs of HAGE's per-edge residual table (edge modes ``table`` and, optionally,
+            ``inductive``) (default: None).
+    """
+
+    def __init__(self, config: ScorerConfig | None = None, residual_graphs=None, **overrides):
+        super().__init__()
+        cfg = config or ScorerConfig()
+        if overrides:
+            cfg = ScorerConfig(**{**asdict(cfg), **overrides})
+        self.config = cfg
+        r = EDGE_FEATURE_DIM
+        self.edges = EdgeEncoder(cfg.dim, cfg.edge_mode, cfg.edge_hidden, cfg.edge_rank, residual_graphs)
+        self.intent = RelationIntent(cfg.dim, kind=cfg.intent, num_relations=r)
+        self.modulator = nn.Sequential(nn.Linear(cfg.dim + r, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, r))
+        nn.init.zeros_(self.modulator[2].weight)
+        nn.init.zeros_(self.modulator[2].bias)
+        if cfg.rank:
+            self.query_proj = nn.Linear(cfg.dim, cfg.rank, bias=False)  # A
+            self.node_proj = nn.Linear(cfg.dim, cfg.rank, bias=False)  # B
+            nn.init.zeros_(self.query_proj.weight)
+        width = r + NUM_PAIR_FEATURES + 3 + NUM_PATH_FEATURES
+        self.head = nn.Sequential(nn.Linear(width, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, 1))
+        nn.init.zeros_(self.head[2].weight)
+        nn.init.zeros_(self.head[2].bias)
+        self.stop_weights = nn.Parameter(torch.zeros(2)) if cfg.stop else None
+        self.stop_bias = nn.Parameter(torch.tensor(-10.0)) if cfg.stop else None
+
+    # ------------------------------------------------------------------ CandidateScorer
+    def prepare(self, tables, q: Tensor) -> _Context:
+        """Unit queries ``q̂``, modulations ``m(q)`` and the projections ``A q̂``, ``B x̂`` (all nodes)."""
+        qn = nn.functional.normalize(q.float(), dim=-1)
+        pi = self.intent(qn)
+        m = EDGE_FEATURE_DIM * pi + self.modulator(torch.cat([qn, pi], -1))
+        qa = xb = None
+        if self.config.rank:
+            qa, xb = self.query_proj(qn), self.node_proj(tables.x)
+        px = self.edges.node_projection(tables.x)
+        return _Context(tables, qn, m, qa, xb, px, self.edges.pair_delta(tables.pairs, tables.edge_rows))
+
+    def score(self, ctx: _Context, query: Tensor, parent: Tensor, child: Tensor, pair: Tensor, depth: Tensor) -> Tensor:
+        """``s_uv`` ``[C]`` (module docstring) of candidates ``parent -> child`` of query rows ``query``."""
+        tables = ctx.tables
+        x, q = tables.x, ctx.q[query]
+        is_entry = parent < 0
+        cos_v = (q * x[child]).sum(-1)
+        cos_u = torch.where(is_entry, 0.0, (q * x[parent.clamp(min=0)]).sum(-1))
+        p = pair.clamp(min=0)
+        e, _ = self.edges(tables.pairs, p, ctx.px, ctx.delta)
+        keep = (~is_entry).float()[:, None]
+        e, raw = e * keep, tables.pairs.raw[p] * keep
+        cos_uv = raw[:, EDGE_FEATURE_DIM + 1]  # p_s of the pair
+        d = depth.float()
+        path = torch.stack([is_entry.float(), (depth == 1).float(), (depth == 2).float(), d / d.clamp(min=1)], -1)
+        z = torch.cat([ctx.m[query] * e, raw, torch.stack([cos_u, cos_v, cos_uv], -1), path], -1)
+        s = cos_v + self.head(z).squeeze(-1)
+        if ctx.qa is not None:
+            s = s + (ctx.qa[query] * ctx.xb[child]).sum(-1)
+        return s
+
+    def stop_logit(self, ctx: _Context, best: Tensor, count: Tensor, budget: Budget) -> Tensor | None:
+        """``α · best + β · count / max_nodes + b`` ``[B]``; ``None`` without a stop head.
+
+        A row with no open candidate (``best = -inf``) gets the bias alone (that step cannot act anyway).
+        """
+        if self.stop_weights is None:
+            return None
+        best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
+        return self.stop_weights[0] * best + self.stop_weights[1] * count.float() / budget.max_nodes + self.stop_bias
+
+    # ------------------------------------------------------------------ regularisers
+    def anchor_loss(self, ctx: _Context, pairs: Tensor) -> Tensor:
+        """``mean ||e_ij - e0_ij||^2`` over the (distinct) pairs ``pairs``; 0 for static edges."""
+        if not self.edges.learned or pairs.numel() == 0:
+            return ctx.q.new_zeros(())
+        pairs = torch.unique(pairs)
+        e, e0 = self.edges(ctx.tables.pairs, pairs, ctx.px, ctx.delta)
+        return (e - e0).pow(2).sum(-1).mean()
+
+    def checkpoint(self) -> dict[str, Any]:
+        return {
+            "config": asdict(self.config),
+            "state_dict": {k: v.detach().clone() for k, v in self.state_dict().items()},
+        }

@@ -1,0 +1,154 @@
+"""Training objectives on walk episodes (:mod:`rl.walk`): rewards, imitation of oracle walks, REINFORCE.
+
+Gold rows enter here only (rewards and positives), never the walk or the scorer.
+
+* Reward of step ``t`` of query ``b`` that loads node ``v_t``:
+
+      r_t = 1(v_t ∈ G_b) / |G_b|  -  c_node                       (0 for the stop action)
+
+  so ``Σ_t r_t`` is the evidence recall of the loaded set minus ``c_node`` per loaded node.
+* Imitation (supervised warm start, DAgger-style: on the states the current policy visits): at
+  step ``t`` the oracle's choices ``O_t`` are the open candidates whose target is gold, or, when
+  none is, those whose target can still have children and has an out-pair to a gold node not yet
+  loaded (a bridge). With the step logits ``l`` (:func:`rl.walk.step_logits`, over ``τ``):
+
+      L_SL = mean_{t, b : O_t ≠ ∅} [ logsumexp_a l_a - logsumexp_{a ∈ O_t} l_a ]
+
+* REINFORCE with a moving-average baseline per step index:
+
+      G_t = Σ_{k ≥ t} γ^{k-t} r_k,   b_t ← β b_t + (1 - β) mean_b G_t,   A_t = G_t - b_t
+      L_PG = -(1/B) Σ_{b, t} log π(a_t | s_t) A_t  -  c_H mean H(π(· | s_t))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from graphmem.policies.base import Budget
+from rl.walk import CandidateScorer, WalkEpisodes, WalkTables, rescore, step_log_probs, step_logits
+
+
+def walk_rewards(ep: WalkEpisodes, gold: Tensor, node_cost: float = 0.0) -> Tensor:
+    """``[T, B]`` rewards ``r_t`` (module docstring); ``gold`` is ``[B, G]`` rows, ``-1`` padded."""
+    loaded = ep.loaded.T  # [T, B]
+    n_gold = (gold >= 0).sum(1).clamp(min=1).float()
+    hit = ((loaded[..., None] == gold[None]) & (gold[None] >= 0)).any(-1) & (loaded >= 0)
+    return hit.float() / n_gold[None] - node_cost * (loaded >= 0).float()
+
+
+def recall_of(ep: WalkEpisodes, gold: Tensor) -> Tensor:
+    """``[B]`` evidence recall ``|L ∩ G| / |G|`` of each walk's loaded set."""
+    return walk_rewards(ep, gold).sum(0)
+
+
+def bridge_rows(tables: WalkTables, gold: Tensor) -> Tensor:
+    """``[B, G, K]`` nodes with an out-pair into each gold row (``-1`` padded)."""
+    pairs = tables.pairs
+    g = gold.flatten()
+    has = g >= 0
+    # in-neighbours of v: pairs u -> v; the table is out-CSR, so find them by target
+    order = torch.argsort(pairs.dst, stable=True)
+    counts = torch.bincount(pairs.dst, minlength=tables.num_nodes)
+    start = torch.cumsum(counts, 0) - counts
+    deg = torch.where(has, counts[g.clamp(min=0)], 0)
+    width = int(deg.max()) if deg.numel() else 0
+    col = torch.arange(width, device=gold.device)
+    idx = (start[g.clamp(min=0)][:, None] + col).clamp(max=max(pairs.num_pairs - 1, 0))
+    src = pairs.src[order[idx]] if pairs.num_pairs else torch.zeros_like(idx)
+    src = torch.where(col < deg[:, None], src, -1)
+    return src.view(*gold.shape, width)
+
+
+def oracle_positives(ep: WalkEpisodes, gold: Tensor, bridges: Tensor, budget: Budget) -> Tensor:
+    """``[T, B, P]`` bool: the oracle's choices ``O_t`` (module docstring) among the open candidates."""
+    steps = ep.open.shape[0]
+    node = ep.pool_node
+    is_gold = ((node[..., None] == gold[:, None, :]) & (gold[:, None, :] >= 0)).any(-1)  # [B, P]
+    # gold not yet loaded before step t: [T, B, G]
+    loaded_at = (ep.loaded[:, :, None] == gold[:, None, :]) & (gold[:, None, :] >= 0)  # [B, T, G]
+    loaded_before = torch.cumsum(loaded_at.long(), 1) - loaded_at.long()
+    pending = (loaded_before.transpose(0, 1) == 0) & (gold[None] >= 0)  # [T, B, G]
+    near = ((node[:, :, None, None] == bridges[:, None]) & (bridges[:, None] >= 0)).any(-1)  # [B, P, G]
+    can_grow = ep.pool_depth < budget.max_hops
+    bridge = (near[None] & pending[:, :, None, :]).any(-1) & can_grow[None]  # [T, B, P]
+    gold_open = ep.open & is_gold[None]
+    bridge_open = ep.open & bridge & ~gold_open.any(-1, keepdim=True)
+    del steps
+    return gold_open | bridge_open
+
+
+def imitation_loss(
+    scorer: CandidateScorer,
+    ctx,
+    ep: WalkEpisodes,
+    gold: Tensor,
+    bridges: Tensor,
+    budget: Budget,
+    temperature: float,
+) -> tuple[Tensor, Tensor]:
+    """``(L_SL, number of supervised steps)`` (module docstring), with gradients through the scorer."""
+    positive = oracle_positives(ep, gold, bridges, budget)
+    logits = step_logits(scorer, ctx, ep, budget, rescore(scorer, ctx, ep)) / temperature
+    if logits.shape[-1] > positive.shape[-1]:  # the stop action is never the oracle's choice
+        positive = torch.cat([positive, torch.zeros_like(positive[..., :1])], -1)
+    supervised = positive.any(-1)
+    if not bool(supervised.any()):
+        return logits.sum() * 0.0, supervised.sum()
+    lg = logits[supervised]
+    all_lse = torch.logsumexp(lg, -1)
+    pos_lse = torch.logsumexp(lg.masked_fill(~positive[supervised], float("-inf")), -1)
+    return (all_lse - pos_lse).mean(), supervised.sum()
+
+
+def discounted_returns(rewards: Tensor, acted: Tensor, gamma: float) -> Tensor:
+    """``[T, B]`` ``G_t = Σ_{k ≥ t} γ^{k-t} r_k`` (0 where the walk did not act)."""
+    out = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        running = rewards[t] + gamma * running
+        out[t] = running
+    return out * acted.float()
+
+
+@dataclass
+class MovingBaseline:
+    """``b_t ← β b_t + (1 - β) mean_b G_t`` per step index ``t`` (starts at the first batch's means)."""
+
+    beta: float = 0.99
+    values: Tensor | None = None
+
+    def advantage(self, returns: Tensor, acted: Tensor) -> Tensor:
+        n = acted.float().sum(1)
+        mean = (returns * acted).sum(1) / n.clamp(min=1)
+        if self.values is None:
+            self.values = mean.detach().clone()
+        adv = (returns - self.values[:, None]) * acted
+        seen = n > 0
+        self.values = torch.where(seen, self.beta * self.values + (1 - self.beta) * mean.detach(), self.values)
+        return adv
+
+
+def reinforce_loss(
+    scorer: CandidateScorer,
+    ctx,
+    ep: WalkEpisodes,
+    rewards: Tensor,
+    baseline: MovingBaseline,
+    budget: Budget,
+    temperature: float,
+    gamma: float = 1.0,
+    entropy_coef: float = 0.0,
+) -> tuple[Tensor, dict[str, float]]:
+    """``L_PG`` (module docstring) for sampled episodes ``ep`` and their rewards ``[T, B]``."""
+    acted = ep.acted
+    returns = discounted_returns(rewards, acted, gamma)
+    adv = baseline.advantage(returns, acted)
+    logp, entropy = step_log_probs(scorer, ctx, ep, budget, temperature)
+    bsz = max(int(acted.shape[1]), 1)
+    pg = -(logp * adv.detach()).sum() / bsz
+    ent = (entropy * acted).sum() / acted.sum().clamp(min=1)
+    stats = {"return": float(rewards.sum(0).mean()), "entropy": float(ent.detach())}
+    return pg - entropy_coef * ent, stats
