@@ -5,7 +5,7 @@ the training graphs, so nothing it learns reaches a graph it was not trained on.
 ``i -> j`` (all parallel edges of one node pair together: a *pair*) is described by
 
     a_ij = [relation multi-hot (R), Phase-1 [p_t, p_s, p_c, p_e], parallel edges / R,
-            log(1 + |t_j - t_i| / 60 s) / 10, time known, sign(t_j - t_i),
+            log(1 + |t_j - t_i| / 1 s) / 10, time known, sign(t_j - t_i),
             speaker change, speakers known, log(1 + deg_i) / 4, log(1 + deg_j) / 4, log(1 + tokens_j) / 5]
 
 (:func:`pair_table`; missing timestamps or speakers give 0 with a 0 "known" flag), and the encoder
@@ -124,7 +124,7 @@ def pair_features(
         onehot,
         phase1,
         (count / len(graph.relations))[:, None],
-        (torch.log1p(dt.abs() / 60.0) / 10.0).float()[:, None],
+        (torch.log1p(dt.abs()) / 10.0).float()[:, None],
         known.float()[:, None],
         torch.sign(dt).float()[:, None],
         (both & (spk[src] != spk[dst])).float()[:, None],

@@ -1,23 +1,24 @@
 """WalkScorer: the learned router's score of a walk candidate ``u -> v`` (``u`` loaded, ``v`` not).
 
-For a query ``q`` (unit ``q̂``), its relation intent ``π(q)`` and a candidate pair ``u -> v`` with
-inductive edge features ``e_uv`` (:class:`models.edge_encoder.EdgeEncoder`) and raw pair features
-``a_uv``:
+For a query ``q`` (unit ``q̂``), its relation intent ``π(q)``, the best cosine of its entries
+``c* = max_e cos(q, x_e)`` and a candidate pair ``u -> v`` with inductive edge features ``e_uv``
+(:class:`models.edge_encoder.EdgeEncoder`) and raw pair features ``a_uv``:
 
-    m(q)   = R · π(q) + g([q̂ ; π(q)])                         modulation (HAGE), g: MLP, last layer zero-init
-    σ_uv   = [cos(q, x_u), cos(q, x_v), cos(x_u, x_v)]         semantic similarities of the step
-    ρ_v    = [1(v is an entry), 1(depth 1), 1(depth 2), depth / max(1, depth)]   path features
-    w_uv   = h([m(q) ⊙ e_uv ; a_uv ; σ_uv ; ρ_v])              structural weight, h: MLP
-    ι_qv   = (A q̂) · (B x̂_v)                                  low-rank query/node interaction
-    s_uv   = cos(q, x_v) + ι_qv + w_uv                         the candidate's score
+    m(q)   = R · π(q) + g([q̂ ; π(q)])                          modulation (HAGE), g: MLP, last layer zero-init
+    σ_uv   = [cos(q, x_u), cos(q, x_v), cos(x_u, x_v), cos(q, x_u) - c*, cos(q, x_v) - c*]
+    ρ_v    = [1(entry), 1(depth 1), 1(depth 2), 1(depth > 2), 1(o = 0), min(o, 12) / 12]
+             with o the entry's rank among the entries, or the parent's load slot
+    w_uv   = h([m(q) ⊙ e_uv ; a_uv ; σ_uv ; ρ_v])               structural weight, h: MLP
+    ι_qv   = (A q̂) · (B x̂_v)                                   low-rank query/node interaction (rank 0: none)
+    s_uv   = cos(q, x_v) + ι_qv + w_uv                          the candidate's score
 
-Entries have no parent: ``e = a = 0`` and ``cos(q, x_u) = 0``. At initialisation ``A = 0`` and the
-last layers of ``g`` and ``h`` are zero, so ``s = cos(q, x_v)``: the untrained router walks by
-cosine. Everything is computed from the frozen node and query embeddings and from pair features
-every graph has, so a trained scorer applies to graphs it never saw.
+Entries have no parent: ``e = a = 0`` and ``cos(q, x_u) = c*``. At initialisation ``A = 0`` and
+the last layers of ``g`` and ``h`` are zero, so ``s = cos(q, x_v)``: the untrained router walks
+by cosine. Everything is computed from the frozen node and query embeddings and from pair
+features every graph has, so a trained scorer applies to graphs it never saw.
 
-The stop head ``stop(q, state) = α · max open s + β · loaded / max_nodes + b`` (``b`` starts at
--10: the untrained walk fills its budget) decides when the walk ends.
+The stop head ``stop = α · max open s + β · loaded / max_nodes + b`` (``b`` starts at -10: the
+untrained walk fills its budget) decides when the walk ends.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from graphmem.policies.base import Budget
 from models.edge_encoder import EDGE_FEATURE_DIM, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
 
-NUM_PATH_FEATURES = 4
+NUM_SIMILARITY_FEATURES = 5
+NUM_PATH_FEATURES = 6
+ORDER_SCALE = 12
 
 
 @dataclass
@@ -60,8 +63,9 @@ class ScorerConfig:
 class _Context:
     """Per-batch precomputation: unit queries, their modulations and low-rank projections."""
 
-    def __init__(self, tables, q_unit: Tensor, m: Tensor, qa, xb, px, delta):
-        self.tables, self.q, self.m, self.qa, self.xb, self.px, self.delta = tables, q_unit, m, qa, xb, px, delta
+    def __init__(self, tables, q_unit: Tensor, ref: Tensor, m: Tensor, qa, xb, px, delta):
+        self.tables, self.q, self.ref, self.m = tables, q_unit, ref, m
+        self.qa, self.xb, self.px, self.delta = qa, xb, px, delta
 
 
 class WalkScorer(nn.Module):
@@ -89,7 +93,7 @@ class WalkScorer(nn.Module):
             self.query_proj = nn.Linear(cfg.dim, cfg.rank, bias=False)  # A
             self.node_proj = nn.Linear(cfg.dim, cfg.rank, bias=False)  # B
             nn.init.zeros_(self.query_proj.weight)
-        width = r + NUM_PAIR_FEATURES + 3 + NUM_PATH_FEATURES
+        width = r + NUM_PAIR_FEATURES + NUM_SIMILARITY_FEATURES + NUM_PATH_FEATURES
         self.head = nn.Sequential(nn.Linear(width, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, 1))
         nn.init.zeros_(self.head[2].weight)
         nn.init.zeros_(self.head[2].bias)
@@ -97,35 +101,42 @@ class WalkScorer(nn.Module):
         self.stop_bias = nn.Parameter(torch.tensor(-10.0)) if cfg.stop else None
 
     # ------------------------------------------------------------------ CandidateScorer
-    def prepare(self, tables, q: Tensor) -> _Context:
-        """Unit queries ``q̂``, modulations ``m(q)`` and the projections ``A q̂``, ``B x̂`` (all nodes)."""
+    def prepare(self, tables, q: Tensor, entries: Tensor) -> _Context:
+        """Unit queries ``q̂``, their entries' best cosine ``c*``, modulations ``m(q)`` and the projections
+        ``A q̂``, ``B x̂`` (every node of ``tables``: query-independent)."""
         qn = nn.functional.normalize(q.float(), dim=-1)
+        real = entries >= 0
+        cos_e = (qn[:, None, :] * tables.x[entries.clamp(min=0)]).sum(-1)
+        ref = cos_e.masked_fill(~real, float("-inf")).max(1).values
+        ref = torch.where(real.any(1), ref, torch.zeros_like(ref))
         pi = self.intent(qn)
         m = EDGE_FEATURE_DIM * pi + self.modulator(torch.cat([qn, pi], -1))
         qa = xb = None
         if self.config.rank:
             qa, xb = self.query_proj(qn), self.node_proj(tables.x)
-        px = self.edges.node_projection(tables.x)
-        return _Context(tables, qn, m, qa, xb, px, self.edges.pair_delta(tables.pairs, tables.edge_rows))
+        px, delta = self.edges.node_projection(tables.x), self.edges.pair_delta(tables.pairs, tables.edge_rows)
+        return _Context(tables, qn, ref, m, qa, xb, px, delta)
 
-    def score(self, ctx: _Context, query: Tensor, parent: Tensor, child: Tensor, pair: Tensor, depth: Tensor) -> Tensor:
-        """``s_uv`` ``[C]`` (module docstring) of candidates ``parent -> child`` of query rows ``query``."""
-        tables = ctx.tables
-        x, q = tables.x, ctx.q[query]
-        is_entry = parent < 0
-        cos_v = (q * x[child]).sum(-1)
-        cos_u = torch.where(is_entry, 0.0, (q * x[parent.clamp(min=0)]).sum(-1))
-        p = pair.clamp(min=0)
-        e, _ = self.edges(tables.pairs, p, ctx.px, ctx.delta)
-        keep = (~is_entry).float()[:, None]
-        e, raw = e * keep, tables.pairs.raw[p] * keep
+    def score(self, ctx: _Context, cand) -> Tensor:
+        """``s_uv`` ``[C]`` (module docstring) of :class:`rl.walk.Candidates`."""
+        x, q, ref = ctx.tables.x, ctx.q[cand.query], ctx.ref[cand.query]
+        entry = cand.is_entry
+        cos_v = (q * x[cand.child]).sum(-1)
+        cos_u = torch.where(entry, ref, (q * x[cand.parent.clamp(min=0)]).sum(-1))
+        p = cand.pair.clamp(min=0)
+        e, _ = self.edges(ctx.tables.pairs, p, ctx.px, ctx.delta)
+        inner = (~entry).to(x.dtype)[:, None]
+        e, raw = e * inner, ctx.tables.pairs.raw[p] * inner
         cos_uv = raw[:, EDGE_FEATURE_DIM + 1]  # p_s of the pair
-        d = depth.float()
-        path = torch.stack([is_entry.float(), (depth == 1).float(), (depth == 2).float(), d / d.clamp(min=1)], -1)
-        z = torch.cat([ctx.m[query] * e, raw, torch.stack([cos_u, cos_v, cos_uv], -1), path], -1)
+        sims = torch.stack([cos_u, cos_v, cos_uv, cos_u - ref, cos_v - ref], -1)
+        d, o = cand.depth, cand.order
+        path = torch.stack([entry, d == 1, d == 2, d > 2, o == 0, o.clamp(max=ORDER_SCALE) / ORDER_SCALE], -1).to(
+            x.dtype
+        )
+        z = torch.cat([ctx.m[cand.query] * e, raw, sims, path], -1)
         s = cos_v + self.head(z).squeeze(-1)
         if ctx.qa is not None:
-            s = s + (ctx.qa[query] * ctx.xb[child]).sum(-1)
+            s = s + (ctx.qa[cand.query] * ctx.xb[cand.child]).sum(-1)
         return s
 
     def stop_logit(self, ctx: _Context, best: Tensor, count: Tensor, budget: Budget) -> Tensor | None:

@@ -33,13 +33,31 @@ from graphmem.policies.batched import segments
 from models.edge_encoder import PairTable
 
 
+@dataclass
+class Candidates:
+    """``C`` walk candidates ``parent -> child`` (entries: ``parent = pair = -1``, depth 0)."""
+
+    query: Tensor  # [C] query row
+    parent: Tensor  # [C] parent node
+    child: Tensor  # [C] target node
+    pair: Tensor  # [C] pair id in the PairTable
+    depth: Tensor  # [C] depth of the target
+    order: Tensor  # [C] entries: rank among the entries; others: the parent's load slot
+
+    @property
+    def is_entry(self) -> Tensor:
+        return self.parent < 0
+
+
 class CandidateScorer(Protocol):
     """Scores candidates of a walk; ``prepare`` runs once per batch of queries."""
 
-    def prepare(self, tables: WalkTables, q: Tensor) -> Any: ...
+    def prepare(self, tables: WalkTables, q: Tensor, entries: Tensor) -> Any:
+        """Per-batch context from ``[B, D]`` queries and their ``[B, E]`` entry rows (``-1`` padded)."""
+        ...
 
-    def score(self, ctx: Any, query: Tensor, parent: Tensor, child: Tensor, pair: Tensor, depth: Tensor) -> Tensor:
-        """``[C]`` scores of candidates ``parent -> child`` of query rows ``query`` (entries: ``parent = pair = -1``)"""
+    def score(self, ctx: Any, cand: Candidates) -> Tensor:
+        """``[C]`` scores of the candidates."""
         ...
 
     def stop_logit(self, ctx: Any, best: Tensor, count: Tensor, budget: Budget) -> Tensor | None:
@@ -69,6 +87,7 @@ class WalkEpisodes:
         pool_node, pool_parent, pool_pair, pool_depth, pool_slot: ``[B, P]`` each candidate's
             target, parent node (``-1`` for entries), pair id (``-1`` for entries), depth of the
             target and load slot of the parent (``-1`` for entries); ``pool_node = -1`` is empty.
+        pool_order: ``[B, P]`` :attr:`Candidates.order` of each candidate.
         scores: ``[B, P]`` the scores the walk used (no gradient).
         open: ``[T, B, P]`` bool, the open candidates at each step.
         action: ``[T, B]`` chosen pool slot, ``P`` for stop, ``-1`` once the walk is over.
@@ -82,6 +101,7 @@ class WalkEpisodes:
     pool_pair: Tensor
     pool_depth: Tensor
     pool_slot: Tensor
+    pool_order: Tensor
     scores: Tensor
     open: Tensor
     action: Tensor
@@ -132,7 +152,7 @@ def walk(
         sample: draw each choice from ``softmax(s / temperature)`` instead of taking the argmax.
         temperature: ``τ`` of the sampling distribution (default: 1.0).
         generator: RNG of the draws (default: torch's global one).
-        ctx: ``scorer.prepare(tables, q)`` when already computed (default: computed here).
+        ctx: ``scorer.prepare(tables, q, entries)`` when already computed (default: computed here).
     """
     with torch.no_grad():
         return _walk(tables, scorer, q, entries[:, : budget.max_entries], budget, sample, temperature, generator, ctx)
@@ -141,16 +161,18 @@ def walk(
 def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ctx) -> WalkEpisodes:
     dev, bsz, n_ent = q.device, q.shape[0], entries.shape[1]
     entries = entries.to(dev)
-    ctx = scorer.prepare(tables, q) if ctx is None else ctx
+    ctx = scorer.prepare(tables, q, entries) if ctx is None else ctx
     width, steps = pool_width(tables, budget, n_ent), budget.max_nodes
     rows = torch.arange(bsz, device=dev)
     full = lambda v: torch.full((bsz, width), v, dtype=torch.long, device=dev)  # noqa: E731
-    node, parent, pair, depth, slot = full(-1), full(-1), full(-1), full(0), full(-1)
+    node, parent, pair, depth, slot, order = full(-1), full(-1), full(-1), full(0), full(-1), full(0)
     scores = torch.full((bsz, width), float("-inf"), device=dev, dtype=q.dtype)
     node[:, :n_ent] = entries
+    order[:, :n_ent] = torch.arange(n_ent, device=dev)
     real = entries >= 0
     qi, col = real.nonzero(as_tuple=True)
-    scores[qi, col] = scorer.score(ctx, qi, torch.full_like(qi, -1), entries[qi, col], torch.full_like(qi, -1), 0 * qi)
+    none = torch.full_like(qi, -1)
+    scores[qi, col] = scorer.score(ctx, Candidates(qi, none, entries[qi, col], none, 0 * qi, col))
     length = torch.full((bsz,), n_ent, dtype=torch.long, device=dev)
     dead = node < 0  # empty slots and candidates whose target is loaded
     loaded = torch.full((bsz, steps), -1, dtype=torch.long, device=dev)
@@ -206,22 +228,20 @@ def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ct
         cols = length[qb] + torch.arange(seg.numel(), device=dev) - first[seg]
         child = tables.pairs.dst[pid]
         node[qb, cols], parent[qb, cols], pair[qb, cols] = child, gv[seg], pid
-        depth[qb, cols], slot[qb, cols] = gdepth[seg], gpos[seg]
+        depth[qb, cols], slot[qb, cols], order[qb, cols] = gdepth[seg], gpos[seg], gpos[seg]
         dead[qb, cols] = (loaded[qb] == child[:, None]).any(1)
-        scores[qb, cols] = scorer.score(ctx, qb, gv[seg], child, pid, gdepth[seg]).to(scores.dtype)
+        scores[qb, cols] = scorer.score(ctx, Candidates(qb, gv[seg], child, pid, gdepth[seg], gpos[seg]))
         length[gb] += deg
     return WalkEpisodes(
-        node, parent, pair, depth, slot, scores, opens, actions, loaded, loaded_depth, loaded_via, count, used
+        node, parent, pair, depth, slot, order, scores, opens, actions, loaded, loaded_depth, loaded_via, count, used
     )
 
 
 def rescore(scorer: CandidateScorer, ctx: Any, ep: WalkEpisodes) -> Tensor:
     """``[B, P]`` scores of every pool candidate recomputed (with gradients), ``-inf`` at empty slots."""
-    real = ep.pool_node >= 0
-    qi, col = real.nonzero(as_tuple=True)
-    s = scorer.score(
-        ctx, qi, ep.pool_parent[qi, col], ep.pool_node[qi, col], ep.pool_pair[qi, col], ep.pool_depth[qi, col]
-    )
+    qi, col = (ep.pool_node >= 0).nonzero(as_tuple=True)
+    fields = (ep.pool_parent, ep.pool_node, ep.pool_pair, ep.pool_depth, ep.pool_order)
+    s = scorer.score(ctx, Candidates(qi, *(f[qi, col] for f in fields)))
     out = torch.full(ep.pool_node.shape, float("-inf"), dtype=s.dtype, device=s.device)
     return out.index_put((qi, col), s)
 

@@ -41,7 +41,7 @@ def test_pair_table_of_a_toy_graph():
     assert torch.allclose(t.phase1[0], torch.tensor([1.0, 0.9, 0.0, 0.0]))  # max over the parallel edges
     raw = t.raw
     assert raw[0, 8] == 0.5  # 2 parallel edges / 4 relations
-    assert torch.isclose(raw[0, 9], torch.tensor(math.log1p(1.0) / 10))  # one minute apart
+    assert torch.isclose(raw[0, 9], torch.tensor(math.log1p(60.0) / 10))  # one minute apart
     assert raw[0, 10] == 1 and raw[0, 11] == 1  # time known, b after a
     assert raw[1, 10] == 0 and raw[1, 9] == 0 and raw[1, 11] == 0  # c has no timestamp
     assert raw[0, 12] == 1 and raw[0, 13] == 1  # alice -> bob: speaker change
@@ -74,7 +74,7 @@ def bridge_part(seed: int):
 
 
 def edge_values(scorer: WalkScorer, tables, q):
-    ctx = scorer.prepare(tables, q)
+    ctx = scorer.prepare(tables, q, torch.zeros(len(q), 1, dtype=torch.long))
     pairs = torch.arange(tables.pairs.num_pairs)
     return scorer.edges(tables.pairs, pairs, ctx.px, ctx.delta)[0].detach()
 
@@ -84,7 +84,7 @@ def train_briefly(scorer: WalkScorer, tables, q, entries, gold, steps: int = 30)
     gen = torch.Generator().manual_seed(0)
     bridges = bridge_rows(tables, gold)
     for _ in range(steps):
-        ctx = scorer.prepare(tables, q)
+        ctx = scorer.prepare(tables, q, entries)
         ep = walk(tables, scorer, q, entries, BUDGET, sample=True, temperature=0.1, generator=gen, ctx=ctx)
         loss, _ = imitation_loss(scorer, ctx, ep, gold, bridges, BUDGET, 0.1)
         opt.zero_grad()

@@ -20,11 +20,11 @@ class NodeValueScorer:
     def __init__(self, values: torch.Tensor, stop: float | None = None):
         self.values, self.stop = values, stop
 
-    def prepare(self, tables, q):
+    def prepare(self, tables, q, entries):
         return None
 
-    def score(self, ctx, query, parent, child, pair, depth):
-        return self.values[query, child]
+    def score(self, ctx, cand):
+        return self.values[cand.query, cand.child]
 
     def stop_logit(self, ctx, best, count, budget):
         return None if self.stop is None else torch.full_like(best, self.stop)
@@ -138,7 +138,7 @@ def test_step_log_probs_match_the_walks_own_scores():
     q = torch.randn(5, 16, generator=gen)
     entries = torch.stack([torch.randperm(200, generator=gen)[:6] for _ in range(5)])
     scorer, tables, budget, tau = WalkScorer(ScorerConfig(dim=16, rank=4, stop=True)), tables_of(graph), Budget(), 0.3
-    ctx = scorer.prepare(tables, q)
+    ctx = scorer.prepare(tables, q, entries)
     ep = walk(tables, scorer, q, entries, budget, sample=True, temperature=tau, generator=gen, ctx=ctx)
     logp, entropy = step_log_probs(scorer, ctx, ep, budget, tau)
     assert logp.requires_grad
@@ -153,4 +153,4 @@ def test_step_log_probs_match_the_walks_own_scores():
             full = torch.cat([logits, stop]) / tau
             expected = torch.log_softmax(full, 0)[a]
             assert torch.allclose(logp[t, b].detach(), expected.detach(), atol=1e-5)
-            assert float(entropy[t, b]) >= 0
+            assert float(entropy[t, b].detach()) >= 0
