@@ -34,6 +34,7 @@ from models.edge_encoder import EDGE_FEATURE_DIM, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
 
 NUM_SIMILARITY_FEATURES = 5
+DENSE_COSINE_LIMIT = 1 << 22  # B x N up to which cos(q, x_v) is one matmul per batch
 NUM_PATH_FEATURES = 6
 ORDER_SCALE = 12
 
@@ -63,9 +64,16 @@ class ScorerConfig:
 class _Context:
     """Per-batch precomputation: unit queries, their modulations and low-rank projections."""
 
-    def __init__(self, tables, q_unit: Tensor, ref: Tensor, m: Tensor, qa, xb, px, delta):
+    def __init__(self, tables, q_unit: Tensor, ref: Tensor, m: Tensor, qa, xb, px, delta, cos):
         self.tables, self.q, self.ref, self.m = tables, q_unit, ref, m
-        self.qa, self.xb, self.px, self.delta = qa, xb, px, delta
+        self.qa, self.xb, self.px, self.delta, self.cos = qa, xb, px, delta, cos
+
+    def cosine(self, query: Tensor, nodes: Tensor) -> Tensor:
+        """``[C]`` ``cos(q, x_v)`` of query rows and nodes: a lookup in the dense ``[B, N]`` table
+        when one was made, else a product of the gathered rows."""
+        if self.cos is not None:
+            return self.cos[query, nodes]
+        return (self.q[query] * self.tables.x[nodes]).sum(-1)
 
 
 class WalkScorer(nn.Module):
@@ -115,14 +123,15 @@ class WalkScorer(nn.Module):
         if self.config.rank:
             qa, xb = self.query_proj(qn), self.node_proj(tables.x)
         px, delta = self.edges.node_projection(tables.x), self.edges.pair_delta(tables.pairs, tables.edge_rows)
-        return _Context(tables, qn, ref, m, qa, xb, px, delta)
+        cos = qn @ tables.x.T if qn.shape[0] * tables.num_nodes <= DENSE_COSINE_LIMIT else None
+        return _Context(tables, qn, ref, m, qa, xb, px, delta, cos)
 
     def score(self, ctx: _Context, cand) -> Tensor:
         """``s_uv`` ``[C]`` (module docstring) of :class:`rl.walk.Candidates`."""
-        x, q, ref = ctx.tables.x, ctx.q[cand.query], ctx.ref[cand.query]
+        x, ref = ctx.tables.x, ctx.ref[cand.query]
         entry = cand.is_entry
-        cos_v = (q * x[cand.child]).sum(-1)
-        cos_u = torch.where(entry, ref, (q * x[cand.parent.clamp(min=0)]).sum(-1))
+        cos_v = ctx.cosine(cand.query, cand.child)
+        cos_u = torch.where(entry, ref, ctx.cosine(cand.query, cand.parent.clamp(min=0)))
         p = cand.pair.clamp(min=0)
         e, _ = self.edges(ctx.tables.pairs, p, ctx.px, ctx.delta)
         inner = (~entry).to(x.dtype)[:, None]

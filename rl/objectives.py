@@ -44,39 +44,30 @@ def recall_of(ep: WalkEpisodes, gold: Tensor) -> Tensor:
     return walk_rewards(ep, gold).sum(0)
 
 
-def bridge_rows(tables: WalkTables, gold: Tensor) -> Tensor:
-    """``[B, G, K]`` nodes with an out-pair into each gold row (``-1`` padded)."""
-    pairs = tables.pairs
-    g = gold.flatten()
-    has = g >= 0
-    # in-neighbours of v: pairs u -> v; the table is out-CSR, so find them by target
-    order = torch.argsort(pairs.dst, stable=True)
-    counts = torch.bincount(pairs.dst, minlength=tables.num_nodes)
-    start = torch.cumsum(counts, 0) - counts
-    deg = torch.where(has, counts[g.clamp(min=0)], 0)
-    width = int(deg.max()) if deg.numel() else 0
-    col = torch.arange(width, device=gold.device)
-    idx = (start[g.clamp(min=0)][:, None] + col).clamp(max=max(pairs.num_pairs - 1, 0))
-    src = pairs.src[order[idx]] if pairs.num_pairs else torch.zeros_like(idx)
-    src = torch.where(col < deg[:, None], src, -1)
-    return src.view(*gold.shape, width)
+def has_pair(tables: WalkTables, src: Tensor, dst: Tensor) -> Tensor:
+    """Whether the pair ``src -> dst`` exists, elementwise (a binary search in the CSR-sorted pair keys)."""
+    pairs, n = tables.pairs, max(tables.num_nodes, 1)
+    keys = pairs.src * n + pairs.dst  # ascending: pairs are sorted by (src, dst)
+    if keys.numel() == 0:
+        return torch.zeros(src.shape, dtype=torch.bool, device=src.device)
+    query = src.clamp(min=0) * n + dst.clamp(min=0)
+    pos = torch.searchsorted(keys, query.flatten()).clamp(max=keys.numel() - 1).view(query.shape)
+    return (keys[pos] == query) & (src >= 0) & (dst >= 0)
 
 
-def oracle_positives(ep: WalkEpisodes, gold: Tensor, bridges: Tensor, budget: Budget) -> Tensor:
+def oracle_positives(ep: WalkEpisodes, gold: Tensor, tables: WalkTables, budget: Budget) -> Tensor:
     """``[T, B, P]`` bool: the oracle's choices ``O_t`` (module docstring) among the open candidates."""
-    steps = ep.open.shape[0]
-    node = ep.pool_node
-    is_gold = ((node[..., None] == gold[:, None, :]) & (gold[:, None, :] >= 0)).any(-1)  # [B, P]
-    # gold not yet loaded before step t: [T, B, G]
-    loaded_at = (ep.loaded[:, :, None] == gold[:, None, :]) & (gold[:, None, :] >= 0)  # [B, T, G]
-    loaded_before = torch.cumsum(loaded_at.long(), 1) - loaded_at.long()
-    pending = (loaded_before.transpose(0, 1) == 0) & (gold[None] >= 0)  # [T, B, G]
-    near = ((node[:, :, None, None] == bridges[:, None]) & (bridges[:, None] >= 0)).any(-1)  # [B, P, G]
+    node, real = ep.pool_node, gold >= 0
+    is_gold = ((node[..., None] == gold[:, None, :]) & real[:, None, :]).any(-1)  # [B, P]
+    # gold still pending before step t: not among the nodes loaded at steps < t  -> [T, B, G]
+    loaded_at = (ep.loaded[:, :, None] == gold[:, None, :]) & real[:, None, :]  # [B, T, G]
+    pending = ((torch.cumsum(loaded_at.long(), 1) - loaded_at.long()) == 0).transpose(0, 1) & real[None]
+    shape = (*node.shape, gold.shape[1])
+    near = has_pair(tables, node[:, :, None].expand(shape), gold[:, None, :].expand(shape))  # [B, P, G]
     can_grow = ep.pool_depth < budget.max_hops
     bridge = (near[None] & pending[:, :, None, :]).any(-1) & can_grow[None]  # [T, B, P]
     gold_open = ep.open & is_gold[None]
     bridge_open = ep.open & bridge & ~gold_open.any(-1, keepdim=True)
-    del steps
     return gold_open | bridge_open
 
 
@@ -85,12 +76,12 @@ def imitation_loss(
     ctx,
     ep: WalkEpisodes,
     gold: Tensor,
-    bridges: Tensor,
+    tables: WalkTables,
     budget: Budget,
     temperature: float,
 ) -> tuple[Tensor, Tensor]:
     """``(L_SL, number of supervised steps)`` (module docstring), with gradients through the scorer."""
-    positive = oracle_positives(ep, gold, bridges, budget)
+    positive = oracle_positives(ep, gold, tables, budget)
     logits = step_logits(scorer, ctx, ep, budget, rescore(scorer, ctx, ep)) / temperature
     if logits.shape[-1] > positive.shape[-1]:  # the stop action is never the oracle's choice
         positive = torch.cat([positive, torch.zeros_like(positive[..., :1])], -1)

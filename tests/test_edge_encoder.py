@@ -12,7 +12,7 @@ from graphmem.policies.base import Budget
 from graphmem.synthetic import make_bridge_graph
 from models.edge_encoder import EdgeEncoder, build_pair_table, pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
-from rl.objectives import bridge_rows, imitation_loss
+from rl.objectives import imitation_loss
 from rl.walk import walk, walk_tables
 
 
@@ -82,11 +82,10 @@ def edge_values(scorer: WalkScorer, tables, q):
 def train_briefly(scorer: WalkScorer, tables, q, entries, gold, steps: int = 30) -> None:
     opt = torch.optim.Adam(scorer.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(0)
-    bridges = bridge_rows(tables, gold)
     for _ in range(steps):
         ctx = scorer.prepare(tables, q, entries)
         ep = walk(tables, scorer, q, entries, BUDGET, sample=True, temperature=0.1, generator=gen, ctx=ctx)
-        loss, _ = imitation_loss(scorer, ctx, ep, gold, bridges, BUDGET, 0.1)
+        loss, _ = imitation_loss(scorer, ctx, ep, gold, tables, BUDGET, 0.1)
         opt.zero_grad()
         loss.backward()
         opt.step()

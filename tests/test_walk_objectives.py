@@ -12,7 +12,6 @@ from models.edge_encoder import pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.objectives import (
     MovingBaseline,
-    bridge_rows,
     discounted_returns,
     imitation_loss,
     oracle_positives,
@@ -45,7 +44,7 @@ def test_oracle_positives_by_hand():
     tables = tables_of(g)
     ep = walk(tables, NodeValueScorer(VALUES), torch.zeros(1, 2), torch.tensor([[0, 1]]), TOY_BUDGET)
     gold = torch.tensor([[5]])
-    pos = oracle_positives(ep, gold, bridge_rows(tables, gold), TOY_BUDGET)
+    pos = oracle_positives(ep, gold, tables, TOY_BUDGET)
     node = ep.pool_node[0]
     # step 0: open are the entries 0, 1; no gold open; 0 is no bridge to 5 (2 is), so no positive
     assert pos[0, 0].sum() == 0
@@ -71,13 +70,13 @@ def train_on_bridges(objective: str, seed: int = 0, steps: int = 40):
     opt = torch.optim.Adam(scorer.parameters(), lr=2e-2)
     gen = torch.Generator().manual_seed(seed)
     tables, q, entries, gold = bridge_part(0)
-    bridges, baseline = bridge_rows(tables, gold), MovingBaseline(0.9)
+    baseline = MovingBaseline(0.9)
     tau = 0.1 if objective == "imitation" else 1.0
     for _ in range(steps):
         ctx = scorer.prepare(tables, q, entries)
         ep = walk(tables, scorer, q, entries, BRIDGE_BUDGET, sample=True, temperature=tau, generator=gen, ctx=ctx)
         if objective == "imitation":
-            loss, _ = imitation_loss(scorer, ctx, ep, gold, bridges, BRIDGE_BUDGET, tau)
+            loss, _ = imitation_loss(scorer, ctx, ep, gold, tables, BRIDGE_BUDGET, tau)
         else:
             loss, _ = reinforce_loss(scorer, ctx, ep, walk_rewards(ep, gold), baseline, BRIDGE_BUDGET, tau)
         opt.zero_grad()

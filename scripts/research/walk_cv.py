@@ -18,75 +18,85 @@ import time
 import numpy as np
 import torch
 from scipy import stats
+from torch import Tensor
 
-from graphmem.graph_batch import GraphBatch
+from graphmem.eval.metrics import question_metrics
 from graphmem.graphset import GraphSet
 from graphmem.policies.base import Budget
-from graphmem.policies.entries import EmbeddingEntrySelector, unit_embeddings
-from models.edge_encoder import pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
-from rl.objectives import MovingBaseline, bridge_rows, imitation_loss, recall_of, reinforce_loss, walk_rewards
+from rl.objectives import MovingBaseline, imitation_loss, recall_of, reinforce_loss, walk_rewards
 from rl.splits import conversation_folds
-from rl.walk import walk, walk_tables
+from rl.walk import walk
+from rl.walk_data import walk_data
 
 
-def part(gs: GraphSet, names, budget: Budget, with_cat5: bool) -> dict:
-    """Union tables of the graphs ``names`` and the questions asked over them (rows of the union)."""
-    names = sorted(names)
-    batch = GraphBatch.from_graphs([gs.graphs[n] for n in names])
-    union = batch.graph
-    tables = walk_tables(unit_embeddings(union), union.node_tokens(), pair_table(union))
-    selector, queries = EmbeddingEntrySelector(), gs.queries()
-    q, ent, gold, qid = [], [], [], []
-    for c, name in enumerate(names):
-        graph, off = gs.graphs[name], int(batch.node_ptr[c])
-        idx = [i for i, x in enumerate(gs.questions) if x.graph == name and (with_cat5 or x.category != 5)]
-        for i, e in zip(idx, selector.select(graph, [queries[i] for i in idx], budget)):
-            g = [graph.index_of(x) for x in dict.fromkeys(gs.questions[i].evidence) if graph.has_node(x)]
-            if g and e:
-                q.append(queries[i].embedding.float())
-                ent.append([v + off for v in e])
-                gold.append([v + off for v in g])
-                qid.append(gs.questions[i].qid)
-
-    def pad(rows):
-        w = max(len(r) for r in rows)
-        return torch.tensor([r + [-1] * (w - len(r)) for r in rows], dtype=torch.long)
-
-    return {"tables": tables, "q": torch.stack(q), "entries": pad(ent), "gold": pad(gold), "qid": qid}
+def part(gs: GraphSet, names, budget: Budget, with_cat5: bool, extra: GraphSet | None = None) -> dict:
+    """:class:`~rl.walk_data.WalkData` of the questions over graphs ``names`` (and every question of ``extra``)."""
+    names = set(names)
+    idx = [i for i, q in enumerate(gs.questions) if q.graph in names and (with_cat5 or q.category != 5)]
+    questions, emb = [gs.questions[i] for i in idx], gs.query_embeddings[idx]
+    graphs = dict(gs.graphs)
+    if extra is not None:
+        clash = set(extra.graphs) & set(graphs)
+        if clash:
+            raise ValueError(f"extra training graphs share names with the graph set: {sorted(clash)[:3]}")
+        graphs.update(extra.graphs)
+        questions = questions + list(extra.questions)
+        emb = torch.cat([emb, extra.query_embeddings])
+    data = walk_data(graphs, questions, emb, budget)
+    by_qid = {q.qid: q for q in questions}
+    return {"data": data, "questions": [by_qid[q] for q in data.qids], "graphs": graphs}
 
 
 @torch.no_grad()
-def evaluate(scorer, data, budget, chunk=512) -> np.ndarray:
+def loaded_rows(scorer, data, budget, chunk=512) -> Tensor:
     scorer.eval()
     out = [
-        recall_of(
-            walk(data["tables"], scorer, data["q"][lo : lo + chunk], data["entries"][lo : lo + chunk], budget),
-            data["gold"][lo : lo + chunk],
-        )
-        for lo in range(0, len(data["q"]), chunk)
+        walk(data.tables, scorer, data.q[lo : lo + chunk], data.entries[lo : lo + chunk], budget).loaded
+        for lo in range(0, len(data), chunk)
     ]
     scorer.train()
-    return torch.cat(out).numpy()
+    return torch.cat(out)
+
+
+def evaluate(scorer, p, budget) -> np.ndarray:
+    """Per-question evidence recall of the greedy walk (rewards' definition)."""
+    data = p["data"]
+    hits = (loaded_rows(scorer, data, budget)[:, :, None] == data.gold[:, None, :]) & (data.gold[:, None, :] >= 0)
+    return (hits.any(1).sum(1).float() / (data.gold >= 0).sum(1).float()).numpy()
+
+
+def harness_metrics(scorer, p, budget) -> dict[str, list]:
+    """Per-question metrics of the harness (graphmem.eval.metrics) for the greedy walk's loaded sets."""
+    data, graphs = p["data"], p["graphs"]
+    index = {n: c for c, n in enumerate(data.names)}
+    out = {"evidence_recall": [], "support_sentence_recall": [], "support_paragraph_recall": []}
+    for q, rows in zip(p["questions"], loaded_rows(scorer, data, budget)):
+        graph = graphs[q.graph]
+        ids = [graph.node_ids[v] for v in data.local_rows(rows, index[q.graph])]
+        m = question_metrics(q, graph, ids, 0, 0, 0.0)
+        for k in out:
+            out[k].append(getattr(m, k))
+    return out
 
 
 def run_phase(phase, scorer, train, val, budget, args, gen, history, epochs, lr):
     """``epochs`` of one objective; returns the best-on-validation state and its score."""
     opt = torch.optim.Adam(scorer.parameters(), lr=lr, weight_decay=args.wd)
-    bridges = bridge_rows(train["tables"], train["gold"])
+    train = train["data"]
     baseline = MovingBaseline(args.beta)
-    n, tau = len(train["q"]), args.tau if phase == "sl" else args.rl_tau
+    n, tau = len(train), args.tau if phase == "sl" else args.rl_tau
     best = (float(evaluate(scorer, val, budget).mean()), {k: t.clone() for k, t in scorer.state_dict().items()}, -1)
     for epoch in range(epochs):
         perm = torch.randperm(n, generator=gen)
         t0, losses, rets = time.perf_counter(), [], []
         for lo in range(0, n, args.batch):
             rows = perm[lo : lo + args.batch]
-            q, ent, gold = train["q"][rows], train["entries"][rows], train["gold"][rows]
-            ctx = scorer.prepare(train["tables"], q, ent)
-            ep = walk(train["tables"], scorer, q, ent, budget, sample=True, temperature=tau, generator=gen, ctx=ctx)
+            q, ent, gold = train.q[rows], train.entries[rows], train.gold[rows]
+            ctx = scorer.prepare(train.tables, q, ent)
+            ep = walk(train.tables, scorer, q, ent, budget, sample=True, temperature=tau, generator=gen, ctx=ctx)
             if phase == "sl":
-                loss, _ = imitation_loss(scorer, ctx, ep, gold, bridges[rows], budget, tau)
+                loss, _ = imitation_loss(scorer, ctx, ep, gold, train.tables, budget, tau)
                 rets.append(float(recall_of(ep, gold).mean()))
             else:
                 rewards = walk_rewards(ep, gold, args.node_cost)
@@ -111,20 +121,29 @@ def run_phase(phase, scorer, train, val, budget, args, gen, history, epochs, lr)
     return best
 
 
-def train_fold(gs, split, budget, args) -> dict:
-    train = part(gs, split.train, budget, with_cat5=True)
-    val = part(gs, split.val, budget, with_cat5=False)
-    test = part(gs, split.test, budget, with_cat5=False)
+def train_fold(gs, split, budget, args, extra=None) -> dict:
+    locomo = gs.dataset == "locomo"
+    train = part(gs, split.train, budget, with_cat5=True, extra=extra)
+    val = part(gs, split.val, budget, with_cat5=not locomo)
+    test = part(gs, split.test, budget, with_cat5=not locomo)
+    print(
+        f"  train {len(train['data'])} questions ({train['data'].dropped} dropped), val {len(val['data'])}, "
+        f"test {len(test['data'])}",
+        flush=True,
+    )
     torch.manual_seed(args.seed)
     cfg = ScorerConfig(rank=args.rank, edge_mode=args.edge_mode, intent=args.intent, stop=bool(args.stop))
     scorer = WalkScorer(cfg)
     gen = torch.Generator().manual_seed(args.seed)
-    history, out = [], {"fold": split.fold, "qid": test["qid"], "val_init": float(evaluate(scorer, val, budget).mean())}
-    out["test_init"] = evaluate(scorer, test, budget).tolist()
+    history, out = (
+        [],
+        {"fold": split.fold, "qid": test["data"].qids, "val_init": float(evaluate(scorer, val, budget).mean())},
+    )
+    out["test_init"] = harness_metrics(scorer, test, budget)
     for phase, epochs, lr in (("sl", args.sl, args.lr), ("rl", args.rl, args.rl_lr)):
         if epochs:
             v, _, e = run_phase(phase, scorer, train, val, budget, args, gen, history, epochs, lr)
-            out[phase] = {"val": v, "best_epoch": e, "test": evaluate(scorer, test, budget).tolist()}
+            out[phase] = {"val": v, "best_epoch": e, "test": harness_metrics(scorer, test, budget)}
     out["history"] = history
     return out
 
@@ -143,19 +162,31 @@ def paired(a: np.ndarray, b: np.ndarray, seed: int = 0, n_boot: int = 10000) -> 
     }
 
 
-def report(results: list[dict], baselines: dict) -> dict:
+def report(results: list[dict], baselines: dict, metric: str) -> dict:
+    """Per phase: mean ± std over folds of ``metric`` and paired tests against each baseline (pooled questions)."""
     summary = {}
+    suffix = {
+        "evidence_recall": "",
+        "support_sentence_recall": ":support_sentence",
+        "support_paragraph_recall": ":support_paragraph",
+    }[metric]
     for key in ("init", "sl", "rl"):
-        rows = [(r, r["test_init"] if key == "init" else r[key]["test"]) for r in results if key == "init" or key in r]
-        if len(rows) != len(results):
+        if not all(key == "init" or key in r for r in results):
             continue
         per_fold, pooled = [], {"ours": [], **{b: [] for b in baselines}}
-        for r, rec in rows:
-            f = {"fold": r["fold"], "ours": float(np.mean(rec))}
+        for r in results:
+            values = (r["test_init"] if key == "init" else r[key]["test"])[metric]
+            keep = [i for i, v in enumerate(values) if v is not None]
+            qids = [r["qid"][i] for i in keep]
+            rec = [values[i] for i in keep]
+            f = {"fold": r["fold"], "ours": float(np.mean(rec)), "n": len(rec)}
             for b, table in baselines.items():
-                base = np.array([table[q] for q in r["qid"]])
-                f[b] = float(base.mean())
-                pooled[b].extend(base.tolist())
+                tb = table[b + suffix]
+                if not all(q in tb for q in qids):
+                    continue
+                base = [tb[q] for q in qids]
+                f[b] = float(np.mean(base))
+                pooled[b].extend(base)
             pooled["ours"].extend(rec)
             per_fold.append(f)
         folds = np.array([f["ours"] for f in per_fold])
@@ -164,23 +195,25 @@ def report(results: list[dict], baselines: dict) -> dict:
             "mean": float(folds.mean()),
             "std": float(folds.std(ddof=1)) if len(folds) > 1 else 0.0,
         }
+        print(f"[{key}] {metric}: mean {s['mean']:.3f} ± {s['std']:.3f}; folds " + " ".join(f"{x:.3f}" for x in folds))
         for b in baselines:
+            if len(pooled[b]) != len(pooled["ours"]):
+                continue
             fb = np.array([f[b] for f in per_fold])
-            s[b] = {
+            x = {
                 "mean": float(fb.mean()),
                 "std": float(fb.std(ddof=1)) if len(fb) > 1 else 0.0,
+                "folds": fb.tolist(),
                 "folds_above": int((folds > fb).sum()),
                 **paired(pooled["ours"], pooled[b]),
             }
-        summary[key] = s
-        line = " ".join(f"{f['ours']:.3f}" for f in per_fold)
-        print(f"[{key}] mean {s['mean']:.3f} ± {s['std']:.3f} folds: {line}")
-        for b in baselines:
-            x = s[b]
+            s[b] = x
             print(
                 f"    vs {b}: {x['mean']:.3f} ± {x['std']:.3f}, diff {x['diff']:+.3f} CI [{x['ci'][0]:+.3f}, "
-                f"{x['ci'][1]:+.3f}] Wilcoxon p={x['p']:.2g} n={x['n']}, above on {x['folds_above']}/{len(folds)} folds"
+                f"{x['ci'][1]:+.3f}] Wilcoxon p={x['p']:.2g} n={x['n']}, above on {x['folds_above']}/{len(folds)}; "
+                "folds " + " ".join(f"{v:.3f}" for v in fb)
             )
+        summary[key] = s
     return summary
 
 
@@ -188,6 +221,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--graphset", default="/work/main/outputs/graphs/locomo")
     ap.add_argument("--baselines", default="outputs/research/baselines_locomo.json")
+    ap.add_argument("--gnn", default="", help="per-question GNN recalls (scripts/research/gnn_eval.py)")
+    ap.add_argument("--extra_train", default="", help="a graph set whose questions join every fold's training part")
     ap.add_argument("--folds", default="0,1,2,3,4")
     ap.add_argument("--sl", type=int, default=8)
     ap.add_argument("--rl", type=int, default=0)
@@ -214,14 +249,20 @@ def main():
     gs = GraphSet.load(args.graphset)
     with open(args.baselines) as f:
         table = json.load(f)
-    baselines = {b: table[b] for b in ("dense_topk", "ppr")}
+    if args.gnn:
+        with open(args.gnn) as f:
+            table.update(json.load(f))
+    names = ["dense_topk", "ppr"] + (["gnn"] if args.gnn else [])
+    baselines = {b: table for b in names}
+    extra = GraphSet.load(args.extra_train) if args.extra_train else None
     budget = Budget()
     splits = conversation_folds(list(gs.graphs), k=5, seed=0, val_fraction=0.2)
     results = []
     for k in [int(f) for f in args.folds.split(",")]:
         print(f"fold {k}", flush=True)
-        results.append(train_fold(gs, splits[k], budget, args))
-    summary = report(results, baselines)
+        results.append(train_fold(gs, splits[k], budget, args, extra))
+    metrics = ["evidence_recall"] if gs.dataset == "locomo" else ["support_sentence_recall", "support_paragraph_recall"]
+    summary = {m: report(results, baselines, m) for m in metrics}
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "summary": summary, "results": results}, f, default=float)
