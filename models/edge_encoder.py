@@ -6,10 +6,14 @@ the training graphs, so nothing it learns reaches a graph it was not trained on.
 
     a_ij = [relation multi-hot (R), Phase-1 [p_t, p_s, p_c, p_e], parallel edges / R,
             log(1 + |t_j - t_i| / 1 s) / 10, time known, sign(t_j - t_i),
-            speaker change, speakers known, log(1 + deg_i) / 4, log(1 + deg_j) / 4, log(1 + tokens_j) / 5]
+            speaker change, speakers known,
+            same sequence, sign(o_j - o_i), log(1 + |o_j - o_i|) / 3, log(1 + o_j) / 3, order of j known,
+            log(1 + deg_i) / 4, log(1 + deg_j) / 4, log(1 + tokens_j) / 5]
 
-(:func:`pair_table`; missing timestamps or speakers give 0 with a 0 "known" flag), and the encoder
-computes
+(:func:`pair_table`). A node's *sequence* and *order* in it come from its metadata, as the
+builders write them (``session`` / ``position`` for conversation turns, ``paragraph`` /
+``sent_idx`` for document sentences); the order features are set for pairs in one sequence.
+Missing timestamps, speakers or orders give 0 with a 0 "known" flag. The encoder computes
 
     e_ij = e0_ij + f([a_ij ; (P x_i) ⊙ (P x_j)])            f: 2-layer MLP, last layer zero-init
            (+ δ_ij, HAGE's per-edge residual, optional, zero-init, 0 on graphs it does not hold)
@@ -37,7 +41,9 @@ from torch import Tensor, nn
 from graphmem.graph import EDGE_FEATURE_DIM, MemoryGraph
 
 EDGE_MODES = ("onehot", "phase1", "table", "inductive")
-NUM_PAIR_FEATURES = 17  # width of PairTable.raw for 4 relations: R + 4 + 10 + ... (see pair_features)
+NUM_PAIR_FEATURES = 22  # width of PairTable.raw for 4 relations (see pair_features)
+SEQUENCE_KEYS = ("session", "paragraph")  # metadata naming a node's sequence ...
+ORDER_KEYS = ("position", "sent_idx")  # ... and its place in it
 
 
 @dataclass
@@ -82,6 +88,18 @@ def _speakers(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
     return code, code >= 0
 
 
+def _sequences(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
+    """``[N]`` sequence codes (``-1``: none) and ``[N]`` orders (NaN: none) from the node metadata."""
+    codes: dict[str, int] = {}
+    group, order = [], []
+    for m in graph.metadata:
+        g = next((m[k] for k in SEQUENCE_KEYS if m.get(k) is not None), None)
+        o = next((m[k] for k in ORDER_KEYS if isinstance(m.get(k), (int, float))), None)
+        group.append(-1 if g is None else codes.setdefault(str(g), len(codes)))
+        order.append(math.nan if o is None else float(o))
+    return torch.tensor(group, dtype=torch.long), torch.tensor(order, dtype=torch.float64)
+
+
 def build_pair_table(graph: MemoryGraph) -> PairTable:
     """:class:`PairTable` of ``graph`` (uncached; see :func:`pair_table`)."""
     n, e = graph.num_nodes, graph.num_edges
@@ -118,6 +136,11 @@ def pair_features(
     dt = torch.where(known, t[dst] - t[src], torch.zeros_like(t[src]))
     spk, spk_known = _speakers(graph)
     both = spk_known[src] & spk_known[dst]
+    group, order = _sequences(graph)
+    same = (group[src] == group[dst]) & (group[src] >= 0)
+    ordered = same & torch.isfinite(order[src]) & torch.isfinite(order[dst])
+    do = torch.where(ordered, order[dst] - order[src], torch.zeros_like(order[src]))
+    o_dst = torch.where(torch.isfinite(order[dst]), order[dst], torch.zeros_like(order[dst]))
     deg = rowptr.diff().float()
     tokens = graph.node_tokens().float()
     cols = [
@@ -129,6 +152,11 @@ def pair_features(
         torch.sign(dt).float()[:, None],
         (both & (spk[src] != spk[dst])).float()[:, None],
         both.float()[:, None],
+        same.float()[:, None],
+        torch.sign(do).float()[:, None],
+        (torch.log1p(do.abs()) / 3.0).float()[:, None],
+        (torch.log1p(o_dst.clamp(min=0)) / 3.0).float()[:, None],
+        torch.isfinite(order[dst]).float()[:, None],
         (torch.log1p(deg[src]) / 4.0)[:, None],
         (torch.log1p(deg[dst]) / 4.0)[:, None],
         (torch.log1p(tokens[dst]) / 5.0)[:, None],

@@ -17,8 +17,10 @@ the last layers of ``g`` and ``h`` are zero, so ``s = cos(q, x_v)``: the untrain
 by cosine. Everything is computed from the frozen node and query embeddings and from pair
 features every graph has, so a trained scorer applies to graphs it never saw.
 
-The stop head ``stop = α · max open s + β · loaded / max_nodes + b`` (``b`` starts at -10: the
-untrained walk fills its budget) decides when the walk ends.
+The stop head ``stop = α · max open s + β · loaded / max_nodes + b`` decides when the walk ends:
+the greedy walk stops when ``stop`` beats every open candidate. ``b`` starts at -1, below any
+cosine of a relevant node, so the untrained walk fills its budget, yet near enough that sampled
+walks try stopping and a node cost in the reward can teach the head when to.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ class WalkScorer(nn.Module):
         nn.init.zeros_(self.head[2].weight)
         nn.init.zeros_(self.head[2].bias)
         self.stop_weights = nn.Parameter(torch.zeros(2)) if cfg.stop else None
-        self.stop_bias = nn.Parameter(torch.tensor(-10.0)) if cfg.stop else None
+        self.stop_bias = nn.Parameter(torch.tensor(-1.0)) if cfg.stop else None
 
     # ------------------------------------------------------------------ CandidateScorer
     def prepare(self, tables, q: Tensor, entries: Tensor) -> _Context:

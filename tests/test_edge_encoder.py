@@ -23,7 +23,11 @@ def toy() -> MemoryGraph:
         ["alice: hi there", "bob: hello", "alice: long " * 10],
         torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]),
         timestamps=[0.0, 60.0, math.nan],
-        metadata=[{"speaker": "alice"}, {"speaker": "bob"}, {"speaker": "alice"}],
+        metadata=[
+            {"speaker": "alice", "session": 1, "position": 0},
+            {"speaker": "bob", "session": 1, "position": 3},
+            {"speaker": "alice", "session": 2, "position": 0},
+        ],
     )
     g.add_edges([0, 1], [1, 0], "temporal", features=torch.tensor([[1.0, 0.5, 0.0, 0.0], [1.0, 0.5, 0.0, 0.0]]))
     g.add_edges([0, 0, 2], [1, 2, 2], "semantic", features=torch.tensor([[0.0, 0.9, 0.0, 0.0]] * 3))
@@ -46,7 +50,11 @@ def test_pair_table_of_a_toy_graph():
     assert raw[1, 10] == 0 and raw[1, 9] == 0 and raw[1, 11] == 0  # c has no timestamp
     assert raw[0, 12] == 1 and raw[0, 13] == 1  # alice -> bob: speaker change
     assert raw[1, 12] == 0 and raw[1, 13] == 1  # alice -> alice
-    assert torch.isclose(raw[0, 14], torch.tensor(math.log1p(2) / 4))  # a has 2 out-pairs
+    third = math.log1p(3) / 3
+    assert torch.allclose(raw[0, 14:19], torch.tensor([1, 1, third, third, 1]))  # a -> b: 3 turns later
+    assert torch.allclose(raw[2, 14:19], torch.tensor([1, -1, third, 0, 1]))  # b -> a
+    assert torch.allclose(raw[1, 14:19], torch.tensor([0, 0, 0, 0, 1.0]))  # a -> c: another session
+    assert torch.isclose(raw[0, 19], torch.tensor(math.log1p(2) / 4))  # a has 2 out-pairs
 
 
 def test_static_modes_and_the_anchor_start():

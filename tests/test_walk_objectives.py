@@ -64,9 +64,11 @@ def bridge_part(seed: int):
     return tables, q, entries, torch.tensor(gold)[:, None]
 
 
-def train_on_bridges(objective: str, seed: int = 0, steps: int = 40):
+def train_on_bridges(
+    objective: str, seed: int = 0, steps: int = 40, budget: Budget = BRIDGE_BUDGET, node_cost: float = 0.0
+):
     torch.manual_seed(seed)
-    scorer = WalkScorer(ScorerConfig(dim=32, rank=0, stop=False))
+    scorer = WalkScorer(ScorerConfig(dim=32, rank=0, stop=node_cost > 0))
     opt = torch.optim.Adam(scorer.parameters(), lr=2e-2)
     gen = torch.Generator().manual_seed(seed)
     tables, q, entries, gold = bridge_part(0)
@@ -74,11 +76,12 @@ def train_on_bridges(objective: str, seed: int = 0, steps: int = 40):
     tau = 0.1 if objective == "imitation" else 1.0
     for _ in range(steps):
         ctx = scorer.prepare(tables, q, entries)
-        ep = walk(tables, scorer, q, entries, BRIDGE_BUDGET, sample=True, temperature=tau, generator=gen, ctx=ctx)
+        ep = walk(tables, scorer, q, entries, budget, sample=True, temperature=tau, generator=gen, ctx=ctx)
         if objective == "imitation":
-            loss, _ = imitation_loss(scorer, ctx, ep, gold, tables, BRIDGE_BUDGET, tau)
+            loss, _ = imitation_loss(scorer, ctx, ep, gold, tables, budget, tau)
         else:
-            loss, _ = reinforce_loss(scorer, ctx, ep, walk_rewards(ep, gold), baseline, BRIDGE_BUDGET, tau)
+            rewards = walk_rewards(ep, gold, node_cost)
+            loss, _ = reinforce_loss(scorer, ctx, ep, rewards, baseline, budget, tau)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -103,3 +106,14 @@ def test_training_on_walk_episodes_is_deterministic():
     a, b = train_on_bridges("reinforce", steps=8), train_on_bridges("reinforce", steps=8)
     for (name, p), (_, r) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(p, r), name
+
+
+def test_learned_stop_spends_only_what_the_node_cost_repays():
+    # six nodes allowed; the gold is the third. With a cost per node the walk learns to stop after it.
+    budget = Budget(max_entries=1, top_k_neighbors=2, max_hops=2, max_nodes=6)
+    tables, q, entries, gold = bridge_part(1)
+    for cost, nodes in ((0.0, 6), (0.1, 3)):
+        scorer = train_on_bridges("reinforce", steps=150, budget=budget, node_cost=cost)
+        ep = walk(tables, scorer, q, entries, budget)
+        assert float(recall_of(ep, gold).mean()) >= 0.9
+        assert float(ep.count.float().mean()) == nodes, cost

@@ -116,7 +116,7 @@ def main(path: str) -> None:
     dense, ppr = make_policy("dense_topk"), make_policy("ppr")
     rows = []
     for split in folds:
-        idx = [i for i, q in enumerate(gs.questions) if q.graph in split.test and q.category != 5]
+        idx = [i for i, q in enumerate(gs.questions) if q.graph in split.test and q.category != 5]  # LoCoMo's overall
         sub = [gs.questions[i] for i in idx]
         r_dense = evaluate_policy(dense, gs, budget, sub, progress=False).overall["evidence_recall"]
         r_ppr = evaluate_policy(ppr, gs, budget, sub, progress=False).overall["evidence_recall"]
