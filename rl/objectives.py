@@ -18,6 +18,8 @@ Gold rows enter here only (rewards and positives), never the walk or the scorer.
 
       G_t = Σ_{k ≥ t} γ^{k-t} r_k,   b_t ← β b_t + (1 - β) mean_b G_t,   A_t = G_t - b_t
       L_PG = -(1/B) Σ_{b, t} log π(a_t | s_t) A_t  -  c_H mean H(π(· | s_t))
+
+* HAGE's MDP (:class:`HageMDP`) as a selectable objective on episodes of the same walk and scorer.
 """
 
 from __future__ import annotations
@@ -106,19 +108,26 @@ def discounted_returns(rewards: Tensor, acted: Tensor, gamma: float) -> Tensor:
 
 @dataclass
 class MovingBaseline:
-    """``b_t ← β b_t + (1 - β) mean_b G_t`` per step index ``t`` (starts at the first batch's means)."""
+    """``b_t ← β b_t + (1 - β) mean_b G_t``, one value per step index ``t`` (``per_step=False``: one
+    value for all steps, as HAGE's); it starts at the first batch's means."""
 
     beta: float = 0.99
+    per_step: bool = True
     values: Tensor | None = None
 
     def advantage(self, returns: Tensor, acted: Tensor) -> Tensor:
-        n = acted.float().sum(1)
-        mean = (returns * acted).sum(1) / n.clamp(min=1)
+        """``[T, B]`` ``(G_t - b_t)`` on the acted steps (0 elsewhere), then the update of ``b``."""
+        mask = acted.float()
+        if self.per_step:
+            n, total = mask.sum(1), (returns * mask).sum(1)
+        else:
+            n, total = mask.sum()[None], (returns * mask).sum()[None]
+        mean = total / n.clamp(min=1)
         if self.values is None:
             self.values = mean.detach().clone()
-        adv = (returns - self.values[:, None]) * acted
-        seen = n > 0
-        self.values = torch.where(seen, self.beta * self.values + (1 - self.beta) * mean.detach(), self.values)
+        b = self.values[:, None] if self.per_step else self.values
+        adv = (returns - b) * mask
+        self.values = torch.where(n > 0, self.beta * self.values + (1 - self.beta) * mean.detach(), self.values)
         return adv
 
 
@@ -143,3 +152,79 @@ def reinforce_loss(
     ent = (entropy * acted).sum() / acted.sum().clamp(min=1)
     stats = {"return": float(rewards.sum(0).mean()), "entropy": float(ent.detach())}
     return pg - entropy_coef * ent, stats
+
+
+# ---------------------------------------------------------------------------- HAGE's MDP on the walk
+@dataclass(frozen=True)
+class HageMDP:
+    """HAGE's traversal MDP (§3, Appendix B) as episodes of the same walk, for the same scorer.
+
+    An episode starts at one of the question's entries (one episode for each of its best
+    ``starts_per_question``); the other entries count as visited. Each step moves along an
+    out-pair of any visited node (the ``frontier`` action space) to an unvisited node:
+
+        r_t = R_hit · |{v_t} ∩ (G \\ reached)| - λ_step    (- λ_timeout at t = H_max with gold unreached)
+
+    and the episode ends when every gold node is reached, at a dead end, or after ``H_max`` steps.
+    As a walk: one entry, no fan-out cap, depth and steps up to ``H_max``, no token cap, no stop
+    action; steps after the end carry no reward and no log-probability.
+    """
+
+    max_hops: int = 5
+    hit_reward: float = 10.0
+    step_penalty: float = 0.05
+    timeout_penalty: float = 1.0
+    starts_per_question: int = 2
+    gamma: float = 0.99
+
+    def budget(self) -> Budget:
+        return Budget(
+            max_entries=1,
+            top_k_neighbors=1 << 30,
+            max_hops=self.max_hops,
+            max_nodes=self.max_hops + 1,
+            max_tokens=1 << 62,
+        )
+
+    def episodes(self, entries: Tensor, gold: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(question row [M], start [M, 1], blocked [M, E], gold [M, G])`` of the episodes of ``B`` questions."""
+        k = min(self.starts_per_question, entries.shape[1])
+        row, col = (entries[:, :k] >= 0).nonzero(as_tuple=True)
+        start = entries[row, col][:, None]
+        blocked = entries[row].masked_fill(entries[row] == start, -1)
+        return row, start, blocked, gold[row]
+
+    def rewards(self, ep: WalkEpisodes, gold: Tensor, visited: Tensor) -> tuple[Tensor, Tensor]:
+        """``(rewards [T, B], live [T, B])``: the MDP's rewards and the steps inside the episode.
+
+        ``visited`` ``[B, V]`` holds the nodes visited at the start (the start and the other entries).
+        Step 0 only places the episode at its start: it is not an action.
+        """
+        real = gold >= 0
+        reached = ((gold[:, :, None] == visited[:, None, :]) & (visited[:, None, :] >= 0)).any(-1) & real
+        steps, bsz = ep.action.shape
+        rewards = torch.zeros(steps, bsz, device=gold.device)
+        live = torch.zeros(steps, bsz, dtype=torch.bool, device=gold.device)
+        done = (reached | ~real).all(1)
+        for t in range(1, steps):
+            v = ep.loaded[:, t]
+            acting = ~done & (v >= 0)
+            hit = (gold == v[:, None]) & real & ~reached & acting[:, None]
+            reached = reached | hit
+            finished = (reached | ~real).all(1)
+            timeout = acting & ~finished & (t >= self.max_hops)
+            rewards[t] = self.hit_reward * hit.sum(1) - self.step_penalty * acting - self.timeout_penalty * timeout
+            live[t] = acting
+            done = done | ~acting | finished | timeout
+        return rewards, live
+
+    def loss(
+        self, scorer: CandidateScorer, ctx, ep: WalkEpisodes, gold: Tensor, visited: Tensor, baseline, temperature
+    ) -> tuple[Tensor, dict[str, float]]:
+        """REINFORCE on the MDP episodes: ``-(1/M) Σ log π(a_t|s_t) (G_t - b)`` over the live steps."""
+        rewards, live = self.rewards(ep, gold, visited)
+        returns = discounted_returns(rewards, live, self.gamma)
+        adv = baseline.advantage(returns, live)
+        logp, _ = step_log_probs(scorer, ctx, ep, self.budget(), temperature)
+        loss = -(logp * adv.detach() * live).sum() / max(int(live.shape[1]), 1)
+        return loss, {"return": float(rewards.sum(0).mean())}

@@ -94,6 +94,7 @@ class WalkEpisodes:
         loaded, loaded_depth, loaded_via: ``[B, T]`` loaded nodes in load order, their depths and
             the pool slots that loaded them (``-1`` padded).
         count, used: ``[B]`` nodes loaded and tokens used.
+        stoppable: whether the stop action was offered (``allow_stop``).
     """
 
     pool_node: Tensor
@@ -110,6 +111,7 @@ class WalkEpisodes:
     loaded_via: Tensor
     count: Tensor
     used: Tensor
+    stoppable: bool = True
 
     @property
     def acted(self) -> Tensor:
@@ -140,6 +142,8 @@ def walk(
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
     ctx: Any = None,
+    allow_stop: bool = True,
+    blocked: Tensor | None = None,
 ) -> WalkEpisodes:
     """Run the walk (module docstring) for ``B`` queries; no gradients are recorded.
 
@@ -153,12 +157,15 @@ def walk(
         temperature: ``τ`` of the sampling distribution (default: 1.0).
         generator: RNG of the draws (default: torch's global one).
         ctx: ``scorer.prepare(tables, q, entries)`` when already computed (default: computed here).
+        allow_stop: whether the scorer's stop head may end the walk (default: True).
+        blocked: ``[B, K]`` nodes never to load (``-1`` padded), e.g. HAGE's visited entries (default: none).
     """
     with torch.no_grad():
-        return _walk(tables, scorer, q, entries[:, : budget.max_entries], budget, sample, temperature, generator, ctx)
+        entries = entries[:, : budget.max_entries]
+        return _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ctx, allow_stop, blocked)
 
 
-def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ctx) -> WalkEpisodes:
+def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ctx, allow_stop, blocked):
     dev, bsz, n_ent = q.device, q.shape[0], entries.shape[1]
     entries = entries.to(dev)
     ctx = scorer.prepare(tables, q, entries) if ctx is None else ctx
@@ -175,6 +182,9 @@ def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ct
     scores[qi, col] = scorer.score(ctx, Candidates(qi, none, entries[qi, col], none, 0 * qi, col))
     length = torch.full((bsz,), n_ent, dtype=torch.long, device=dev)
     dead = node < 0  # empty slots and candidates whose target is loaded
+    if blocked is not None:
+        blocked = blocked.to(dev)
+        dead |= (node[:, :, None] == blocked[:, None, :]).any(-1)
     loaded = torch.full((bsz, steps), -1, dtype=torch.long, device=dev)
     loaded_depth, loaded_via = torch.full_like(loaded, -1), torch.full_like(loaded, -1)
     children = torch.zeros(bsz, steps, dtype=torch.long, device=dev)
@@ -190,7 +200,7 @@ def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ct
         has = open_.any(1)
         logits = scores.masked_fill(~open_, float("-inf"))
         best = logits.max(1).values
-        stop = scorer.stop_logit(ctx, best, count, budget)
+        stop = scorer.stop_logit(ctx, best, count, budget) if allow_stop else None
         if stop is not None:
             logits = torch.cat([logits, stop[:, None]], 1)
         if sample:
@@ -230,10 +240,26 @@ def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ct
         node[qb, cols], parent[qb, cols], pair[qb, cols] = child, gv[seg], pid
         depth[qb, cols], slot[qb, cols], order[qb, cols] = gdepth[seg], gpos[seg], gpos[seg]
         dead[qb, cols] = (loaded[qb] == child[:, None]).any(1)
+        if blocked is not None:
+            dead[qb, cols] |= (blocked[qb] == child[:, None]).any(1)
         scores[qb, cols] = scorer.score(ctx, Candidates(qb, gv[seg], child, pid, gdepth[seg], gpos[seg]))
         length[gb] += deg
     return WalkEpisodes(
-        node, parent, pair, depth, slot, order, scores, opens, actions, loaded, loaded_depth, loaded_via, count, used
+        node,
+        parent,
+        pair,
+        depth,
+        slot,
+        order,
+        scores,
+        opens,
+        actions,
+        loaded,
+        loaded_depth,
+        loaded_via,
+        count,
+        used,
+        allow_stop,
     )
 
 
@@ -247,11 +273,12 @@ def rescore(scorer: CandidateScorer, ctx: Any, ep: WalkEpisodes) -> Tensor:
 
 
 def step_logits(scorer: CandidateScorer, ctx: Any, ep: WalkEpisodes, budget: Budget, scores: Tensor) -> Tensor:
-    """``[T, B, P (+1)]`` logits of every step: open candidates' scores (``-inf`` elsewhere), then the stop logit."""
+    """``[T, B, P (+1)]`` logits of every step: open candidates' scores (``-inf`` elsewhere), then the stop logit
+    (when the walk could stop)."""
     logits = scores[None].masked_fill(~ep.open, float("-inf"))
     counts = torch.arange(ep.open.shape[0], device=scores.device)[:, None].expand(-1, scores.shape[0])
     best = logits.max(2).values
-    stop = scorer.stop_logit(ctx, best.flatten(), counts.flatten(), budget)
+    stop = scorer.stop_logit(ctx, best.flatten(), counts.flatten(), budget) if ep.stoppable else None
     if stop is None:
         return logits
     return torch.cat([logits, stop.view(*best.shape, 1)], 2)

@@ -11,6 +11,7 @@ from graphmem.synthetic import make_bridge_graph
 from models.edge_encoder import pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.objectives import (
+    HageMDP,
     MovingBaseline,
     discounted_returns,
     imitation_loss,
@@ -113,7 +114,47 @@ def test_learned_stop_spends_only_what_the_node_cost_repays():
     budget = Budget(max_entries=1, top_k_neighbors=2, max_hops=2, max_nodes=6)
     tables, q, entries, gold = bridge_part(1)
     for cost, nodes in ((0.0, 6), (0.1, 3)):
-        scorer = train_on_bridges("reinforce", steps=150, budget=budget, node_cost=cost)
+        scorer = train_on_bridges("reinforce", steps=60, budget=budget, node_cost=cost)
         ep = walk(tables, scorer, q, entries, budget)
         assert float(recall_of(ep, gold).mean()) >= 0.9
         assert float(ep.count.float().mean()) == nodes, cost
+
+
+def test_hage_mdp_rewards_by_hand():
+    g = toy_graph()
+    tables = tables_of(g)
+    mdp = HageMDP()
+    row, start, blocked, _ = mdp.episodes(torch.tensor([[0, 1]]), torch.tensor([[5, 3]]))
+    assert row.tolist() == [0, 0] and start.tolist() == [[0], [1]] and blocked.tolist() == [[-1, 1], [0, -1]]
+    first = (start[:1], blocked[:1])
+    ep = walk(tables, NodeValueScorer(VALUES), torch.zeros(1, 2), first[0], mdp.budget(), blocked=first[1])
+    assert ep.loaded[0].tolist() == [0, 2, 5, 4, 3, -1]  # the entry 1 is visited: never a step; then a dead end
+    visited = torch.cat(first, 1)
+    rewards, live = mdp.rewards(ep, torch.tensor([[5, 3]]), visited)
+    assert torch.allclose(rewards[:, 0], torch.tensor([0, -0.05, 9.95, -0.05, 9.95, 0]))
+    assert live[:, 0].tolist() == [False, True, True, True, True, False]
+    rewards, live = mdp.rewards(ep, torch.tensor([[5, 1]]), visited)  # 1 counts as reached from the start
+    assert live[:, 0].tolist() == [False, True, True, False, False, False]
+    short = HageMDP(max_hops=2)
+    ep = walk(tables, NodeValueScorer(VALUES), torch.zeros(1, 2), first[0], short.budget(), blocked=first[1])
+    rewards, live = short.rewards(ep, torch.tensor([[3]]), visited)
+    assert torch.allclose(rewards[:, 0], torch.tensor([0, -0.05, -1.05]))  # timeout at H_max
+
+
+def test_hage_mdp_objective_learns_the_bridge():
+    torch.manual_seed(0)
+    mdp = HageMDP(max_hops=3)
+    scorer = WalkScorer(ScorerConfig(dim=32, rank=0, stop=False))  # the MDP has no stop action to learn
+    opt = torch.optim.Adam(scorer.parameters(), lr=2e-2)
+    gen = torch.Generator().manual_seed(0)
+    tables, q, entries, gold = bridge_part(0)
+    baseline = MovingBaseline(0.99, per_step=False)
+    row, start, blocked, ep_gold = mdp.episodes(entries, gold)
+    for _ in range(40):
+        ctx = scorer.prepare(tables, q[row], start)
+        ep = walk(tables, scorer, q[row], start, mdp.budget(), True, 1.0, gen, ctx, allow_stop=False, blocked=blocked)
+        loss, _ = mdp.loss(scorer, ctx, ep, ep_gold, torch.cat([start, blocked], 1), baseline, 1.0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert unseen_recall(scorer) >= 0.9  # walked at question time under the evaluation budget
