@@ -63,7 +63,9 @@ class Question:
         evidence: gold node ids (LoCoMo dia_ids; HotpotQA ``title::sentence``).
         category: LoCoMo category 1-5 or HotpotQA type (``bridge``/``comparison``).
         dangling_evidence: gold ids that name no node (reported, never silently dropped).
-        support_titles: HotpotQA gold paragraph titles (empty for LoCoMo).
+        support_titles: gold paragraph titles (HotpotQA, MuSiQue; empty for LoCoMo).
+        support_chain: MuSiQue's gold reasoning chain, the supporting passage node id of each
+            step in step order (empty elsewhere).
     """
 
     qid: str
@@ -74,6 +76,7 @@ class Question:
     category: int | str
     dangling_evidence: tuple[str, ...] = ()
     support_titles: tuple[str, ...] = ()
+    support_chain: tuple[str, ...] = ()
 
     @property
     def category_name(self) -> str:
@@ -97,6 +100,43 @@ class HotpotRecord:
     supporting_facts: tuple[tuple[str, int], ...]
     type: str
     level: str
+
+
+@dataclass(frozen=True)
+class MusiqueParagraph:
+    """One of a MuSiQue record's candidate paragraphs (``idx`` is the record's own numbering)."""
+
+    idx: int
+    title: str
+    text: str
+    is_supporting: bool
+
+
+@dataclass(frozen=True)
+class MusiqueStep:
+    """One single-hop step of ``question_decomposition``; ``#k`` in ``question`` names step k's answer."""
+
+    id: str
+    question: str
+    answer: str
+    paragraph_support_idx: int | None
+
+
+@dataclass(frozen=True)
+class MusiqueRecord:
+    """A MuSiQue-Ans record (official format); ``hops`` is the id prefix (``2hop``, ``3hop1``, ...)."""
+
+    qid: str
+    question: str
+    answer: str
+    answer_aliases: tuple[str, ...]
+    answerable: bool
+    paragraphs: tuple[MusiqueParagraph, ...]
+    decomposition: tuple[MusiqueStep, ...]
+
+    @property
+    def hops(self) -> str:
+        return self.qid.split("__", 1)[0]
 
 
 @dataclass
