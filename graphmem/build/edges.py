@@ -65,17 +65,25 @@ def time_window_pairs(
     return rows[keep], nbr[keep]
 
 
-def semantic_knn_pairs(embeddings: Tensor, k: int, threshold: float) -> tuple[Tensor, Tensor]:
-    """Each node to its ``k`` most cosine-similar other nodes with similarity ``>= threshold``."""
+def semantic_knn_pairs(embeddings: Tensor, k: int, threshold: float, block: int = 2048) -> tuple[Tensor, Tensor]:
+    """Each node to its ``k`` most cosine-similar other nodes with similarity ``>= threshold``.
+
+    Similarities are computed ``block`` rows at a time, so a pooled corpus of 10^4 nodes never
+    holds the full ``[N, N]`` matrix.
+    """
     n = embeddings.shape[0]
     if n < 2 or k == 0:
         return _pairs([], [])
-    sim = embeddings @ embeddings.T
-    sim.fill_diagonal_(-float("inf"))
-    vals, nbr = torch.topk(sim, min(k, n - 1), dim=1)
-    keep = vals >= threshold
-    rows = torch.arange(n)[:, None].expand_as(nbr)
-    return rows[keep], nbr[keep]
+    rows_out, nbr_out = [], []
+    for start in range(0, n, block):
+        sim = embeddings[start : start + block] @ embeddings.T
+        local = torch.arange(sim.shape[0])
+        sim[local, local + start] = -float("inf")
+        vals, nbr = torch.topk(sim, min(k, n - 1), dim=1)
+        keep = vals >= threshold
+        rows_out.append((local + start)[:, None].expand_as(nbr)[keep])
+        nbr_out.append(nbr[keep])
+    return torch.cat(rows_out), torch.cat(nbr_out)
 
 
 def entity_pairs(entities: Sequence[set[str]], fanout: int, max_share: float) -> tuple[Tensor, Tensor]:
