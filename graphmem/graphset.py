@@ -39,7 +39,7 @@ DEFAULT_FILES = {
 # Settings added after saved sets existed: left out of the config hash while at their default,
 # so sets built before them stay valid.
 POOLABLE = ("hotpotqa", "musique")
-_HASHED_WHEN_SET = {"pooled": False, "train_files": (), "sentence_nodes": False}
+_HASHED_WHEN_SET = {"pooled": False, "train_files": (), "sentence_nodes": False, "duplicate_titles": "join"}
 FEATURES = ("scored", "onehot")
 
 
@@ -126,10 +126,14 @@ class GraphConfig:
     """confidence of a causal connective (because, therefore, ...), in [0, 1]."""
     sentence_nodes: bool = False
     """passage graphs (MuSiQue, pooled corpora): also one node per sentence of each passage."""
+    duplicate_titles: str = "join"
+    """passage graphs: distinct texts of one title are ``join``-ed into its passage, or only the ``first`` is kept."""
 
     def __post_init__(self) -> None:
         if self.features not in FEATURES:
             raise ValueError(f"GraphConfig.features {self.features!r} is not one of {FEATURES}")
+        if self.duplicate_titles not in ("join", "first"):
+            raise ValueError(f"GraphConfig.duplicate_titles {self.duplicate_titles!r} is not one of ('join', 'first')")
         if not isinstance(self.sentence_nodes, bool):
             raise ValueError(f"GraphConfig.sentence_nodes must be true or false, got {self.sentence_nodes!r}")
         for name in ("semantic_k", "temporal_cap", "entity_fanout"):

@@ -47,6 +47,10 @@ def test_dedupe_titles_joins_distinct_texts_in_order():
     )
     assert [p.title for p in got] == ["A", "B"] and merged == 1
     assert got[0].text == "one. two." and got[0].sentences == ("one.", "two.")
+    first, merged = dedupe_titles([Passage("A", "one."), Passage("A", "two."), Passage("B", "b.")], mode="first")
+    assert [(p.title, p.text) for p in first] == [("A", "one."), ("B", "b.")] and merged == 1
+    with pytest.raises(ValueError, match="duplicate-title mode"):
+        dedupe_titles([], mode="last")
 
 
 def test_pooled_corpora_counts_without_encoding():

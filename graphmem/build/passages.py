@@ -3,8 +3,10 @@
 A *passage* is a titled paragraph, identified by its title: passages are title-deduplicated, and
 the distinct texts that one title carries (MuSiQue uses several paragraphs of one article, also
 within a record) are joined, in order of first appearance, into that title's passage, so no
-supporting text is lost. The pooled corpus of a file (the HippoRAG 2 / GFM-RAG protocol) holds
-every distinct passage of every record, and every question is asked over it.
+supporting text is lost (``GraphConfig.duplicate_titles="join"``; ``"first"`` keeps only the
+first text, which can drop a supporting paragraph's text). The pooled corpus of a file (the
+HippoRAG 2 / GFM-RAG protocol) holds every distinct passage of every record, and every question
+is asked over it.
 
 Nodes: one per passage, id = the title (:func:`graphmem.datasets.musique.passage_id`), text
 ``"<title>: <passage text>"``, metadata ``kind="passage"``. With ``GraphConfig.sentence_nodes``
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 
 _WORDS = re.compile(r"\w+")
 MAX_TITLE_WORDS = 12
+DUPLICATE_TITLES = ("join", "first")
 
 
 @dataclass(frozen=True)
@@ -78,9 +81,12 @@ def musique_passages(record: MusiqueRecord) -> list[Passage]:
     return [Passage(p.title, p.text.strip()) for p in sorted(record.paragraphs, key=lambda p: p.idx)]
 
 
-def dedupe_titles(passages: Iterable[Passage]) -> tuple[list[Passage], int]:
+def dedupe_titles(passages: Iterable[Passage], mode: str = "join") -> tuple[list[Passage], int]:
     """One passage per title, in order of first appearance; distinct texts of a title are joined
-    with a space (their sentences concatenated). Returns the passages and how many titles merged texts."""
+    with a space, their sentences concatenated (``mode="join"``), or all but the first are dropped
+    (``mode="first"``). Returns the passages and how many titles had more than one text."""
+    if mode not in DUPLICATE_TITLES:
+        raise ValueError(f"duplicate-title mode {mode!r} is not one of {DUPLICATE_TITLES}")
     texts: dict[str, list[Passage]] = {}
     for p in passages:
         kept = texts.setdefault(p.title, [])
@@ -88,19 +94,21 @@ def dedupe_titles(passages: Iterable[Passage]) -> tuple[list[Passage], int]:
             kept.append(p)
     out, merged = [], 0
     for title, parts in texts.items():
-        if len(parts) == 1:
+        merged += len(parts) > 1
+        if len(parts) == 1 or mode == "first":
             out.append(parts[0])
             continue
-        merged += 1
         given = [q.sentences for q in parts]
         sentences = None if any(s is None for s in given) else tuple(s for ss in given for s in ss)
         out.append(Passage(title, " ".join(q.text for q in parts), sentences))
     return out, merged
 
 
-def corpus(name: str, dataset: str, passages: Iterable[Passage], pooled: bool = False) -> PassageCorpus:
-    """A :class:`PassageCorpus` of the title-deduplicated ``passages``."""
-    kept, merged = dedupe_titles(passages)
+def corpus(
+    name: str, dataset: str, passages: Iterable[Passage], pooled: bool = False, duplicate_titles: str = "join"
+) -> PassageCorpus:
+    """A :class:`PassageCorpus` of the title-deduplicated ``passages`` (:func:`dedupe_titles`)."""
+    kept, merged = dedupe_titles(passages, duplicate_titles)
     return PassageCorpus(name, dataset, tuple(kept), pooled, merged)
 
 

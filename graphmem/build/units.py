@@ -73,14 +73,15 @@ def load_units(
         keep = {r.qid for r in records}
         questions = [q for q in questions if q.graph in keep]
     if pooled:
-        c = P.corpus(pooled_name(path), kind, (p for r in records for p in passages_of(r)), pooled=True)
+        every = (p for r in records for p in passages_of(r))
+        c = P.corpus(pooled_name(path), kind, every, pooled=True, duplicate_titles=cfg.duplicate_titles)
         unit = GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c))
         return [unit], [_pooled_question(q, c.name, kind, cfg) for q in questions], report
     if kind == "hotpotqa":
         from graphmem.build.hotpotqa import build_hotpot_graph, node_texts
 
         return [GraphUnit(r.qid, node_texts(r), partial(build_hotpot_graph, r)) for r in records], questions, report
-    corpora = [P.corpus(r.qid, kind, passages_of(r)) for r in records]
+    corpora = [P.corpus(r.qid, kind, passages_of(r), duplicate_titles=cfg.duplicate_titles) for r in records]
     return (
         [GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c)) for c in corpora],
         questions,
