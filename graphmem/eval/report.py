@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from graphmem.eval.harness import EvalResult, sweep_curve
+from graphmem.eval.stats import PairedComparison, comparisons_markdown
 from graphmem.io import atomic_write
 
 # (header, summary key, format); latencies are milliseconds.
@@ -23,6 +24,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 HOTPOT_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("sp-sent recall", "support_sentence_recall", "{:.3f}"),
     ("sp-para recall", "support_paragraph_recall", "{:.3f}"),
+    ("passage R@2", "passage_recall_2", "{:.3f}"),
+    ("passage R@5", "passage_recall_5", "{:.3f}"),
+    ("chain", "chain_following", "{:.3f}"),
 )
 
 
@@ -31,8 +35,9 @@ def _fmt(value: Any, fmt: str) -> str:
 
 
 def _columns(summaries: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str, str], ...]:
-    has_support = any(s.get("support_paragraph_recall") is not None for s in summaries)
-    return COLUMNS + (HOTPOT_COLUMNS if has_support else ())
+    """The base columns, plus each passage-level column some summary defines."""
+    extra = tuple(c for c in HOTPOT_COLUMNS if any(s.get(c[1]) is not None for s in summaries))
+    return COLUMNS + extra
 
 
 def _count(s: Mapping[str, Any]) -> str:
@@ -96,9 +101,13 @@ def category_recall_table(results: Sequence[EvalResult]) -> str:
     return "evidence recall by group:\n\n" + _markdown(["policy"] + groups, rows)
 
 
-def full_report(results: Sequence[EvalResult]) -> str:
-    """The markdown printed by ``scripts/evaluate.py``: comparison tables, then one table per policy."""
-    parts = [comparison_table(results), category_recall_table(results)]
+def full_report(results: Sequence[EvalResult], paired: Sequence[PairedComparison] = ()) -> str:
+    """The markdown printed by ``scripts/evaluate.py``: comparison tables, the paired statistics
+    against the reference policy, then one table per policy."""
+    parts = [comparison_table(results)]
+    if paired:
+        parts.append(comparisons_markdown(paired))
+    parts.append(category_recall_table(results))
     if any("adversarial" in r.summary for r in results):
         parts.append(comparison_table(results, "adversarial"))
     parts += [markdown_table(r) for r in results]
@@ -115,13 +124,35 @@ def results_payload(
     results: Sequence[EvalResult],
     sweeps: Mapping[str, Sequence[EvalResult]] | None = None,
     meta: Mapping[str, Any] | None = None,
+    paired: Sequence[PairedComparison] = (),
 ) -> dict[str, Any]:
-    """The content of ``results.json``: run metadata, each policy's summary, and its sweep curve."""
+    """The content of ``results.json``: run metadata, each policy's summary, its sweep curve, and
+    the paired comparisons with the reference policy."""
     return {
         "meta": dict(meta or {}),
         "policies": {r.policy: r.to_json() for r in results},
         "budget_sweep": {name: sweep_curve(points) for name, points in (sweeps or {}).items()},
+        "paired": [c.to_json() for c in paired],
     }
+
+
+PAIRED_COLUMNS = [
+    "policy",
+    "reference",
+    "metric",
+    "n",
+    "mean",
+    "reference_mean",
+    "mean_diff",
+    "ci_low",
+    "ci_high",
+    "p_value",
+]
+
+
+def paired_table(paired: Sequence[PairedComparison]) -> tuple[list[str], list[list[Any]]]:
+    """Columns and rows of the paired comparisons, for tracking backends (a W&B table)."""
+    return PAIRED_COLUMNS, [[getattr(c, k) for k in PAIRED_COLUMNS] for c in paired]
 
 
 def plot_budget_curves(
