@@ -150,6 +150,21 @@ PAIRED_COLUMNS = [
 ]
 
 
+def fold_markdown(summary: Mapping[str, Mapping[str, Mapping[str, Any]]], questions: Mapping[str, int]) -> str:
+    """``mean ± std`` over folds (ddof = 1; the mean alone for one fold) per policy and metric, and
+    the number of test questions each policy was scored on."""
+    metrics = list(next(iter(summary.values()))) if summary else []
+    lines = ["| policy | n | " + " | ".join(metrics) + " |", "|---|---:|" + "---:|" * len(metrics)]
+    for policy, ms in summary.items():
+        cells = []
+        for m in metrics:
+            mean, std = ms[m]["mean"], ms[m]["std"]
+            fmt = "{:.0f}" if m == "loaded_tokens" else "{:.3f}"
+            cells.append(_fmt(mean, fmt) + ("" if std is None or m == "loaded_tokens" else f" ± {std:.3f}"))
+        lines.append(f"| {policy} | {questions.get(policy, 0)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def paired_table(paired: Sequence[PairedComparison]) -> tuple[list[str], list[list[Any]]]:
     """Columns and rows of the paired comparisons, for tracking backends (a W&B table)."""
     return PAIRED_COLUMNS, [[getattr(c, k) for k in PAIRED_COLUMNS] for c in paired]

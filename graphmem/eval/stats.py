@@ -60,6 +60,21 @@ def fold_std(values: Sequence[float]) -> float | None:
     return float(np.std(xs, ddof=1)) if len(xs) >= 2 else None
 
 
+def fold_summary(
+    per_fold: Sequence[Mapping[str, Mapping[str, float | None]]], metrics: Sequence[str]
+) -> dict[str, dict[str, dict[str, float | int | None]]]:
+    """policy -> metric -> ``{mean, std, folds}`` over the folds' values (std with ddof = 1,
+    ``None`` for one fold; a policy missing from a fold, or a metric undefined there, is left out)."""
+    policies = list(dict.fromkeys(p for fold in per_fold for p in fold))
+    out: dict[str, dict[str, dict[str, float | int | None]]] = {}
+    for policy in policies:
+        out[policy] = {}
+        for m in metrics:
+            vals = [f[policy][m] for f in per_fold if policy in f and f[policy].get(m) is not None]
+            out[policy][m] = {"mean": float(np.mean(vals)) if vals else None, "std": fold_std(vals), "folds": len(vals)}
+    return out
+
+
 def bootstrap_ci(
     diffs: Sequence[float], n_boot: int = 10_000, level: float = 0.95, seed: int = 0, chunk: int = 1000
 ) -> tuple[float, float]:
