@@ -81,7 +81,7 @@ def test_musique_graph_nodes_edges_and_gold():
     pairs = 0
     for g in gs.graphs.values():
         titles = list(g.node_ids)
-        named = title_mentions([g.texts[i].split("\n", 1)[1] for i in range(g.num_nodes)], titles)
+        named = title_mentions([g.texts[i][len(t) + 2 :] for i, t in enumerate(titles)], titles)  # "<title>: <text>"
         src, dst = g.edge_index
         entity = g.edge_type == g.relations.index("entity")
         linked = set(zip(src[entity].tolist(), dst[entity].tolist()))

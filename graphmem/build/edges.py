@@ -14,12 +14,15 @@ Every helper returns undirected candidate pairs as two long tensors ``(a, b)`` w
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
+
+if TYPE_CHECKING:
+    from graphmem.graphset import GraphConfig
 
 CONNECTIVES = re.compile(
     r"\b(because|therefore|thus|hence|consequently|as a result|that's why|that is why|which is why|due to|"
@@ -231,3 +234,32 @@ def add_relation_edges(
         return
     feats = phase1_features(graph, src, dst, group, order, entities, causal, tau) if features == "scored" else None
     graph.add_edges(src, dst, rel, features=feats)
+
+
+def add_document_edges(
+    graph: MemoryGraph,
+    sentences: Sequence[str],
+    group: Sequence,
+    order: Sequence[int],
+    entities: Sequence[set[str]],
+    bridges: tuple[list[int], list[int]],
+    cfg: GraphConfig,
+) -> None:
+    """Edges of a document graph (HotpotQA paragraphs, passage corpora), in one call: temporal between
+    consecutive nodes of a paragraph (``group``, ``order``), semantic kNN, causal cues between
+    consecutive ``sentences`` (``""`` for a node that is no sentence), and entity = the title
+    ``bridges`` pairs plus nodes sharing an entity (:func:`entity_pairs`)."""
+    causal = causal_pairs(
+        sentences, [None] * len(sentences), group, order, cfg.causal_qa_confidence, cfg.causal_connective_confidence
+    )
+    ent_a, ent_b = entity_pairs(entities, cfg.entity_fanout, cfg.entity_max_share)
+    pairs = {
+        "temporal": sequence_pairs(group, order),
+        "semantic": semantic_knn_pairs(graph.embeddings, cfg.semantic_k, cfg.semantic_threshold),
+        "causal": causal[:2],
+        "entity": (
+            torch.cat([torch.as_tensor(bridges[0], dtype=torch.long), ent_a]),
+            torch.cat([torch.as_tensor(bridges[1], dtype=torch.long), ent_b]),
+        ),
+    }
+    add_relation_edges(graph, pairs, cfg.features, group, order, entities, causal, cfg.temporal_tau)

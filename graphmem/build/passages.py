@@ -31,7 +31,6 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-import torch
 from torch import Tensor
 
 from graphmem.build import edges as E
@@ -208,18 +207,5 @@ def build_passage_graph(
                 mention_a.append(row)
                 mention_b.append(target)
     sentence_texts = [b if m["kind"] == "sentence" else "" for b, m in zip(bodies, meta)]
-    causal = E.causal_pairs(
-        sentence_texts, [None] * len(nodes), group, order, cfg.causal_qa_confidence, cfg.causal_connective_confidence
-    )
-    ent_a, ent_b = E.entity_pairs(entities, cfg.entity_fanout, cfg.entity_max_share)
-    pairs = {
-        "temporal": E.sequence_pairs(group, order),
-        "semantic": E.semantic_knn_pairs(graph.embeddings, cfg.semantic_k, cfg.semantic_threshold),
-        "causal": causal[:2],
-        "entity": (
-            torch.cat([torch.as_tensor(mention_a, dtype=torch.long), ent_a]),
-            torch.cat([torch.as_tensor(mention_b, dtype=torch.long), ent_b]),
-        ),
-    }
-    E.add_relation_edges(graph, pairs, cfg.features, group, order, entities, causal, cfg.temporal_tau)
+    E.add_document_edges(graph, sentence_texts, group, order, entities, (mention_a, mention_b), cfg)
     return graph

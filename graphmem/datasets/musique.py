@@ -23,10 +23,9 @@ Decisions on malformed input:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Iterator
 
+from graphmem.datasets.records import json_records
 from graphmem.datasets.types import LoadReport, MusiqueParagraph, MusiqueRecord, MusiqueStep, Question
 
 
@@ -39,24 +38,6 @@ def passage_id(title: str) -> str:
     return title
 
 
-def _records(path: Path) -> Iterator[tuple[str, Any]]:
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise MusiqueFormatError(f"{path}: not valid JSON ({err})") from None
-        for i, item in enumerate(items):
-            yield f"record {i}", item
-        return
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                yield f"line {n}", json.loads(line)
-            except json.JSONDecodeError as err:
-                raise MusiqueFormatError(f"{path}: line {n}: not valid JSON ({err})") from None
-
-
 def load_musique(path: str | Path) -> tuple[list[MusiqueRecord], list[Question], LoadReport]:
     """Read a MuSiQue file; returns records, questions (one per record) and the report."""
     path = Path(path)
@@ -64,7 +45,7 @@ def load_musique(path: str | Path) -> tuple[list[MusiqueRecord], list[Question],
     records: list[MusiqueRecord] = []
     questions: list[Question] = []
     seen: set[str] = set()
-    for where, raw in _records(path):
+    for where, raw in json_records(path, MusiqueFormatError):
         where = f"{path}: {where}"
         if not isinstance(raw, dict):
             raise MusiqueFormatError(f"{where}: must be an object, got {type(raw).__name__}")
