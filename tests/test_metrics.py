@@ -155,8 +155,10 @@ def test_passage_recall_at_k_ranks_passages_by_first_loaded_node():
     m = question_metrics(chain_question([], ["P4", "P5"]), g, loaded, 10, 1, 0.0)
     assert m.passage_recall_2 == 0.0  # top-2 passages P2, P1
     assert m.passage_recall_5 == 1.0  # P4 is 3rd, P5 5th
+    assert m.support_paragraph_hit == 1.0 and m.all_evidence_hit == 0.0  # P4 only through its sentence
     m = question_metrics(chain_question([], ["P1", "P6"]), g, loaded, 10, 1, 0.0)
     assert m.passage_recall_2 == 0.5 and m.passage_recall_5 == 0.5 and m.support_paragraph_recall == 0.5
+    assert m.support_paragraph_hit == 0.0
     assert m.evidence_recall == 0.5 and m.support_sentence_recall is None  # passage-level gold has no sentence
 
 

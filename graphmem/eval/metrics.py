@@ -16,7 +16,8 @@ HotpotQA adds, with ``T`` the gold supporting-paragraph titles present in the gr
 
 * supporting-sentence recall   ``|L ∩ S| / |S|`` over the gold ``title::idx`` sentence ids ``S``
 * supporting-paragraph recall  ``|{t ∈ T : some loaded node has title t}| / |T|`` — a paragraph
-  counts when any of its nodes (passage, title or sentence) is loaded.
+  counts when any of its nodes (passage, title or sentence) is loaded;
+* all-supporting hit           ``1[every t ∈ T has a loaded node]``.
 
 HotpotQA and MuSiQue add the passage ranking ``P``: the distinct titles of the loaded nodes in
 order of their first loaded node (a policy that loads sentences ranks a passage by its first
@@ -65,6 +66,7 @@ class QuestionMetrics:
     fallback_used: bool = False
     support_sentence_recall: float | None = None
     support_paragraph_recall: float | None = None
+    support_paragraph_hit: float | None = None
     passage_recall_2: float | None = None
     passage_recall_5: float | None = None
     chain_following: float | None = None
@@ -107,7 +109,7 @@ def question_metrics(
         reciprocal: float | None = 1.0 / (hits[0] + 1) if hits else 0.0
     else:
         recall = all_hit = precision = reciprocal = None
-    sentence_recall = paragraph_recall = recall_2 = recall_5 = chain = None
+    sentence_recall = paragraph_recall = paragraph_hit = recall_2 = recall_5 = chain = None
     if question.support_titles:
         sentences = [g for g in gold if not _is_title_node(g) and "::" in g]
         if sentences:
@@ -117,6 +119,7 @@ def question_metrics(
         ranking = passage_ranking(graph, loaded)
         if support:
             paragraph_recall = recall_at(ranking, support, len(ranking))
+            paragraph_hit = float(paragraph_recall == 1.0)
             recall_2, recall_5 = recall_at(ranking, support, 2), recall_at(ranking, support, 5)
         steps = [node_title(graph, c) for c in question.support_chain if graph.has_node(c)]
         if steps:
@@ -136,6 +139,7 @@ def question_metrics(
         fallback_used=bool(fallback_used),
         support_sentence_recall=sentence_recall,
         support_paragraph_recall=paragraph_recall,
+        support_paragraph_hit=paragraph_hit,
         passage_recall_2=recall_2,
         passage_recall_5=recall_5,
         chain_following=chain,
@@ -204,7 +208,8 @@ def aggregate(metrics: Sequence[QuestionMetrics]) -> dict[str, Any]:
     questions, ``gold_hit_rate`` (share of scored questions with any gold loaded), mean
     ``first_gold_rank`` over questions with a gold hit, means of loaded nodes / tokens / hops,
     ``fallback_rate``, latency mean / p50 / p95 in milliseconds, and for HotpotQA / MuSiQue the
-    supporting-sentence and supporting-paragraph recall, passage recall@2 / @5 and chain-following means.
+    supporting-sentence and supporting-paragraph recall, all-supporting hit, passage recall@2 / @5 and
+    chain-following means.
     """
     scored = [m for m in metrics if m.evidence_recall is not None]
     latencies_ms = [m.latency_s * 1000.0 for m in metrics]
@@ -227,6 +232,7 @@ def aggregate(metrics: Sequence[QuestionMetrics]) -> dict[str, Any]:
         "latency_ms_p95": percentile(latencies_ms, 95),
         "support_sentence_recall": mean(m.support_sentence_recall for m in metrics),
         "support_paragraph_recall": mean(m.support_paragraph_recall for m in metrics),
+        "support_paragraph_hit": mean(m.support_paragraph_hit for m in metrics),
         "passage_recall_2": mean(m.passage_recall_2 for m in metrics),
         "passage_recall_5": mean(m.passage_recall_5 for m in metrics),
         "chain_following": mean(m.chain_following for m in metrics),

@@ -24,6 +24,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 HOTPOT_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("sp-sent recall", "support_sentence_recall", "{:.3f}"),
     ("sp-para recall", "support_paragraph_recall", "{:.3f}"),
+    ("sp-para all-hit", "support_paragraph_hit", "{:.3f}"),
     ("passage R@2", "passage_recall_2", "{:.3f}"),
     ("passage R@5", "passage_recall_5", "{:.3f}"),
     ("chain", "chain_following", "{:.3f}"),

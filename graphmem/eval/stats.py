@@ -26,6 +26,7 @@ STAT_METRICS = (
     "evidence_recall",
     "all_evidence_hit",
     "support_paragraph_recall",
+    "support_paragraph_hit",
     "passage_recall_2",
     "passage_recall_5",
     "chain_following",
