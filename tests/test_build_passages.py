@@ -153,3 +153,23 @@ def test_pooled_mode_is_refused_for_locomo():
         DataConfig(name="locomo", pooled=True)
     with pytest.raises(ValueError, match="train_files"):
         DataConfig(name="hotpotqa", train_files="hotpotqa/hotpot_train_100.jsonl")
+
+
+def test_new_settings_at_default_keep_saved_set_hashes():
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    from graphmem.graphset import BUILDER_VERSION, config_hash
+
+    data, graph = DataConfig(name="hotpotqa", train_files=["hotpotqa/hotpot_train_100.jsonl"]), GraphConfig()
+    old_data = {
+        k: v for k, v in asdict(data).items() if k in ("name", "file", "limit")
+    }  # the fields sets were hashed on
+    old_graph = {k: v for k, v in asdict(graph).items() if k not in ("cache_dir", "sentence_nodes", "duplicate_titles")}
+    blob = json.dumps(
+        {"data": old_data, "graph": old_graph, "data_sha256": "s", "builder": BUILDER_VERSION}, sort_keys=True
+    )
+    assert config_hash(data, graph, "s") == hashlib.sha256(blob.encode()).hexdigest()
+    assert config_hash(DataConfig(name="hotpotqa", pooled=True), graph, "s") != config_hash(data, graph, "s")
+    assert config_hash(data, GraphConfig(sentence_nodes=True), "s") != config_hash(data, graph, "s")
