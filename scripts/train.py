@@ -39,7 +39,7 @@ from graphmem.cli import run_or_exit
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
-from graphmem.graphset import GraphSet, open_graphset, open_train_graphset
+from graphmem.graphset import GraphSet, open_graphset, open_train_graphset, union
 from graphmem.io import atomic_write
 from graphmem.policies.base import Budget, make_policy, resolve_device
 from graphmem.policies.router import RouterPolicy
@@ -119,6 +119,8 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     baseline_names = list(cfg.baselines)
     if reference and reference not in baseline_names and reference not in variants:
         baseline_names.append(reference)  # the paired statistics need the reference's test rows
+    if cfg.get("train_extra") and not cfg.data.get("train_files"):
+        raise ValueError(f"train_extra=true, but data {cfg.data.name!r} lists no train_files")
     baselines = {}
     for name in baseline_names:
         try:
@@ -140,7 +142,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
             print(
                 f"training-only: {len(extra.graphs)} graphs, {len(extra.questions)} questions ({cfg.data.train_files})"
             )
-    train_graphs = gs.graphs if extra is None else {**gs.graphs, **extra.graphs}
+    train_graphs = gs.graphs if extra is None else union(gs, extra).graphs  # refuses shared graph names
     splits = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
     per_fold, records = [], []
