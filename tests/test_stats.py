@@ -73,3 +73,17 @@ def test_fold_std_uses_ddof_1():
     # values 1, 2, 3, 4: mean 2.5, squared deviations sum 5, / (4 - 1) -> sqrt(5/3)
     assert fold_std([1.0, 2.0, 3.0, 4.0]) == pytest.approx(math.sqrt(5 / 3))
     assert fold_std([0.4]) is None
+
+
+def test_compare_policies_leaves_out_locomo_adversarial_questions():
+    def rows(values, categories):
+        return [
+            {"qid": f"q{i}", "category": c, "metrics": {"evidence_recall": v}}
+            for i, (v, c) in enumerate(zip(values, categories))
+        ]
+
+    cats = [1, 4, 5, 5]  # the two category-5 questions are not in the overall group
+    got = compare_policies({"ref": rows([0, 0, 0, 0], cats), "p": rows([1, 0, 1, 1], cats)}, "ref", n_boot=200)
+    assert got[0].n == 2 and got[0].mean_diff == pytest.approx(0.5)
+    got = compare_policies({"ref": rows([0, 0, 0], ["2hop"] * 3), "p": rows([1, 0, 1], ["2hop"] * 3)}, "ref")
+    assert got[0].n == 3

@@ -248,6 +248,11 @@ def category_name(category: int | str) -> str:
     return str(category)
 
 
+def in_overall(category: int | str) -> bool:
+    """Whether a question counts in the ``overall`` group (every question but LoCoMo's adversarial category 5)."""
+    return not (isinstance(category, int) and not isinstance(category, bool) and category == ADVERSARIAL_CATEGORY)
+
+
 def summarize(categories: Sequence[int | str], metrics: Sequence[QuestionMetrics]) -> dict[str, dict[str, Any]]:
     """Aggregate overall and per category, in a stable order.
 
@@ -257,7 +262,7 @@ def summarize(categories: Sequence[int | str], metrics: Sequence[QuestionMetrics
     """
     if len(categories) != len(metrics):
         raise ValueError(f"{len(categories)} categories for {len(metrics)} metric rows")
-    adversarial = [c == ADVERSARIAL_CATEGORY and isinstance(c, int) for c in categories]
+    adversarial = [not in_overall(c) for c in categories]
     groups: dict[str, dict[str, Any]] = {
         OVERALL: aggregate([m for m, adv in zip(metrics, adversarial) if not adv]),
     }

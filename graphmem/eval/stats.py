@@ -160,9 +160,14 @@ def compare_policies(
     seed: int = 0,
 ) -> list[PairedComparison]:
     """Every policy of ``rows`` (policy -> per-question rows) other than ``reference`` against it,
-    on each metric the rows define; in policy order, then metric order."""
+    on each metric the rows define; in policy order, then metric order. Only the questions of the
+    ``overall`` group take part (:func:`graphmem.eval.metrics.in_overall`: LoCoMo's adversarial
+    category is reported apart), so ``n`` matches the overall tables."""
+    from graphmem.eval.metrics import in_overall
+
     if reference not in rows:
         raise ValueError(f"reference policy {reference!r} was not evaluated (policies: {sorted(rows)})")
+    rows = {p: [r for r in rs if in_overall(r.get("category", ""))] for p, rs in rows.items()}
     out = []
     for policy, policy_rows in rows.items():
         if policy == reference:
