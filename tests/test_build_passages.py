@@ -45,18 +45,19 @@ def test_dedupe_titles_joins_distinct_texts_in_order():
     got, merged = dedupe_titles(
         [Passage("A", "one.", ("one.",)), Passage("B", "b."), Passage("A", "two.", ("two.",)), Passage("A", "one.")]
     )
-    assert [p.title for p in got] == ["A", "B"] and merged == 1
+    assert [p.title for p in got] == ["A", "B"] and merged == ["A"]
     assert got[0].text == "one. two." and got[0].sentences == ("one.", "two.")
     first, merged = dedupe_titles([Passage("A", "one."), Passage("A", "two."), Passage("B", "b.")], mode="first")
-    assert [(p.title, p.text) for p in first] == [("A", "one."), ("B", "b.")] and merged == 1
+    assert [(p.title, p.text) for p in first] == [("A", "one."), ("B", "b.")] and merged == ["A"]
     with pytest.raises(ValueError, match="duplicate-title mode"):
         dedupe_titles([], mode="last")
 
 
 def test_pooled_corpora_counts_without_encoding():
     cfg = GraphConfig(encoder="hashing")
-    units, questions, _ = load_units("musique", data_file(MUSIQUE), cfg, pooled=True)
+    units, questions, report = load_units("musique", data_file(MUSIQUE), cfg, pooled=True)
     assert len(units) == 1 and len(units[0].texts) == 911 and units[0].name == pooled_name(MUSIQUE)
+    assert len(report.merged_titles) == 36 and any("titles with several texts" in x for x in report.lines())
     assert len(questions) == 50 and {q.graph for q in questions} == {units[0].name}
     units, questions, _ = load_units("hotpotqa", data_file(HOTPOT), cfg, pooled=True)
     assert len(units[0].texts) == 1999 and len(questions) == 200

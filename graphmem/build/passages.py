@@ -65,7 +65,7 @@ class PassageCorpus:
     dataset: str
     passages: tuple[Passage, ...]
     pooled: bool = False
-    merged_titles: int = 0
+    merged_titles: tuple[str, ...] = ()
 
 
 def hotpot_passages(record: HotpotRecord) -> list[Passage]:
@@ -80,10 +80,11 @@ def musique_passages(record: MusiqueRecord) -> list[Passage]:
     return [Passage(p.title, p.text.strip()) for p in sorted(record.paragraphs, key=lambda p: p.idx)]
 
 
-def dedupe_titles(passages: Iterable[Passage], mode: str = "join") -> tuple[list[Passage], int]:
+def dedupe_titles(passages: Iterable[Passage], mode: str = "join") -> tuple[list[Passage], list[str]]:
     """One passage per title, in order of first appearance; distinct texts of a title are joined
     with a space, their sentences concatenated (``mode="join"``), or all but the first are dropped
-    (``mode="first"``). Returns the passages and how many titles had more than one text."""
+    (``mode="first"``). Returns the passages and the titles that had more than one text (the
+    first text's sentences keep their indices ``0..n-1``)."""
     if mode not in DUPLICATE_TITLES:
         raise ValueError(f"duplicate-title mode {mode!r} is not one of {DUPLICATE_TITLES}")
     texts: dict[str, list[Passage]] = {}
@@ -91,9 +92,10 @@ def dedupe_titles(passages: Iterable[Passage], mode: str = "join") -> tuple[list
         kept = texts.setdefault(p.title, [])
         if all(k.text != p.text for k in kept):
             kept.append(p)
-    out, merged = [], 0
+    out, merged = [], []
     for title, parts in texts.items():
-        merged += len(parts) > 1
+        if len(parts) > 1:
+            merged.append(title)
         if len(parts) == 1 or mode == "first":
             out.append(parts[0])
             continue
@@ -108,7 +110,7 @@ def corpus(
 ) -> PassageCorpus:
     """A :class:`PassageCorpus` of the title-deduplicated ``passages`` (:func:`dedupe_titles`)."""
     kept, merged = dedupe_titles(passages, duplicate_titles)
-    return PassageCorpus(name, dataset, tuple(kept), pooled, merged)
+    return PassageCorpus(name, dataset, tuple(kept), pooled, tuple(merged))
 
 
 def _sentences(p: Passage) -> tuple[str, ...]:

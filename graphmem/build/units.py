@@ -75,6 +75,7 @@ def load_units(
     if pooled:
         every = (p for r in records for p in passages_of(r))
         c = P.corpus(pooled_name(path), kind, every, pooled=True, duplicate_titles=cfg.duplicate_titles)
+        report.merged_titles += [f"{t} ({cfg.duplicate_titles})" for t in c.merged_titles]
         unit = GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c))
         return [unit], [_pooled_question(q, c.name, kind, cfg) for q in questions], report
     if kind == "hotpotqa":
@@ -82,6 +83,7 @@ def load_units(
 
         return [GraphUnit(r.qid, node_texts(r), partial(build_hotpot_graph, r)) for r in records], questions, report
     corpora = [P.corpus(r.qid, kind, passages_of(r), duplicate_titles=cfg.duplicate_titles) for r in records]
+    report.merged_titles += [f"{c.name}: {t} ({cfg.duplicate_titles})" for c in corpora for t in c.merged_titles]
     return (
         [GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c)) for c in corpora],
         questions,

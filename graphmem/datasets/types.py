@@ -151,6 +151,7 @@ class LoadReport:
     discarded: list[str] = field(default_factory=list)
     malformed_evidence: list[str] = field(default_factory=list)
     unparsed_dates: list[str] = field(default_factory=list)
+    merged_titles: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         out = [f"{self.source}: {self.records} records, {self.questions} questions"]
@@ -160,6 +161,7 @@ class LoadReport:
             ("malformed evidence strings dropped", self.malformed_evidence, ", ", 5),
             ("unparsable session dates (timestamp unknown)", self.unparsed_dates, ", ", 3),
             ("discarded records", self.discarded, "; ", 3),
+            ("titles with several texts, joined into one passage", self.merged_titles, "; ", 3),
         )
         for label, items, sep, shown in listed:
             if items:
