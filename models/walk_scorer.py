@@ -57,6 +57,8 @@ class ScorerConfig:
     """width of the edge encoder's MLP"""
     edge_rank: int = 8
     """rank of the edge encoder's embedding interaction"""
+    edge_residual: bool = False
+    """add HAGE's per-edge table as a residual on the training graphs' edges (inductive mode)"""
     intent: str = "head"
     """relation intent: prototype, head, uniform (no intent)"""
     stop: bool = True

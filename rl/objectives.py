@@ -167,7 +167,8 @@ class HageMDP:
 
     and the episode ends when every gold node is reached, at a dead end, or after ``H_max`` steps.
     As a walk: one entry, no fan-out cap, depth and steps up to ``H_max``, no token cap, no stop
-    action; steps after the end carry no reward and no log-probability.
+    action; steps after the end carry no reward and no log-probability. HAGE's baseline is one
+    moving average over all steps (``baseline_beta``).
     """
 
     max_hops: int = 5
@@ -176,6 +177,7 @@ class HageMDP:
     timeout_penalty: float = 1.0
     starts_per_question: int = 2
     gamma: float = 0.99
+    baseline_beta: float = 0.99
 
     def budget(self) -> Budget:
         return Budget(
