@@ -5,7 +5,9 @@ For a query ``q`` (unit ``q̂``), its relation intent ``π(q)``, the best cosine
 (:class:`models.edge_encoder.EdgeEncoder`) and raw pair features ``a_uv``:
 
     m(q)   = R · π(q) + g([q̂ ; π(q)])                          modulation (HAGE), g: MLP, last layer zero-init
-    σ_uv   = [cos(q, x_u), cos(q, x_v), cos(x_u, x_v), cos(q, x_u) - c*, cos(q, x_v) - c*]
+    σ_uv   = [cos(q, x_u), cos(q, x_v), cos(x_u, x_v), cos(q, x_u) - c*, cos(q, x_v) - c*,
+              max_w cos(q, x_w) - c*, mean_w cos(q, x_w) - c*, max_w cos(q, x_w) - cos(q, x_v)]
+             over the out-neighbours w of v (what loading v would open: a one-step look-ahead)
     ρ_v    = [1(entry), 1(depth 1), 1(depth 2), 1(depth > 2), 1(o = 0), min(o, 12) / 12]
              with o the entry's rank among the entries, or the parent's load slot
     w_uv   = h([m(q) ⊙ e_uv ; a_uv ; σ_uv ; ρ_v])               structural weight, h: MLP
@@ -32,10 +34,11 @@ import torch
 from torch import Tensor, nn
 
 from graphmem.policies.base import Budget
+from graphmem.policies.batched import segments
 from models.edge_encoder import EDGE_FEATURE_DIM, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
 
-NUM_SIMILARITY_FEATURES = 5
+NUM_SIMILARITY_FEATURES = 8
 DENSE_COSINE_LIMIT = 1 << 22  # B x N up to which cos(q, x_v) is one matmul per batch
 NUM_PATH_FEATURES = 6
 ORDER_SCALE = 12
@@ -141,7 +144,10 @@ class WalkScorer(nn.Module):
         inner = (~entry).to(x.dtype)[:, None]
         e, raw = e * inner, ctx.tables.pairs.raw[p] * inner
         cos_uv = raw[:, EDGE_FEATURE_DIM + 1]  # p_s of the pair
-        sims = torch.stack([cos_u, cos_v, cos_uv, cos_u - ref, cos_v - ref], -1)
+        ahead_max, ahead_mean = self.look_ahead(ctx, cand)
+        sims = torch.stack(
+            [cos_u, cos_v, cos_uv, cos_u - ref, cos_v - ref, ahead_max - ref, ahead_mean - ref, ahead_max - cos_v], -1
+        )
         d, o = cand.depth, cand.order
         path = torch.stack([entry, d == 1, d == 2, d > 2, o == 0, o.clamp(max=ORDER_SCALE) / ORDER_SCALE], -1).to(
             x.dtype
@@ -151,6 +157,21 @@ class WalkScorer(nn.Module):
         if ctx.qa is not None:
             s = s + (ctx.qa[cand.query] * ctx.xb[cand.child]).sum(-1)
         return s
+
+    @staticmethod
+    def look_ahead(ctx: _Context, cand) -> tuple[Tensor, Tensor]:
+        """``(max, mean)`` ``[C]`` of ``cos(q, x_w)`` over the out-neighbours ``w`` of each candidate's target
+        (``cos(q, x_v)`` itself where ``v`` has none): ``C x degree`` lookups, bounded by the budget."""
+        pairs = ctx.tables.pairs
+        seg, pid = segments(pairs.rowptr, None, cand.child)
+        cos_w = ctx.cosine(cand.query[seg], pairs.dst[pid])
+        c = cand.child.numel()
+        count = torch.zeros(c, dtype=cos_w.dtype, device=cos_w.device).index_add_(0, seg, torch.ones_like(cos_w))
+        total = torch.zeros_like(count).index_add_(0, seg, cos_w)
+        best = torch.full_like(count, float("-inf")).scatter_reduce_(0, seg, cos_w, "amax")
+        own = ctx.cosine(cand.query, cand.child)
+        has = count > 0
+        return torch.where(has, best, own), torch.where(has, total / count.clamp(min=1), own)
 
     def stop_logit(self, ctx: _Context, best: Tensor, count: Tensor, budget: Budget) -> Tensor | None:
         """``α · best + β · count / max_nodes + b`` ``[B]``; ``None`` without a stop head.
