@@ -139,11 +139,14 @@ def main(cfg: DictConfig) -> None:
     reader = GNNReader.from_checkpoint(wcfg.reader_checkpoint)
     gs = load_graphset(cfg)
     model, tokenizer, warm = run_warm_start(gs, cfg, wcfg, sft)
-    trainer, result = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
-    print(f"GRPO reward by quarter: {result['reward_quarters']}", flush=True)
+    result = {"curve": []}
+    if wcfg.max_steps > 0:  # writer.max_steps=0: the warm start only
+        trainer, result = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
+        model, tokenizer = trainer.model, trainer.processing_class
+        print(f"GRPO reward by quarter: {result['reward_quarters']}", flush=True)
     if cfg.save_model:
-        trainer.model.save_pretrained(cfg.save_model)
-        trainer.processing_class.save_pretrained(cfg.save_model)
+        model.save_pretrained(cfg.save_model)
+        tokenizer.save_pretrained(cfg.save_model)
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {"writer": asdict(wcfg), "sft": asdict(sft), "warm_start": warm, **result}
     (out_dir / "results.json").write_text(json.dumps(payload, indent=2))
