@@ -296,3 +296,38 @@ def step_log_probs(
     p = logp_all.exp()
     entropy = -(p * logp_all.masked_fill(p == 0, 0.0)).sum(-1)
     return logp.masked_fill(~acted, 0.0), entropy.masked_fill(~acted, 0.0)
+
+
+@dataclass
+class WalkTrace:
+    """What a walk loaded, flattened over queries in load order (the fields of a retrieval).
+
+    Attributes:
+        query, node, depth: ``[L]`` query row, node row and depth of every loaded node.
+        edge: ``[L]`` the edge that loaded it (the smallest edge id of its pair; ``-1`` for entries).
+        score: ``[L]`` the candidate's score when it was chosen.
+        expanded_query, expanded_node: ``[K]`` the loaded nodes whose out-pairs were considered.
+        tokens: ``[B]`` tokens loaded per query.
+    """
+
+    query: Tensor
+    node: Tensor
+    depth: Tensor
+    edge: Tensor
+    score: Tensor
+    expanded_query: Tensor
+    expanded_node: Tensor
+    tokens: Tensor
+
+
+def walk_trace(ep: WalkEpisodes, tables: WalkTables, budget: Budget) -> WalkTrace:
+    """:class:`WalkTrace` of a walk (row-major over ``[B, T]``: per query, in load order)."""
+    real = ep.loaded >= 0
+    qi, t = real.nonzero(as_tuple=True)
+    via = ep.loaded_via[qi, t]
+    pair = ep.pool_pair[qi, via]
+    edge = torch.where(pair >= 0, tables.pairs.edge[pair.clamp(min=0)], -1)
+    depth = ep.loaded_depth[qi, t]
+    grew = depth < budget.max_hops if budget.top_k_neighbors > 0 else torch.zeros_like(depth, dtype=torch.bool)
+    node = ep.loaded[qi, t]
+    return WalkTrace(qi, node, depth, edge, ep.scores[qi, via], qi[grew], node[grew], ep.used)

@@ -11,7 +11,7 @@ from graphmem.policies.base import Budget
 from graphmem.synthetic import make_synthetic_graph
 from models.edge_encoder import pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
-from rl.walk import step_log_probs, walk, walk_tables
+from rl.walk import step_log_probs, walk, walk_tables, walk_trace
 
 
 class NodeValueScorer:
@@ -154,3 +154,16 @@ def test_step_log_probs_match_the_walks_own_scores():
             expected = torch.log_softmax(full, 0)[a]
             assert torch.allclose(logp[t, b].detach(), expected.detach(), atol=1e-5)
             assert float(entropy[t, b].detach()) >= 0
+
+
+def test_walk_trace_of_the_toy_walk():
+    g = toy_graph()
+    tables = tables_of(g)
+    ep = walk(tables, NodeValueScorer(VALUES), torch.zeros(1, 2), torch.tensor([[0, 1]]), TOY_BUDGET)
+    tr = walk_trace(ep, tables, TOY_BUDGET)
+    assert tr.node.tolist() == [0, 2, 5, 4, 1] and tr.depth.tolist() == [0, 1, 2, 1, 0]
+    # 0 -> 2 has two edges (ids 0 and 5): the smaller is reported; entries have none
+    assert tr.edge.tolist() == [-1, 0, 3, 2, -1]
+    assert torch.allclose(tr.score, torch.tensor([0.9, 0.8, 0.95, 0.75, 0.1]))
+    assert tr.expanded_node.tolist() == [0, 2, 4, 1]  # 5 is at max_hops: its out-pairs are never read
+    assert tr.tokens.tolist() == [int(g.node_tokens()[[0, 2, 5, 4, 1]].sum())]
