@@ -116,7 +116,7 @@ class MemoryLoop:
         critique = self._reflect(graph, trace, record, nonce, common, prediction or "", note)
         self._curate(graph, record, nonce, common, critique)
         billed = self._billed_tokens() - before
-        index = getattr(getattr(self.policy, "entries", None), "stats", None)
+        index = getattr(getattr(self.policy, "entry_selector", None), "stats", None)
         record.tokens = {
             "memory": retrieval.loaded_tokens,
             "index": getattr(index, "index_tokens", 0),

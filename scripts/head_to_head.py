@@ -123,7 +123,7 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
     graphs = {n: g.copy() for n, g in gs.graphs.items()}  # the saved graph set is never touched
     for g in graphs.values():
         g.S.zero_(), g.F.zero_(), g.invalidate()
-    beta = BetaBFS(entries=cfg.entries)
+    beta = BetaBFS(entry_selector=cfg.entry_selector)
     oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
     stats, seen, curve_beta = EvidenceStats(), 0, []
     for n in counts:

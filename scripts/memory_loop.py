@@ -33,7 +33,7 @@ from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.memory_loop import ExampleRecord, MemoryLoop
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
-from graphmem.policies.entries import make_entry_selector
+from graphmem.policies.selectors import make_entry_selector
 
 
 def feedback_note(answer: str | None) -> Any:
@@ -85,8 +85,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if llm_cfg.get("cache_dir"):
         llm_cfg["cache_dir"] = hydra.utils.to_absolute_path(llm_cfg["cache_dir"])
     client = LLMClient(LLMConfig.from_dict(llm_cfg))
-    entries = (
-        make_entry_selector(cfg.entries, client=client) if cfg.entries == "llm" else make_entry_selector(cfg.entries)
+    selector = (
+        make_entry_selector(cfg.entry_selector, client=client)
+        if cfg.entry_selector == "llm"
+        else make_entry_selector(cfg.entry_selector)
     )
     encoder = None
 
@@ -99,7 +101,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return encoder.encode(list(texts))
 
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
-    loop = MemoryLoop(client, BetaBFS(entries=entries), embed=embed, budget=budget, max_tokens=cfg.max_tokens)
+    loop = MemoryLoop(client, BetaBFS(entry_selector=selector), embed=embed, budget=budget, max_tokens=cfg.max_tokens)
     nodes0, edges0 = graph.num_nodes, graph.num_edges
     print(f"graph {name}: {nodes0} nodes, {edges0} edges; {len(idx)} questions; model {client.model}", flush=True)
     rows, discarded, ops = [], Counter(), Counter()
@@ -136,8 +138,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "edits": dict(ops),
         "discarded": dict(discarded),
         "client_failures": client.failure_summary()["by_role_kind"],
-        "entry_selection": {k: v for k, v in vars(entries.stats).items() if k != "last_sections"}
-        if hasattr(entries, "stats")
+        "entry_selection": {k: v for k, v in vars(selector.stats).items() if k != "last_sections"}
+        if hasattr(selector, "stats")
         else {},
         "graph_before": {"nodes": nodes0, "edges": edges0},
         "graph_after": {

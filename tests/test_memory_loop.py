@@ -72,7 +72,7 @@ def test_loop_validates_feedback_and_edits_and_keeps_gold_out_of_prediction(monk
     monkeypatch.setattr(litellm, "completion", fake)
     client = LLMClient(LLMConfig(model="gpt-4o-mini", mock_response="unused", max_retries=0, backoff_s=0.0))
     loop = MemoryLoop(
-        client, BetaBFS(entries=LLMEntryRetriever(client=client)), embed=lambda texts: torch.ones(len(texts), 4)
+        client, BetaBFS(entry_selector=LLMEntryRetriever(client=client)), embed=lambda texts: torch.ones(len(texts), 4)
     )
     g = toy_graph()
     calls_at_feedback = []
@@ -129,7 +129,7 @@ def test_failed_generation_still_continues(monkeypatch):
     client = LLMClient(LLMConfig(model="gpt-4o-mini", mock_response="x", max_retries=0, backoff_s=0.0))
     loop = MemoryLoop(
         client,
-        BetaBFS(entries=LLMEntryRetriever(client=client)),
+        BetaBFS(entry_selector=LLMEntryRetriever(client=client)),
         embed=lambda t: torch.ones(len(t), 4),
         budget=Budget(),
     )
