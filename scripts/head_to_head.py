@@ -39,29 +39,16 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import run_or_exit
+from graphmem.cli import METRICS, load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy
 from graphmem.feedback import EvidenceStats, OracleConfig, learn_evidence
-from graphmem.graphset import GraphSet, open_graphset
+from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.router import RouterPolicy
 from rl.reinforce import TrainConfig, train
 from rl.splits import conversation_folds, within_conversation_split
-
-METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
-
-
-def load_graphset(cfg: DictConfig) -> GraphSet:
-    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    return open_graphset(
-        saved,
-        OmegaConf.to_container(cfg.data, resolve=True),
-        OmegaConf.to_container(cfg.graph, resolve=True),
-        hydra.utils.to_absolute_path(cfg.graphset_dir),
-        progress=cfg.progress,
-    )
 
 
 def pick(gs: GraphSet, qids) -> tuple[list, torch.Tensor]:

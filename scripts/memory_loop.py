@@ -25,9 +25,9 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import run_or_exit
+from graphmem.cli import load_graphset, run_or_exit
 from graphmem.eval.harness import write_jsonl
-from graphmem.graphset import GraphSet, open_graphset
+from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.memory_loop import ExampleRecord, MemoryLoop
@@ -66,14 +66,7 @@ def record_json(rec: ExampleRecord, question_text: str, elapsed: float) -> dict[
 def run(cfg: DictConfig) -> dict[str, Any]:
     out = Path(hydra.utils.to_absolute_path(cfg.out_dir))
     out.mkdir(parents=True, exist_ok=True)
-    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    gs: GraphSet = open_graphset(
-        saved,
-        OmegaConf.to_container(cfg.data, resolve=True),
-        OmegaConf.to_container(cfg.graph, resolve=True),
-        hydra.utils.to_absolute_path(cfg.graphset_dir),
-        progress=cfg.progress,
-    )
+    gs: GraphSet = load_graphset(cfg)
     name = cfg.graph_name or sorted(gs.graphs)[0]
     if name not in gs.graphs:
         raise KeyError(f"graph {name!r} is not in the graph set; have {sorted(gs.graphs)}")
