@@ -203,3 +203,14 @@ def test_uniform_hash_matches_unsigned_64_bit_arithmetic():
     u = torch.randint(0, 10**7, (len(seeds),), generator=gen)
     got = neighbor_priority(torch.tensor([_signed(s) for s in seeds]), v, u).tolist()
     assert got == [splitmix(s, a, b) for s, a, b in zip(seeds, v.tolist(), u.tolist())]
+
+
+def test_a_policy_class_is_named_by_its_dotted_path():
+    from example_policy import CosineBFS
+
+    assert POLICIES.resolve("example_policy.CosineBFS") is CosineBFS
+    assert make_policy("example_policy.CosineBFS").name == "cosine_bfs"
+    with pytest.raises(ValueError, match="is not a policy class"):
+        POLICIES.resolve("graphmem.policies.types.Budget")
+    with pytest.raises(ValueError, match="cannot import"):
+        POLICIES.resolve("no_such_package.Policy")
