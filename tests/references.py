@@ -191,12 +191,16 @@ def ppr(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
 # ---------------------------------------------------------------------------- learned walks
 @reference("router")
 def router(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
-    """The router's walk over this query's candidate edges with Python lists and sets."""
-    from models.router import edge_similarities
+    """The router's walk over this query's candidate edges with Python lists and sets.
 
+    ``cos(q, x)`` of sources and targets is read from the query's row of :func:`cosine_matrix`, the
+    values the batched walk reuses from the embedding entry selector: on graphs with exact ties
+    (hashing embeddings) an elementwise dot product rounds differently and would break them apart.
+    """
     dev = policy.device
     entries = entries_of(policy, graph, query, budget)
-    q_unit, m = policy._modulation(graph, [query])
+    _, m = policy._modulation(graph, [query])
+    cos_q = cosine_matrix(graph, [query], dev)[0]
     x = unit_embeddings(graph).to(dev)
     etype, eattr = graph.edge_type.to(dev), policy._edge_attr(graph).to(dev)
     tokens = graph.node_tokens().tolist()
@@ -228,10 +232,12 @@ def router(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieva
         if not cand:
             break
         edges = torch.tensor(cand, dtype=torch.long, device=dev)
-        src, tgt = x[source], x[target]
-        qn = q_unit.expand(len(cand), -1)
-        cos = (qn * tgt).sum(-1)
-        sims = edge_similarities(qn, src, tgt, cos) if policy.router.similarities else None
+        cos = cos_q[target]
+        sims = (
+            torch.stack([cos_q[source], cos, (x[source] * x[target]).sum(-1)], -1)
+            if policy.router.similarities
+            else None
+        )
         zeros = torch.zeros(len(cand), dtype=torch.long, device=dev)
         with torch.no_grad():
             s = policy.router.score(m, eattr[edges], etype[edges], zeros, cos, sims)

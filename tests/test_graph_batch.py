@@ -15,7 +15,7 @@ from graphmem.policies import POLICIES, Budget, Query, make_policy
 from graphmem.synthetic import make_synthetic_graph
 
 sys.path.insert(0, str(Path(__file__).parent))
-from references import make_test_policy  # noqa: E402
+from references import REFERENCES, make_test_policy  # noqa: E402
 from varied_graphs import varied_posterior_graph  # noqa: E402
 
 NAMES = sorted(POLICIES)
@@ -142,7 +142,8 @@ def hotpot(tmp_path_factory):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_hotpotqa_in_groups_equals_one_graph_at_a_time(hotpot, name):
-    """Real HotpotQA graphs (one per question): grouping them changes nothing in the retrievals."""
+    """Real HotpotQA graphs (one per question): grouping them changes nothing in the retrievals,
+    which are the policy's per-query reference on each graph."""
     first = hotpot.graphs[hotpot.questions[0].graph]
     policy = policy_for(name, first.dim, len(first.relations))
     queries, graph_of = hotpot.queries(), [q.graph for q in hotpot.questions]
@@ -152,5 +153,7 @@ def test_hotpotqa_in_groups_equals_one_graph_at_a_time(hotpot, name):
     small, _ = run_retrievals(policy, hotpot.graphs, queries, graph_of, budget, batch_nodes=400)
     single = [policy.retrieve_batch(hotpot.graphs[g], [q], budget)[0] for g, q in zip(graph_of, queries)]
     assert [trace(r) for r in grouped] == [trace(r) for r in single] == [trace(r) for r in small]
+    reference = [REFERENCES[name](policy, hotpot.graphs[g], q, budget) for g, q in zip(graph_of, queries)]
+    assert [trace(r) for r in single] == [trace(r) for r in reference]
     overall = evaluate_policy(policy, hotpot, budget, progress=False).overall
     assert overall["n"] == len(queries) and overall["evidence_recall"] > 0
