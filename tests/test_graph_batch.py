@@ -157,3 +157,17 @@ def test_hotpotqa_in_groups_equals_one_graph_at_a_time(hotpot, name):
     assert [trace(r) for r in single] == [trace(r) for r in reference]
     overall = evaluate_policy(policy, hotpot, budget, progress=False).overall
     assert overall["n"] == len(queries) and overall["evidence_recall"] > 0
+
+
+def test_ppr_in_several_column_blocks_over_a_graph_batch(varied):
+    """PPR cut into blocks of a few columns over the union: each block holds queries of many
+    graphs, and the merged results are still those of one call per graph."""
+    graphs, queries = varied
+    small = [g for g in graphs if 0 < g.num_nodes < 200]
+    qs = [queries[graphs.index(g)][:3] for g in small]
+    n = sum(g.num_nodes for g in small)
+    policy = make_test_policy("ppr", max_block_elements=n)  # one column per block over the union
+    together = policy.retrieve_graphs(small, qs, Budget())
+    apart = [policy.retrieve_batch(g, q, Budget()) for g, q in zip(small, qs)]
+    assert [[trace(r) for r in rs] for rs in together] == [[trace(r) for r in rs] for rs in apart]
+    assert sum(len(q) for q in qs) > len(small) > 1  # several queries per graph: several blocks

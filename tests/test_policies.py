@@ -214,3 +214,18 @@ def test_a_policy_class_is_named_by_its_dotted_path():
         POLICIES.resolve("graphmem.policies.types.Budget")
     with pytest.raises(ValueError, match="cannot import"):
         POLICIES.resolve("no_such_package.Policy")
+
+
+@pytest.mark.parametrize("sizes", [(5, 0, 7), (3000, 2500, 1200)], ids=["sorted", "placed"])
+def test_merge_by_query_equals_a_stable_sort_of_the_parts(sizes):
+    from graphmem.policies.types import SORT_BELOW, group_by_query, merge_by_query
+
+    gen = torch.Generator().manual_seed(0)
+    parts = []
+    for h, n in enumerate(sizes):  # each part grouped by query, as one hop of a walk is
+        query = torch.sort(torch.randint(0, 40, (n,), generator=gen)).values
+        parts.append((query, torch.randint(0, 10**6, (n,), generator=gen), torch.full((n,), h)))
+    merged = merge_by_query(parts, 40)
+    expected = group_by_query(*(torch.cat(f) for f in zip(*parts)))
+    assert (sum(sizes) > SORT_BELOW) == (sizes[0] > 100)  # both code paths are exercised
+    assert all(torch.equal(a, b) for a, b in zip(merged, expected))

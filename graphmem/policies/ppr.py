@@ -43,7 +43,7 @@ from graphmem.policies.batched import csr_values, greedy_admit, rank_in_group
 from graphmem.policies.ranking import topk_by_score
 from graphmem.policies.selectors import EntrySelector, make_entry_selector
 from graphmem.policies.tables import csr, edge_targets, node_id_rank, token_counts
-from graphmem.policies.types import group_by_query
+from graphmem.policies.types import merge_by_query
 
 
 def transition_matrix(
@@ -291,10 +291,12 @@ class PersonalizedPageRank(TraversalPolicy):
             sel = ((column >= start) & (column < start + width)).nonzero().flatten()
             block, used[sel] = self._block(scope, ops, sel, entries[sel], column[sel] - start, budget)
             blocks.append(block)
-        query, node, depth, score, cq, ce, tq, te = (torch.cat(f) for f in zip(*blocks))
-        if len(blocks) > 1:  # over a graph batch a block holds queries of every graph: group them again
-            query, node, depth, score = group_by_query(query, node, depth, score)
-            (cq, ce), (tq, te) = group_by_query(cq, ce), group_by_query(tq, te)
+        if len(blocks) == 1:
+            query, node, depth, score, cq, ce, tq, te = blocks[0]
+        else:  # over a graph batch a block holds queries of every graph: group them again
+            b = entries.shape[0]
+            query, node, depth, score = merge_by_query([k[:4] for k in blocks], b)
+            (cq, ce), (tq, te) = merge_by_query([k[4:6] for k in blocks], b), merge_by_query([k[6:] for k in blocks], b)
         return RetrievalBatch(entries, used, query, node, depth, (cq, ce), (tq, te), score)
 
     def _block(

@@ -31,7 +31,7 @@ from graphmem.policies.batched import csr_positions, greedy_admit, ragged_block,
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import make_entry_selector
 from graphmem.policies.tables import first_occurrence, unit_embeddings
-from graphmem.policies.types import Query, group_by_query
+from graphmem.policies.types import Query, merge_by_query
 from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
 from models.router import QueryRouter
@@ -186,11 +186,11 @@ class RouterPolicy(TraversalPolicy):
             picked = item[admit]  # row-major: per query in score order
             rows, nodes = qi[picked], tgt[picked]
             parts.append((rows, nodes, edges[picked], s[picked], hop))
-        rows, nodes, via, score = (torch.cat([p[i] for p in parts]) for i in range(4))
-        depth = torch.cat([torch.full_like(p[1], p[4]) for p in parts])
-        rows, nodes, via, score, depth = group_by_query(rows, nodes, via, score, depth)  # per query: hop by hop
+        # each hop's items are grouped by query: merged, a query's items come hop by hop
+        parts = [(r, v, e, sc, torch.full_like(v, h)) for r, v, e, sc, h in parts]
+        rows, nodes, via, score, depth = merge_by_query(parts, nq)
         moved = via >= 0
-        considered = group_by_query(torch.cat(considered_q), torch.cat(considered_e)) if considered_q else None
+        considered = merge_by_query(list(zip(considered_q, considered_e)), nq) if considered_q else None
         return RetrievalBatch(entries, used, rows, nodes, depth, considered, (rows[moved], via[moved]), score)
 
     def _graph_tensors(self, graph: MemoryGraph) -> tuple[Tensor, ...]:

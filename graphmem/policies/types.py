@@ -193,10 +193,36 @@ class RetrievalBatch:
         ]
 
 
+SORT_BELOW = 4096  # merge_by_query sorts at most this many items instead of placing them
+
+
 def group_by_query(query: Tensor, *values: Tensor) -> tuple[Tensor, ...]:
     """``(query, *values)`` stably sorted by query: each query's items grouped, in their order."""
     order = torch.argsort(query, stable=True)
     return (query[order],) + tuple(v[order] for v in values)
+
+
+def merge_by_query(parts: Sequence[tuple[Tensor, ...]], b: int) -> tuple[Tensor, ...]:
+    """Parts ``(query, *values)``, each grouped by query already (e.g. one per hop), as one such
+    tuple grouped by query, a query's items in part order, without sorting.
+
+    Item ``i`` of a part goes to its query's start, plus that query's items in earlier parts,
+    plus its rank in the part (``i`` minus the part's first index of its query). Few items are
+    grouped with one stable sort instead (the same result, in fewer tensor operations).
+    """
+    n = sum(int(p[0].numel()) for p in parts)
+    if n <= SORT_BELOW:
+        return group_by_query(*(torch.cat(f) for f in zip(*parts)))
+    counts = [torch.bincount(p[0], minlength=b) for p in parts]
+    offset = torch.cumsum(sum(counts), 0) - sum(counts)
+    out = [torch.empty(n, dtype=v.dtype, device=v.device) for v in parts[0]]
+    for p, c in zip(parts, counts):
+        q = p[0]
+        dest = offset[q] + torch.arange(q.numel(), device=q.device) - (torch.cumsum(c, 0) - c)[q]
+        for o, v in zip(out, p):
+            o[dest] = v
+        offset = offset + c
+    return tuple(out)
 
 
 def _per_query(pair: tuple[Tensor, Tensor] | None, b: int) -> list[list]:
