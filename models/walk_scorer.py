@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from graphmem.policies.base import Budget
-from graphmem.policies.batched import segments
+from graphmem.policies.batched import csr_positions
 from models.edge_encoder import EDGE_FEATURE_DIM, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
 
@@ -163,7 +163,7 @@ class WalkScorer(nn.Module):
         """``(max, mean)`` ``[C]`` of ``cos(q, x_w)`` over the out-neighbours ``w`` of each candidate's target
         (``cos(q, x_v)`` itself where ``v`` has none): ``C x degree`` lookups, bounded by the budget."""
         pairs = ctx.tables.pairs
-        seg, pid = segments(pairs.rowptr, None, cand.child)
+        seg, pid = csr_positions(pairs.rowptr, cand.child)
         cos_w = ctx.cosine(cand.query[seg], pairs.dst[pid])
         c = cand.child.numel()
         count = torch.zeros(c, dtype=cos_w.dtype, device=cos_w.device).index_add_(0, seg, torch.ones_like(cos_w))

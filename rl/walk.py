@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from graphmem.policies.base import Budget
-from graphmem.policies.batched import segments
+from graphmem.policies.batched import csr_positions
 from models.edge_encoder import PairTable
 
 
@@ -229,7 +229,7 @@ def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ct
         gb, gv, gpos, gdepth = b[grow], v[grow], pos[grow], depth[b, a][grow] + 1
         if gb.numel() == 0:
             continue
-        seg, pid = segments(tables.pairs.rowptr, None, gv)
+        seg, pid = csr_positions(tables.pairs.rowptr, gv)
         if pid.numel() == 0:
             continue
         deg = tables.pairs.rowptr[gv + 1] - tables.pairs.rowptr[gv]

@@ -18,7 +18,8 @@ from graphmem.datasets.types import Question
 from graphmem.graph import MemoryGraph
 from graphmem.graph_batch import GraphBatch
 from graphmem.policies.base import Budget, Query
-from graphmem.policies.entries import make_entry_selector, unit_embeddings
+from graphmem.policies.selectors import make_entry_selector
+from graphmem.policies.tables import unit_embeddings
 from models.edge_encoder import PerEdgeResidual, pair_table
 from rl.walk import WalkTables, walk_tables
 

@@ -20,7 +20,7 @@ import torch
 from graphmem.eval.harness import evaluate_policy
 from graphmem.graphset import GraphSet
 from graphmem.policies.base import Budget, make_policy
-from graphmem.policies.entries import EmbeddingEntrySelector
+from graphmem.policies.selectors import EmbeddingEntrySelector
 from rl.splits import conversation_folds
 
 
