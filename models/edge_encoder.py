@@ -180,14 +180,15 @@ class PerEdgeResidual(nn.Module):
     its edges. Graphs it does not hold get ``δ = 0``.
 
     Args:
-        graphs: graphs by name (their edge counts fix the rows).
+        graphs: graphs by name, or their edge counts by name (the counts fix the rows).
         dim: feature size (default: 4).
     """
 
-    def __init__(self, graphs: Mapping[str, MemoryGraph], dim: int = EDGE_FEATURE_DIM):
+    def __init__(self, graphs: Mapping[str, MemoryGraph | int], dim: int = EDGE_FEATURE_DIM):
         super().__init__()
         self.names = list(graphs)
-        counts = torch.tensor([graphs[n].num_edges for n in self.names], dtype=torch.long)
+        sizes = [g if isinstance(g, int) else g.num_edges for g in graphs.values()]
+        counts = torch.tensor(sizes, dtype=torch.long)
         offsets = torch.zeros(len(self.names) + 1, dtype=torch.long)
         offsets[1:] = torch.cumsum(counts, 0)
         self.register_buffer("offsets", offsets)
@@ -222,8 +223,8 @@ class EdgeEncoder(nn.Module):
         mode: ``onehot``, ``phase1``, ``table`` or ``inductive`` (default: ``"inductive"``).
         hidden: width of ``f`` (default: 32).
         rank: rank of the embedding interaction ``(P x_i) ⊙ (P x_j)`` (0 disables it) (default: 8).
-        residual: graphs of a :class:`PerEdgeResidual` (needed for ``table``; optional for
-            ``inductive``) (default: None).
+        residual: graphs (or edge counts) by name of a :class:`PerEdgeResidual` (needed for
+            ``table``; optional for ``inductive``) (default: None).
     """
 
     def __init__(
@@ -232,7 +233,7 @@ class EdgeEncoder(nn.Module):
         mode: str = "inductive",
         hidden: int = 32,
         rank: int = 8,
-        residual: Mapping[str, MemoryGraph] | None = None,
+        residual: Mapping[str, MemoryGraph | int] | None = None,
     ):
         super().__init__()
         if mode not in EDGE_MODES:

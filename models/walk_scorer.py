@@ -193,7 +193,19 @@ class WalkScorer(nn.Module):
         return (e - e0).pow(2).sum(-1).mean()
 
     def checkpoint(self) -> dict[str, Any]:
+        """Config, weights and the graphs of the per-edge residual table (names and edge counts)."""
+        res = self.edges.residual
+        held = {} if res is None else {n: int(res.offsets[i + 1] - res.offsets[i]) for i, n in enumerate(res.names)}
         return {
             "config": asdict(self.config),
             "state_dict": {k: v.detach().clone() for k, v in self.state_dict().items()},
+            "residual_graphs": held,
         }
+
+    @classmethod
+    def from_checkpoint(cls, state: dict[str, Any]) -> WalkScorer:
+        """The scorer :meth:`checkpoint` wrote (a checkpoint's ``scorer`` entry)."""
+        held = state.get("residual_graphs") or None
+        scorer = cls(ScorerConfig(**state["config"]), held)
+        scorer.load_state_dict(state["state_dict"])
+        return scorer
