@@ -35,10 +35,11 @@ from torch import Tensor, nn
 
 from graphmem.policies.base import Budget
 from graphmem.policies.batched import csr_positions
-from models.edge_encoder import EDGE_FEATURE_DIM, NUM_PAIR_FEATURES, EdgeEncoder
+from models.edge_encoder import EDGE_FEATURE_DIM, EDGE_MODES, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
 
 NUM_SIMILARITY_FEATURES = 8
+INTENTS = ("prototype", "head", "uniform")
 DENSE_COSINE_LIMIT = 1 << 22  # B x N up to which cos(q, x_v) is one matmul per batch
 NUM_PATH_FEATURES = 6
 ORDER_SCALE = 12
@@ -50,7 +51,7 @@ class ScorerConfig:
 
     dim: int = 384
     """node / query embedding size D"""
-    rank: int = 32
+    rank: int = 8
     """rank of the query/node interaction ι (0 disables it)"""
     hidden: int = 64
     """width of the heads g and h"""
@@ -66,6 +67,18 @@ class ScorerConfig:
     """relation intent: prototype, head, uniform (no intent)"""
     stop: bool = True
     """whether the walk has a learned stop action"""
+
+    def __post_init__(self) -> None:
+        for name in ("dim", "hidden", "edge_hidden"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"ScorerConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
+        for name in ("rank", "edge_rank"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"ScorerConfig.{name} must be a non-negative integer, got {getattr(self, name)!r}")
+        if self.edge_mode not in EDGE_MODES:
+            raise ValueError(f"edge encoder mode {self.edge_mode!r} is not one of {EDGE_MODES}")
+        if self.intent not in INTENTS:
+            raise ValueError(f"ScorerConfig.intent must be one of {INTENTS}, got {self.intent!r}")
 
 
 class _Context:

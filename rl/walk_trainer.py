@@ -156,6 +156,17 @@ class TrainConfig:
             built[name] = kind(**given)
         return cls(**built)
 
+    @classmethod
+    def merged(cls, base: Mapping[str, Any], overrides: Mapping[str, Any] = {}, **run: Any) -> TrainConfig:
+        """``base`` with a variant's ``overrides`` (``part -> key -> value``) and ``run`` fields on top."""
+        parts = {name: dict(value or {}) for name, value in base.items()}
+        for name, value in overrides.items():
+            if not isinstance(value, Mapping):
+                raise ValueError(f"trainer override {name!r} must be a mapping of a part's keys, got {value!r}")
+            parts[name] = {**parts.get(name, {}), **value}
+        parts["run"] = {**parts.get("run", {}), **run}
+        return cls.from_mapping(parts)
+
     def phases(self) -> list[tuple[str, int, float]]:
         """``(phase, epochs, learning rate)`` in order, phases without epochs left out."""
         o = self.objective

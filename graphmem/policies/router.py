@@ -71,7 +71,9 @@ def read_router_checkpoint(path: str | Path, map_location: str | torch.device = 
         if "scorer" not in state:
             raise ValueError(f"{path}: walk checkpoint without its 'scorer'")
     elif "router" not in state or "router_config" not in state:
-        raise ValueError(f"{path}: not a router checkpoint (missing 'router'/'router_config', and not a walk checkpoint)")
+        raise ValueError(
+            f"{path}: not a router checkpoint (missing 'router'/'router_config', and not a walk checkpoint)"
+        )
     return state
 
 
