@@ -36,6 +36,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget
 from graphmem.policies.gnn import batched_walk
 from models.gnn_reader import GNNReader, ReaderConfig, start_mask
+from rl.seeding import deterministic
 from rl.splits import conversation_folds
 
 
@@ -179,6 +180,7 @@ def evidence_recall(
 
 
 # ---------------------------------------------------------------------- training
+@deterministic
 def train_reader(
     train: Sequence[ReaderExample],
     cfg: GNNTrainConfig,
@@ -189,7 +191,8 @@ def train_reader(
 ) -> tuple[GNNReader, list[dict]]:
     """Train (or fine-tune ``reader``) and return the best-on-validation reader and per-epoch history.
 
-    Without ``val`` the last epoch is kept. Deterministic on CPU for a fixed ``cfg.seed``.
+    Without ``val`` the last epoch is kept. Deterministic on CPU for a fixed ``cfg.seed`` and thread count
+    (:mod:`rl.seeding`).
     """
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)

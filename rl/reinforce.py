@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from rl.distributed import World, current_world
 from rl.logging import Logger
 from rl.mdp import GraphUnion, MDPConfig
 from rl.rollout import episode_keys, make_episodes, rollout
+from rl.seeding import deterministic, seed_everything
 
 
 @dataclass
@@ -271,6 +271,7 @@ def _to_device(obj: Any, device: str | torch.device) -> Any:
     return obj
 
 
+@deterministic
 def train(
     cfg: TrainConfig,
     graphs: Mapping[str, MemoryGraph],
@@ -287,11 +288,12 @@ def train(
     """Train on ``questions`` over ``graphs`` (edge features are kept for every graph in ``graphs``).
 
     ``world`` (default: the initialised process group, else one process) shards each batch's
-    episodes across ranks; every rank must call ``train`` with the same arguments.
+    episodes across ranks; every rank must call ``train`` with the same arguments. Runs under
+    :func:`rl.seeding.deterministic_algorithms`: same seed and thread count, same numbers.
     """
     # ------------------------------------------------------------------ setup
     world = world or current_world()
-    random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
+    seed_everything(cfg.seed)
     device = world.device(resolve_device(cfg.device))
     selector = make_entry_selector(entry_selector)
     router, intent, edges = build_modules(cfg, graphs, embeddings.shape[1])
