@@ -21,10 +21,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from graphmem.errors import InputError
+
 _HELD: dict[str, list] = {}  # real path -> [fd, depth] of the locks this process holds
 
 
-class LockBusyError(RuntimeError):
+class LockBusyError(RuntimeError, InputError):
     """The lock is held by a live process; the message names the path and the holder."""
 
     def __init__(self, path: Path, holder: dict[str, Any]):
@@ -108,6 +110,17 @@ class FileLock:
             os.fsync(fd)
             _HELD[key] = [fd, 1]
             return self
+
+    def note(self, **fields: Any) -> None:
+        """Rewrite the held lock file's record with ``fields`` added (e.g. the run id once it is known)."""
+        held = _HELD.get(os.path.realpath(self.path))
+        if held is None:
+            return
+        self.info.update(fields)
+        record = {**_read(held[0]), **fields}
+        os.ftruncate(held[0], 0)
+        os.lseek(held[0], 0, os.SEEK_SET)
+        os.write(held[0], json.dumps(record).encode())
 
     def release(self) -> None:
         """Give the lock back (unlink, then unlock); a no-op when this process does not hold it."""

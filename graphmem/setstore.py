@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from graphmem.errors import InputError
 from graphmem.io import atomic_write
 from graphmem.lockfile import FileLock
 
@@ -41,7 +42,7 @@ LOCK = ".write.lock"
 GENERATION_PREFIX = "gen-"
 
 
-class GraphSetError(ValueError):
+class GraphSetError(ValueError, InputError):
     """A saved graph set that cannot be used as it is; the message names the folder and file."""
 
 

@@ -257,9 +257,13 @@ def train_reader(
 
 
 def save_checkpoint(
-    reader: GNNReader, path: str | Path, cfg: GNNTrainConfig | None = None, metrics: dict | None = None
+    reader: GNNReader,
+    path: str | Path,
+    cfg: GNNTrainConfig | None = None,
+    metrics: dict | None = None,
+    run_id: str | None = None,
 ) -> Path:
-    """Write ``reader.checkpoint()`` (plus training settings) atomically; loads with ``weights_only=True``."""
+    """Write ``reader.checkpoint()`` (plus training settings and the run id) atomically; loads with ``weights_only``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ckpt = reader.checkpoint()
@@ -267,10 +271,24 @@ def save_checkpoint(
         ckpt["train_config"] = asdict(cfg)
     if metrics is not None:
         ckpt["metrics_json"] = json.dumps(metrics)
+    if run_id is not None:
+        ckpt["run_id"] = run_id
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(ckpt, tmp)
     tmp.replace(path)
     return path
+
+
+def load_reader(path: str | Path) -> GNNReader:
+    """:meth:`GNNReader.from_checkpoint` of a file, any failure a :class:`rl.checkpoint.CheckpointError` naming it."""
+    from rl.checkpoint import CheckpointError
+
+    if not Path(path).is_file():
+        raise CheckpointError(f"{path}: reader checkpoint not found (train one with scripts/train_gnn.py)")
+    try:
+        return GNNReader.from_checkpoint(str(path))
+    except Exception as err:  # noqa: BLE001 - unpickling, a missing key or a shape mismatch: not a reader file
+        raise CheckpointError(f"{path}: not a readable reader checkpoint ({type(err).__name__}: {err})") from None
 
 
 def graph_split(

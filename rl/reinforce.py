@@ -108,6 +108,8 @@ class TrainConfig:
     """epochs between periodic checkpoints"""
     resume: bool = False
     """continue from checkpoint_dir/last.pt when it exists"""
+    run_id: str = ""
+    """the run's id (rl.run_folder), written into last.pt / best.pt; checkpoints of another run are refused"""
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "starts_per_question", "max_hops", "hidden", "eval_every", "checkpoint_every")
@@ -329,6 +331,7 @@ def train(
             "edges": edges.state_dict(),
             "edge_names": edges.names,
             "fingerprint": fingerprint,
+            "run_id": cfg.run_id,
             "config": asdict(cfg),
             "epoch": epoch,
             "baseline": baseline,
@@ -343,7 +346,7 @@ def train(
 
     # ------------------------------------------------------------------ resume
     if cfg.resume and ckpt_dir is not None and world.broadcast_object((ckpt_dir / "last.pt").is_file(), device):
-        st = load_checkpoint(ckpt_dir / "last.pt", fingerprint, arch, map_location="cpu") if world.is_main else None
+        st = load_checkpoint(ckpt_dir / "last.pt", fingerprint, arch, "cpu", cfg.run_id) if world.is_main else None
         st = world.broadcast_object(
             st, device
         )  # rank 0's file: no shared filesystem needed; load_state_dict moves to device
@@ -450,7 +453,7 @@ def train(
         world.barrier()  # the other ranks wait for rank 0's validation and checkpoints
     # ------------------------------------------------------------------ model selection
     if world.is_main and result.best_state is None and ckpt_dir is not None and (ckpt_dir / "best.pt").is_file():
-        result.best_state = load_checkpoint(ckpt_dir / "best.pt", fingerprint, arch, map_location=device)
+        result.best_state = load_checkpoint(ckpt_dir / "best.pt", fingerprint, arch, device, cfg.run_id)
     if world.distributed:  # every rank returns rank 0's selection
         result.best_epoch, result.best_score, best = world.broadcast_object(
             (result.best_epoch, result.best_score, _to_device(result.best_state, "cpu")), device

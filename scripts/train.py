@@ -31,9 +31,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import run_or_exit
+from graphmem.cli import guard_argv, run_or_exit
 from graphmem.eval.harness import evaluate_policy
-from graphmem.graphset import GraphSet, open_graphset
+from graphmem.graphset import GraphSet, check_configs, open_graphset
 from graphmem.io import atomic_write
 from graphmem.policies.base import Budget, make_policy, resolve_device
 from graphmem.policies.router import RouterPolicy
@@ -41,9 +41,12 @@ from graphmem.tracking import make_tracker
 from rl.distributed import init_from_env, shutdown
 from rl.logging import MultiLogger, PrintLogger
 from rl.reinforce import TrainConfig, train
-from rl.splits import conversation_folds
+from rl.run_folder import open_run_folder_on_main
+from rl.splits import check_fraction, conversation_folds
 
 METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
+ARTIFACTS = ("results.json", "results.md", "fold*/*/last.pt", "fold*/*/best.pt", "tracking")
+"""What a run writes in its folder (rl.run_folder moves an earlier run's aside)."""
 
 
 def subset(gs: GraphSet, names) -> tuple[list, Any]:
@@ -104,7 +107,6 @@ def output_dir(cfg: DictConfig) -> Path:
 def run(cfg: DictConfig) -> dict[str, Any] | None:
     world = init_from_env(str(cfg.trainer.device))
     out = output_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
@@ -120,12 +122,23 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         raise ValueError(
             f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}"
         )
+    check_fraction("cv.val_fraction", cfg.cv.val_fraction)
+    check_configs(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True))
+    device = world.device(resolve_device(base.get("device", "auto")))
+    config = OmegaConf.to_container(cfg, resolve=True)
+    with open_run_folder_on_main(world, out, config, base["resume"], device, artifacts=ARTIFACTS) as folder:
+        return train_and_test(cfg, world, out, folder, budget, base, variants, baselines)
+
+
+def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants, baselines) -> dict[str, Any] | None:
+    """Train every variant of every fold and test it next to the baselines; rank 0 returns the results."""
     if not world.is_main:
         world.barrier()  # rank 0 loads (or builds and caches) the graph set first
     gs = load_graphset(cfg)
     if world.is_main:
         world.barrier()
         print("\n".join(gs.report.lines()))
+        folder.check_graphset(gs.config_hash)
     splits = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
     per_fold, records = [], []
@@ -143,7 +156,9 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         test_set = GraphSet(gs.dataset, {n: gs.graphs[n] for n in split.test}, test_q, test_e, gs.report)
         fold_metrics: dict[str, dict[str, float]] = {}
         for name, overrides in variants.items():
-            tc = TrainConfig(**{**base, **overrides, "checkpoint_dir": str(out / f"fold{k}" / name)})
+            tc = TrainConfig(
+                **{**base, **overrides, "checkpoint_dir": str(out / f"fold{k}" / name), "run_id": folder.run_id}
+            )
             prefix = f"fold{k}/{name}/"
             logger = MultiLogger(
                 PrintLogger(every=max(1, tc.epochs // 10)), _Prefixed(tracker, prefix, offset=1000 * k)
@@ -192,7 +207,9 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     table = markdown(summary)
     print(f"\n{gs.dataset}: test conversations, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
     payload = {
+        "run_id": folder.run_id,
         "dataset": gs.dataset,
+        "graphset": gs.provenance,
         "budget": dataclasses.asdict(budget),
         "folds": folds,
         "summary": summary,
@@ -233,4 +250,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()
