@@ -139,6 +139,8 @@ def guard_argv(argv: list[str] | None = None) -> None:
         if not sep:
             continue
         key = key.lstrip("+~")
+        if "${" in value:  # an interpolation: resolved, and checked, by preflight inside the run
+            continue
         if looks_like_key(value) or (key.endswith("api_key_env") and value and not _ENV_NAME.fullmatch(value)):
             print(
                 f"error: {key}: the value looks like an API key; export the key as an environment variable and "

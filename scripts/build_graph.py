@@ -16,7 +16,7 @@ import torch
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import run_or_exit
+from graphmem.cli import guard_argv, run_or_exit
 from graphmem.graph import MemoryGraph
 from graphmem.graphset import check_configs, graphset_dir, reuse_or_build
 
@@ -132,4 +132,5 @@ def build(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()

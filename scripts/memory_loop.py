@@ -25,7 +25,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import run_or_exit
+from graphmem.cli import guard_argv, run_or_exit
 from graphmem.eval.harness import write_jsonl
 from graphmem.graphset import GraphSet, open_graphset
 from graphmem.io import atomic_write
@@ -164,4 +164,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()

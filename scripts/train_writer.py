@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_gnn import load_graphset, set_threads, split_parts  # noqa: E402  (sibling script: shared loading and split)
 
-from models.gnn_reader import GNNReader  # noqa: E402
+from graphmem.cli import guard_argv, run_or_exit  # noqa: E402
+from rl.gnn_train import load_reader  # noqa: E402
 from rl.grpo_writer import WriterConfig, tasks_from_graphset, train_writer  # noqa: E402
 
 REWARD_KEYS = (
@@ -82,12 +83,16 @@ def plot_curve(curve: list[dict], path: Path, title: str) -> Path:
 
 @hydra.main(config_path="../configs", config_name="writer", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    run_or_exit(run, cfg)
+
+
+def run(cfg: DictConfig) -> None:
     out_dir = Path(cfg.out_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
     set_threads(cfg)
     wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
     if not wcfg.reader_checkpoint:
         raise ValueError("writer.reader_checkpoint is required: train a reader with scripts/train_gnn.py first")
-    reader = GNNReader.from_checkpoint(wcfg.reader_checkpoint)
+    reader = load_reader(wcfg.reader_checkpoint)
     gs = load_graphset(cfg)
     trainer, result = run_writer(gs, cfg, wcfg, reader)
     if cfg.save_model:
@@ -103,4 +108,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()
