@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+from tests.small_sets import saved_locomo_set
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("time", "seconds", "wall_s", "train_wall_s", "latency_s", "latency_p50_s", "latency_p95_s")
@@ -42,11 +42,7 @@ def _numbers(value, path=""):
 
 @pytest.fixture(scope="module")
 def graphset_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("det")
-    gs = build_graphset(
-        DataConfig(name="locomo", limit=5), GraphConfig(encoder="hashing", cache_dir=str(out / "cache")), progress=False
-    )
-    return gs.save(out / "set")
+    return saved_locomo_set(tmp_path_factory.mktemp("det"), limit=3)
 
 
 def _train(graphset_dir, out, hash_seed):

@@ -11,20 +11,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, build_graphset, file_sha256
+from graphmem.graphset import GraphSet, file_sha256
 from graphmem.setstore import GraphSetError, add_files
+from tests.small_sets import saved_locomo_set
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    root = tmp_path_factory.mktemp("integrity")
-    gs = build_graphset(
-        DataConfig(name="locomo", limit=2),
-        GraphConfig(encoder="hashing", cache_dir=str(root / "cache")),
-        progress=False,
-    )
-    gs.save(root / "clean")
-    return root / "clean"
+    return saved_locomo_set(tmp_path_factory.mktemp("integrity"), limit=2)
 
 
 @pytest.fixture

@@ -2,17 +2,21 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 
+from graphmem.cli import preflight
 from graphmem.datasets.hotpotqa import load_hotpotqa
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+from rl.splits import conversation_folds, within_conversation_split
+from tests.small_sets import saved_locomo_set
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_KEY = "sk-fake-0123456789abcdefSECRETkey"
@@ -40,31 +44,31 @@ def _one_line_error(proc, *parts):
 
 @pytest.fixture(scope="module")
 def small_set(tmp_path_factory):
-    out = tmp_path_factory.mktemp("inputs")
-    gs = build_graphset(
-        DataConfig(name="locomo", limit=2), GraphConfig(encoder="hashing", cache_dir=str(out / "cache")), progress=False
-    )
-    return gs.save(out / "set")
+    return saved_locomo_set(tmp_path_factory.mktemp("inputs"), limit=2)
 
 
-MISSING_SET = "graphset={tmp}/missing"  # an error about it would mean work had started
-TINY_BENCHMARK = "sizes=[100] policies=[beta_bfs] locomo.enabled=false datasets=[] train.enabled=false plot=false"
+def test_an_absent_device_is_refused_at_config_time(tmp_path):
+    # the graph set does not exist: an error about it would mean work had started
+    proc = _run("train.py", "trainer.device=cuda", f"graphset={tmp_path / 'missing'}", tmp_path=tmp_path)
+    _one_line_error(proc, "trainer.device='cuda': CUDA is not available on this machine")
 
 
 @pytest.mark.parametrize(
-    "script, override, rest",
+    "config, override",
     [
-        ("train.py", "trainer.device=cuda", MISSING_SET),
-        ("evaluate.py", "device=cuda:0", MISSING_SET),
-        ("train_gnn.py", "train.device=cuda", MISSING_SET),
-        ("benchmark.py", "compare_devices=[cuda]", TINY_BENCHMARK),
+        ("evaluate", "device=cuda:0"),
+        ("gnn", "train.device=cuda"),
+        ("benchmark", "compare_devices=[cpu,cuda]"),
+        ("train", "+variants.big.device=cuda"),
     ],
 )
-def test_an_absent_device_is_refused_at_config_time(script, override, rest, tmp_path):
-    extra = rest.format(tmp=tmp_path).split()
-    proc = _run(script, override, *extra, f"out_dir={tmp_path / 'out'}", tmp_path=tmp_path)
-    key = override.split("=")[0]
-    _one_line_error(proc, key, "CUDA is not available on this machine")
+def test_every_scripts_devices_are_checked_by_its_preflight(config, override, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name=config, overrides=[override])
+    key = override.lstrip("+").split("=")[0].replace("compare_devices", "compare_devices[1]")
+    with pytest.raises(ValueError, match=re.escape(key) + ".*CUDA is not available"):
+        preflight(cfg)
 
 
 def test_non_utf8_and_empty_data_files_are_refused_naming_the_file(tmp_path):
@@ -118,8 +122,12 @@ def test_records_without_gold_fields_are_counted_in_the_load_report(tmp_path):
 def test_fractions_are_validated(tmp_path):
     proc = _run("train.py", "cv.val_fraction=1.5", f"graphset={tmp_path / 'missing'}", tmp_path=tmp_path)
     _one_line_error(proc, "cv.val_fraction must be a fraction in [0, 1), got 1.5")
-    proc = _run("train_gnn.py", "split.val_fraction=-0.1", f"graphset={tmp_path / 'missing'}", tmp_path=tmp_path)
-    _one_line_error(proc, "split.val_fraction must be a fraction in [0, 1), got -0.1")
+    names = [f"g{i}" for i in range(10)]
+    for bad in (1.0, -0.1, True, "0.2"):
+        with pytest.raises(ValueError, match="val_fraction must be a fraction in"):
+            conversation_folds(names, val_fraction=bad)
+    with pytest.raises(ValueError, match="test_fraction must be a fraction in"):
+        within_conversation_split(names, names, test_fraction=2.0)
 
 
 def test_train_and_evaluate_treat_data_with_graphset_the_same_way(small_set, tmp_path):

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
 from graphmem.lockfile import FileLock
 from rl.run_folder import RunFolderError, differing_keys, open_run_folder
+from tests.small_sets import saved_locomo_set
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {"trainer": {"seed": 0, "lr_router": 0.003, "epochs": 2, "resume": False}, "cv": {"k": 5}, "out_dir": "a"}
@@ -81,11 +81,7 @@ def test_reentrant_lock_counts_nested_holds(tmp_path):
 
 @pytest.fixture(scope="module")
 def small_set(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runset")
-    gs = build_graphset(
-        DataConfig(name="locomo", limit=4), GraphConfig(encoder="hashing", cache_dir=str(out / "cache")), progress=False
-    )
-    return gs.save(out / "set")
+    return saved_locomo_set(tmp_path_factory.mktemp("runset"), limit=4)
 
 
 def _train(small_set, out, *overrides, wait=True):
