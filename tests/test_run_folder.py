@@ -110,15 +110,16 @@ def _train(small_set, out, *overrides, wait=True):
 def test_second_training_into_a_live_runs_folder_is_refused_and_files_carry_one_run_id(small_set, tmp_path):
     out = tmp_path / "run"
     first = _train(small_set, out, "trainer.epochs=500", wait=False)  # long: still running when the second starts
-    deadline = time.time() + 300
-    while not (out / "run.json").exists() and first.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    run_id = json.loads((out / "run.json").read_text())["run_id"]
+    deadline, last = time.time() + 300, out / "fold0" / "router" / "last.pt"
+    while not last.exists() and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)  # the first run is training
     rc, _, err = _train(small_set, out, "trainer.seed=1")
     assert first.poll() is None, "the first run ended before the second started"
     first.send_signal(signal.SIGKILL)  # interrupted: its lock is left behind, stale
     first.communicate()
-    assert rc == 2 and f"is in use by run {run_id}" in err and err.count("\n") == 1, err[-2000:]
+    assert rc == 2, err[-2000:]
+    run_id = json.loads((out / "run.json").read_text())["run_id"]
+    assert f"is in use by run {run_id}" in err and err.count("\n") == 1, err[-2000:]
     # resuming with another seed and learning rate is refused, naming both keys
     rc, stale, err = _train(small_set, out, "trainer.resume=true", "trainer.seed=1", "trainer.lr_router=0.01")
     assert f"took over the stale lock of run {run_id}" in stale  # the killed run's lock, left behind
