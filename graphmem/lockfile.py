@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from graphmem.errors import InputError
 
-_HELD: dict[str, list] = {}  # real path -> [fd, depth] of the locks this process holds
+_HELD: dict[tuple[int, str], list] = {}  # (pid, real path) -> [fd, depth]: a forked child holds none of these
 
 
 class LockBusyError(RuntimeError, InputError):
@@ -77,7 +77,7 @@ class FileLock:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        key = os.path.realpath(self.path)
+        key = (os.getpid(), os.path.realpath(self.path))
         if key in _HELD:
             _HELD[key][1] += 1
             return self
@@ -113,7 +113,7 @@ class FileLock:
 
     def note(self, **fields: Any) -> None:
         """Rewrite the held lock file's record with ``fields`` added (e.g. the run id once it is known)."""
-        held = _HELD.get(os.path.realpath(self.path))
+        held = _HELD.get((os.getpid(), os.path.realpath(self.path)))
         if held is None:
             return
         self.info.update(fields)
@@ -124,7 +124,7 @@ class FileLock:
 
     def release(self) -> None:
         """Give the lock back (unlink, then unlock); a no-op when this process does not hold it."""
-        key = os.path.realpath(self.path)
+        key = (os.getpid(), os.path.realpath(self.path))
         held = _HELD.get(key)
         if held is None:
             return
