@@ -193,9 +193,9 @@ def test_results_record_the_graph_sets_own_provenance(small_set, tmp_path):
         tmp_path=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "holds a 'locomo' set; data.name='hotpotqa' is not used" in proc.stdout
     meta = json.loads((tmp_path / "e" / "results.json").read_text())["meta"]
     assert meta["data"]["name"] == "locomo" and meta["data"]["file"] == "locomo/locomo_dev8.json"
+    assert "holds a 'locomo' set; data.name='hotpotqa' is not used" in proc.stdout
     assert (
         meta["data"]["sha256"] == json.loads((small_set / "manifest.json").read_text())["provenance"]["data"]["sha256"]
     )
