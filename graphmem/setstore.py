@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping
 
 from graphmem.errors import InputError
 from graphmem.io import atomic_write
-from graphmem.lockfile import FileLock
+from graphmem.lockfile import FileLock, describe
 
 MANIFEST = "manifest.json"
 LOCK = ".write.lock"
@@ -114,8 +114,6 @@ def set_lock(directory: str | Path) -> FileLock:
 
 
 def _waiting(directory: Path):
-    from graphmem.lockfile import describe
-
     return lambda holder: print(f"waiting for {describe(holder)}, which is writing the graph set in {directory}")
 
 
@@ -182,7 +180,10 @@ class SetWriter:
 
     def commit(self, manifest: Mapping[str, Any]) -> Path:
         """Phase 2: write ``manifest`` (plus ``files``) as the set's manifest, then drop older generations."""
-        previous = read_manifest(self.directory) if (self.directory / MANIFEST).is_file() else None
+        try:
+            previous = read_manifest(self.directory)
+        except GraphSetError:  # a damaged manifest is replaced, and what it listed cannot be known
+            previous = None
         for folder in {Path(rel).parent for rel in self.files} | {Path(self.generation)}:
             _fsync_dir(self.directory / folder)
         record = {**manifest, "files": dict(sorted(self.files.items()))}

@@ -81,13 +81,13 @@ def test_graph_file_copied_over_another_graphs_file_is_refused(saved):
         GraphSet.load(saved)
 
 
-def test_truncated_and_missing_files_name_the_file(saved):
+def test_truncated_and_missing_files_name_the_file(saved, built):
     manifest = saved / "manifest.json"
-    text = manifest.read_text()
-    manifest.write_text(text[: len(text) // 2])
+    manifest.write_text(manifest.read_text()[:2000])
     with pytest.raises(GraphSetError, match=r"manifest.json: not valid JSON, truncated or corrupted\?"):
         GraphSet.load(saved)
-    manifest.write_text(text)
+    GraphSet.load(built).save(saved)  # a damaged set can be replaced by a new commit
+    assert GraphSet.load(saved).config_hash == GraphSet.load(built).config_hash
     graph = _file(saved, "conv-26.safetensors")
     graph.unlink()
     with pytest.raises(GraphSetError, match="conv-26.safetensors: listed in manifest.json but missing"):
