@@ -27,12 +27,14 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from graphmem.datasets.types import Question
+from graphmem.device import resolve_device
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, resolve_device
+from graphmem.policies.base import Budget
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rl.logging import Logger
 from rl.objectives import HageMDP, MovingBaseline, imitation_loss, recall_of, reinforce_loss, walk_rewards
+from rl.seeding import deterministic, seed_everything
 from rl.walk import walk
 from rl.walk_data import WalkData, walk_data
 
@@ -125,6 +127,8 @@ class RunConfig:
     """where last.pt / best.pt go ('' = none)"""
     resume: bool = False
     """continue from checkpoint_dir/last.pt"""
+    run_id: str = ""
+    """the run's id (:mod:`rl.run_folder`), written into last.pt / best.pt; another run's checkpoints are refused"""
 
     def __post_init__(self) -> None:
         _checked(self, ("eval_every",), ("seed",))
@@ -222,7 +226,7 @@ class WalkTrainer:
     ):
         self.cfg, self.budget, self.logger = cfg, budget, logger
         self.device = resolve_device(cfg.run.device)
-        torch.manual_seed(cfg.run.seed)
+        seed_everything(cfg.run.seed)
         if cfg.objective.rl == "hage_mdp" and cfg.objective.rl_epochs and cfg.model.stop:
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, stop=False))  # the MDP never stops
             self.cfg = cfg
@@ -310,6 +314,7 @@ class WalkTrainer:
     def state(self, phase: int, epoch: int) -> dict[str, Any]:
         return {
             "kind": "walk",
+            "run_id": self.cfg.run.run_id,
             "scorer": self.scorer.checkpoint(),
             "config": asdict(self.cfg),
             "budget": asdict(self.budget),
@@ -330,7 +335,7 @@ class WalkTrainer:
         path = None if self.ckpt is None else self.ckpt / "last.pt"
         if not (self.cfg.run.resume and path is not None and path.is_file()):
             return 0, 0
-        st = load_checkpoint(path, map_location=self.device)
+        st = load_checkpoint(path, map_location=self.device, run_id=self.cfg.run.run_id)
         self.scorer.load_state_dict(st["scorer"]["state_dict"])
         self._start_phase(st["phase"])
         self.optimizer.load_state_dict(st["optimizer"])
@@ -352,11 +357,15 @@ class WalkTrainer:
     def _best_state(self, current: dict | None) -> dict | None:
         """The best epoch's weights: kept in memory, or read back from ``best.pt`` after a resume."""
         if current is None and self.ckpt is not None and (self.ckpt / "best.pt").is_file():
-            return load_checkpoint(self.ckpt / "best.pt", map_location=self.device)["scorer"]["state_dict"]
+            best = load_checkpoint(self.ckpt / "best.pt", map_location=self.device, run_id=self.cfg.run.run_id)
+            return best["scorer"]["state_dict"]
         return current
 
     # ------------------------------------------------------------------ the loop
+    @deterministic
     def learn(self) -> TrainResult:
+        """Every phase's epochs (module docstring), under torch's deterministic algorithms; the best
+        validation epoch of the last phase is loaded into :attr:`scorer` and returned with the history."""
         phases = self.cfg.phases()
         start_phase, start_epoch = self._resume()
         best_state = None

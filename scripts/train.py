@@ -39,12 +39,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import METRICS, load_graphset, policy_config, restrict_graphs, run_or_exit
+from graphmem.cli import METRICS, guard_argv, load_graphset, policy_config, restrict_graphs, run_or_exit
 from graphmem.device import resolve_device
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
-from graphmem.graphset import GraphSet, open_train_graphset, union
+from graphmem.graphset import GraphSet, check_configs, open_train_graphset, union
 from graphmem.io import atomic_write
 from graphmem.policies import POLICIES, Budget, make_policy
 from graphmem.policies.router import RouterPolicy
@@ -52,8 +52,20 @@ from graphmem.tracking import make_tracker
 from rl.distributed import init_from_env, shutdown
 from rl.learning_curves import plot_learning_curves
 from rl.logging import MultiLogger, PrintLogger
-from rl.splits import conversation_folds
+from rl.run_folder import open_run_folder_on_main
+from rl.splits import check_fraction, conversation_folds
 from rl.walk_trainer import TrainConfig, WalkTrainer
+
+ARTIFACTS = (
+    "results.json",
+    "results.md",
+    "questions_*.jsonl",
+    "learning_curves.png",
+    "fold*/*/last.pt",
+    "fold*/*/best.pt",
+    "tracking",
+)
+"""What a run writes in its folder (rl.run_folder moves an earlier run's aside)."""
 
 
 def load_train_graphset(cfg: DictConfig) -> GraphSet | None:
@@ -69,6 +81,17 @@ def load_train_graphset(cfg: DictConfig) -> GraphSet | None:
 def summarize(per_fold: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
     """policy -> metric -> {mean, std (ddof = 1; None for one fold), folds} over the folds."""
     return fold_summary(per_fold, METRICS)
+
+
+def stats_config(cfg: DictConfig) -> dict[str, Any]:
+    """The ``stats`` group (``reference`` policy of the paired comparisons, ``n_boot``); empty when absent."""
+    return OmegaConf.to_container(cfg.stats, resolve=True) if cfg.get("stats") else {}
+
+
+def fold_baseline_config(cfg: DictConfig) -> dict[str, dict[str, Any]]:
+    """``fold_baselines``: policy name -> kwargs whose strings may hold ``{fold}``; empty when absent."""
+    given = OmegaConf.to_container(cfg.fold_baselines, resolve=True) if cfg.get("fold_baselines") else {}
+    return {name: dict(kwargs or {}) for name, kwargs in given.items()}
 
 
 def question_counts(rows: dict[str, list[dict]]) -> dict[str, int]:
@@ -89,13 +112,12 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     if world.distributed:
         raise ValueError("scripts/train.py trains the walk in one process; run it without torchrun")
     out = output_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
     for name, overrides in variants.items():  # reject impossible settings before any work
         TrainConfig.merged(base, overrides)
-    stats = OmegaConf.to_container(cfg.stats, resolve=True) if cfg.get("stats") else {}
+    stats = stats_config(cfg)
     reference = stats.get("reference")
     baseline_names = list(cfg.baselines)
     if reference and reference not in baseline_names and reference not in variants:
@@ -112,13 +134,25 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
             baselines[name] = make_policy(name, **policy_config(name))
         except (OSError, TypeError, ValueError, KeyError) as err:
             raise ValueError(f"baseline {name!r} cannot be built from its policy config: {err}") from None
-    fold_baselines = OmegaConf.to_container(cfg.fold_baselines, resolve=True) if cfg.get("fold_baselines") else {}
-    for name in fold_baselines:
+    for name in fold_baseline_config(cfg):
         POLICIES.resolve(name)
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
         raise ValueError(
             f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}"
         )
+    check_fraction("cv.val_fraction", cfg.cv.val_fraction)
+    check_configs(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True))
+    run_cfg = base.get("run") or {}
+    device = world.device(resolve_device(run_cfg.get("device", "auto")))
+    config = OmegaConf.to_container(cfg, resolve=True)
+    with open_run_folder_on_main(
+        world, out, config, bool(run_cfg.get("resume")), device, artifacts=ARTIFACTS
+    ) as folder:
+        return train_and_test(cfg, world, out, folder, budget, base, variants, baselines)
+
+
+def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants, baselines) -> dict[str, Any] | None:
+    """Train every variant of every fold and test it next to the baselines; rank 0 returns the results."""
     if not world.is_main:
         world.barrier()  # rank 0 loads (or builds and caches) the graph set first
     gs = load_graphset(cfg)
@@ -126,6 +160,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     if world.is_main:
         world.barrier()
         print("\n".join(gs.report.lines()))
+        folder.check_graphset(gs.config_hash)
         if extra is not None:
             print(
                 f"training-only: {len(extra.graphs)} graphs, {len(extra.questions)} questions ({cfg.data.train_files})"
@@ -151,7 +186,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         test_q = test_set.questions
         fold_metrics: dict[str, dict[str, float]] = {}
         for name, overrides in variants.items():
-            tc = TrainConfig.merged(base, overrides, checkpoint_dir=str(out / f"fold{k}" / name))
+            tc = TrainConfig.merged(base, overrides, checkpoint_dir=str(out / f"fold{k}" / name), run_id=folder.run_id)
             prefix = f"fold{k}/{name}/"
             logger = MultiLogger(PrintLogger(every=1), _Prefixed(tracker, prefix, offset=1000 * k))
             t0 = time.perf_counter()
@@ -179,8 +214,8 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
             )
         if not world.is_main:
             continue
-        for name, kwargs in fold_baselines.items():
-            given = {key: v.format(fold=k) if isinstance(v, str) else v for key, v in (kwargs or {}).items()}
+        for name, kwargs in fold_baseline_config(cfg).items():
+            given = {key: v.format(fold=k) if isinstance(v, str) else v for key, v in kwargs.items()}
             baselines[name] = make_policy(name, **{**policy_config(name), **given})
         for name, policy in baselines.items():
             res = evaluate_policy(policy, test_set, budget, progress=False)
@@ -193,6 +228,8 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         tracker.finish()
         return None
     summary = summarize(per_fold)
+    stats = stats_config(cfg)
+    reference = stats.get("reference")
     n_boot, seed = int(stats.get("n_boot", 10_000)), int(cfg.cv.seed)
     groups = [compare_policies(test_rows, reference, n_boot=n_boot, seed=seed)] if reference else []
     for other in stats.get("also") or []:  # the trained variants against further policies
@@ -205,7 +242,9 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         table += "\n\n" + comparisons_markdown(group) if group else ""
     print(f"\n{gs.dataset}: test graphs, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
     payload = {
+        "run_id": folder.run_id,
         "dataset": gs.dataset,
+        "graphset": gs.provenance,
         "budget": dataclasses.asdict(budget),
         "folds": folds,
         "summary": summary,
@@ -224,6 +263,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     for name, rows in test_rows.items():
         write_jsonl(rows, out / f"questions_{name}.jsonl")
     plot_learning_curves(curves, out / "learning_curves.png")
+    tracker.log_artifact(out / "learning_curves.png", "learning_curves")
     tracker.log_table(
         "summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()]
     )
@@ -255,4 +295,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()
