@@ -73,5 +73,17 @@ def test_checkpoint_of_the_trainer_deploys_on_unseen_graphs(tmp_path):
     d = walk_data(graphs, questions, emb, BUDGET)
     ep = walk(d.tables, t.scorer, d.q, d.entries, BUDGET)
     (name,) = graphs
-    got = policy.retrieve_batch(graphs[name], [Query(q.qid, q.text, e) for q, e in zip(questions, emb)], BUDGET)
+    graph, queries = graphs[name], [Query(q.qid, q.text, e) for q, e in zip(questions, emb)]
+    got = policy.retrieve_batch(graph, queries, BUDGET)
     assert [r.loaded for r in got] == [[v for v in row if v >= 0] for row in ep.loaded.tolist()]
+    # the gold sits behind a bridge with negative cosine: only the trained, budget-aware walk reaches it
+    gold = [graph.index_of(q.evidence[0]) for q in questions]
+
+    def recall(results):
+        return sum(g in r.loaded for g, r in zip(gold, results)) / len(gold)
+
+    assert recall(got) >= 0.9
+    for other in ("dense_topk", "beta_bfs", "ppr", "uniform_bfs"):
+        assert recall(make_policy(other).retrieve_batch(graph, queries, BUDGET)) == 0.0, other
+    untrained = make_policy("router", scorer=WalkScorer(ScorerConfig(dim=32)), device="cpu")
+    assert recall(untrained.retrieve_batch(graph, queries, BUDGET)) == 0.0
