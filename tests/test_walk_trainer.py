@@ -105,3 +105,19 @@ def test_config_errors_name_the_field():
         TrainConfig.from_mapping({"objective": {"rl": "ppo"}})
     with pytest.raises(TypeError):
         TrainConfig.from_mapping({"objective": {"mdp": {"horizon": 3}}})
+
+
+def test_trainer_yaml_mirrors_train_config():
+    """configs/trainer/default.yaml holds every field of every part, at its dataclass default."""
+    import dataclasses
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    yaml = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "configs" / "trainer" / "default.yaml"))
+    defaults = TrainConfig()
+    assert set(yaml) == {f.name for f in dataclasses.fields(TrainConfig)}
+    for part, values in yaml.items():
+        expected = dataclasses.asdict(getattr(defaults, part))
+        expected.pop("dim", None)  # the embedding size comes from the graphs
+        assert values == expected, part
