@@ -16,6 +16,7 @@ import torch
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.graph import MemoryGraph
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet, build_graphset, config_hash, graphset_dir
 

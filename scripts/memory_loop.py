@@ -25,6 +25,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import run_or_exit
 from graphmem.eval.harness import write_jsonl
 from graphmem.graphset import GraphSet, open_graphset

@@ -31,6 +31,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import run_or_exit
 from graphmem.eval.harness import evaluate_policy
 from graphmem.graphset import GraphSet, open_graphset
@@ -39,7 +40,7 @@ from graphmem.policies.base import Budget, make_policy, resolve_device
 from graphmem.policies.router import RouterPolicy
 from graphmem.tracking import make_tracker
 from rl.distributed import init_from_env, shutdown
-from rl.logging import MultiLogger, PrintLogger
+from rl.logging import MultiLogger, PrintLogger, TrackerLogger
 from rl.reinforce import TrainConfig, train
 from rl.splits import conversation_folds
 
@@ -130,9 +131,8 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
     per_fold, records = [], []
     started = time.perf_counter()
-    tracker = make_tracker(
-        cfg.logger if world.is_main else {"backend": "none"}, run_config=cfg, out_dir=out, name=f"train-{gs.dataset}"
-    )
+    logger_cfg = cfg.logger if world.is_main else {"backend": "none"}
+    group = f"train-{gs.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
     for k in folds:
         split = splits[k]
         if world.is_main:
@@ -144,14 +144,16 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         fold_metrics: dict[str, dict[str, float]] = {}
         for name, overrides in variants.items():
             tc = TrainConfig(**{**base, **overrides, "checkpoint_dir": str(out / f"fold{k}" / name)})
-            prefix = f"fold{k}/{name}/"
-            logger = MultiLogger(
-                PrintLogger(every=max(1, tc.epochs // 10)), _Prefixed(tracker, prefix, offset=1000 * k)
+            run_config = {**OmegaConf.to_container(cfg, resolve=True), "fold": k, "variant": name}
+            tracker = make_tracker(
+                logger_cfg, run_config, out_dir=out, name=f"fold{k}-{name}", job_type="train", group=group
             )
+            logger = MultiLogger(PrintLogger(every=max(1, tc.epochs // 10)), TrackerLogger(tracker))
             t0 = time.perf_counter()
             result = train(tc, gs.graphs, train_q, train_e, val_q, val_e, budget=budget, logger=logger, world=world)
             train_s = time.perf_counter() - t0
             if not world.is_main:  # the other ranks only help train
+                tracker.finish()
                 continue
             policy = RouterPolicy(
                 router=result.router,
@@ -166,6 +168,11 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
             )
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
+            tracker.update_summary(
+                {"best_epoch": result.best_epoch, "val/best_recall": result.best_score}
+                | {f"test/{m}": v for m, v in fold_metrics[name].items()}
+            )
+            tracker.finish()
             records.append(
                 {
                     "fold": k,
@@ -186,7 +193,6 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         per_fold.append(fold_metrics)
         print(markdown(summarize([fold_metrics])))
     if not world.is_main:
-        tracker.finish()
         return None
     summary = summarize(per_fold)
     table = markdown(summary)
@@ -204,24 +210,12 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     }
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
-    tracker.log_table(
-        "summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()]
-    )
-    tracker.finish()
+    with make_tracker(logger_cfg, cfg, out_dir=out, name="summary", job_type="evaluate", group=group) as tracker:
+        tracker.log_table(
+            "summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()]
+        )
     print(f"results written to {out}")
     return payload
-
-
-class _Prefixed:
-    """Forwards training rows to the tracker under ``prefix`` (steps offset per fold)."""
-
-    def __init__(self, tracker, prefix: str, offset: int):
-        self.tracker, self.prefix, self.offset = tracker, prefix, offset
-
-    def log(self, metrics, step):
-        self.tracker.log(
-            {self.prefix + k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step + self.offset
-        )
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")

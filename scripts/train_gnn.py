@@ -23,6 +23,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.graphset import GraphSet, open_graphset
 from graphmem.policies.base import Budget
 from models.gnn_reader import GNNReader

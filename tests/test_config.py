@@ -1,0 +1,81 @@
+"""Typed configs: each schema'd group's YAML options compose to its dataclass; bad types and keys fail at compose."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from graphmem.config import CONFIG_DIR, SCHEMAS, compose, schema_class, to_object
+from graphmem.graphset import DataConfig, GraphConfig
+from graphmem.llm.client import LLMConfig
+from graphmem.policies.base import Budget
+from graphmem.tracking import LoggerConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+PRIMARY = {"budget": "evaluate", "data": "evaluate", "graph": "evaluate", "logger": "evaluate", "llm": "memory_loop"}
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group, option", [(g, o) for g in SCHEMAS for o in options(g)])
+def test_every_option_declares_its_schema_and_composes_to_it(group, option):
+    cfg = compose(PRIMARY[group], [f"{group}={option}"])
+    obj = to_object(cfg[group])
+    assert type(obj) is schema_class(group)
+
+
+def test_schema_classes_are_the_project_dataclasses():
+    assert [schema_class(g) for g in ("budget", "data", "graph", "logger", "llm")] == [
+        Budget,
+        DataConfig,
+        GraphConfig,
+        LoggerConfig,
+        LLMConfig,
+    ]
+
+
+@pytest.mark.parametrize(
+    "override, error, message",
+    [
+        ("budget.max_tokens=abc", ValidationError, "could not be converted to Integer"),
+        ("budget.max_tokenz=5", ConfigKeyError, "Key 'max_tokenz' not in 'Budget'"),
+        ("graph.semantic_threshold=high", ValidationError, "could not be converted to Float"),
+        ("data.limit=[1]", ValidationError, "could not be converted to Integer"),
+        ("logger.tags=7", ValidationError, "is not a ListConfig"),
+    ],
+)
+def test_wrong_type_or_unknown_key_fails_at_compose(override, error, message):
+    with pytest.raises((ConfigCompositionException, error)) as info:
+        compose("evaluate", [override])
+    text = str(info.value) + str(info.value.__cause__ or "")
+    assert message in text
+
+
+def test_unknown_key_in_a_yaml_file_fails_at_compose(tmp_path):
+    (tmp_path / "budget").mkdir()
+    (tmp_path / "budget" / "typo.yaml").write_text("defaults:\n  - schema\n  - _self_\n\nmax_nodez: 3\n")
+    (tmp_path / "app.yaml").write_text("defaults:\n  - budget: typo\n  - _self_\n")
+    with pytest.raises(ConfigCompositionException) as info:
+        compose("app", config_dir=tmp_path)
+    assert "In 'budget/typo'" in str(info.value) and "Key 'max_nodez' not in 'Budget'" in str(info.value)
+
+
+def test_range_checks_stay_in_the_dataclass():
+    cfg = compose("evaluate", ["budget.max_tokens=-5"])  # a valid int: composes
+    with pytest.raises(ValueError, match="Budget.max_tokens must be a non-negative integer"):
+        to_object(cfg.budget)
+
+
+def test_script_refuses_a_wrong_type_before_any_work(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "scripts/evaluate.py", "budget.max_hops=two", f"out_dir={tmp_path / 'o'}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "budget.max_hops=two" in proc.stderr and "could not be converted to Integer" in proc.stderr
+    assert not (tmp_path / "o").exists()
