@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ BUILDER_VERSION = 1  # bump when a builder changes what it produces, to invalida
 DATASETS = ("locomo", "hotpotqa")
 DEFAULT_FILES = {"locomo": "locomo/locomo_dev8.json", "hotpotqa": "hotpotqa/hotpot_dev_distractor_200.jsonl"}
 FEATURES = ("scored", "onehot")
+log = logging.getLogger(__name__)
 
 
 def _from_mapping(cls, values: Mapping[str, Any]):
@@ -297,8 +299,10 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
         records = records[: data_cfg.limit]
         keep = {name_of(r) for r in records}
         questions = [q for q in questions if q.graph in keep]
+    log.info("%s: %d records, %d questions from %s", data_cfg.name, len(records), len(questions), path)
     if encoder is None:
         encoder = CachedEncoder(make_encoder(graph_cfg.encoder), graph_cfg.cache_dir)
+        encoder.encoder.progress = progress  # the encoder's own bar over the embedding pass (long on CPU)
     t1 = time.perf_counter()
     node_texts = [texts_of(r) for r in records]
     flat = [t for texts in node_texts for t in texts] + [q.text for q in questions]
@@ -314,6 +318,7 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     finally:
         torch.set_num_threads(threads)
     t3 = time.perf_counter()
+    log.info("%s: %d graphs built (embedding %.1fs, graphs %.1fs)", data_cfg.name, len(graphs), t2 - t1, t3 - t2)
     stats = {
         "load_s": round(t1 - t0, 3),
         "embed_s": round(t2 - t1, 3),
@@ -342,7 +347,9 @@ def load_or_build(
     wanted = config_hash(data_cfg, graph_cfg, file_sha256(path))
     manifest = GraphSet.read_manifest(out_dir)
     if manifest is not None and manifest.get("config_hash") == wanted:
+        log.info("graph set %s: saved set matches config hash %s, loading it", out_dir, wanted[:12])
         return GraphSet.load(out_dir)
+    log.info("graph set %s: %s, building it", out_dir, "no saved set" if manifest is None else "config changed")
     graphset = build_graphset(data_cfg, graph_cfg, encoder=encoder, progress=progress)
     graphset.save(out_dir)
     return graphset
