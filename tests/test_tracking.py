@@ -20,9 +20,11 @@ from graphmem.tracking import (
     checkpoint_artifact,
     config_for_logging,
     describe_artifact,
+    experiment_group,
     graphset_artifact,
     is_secret_name,
     lineage,
+    log_checkpoints,
     make_tracker,
     read_runs,
     read_sidecar,
@@ -238,3 +240,22 @@ def test_describe_artifact_errors_name_the_path(tmp_path):
         describe_artifact(tmp_path / "d", "dataset", files=["x.bin"])
     assert os.path.isabs(describe_artifact(tmp_path / "d", "dataset").path)
     assert json.loads(json.dumps(describe_artifact(tmp_path / "d", "dataset").to_json()))["files"] == []
+
+
+def test_checkpoints_are_versions_of_one_model_artifact(tmp_path):
+    ckpt = tmp_path / "fold0" / "router"
+    ckpt.mkdir(parents=True)
+    (ckpt / "best.pt").write_bytes(b"epoch 3")
+    (ckpt / "last.pt").write_bytes(b"epoch 9")
+    with make_tracker({"backend": "jsonl"}, {}, tmp_path, name="train", job_type="train") as t:
+        best, last = log_checkpoints(t, ckpt, "router-locomo-fold0-router", {"fold": 0})
+    assert (best.name, best.aliases, last.name, last.aliases) == (
+        "router-locomo-fold0-router",
+        ("best",),
+        "router-locomo-fold0-router",
+        ("latest",),
+    )
+    (run,) = read_runs(tmp_path / "tracking")
+    assert [o.key for o in run.outputs] == [best.key, last.key] and best.digest != last.digest
+    assert checkpoint_artifact(ckpt / "last.pt").key == last.key  # read back under the same name
+    assert experiment_group("train", "locomo").startswith("train-locomo-")
