@@ -35,12 +35,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from wandb_offline import offline_runs  # noqa: E402
 
 
-def saved_graphset(path: Path, n_graphs: int = 2) -> Path:
+def saved_graphset(path: Path, n_graphs: int = 2, per_graph: int = 1, nodes: int = 20) -> Path:
+    """A saved LoCoMo-like set of synthetic graphs, ``per_graph`` questions each (gold: one node)."""
     graphs, questions = {}, []
     for g in range(n_graphs):
-        graph = make_synthetic_graph(20, avg_degree=3.0, dim=8, seed=g)
+        graph = make_synthetic_graph(nodes, avg_degree=3.0, dim=8, seed=g)
         graphs[f"conv-{g}"] = graph
-        questions.append(Question(f"conv-{g}#0", f"conv-{g}", "q", "a", (graph.node_ids[1],), 1))
+        for i in range(per_graph):
+            gold = (graph.node_ids[(3 * i + 1) % nodes],)
+            questions.append(Question(f"conv-{g}#{i}", f"conv-{g}", f"q{i}", "a", gold, 1 + i % 4))
     emb = torch.nn.functional.normalize(torch.randn(len(questions), 8, generator=torch.Generator().manual_seed(0)))
     gs = GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic"), config_hash="ab" * 32)
     return gs.save(path)

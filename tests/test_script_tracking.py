@@ -1,0 +1,58 @@
+"""Every entry point tracks: one run per job, grouped, with complete curves, artifacts and lineage; Hydra job logs."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from graphmem.tracking import graphset_artifact, read_runs
+from tests.test_tracking import saved_graphset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(script: str, *overrides: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *overrides],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def hydra_log(folder: Path, job: str) -> str:
+    text = (folder / f"{job}.log").read_text()
+    assert text.strip(), f"{folder / f'{job}.log'} is empty"
+    return text
+
+
+def test_train_gnn_tracks_one_train_run(tmp_path):
+    gs_dir = saved_graphset(tmp_path / "set", n_graphs=6, per_graph=4)
+    run_script(
+        "train_gnn.py",
+        f"graphset={gs_dir}",
+        f"checkpoint={tmp_path / 'reader.pt'}",
+        f"out_dir={tmp_path / 'out'}",
+        "train.epochs=2",
+        "train.hidden_dim=8",
+        "logger=jsonl",
+        f"logger.dir={tmp_path / 'runs'}",
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+        "progress=false",
+        "threads=1",
+    )
+    (run,) = read_runs(tmp_path / "runs")
+    assert (run.job_type, run.name, run.state) == ("train", "gnn-locomo-fold0", "finished")
+    assert [row["epoch"] for row in run.history] == [0, 1] and all("val/recall" in r for r in run.history)
+    assert {"val/best_recall", "test/recall_gnn", "test/recall_cosine_walk"} <= set(run.summary)
+    assert [i.key for i in run.inputs] == [graphset_artifact(gs_dir).key]
+    assert [(o.type, o.name) for o in run.outputs] == [
+        ("model", "gnn-locomo-fold0"),
+        ("results", f"run-{run.id}-results"),
+    ]
+    assert "graphs;" in hydra_log(tmp_path / "hydra", "train_gnn")
