@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,13 @@ from graphmem.graphset import GraphSet, open_graphset
 from graphmem.io import atomic_write
 from graphmem.policies.base import Budget, make_policy, resolve_device
 from graphmem.policies.router import RouterPolicy
-from graphmem.tracking import make_tracker
+from graphmem.tracking import experiment_group, make_tracker
 from rl.distributed import init_from_env, shutdown
 from rl.logging import MultiLogger, PrintLogger, TrackerLogger
 from rl.reinforce import TrainConfig, train
 from rl.splits import conversation_folds
 
+log = logging.getLogger(__name__)
 METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
 
 
@@ -126,17 +128,23 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     gs = load_graphset(cfg)
     if world.is_main:
         world.barrier()
-        print("\n".join(gs.report.lines()))
+        log.info("%s", "\n".join(gs.report.lines()))
     splits = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
     per_fold, records = [], []
     started = time.perf_counter()
     logger_cfg = cfg.logger if world.is_main else {"backend": "none"}
-    group = f"train-{gs.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    group = experiment_group("train", gs.dataset)
     for k in folds:
         split = splits[k]
         if world.is_main:
-            print(f"fold {k}: train {len(split.train)} / val {len(split.val)} / test {len(split.test)} conversations")
+            log.info(
+                "fold %d: train %d / val %d / test %d conversations",
+                k,
+                len(split.train),
+                len(split.val),
+                len(split.test),
+            )
         train_q, train_e = subset(gs, split.train)
         val_q, val_e = subset(gs, split.val)
         test_q, test_e = subset(gs, split.test)
@@ -191,12 +199,14 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
             records.append({"fold": k, "policy": name, "test": res.overall})
         per_fold.append(fold_metrics)
-        print(markdown(summarize([fold_metrics])))
+        log.info("fold %d test:\n%s", k, markdown(summarize([fold_metrics])))
     if not world.is_main:
         return None
     summary = summarize(per_fold)
     table = markdown(summary)
-    print(f"\n{gs.dataset}: test conversations, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
+    log.info(
+        "%s: test conversations, %d fold(s), budget %s\n%s", gs.dataset, len(folds), dataclasses.asdict(budget), table
+    )
     payload = {
         "dataset": gs.dataset,
         "budget": dataclasses.asdict(budget),
@@ -214,7 +224,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         tracker.log_table(
             "summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()]
         )
-    print(f"results written to {out}")
+    log.info("results written to %s", out)
     return payload
 
 

@@ -56,3 +56,47 @@ def test_train_gnn_tracks_one_train_run(tmp_path):
         ("results", f"run-{run.id}-results"),
     ]
     assert "graphs;" in hydra_log(tmp_path / "hydra", "train_gnn")
+
+
+ABLATION = [
+    "+experiment=ablation",
+    "trainer.epochs=2",
+    "cv.folds=[0,1]",
+    "trainer.batch_size=8",
+    "baselines=[beta_bfs]",
+]
+VARIANTS = {"router", "static_onehot", "scored_phase1", "edges_only", "router_only"}
+
+
+def _check_ablation_runs(runs: list[dict]) -> None:
+    """One train run per (fold, variant), one group for all, every epoch of every curve present."""
+    train = [r for r in runs if r["job_type"] == "train"]
+    assert sorted(r["name"] for r in train) == sorted(f"fold{k}-{v}" for k in (0, 1) for v in VARIANTS)
+    assert len({r["group"] for r in runs}) == 1 and runs[0]["group"].startswith("train-locomo-ablation-")
+    for r in train:
+        epochs = [row["epoch"] for row in r["history"] if "epoch" in row]
+        assert epochs == [0, 1], (r["name"], epochs)
+        assert all("val/recall" in row for row in r["history"] if "epoch" in row), r["name"]
+        assert "test/evidence_recall" in r["summary"] and "val/best_recall" in r["summary"]
+
+
+def test_train_ablation_offline_one_wandb_run_per_fold_and_variant(tmp_path):
+    from tests.wandb_offline import offline_runs
+
+    gs_dir = saved_graphset(tmp_path / "set", n_graphs=6, per_graph=4)
+    out = tmp_path / "train"
+    run_script(
+        "train.py",
+        f"graphset={gs_dir}",
+        *ABLATION,
+        "logger.mode=offline",
+        f"out_dir={out}",
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+        "progress=false",
+    )
+    runs = []
+    for r in offline_runs(out / "wandb"):
+        history = [{k: v for k, v in row.items() if not k.startswith("_")} for row in r["history"]]
+        runs.append({**r["run"], "history": [h for h in history if h], "summary": r["summary"]})
+    _check_ablation_runs(runs)
+    assert "fold 1" in hydra_log(tmp_path / "hydra", "train")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -15,10 +16,11 @@ CHECKPOINT_ALIASES = (("best.pt", "best"), ("last.pt", "latest"))
 
 
 def experiment_group(job_type: str, dataset: str) -> str:
-    """``<job>-<dataset>[-<experiment>]-<time>``: the group every run of one invocation shares.
+    """``<job>-<dataset>[-<experiment>]-<stamp>``: the group every run of one invocation shares.
 
-    Under Hydra the experiment is the selected ``+experiment=`` option and the time is that of the
-    run folder, or of the sweep folder in a multirun, so every job of one sweep lands in one group.
+    Under Hydra the experiment is the selected ``+experiment=`` option. The stamp is the start
+    time, except in a multirun, where it is a hash of the sweep folder, which every job of one
+    sweep (local or on SLURM) shares, so a whole sweep lands in one group.
     """
     experiment, stamp = None, time.strftime("%Y%m%d-%H%M%S")
     try:
@@ -28,8 +30,8 @@ def experiment_group(job_type: str, dataset: str) -> str:
         if HydraConfig.initialized():
             hc = HydraConfig.get()
             experiment = hc.runtime.choices.get("experiment")
-            folder = hc.sweep.dir if hc.mode == RunMode.MULTIRUN else hc.runtime.output_dir
-            stamp = Path(str(folder)).name or stamp
+            if hc.mode == RunMode.MULTIRUN:
+                stamp = "sweep-" + hashlib.sha1(str(Path(hc.sweep.dir).resolve()).encode()).hexdigest()[:8]
     except ImportError:  # pragma: no cover - hydra is a core dependency
         pass
     return artifact_name("-".join(p for p in (job_type, dataset, experiment, stamp) if p))
