@@ -123,35 +123,35 @@ def sweep_values(
 
 
 def plot_recall_vs_budget(
-    values: Mapping[str, Mapping[int, Sequence[float]]],
+    panels: Mapping[str, Mapping[str, Mapping[int, Sequence[float]]]],
     path: str | Path,
-    ylabel: str = "evidence recall",
     title: str | None = None,
 ) -> Path:
-    """Mean per-question ``ylabel`` against the token budget with a 95 % band (:func:`mean_ci`).
+    """One panel per metric: the mean per-question value against the token budget, one line per
+    policy, with a 95 % band of the mean (:func:`mean_ci`).
 
     Args:
-        values: policy -> token budget -> per-question values (e.g. :func:`sweep_values`).
+        panels: metric label -> policy -> token budget -> per-question values (:func:`sweep_values`).
         path: PNG to write.
-        ylabel: what the values are.
         title: figure title.
     """
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.6), constrained_layout=True)
-    for policy, levels in values.items():
-        xs = sorted(levels)
-        stats = [mean_ci(levels[x]) for x in xs]
-        means = [m for m, _ in stats]
-        (line,) = ax.plot(xs, means, marker="o", label=f"{policy} (n={len(levels[xs[-1]]) if xs else 0})")
-        ax.fill_between(
-            xs, [m - h for m, h in stats], [m + h for m, h in stats], color=line.get_color(), alpha=0.18, lw=0
-        )
-    ax.set_xlabel("token budget (max_tokens; max_nodes scaled with it)")
-    ax.set_ylabel(f"{ylabel} (mean, 95% CI)")
-    ax.set_ylim(0, 1)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title or f"{ylabel} vs token budget", fontsize=10)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.6), constrained_layout=True, squeeze=False)
+    colours = plt.get_cmap("tab10")
+    for ax, (label, values) in zip(axes[0], panels.items()):
+        for i, (policy, levels) in enumerate(values.items()):
+            xs = sorted(x for x in levels if levels[x])
+            stats = [mean_ci(levels[x]) for x in xs]
+            n = len(levels[xs[-1]]) if xs else 0
+            ax.plot(xs, [m for m, _ in stats], marker="o", color=colours(i % 10), label=f"{policy} (n={n})")
+            lo, hi = [m - h for m, h in stats], [m + h for m, h in stats]
+            ax.fill_between(xs, lo, hi, color=colours(i % 10), alpha=0.18, lw=0)
+        ax.set_xlabel("token budget (max_tokens; max_nodes scaled with it)")
+        ax.set_ylabel(f"{label} (mean, 95% CI)")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title or "recall vs token budget")
     return _save(fig, path)
 
 

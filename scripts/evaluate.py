@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import pkgutil
 import time
 from dataclasses import asdict, dataclass
@@ -34,18 +35,23 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import run_or_exit
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
-from graphmem.eval.report import (
-    full_report,
-    paired_table,
-    plot_budget_curves,
-    results_payload,
-    table_data,
-    write_json,
-)
+from graphmem.eval.report import full_report, paired_table, results_payload, table_data, write_json
 from graphmem.eval.stats import PairedComparison, compare_policies
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet, open_graphset
+from graphmem.plots import plot_recall_vs_budget, plot_retrieval, sweep_values
 from graphmem.policies.base import POLICIES, Budget, TraversalPolicy, make_policy
-from graphmem.tracking import make_tracker
+from graphmem.tracking import (
+    checkpoint_artifact,
+    describe_artifact,
+    experiment_group,
+    graphset_location,
+    log_question_tables,
+    make_tracker,
+    use_graphset,
+)
+from graphmem.tracking.artifacts import artifact_name
+
+log = logging.getLogger(__name__)
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -177,8 +183,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     gs = restrict_graphs(load_graphs(cfg, plan), cfg.get("graphs"), cfg.get("graphs_part") or "test")
-    print("\n".join(gs.report.lines()))
-    print(f"{len(gs.graphs)} graphs, {len(gs.questions)} questions ({time.perf_counter() - t0:.1f}s to load)")
+    log.info("%s", "\n".join(gs.report.lines()))
+    log.info("%d graphs, %d questions (%.1fs to load)", len(gs.graphs), len(gs.questions), time.perf_counter() - t0)
+    question = _plot_question(cfg, gs)
 
     results: list[EvalResult] = []
     sweeps: dict[str, list[EvalResult]] = {}
@@ -198,7 +205,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
     paired = _paired(cfg, plan, results)
     report = full_report(results, paired) + (_qa_report(qa_results) if qa_results else "")
-    print(report)
+    log.info("\n%s", report)
     (out / "results.md").write_text(report, encoding="utf-8")
     meta = {
         "dataset": gs.dataset,
@@ -217,40 +224,71 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         payload["qa"] = {p: {"summary": r.summary, "info": r.info} for p, r in qa_results.items()}
     write_json(payload, out / "results.json")
     if plan.sweep:
-        plot_budget_curves(sweeps, out / "budget_sweep.png", title=f"{gs.dataset}: evidence recall vs token budget")
-    _track(cfg, plan, results, sweeps, out, qa_results, paired)
-    print(f"results written to {out}")
+        panels = {"evidence recall": sweep_values(sweeps), "all-evidence hit": sweep_values(sweeps, "all_evidence_hit")}
+        plot_recall_vs_budget(panels, out / "budget_sweep.png", title=f"{gs.dataset}: recall vs token budget")
+    if question is not None:
+        _draw_question(question, gs, results, out)
+    _track(cfg, plan, gs, results, sweeps, out, qa_results, paired)
+    log.info("results written to %s", out)
     return payload
+
+
+def _plot_question(cfg: DictConfig, gs: GraphSet):
+    """The question ``plot_question`` names (checked before any retrieval), or ``None``."""
+    qid = cfg.get("plot_question")
+    if qid is None:
+        return None
+    found = [q for q in gs.questions if q.qid == str(qid)]
+    if not found:
+        raise ConfigError(f"plot_question {qid!r} is not a question of the graph set (e.g. {gs.questions[0].qid!r})")
+    return found[0]
+
+
+def _draw_question(question, gs: GraphSet, results: list[EvalResult], out: Path) -> Path:
+    """``question_<qid>.png``: what every evaluated policy retrieved for the question, side by side."""
+    traces = {r.policy: next(row["trace"] for row in r.rows if row["qid"] == question.qid) for r in results}
+    path = out / f"question_{artifact_name(question.qid)}.png"
+    return plot_retrieval(gs.graphs[question.graph], question.text, list(question.evidence), traces, path)
 
 
 def _track(
     cfg: DictConfig,
     plan: Plan,
+    gs: GraphSet,
     results: list[EvalResult],
     sweeps: dict[str, list[EvalResult]],
     out: Path,
     qa_results: dict[str, Any] | None = None,
     paired: list[PairedComparison] | None = None,
 ) -> None:
+    """One ``evaluate`` run: inputs (graph set, checkpoints), test figures in the summary, per-question
+    and summary tables, and every output file as one result artifact named after the run."""
     name = f"evaluate-{plan.data.name}-{'+'.join(plan.policies)}"
-    with make_tracker(cfg.logger, run_config=cfg, out_dir=out, name=name) as tracker:
+    group = experiment_group("evaluate", gs.dataset)
+    with make_tracker(cfg.logger, run_config=cfg, out_dir=out, name=name, job_type="evaluate", group=group) as tracker:
+        use_graphset(tracker, graphset_location(cfg))
+        for kwargs in plan.policy_configs.values():
+            if kwargs.get("checkpoint") and Path(kwargs["checkpoint"]).is_file():
+                tracker.use_artifact(checkpoint_artifact(kwargs["checkpoint"]))
         columns, rows = [], []
         for r in results:
             columns, policy_rows = table_data(r)
             rows += policy_rows
-            tracker.log(
+            tracker.update_summary(
                 {
-                    f"{r.policy}/{group}/{k}": v
+                    f"test/{r.policy}/{group}/{k}": v
                     for group, s in r.summary.items()
                     for k, v in s.items()
                     if isinstance(v, (int, float))
                 }
             )
-            tracker.log_table(f"questions/{r.policy}", *_question_table(r))
+        log_question_tables(tracker, results)
         tracker.log_table("summary", columns, rows)
         if paired:
             tracker.log_table("paired_vs_reference", *paired_table(paired))
-            tracker.log({f"paired/{c.policy}/{c.metric}/{k}": getattr(c, k) for c in paired for k in PAIRED_SCALARS})
+            tracker.update_summary(
+                {f"paired/{c.policy}/{c.metric}/{k}": getattr(c, k) for c in paired for k in PAIRED_SCALARS}
+            )
         sweep_rows = [
             [
                 policy,
@@ -268,13 +306,12 @@ def _track(
             ["policy", "max_tokens", "max_nodes", "evidence_recall", "all_evidence_hit", "loaded_tokens"],
             sweep_rows,
         )
-        for path, kind in [(out / "results.json", "results"), (out / "budget_sweep.png", "plot")] + [
-            (out / f"questions_{p}.jsonl", "predictions") for p in plan.policies
-        ]:
-            if path.exists():
-                tracker.log_artifact(path, kind)
         if qa_results:
-            _track_qa(tracker, qa_results, out)
+            _track_qa(tracker, qa_results)
+        files = [
+            p.name for p in sorted(out.iterdir()) if p.is_file() and p.suffix in (".json", ".md", ".jsonl", ".png")
+        ]
+        tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 
 PAIRED_SCALARS = ("n", "mean_diff", "ci_low", "ci_high", "p_value")
@@ -292,23 +329,6 @@ def _paired(cfg: DictConfig, plan: Plan, results: list[EvalResult]) -> list[Pair
         level=float(stats.get("level", 0.95)),
         seed=int(cfg.seed),
     )
-
-
-def _question_table(result: EvalResult) -> tuple[list[str], list[list[Any]]]:
-    keys = ("evidence_recall", "all_evidence_hit", "precision", "first_gold_rank", "loaded_tokens", "hops", "latency_s")
-    columns = ["qid", "graph", "category", *keys, "loaded", "gold_evidence"]
-    rows = [
-        [
-            r["qid"],
-            r["graph"],
-            r["category_name"],
-            *(r["metrics"][k] for k in keys),
-            " ".join(r["loaded"]),
-            " ".join(r["gold_evidence"]),
-        ]
-        for r in result.rows
-    ]
-    return columns, rows
 
 
 # ---------------------------------------------------------------------------- QA mode (qa.enabled)
@@ -334,7 +354,7 @@ def _run_qa(settings, gs: GraphSet, result: EvalResult, out: Path, progress: boo
     loaded = {row["qid"]: row["loaded"] for row in result.rows}
     qa = evaluate_qa(settings, gs, loaded, policy=result.policy, components=components, progress=progress)
     write_rows(qa, out / f"qa_{result.policy}.jsonl")
-    print("\n".join(summary_lines(qa)))
+    log.info("%s", "\n".join(summary_lines(qa)))
     return qa
 
 
@@ -361,7 +381,7 @@ def _qa_report(qa_results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _track_qa(tracker, qa_results: dict[str, Any], out: Path) -> None:
+def _track_qa(tracker, qa_results: dict[str, Any]) -> None:
     columns = [
         "qid",
         "graph",
@@ -379,9 +399,9 @@ def _track_qa(tracker, qa_results: dict[str, Any], out: Path) -> None:
         "latency_s",
     ]
     for policy, r in qa_results.items():
-        tracker.log(
+        tracker.update_summary(
             {
-                f"{policy}/qa/{group}/{k}": v
+                f"test/{policy}/qa/{group}/{k}": v
                 for group, s in r.summary.items()
                 for k, v in s.items()
                 if isinstance(v, (int, float))
@@ -410,8 +430,6 @@ def _track_qa(tracker, qa_results: dict[str, Any], out: Path) -> None:
                 for x in r.rows
             ],
         )
-        if (out / f"qa_{policy}.jsonl").exists():
-            tracker.log_artifact(out / f"qa_{policy}.jsonl", "predictions")
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="evaluate")

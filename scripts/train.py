@@ -43,11 +43,20 @@ from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
 from graphmem.graphset import GraphSet, open_graphset, open_train_graphset, union
 from graphmem.io import atomic_write
+from graphmem.plots import plot_learning_curves
 from graphmem.policies.base import Budget, make_policy, resolve_device
 from graphmem.policies.router import RouterPolicy
-from graphmem.tracking import experiment_group, make_tracker
+from graphmem.tracking import (
+    describe_artifact,
+    experiment_group,
+    graphset_artifact,
+    graphset_location,
+    log_checkpoints,
+    log_question_tables,
+    make_tracker,
+)
 from rl.distributed import init_from_env, shutdown
-from rl.logging import MultiLogger, PrintLogger, TrackerLogger
+from rl.logging import MultiLogger, PrintLogger, ProgressLogger, TrackerLogger
 from rl.reinforce import TrainConfig, train
 from rl.splits import conversation_folds
 
@@ -156,6 +165,9 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     started = time.perf_counter()
     logger_cfg = cfg.logger if world.is_main else {"backend": "none"}
     group = experiment_group("train", gs.dataset)
+    location = graphset_location(cfg)
+    graphset_input = graphset_artifact(location) if world.is_main and (location / "manifest.json").is_file() else None
+    models, curves = [], {}  # best checkpoints (the summary run's inputs); variant -> fold -> history
     for k in folds:
         split = splits[k]
         if world.is_main:
@@ -179,13 +191,18 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
             tracker = make_tracker(
                 logger_cfg, run_config, out_dir=out, name=f"fold{k}-{name}", job_type="train", group=group
             )
-            logger = MultiLogger(PrintLogger(every=max(1, tc.epochs // 10)), TrackerLogger(tracker))
+            if graphset_input is not None:
+                tracker.use_artifact(graphset_input)
+            bar = ProgressLogger(tc.epochs, desc=f"fold {k} {name}", disable=not (cfg.progress and world.is_main))
+            logger = MultiLogger(PrintLogger(every=max(1, tc.epochs // 10)), TrackerLogger(tracker), bar)
             t0 = time.perf_counter()
             result = train(tc, train_graphs, train_q, train_e, val_q, val_e, budget=budget, logger=logger, world=world)
             train_s = time.perf_counter() - t0
+            bar.close()
             if not world.is_main:  # the other ranks only help train
                 tracker.finish()
                 continue
+            curves.setdefault(name, {})[k] = result.history
             policy = RouterPolicy(
                 router=result.router,
                 intent=result.intent,
@@ -200,9 +217,14 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
             tracker.update_summary(
-                {"best_epoch": result.best_epoch, "val/best_recall": result.best_score}
+                {"best_epoch": result.best_epoch, "val/best_recall": result.best_score, "train_wall_s": train_s}
                 | {f"test/{m}": v for m, v in fold_metrics[name].items()}
             )
+            log_question_tables(tracker, [res], prefix=f"test_questions/fold{k}")
+            meta = {"fold": k, "variant": name, "best_epoch": result.best_epoch, "config_hash": gs.config_hash}
+            models += log_checkpoints(tracker, tc.checkpoint_dir, f"router-{gs.dataset}-fold{k}-{name}", meta)[
+                :1
+            ]  # best
             tracker.finish()
             test_rows.setdefault(name, []).extend({"fold": k, **row} for row in res.rows)
             records.append(
@@ -257,12 +279,23 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     for name, rows in test_rows.items():
         write_jsonl(rows, out / f"questions_{name}.jsonl")
+    if curves:
+        plot_learning_curves(curves, out / "learning_curves.png", title=f"{gs.dataset}: {len(folds)} fold(s)")
     with make_tracker(logger_cfg, cfg, out_dir=out, name="summary", job_type="evaluate", group=group) as tracker:
+        for ref in models:  # lineage: graph set -> checkpoints -> these results
+            tracker.use_artifact(ref)
+        tracker.update_summary(
+            {f"test/{p}/{m}": ms[m]["mean"] for p, ms in summary.items() for m in METRICS}
+            | {f"test/{p}/{m}_std": ms[m]["std"] for p, ms in summary.items() for m in METRICS}
+        )
         tracker.log_table(
             "summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()]
         )
         if paired:
             tracker.log_table("paired_vs_reference", *paired_table(paired))
+        files = ["results.json", "results.md", *(f"questions_{n}.jsonl" for n in test_rows)]
+        files += ["learning_curves.png"] if curves else []
+        tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
     log.info("results written to %s", out)
     return payload
 

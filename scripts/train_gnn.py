@@ -27,10 +27,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, graphset_dir, open_graphset
+from graphmem.graphset import GraphSet, open_graphset
 from graphmem.io import atomic_write
 from graphmem.policies.base import Budget
-from graphmem.tracking import experiment_group, make_tracker, use_graphset
+from graphmem.tracking import experiment_group, graphset_location, make_tracker, use_graphset
 from models.gnn_reader import GNNReader
 from rl.gnn_train import (
     GNNTrainConfig,
@@ -55,15 +55,6 @@ def load_graphset(cfg: DictConfig) -> GraphSet:
         hydra.utils.to_absolute_path(cfg.graphset_dir),
         progress=bool(cfg.get("progress", True)),
     )
-
-
-def graphset_folder(cfg: DictConfig) -> Path:
-    """Where the run's graph set is saved: ``graphset``, else the folder ``load_or_build`` uses."""
-    if cfg.get("graphset"):
-        return Path(hydra.utils.to_absolute_path(cfg.graphset))
-    data = DataConfig.from_mapping(OmegaConf.to_container(cfg.data, resolve=True))
-    graph = GraphConfig.from_mapping(OmegaConf.to_container(cfg.graph, resolve=True))
-    return graphset_dir(hydra.utils.to_absolute_path(cfg.graphset_dir), data, graph)
 
 
 def set_threads(cfg: DictConfig) -> int:
@@ -113,7 +104,7 @@ def main(cfg: DictConfig) -> None:
     with make_tracker(
         cfg.logger, cfg, out_dir, name=name, job_type="train", group=experiment_group("train", gs.dataset)
     ) as tracker:
-        use_graphset(tracker, graphset_folder(cfg))
+        use_graphset(tracker, graphset_location(cfg))
         init = GNNReader.from_checkpoint(cfg.init_checkpoint) if cfg.init_checkpoint else None
         t0 = time.perf_counter()
         reader, history = train_reader(

@@ -63,5 +63,6 @@ def test_plots_write_pngs(tmp_path):
     rows = [{"epoch": e, "return": -1 + 0.1 * e, "val_recall": 0.3 + 0.01 * e} for e in range(5)]
     plot_learning_curves({"router": {0: rows, 1: rows[:3]}, "fixed": {0: rows}}, tmp_path / "c.png")
     _png(tmp_path / "c.png")
-    plot_recall_vs_budget({"p": {250: [0.0, 1.0], 500: [1.0, 1.0, 0.5]}}, tmp_path / "b.png")
+    values = {"p": {250: [0.0, 1.0], 500: [1.0, 1.0, 0.5]}, "q": {250: [], 500: [0.5]}}
+    plot_recall_vs_budget({"evidence recall": values, "all-evidence hit": values}, tmp_path / "b.png")
     _png(tmp_path / "b.png")

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graphmem.tracking import graphset_artifact, read_runs
+from graphmem.tracking import checkpoint_artifact, graphset_artifact, read_runs, upstream
 from tests.test_tracking import saved_graphset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,3 +100,53 @@ def test_train_ablation_offline_one_wandb_run_per_fold_and_variant(tmp_path):
         runs.append({**r["run"], "history": [h for h in history if h], "summary": r["summary"]})
     _check_ablation_runs(runs)
     assert "fold 1" in hydra_log(tmp_path / "hydra", "train")
+
+
+def test_lineage_results_to_checkpoint_to_graph_set(tmp_path):
+    """Train, then evaluate the trained router, both tracked to JSONL: results -> checkpoint -> graph set."""
+    gs_dir = saved_graphset(tmp_path / "set", n_graphs=6, per_graph=4)
+    runs_dir = tmp_path / "runs"
+    common = [f"graphset={gs_dir}", "logger=jsonl", f"logger.dir={runs_dir}", "progress=false"]
+    run_script(
+        "train.py",
+        *common,
+        "trainer.epochs=2",
+        "trainer.batch_size=8",
+        "baselines=[]",
+        f"out_dir={tmp_path / 'train'}",
+        f"hydra.run.dir={tmp_path / 'hydra_train'}",
+    )
+    best = tmp_path / "train" / "fold0" / "router" / "best.pt"
+    qid = "conv-0#1"
+    run_script(
+        "evaluate.py",
+        *common,
+        "policy=router",
+        f"policy.checkpoint={best}",
+        "policy.device=cpu",
+        "policies=[router,beta_bfs]",
+        "sweep_tokens=[250,2500]",
+        f"plot_question='{qid}'",  # quoted: '#' is special in Hydra's override grammar
+        f"out_dir={tmp_path / 'eval'}",
+        f"hydra.run.dir={tmp_path / 'hydra_eval'}",
+    )
+    runs = read_runs(runs_dir)
+    (evaluation,) = [r for r in runs if r.job_type == "evaluate" and r.name.startswith("evaluate-")]
+    (results,) = evaluation.outputs
+    assert results.type == "results" and results.name == f"run-{evaluation.id}-results"
+    assert {"results.json", "budget_sweep.png", "question_conv-0_1.png", "questions_router.jsonl"} <= set(results.files)
+    chain = upstream(runs, results)
+    gs_ref = graphset_artifact(gs_dir)
+    model = [a for a in chain if a.type == "model"]
+    assert (
+        model and model[0].name == "router-locomo-fold0-router" and model[0].digest == checkpoint_artifact(best).digest
+    )
+    dataset = [a for a in chain if a.type == "dataset"]
+    assert (
+        dataset and dataset[0].key == gs_ref.key and dataset[0].name == f"locomo-{gs_ref.metadata['config_hash'][:12]}"
+    )
+    producer = [r for r in runs if any(o.key == model[0].key for o in r.outputs)]
+    assert [p.name for p in producer] == ["fold0-router"] and producer[0].job_type == "train"
+    assert evaluation.tables["questions/router"]["columns"][:4] == ["qid", "graph", "category", "policy"]
+    assert any(k.startswith("test/router/overall/evidence_recall") for k in evaluation.summary)
+    assert "graphs," in hydra_log(tmp_path / "hydra_eval", "evaluate")

@@ -15,7 +15,13 @@ from graphmem.tracking.artifacts import (
     graphset_artifact,
     read_sidecar,
 )
-from graphmem.tracking.jobs import experiment_group, log_checkpoints, log_question_tables, use_graphset
+from graphmem.tracking.jobs import (
+    experiment_group,
+    graphset_location,
+    log_checkpoints,
+    log_question_tables,
+    use_graphset,
+)
 from graphmem.tracking.records import Edge, RunRecord, lineage, read_run, read_runs, upstream
 from graphmem.tracking.runs import JOB_TYPES, JsonlTracker, LoggerConfig, Tracker, WandbTracker, make_tracker
 from graphmem.tracking.secrets import config_for_logging, is_secret_name
@@ -35,6 +41,7 @@ __all__ = [
     "config_for_logging",
     "describe_artifact",
     "experiment_group",
+    "graphset_location",
     "graphset_artifact",
     "is_secret_name",
     "lineage",
