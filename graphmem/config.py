@@ -22,6 +22,7 @@ the key. Range checks stay in each dataclass's ``__post_init__`` (run by :func:`
 | ``graph`` | :class:`graphmem.graphset.GraphConfig` |
 | ``logger`` | :class:`graphmem.tracking.runs.LoggerConfig` |
 | ``llm`` | :class:`graphmem.llm.client.LLMConfig` |
+| ``trainer`` | :class:`rl.reinforce.TrainConfig` |
 
 Importing this module registers the schemas; every script imports it before Hydra composes,
 and :func:`compose` does it for code that composes configs itself (tests, notebooks).
@@ -45,6 +46,7 @@ SCHEMAS: dict[str, str] = {
     "graph": "graphmem.graphset:GraphConfig",
     "logger": "graphmem.tracking.runs:LoggerConfig",
     "llm": "graphmem.llm.client:LLMConfig",
+    "trainer": "rl.reinforce:TrainConfig",
 }
 """Config group -> ``module:class`` of its schema dataclass."""
 

@@ -14,9 +14,17 @@ from graphmem.graphset import DataConfig, GraphConfig
 from graphmem.llm.client import LLMConfig
 from graphmem.policies.base import Budget
 from graphmem.tracking import LoggerConfig
+from rl.reinforce import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-PRIMARY = {"budget": "evaluate", "data": "evaluate", "graph": "evaluate", "logger": "evaluate", "llm": "memory_loop"}
+PRIMARY = {
+    "budget": "evaluate",
+    "data": "evaluate",
+    "graph": "evaluate",
+    "logger": "evaluate",
+    "llm": "memory_loop",
+    "trainer": "train",
+}
 
 
 def options(group: str) -> list[str]:
@@ -31,12 +39,13 @@ def test_every_option_declares_its_schema_and_composes_to_it(group, option):
 
 
 def test_schema_classes_are_the_project_dataclasses():
-    assert [schema_class(g) for g in ("budget", "data", "graph", "logger", "llm")] == [
+    assert [schema_class(g) for g in ("budget", "data", "graph", "logger", "llm", "trainer")] == [
         Budget,
         DataConfig,
         GraphConfig,
         LoggerConfig,
         LLMConfig,
+        TrainConfig,
     ]
 
 
@@ -79,3 +88,29 @@ def test_script_refuses_a_wrong_type_before_any_work(tmp_path):
     assert proc.returncode == 1
     assert "budget.max_hops=two" in proc.stderr and "could not be converted to Integer" in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_train_refuses_gamma_abc_at_compose_time(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "scripts/train.py", "trainer.gamma=abc", f"out_dir={tmp_path / 'o'}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "Error merging override trainer.gamma=abc" in proc.stderr
+    assert "Value 'abc' of type 'str' could not be converted to Float" in proc.stderr
+    assert not (tmp_path / "o").exists()  # refused before the script ran
+
+
+@pytest.mark.parametrize(
+    "primary, overrides",
+    [
+        ("train", ["+experiment=ablation"]),
+        ("train", ["+experiment=hage_full"]),
+        ("head_to_head", ["experiment=beta_vs_router"]),
+        ("writer", ["+experiment=self_evolve"]),
+    ],
+)
+def test_experiments_compose_against_the_schemas(primary, overrides):
+    cfg = compose(primary, overrides)
+    if "trainer" in cfg:
+        assert type(to_object(cfg.trainer)) is TrainConfig
+    assert type(to_object(cfg.data)) is DataConfig
