@@ -215,8 +215,9 @@ def plot_retrieval(
     path: str | Path,
     title: str | None = None,
     label_width: int = 30,
+    per_row: int = 2,
 ) -> Path:
-    """Side-by-side pictures of what each policy retrieved for one question.
+    """Side-by-side pictures of what each policy retrieved for one question (``per_row`` to a row).
 
     Args:
         graph: the question's :class:`~graphmem.graph.MemoryGraph` (node texts for labels).
@@ -228,6 +229,7 @@ def plot_retrieval(
         path: PNG to write.
         title: figure title (default: the question).
         label_width: characters per label line (default: 30).
+        per_row: panels per row of the figure (default: 2).
     """
     plt = _pyplot()
     from matplotlib.lines import Line2D
@@ -238,11 +240,15 @@ def plot_retrieval(
     n_rows = max((len(ids) for cols in layouts.values() for _, ids in cols), default=1)
     col_w, row_h = 3.2, 0.62
     label_span = 0.74  # x extent (columns) of a node's label
+    across = max(1, min(per_row, len(traces)))
+    down = math.ceil(len(traces) / across)
     fig, axes = plt.subplots(
-        1, len(traces), figsize=(col_w * n_cols * len(traces) + 0.6, row_h * n_rows + 2.4), squeeze=False
+        down, across, figsize=(col_w * n_cols * across + 0.6, (row_h * n_rows + 1.3) * down + 1.1), squeeze=False
     )
+    for ax in axes.flat[len(traces) :]:
+        ax.axis("off")
     gold_set, relation_colours = set(gold), {}
-    for ax, (policy, trace) in zip(axes[0], traces.items()):
+    for ax, (policy, trace) in zip(axes.flat, traces.items()):
         loaded = list(trace.get("loaded", []))
         order = {v: i + 1 for i, v in enumerate(loaded)}
         entries = set(trace.get("entries", []))

@@ -227,7 +227,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         panels = {"evidence recall": sweep_values(sweeps), "all-evidence hit": sweep_values(sweeps, "all_evidence_hit")}
         plot_recall_vs_budget(panels, out / "budget_sweep.png", title=f"{gs.dataset}: recall vs token budget")
     if question is not None:
-        _draw_question(question, gs, results, out)
+        _draw_question(question, gs, results, out, cfg.get("plot_policies"))
     _track(cfg, plan, gs, results, sweeps, out, qa_results, paired)
     log.info("results written to %s", out)
     return payload
@@ -241,12 +241,17 @@ def _plot_question(cfg: DictConfig, gs: GraphSet):
     found = [q for q in gs.questions if q.qid == str(qid)]
     if not found:
         raise ConfigError(f"plot_question {qid!r} is not a question of the graph set (e.g. {gs.questions[0].qid!r})")
+    unknown = sorted(set(cfg.get("plot_policies") or []) - set(cfg.policies or [cfg.policy.name]))
+    if unknown:
+        raise ConfigError(f"plot_policies {unknown} are not evaluated in this run (policies={cfg.policies})")
     return found[0]
 
 
-def _draw_question(question, gs: GraphSet, results: list[EvalResult], out: Path) -> Path:
-    """``question_<qid>.png``: what every evaluated policy retrieved for the question, side by side."""
-    traces = {r.policy: next(row["trace"] for row in r.rows if row["qid"] == question.qid) for r in results}
+def _draw_question(question, gs: GraphSet, results: list[EvalResult], out: Path, policies=None) -> Path:
+    """``question_<qid>.png``: what each evaluated policy (or those in ``policies``) retrieved for the
+    question, side by side."""
+    shown = [r for r in results if not policies or r.policy in policies]
+    traces = {r.policy: next(row["trace"] for row in r.rows if row["qid"] == question.qid) for r in shown}
     path = out / f"question_{artifact_name(question.qid)}.png"
     return plot_retrieval(gs.graphs[question.graph], question.text, list(question.evidence), traces, path)
 
