@@ -20,6 +20,13 @@ Two protocols:
   training questions of a conversation update that conversation's counters, its held-out
   questions are evaluated.
 
+Feedback sources (``feedback.sources``, e.g. ``[oracle, llm]``): on one graph (``feedback.graph``,
+default the first by name) and the first ``feedback.n_questions`` of its shuffled ``within``
+training questions, Beta BFS learns from the oracle Reflector and from the LLM Reflector
+(:class:`graphmem.feedback.LLMReflector`, ``llm`` config), each on its own copy of the graph
+with the counters at zero; evidence recall on that graph's held-out questions is reported before
+and after, with the number of counter updates and labels.
+
 Learning curves: with ``N`` shuffled training questions (one order shared by both learners), the
 learners see the first ``round(f · N)`` for each ``f`` in ``fractions``; Beta learns incrementally,
 the router is retrained from scratch on each prefix (``f = 0``: its initialisation). Writes
@@ -45,7 +52,7 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import run_or_exit
 from graphmem.eval.harness import evaluate_policy
-from graphmem.feedback import EvidenceStats, OracleConfig, learn_evidence
+from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from graphmem.graphset import GraphSet, open_graphset
 from graphmem.io import atomic_write
 from graphmem.policies.base import Budget
@@ -199,6 +206,79 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
     }
 
 
+def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[str, Any]:
+    """Oracle vs LLM Reflector as Beta BFS's feedback, same questions and graph (module docstring)."""
+    fb = cfg.feedback
+    name = fb.graph or sorted(gs.graphs)[0]
+    parts = protocol_parts(gs, "within", cfg)
+    train_q, train_e = parts["train"]
+    test_q, test_e = parts["test"]
+    order = [i for i, q in enumerate(train_q) if q.graph == name]
+    random.Random(cfg.seed).shuffle(order)
+    order = order[: fb.n_questions]
+    keep = [i for i, q in enumerate(test_q) if q.graph == name]
+    questions, embeddings = [train_q[i] for i in order], train_e[order]
+    test_q, test_e = [test_q[i] for i in keep], test_e[keep]
+    beta = BetaBFS(entries=cfg.entries)
+    rows: dict[str, Any] = {}
+    for source in fb.sources:
+        graph = gs.graphs[name].copy()
+        graph.S.zero_(), graph.F.zero_(), graph.invalidate()
+        before = evaluate(beta, gs, {name: graph}, test_q, test_e, budget)
+        reflector, client = None, None
+        if source == "llm":
+            from graphmem.llm.client import LLMClient, LLMConfig
+
+            llm_cfg = OmegaConf.to_container(cfg.llm, resolve=True)
+            if llm_cfg.get("cache_dir"):
+                llm_cfg["cache_dir"] = hydra.utils.to_absolute_path(llm_cfg["cache_dir"])
+            client = LLMClient(LLMConfig.from_dict(llm_cfg))
+            reflector = LLMReflector(client, max_tokens=fb.max_tokens)
+        elif source != "oracle":
+            raise ValueError(f"feedback.sources: unknown source {source!r}; use oracle or llm")
+        t0 = time.perf_counter()
+        oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
+        stats = learn_evidence({name: graph}, questions, embeddings, beta, budget, oracle, reflector=reflector)
+        after = evaluate(beta, gs, {name: graph}, test_q, test_e, budget)
+        rows[source] = {
+            "recall_before": before["evidence_recall"],
+            "recall_after": after["evidence_recall"],
+            "counter_updates": stats.edges_updated,
+            "evidence": stats.to_json(),
+            "counter_mass": counter_mass({name: graph}, [name]),
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
+        if client is not None:
+            rows[source]["llm"] = {"model": client.model, "local_substitute": client.is_local_substitute}
+            rows[source]["llm_failures"] = client.failure_summary()["by_role_kind"]
+        log.info(
+            "[feedback] %s: recall %.4f -> %.4f, %d counter updates, labels %s (%.0fs)",
+            source,
+            before["evidence_recall"],
+            after["evidence_recall"],
+            stats.edges_updated,
+            stats.labels,
+            rows[source]["seconds"],
+        )
+    return {"graph": name, "train_questions": len(questions), "test_questions": len(test_q), "sources": rows}
+
+
+def feedback_markdown(fb: dict[str, Any]) -> str:
+    lines = [
+        f"Feedback sources on {fb['graph']}: {fb['train_questions']} training / {fb['test_questions']} test questions",
+        "",
+        "| source | recall before | recall after | counter updates | helpful | harmful | neutral | failed calls |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for source, r in fb["sources"].items():
+        lab = r["evidence"]["labels"]
+        lines.append(
+            f"| {source} | {r['recall_before']:.4f} | {r['recall_after']:.4f} | {r['counter_updates']} | "
+            f"{lab['helpful']} | {lab['harmful']} | {lab['neutral']} | {r['evidence']['failed_calls']} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown(results: list[dict[str, Any]]) -> str:
     lines = [
         "| protocol | policy | train examples | " + " | ".join(METRICS) + " |",
@@ -240,26 +320,34 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         torch.set_num_threads(int(cfg.threads))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     gs = load_graphset(cfg)
+    feedback = run_feedback_sources(gs, cfg, budget) if cfg.feedback.sources else None
     results = [run_protocol(p, gs, cfg, budget) for p in cfg.protocols]
-    table = markdown(results)
+    table = markdown(results) if results else ""
+    if feedback is not None:
+        table = (table + "\n\n" if table else "") + feedback_markdown(feedback)
     log.info("%s: budget %s\n%s", gs.dataset, dataclasses.asdict(budget), table)
     payload = {
         "dataset": gs.dataset,
         "budget": dataclasses.asdict(budget),
         "results": results,
+        "feedback_sources": feedback,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
-    plot(results, out / "recall_vs_examples.png")
-    track(cfg, gs, results, out)
+    if results:
+        plot(results, out / "recall_vs_examples.png")
+    track(cfg, gs, results, feedback, out)
     log.info("results written to %s", out)
     return payload
 
 
-def track(cfg: DictConfig, gs: GraphSet, results: list[dict[str, Any]], out: Path) -> None:
+def track(
+    cfg: DictConfig, gs: GraphSet, results: list[dict[str, Any]], feedback: dict[str, Any] | None, out: Path
+) -> None:
     """One ``train`` run per (protocol, learner) with its test curve against the examples seen, then a
-    ``summary`` run with the table and the results artifact; all in one group."""
+    ``summary`` run with the tables (and the feedback-source comparison) and the results artifact;
+    all in one group."""
     group = experiment_group("train", gs.dataset)
     location = graphset_location(cfg)
     graphset = graphset_artifact(location) if (location / "manifest.json").is_file() else None
@@ -289,8 +377,14 @@ def track(cfg: DictConfig, gs: GraphSet, results: list[dict[str, Any]], out: Pat
             for r in results
             for p, row in r["table"].items()
         ]
-        tracker.log_table("head_to_head", ["protocol", "policy", "examples", *METRICS], rows)
-        files = ["results.json", "results.md", "recall_vs_examples.png"]
+        if rows:
+            tracker.log_table("head_to_head", ["protocol", "policy", "examples", *METRICS], rows)
+        if feedback is not None:
+            columns = ["source", "recall_before", "recall_after", "counter_updates"]
+            tracker.log_table(
+                "feedback_sources", columns, [[k, *(v[c] for c in columns[1:])] for k, v in feedback["sources"].items()]
+            )
+        files = [f for f in ("results.json", "results.md", "recall_vs_examples.png") if (out / f).is_file()]
         tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 

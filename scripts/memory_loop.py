@@ -1,21 +1,32 @@
 """GraphMemory's Retrieve-Generate-Reflect-Curate loop end to end on a slice of one graph.
 
-    python scripts/memory_loop.py                          # local SmolLM2 through litellm, offline
-    python scripts/memory_loop.py llm=openai graph_name=... n_questions=50
+    python scripts/memory_loop.py graphset=outputs/graphs/locomo     # local SmolLM2 through litellm, offline
+    python scripts/memory_loop.py llm=openai entries=llm graph_name=... n_questions=50
 
 For each of the first ``n_questions`` questions of graph ``graph_name`` (in graph-set order),
-:class:`graphmem.memory_loop.MemoryLoop` retrieves (LLM entry selection over the compact index,
-then Beta BFS), generates an answer and influence trace, and only then receives feedback on the
-prediction; the Reflector's labels update the Beta counters (eq. 21) and the Curator's validated
-edits change the graph. The graph is a copy: the saved graph set is not modified.
+:class:`graphmem.memory_loop.MemoryLoop` retrieves (Beta BFS from embedding entries, or from the
+LLM retriever's selection over the compact index with ``entries=llm``), generates an answer and
+influence trace, and only then receives feedback on the prediction; the Reflector's labels
+update the Beta counters (eq. 21) and the Curator's validated edits change the graph, which is
+validated after every edit. The graph is a copy: the saved graph set is not modified.
 
-Prints the counts of calls, tokens, applied transitions and edits, and discarded items, and writes
-one JSON line per example (``trace.jsonl``) and the totals (``summary.json``) in ``out_dir``.
+Beta BFS (embedding entries) evidence recall on the same questions is measured on the graph
+before the loop and after it. Prints the counts of calls, schema-valid replies per role, tokens,
+applied transitions and edits, and discarded items, and writes one JSON line per example
+(``trace.jsonl``) and the totals (``summary.json``) in ``out_dir``. Tracked as one ``evaluate``
+run (:mod:`graphmem.tracking`): per-example counts against the example number, the totals in the
+run summary, one row per example in a table, the graph set as input and the files as its results.
+
+Failures are loud: an example whose retrieval or generation call failed stops there, and after
+``max_consecutive_failures`` failed examples in a row the run stops, writes what it has, prints
+the failure summary and exits with status 3.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import run_or_exit
-from graphmem.eval.harness import write_jsonl
+from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.graphset import GraphSet, open_graphset
 from graphmem.io import atomic_write
 from graphmem.llm.client import LLMClient, LLMConfig
@@ -35,6 +46,9 @@ from graphmem.memory_loop import ExampleRecord, MemoryLoop
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.entries import make_entry_selector
+from graphmem.tracking import describe_artifact, experiment_group, graphset_location, make_tracker, use_graphset
+
+log = logging.getLogger(__name__)
 
 
 def feedback_note(answer: str | None) -> Any:
@@ -48,9 +62,13 @@ def feedback_note(answer: str | None) -> Any:
     return note
 
 
+EXIT_FAILURES = 3
+
+
 def record_json(rec: ExampleRecord, question_text: str, elapsed: float) -> dict[str, Any]:
     return {
         "qid": rec.qid,
+        "failed": rec.failed,
         "question": question_text,
         "prediction": rec.prediction,
         "loaded": rec.loaded,
@@ -60,8 +78,41 @@ def record_json(rec: ExampleRecord, question_text: str, elapsed: float) -> dict[
         "discarded": rec.discarded,
         "tokens": rec.tokens,
         "entries": [] if rec.retrieval is None else rec.retrieval.entries,
+        "graph_checks": rec.graph_checks,
         "seconds": elapsed,
     }
+
+
+def example_counts(row: dict[str, Any]) -> dict[str, Any]:
+    """The per-example figures tracked against the example number (from a ``trace.jsonl`` row)."""
+    return {
+        "failed": int(row["failed"] is not None),
+        "loaded": len(row["loaded"]),
+        "transitions": len(row["applied_transitions"]),
+        "ops": len(row["applied_ops"]),
+        "discarded": sum(row["discarded"].values()),
+        "seconds": row["seconds"],
+    }
+
+
+def schema_validity(usage: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per role: replies received, those that parsed into the call's schema, and their share."""
+    out = {}
+    for role, u in usage["roles"].items():
+        replies = u["requests"] + u["cache_hits"]
+        bad = u["invalid_replies"] + u["failure_kinds"].get("empty", 0)
+        out[role] = {
+            "replies": replies,
+            "valid": replies - bad,
+            "valid_fraction": (replies - bad) / replies if replies else None,
+        }
+    return out
+
+
+def beta_recall(gs: GraphSet, name: str, graph, idx: list[int], budget: Budget) -> float | None:
+    """Evidence recall of Beta BFS (embedding entries) on questions ``idx`` over ``graph``."""
+    view = GraphSet(gs.dataset, {name: graph}, [gs.questions[i] for i in idx], gs.query_embeddings[idx], gs.report)
+    return evaluate_policy(BetaBFS(), view, budget, progress=False).overall.get("evidence_recall")
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -100,61 +151,105 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return encoder.encode(list(texts))
 
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
-    loop = MemoryLoop(client, BetaBFS(entries=entries), embed=embed, budget=budget, max_tokens=cfg.max_tokens)
+    max_tokens = (
+        OmegaConf.to_container(cfg.max_tokens, resolve=True) if OmegaConf.is_dict(cfg.max_tokens) else cfg.max_tokens
+    )
+    loop = MemoryLoop(client, BetaBFS(entries=entries), embed=embed, budget=budget, max_tokens=max_tokens)
     nodes0, edges0 = graph.num_nodes, graph.num_edges
-    print(f"graph {name}: {nodes0} nodes, {edges0} edges; {len(idx)} questions; model {client.model}", flush=True)
-    rows, discarded, ops = [], Counter(), Counter()
-    n_transitions = 0
-    for i in idx:
-        t0 = time.perf_counter()
-        rec = loop.step(graph, queries[i], feedback_note(gs.questions[i].answer))  # answer read only after predict
-        rows.append(record_json(rec, gs.questions[i].text, time.perf_counter() - t0))
-        discarded.update(rec.discarded)
-        ops.update(op.split()[0] for op in rec.applied_ops)
-        n_transitions += len(rec.applied_transitions)
-        print(
-            f"  {rec.qid}: loaded {len(rec.loaded)}, trace {len(rec.trace)}, transitions "
-            f"{len(rec.applied_transitions)}, ops {len(rec.applied_ops)}, discarded {sum(rec.discarded.values())} "
-            f"({rows[-1]['seconds']:.1f}s)",
-            flush=True,
-        )
-    graph.validate()
-    usage = client.usage_report()
-    summary = {
-        "graph": name,
-        "questions": len(idx),
-        "model": usage["model"],
-        "local_substitute": usage["local_substitute"],
-        "calls": {r: u["calls"] for r, u in usage["roles"].items()},
-        "total_calls": usage["total"].get("calls", 0),
-        "requests": usage["total"].get("requests", 0),
-        "cache_hits": usage["total"].get("cache_hits", 0),
-        "prompt_tokens": usage["total"].get("prompt_tokens", 0),
-        "completion_tokens": usage["total"].get("completion_tokens", 0),
-        "memory_tokens": sum(r["tokens"].get("memory", 0) for r in rows),
-        "index_tokens": sum(r["tokens"].get("index", 0) for r in rows),
-        "applied_transitions": n_transitions,
-        "edits": dict(ops),
-        "discarded": dict(discarded),
-        "client_failures": client.failure_summary()["by_role_kind"],
-        "entry_selection": {k: v for k, v in vars(entries.stats).items() if k != "last_sections"}
-        if hasattr(entries, "stats")
-        else {},
-        "graph_before": {"nodes": nodes0, "edges": edges0},
-        "graph_after": {
-            "nodes": graph.num_nodes,
-            "edges": graph.num_edges,
-            "S_total": float(graph.S.sum()),
-            "F_total": float(graph.F.sum()),
-        },
-        "usage": usage,
-    }
-    write_jsonl(rows, out / "trace.jsonl")
-    atomic_write(out / "summary.json", lambda tmp: tmp.write_text(json.dumps(summary, indent=1, default=str)))
-    brief = {k: v for k, v in summary.items() if k != "usage"}
-    print(json.dumps(brief, indent=1, default=str))
-    print(f"trace written to {out / 'trace.jsonl'}")
-    return summary
+    recall_before = beta_recall(gs, name, graph, idx, budget)
+    log.info("graph %s: %d nodes, %d edges; %d questions; model %s", name, nodes0, edges0, len(idx), client.model)
+    group = experiment_group("evaluate", gs.dataset)
+    with make_tracker(cfg.logger, cfg, out, name=f"memory_loop-{name}", job_type="evaluate", group=group) as tracker:
+        use_graphset(tracker, graphset_location(cfg))
+        tracker.define_metric("example")
+        tracker.define_metric("loop/*", step_metric="example")
+        rows, discarded, ops = [], Counter(), Counter()
+        n_transitions, streak, stopped = 0, 0, None
+        t_start = time.perf_counter()
+        for i in idx:
+            t0 = time.perf_counter()
+            rec = loop.step(graph, queries[i], feedback_note(gs.questions[i].answer))  # answer read only after predict
+            rows.append(record_json(rec, gs.questions[i].text, time.perf_counter() - t0))
+            discarded.update(rec.discarded)
+            ops.update(op.split()[0] for op in rec.applied_ops)
+            n_transitions += len(rec.applied_transitions)
+            log.info(
+                "  %s: %sloaded %d, trace %d, transitions %d, ops %d, discarded %d (%.1fs)",
+                rec.qid,
+                "FAILED at " + rec.failed + ", " if rec.failed else "",
+                len(rec.loaded),
+                len(rec.trace),
+                len(rec.applied_transitions),
+                len(rec.applied_ops),
+                sum(rec.discarded.values()),
+                rows[-1]["seconds"],
+            )
+            tracker.log({"example": len(rows) - 1, **{f"loop/{k}": v for k, v in example_counts(rows[-1]).items()}})
+            streak = streak + 1 if rec.failed else 0
+            if cfg.max_consecutive_failures and streak >= cfg.max_consecutive_failures:
+                stopped = f"{streak} consecutive examples failed"
+                break
+        wall = time.perf_counter() - t_start
+        graph.validate()
+        usage = client.usage_report()
+        failures = client.failure_summary()
+        summary = {
+            "graph": name,
+            "questions": len(idx),
+            "examples_run": len(rows),
+            "examples_failed": sum(r["failed"] is not None for r in rows),
+            "stopped_early": stopped,
+            "loop_wall_s": round(wall, 1),
+            "model": usage["model"],
+            "local_substitute": usage["local_substitute"],
+            "calls": {r: u["calls"] for r, u in usage["roles"].items()},
+            "total_calls": usage["total"].get("calls", 0),
+            "requests": usage["total"].get("requests", 0),
+            "cache_hits": usage["total"].get("cache_hits", 0),
+            "prompt_tokens": usage["total"].get("prompt_tokens", 0),
+            "completion_tokens": usage["total"].get("completion_tokens", 0),
+            "memory_tokens": sum(r["tokens"].get("memory", 0) for r in rows),
+            "index_tokens": sum(r["tokens"].get("index", 0) for r in rows),
+            "schema_valid": schema_validity(usage),
+            "applied_transitions": n_transitions,
+            "edits": dict(ops),
+            "graph_checks": sum(r["graph_checks"] for r in rows),
+            "beta_bfs_recall": {
+                "before": recall_before,
+                "after": beta_recall(gs, name, graph, idx[: len(rows)], budget),
+            },
+            "discarded": dict(discarded),
+            "client_failures": failures["by_role_kind"],
+            "entry_selection": {k: v for k, v in vars(entries.stats).items() if k != "last_sections"}
+            if hasattr(entries, "stats")
+            else {},
+            "graph_before": {"nodes": nodes0, "edges": edges0},
+            "graph_after": {
+                "nodes": graph.num_nodes,
+                "edges": graph.num_edges,
+                "S_total": float(graph.S.sum()),
+                "F_total": float(graph.F.sum()),
+            },
+            "usage": usage,
+        }
+        write_jsonl(rows, out / "trace.jsonl")
+        atomic_write(out / "summary.json", lambda tmp: tmp.write_text(json.dumps(summary, indent=1, default=str)))
+        brief = {k: v for k, v in summary.items() if k != "usage"}
+        log.info("%s", json.dumps(brief, indent=1, default=str))
+        log.info("trace written to %s", out / "trace.jsonl")
+        tracker.update_summary(brief)
+        counts = [example_counts(r) for r in rows]
+        columns = ["qid", *(counts[0] if counts else []), "prediction"]
+        tracker.log_table("examples", columns, [[r["qid"], *c.values(), r["prediction"]] for r, c in zip(rows, counts)])
+        files = ["trace.jsonl", "summary.json"]
+        tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
+        if failures["failures"]:
+            print(f"LLM call failures: {json.dumps(failures, default=str)}", file=sys.stderr)
+        if stopped:
+            print(f"error: stopped after {len(rows)} of {len(idx)} examples: {stopped}", file=sys.stderr)
+            tracker.finish(exit_code=EXIT_FAILURES)
+            sys.exit(EXIT_FAILURES)
+        return summary
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="memory_loop")

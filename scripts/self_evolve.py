@@ -10,13 +10,15 @@ training graphs, best epoch on the validation graphs. ``rounds.json`` records pe
 reward curve, triples and entity edges, and test-graph evidence recall of the reader: on the
 graphs it started from, on the rebuilt graphs before its fine-tune, and after it. ``max_graphs``
 keeps only the first graphs by sorted name (to bound the rebuild on CPU); the split is then made
-over those.
+over those. With ``writer.max_steps=0`` step 1 is skipped and ``writer.model`` (e.g. the folder
+``scripts/train_writer.py save_model=...`` wrote) rebuilds the graphs as it is.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import sys
 import time
 from dataclasses import asdict
@@ -32,7 +34,9 @@ from train_writer import plot_curve, run_writer  # noqa: E402
 from graphmem.policies.base import Budget  # noqa: E402
 from models.gnn_reader import GNNReader  # noqa: E402
 from rl.gnn_train import GNNTrainConfig, evidence_recall, save_checkpoint, train_reader  # noqa: E402
-from rl.grpo_writer import WriterConfig, rewrite_graph  # noqa: E402
+from rl.grpo_writer import WriterConfig, load_writer, rewrite_graph  # noqa: E402
+
+log = logging.getLogger(__name__)
 
 
 def only_graphs(gs, names):
@@ -73,7 +77,11 @@ def main(cfg: DictConfig) -> None:
         parts, ex = split_examples(gs, cfg.split, budget)
         start = evidence_recall(reader, ex["test"], budget) if ex["test"] else None
         wcfg_t = dataclasses.replace(wcfg, output_dir=str(out_dir / f"writer_round{t}"), seed=wcfg.seed + t)
-        trainer, writer_result = run_writer(gs, cfg, wcfg_t, reader)  # 1. writer update, reader frozen
+        if wcfg.max_steps > 0:  # 1. writer update, reader frozen
+            trainer, writer_result = run_writer(gs, cfg, wcfg_t, reader)
+            model, tokenizer = trainer.model, trainer.processing_class
+        else:  # writer.max_steps=0: rebuild with the writer as given (e.g. one trained by train_writer.py)
+            (model, tokenizer), writer_result = load_writer(wcfg.model, wcfg.seed), {"curve": [], "model": wcfg.model}
         if writer_result["curve"]:
             plot_curve(
                 writer_result["curve"], out_dir / f"reward_curve_round{t}.png", f"self-evolution round {t}: writer"
@@ -81,9 +89,7 @@ def main(cfg: DictConfig) -> None:
         t1 = time.perf_counter()
         graphs, triples = {}, 0
         for name, graph in gs.graphs.items():  # 2. rebuild graphs
-            graphs[name], n = rewrite_graph(
-                trainer.model, trainer.processing_class, graph, wcfg_t, int(cfg.get("rebuild_batch", 8))
-            )
+            graphs[name], n = rewrite_graph(model, tokenizer, graph, wcfg_t, int(cfg.get("rebuild_batch", 8)))
             triples += n
         entity_before = entity_edge_count(gs.graphs)
         gs = dataclasses.replace(gs, graphs=graphs)
@@ -114,7 +120,9 @@ def main(cfg: DictConfig) -> None:
                 },
             }
         )
-        print(json.dumps({k: v for k, v in rounds[-1].items() if k not in ("writer", "reader_history", "split")}))
+        log.info(
+            "%s", json.dumps({k: v for k, v in rounds[-1].items() if k not in ("writer", "reader_history", "split")})
+        )
         (out_dir / "rounds.json").write_text(
             json.dumps({"writer": asdict(wcfg), "train": asdict(tcfg), "rounds": rounds}, indent=2)
         )
