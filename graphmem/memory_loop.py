@@ -166,7 +166,7 @@ class MemoryLoop:
         """Token accounting of one example: retrieved memory, compact index, the rest."""
         retrieval = record.retrieval
         billed = self._billed_tokens() - before
-        index = getattr(getattr(self.policy, "entries", None), "stats", None)
+        index = getattr(getattr(self.policy, "entry_selector", None), "stats", None)
         record.tokens = {
             "memory": retrieval.loaded_tokens,
             "index": getattr(index, "index_tokens", 0),

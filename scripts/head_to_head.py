@@ -50,10 +50,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import run_or_exit
+from graphmem.cli import METRICS, load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy
 from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
-from graphmem.graphset import GraphSet, open_graphset
+from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
@@ -69,19 +69,6 @@ from rl.reinforce import TrainConfig, train
 from rl.splits import conversation_folds, within_conversation_split
 
 log = logging.getLogger(__name__)
-
-METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
-
-
-def load_graphset(cfg: DictConfig) -> GraphSet:
-    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    return open_graphset(
-        saved,
-        OmegaConf.to_container(cfg.data, resolve=True),
-        OmegaConf.to_container(cfg.graph, resolve=True),
-        hydra.utils.to_absolute_path(cfg.graphset_dir),
-        progress=cfg.progress,
-    )
 
 
 def pick(gs: GraphSet, qids) -> tuple[list, torch.Tensor]:
@@ -147,7 +134,7 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
     graphs = {n: g.copy() for n, g in gs.graphs.items()}  # the saved graph set is never touched
     for g in graphs.values():
         g.S.zero_(), g.F.zero_(), g.invalidate()
-    beta = BetaBFS(entries=cfg.entries)
+    beta = BetaBFS(entry_selector=cfg.entry_selector)
     oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
     stats, seen, curve_beta = EvidenceStats(), 0, []
     for n in counts:
@@ -219,7 +206,7 @@ def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[
     keep = [i for i, q in enumerate(test_q) if q.graph == name]
     questions, embeddings = [train_q[i] for i in order], train_e[order]
     test_q, test_e = [test_q[i] for i in keep], test_e[keep]
-    beta = BetaBFS(entries=cfg.entries)
+    beta = BetaBFS(entry_selector=cfg.entry_selector)
     rows: dict[str, Any] = {}
     for source in fb.sources:
         graph = gs.graphs[name].copy()

@@ -1,11 +1,11 @@
 """GraphMemory's Retrieve-Generate-Reflect-Curate loop end to end on a slice of one graph.
 
     python scripts/memory_loop.py graphset=outputs/graphs/locomo     # local SmolLM2 through litellm, offline
-    python scripts/memory_loop.py llm=openai entries=llm graph_name=... n_questions=50
+    python scripts/memory_loop.py llm=openai entry_selector=llm graph_name=... n_questions=50
 
 For each of the first ``n_questions`` questions of graph ``graph_name`` (in graph-set order),
 :class:`graphmem.memory_loop.MemoryLoop` retrieves (Beta BFS from embedding entries, or from the
-LLM retriever's selection over the compact index with ``entries=llm``), generates an answer and
+LLM retriever's selection over the compact index with ``entry_selector=llm``), generates an answer and
 influence trace, and only then receives feedback on the prediction; the Reflector's labels
 update the Beta counters (eq. 21) and the Curator's validated edits change the graph, which is
 validated after every edit. The graph is a copy: the saved graph set is not modified.
@@ -37,15 +37,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import run_or_exit
+from graphmem.cli import load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy, write_jsonl
-from graphmem.graphset import GraphSet, open_graphset
+from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.memory_loop import ExampleRecord, MemoryLoop
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
-from graphmem.policies.entries import make_entry_selector
+from graphmem.policies.selectors import make_entry_selector
 from graphmem.tracking import describe_artifact, experiment_group, graphset_location, make_tracker, use_graphset
 
 log = logging.getLogger(__name__)
@@ -118,14 +118,7 @@ def beta_recall(gs: GraphSet, name: str, graph, idx: list[int], budget: Budget) 
 def run(cfg: DictConfig) -> dict[str, Any]:
     out = Path(hydra.utils.to_absolute_path(cfg.out_dir))
     out.mkdir(parents=True, exist_ok=True)
-    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    gs: GraphSet = open_graphset(
-        saved,
-        OmegaConf.to_container(cfg.data, resolve=True),
-        OmegaConf.to_container(cfg.graph, resolve=True),
-        hydra.utils.to_absolute_path(cfg.graphset_dir),
-        progress=cfg.progress,
-    )
+    gs: GraphSet = load_graphset(cfg)
     name = cfg.graph_name or sorted(gs.graphs)[0]
     if name not in gs.graphs:
         raise KeyError(f"graph {name!r} is not in the graph set; have {sorted(gs.graphs)}")
@@ -137,8 +130,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if llm_cfg.get("cache_dir"):
         llm_cfg["cache_dir"] = hydra.utils.to_absolute_path(llm_cfg["cache_dir"])
     client = LLMClient(LLMConfig.from_dict(llm_cfg))
-    entries = (
-        make_entry_selector(cfg.entries, client=client) if cfg.entries == "llm" else make_entry_selector(cfg.entries)
+    selector = (
+        make_entry_selector(cfg.entry_selector, client=client)
+        if cfg.entry_selector == "llm"
+        else make_entry_selector(cfg.entry_selector)
     )
     encoder = None
 
@@ -154,7 +149,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     max_tokens = (
         OmegaConf.to_container(cfg.max_tokens, resolve=True) if OmegaConf.is_dict(cfg.max_tokens) else cfg.max_tokens
     )
-    loop = MemoryLoop(client, BetaBFS(entries=entries), embed=embed, budget=budget, max_tokens=max_tokens)
+    loop = MemoryLoop(client, BetaBFS(entry_selector=selector), embed=embed, budget=budget, max_tokens=max_tokens)
     nodes0, edges0 = graph.num_nodes, graph.num_edges
     recall_before = beta_recall(gs, name, graph, idx, budget)
     log.info("graph %s: %d nodes, %d edges; %d questions; model %s", name, nodes0, edges0, len(idx), client.model)
@@ -220,8 +215,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             },
             "discarded": dict(discarded),
             "client_failures": failures["by_role_kind"],
-            "entry_selection": {k: v for k, v in vars(entries.stats).items() if k != "last_sections"}
-            if hasattr(entries, "stats")
+            "entry_selection": {k: v for k, v in vars(selector.stats).items() if k != "last_sections"}
+            if hasattr(selector, "stats")
             else {},
             "graph_before": {"nodes": nodes0, "edges": edges0},
             "graph_after": {

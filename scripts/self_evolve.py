@@ -28,29 +28,16 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_gnn import load_graphset, set_threads, split_examples  # noqa: E402  (sibling scripts)
+from train_gnn import set_threads, split_examples  # noqa: E402  (sibling scripts)
 from train_writer import plot_curve, run_writer  # noqa: E402
 
+from graphmem.cli import load_graphset, restrict_graphs  # noqa: E402
 from graphmem.policies.base import Budget  # noqa: E402
 from models.gnn_reader import GNNReader  # noqa: E402
 from rl.gnn_train import GNNTrainConfig, evidence_recall, save_checkpoint, train_reader  # noqa: E402
 from rl.grpo_writer import WriterConfig, load_writer, rewrite_graph  # noqa: E402
 
 log = logging.getLogger(__name__)
-
-
-def only_graphs(gs, names):
-    """The graph set restricted to the graphs ``names`` and their questions (all when ``names`` is empty)."""
-    if not names:
-        return gs
-    names = sorted(str(n) for n in names)
-    keep = [i for i, q in enumerate(gs.questions) if q.graph in set(names)]
-    return dataclasses.replace(
-        gs,
-        graphs={k: gs.graphs[k] for k in names},
-        questions=[gs.questions[i] for i in keep],
-        query_embeddings=gs.query_embeddings[keep],
-    )
 
 
 def entity_edge_count(graphs) -> int:
@@ -70,7 +57,7 @@ def main(cfg: DictConfig) -> None:
     tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     reader = GNNReader.from_checkpoint(wcfg.reader_checkpoint)
-    gs = only_graphs(load_graphset(cfg), cfg.get("graphs"))
+    gs = restrict_graphs(load_graphset(cfg), sorted(str(n) for n in cfg.get("graphs") or []))
     rounds = []
     for t in range(int(cfg.rounds)):
         t0 = time.perf_counter()

@@ -27,7 +27,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.graphset import GraphSet, open_graphset
+from graphmem.cli import load_graphset
+from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
 from graphmem.policies.base import Budget
 from graphmem.tracking import experiment_group, graphset_location, make_tracker, use_graphset
@@ -44,17 +45,6 @@ from rl.gnn_train import (
 from rl.logging import TrackerLogger
 
 log = logging.getLogger(__name__)
-
-
-def load_graphset(cfg: DictConfig) -> GraphSet:
-    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.graphset else None
-    return open_graphset(
-        saved,
-        OmegaConf.to_container(cfg.data, resolve=True),
-        OmegaConf.to_container(cfg.graph, resolve=True),
-        hydra.utils.to_absolute_path(cfg.graphset_dir),
-        progress=bool(cfg.get("progress", True)),
-    )
 
 
 def set_threads(cfg: DictConfig) -> int:

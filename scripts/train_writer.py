@@ -29,9 +29,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_gnn import load_graphset, set_threads, split_parts  # noqa: E402  (sibling script: shared loading and split)
+from train_gnn import set_threads, split_parts  # noqa: E402  (sibling script: shared split)
 
 from graphmem.build.entities import make_entity_extractor  # noqa: E402
+from graphmem.cli import load_graphset  # noqa: E402
 from graphmem.tracking import experiment_group  # noqa: E402
 from models.gnn_reader import GNNReader  # noqa: E402
 from rl.grpo_writer import WriterConfig, load_writer, tasks_from_graphset, train_writer  # noqa: E402

@@ -33,7 +33,7 @@ class FixedEntries:
 def tree_graph(name: str = "g") -> MemoryGraph:
     """a -> b, a -> c, b -> d, c -> e (+ a parallel entity edge a -> b, and e -> a).
 
-    With entry a and top-2 neighbours, Beta BFS loads a, b, c, d, e through a->b, a->c, b->d, c->e.
+    With entry a and top-2 neighbors, Beta BFS loads a, b, c, d, e through a->b, a->c, b->d, c->e.
     """
     g = MemoryGraph.empty(3, info={"name": name})
     ids = ["a", "b", "c", "d", "e"]
@@ -51,7 +51,7 @@ def tree_graph(name: str = "g") -> MemoryGraph:
 
 
 def retrieve(g: MemoryGraph):
-    return BetaBFS(entries=FixedEntries()).retrieve(g, Query("q", "?", torch.ones(3)), Budget(max_hops=2))
+    return BetaBFS(entry_selector=FixedEntries()).retrieve(g, Query("q", "?", torch.ones(3)), Budget(max_hops=2))
 
 
 def pair(g: MemoryGraph, s: str, d: str) -> torch.Tensor:
@@ -123,7 +123,7 @@ class RecordingPolicy(BetaBFS):
     """Beta BFS that records every argument it receives."""
 
     def __init__(self):
-        super().__init__(entries=FixedEntries())
+        super().__init__(entry_selector=FixedEntries())
         self.seen: list[tuple] = []
 
     def retrieve(self, graph, query, budget):
@@ -253,7 +253,7 @@ def test_llm_reflector_labels_only_the_traversed_transitions(monkeypatch):
         {"g": g},
         [q],
         torch.ones(1, 3),
-        BetaBFS(entries=FixedEntries()),
+        BetaBFS(entry_selector=FixedEntries()),
         Budget(max_hops=2),
         reflector=LLMReflector(client),
     )
@@ -284,7 +284,7 @@ def test_llm_reflector_labels_only_the_traversed_transitions(monkeypatch):
         {"g": h},
         [q],
         torch.ones(1, 3),
-        BetaBFS(entries=FixedEntries()),
+        BetaBFS(entry_selector=FixedEntries()),
         Budget(max_hops=2),
         reflector=LLMReflector(client),
     )

@@ -71,7 +71,7 @@ def test_repetition_penalty(reward):
 
 
 def test_recall_and_precision_follow_the_written_links(reward):
-    # entry = a1 (the query is a1's embedding); one hop, one neighbour, two nodes loaded
+    # entry = a1 (the query is a1's embedding); one hop, one neighbor, two nodes loaded
     nothing = reward.components("", "t0")
     assert (nothing["r_rec"], nothing["r_pre"], nothing["r_task"]) == (0.5, 1.0, 0.75)
     bridge = reward.components("(Alice | met | Bob) [a1]\n(Bob | flew to | Paris) [a2]", "t0")

@@ -88,7 +88,7 @@ def test_loop_validates_feedback_and_edits_and_keeps_gold_out_of_prediction(monk
     monkeypatch.setattr(litellm, "completion", fake)
     client = LLMClient(LLMConfig(model="gpt-4o-mini", mock_response="unused", max_retries=0, backoff_s=0.0))
     loop = MemoryLoop(
-        client, BetaBFS(entries=LLMEntryRetriever(client=client)), embed=lambda texts: torch.ones(len(texts), 4)
+        client, BetaBFS(entry_selector=LLMEntryRetriever(client=client)), embed=lambda texts: torch.ones(len(texts), 4)
     )
     g = toy_graph()
     calls_at_feedback = []
@@ -160,7 +160,7 @@ def failing_litellm(monkeypatch, fail_roles: set[str]):
 def llm_loop(client: LLMClient) -> MemoryLoop:
     return MemoryLoop(
         client,
-        BetaBFS(entries=LLMEntryRetriever(client=client)),
+        BetaBFS(entry_selector=LLMEntryRetriever(client=client)),
         embed=lambda t: torch.ones(len(t), 4),
         budget=Budget(),
     )
@@ -238,7 +238,7 @@ def test_script_stops_after_consecutive_failures_with_a_nonzero_exit(monkeypatch
                 f"out_dir={tmp_path / 'out'}",
                 "llm=offline",
                 "llm.max_retries=0",
-                "entries=llm",
+                "entry_selector=llm",
                 "encoder=hashing",
                 "n_questions=5",
                 "max_consecutive_failures=2",

@@ -64,7 +64,7 @@ def graph() -> MemoryGraph:
 def loop_for(replies: dict[str, str]) -> tuple[MemoryLoop, ScriptedClient]:
     client = ScriptedClient(replies)
     loop = MemoryLoop(
-        client, BetaBFS(entries=FirstRows()), embed=lambda t: torch.ones(len(t), 4), budget=Budget(max_hops=0)
+        client, BetaBFS(entry_selector=FirstRows()), embed=lambda t: torch.ones(len(t), 4), budget=Budget(max_hops=0)
     )
     return loop, client
 

@@ -181,7 +181,7 @@ def evaluate_policy(
     for q, r in zip(questions, retrievals):
         graph = graphset.graphs[q.graph]
         loaded = r.loaded_ids(graph)
-        m = question_metrics(q, graph, loaded, r.loaded_tokens, r.max_depth, r.wall_time_s, r.fallback_used)
+        m = question_metrics(q, graph, loaded, r.loaded_tokens, r.max_depth, r.wall_time_s)
         metrics.append(m)
         rows.append(
             {

@@ -20,7 +20,7 @@ from graphmem.llm.extractors import make_client
 from graphmem.llm.prompts import block, index_block, make_nonce, render
 from graphmem.llm.schemas import EntrySelection
 from graphmem.policies.base import Budget, Query
-from graphmem.policies.entries import register_entry_selector
+from graphmem.policies.selectors import register_entry_selector
 from graphmem.tokens import count_tokens
 
 SECTION_FIELDS = ("section", "session", "title", "source")
