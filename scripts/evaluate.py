@@ -30,13 +30,20 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import ConfigError, load_graphset, policy_config, restrict_graphs, run_or_exit
+from graphmem.cli import (
+    ConfigError,
+    load_graphset,
+    make_configured_policy,
+    policy_config,
+    restrict_graphs,
+    run_or_exit,
+)
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
 from graphmem.eval.report import full_report, paired_table, results_payload, table_data, write_json
 from graphmem.eval.stats import PairedComparison, compare_policies
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet
 from graphmem.plots import plot_recall_vs_budget, plot_retrieval, sweep_values
-from graphmem.policies import POLICIES, Budget, TraversalPolicy, make_policy
+from graphmem.policies import POLICIES, Budget, TraversalPolicy
 from graphmem.tracking import (
     checkpoint_artifact,
     describe_artifact,
@@ -87,21 +94,20 @@ def plan_run(cfg: DictConfig) -> Plan:
         raise ConfigError(f"stats.n_boot must be a positive integer and stats.level in (0, 1), got {n_boot}, {level}")
     if reference and reference not in names:
         names = [*names, reference]  # the paired statistics need the reference's per-question rows
-    for n in names:
-        try:
-            POLICIES.resolve(n)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
     if len(set(names)) != len(names):
         raise ConfigError(f"policies listed twice: {names}")
-    policies, configs = {}, {}
-    for n in names:
+    configs = {n: policy_config(n, cfg.get("policy")) for n in names}
+    for n, config in configs.items():
         try:
-            kwargs = policy_config(n, cfg.get("policy"))
+            POLICIES.resolve(config["_target_"])
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    policies = {}
+    for n, config in configs.items():
+        try:
             if cfg.get("device"):
-                kwargs["device"] = cfg.device
-            configs[n] = kwargs
-            policies[n] = make_policy(n, **kwargs)
+                config["device"] = cfg.device
+            policies[n] = make_configured_policy(config)
         except Exception as err:  # noqa: BLE001 - any constructor failure is a config problem here
             raise ConfigError(f"policy {n!r} cannot be constructed from its config: {err}") from None
     out_dir = cfg.get("out_dir")

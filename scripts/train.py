@@ -37,7 +37,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import METRICS, load_graphset, policy_config, restrict_graphs, run_or_exit
+from graphmem.cli import METRICS, load_graphset, make_configured_policy, policy_config, restrict_graphs, run_or_exit
 from graphmem.device import resolve_device
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.eval.report import fold_markdown, paired_table
@@ -45,7 +45,7 @@ from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_sum
 from graphmem.graphset import GraphSet, open_train_graphset, union
 from graphmem.io import atomic_write
 from graphmem.plots import plot_learning_curves
-from graphmem.policies import POLICIES, Budget, make_policy
+from graphmem.policies import POLICIES, Budget
 from graphmem.policies.router import RouterPolicy
 from graphmem.tracking import (
     describe_artifact,
@@ -115,7 +115,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         except ValueError:
             raise ValueError(f"unknown baseline policy {name!r}; registered: {sorted(POLICIES)}") from None
         try:
-            baselines[name] = make_policy(name, **policy_config(name))
+            baselines[name] = make_configured_policy(policy_config(name))
         except (OSError, TypeError, ValueError, KeyError) as err:
             raise ValueError(f"baseline {name!r} cannot be built from its policy config: {err}") from None
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):

@@ -57,6 +57,8 @@ def test_schema_classes_are_the_project_dataclasses():
         ("graph.semantic_threshold=high", ValidationError, "could not be converted to Float"),
         ("data.limit=[1]", ValidationError, "could not be converted to Integer"),
         ("logger.tags=7", ValidationError, "is not a ListConfig"),
+        ("policy.device=[1]", ValidationError, "Cannot convert 'list' to string"),
+        ("policy.entry_selectr=llm", ConfigKeyError, "Key 'entry_selectr' not in 'BetaBFSConfig'"),
     ],
 )
 def test_wrong_type_or_unknown_key_fails_at_compose(override, error, message):
@@ -114,3 +116,25 @@ def test_experiments_compose_against_the_schemas(primary, overrides):
     if "trainer" in cfg:
         assert type(to_object(cfg.trainer)) is TrainConfig
     assert type(to_object(cfg.data)) is DataConfig
+
+
+@pytest.mark.parametrize("option", options("policy"))
+def test_every_policy_option_is_typed_by_its_constructor(option):
+    """``policy/<name>_schema`` is the constructor's signature: a wrong type or unknown key of that
+    policy fails at compose time; ``name`` follows ``_target_``."""
+    from graphmem.policies import POLICIES
+
+    cfg = compose("evaluate", [f"policy={option}"])
+    assert cfg.policy.name == option and POLICIES.resolve(cfg.policy._target_) is POLICIES[option]
+    typed = {"ppr": ("alpha", "Float"), "dense_topk": ("oversample", "Integer"), "router": ("beam_width", "Integer")}
+    if option in typed:
+        key, kind = typed[option]
+        with pytest.raises(ConfigCompositionException) as info:
+            compose("evaluate", [f"policy={option}", f"policy.{key}=abc"])
+        assert f"could not be converted to {kind}" in str(info.value.__cause__)
+
+
+def test_a_user_target_renames_the_policy_and_keeps_the_schema():
+    cfg = compose("evaluate", ["policy._target_=tests.user_policy.EntriesOnly"])
+    assert cfg.policy.name == "EntriesOnly" and cfg.policy.entry_selector == "embedding"
+    assert compose("evaluate", ["policy._target_=graphmem.policies.ppr.PersonalizedPageRank"]).policy.name == "ppr"
