@@ -171,15 +171,12 @@ def test_graphset_artifact_name_and_digest(tmp_path):
     directory = saved_graphset(tmp_path / "set")
     ref = graphset_artifact(directory)
     assert ref.name == "locomo-" + "ab" * 6 and ref.type == "dataset" and ref.metadata["config_hash"] == "ab" * 32
-    assert set(ref.files) == {
-        "manifest.json",
-        "queries.safetensors",
-        "graphs/conv-0.safetensors",
-        "graphs/conv-1.safetensors",
-    }
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert set(ref.files) == {"manifest.json", *manifest["files"]}  # every file the set lists
+    assert {manifest["queries"], *(g["file"] for g in manifest["graphs"].values())} <= set(ref.files)
     (directory / "neighbourhood.png").write_bytes(b"a plot beside the set")
     assert graphset_artifact(directory).digest == ref.digest  # not part of the set
-    graph = directory / "graphs" / "conv-1.safetensors"
+    graph = directory / manifest["graphs"]["conv-1"]["file"]
     graph.write_bytes(graph.read_bytes() + b"\0")
     assert graphset_artifact(directory).digest != ref.digest
     (directory / "manifest.json").write_text("{}")

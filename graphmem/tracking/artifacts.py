@@ -145,17 +145,17 @@ def describe_artifact(
 def graphset_artifact(directory: str | Path) -> ArtifactRef:
     """The ``dataset`` artifact of a saved graph set: named ``<dataset>-<config hash[:12]>``.
 
-    Covers ``manifest.json``, ``queries.safetensors`` and the graph files the manifest lists;
-    the metadata holds the dataset, the full config hash and the graph and question counts.
+    Covers ``manifest.json`` and every file it lists (graphs, query embeddings, added files); the
+    metadata holds the dataset, the full config hash and the graph and question counts.
     """
     directory = Path(directory).resolve()
     path = directory / "manifest.json"
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-        dataset, chash, graphs = manifest["dataset"], manifest["config_hash"], manifest["graphs"]
+        dataset, chash, graphs, listed = (manifest[k] for k in ("dataset", "config_hash", "graphs", "files"))
+        files = ["manifest.json", *sorted(listed)]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path}: not a graph-set manifest ({err})") from None
-    files = ["manifest.json", "queries.safetensors", *graphs.values()]
     metadata = {
         "dataset": dataset,
         "config_hash": chash,
