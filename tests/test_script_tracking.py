@@ -150,3 +150,21 @@ def test_lineage_results_to_checkpoint_to_graph_set(tmp_path):
     assert evaluation.tables["questions/router"]["columns"][:4] == ["qid", "graph", "category", "policy"]
     assert any(k.startswith("test/router/overall/evidence_recall") for k in evaluation.summary)
     assert "graphs," in hydra_log(tmp_path / "hydra_eval", "evaluate")
+
+
+def test_build_graph_tracks_one_build_run_with_the_set_as_its_dataset_artifact(tmp_path):
+    common = ["data=locomo", "data.limit=2", "graph.encoder=hashing", "plot=false", "progress=false", "logger=jsonl"]
+    common += [f"graphset_dir={tmp_path / 'graphs'}", f"logger.dir={tmp_path / 'runs'}"]
+    run_script("build_graph.py", *common, f"hydra.run.dir={tmp_path / 'hydra1'}")
+    run_script("build_graph.py", *common, f"hydra.run.dir={tmp_path / 'hydra2'}")  # reuses the saved set
+    built, reused = sorted(read_runs(tmp_path / "runs"), key=lambda r: r.summary["status"])
+    (gs_dir,) = [p for p in (tmp_path / "graphs").iterdir() if (p / "manifest.json").is_file()]
+    ref = graphset_artifact(gs_dir)
+    assert ref.name == f"locomo-{ref.metadata['config_hash'][:12]}" and ref.metadata["graphs"] == 2
+    assert (built.job_type, built.summary["status"], reused.summary["status"]) == ("build", "built", "reused")
+    assert [o.key for o in built.outputs] == [ref.key] and built.inputs == []
+    assert [i.key for i in reused.inputs] == [ref.key] and reused.outputs == []
+    assert built.summary["graphs"] == 2 and built.summary["edges"] > 0 and built.group.startswith("build-locomo-")
+    assert [row[0] for row in built.tables["graphs"]["rows"]] == ["conv-26", "conv-30"]
+    assert "total: {" in hydra_log(tmp_path / "hydra1", "build_graph")
+    assert "reused the saved graph set" in hydra_log(tmp_path / "hydra2", "build_graph")
