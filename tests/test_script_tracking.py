@@ -168,3 +168,38 @@ def test_build_graph_tracks_one_build_run_with_the_set_as_its_dataset_artifact(t
     assert [row[0] for row in built.tables["graphs"]["rows"]] == ["conv-26", "conv-30"]
     assert "total: {" in hydra_log(tmp_path / "hydra1", "build_graph")
     assert "reused the saved graph set" in hydra_log(tmp_path / "hydra2", "build_graph")
+
+
+def test_benchmark_tracks_one_benchmark_run(tmp_path):
+    gs_dir = saved_graphset(tmp_path / "set", n_graphs=2, per_graph=3)
+    out = tmp_path / "bench"
+    run_script(
+        "benchmark.py",
+        "sizes=[100,200]",
+        "num_queries=2",
+        "ppr_queries=1",
+        "gnn_queries=1",
+        "loop_queries=1",
+        "dim=4",
+        "policies=[beta_bfs,dense_topk]",
+        "locomo.enabled=false",
+        f"datasets=[{gs_dir}]",
+        "dataset_loop_queries=2",
+        "dataset_repeats=1",
+        "train.enabled=false",
+        "logger=jsonl",
+        "progress=false",
+        f"out_dir={out}",
+    )
+    (run,) = read_runs(out / "tracking")
+    assert (run.job_type, run.state) == ("benchmark", "finished") and run.group.startswith("benchmark-latency-")
+    assert [i.key for i in run.inputs] == [graphset_artifact(gs_dir).key]
+    assert [r["nodes"] for r in run.history] == [100, 200]
+    assert all({"latency/beta_bfs", "latency/dense_topk"} <= set(r) for r in run.history)
+    assert {"nodes": None, "latency/*": "nodes"}.items() <= {
+        m["name"]: m.get("step_metric") for m in run.metrics
+    }.items()
+    assert len(run.tables["synthetic"]["rows"]) == 4 and len(run.tables["graph_sets"]["rows"]) == 2
+    (results,) = run.outputs
+    assert results.type == "results" and set(results.files) == {"benchmark.json", "benchmark.png"}
+    assert "growth (largest / smallest size)" in hydra_log(out / "hydra", "benchmark")
