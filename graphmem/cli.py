@@ -198,19 +198,43 @@ def load_graphset(cfg: Any, data: Mapping | None = None, graph: Mapping | None =
 
 
 def policy_config(name: str, selected: Any = None) -> dict[str, Any]:
-    """Keyword arguments of policy ``name``: the selected ``policy`` config group when it is that
-    policy, else ``configs/policy/<name>.yaml``, else none (a policy registered elsewhere, with its
-    defaults). The registry checks them against the constructor when the policy is made."""
+    """The config of policy ``name``: its class under ``_target_`` and its keyword arguments.
+
+    From the selected ``policy`` config group when it is that policy (``selected.name``, derived
+    from its ``_target_``, so ``policy._target_=mypkg.MyPolicy`` selects a user's class), else
+    ``configs/policy/<name>.yaml`` on its schema, else ``{"_target_": name}`` (a policy registered
+    elsewhere, with its defaults). :func:`make_configured_policy` makes it."""
     from omegaconf import OmegaConf
 
     path = CONFIG_DIR / "policy" / f"{name}.yaml"
     if selected is not None and selected.get("name") == name:
         raw = OmegaConf.to_container(selected, resolve=True)
     elif path.is_file():
-        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        from graphmem.config import policy_option
+
+        raw = OmegaConf.to_container(policy_option(path), resolve=True)
     else:
-        raw = {}
+        raw = {"_target_": name}
     return {k: v for k, v in raw.items() if k != "name"}
+
+
+def make_configured_policy(config: Mapping[str, Any]):
+    """``hydra.utils.instantiate`` of a :func:`policy_config`: the class at ``_target_`` (a
+    registered name or a dotted path to a :class:`~graphmem.policies.TraversalPolicy` subclass)
+    with the other keys, checked first against its constructor (``ValueError`` naming the key).
+    The policy reports under :func:`graphmem.config.policy_label` of its target."""
+    import hydra
+
+    from graphmem.config import policy_label
+    from graphmem.policies import POLICIES
+
+    kwargs = {k: v for k, v in config.items() if k != "_target_"}
+    cls = POLICIES.check(config["_target_"], kwargs)
+    policy = hydra.utils.instantiate({"_target_": f"{cls.__module__}.{cls.__qualname__}", **kwargs}, _convert_="all")
+    label = policy_label(config["_target_"])
+    if policy.name != label:
+        policy.name = label  # an unregistered class: its results carry its class name
+    return policy
 
 
 def restrict_graphs(gs, graphs: str | Sequence[str] | None, part: str = "test"):

@@ -9,6 +9,7 @@ holding ``digests`` (``[m, 32]`` uint8) and ``embeddings`` (``[m, d]`` float32).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import zlib
@@ -21,6 +22,7 @@ from torch import Tensor
 from graphmem.io import atomic_write
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -182,6 +184,8 @@ class CachedEncoder:
                 missing[d] = t
         self.misses += len(missing)
         self.hits += len(texts) - sum(1 for d in digests if d in missing)
+        level = logging.INFO if len(texts) >= 100 else logging.DEBUG  # a build, not a single curated node
+        log.log(level, "%s: %d texts, %d new to encode (cache %s)", self.name, len(texts), len(missing), self.dir)
         if missing:
             rows = torch.as_tensor(self.encoder.encode(list(missing.values())), dtype=torch.float32)
             if rows.shape != (len(missing), self.dim):

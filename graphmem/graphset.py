@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -44,6 +45,7 @@ POOLABLE = ("hotpotqa", "musique")
 # so sets built before them stay valid.
 _HASHED_WHEN_SET = {"pooled": False, "train_files": (), "sentence_nodes": False, "duplicate_titles": "join"}
 FEATURES = ("scored", "onehot")
+log = logging.getLogger(__name__)
 
 
 def _from_mapping(cls, values: Mapping[str, Any]):
@@ -278,8 +280,10 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     if not units or not questions:
         discarded = f", {len(report.discarded)} records or questions discarded" if report.discarded else ""
         raise ValueError(f"{path}: {len(units)} graphs and {len(questions)} questions{discarded}: nothing to build")
+    log.info("%s: %d graph units, %d questions from %s", data_cfg.name, len(units), len(questions), path)
     if encoder is None:
         encoder = CachedEncoder(make_encoder(graph_cfg.encoder), graph_cfg.cache_dir)
+        encoder.encoder.progress = progress  # the encoder's own bar over the embedding pass (long on CPU)
     t1 = time.perf_counter()
     flat = [t for unit in units for t in unit.texts] + [q.text for q in questions]
     embeddings = encoder.encode(flat)
@@ -295,6 +299,7 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     finally:
         torch.set_num_threads(threads)
     t3 = time.perf_counter()
+    log.info("%s: %d graphs built (embedding %.1fs, graphs %.1fs)", data_cfg.name, len(graphs), t2 - t1, t3 - t2)
     stats = {
         "load_s": round(t1 - t0, 3),
         "embed_s": round(t2 - t1, 3),
@@ -346,7 +351,7 @@ def reuse_or_build(
     out_dir = Path(out_dir)
     wanted = config_hash(data_cfg, graph_cfg, file_sha256(data_file(data_cfg.file, data_cfg.root)))
     lock = set_lock(out_dir)
-    lock.acquire(blocking=True, on_wait=lambda h: print(f"waiting for another build of {out_dir}"))
+    lock.acquire(blocking=True, on_wait=lambda h: log.info("waiting for another build of %s", out_dir))
     try:
         status = "built"
         try:
@@ -376,7 +381,7 @@ def load_or_build(
     """Load the set saved in ``out_dir`` when its config hash matches and it verifies; otherwise build and save it."""
     graphset, status = reuse_or_build(data_cfg, graph_cfg, out_dir, encoder=encoder, progress=progress)
     if status.startswith("rebuilt: the saved set was refused"):
-        print(f"{out_dir}: {status}")
+        log.warning("%s: %s", out_dir, status)
     return graphset
 
 
@@ -420,9 +425,11 @@ def open_graphset(
         graphset = GraphSet.load(saved)
         built_from = graphset.provenance.get("dataset", graphset.dataset)
         if built_from != data_cfg.name:
-            print(
-                f"note: graphset={saved} holds a {built_from!r} set; data.name={data_cfg.name!r} is not used "
-                "(results record the set's own provenance)"
+            log.warning(
+                "note: graphset=%s holds a %r set; data.name=%r is not used (results record the set's own provenance)",
+                saved,
+                built_from,
+                data_cfg.name,
             )
         return graphset
     return load_or_build(data_cfg, graph_cfg, graphset_dir(root, data_cfg, graph_cfg), progress=progress)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -36,6 +37,8 @@ from typing import Any, Callable, Mapping
 from graphmem.errors import InputError
 from graphmem.io import atomic_write
 from graphmem.lockfile import FileLock, describe
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 LOCK = ".write.lock"
@@ -114,7 +117,7 @@ def set_lock(directory: str | Path) -> FileLock:
 
 
 def _waiting(directory: Path):
-    return lambda holder: print(f"waiting for {describe(holder)}, which is writing the graph set in {directory}")
+    return lambda holder: log.info("waiting for %s, which is writing the graph set in %s", describe(holder), directory)
 
 
 class SetWriter:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import logging
 import secrets
 import shutil
 import time
@@ -32,6 +33,8 @@ from typing import Any, Mapping, Sequence
 from graphmem.errors import InputError
 from graphmem.io import atomic_write
 from graphmem.lockfile import FileLock, LockBusyError, describe
+
+log = logging.getLogger(__name__)
 
 LOCK, RECORD = ".run.lock", "run.json"
 IGNORED = (
@@ -155,7 +158,7 @@ def open_run_folder(
         ) from None
     try:
         if lock.stale:
-            print(f"{path}: took over the stale lock of {describe(lock.stale)}, which is no longer running")
+            log.warning("%s: took over the stale lock of %s, which is no longer running", path, describe(lock.stale))
         previous = _read_record(path)
         found = sorted({str(p.relative_to(path)) for pattern in artifacts for p in path.glob(pattern)})
         if resume and previous is not None:
@@ -181,7 +184,9 @@ def open_run_folder(
                 for rel in found:
                     (aside / rel).parent.mkdir(parents=True, exist_ok=True)
                     shutil.move(str(path / rel), str(aside / rel))
-                print(f"{path}: an earlier run's files moved to {aside} (trainer.resume=true continues a run instead)")
+                log.warning(
+                    "%s: an earlier run's files moved to %s (trainer.resume=true continues a run instead)", path, aside
+                )
             record = {"run_id": run_id, "started": time.time(), "config": dict(config)}
             folder = RunFolder(path, run_id, False, record, lock)
         folder._write()

@@ -22,7 +22,9 @@ large graphs; HotpotQA: one small graph per question) all questions are also tim
 evaluation harness runs them (``retrieve_graphs`` over unions of graphs), next to one
 ``retrieve_batch`` per graph and the per-query reference loop. ``router`` and ``gnn`` run with freshly initialised
 (untrained) modules: the timing does not depend on the weights. Timings use ``threads`` torch
-intra-op threads. Writes ``benchmark.json`` and ``benchmark.png`` under ``out_dir``.
+intra-op threads. Writes ``benchmark.json`` and ``benchmark.png`` under ``out_dir`` and tracks one
+``benchmark`` run (:func:`track`): the saved graph sets as inputs, latency against graph size as a
+curve, every timing as a table, the growth figures in the summary, the two files as its results.
 
     python scripts/benchmark.py sizes=[1000,10000] num_queries=16
     python scripts/benchmark.py device=cpu compare_devices=[cuda]      # CUDA vs CPU, side by side
@@ -42,13 +44,16 @@ from pathlib import Path
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
 
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import guard_argv, run_or_exit
 from graphmem.device import resolve_device
 from graphmem.graphset import GraphSet
 from graphmem.peak_memory import PeakMemory
 from graphmem.policies import Budget, Query, Scope, make_policy
 from graphmem.synthetic import make_synthetic_graph
+from graphmem.tracking import describe_artifact, experiment_group, make_tracker, use_graphset
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 
@@ -410,15 +415,16 @@ def _run(cfg: DictConfig) -> dict:
         "torch_threads": torch.get_num_threads(),
         "sizes": {},
     }
+    progress = bool(cfg.get("progress", True))
     report["locomo"] = locomo_benchmark(cfg, budget)
     report["datasets"] = {
         Path(path).name: res
-        for path in cfg.datasets
+        for path in tqdm(cfg.datasets, desc="graph sets", disable=not progress)
         if (res := dataset_benchmark(cfg, Path(path).name, path, budget)) is not None
     }
     if cfg.train.enabled:
         report["train"] = train_benchmark(cfg)
-    for size in cfg.sizes:
+    for size in tqdm(cfg.sizes, desc="synthetic sizes", disable=not progress):
         t = time.perf_counter()
         graph = make_synthetic_graph(int(size), avg_degree=cfg.avg_degree, dim=cfg.dim, seed=cfg.seed)
         graph.node_tokens()
@@ -436,7 +442,59 @@ def _run(cfg: DictConfig) -> dict:
         plot(report, out / "benchmark.png")
     log.info("growth (largest / smallest size): %s", json.dumps(report["growth"]))
     log.info("wrote %s", out / "benchmark.json")
+    track(cfg, report, out)
     return report
+
+
+TIMINGS = ("loop_ms_per_query", "single_batch_ms_per_query", "batched_ms_per_query", "batched_over_loop")
+SET_TIMINGS = ("loop_ms_per_query", "per_graph_ms_per_query", "batched_ms_per_query", "batched_over_loop")
+
+
+def track(cfg: DictConfig, report: dict, out: Path) -> None:
+    """One ``benchmark`` run: the saved graph sets read as inputs; batched ms per query against the
+    synthetic graph size as a curve (step metric ``nodes``); tables of every synthetic, LoCoMo-graph,
+    whole-set and training timing; the growth figures in the summary; ``benchmark.json`` and
+    ``benchmark.png`` as one results artifact."""
+    group = experiment_group("benchmark", "latency")
+    with make_tracker(cfg.logger, cfg, out, name="benchmark", job_type="benchmark", group=group) as tracker:
+        for path in {*cfg.datasets, *([cfg.locomo.path] if report.get("locomo") else [])}:
+            use_graphset(tracker, Path(path).resolve())
+        tracker.define_metric("nodes")
+        tracker.define_metric("latency/*", step_metric="nodes")
+        rows = []
+        for entry in report["sizes"].values():
+            policies = entry["policies"]
+            tracker.log(
+                {"nodes": entry["nodes"], **{f"latency/{p}": r["batched_ms_per_query"] for p, r in policies.items()}}
+            )
+            rows += [
+                [entry["nodes"], p, *(r[k] for k in TIMINGS), r.get("traversal_ms_per_query")]
+                for p, r in policies.items()
+            ]
+        tracker.log_table("synthetic", ["nodes", "policy", *TIMINGS, "traversal_ms_per_query"], rows)
+        if report.get("locomo"):
+            graphs = report["locomo"]["graphs"].items()
+            tracker.log_table(
+                "locomo_graphs",
+                ["graph", "nodes", "policy", *TIMINGS],
+                [[g, e["nodes"], p, *(r[k] for k in TIMINGS)] for g, e in graphs for p, r in e["policies"].items()],
+            )
+        sets = report.get("datasets", {}).items()
+        tracker.log_table(
+            "graph_sets",
+            ["graph_set", "questions", "policy", *SET_TIMINGS],
+            [
+                [name, d["questions"], p, *(r[k] for k in SET_TIMINGS)]
+                for name, d in sets
+                for p, r in d["policies"].items()
+            ],
+        )
+        if report.get("train"):
+            columns = ["device", "batch1_episodes_per_s", "batched_episodes_per_s", "speedup"]
+            tracker.log_table("train", columns, [[d, *(r[c] for c in columns[1:])] for d, r in report["train"].items()])
+        tracker.update_summary({f"growth/{k}": v for k, v in report["growth"].items()})
+        files = [f for f in ("benchmark.json", "benchmark.png") if (out / f).is_file()]
+        tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 
 def growth(report: dict) -> dict:

@@ -1,24 +1,30 @@
 """Build and save a graph set: ``python scripts/build_graph.py data=locomo|hotpotqa graph=default|onehot``.
 
-Prints the load report, node/edge counts by relation and degree statistics per graph and in
+Logs the load report, node/edge counts by relation and degree statistics per graph and in
 total, and the build time (embedding vs graph); writes a PNG of one node's 2-hop neighbourhood.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from pathlib import Path
 
 import hydra
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import guard_argv, run_or_exit
 from graphmem.graph import MemoryGraph
 from graphmem.graphset import check_configs, graphset_dir, reuse_or_build
+from graphmem.tracking import experiment_group, graphset_artifact, make_tracker
+
+log = logging.getLogger(__name__)
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
@@ -96,40 +102,79 @@ def main(cfg: DictConfig) -> None:
     run_or_exit(build, cfg)
 
 
-def build(cfg: DictConfig) -> None:
+def build(cfg: DictConfig) -> dict:
+    """Build (or reuse) the graph set, log its statistics, and track one ``build`` run whose output
+    is the set as a ``dataset`` artifact (an input, when a verified saved set was reused)."""
     data_cfg, graph_cfg = check_configs(
         OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True)
     )
     out_dir = graphset_dir(to_absolute_path(cfg.graphset_dir), data_cfg, graph_cfg)
+    run_dir = Path(to_absolute_path(cfg.out_dir) if cfg.get("out_dir") else HydraConfig.get().runtime.output_dir)
     start = time.perf_counter()
     graphset, status = reuse_or_build(data_cfg, graph_cfg, out_dir, progress=cfg.progress, force=cfg.force)
     if status == "reused":
-        print(
-            f"reused the saved graph set in {out_dir} (config hash matches, every file verified; force=true rebuilds)"
+        log.info(
+            "reused the saved graph set in %s (config hash matches, every file verified; force=true rebuilds)", out_dir
         )
     elif status != "built":
-        print(f"{out_dir}: {status}")
+        log.warning("%s: %s", out_dir, status)
     total_s = time.perf_counter() - start
 
-    print("\n".join(graphset.report.lines()))
+    log.info("%s", "\n".join(graphset.report.lines()))
     graphs = list(graphset.graphs.values())
-    for name, g in list(graphset.graphs.items())[:20]:
-        print(f"{name}: {json.dumps(degree_stats([g]))}")
+    per_graph = {name: degree_stats([g]) for name, g in graphset.graphs.items()}
+    for name, row in list(per_graph.items())[:20]:
+        log.info("%s: %s", name, json.dumps(row))
     if len(graphs) > 20:
-        print(f"... {len(graphs) - 20} more graphs")
+        log.info("... %d more graphs", len(graphs) - 20)
     total = degree_stats(graphs)
-    print(f"total: {json.dumps(total)}")
+    log.info("total: %s", json.dumps(total))
     stats = graphset.stats
-    print(
-        f"time: embedding {stats.get('embed_s', 0.0):.2f}s, graphs {stats.get('graph_s', 0.0):.2f}s, "
-        f"total {total_s:.2f}s ({len(graphset.questions)} questions) -> {out_dir}"
+    log.info(
+        "time: embedding %.2fs, graphs %.2fs, total %.2fs (%d questions) -> %s",
+        stats.get("embed_s", 0.0),
+        stats.get("graph_s", 0.0),
+        total_s,
+        len(graphset.questions),
+        out_dir,
     )
+    png = None
     if cfg.plot and graphs:
         name = cfg.plot_graph or next(iter(graphset.graphs))
         png = plot_neighbourhood(
             graphset.graphs[name], cfg.plot_node, cfg.plot_max_nodes, out_dir / "neighbourhood.png"
         )
-        print(f"plot: {png}")
+        log.info("plot: %s", png)
+    summary = {
+        "status": status,
+        "questions": len(graphset.questions),
+        "config_hash": graphset.config_hash,
+        "embed_s": stats.get("embed_s", 0.0),
+        "graph_s": stats.get("graph_s", 0.0),
+        "total_s": round(total_s, 2),
+        **{k: v for k, v in total.items() if k != "edges_by_relation"},
+        **{f"edges/{rel}": n for rel, n in total["edges_by_relation"].items()},
+    }
+    _track(cfg, run_dir, graphset.dataset, out_dir, status, summary, per_graph, png)
+    return summary
+
+
+def _track(cfg, run_dir: Path, dataset: str, out_dir: Path, status: str, summary, per_graph, png) -> None:
+    """One ``build`` run: statistics in the summary, a per-graph table, the graph set as its output."""
+    ref = graphset_artifact(out_dir)
+    group = experiment_group("build", dataset)
+    with make_tracker(cfg.logger, cfg, run_dir, name=f"build-{ref.name}", job_type="build", group=group) as tracker:
+        tracker.update_summary(summary)
+        columns = ["graph", "nodes", "edges", "out_degree_mean", "out_degree_max", "nodes_without_out_edges"]
+        tracker.log_table(
+            "graphs", columns, [[name, *(row[c] for c in columns[1:])] for name, row in per_graph.items()]
+        )
+        if status == "reused":  # made by an earlier build: this run read it
+            tracker.use_artifact(ref)
+        else:
+            tracker.log_artifact(ref)
+        if png is not None:
+            tracker.log_artifact(png, "plot", name=tracker.run_artifact_name("neighbourhood"))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ graph is loaded or built.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,20 +29,34 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import ConfigError, guard_argv, load_graphset, policy_config, restrict_graphs, run_or_exit
-from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
-from graphmem.eval.report import (
-    full_report,
-    paired_table,
-    plot_budget_curves,
-    results_payload,
-    table_data,
-    write_json,
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.cli import (
+    ConfigError,
+    guard_argv,
+    load_graphset,
+    make_configured_policy,
+    policy_config,
+    restrict_graphs,
+    run_or_exit,
 )
+from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
+from graphmem.eval.report import full_report, paired_table, results_payload, table_data, write_json
 from graphmem.eval.stats import PairedComparison, compare_policies
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet
-from graphmem.policies import POLICIES, Budget, TraversalPolicy, make_policy
-from graphmem.tracking import make_tracker
+from graphmem.plots import plot_recall_vs_budget, plot_retrieval, sweep_values
+from graphmem.policies import POLICIES, Budget, TraversalPolicy
+from graphmem.tracking import (
+    checkpoint_artifact,
+    describe_artifact,
+    experiment_group,
+    graphset_location,
+    log_question_tables,
+    make_tracker,
+    use_graphset,
+)
+from graphmem.tracking.artifacts import artifact_name
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ConfigError", "evaluate", "plan_run", "restrict_graphs"]
 
@@ -80,21 +95,20 @@ def plan_run(cfg: DictConfig) -> Plan:
         raise ConfigError(f"stats.n_boot must be a positive integer and stats.level in (0, 1), got {n_boot}, {level}")
     if reference and reference not in names:
         names = [*names, reference]  # the paired statistics need the reference's per-question rows
-    for n in names:
-        try:
-            POLICIES.resolve(n)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
     if len(set(names)) != len(names):
         raise ConfigError(f"policies listed twice: {names}")
-    policies, configs = {}, {}
-    for n in names:
+    configs = {n: policy_config(n, cfg.get("policy")) for n in names}
+    for n, config in configs.items():
         try:
-            kwargs = policy_config(n, cfg.get("policy"))
+            POLICIES.resolve(config["_target_"])
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    policies = {}
+    for n, config in configs.items():
+        try:
             if cfg.get("device"):
-                kwargs["device"] = cfg.device
-            configs[n] = kwargs
-            policies[n] = make_policy(n, **kwargs)
+                config["device"] = cfg.device
+            policies[n] = make_configured_policy(config)
         except Exception as err:  # noqa: BLE001 - any constructor failure is a config problem here
             raise ConfigError(f"policy {n!r} cannot be constructed from its config: {err}") from None
     out_dir = cfg.get("out_dir")
@@ -117,8 +131,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     gs = load_graphset(cfg, asdict(plan.data), asdict(plan.graph))
     gs = restrict_graphs(gs, cfg.get("graphs"), cfg.get("graphs_part") or "test")
-    print("\n".join(gs.report.lines()))
-    print(f"{len(gs.graphs)} graphs, {len(gs.questions)} questions ({time.perf_counter() - t0:.1f}s to load)")
+    log.info("%s", "\n".join(gs.report.lines()))
+    log.info("%d graphs, %d questions (%.1fs to load)", len(gs.graphs), len(gs.questions), time.perf_counter() - t0)
+    question = _plot_question(cfg, gs)
 
     results: list[EvalResult] = []
     sweeps: dict[str, list[EvalResult]] = {}
@@ -138,7 +153,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
     paired = _paired(cfg, plan, results)
     report = full_report(results, paired) + (_qa_report(qa_results) if qa_results else "")
-    print(report)
+    log.info("\n%s", report)
     (out / "results.md").write_text(report, encoding="utf-8")
     meta = {
         "dataset": gs.dataset,
@@ -158,40 +173,76 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         payload["qa"] = {p: {"summary": r.summary, "info": r.info} for p, r in qa_results.items()}
     write_json(payload, out / "results.json")
     if plan.sweep:
-        plot_budget_curves(sweeps, out / "budget_sweep.png", title=f"{gs.dataset}: evidence recall vs token budget")
-    _track(cfg, plan, results, sweeps, out, qa_results, paired)
-    print(f"results written to {out}")
+        panels = {"evidence recall": sweep_values(sweeps), "all-evidence hit": sweep_values(sweeps, "all_evidence_hit")}
+        plot_recall_vs_budget(panels, out / "budget_sweep.png", title=f"{gs.dataset}: recall vs token budget")
+    if question is not None:
+        _draw_question(question, gs, results, out, cfg.get("plot_policies"))
+    _track(cfg, plan, gs, results, sweeps, out, qa_results, paired)
+    log.info("results written to %s", out)
     return payload
+
+
+def _plot_question(cfg: DictConfig, gs: GraphSet):
+    """The question ``plot_question`` names (checked before any retrieval), or ``None``."""
+    qid = cfg.get("plot_question")
+    if qid is None:
+        return None
+    found = [q for q in gs.questions if q.qid == str(qid)]
+    if not found:
+        raise ConfigError(f"plot_question {qid!r} is not a question of the graph set (e.g. {gs.questions[0].qid!r})")
+    unknown = sorted(set(cfg.get("plot_policies") or []) - set(cfg.policies or [cfg.policy.name]))
+    if unknown:
+        raise ConfigError(f"plot_policies {unknown} are not evaluated in this run (policies={cfg.policies})")
+    return found[0]
+
+
+def _draw_question(question, gs: GraphSet, results: list[EvalResult], out: Path, policies=None) -> Path:
+    """``question_<qid>.png``: what each evaluated policy (or those in ``policies``) retrieved for the
+    question, side by side."""
+    shown = [r for r in results if not policies or r.policy in policies]
+    traces = {r.policy: next(row["trace"] for row in r.rows if row["qid"] == question.qid) for r in shown}
+    path = out / f"question_{artifact_name(question.qid)}.png"
+    return plot_retrieval(gs.graphs[question.graph], question.text, list(question.evidence), traces, path)
 
 
 def _track(
     cfg: DictConfig,
     plan: Plan,
+    gs: GraphSet,
     results: list[EvalResult],
     sweeps: dict[str, list[EvalResult]],
     out: Path,
     qa_results: dict[str, Any] | None = None,
     paired: list[PairedComparison] | None = None,
 ) -> None:
+    """One ``evaluate`` run: inputs (graph set, checkpoints), test figures in the summary, per-question
+    and summary tables, and every output file as one result artifact named after the run."""
     name = f"evaluate-{plan.data.name}-{'+'.join(plan.policies)}"
-    with make_tracker(cfg.logger, run_config=cfg, out_dir=out, name=name) as tracker:
+    group = experiment_group("evaluate", gs.dataset)
+    with make_tracker(cfg.logger, run_config=cfg, out_dir=out, name=name, job_type="evaluate", group=group) as tracker:
+        use_graphset(tracker, graphset_location(cfg))
+        for kwargs in plan.policy_configs.values():
+            if kwargs.get("checkpoint") and Path(kwargs["checkpoint"]).is_file():
+                tracker.use_artifact(checkpoint_artifact(kwargs["checkpoint"]))
         columns, rows = [], []
         for r in results:
             columns, policy_rows = table_data(r)
             rows += policy_rows
-            tracker.log(
+            tracker.update_summary(
                 {
-                    f"{r.policy}/{group}/{k}": v
+                    f"test/{r.policy}/{group}/{k}": v
                     for group, s in r.summary.items()
                     for k, v in s.items()
                     if isinstance(v, (int, float))
                 }
             )
-            tracker.log_table(f"questions/{r.policy}", *_question_table(r))
+        log_question_tables(tracker, results)
         tracker.log_table("summary", columns, rows)
         if paired:
             tracker.log_table("paired_vs_reference", *paired_table(paired))
-            tracker.log({f"paired/{c.policy}/{c.metric}/{k}": getattr(c, k) for c in paired for k in PAIRED_SCALARS})
+            tracker.update_summary(
+                {f"paired/{c.policy}/{c.metric}/{k}": getattr(c, k) for c in paired for k in PAIRED_SCALARS}
+            )
         sweep_rows = [
             [
                 policy,
@@ -209,13 +260,12 @@ def _track(
             ["policy", "max_tokens", "max_nodes", "evidence_recall", "all_evidence_hit", "loaded_tokens"],
             sweep_rows,
         )
-        for path, kind in [(out / "results.json", "results"), (out / "budget_sweep.png", "plot")] + [
-            (out / f"questions_{p}.jsonl", "predictions") for p in plan.policies
-        ]:
-            if path.exists():
-                tracker.log_artifact(path, kind)
         if qa_results:
-            _track_qa(tracker, qa_results, out)
+            _track_qa(tracker, qa_results)
+        files = [
+            p.name for p in sorted(out.iterdir()) if p.is_file() and p.suffix in (".json", ".md", ".jsonl", ".png")
+        ]
+        tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 
 PAIRED_SCALARS = ("n", "mean_diff", "ci_low", "ci_high", "p_value")
@@ -233,23 +283,6 @@ def _paired(cfg: DictConfig, plan: Plan, results: list[EvalResult]) -> list[Pair
         level=float(stats.get("level", 0.95)),
         seed=int(cfg.seed),
     )
-
-
-def _question_table(result: EvalResult) -> tuple[list[str], list[list[Any]]]:
-    keys = ("evidence_recall", "all_evidence_hit", "precision", "first_gold_rank", "loaded_tokens", "hops", "latency_s")
-    columns = ["qid", "graph", "category", *keys, "loaded", "gold_evidence"]
-    rows = [
-        [
-            r["qid"],
-            r["graph"],
-            r["category_name"],
-            *(r["metrics"][k] for k in keys),
-            " ".join(r["loaded"]),
-            " ".join(r["gold_evidence"]),
-        ]
-        for r in result.rows
-    ]
-    return columns, rows
 
 
 # ---------------------------------------------------------------------------- QA mode (qa.enabled)
@@ -275,7 +308,7 @@ def _run_qa(settings, gs: GraphSet, result: EvalResult, out: Path, progress: boo
     loaded = {row["qid"]: row["loaded"] for row in result.rows}
     qa = evaluate_qa(settings, gs, loaded, policy=result.policy, components=components, progress=progress)
     write_rows(qa, out / f"qa_{result.policy}.jsonl")
-    print("\n".join(summary_lines(qa)))
+    log.info("%s", "\n".join(summary_lines(qa)))
     return qa
 
 
@@ -306,7 +339,7 @@ def _qa_report(qa_results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _track_qa(tracker, qa_results: dict[str, Any], out: Path) -> None:
+def _track_qa(tracker, qa_results: dict[str, Any]) -> None:
     columns = [
         "qid",
         "graph",
@@ -325,9 +358,9 @@ def _track_qa(tracker, qa_results: dict[str, Any], out: Path) -> None:
         "latency_s",
     ]
     for policy, r in qa_results.items():
-        tracker.log(
+        tracker.update_summary(
             {
-                f"{policy}/qa/{group}/{k}": v
+                f"test/{policy}/qa/{group}/{k}": v
                 for group, s in r.summary.items()
                 for k, v in s.items()
                 if isinstance(v, (int, float))
@@ -357,8 +390,6 @@ def _track_qa(tracker, qa_results: dict[str, Any], out: Path) -> None:
                 for x in r.rows
             ],
         )
-        if (out / f"qa_{policy}.jsonl").exists():
-            tracker.log_artifact(out / f"qa_{policy}.jsonl", "predictions")
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="evaluate")

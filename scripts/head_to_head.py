@@ -30,13 +30,16 @@ and after, with the number of counter updates and labels.
 Learning curves: with ``N`` shuffled training questions (one order shared by both learners), the
 learners see the first ``round(f · N)`` for each ``f`` in ``fractions``; Beta learns incrementally,
 the router is retrained from scratch on each prefix (``f = 0``: its initialisation). Writes
-``results.json``, ``results.md`` and ``recall_vs_examples.png`` in ``out_dir``.
+``results.json``, ``results.md`` and ``recall_vs_examples.png`` in ``out_dir``. Tracked
+(:mod:`graphmem.tracking`) as one ``train`` run per (protocol, learner), its test figures drawn
+against the training examples seen, and a ``summary`` run holding the table and the results artifact.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import random
 import time
 from pathlib import Path
@@ -46,6 +49,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import METRICS, guard_argv, load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy
 from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
@@ -54,8 +58,17 @@ from graphmem.io import atomic_write
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.router import RouterPolicy
+from graphmem.tracking import (
+    describe_artifact,
+    experiment_group,
+    graphset_artifact,
+    graphset_location,
+    make_tracker,
+)
 from rl.reinforce import TrainConfig, train
 from rl.splits import conversation_folds, within_conversation_split
+
+log = logging.getLogger(__name__)
 
 
 def pick(gs: GraphSet, qids) -> tuple[list, torch.Tensor]:
@@ -107,10 +120,14 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
     train_q, train_e = [train_q[i] for i in order], train_e[order]
     counts = sorted({round(f * len(train_q)) for f in cfg.fractions})
     test_graphs = sorted({q.graph for q in test_q})
-    print(
-        f"[{name}] train {len(train_q)} / val {len(val_q)} / test {len(test_q)} questions; "
-        f"test graphs {test_graphs}; checkpoints {counts}",
-        flush=True,
+    log.info(
+        "[%s] train %d / val %d / test %d questions; test graphs %s; checkpoints %s",
+        name,
+        len(train_q),
+        len(val_q),
+        len(test_q),
+        test_graphs,
+        counts,
     )
 
     # ------------------------------------------------------------------ Beta BFS: uniform, then evidence learning
@@ -131,10 +148,12 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
             "seconds": time.perf_counter() - t0,
         }
         curve_beta.append(row)
-        print(
-            f"[{name}] beta_bfs after {n:5d} examples: recall {row['evidence_recall']:.4f} "
-            f"(counter mass on test graphs {row['test_counter_mass']:.1f})",
-            flush=True,
+        log.info(
+            "[%s] beta_bfs after %5d examples: recall %.4f (counter mass on test graphs %.1f)",
+            name,
+            n,
+            row["evidence_recall"],
+            row["test_counter_mass"],
         )
 
     # ------------------------------------------------------------------ router on the same prefixes
@@ -161,10 +180,7 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
             "seconds": time.perf_counter() - t0,
         }
         curve_router.append(row)
-        print(
-            f"[{name}] router after {n:5d} examples: recall {row['evidence_recall']:.4f} ({row['seconds']:.0f}s)",
-            flush=True,
-        )
+        log.info("[%s] router after %5d examples: recall %.4f (%.0fs)", name, n, row["evidence_recall"], row["seconds"])
 
     table = {"beta_bfs_uniform": curve_beta[0], "beta_bfs_learned": curve_beta[-1], "router": curve_router[-1]}
     return {
@@ -222,10 +238,14 @@ def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[
         if client is not None:
             rows[source]["llm"] = {"model": client.model, "local_substitute": client.is_local_substitute}
             rows[source]["llm_failures"] = client.failure_summary()["by_role_kind"]
-        print(
-            f"[feedback] {source}: recall {before['evidence_recall']:.4f} -> {after['evidence_recall']:.4f}, "
-            f"{stats.edges_updated} counter updates, labels {stats.labels} ({rows[source]['seconds']:.0f}s)",
-            flush=True,
+        log.info(
+            "[feedback] %s: recall %.4f -> %.4f, %d counter updates, labels %s (%.0fs)",
+            source,
+            before["evidence_recall"],
+            after["evidence_recall"],
+            stats.edges_updated,
+            stats.labels,
+            rows[source]["seconds"],
         )
     return {"graph": name, "train_questions": len(questions), "test_questions": len(test_q), "sources": rows}
 
@@ -292,7 +312,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     table = markdown(results) if results else ""
     if feedback is not None:
         table = (table + "\n\n" if table else "") + feedback_markdown(feedback)
-    print(f"\n{gs.dataset}: budget {dataclasses.asdict(budget)}\n{table}")
+    log.info("%s: budget %s\n%s", gs.dataset, dataclasses.asdict(budget), table)
     payload = {
         "dataset": gs.dataset,
         "budget": dataclasses.asdict(budget),
@@ -304,8 +324,55 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     if results:
         plot(results, out / "recall_vs_examples.png")
-    print(f"results written to {out}")
+    track(cfg, gs, results, feedback, out)
+    log.info("results written to %s", out)
     return payload
+
+
+def track(
+    cfg: DictConfig, gs: GraphSet, results: list[dict[str, Any]], feedback: dict[str, Any] | None, out: Path
+) -> None:
+    """One ``train`` run per (protocol, learner) with its test curve against the examples seen, then a
+    ``summary`` run with the tables (and the feedback-source comparison) and the results artifact;
+    all in one group."""
+    group = experiment_group("train", gs.dataset)
+    location = graphset_location(cfg)
+    graphset = graphset_artifact(location) if (location / "manifest.json").is_file() else None
+    for r in results:
+        for learner, curve in r["curves"].items():
+            name = f"{r['protocol']}-{learner}"
+            with make_tracker(
+                cfg.logger,
+                {**OmegaConf.to_container(cfg, resolve=True), "protocol": r["protocol"]},
+                out,
+                name=name,
+                job_type="train",
+                group=group,
+            ) as tracker:
+                if graphset is not None:
+                    tracker.use_artifact(graphset)
+                tracker.define_metric("examples")
+                tracker.define_metric("test/*", step_metric="examples")
+                for row in curve:
+                    tracker.log({"examples": row["examples"], **{f"test/{m}": row[m] for m in METRICS}})
+                tracker.update_summary(
+                    {f"test/{m}": curve[-1][m] for m in METRICS} | {"examples": curve[-1]["examples"]}
+                )
+    with make_tracker(cfg.logger, cfg, out, name="summary", job_type="evaluate", group=group) as tracker:
+        rows = [
+            [r["protocol"], p, row["examples"], *(row[m] for m in METRICS)]
+            for r in results
+            for p, row in r["table"].items()
+        ]
+        if rows:
+            tracker.log_table("head_to_head", ["protocol", "policy", "examples", *METRICS], rows)
+        if feedback is not None:
+            columns = ["source", "recall_before", "recall_after", "counter_updates"]
+            tracker.log_table(
+                "feedback_sources", columns, [[k, *(v[c] for c in columns[1:])] for k, v in feedback["sources"].items()]
+            )
+        files = [f for f in ("results.json", "results.md", "recall_vs_examples.png") if (out / f).is_file()]
+        tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="head_to_head")

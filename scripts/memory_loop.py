@@ -13,7 +13,9 @@ validated after every edit. The graph is a copy: the saved graph set is not modi
 Beta BFS (embedding entries) evidence recall on the same questions is measured on the graph
 before the loop and after it. Prints the counts of calls, schema-valid replies per role, tokens,
 applied transitions and edits, and discarded items, and writes one JSON line per example
-(``trace.jsonl``) and the totals (``summary.json``) in ``out_dir``.
+(``trace.jsonl``) and the totals (``summary.json``) in ``out_dir``. Tracked as one ``evaluate``
+run (:mod:`graphmem.tracking`): per-example counts against the example number, the totals in the
+run summary, one row per example in a table, the graph set as input and the files as its results.
 
 Failures are loud: an example whose retrieval or generation call failed stops there, and after
 ``max_consecutive_failures`` failed examples in a row the run stops, writes what it has, prints
@@ -23,6 +25,7 @@ the failure summary and exits with status 3.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from collections import Counter
@@ -33,6 +36,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import guard_argv, load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.graphset import GraphSet
@@ -42,6 +46,9 @@ from graphmem.memory_loop import ExampleRecord, MemoryLoop
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.selectors import make_entry_selector
+from graphmem.tracking import describe_artifact, experiment_group, graphset_location, make_tracker, use_graphset
+
+log = logging.getLogger(__name__)
 
 
 def feedback_note(answer: str | None) -> Any:
@@ -73,6 +80,18 @@ def record_json(rec: ExampleRecord, question_text: str, elapsed: float) -> dict[
         "entries": [] if rec.retrieval is None else rec.retrieval.entries,
         "graph_checks": rec.graph_checks,
         "seconds": elapsed,
+    }
+
+
+def example_counts(row: dict[str, Any]) -> dict[str, Any]:
+    """The per-example figures tracked against the example number (from a ``trace.jsonl`` row)."""
+    return {
+        "failed": int(row["failed"] is not None),
+        "loaded": len(row["loaded"]),
+        "transitions": len(row["applied_transitions"]),
+        "ops": len(row["applied_ops"]),
+        "discarded": sum(row["discarded"].values()),
+        "seconds": row["seconds"],
     }
 
 
@@ -133,78 +152,99 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     loop = MemoryLoop(client, BetaBFS(entry_selector=selector), embed=embed, budget=budget, max_tokens=max_tokens)
     nodes0, edges0 = graph.num_nodes, graph.num_edges
     recall_before = beta_recall(gs, name, graph, idx, budget)
-    print(f"graph {name}: {nodes0} nodes, {edges0} edges; {len(idx)} questions; model {client.model}", flush=True)
-    rows, discarded, ops = [], Counter(), Counter()
-    n_transitions, streak, stopped = 0, 0, None
-    t_start = time.perf_counter()
-    for i in idx:
-        t0 = time.perf_counter()
-        rec = loop.step(graph, queries[i], feedback_note(gs.questions[i].answer))  # answer read only after predict
-        rows.append(record_json(rec, gs.questions[i].text, time.perf_counter() - t0))
-        discarded.update(rec.discarded)
-        ops.update(op.split()[0] for op in rec.applied_ops)
-        n_transitions += len(rec.applied_transitions)
-        print(
-            f"  {rec.qid}: {'FAILED at ' + rec.failed + ', ' if rec.failed else ''}loaded {len(rec.loaded)}, "
-            f"trace {len(rec.trace)}, transitions {len(rec.applied_transitions)}, ops {len(rec.applied_ops)}, "
-            f"discarded {sum(rec.discarded.values())} ({rows[-1]['seconds']:.1f}s)",
-            flush=True,
-        )
-        streak = streak + 1 if rec.failed else 0
-        if cfg.max_consecutive_failures and streak >= cfg.max_consecutive_failures:
-            stopped = f"{streak} consecutive examples failed"
-            break
-    wall = time.perf_counter() - t_start
-    graph.validate()
-    usage = client.usage_report()
-    failures = client.failure_summary()
-    summary = {
-        "graph": name,
-        "questions": len(idx),
-        "examples_run": len(rows),
-        "examples_failed": sum(r["failed"] is not None for r in rows),
-        "stopped_early": stopped,
-        "loop_wall_s": round(wall, 1),
-        "model": usage["model"],
-        "local_substitute": usage["local_substitute"],
-        "calls": {r: u["calls"] for r, u in usage["roles"].items()},
-        "total_calls": usage["total"].get("calls", 0),
-        "requests": usage["total"].get("requests", 0),
-        "cache_hits": usage["total"].get("cache_hits", 0),
-        "prompt_tokens": usage["total"].get("prompt_tokens", 0),
-        "completion_tokens": usage["total"].get("completion_tokens", 0),
-        "memory_tokens": sum(r["tokens"].get("memory", 0) for r in rows),
-        "index_tokens": sum(r["tokens"].get("index", 0) for r in rows),
-        "schema_valid": schema_validity(usage),
-        "applied_transitions": n_transitions,
-        "edits": dict(ops),
-        "graph_checks": sum(r["graph_checks"] for r in rows),
-        "beta_bfs_recall": {"before": recall_before, "after": beta_recall(gs, name, graph, idx[: len(rows)], budget)},
-        "discarded": dict(discarded),
-        "client_failures": failures["by_role_kind"],
-        "entry_selection": {k: v for k, v in vars(selector.stats).items() if k != "last_sections"}
-        if hasattr(selector, "stats")
-        else {},
-        "graph_before": {"nodes": nodes0, "edges": edges0},
-        "graph_after": {
-            "nodes": graph.num_nodes,
-            "edges": graph.num_edges,
-            "S_total": float(graph.S.sum()),
-            "F_total": float(graph.F.sum()),
-        },
-        "usage": usage,
-    }
-    write_jsonl(rows, out / "trace.jsonl")
-    atomic_write(out / "summary.json", lambda tmp: tmp.write_text(json.dumps(summary, indent=1, default=str)))
-    brief = {k: v for k, v in summary.items() if k != "usage"}
-    print(json.dumps(brief, indent=1, default=str))
-    print(f"trace written to {out / 'trace.jsonl'}")
-    if failures["failures"]:
-        print(f"LLM call failures: {json.dumps(failures, default=str)}", file=sys.stderr)
-    if stopped:
-        print(f"error: stopped after {len(rows)} of {len(idx)} examples: {stopped}", file=sys.stderr)
-        sys.exit(EXIT_FAILURES)
-    return summary
+    log.info("graph %s: %d nodes, %d edges; %d questions; model %s", name, nodes0, edges0, len(idx), client.model)
+    group = experiment_group("evaluate", gs.dataset)
+    with make_tracker(cfg.logger, cfg, out, name=f"memory_loop-{name}", job_type="evaluate", group=group) as tracker:
+        use_graphset(tracker, graphset_location(cfg))
+        tracker.define_metric("example")
+        tracker.define_metric("loop/*", step_metric="example")
+        rows, discarded, ops = [], Counter(), Counter()
+        n_transitions, streak, stopped = 0, 0, None
+        t_start = time.perf_counter()
+        for i in idx:
+            t0 = time.perf_counter()
+            rec = loop.step(graph, queries[i], feedback_note(gs.questions[i].answer))  # answer read only after predict
+            rows.append(record_json(rec, gs.questions[i].text, time.perf_counter() - t0))
+            discarded.update(rec.discarded)
+            ops.update(op.split()[0] for op in rec.applied_ops)
+            n_transitions += len(rec.applied_transitions)
+            log.info(
+                "  %s: %sloaded %d, trace %d, transitions %d, ops %d, discarded %d (%.1fs)",
+                rec.qid,
+                "FAILED at " + rec.failed + ", " if rec.failed else "",
+                len(rec.loaded),
+                len(rec.trace),
+                len(rec.applied_transitions),
+                len(rec.applied_ops),
+                sum(rec.discarded.values()),
+                rows[-1]["seconds"],
+            )
+            tracker.log({"example": len(rows) - 1, **{f"loop/{k}": v for k, v in example_counts(rows[-1]).items()}})
+            streak = streak + 1 if rec.failed else 0
+            if cfg.max_consecutive_failures and streak >= cfg.max_consecutive_failures:
+                stopped = f"{streak} consecutive examples failed"
+                break
+        wall = time.perf_counter() - t_start
+        graph.validate()
+        usage = client.usage_report()
+        failures = client.failure_summary()
+        summary = {
+            "graph": name,
+            "questions": len(idx),
+            "examples_run": len(rows),
+            "examples_failed": sum(r["failed"] is not None for r in rows),
+            "stopped_early": stopped,
+            "loop_wall_s": round(wall, 1),
+            "model": usage["model"],
+            "local_substitute": usage["local_substitute"],
+            "calls": {r: u["calls"] for r, u in usage["roles"].items()},
+            "total_calls": usage["total"].get("calls", 0),
+            "requests": usage["total"].get("requests", 0),
+            "cache_hits": usage["total"].get("cache_hits", 0),
+            "prompt_tokens": usage["total"].get("prompt_tokens", 0),
+            "completion_tokens": usage["total"].get("completion_tokens", 0),
+            "memory_tokens": sum(r["tokens"].get("memory", 0) for r in rows),
+            "index_tokens": sum(r["tokens"].get("index", 0) for r in rows),
+            "schema_valid": schema_validity(usage),
+            "applied_transitions": n_transitions,
+            "edits": dict(ops),
+            "graph_checks": sum(r["graph_checks"] for r in rows),
+            "beta_bfs_recall": {
+                "before": recall_before,
+                "after": beta_recall(gs, name, graph, idx[: len(rows)], budget),
+            },
+            "discarded": dict(discarded),
+            "client_failures": failures["by_role_kind"],
+            "entry_selection": {k: v for k, v in vars(selector.stats).items() if k != "last_sections"}
+            if hasattr(selector, "stats")
+            else {},
+            "graph_before": {"nodes": nodes0, "edges": edges0},
+            "graph_after": {
+                "nodes": graph.num_nodes,
+                "edges": graph.num_edges,
+                "S_total": float(graph.S.sum()),
+                "F_total": float(graph.F.sum()),
+            },
+            "usage": usage,
+        }
+        write_jsonl(rows, out / "trace.jsonl")
+        atomic_write(out / "summary.json", lambda tmp: tmp.write_text(json.dumps(summary, indent=1, default=str)))
+        brief = {k: v for k, v in summary.items() if k != "usage"}
+        log.info("%s", json.dumps(brief, indent=1, default=str))
+        log.info("trace written to %s", out / "trace.jsonl")
+        tracker.update_summary(brief)
+        counts = [example_counts(r) for r in rows]
+        columns = ["qid", *(counts[0] if counts else []), "prediction"]
+        tracker.log_table("examples", columns, [[r["qid"], *c.values(), r["prediction"]] for r, c in zip(rows, counts)])
+        files = ["trace.jsonl", "summary.json"]
+        tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
+        if failures["failures"]:
+            print(f"LLM call failures: {json.dumps(failures, default=str)}", file=sys.stderr)
+        if stopped:
+            print(f"error: stopped after {len(rows)} of {len(idx)} examples: {stopped}", file=sys.stderr)
+            tracker.finish(exit_code=EXIT_FAILURES)
+            sys.exit(EXIT_FAILURES)
+        return summary
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="memory_loop")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import sys
 import time
 from dataclasses import asdict
@@ -34,6 +35,8 @@ from graphmem.cli import guard_argv, load_graphset, restrict_graphs, run_or_exit
 from graphmem.policies.base import Budget  # noqa: E402
 from rl.gnn_train import GNNTrainConfig, evidence_recall, load_reader, save_checkpoint, train_reader  # noqa: E402
 from rl.grpo_writer import WriterConfig, load_writer, rewrite_graph  # noqa: E402
+
+log = logging.getLogger(__name__)
 
 
 def entity_edge_count(graphs) -> int:
@@ -107,7 +110,9 @@ def run(cfg: DictConfig) -> None:
                 },
             }
         )
-        print(json.dumps({k: v for k, v in rounds[-1].items() if k not in ("writer", "reader_history", "split")}))
+        log.info(
+            "%s", json.dumps({k: v for k, v in rounds[-1].items() if k not in ("writer", "reader_history", "split")})
+        )
         (out_dir / "rounds.json").write_text(
             json.dumps({"writer": asdict(wcfg), "train": asdict(tcfg), "rounds": rounds}, indent=2)
         )

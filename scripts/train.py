@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -39,19 +40,36 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import METRICS, guard_argv, load_graphset, policy_config, restrict_graphs, run_or_exit
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.cli import (
+    METRICS,
+    guard_argv,
+    load_graphset,
+    make_configured_policy,
+    policy_config,
+    restrict_graphs,
+    run_or_exit,
+)
 from graphmem.device import resolve_device
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
 from graphmem.graphset import GraphSet, check_configs, open_train_graphset, union
 from graphmem.io import atomic_write
-from graphmem.policies import POLICIES, Budget, make_policy
+from graphmem.plots import plot_learning_curves
+from graphmem.policies import POLICIES, Budget
 from graphmem.policies.router import RouterPolicy
-from graphmem.tracking import make_tracker
+from graphmem.tracking import (
+    describe_artifact,
+    experiment_group,
+    graphset_artifact,
+    graphset_location,
+    log_checkpoints,
+    log_question_tables,
+    make_tracker,
+)
 from rl.distributed import init_from_env, shutdown
-from rl.learning_curves import plot_learning_curves
-from rl.logging import MultiLogger, PrintLogger
+from rl.logging import MultiLogger, PrintLogger, ProgressLogger, TrackerLogger
 from rl.run_folder import open_run_folder_on_main
 from rl.splits import check_fraction, conversation_folds
 from rl.walk_trainer import TrainConfig, WalkTrainer
@@ -63,9 +81,13 @@ ARTIFACTS = (
     "learning_curves.png",
     "fold*/*/last.pt",
     "fold*/*/best.pt",
+    "fold*/*/*.pt.artifact.json",
     "tracking",
+    "wandb",
 )
 """What a run writes in its folder (rl.run_folder moves an earlier run's aside)."""
+
+log = logging.getLogger(__name__)
 
 
 def load_train_graphset(cfg: DictConfig) -> GraphSet | None:
@@ -131,7 +153,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         except ValueError:
             raise ValueError(f"unknown baseline policy {name!r}; registered: {sorted(POLICIES)}") from None
         try:
-            baselines[name] = make_policy(name, **policy_config(name))
+            baselines[name] = make_configured_policy(policy_config(name))
         except (OSError, TypeError, ValueError, KeyError) as err:
             raise ValueError(f"baseline {name!r} cannot be built from its policy config: {err}") from None
     for name in fold_baseline_config(cfg):
@@ -159,11 +181,14 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
     extra = load_train_graphset(cfg) if cfg.get("train_extra") else None
     if world.is_main:
         world.barrier()
-        print("\n".join(gs.report.lines()))
+        log.info("%s", "\n".join(gs.report.lines()))
         folder.check_graphset(gs.config_hash)
         if extra is not None:
-            print(
-                f"training-only: {len(extra.graphs)} graphs, {len(extra.questions)} questions ({cfg.data.train_files})"
+            log.info(
+                "training-only: %d graphs, %d questions (%s)",
+                len(extra.graphs),
+                len(extra.questions),
+                cfg.data.train_files,
             )
     train_graphs = gs.graphs if extra is None else union(gs, extra).graphs  # refuses shared graph names
     splits = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
@@ -171,13 +196,21 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
     per_fold, records, curves = [], [], {}
     test_rows: dict[str, list[dict]] = {}
     started = time.perf_counter()
-    tracker = make_tracker(
-        cfg.logger if world.is_main else {"backend": "none"}, run_config=cfg, out_dir=out, name=f"train-{gs.dataset}"
-    )
+    logger_cfg = cfg.logger if world.is_main else {"backend": "none"}
+    group = experiment_group("train", gs.dataset)
+    location = graphset_location(cfg)
+    graphset_input = graphset_artifact(location) if world.is_main and (location / "manifest.json").is_file() else None
+    models, curves = [], {}  # best checkpoints (the summary run's inputs); variant -> fold -> history
     for k in folds:
         split = splits[k]
         if world.is_main:
-            print(f"fold {k}: train {len(split.train)} / val {len(split.val)} / test {len(split.test)} conversations")
+            log.info(
+                "fold %d: train %d / val %d / test %d conversations",
+                k,
+                len(split.train),
+                len(split.val),
+                len(split.test),
+            )
         train_set, val_set, test_set = (restrict_graphs(gs, part) for part in (split.train, split.val, split.test))
         train_q, train_e = train_set.questions, train_set.query_embeddings
         if extra is not None:
@@ -187,17 +220,35 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
         fold_metrics: dict[str, dict[str, float]] = {}
         for name, overrides in variants.items():
             tc = TrainConfig.merged(base, overrides, checkpoint_dir=str(out / f"fold{k}" / name), run_id=folder.run_id)
-            prefix = f"fold{k}/{name}/"
-            logger = MultiLogger(PrintLogger(every=1), _Prefixed(tracker, prefix, offset=1000 * k))
+            run_config = {**OmegaConf.to_container(cfg, resolve=True), "fold": k, "variant": name}
+            tracker = make_tracker(
+                logger_cfg, run_config, out_dir=out, name=f"fold{k}-{name}", job_type="train", group=group
+            )
+            if graphset_input is not None:
+                tracker.use_artifact(graphset_input)
+            epochs = sum(n for _, n, _ in tc.phases())
+            bar = ProgressLogger(epochs, desc=f"fold {k} {name}", disable=not cfg.progress)
+            logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar)
             t0 = time.perf_counter()
             selector = cfg.policy.get("entry_selector", "embedding")
             trainer = WalkTrainer(tc, train_graphs, train_q, train_e, val_q, val_e, budget, logger, selector)
             result = trainer.learn()
             train_s = time.perf_counter() - t0
-            curves[f"fold{k}/{name}"] = result.history
+            bar.close()
+            curves.setdefault(name, {})[k] = result.history
             policy = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=selector)
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
+            tracker.update_summary(
+                {"best_epoch": result.best_epoch, "val/best_recall": result.best_score, "train_wall_s": train_s}
+                | {f"test/{m}": v for m, v in fold_metrics[name].items()}
+            )
+            log_question_tables(tracker, [res], prefix=f"test_questions/fold{k}")
+            meta = {"fold": k, "variant": name, "best_epoch": result.best_epoch, "config_hash": gs.config_hash}
+            models += log_checkpoints(tracker, tc.run.checkpoint_dir, f"router-{gs.dataset}-fold{k}-{name}", meta)[
+                :1
+            ]  # best
+            tracker.finish()
             test_rows.setdefault(name, []).extend({"fold": k, **row} for row in res.rows)
             records.append(
                 {
@@ -216,16 +267,17 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             continue
         for name, kwargs in fold_baseline_config(cfg).items():
             given = {key: v.format(fold=k) if isinstance(v, str) else v for key, v in kwargs.items()}
-            baselines[name] = make_policy(name, **{**policy_config(name), **given})
+            baselines[name] = make_configured_policy({**policy_config(name), **given})
         for name, policy in baselines.items():
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
             test_rows.setdefault(name, []).extend({"fold": k, **row} for row in res.rows)
             records.append({"fold": k, "policy": name, "test": res.overall})
         per_fold.append(fold_metrics)
-        print(fold_markdown(summarize([fold_metrics]), {p: len(test_q) for p in fold_metrics}))
+        log.info(
+            "fold %d test:\n%s", k, fold_markdown(summarize([fold_metrics]), {p: len(test_q) for p in fold_metrics})
+        )
     if not world.is_main:
-        tracker.finish()
         return None
     summary = summarize(per_fold)
     stats = stats_config(cfg)
@@ -238,9 +290,9 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             groups.append(compare_policies(rows, other, n_boot=n_boot, seed=seed))
     paired = [c for g in groups for c in g]
     table = fold_markdown(summary, question_counts(test_rows))
-    for group in groups:
-        table += "\n\n" + comparisons_markdown(group) if group else ""
-    print(f"\n{gs.dataset}: test graphs, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
+    for comparisons in groups:
+        table += "\n\n" + comparisons_markdown(comparisons) if comparisons else ""
+    log.info("%s: test graphs, %d fold(s), budget %s\n%s", gs.dataset, len(folds), dataclasses.asdict(budget), table)
     payload = {
         "run_id": folder.run_id,
         "dataset": gs.dataset,
@@ -262,28 +314,25 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     for name, rows in test_rows.items():
         write_jsonl(rows, out / f"questions_{name}.jsonl")
-    plot_learning_curves(curves, out / "learning_curves.png")
-    tracker.log_artifact(out / "learning_curves.png", "learning_curves")
-    tracker.log_table(
-        "summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()]
-    )
-    if paired:
-        tracker.log_table("paired_vs_reference", *paired_table(paired))
-    tracker.finish()
-    print(f"results written to {out}")
-    return payload
-
-
-class _Prefixed:
-    """Forwards training rows to the tracker under ``prefix`` (steps offset per fold)."""
-
-    def __init__(self, tracker, prefix: str, offset: int):
-        self.tracker, self.prefix, self.offset = tracker, prefix, offset
-
-    def log(self, metrics, step):
-        self.tracker.log(
-            {self.prefix + k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step + self.offset
+    if curves:
+        plot_learning_curves(curves, out / "learning_curves.png", title=f"{gs.dataset}: {len(folds)} fold(s)")
+    with make_tracker(logger_cfg, cfg, out_dir=out, name="summary", job_type="evaluate", group=group) as tracker:
+        for ref in models:  # lineage: graph set -> checkpoints -> these results
+            tracker.use_artifact(ref)
+        tracker.update_summary(
+            {f"test/{p}/{m}": ms[m]["mean"] for p, ms in summary.items() for m in METRICS}
+            | {f"test/{p}/{m}_std": ms[m]["std"] for p, ms in summary.items() for m in METRICS}
         )
+        tracker.log_table(
+            "summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()]
+        )
+        if paired:
+            tracker.log_table("paired_vs_reference", *paired_table(paired))
+        files = ["results.json", "results.md", *(f"questions_{n}.jsonl" for n in test_rows)]
+        files += ["learning_curves.png"] if curves else []
+        tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
+    log.info("results written to %s", out)
+    return payload
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")

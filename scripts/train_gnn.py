@@ -8,12 +8,15 @@ Splits the graph set by graph with fold ``split.fold`` of :func:`rl.splits.conve
 on validation), writes the checkpoint, ``<checkpoint>.split.json`` (the graph names of each part,
 which ``scripts/evaluate.py graphs=<file>`` reads to evaluate on the test graphs only) and
 ``results.json`` (train/val/test recall of the reader and of the cosine-ranked walk under the same
-budget, per-epoch history).
+budget, per-epoch history). Tracked as one ``train`` run (:mod:`graphmem.tracking`): the graph set as
+its input, the loss and validation-recall curve per epoch, the recalls in the run summary, the
+checkpoint as model artifact ``gnn-<dataset>-fold<k>`` and ``results.json`` as a result artifact.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import asdict
@@ -23,11 +26,13 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import guard_argv, load_graphset, run_or_exit
 from graphmem.graphset import GraphSet, check_configs
 from graphmem.io import atomic_write
 from graphmem.lockfile import FileLock, LockBusyError, describe
 from graphmem.policies.base import Budget
+from graphmem.tracking import experiment_group, graphset_location, make_tracker, use_graphset
 from rl.checkpoint import CheckpointError
 from rl.gnn_train import (
     GNNTrainConfig,
@@ -39,8 +44,11 @@ from rl.gnn_train import (
     save_checkpoint,
     train_reader,
 )
+from rl.logging import TrackerLogger
 from rl.run_folder import RunFolderError, open_run_folder
 from rl.splits import check_fraction
+
+log = logging.getLogger(__name__)
 
 
 def set_threads(cfg: DictConfig) -> int:
@@ -99,41 +107,53 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
     threads = set_threads(cfg)
     gs = load_graphset(cfg)
     parts, ex = split_examples(gs, cfg.split, budget)
-    print(
+    log.info(
+        "%s graphs; %s questions; %d threads",
         {k: len(v) for k, v in parts.items()},
-        "graphs;",
         {k: sum(len(e.gold) for e in v) for k, v in ex.items()},
-        "questions;",
         threads,
-        "threads",
     )
-    init = load_reader(hydra.utils.to_absolute_path(cfg.init_checkpoint)) if cfg.init_checkpoint else None
-    t0 = time.perf_counter()
-    reader, history = train_reader(
-        ex["train"], train_cfg, budget, val=ex["val"] or None, reader=init, progress=cfg.progress
-    )
-    metrics = {"train_seconds": round(time.perf_counter() - t0, 2)}
-    for name, examples in ex.items():
-        if examples:
-            metrics[f"{name}_recall_gnn"] = evidence_recall(reader, examples, budget, chunk=train_cfg.eval_chunk)
-            metrics[f"{name}_recall_cosine_walk"] = cosine_walk_recall(examples, budget)
-    save_checkpoint(reader, cfg.checkpoint, train_cfg, metrics, run_id=run_id)
-    split_file = write_split(parts, cfg.checkpoint, run_id)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "run_id": run_id,
-        "dataset": gs.dataset,
-        "graphset": gs.provenance,
-        "budget": asdict(budget),
-        "split": parts,
-        "split_file": str(split_file),
-        "train": asdict(train_cfg),
-        "metrics": metrics,
-        "history": history,
-        "checkpoint": str(cfg.checkpoint),
-    }
-    atomic_write(out_dir / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=2)))
-    print(json.dumps(metrics, indent=2))
+    name = f"gnn-{gs.dataset}-fold{cfg.split.fold}"
+    with make_tracker(
+        cfg.logger, cfg, out_dir, name=name, job_type="train", group=experiment_group("train", gs.dataset)
+    ) as tracker:
+        use_graphset(tracker, graphset_location(cfg))
+        init = load_reader(hydra.utils.to_absolute_path(cfg.init_checkpoint)) if cfg.init_checkpoint else None
+        t0 = time.perf_counter()
+        reader, history = train_reader(
+            ex["train"], train_cfg, budget, val=ex["val"] or None, reader=init, progress=cfg.progress
+        )
+        curve = TrackerLogger(tracker)
+        for row in history:
+            curve.log(row, row["epoch"])
+        metrics = {"train_seconds": round(time.perf_counter() - t0, 2)}
+        for part, examples in ex.items():
+            if examples:
+                metrics[f"{part}_recall_gnn"] = evidence_recall(reader, examples, budget, chunk=train_cfg.eval_chunk)
+                metrics[f"{part}_recall_cosine_walk"] = cosine_walk_recall(examples, budget)
+        save_checkpoint(reader, cfg.checkpoint, train_cfg, metrics, run_id=run_id)
+        split_file = write_split(parts, cfg.checkpoint, run_id)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "run_id": run_id,
+            "dataset": gs.dataset,
+            "graphset": gs.provenance,
+            "budget": asdict(budget),
+            "split": parts,
+            "split_file": str(split_file),
+            "train": asdict(train_cfg),
+            "metrics": metrics,
+            "history": history,
+            "checkpoint": str(cfg.checkpoint),
+        }
+        atomic_write(out_dir / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=2)))
+        best_val = max((r["val_recall"] for r in history if "val_recall" in r), default=None)
+        summary = {k.replace("_", "/", 1) if k != "train_seconds" else k: v for k, v in metrics.items()}
+        tracker.update_summary({"val/best_recall": best_val, **summary})  # e.g. test/recall_gnn
+        ckpt_meta = {"dataset": gs.dataset, "fold": int(cfg.split.fold), "config_hash": gs.config_hash}
+        tracker.log_artifact(hydra.utils.to_absolute_path(cfg.checkpoint), "model", name, ["best"], ckpt_meta)
+        tracker.log_artifact(out_dir / "results.json", "results")
+    log.info("%s", json.dumps(metrics, indent=2))
     return payload
 
 

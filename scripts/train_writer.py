@@ -17,6 +17,8 @@ trainers' logs (GRPO: reward, its parts and the well-formed share per step) to W
 from __future__ import annotations
 
 import json
+import logging
+import os
 import random
 import sys
 import time
@@ -31,9 +33,12 @@ from train_gnn import set_threads, split_parts  # noqa: E402  (sibling script: s
 
 from graphmem.build.entities import make_entity_extractor  # noqa: E402
 from graphmem.cli import guard_argv, load_graphset, run_or_exit  # noqa: E402
+from graphmem.tracking import experiment_group  # noqa: E402
 from rl.gnn_train import load_reader  # noqa: E402
 from rl.grpo_writer import WriterConfig, load_writer, tasks_from_graphset, train_writer  # noqa: E402
 from rl.writer_sft import SFTConfig, warm_start, well_formed_fraction  # noqa: E402
+
+log = logging.getLogger(__name__)
 
 REWARD_KEYS = (
     "reward",
@@ -90,12 +95,10 @@ def run_warm_start(gs, cfg: DictConfig, wcfg: WriterConfig, sft: SFTConfig):
         tasks, _ = writer_tasks(gs, cfg, wcfg, "train", cfg.sft_tasks)
         extractor = make_entity_extractor(cfg.graph.entity_extractor)
         t0 = time.perf_counter()
-        model, log = warm_start(model, tokenizer, tasks, extractor, wcfg, sft)
-        result |= {"tasks": len(tasks), "seconds": round(time.perf_counter() - t0, 1), "loss": log}
+        model, losses = warm_start(model, tokenizer, tasks, extractor, wcfg, sft)
+        result |= {"tasks": len(tasks), "seconds": round(time.perf_counter() - t0, 1), "loss": losses}
         result["well_formed_after"] = well_formed_fraction(model, tokenizer, held_out, wcfg)
-    print(
-        f"warm start: well-formed {json.dumps({k: v for k, v in result.items() if k.startswith('well')})}", flush=True
-    )
+    log.info("warm start: well-formed %s", json.dumps({k: v for k, v in result.items() if k.startswith("well")}))
     return model, tokenizer, result
 
 
@@ -143,12 +146,19 @@ def run(cfg: DictConfig) -> None:
     sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
     reader = load_reader(wcfg.reader_checkpoint)
     gs = load_graphset(cfg)
+    if "wandb" in (wcfg.report_to, sft.report_to):  # TRL's W&B callback: the project's group, job type and folder
+        os.environ.setdefault("WANDB_RUN_GROUP", experiment_group("train", gs.dataset))
+        os.environ.setdefault("WANDB_JOB_TYPE", "train")
+        os.environ.setdefault("WANDB_PROJECT", "graphmem")
+        os.environ.setdefault("WANDB_MODE", "offline")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("WANDB_DIR", str(out_dir))
     model, tokenizer, warm = run_warm_start(gs, cfg, wcfg, sft)
     result = {"curve": []}
     if wcfg.max_steps > 0:  # writer.max_steps=0: the warm start only
         trainer, result = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
         model, tokenizer = trainer.model, trainer.processing_class
-        print(f"GRPO reward by quarter: {result['reward_quarters']}", flush=True)
+        log.info("GRPO reward by quarter: %s", result["reward_quarters"])
     if cfg.save_model:
         model.save_pretrained(cfg.save_model)
         tokenizer.save_pretrained(cfg.save_model)
@@ -159,7 +169,7 @@ def run(cfg: DictConfig) -> None:
     if result["curve"]:
         plot_curve(result["curve"], out_dir / "reward_curve.png", f"GRPO writer ({wcfg.model}) on {gs.dataset}")
     for row in result["curve"]:
-        print(row)
+        log.info("%s", row)
 
 
 if __name__ == "__main__":

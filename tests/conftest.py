@@ -11,3 +11,5 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Policies defined in the tests register here, before any test module is collected, so that the
 # registry-driven tests (names taken from graphmem.policies.POLICIES) cover them too.
 import example_policy  # noqa: E402,F401
+
+import graphmem.config  # noqa: E402,F401  (registers the config-group schemas; tests compose configs)

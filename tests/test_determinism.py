@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from graphmem.tracking import read_runs
 from tests.small_sets import saved_locomo_set
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +52,7 @@ def _train(graphset_dir, out, hash_seed):
         "scripts/train.py",
         f"graphset={graphset_dir}",
         "logger=wandb",
-        "logger.mode=disabled",  # the JSONL tracker: metrics.jsonl holds every logged row
+        "logger.mode=disabled",  # the JSONL tracker: each run's history.jsonl holds every logged row
         "progress=false",
         "cv.k=3",
         "cv.folds=[0]",
@@ -65,7 +66,9 @@ def _train(graphset_dir, out, hash_seed):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": str(hash_seed), "OMP_NUM_THREADS": "2"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = [json.loads(line) for line in (out / "tracking" / "metrics.jsonl").read_text().splitlines()]
+    runs = sorted(read_runs(out / "tracking"), key=lambda r: r.name)  # one run per (fold, variant) + summary
+    metrics = {r.name: {"history": [{k: v for k, v in row.items() if k != "_time"} for row in r.history]} for r in runs}
+    metrics |= {f"{r.name}.summary": r.summary for r in runs}
     results = json.loads((out / "results.json").read_text())
     return _numbers(metrics), _numbers({k: results[k] for k in ("records", "summary")})
 
@@ -74,7 +77,7 @@ def test_two_training_runs_log_identical_numbers(graphset_dir, tmp_path):
     first = _train(graphset_dir, tmp_path / "a", hash_seed=1)
     second = _train(graphset_dir, tmp_path / "b", hash_seed=2)
     logged, results = first
-    assert len([k for k in logged if k.endswith("loss")]) == 3  # one loss per epoch was logged
+    assert len([k for k in logged if ".history[" in k and k.endswith("loss")]) == 3  # one loss per epoch was logged
     assert any("best_epoch" in k for k in results) and any("evidence_recall" in k for k in results)
     differing = {k: (v, second[0].get(k)) for k, v in logged.items() if second[0].get(k) != v}
     assert differing == {} and logged.keys() == second[0].keys()

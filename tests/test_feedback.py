@@ -16,6 +16,7 @@ from graphmem.graphset import GraphSet
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.synthetic import make_synthetic_graph
+from graphmem.tracking import read_runs
 from rl.splits import within_conversation_split
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -210,6 +211,11 @@ def test_head_to_head_smoke_on_synthetic_graphs(tmp_path):
     assert float(GraphSet.load(gs_dir).graphs["conv-0"].S.sum()) == 0.0  # the saved set is untouched
     assert (tmp_path / "out" / "recall_vs_examples.png").read_bytes()[:4] == b"\x89PNG"
     assert "beta_bfs_learned" in (tmp_path / "out" / "results.md").read_text()
+    runs = {r.name: r for r in read_runs(tmp_path / "out" / "tracking")}  # WANDB_MODE=disabled: the JSONL runs
+    assert set(runs) == {"conversation-beta_bfs", "conversation-router", "within-beta_bfs", "within-router", "summary"}
+    assert len({r.group for r in runs.values()}) == 1 and runs["within-router"].job_type == "train"
+    assert [x for x, _ in runs["within-router"].curve("test/evidence_recall", "examples")] == [0, 9, 18]
+    assert runs["summary"].outputs[0].type == "results" and "head_to_head" in runs["summary"].tables
 
 
 # ---------------------------------------------------------------------- the LLM Reflector as a feedback source

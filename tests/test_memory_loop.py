@@ -17,6 +17,7 @@ from graphmem.llm.retriever import LLMEntryRetriever
 from graphmem.memory_loop import MemoryLoop
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.beta_bfs import BetaBFS
+from graphmem.tracking import read_runs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import SCRIPTS, load_script  # noqa: E402
@@ -255,3 +256,6 @@ def test_script_stops_after_consecutive_failures_with_a_nonzero_exit(monkeypatch
     assert len(asked) == 2 and all(a.startswith("You select entry points") for a in asked)
     err = capsys.readouterr().err
     assert "LLM call failures" in err and "stopped after 2 of 5 examples" in err
+    (run,) = read_runs(tmp_path / "out" / "tracking")  # what was done is tracked, and the run marked failed
+    assert run.job_type == "evaluate" and run.state == "failed" and [r["example"] for r in run.history] == [0, 1]
+    assert run.summary["examples_failed"] == 2 and len(run.tables["examples"]["rows"]) == 2

@@ -148,15 +148,22 @@ def test_uniform_bfs_seed_per_query_and_within_neighbors(graph, queries):
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "policy").glob("*.yaml")), ids=lambda p: p.stem)
 def test_policy_yaml_matches_the_constructor(path, tmp_path):
-    """Every key of ``configs/policy/<name>.yaml`` is a constructor parameter (the registry checks
-    it), every parameter with a plain default is listed, and the config builds the policy."""
-    cfg = yaml.safe_load(path.read_text())
-    name = cfg.pop("name")
-    assert name == path.stem and name in POLICIES
+    """``configs/policy/<name>.yaml`` on its schema names the registered class (``_target_``), every
+    other key is a constructor parameter (the registry checks it), every parameter with a plain
+    default is listed in the file, and the config builds the policy."""
+    from omegaconf import OmegaConf
+
+    from graphmem.cli import make_configured_policy
+    from graphmem.config import policy_option
+
+    listed = set(yaml.safe_load(path.read_text())) - {"defaults", "_target_"}
+    cfg = OmegaConf.to_container(policy_option(path), resolve=True)
+    target, name = cfg.pop("_target_"), cfg.pop("name")
+    assert name == path.stem and POLICIES[name] is POLICIES.resolve(target)
     params = inspect.signature(POLICIES[name]).parameters
     POLICIES.check(name, cfg)
     plain = {n for n, p in params.items() if isinstance(p.default, (bool, int, float, str)) and n != "self"}
-    assert plain <= set(cfg), f"{path.name} does not list {sorted(plain - set(cfg))}"
+    assert plain <= listed, f"{path.name} does not list {sorted(plain - listed)}"
     if cfg.get("checkpoint"):  # a reader checkpoint that exists here
         from models.gnn_reader import GNNReader
         from rl.gnn_train import save_checkpoint
@@ -166,7 +173,7 @@ def test_policy_yaml_matches_the_constructor(path, tmp_path):
         from models.router import QueryRouter
 
         cfg["router"] = QueryRouter(8)
-    built = make_policy(name, **cfg)
+    built = make_configured_policy({"_target_": target, **cfg})
     assert built.name == name and isinstance(built, POLICIES[name])
 
 

@@ -13,6 +13,7 @@ from graphmem.qa.answer import Answerer, IntentPredictor, clean_answer, context_
 from graphmem.qa.judge import Judge, SameModelError
 from graphmem.qa.run import QASettings, run_qa, select_questions, summary_lines, write_rows
 from graphmem.qa.scoring import conventions_for
+from graphmem.tracking import read_runs
 from tests.test_qa_leak import graphset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +151,8 @@ def test_evaluate_script_qa_mode(tmp_path):
     assert qa["summary"]["all"]["n"] == 6 and qa["info"]["judge_model"] == "openai/judge-model"
     assert len((out / "qa_beta_bfs.jsonl").read_text().splitlines()) == 6
     assert "Answer quality (QA)" in (out / "results.md").read_text()
-    assert (out / "tracking" / "tables" / "qa_beta_bfs.json").exists()
+    (run,) = read_runs(out / "tracking")
+    assert len(run.tables["qa/beta_bfs"]["rows"]) == 6
 
 
 def test_evaluate_script_refuses_self_judging_before_loading(tmp_path):

@@ -32,7 +32,7 @@ def _env():
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
-def test_a_live_run_holds_its_folder_and_a_dead_ones_lock_is_stale(tmp_path, capsys):
+def test_a_live_run_holds_its_folder_and_a_dead_ones_lock_is_stale(tmp_path, caplog):
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=_env()
     )
@@ -48,7 +48,7 @@ def test_a_live_run_holds_its_folder_and_a_dead_ones_lock_is_stale(tmp_path, cap
         probe = f"from graphmem.lockfile import FileLock; FileLock({str(tmp_path / '.run.lock')!r}).acquire()"
         proc = subprocess.run([sys.executable, "-c", probe], env=_env(), capture_output=True, text=True)
         assert proc.returncode != 0 and "LockBusyError" in proc.stderr  # a raw second lock is refused too
-    assert f"took over the stale lock of run {run_id}" in capsys.readouterr().out
+    assert f"took over the stale lock of run {run_id}" in caplog.text
     assert not (tmp_path / ".run.lock").exists()  # a clean release removes the lock file
 
 
