@@ -40,9 +40,11 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from graphmem.eval.scaling import bench_policy, make_queries, scaling_sweep
 from graphmem.graphset import GraphSet
+from graphmem.io import atomic_write
 from graphmem.peak_memory import PeakMemory
-from graphmem.policies import Budget, Query, make_policy
+from graphmem.policies import Budget, Query
 from graphmem.policies.base import resolve_device
 from graphmem.policies.batched import entry_matrix
 from graphmem.synthetic import make_synthetic_graph
@@ -51,28 +53,7 @@ log = logging.getLogger("benchmark")
 warnings.filterwarnings("ignore", message="Sparse")
 
 
-def make_queries(graph, num: int, noise: float, seed: int) -> list[Query]:
-    """Queries near random nodes: ``x_v + noise * N(0, I)``."""
-    gen = torch.Generator().manual_seed(seed)
-    rows = torch.randint(0, graph.num_nodes, (num,), generator=gen)
-    emb = graph.embeddings[rows] + noise * torch.randn(num, graph.dim, generator=gen) / graph.dim**0.5
-    return [Query(f"bench-{i}", f"synthetic query {i}", emb[i]) for i in range(num)]
-
-
-def build_policy(name: str, graph, seed: int, device: str = "cpu"):
-    """A registered policy on ``device``; ``router`` and ``gnn`` get untrained modules sized for ``graph``."""
-    torch.manual_seed(seed)
-    if name == "router":
-        from models.router import QueryRouter
-
-        return make_policy("router", router=QueryRouter(graph.dim, num_relations=len(graph.relations)), device=device)
-    if name == "gnn":
-        from models.gnn_reader import GNNReader
-
-        return make_policy(
-            "gnn", reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)), device=device
-        )
-    return make_policy(name, device=device)
+build_policy = bench_policy  # a registered policy; router and gnn with untrained modules sized for the graph
 
 
 def policy_device(policy) -> str:
@@ -378,8 +359,30 @@ def run(cfg: DictConfig) -> dict:
         torch.set_num_threads(threads)
 
 
+def scaling_suite(cfg: DictConfig, budget: Budget) -> dict:
+    """``+suite=scaling``: only the scale sweep (:func:`graphmem.eval.scaling.scaling_sweep`), written to
+    ``<out_dir>/<suite.out_file>``."""
+    suite = OmegaConf.to_container(cfg.suite, resolve=True)
+    report = {"config": OmegaConf.to_container(cfg, resolve=True)}
+    report.update(scaling_sweep(suite, budget, log=log.info))
+    out = Path(cfg.out_dir) / suite["out_file"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, lambda tmp: tmp.write_text(json.dumps(report, indent=2)))
+    log.info(
+        "growth of end-to-end p50 (largest / smallest size): %s",
+        {k: v["p50_largest_over_smallest"] for k, v in report["growth"].items()},
+    )
+    log.info("wrote %s", out)
+    return report
+
+
 def _run(cfg: DictConfig) -> dict:
     budget = Budget(**OmegaConf.to_container(cfg.budget))
+    suite = cfg.get("suite")
+    if suite is not None:
+        if suite.get("name") != "scaling":
+            raise ValueError(f"unknown benchmark suite {suite.get('name')!r}; known: ['scaling']")
+        return scaling_suite(cfg, budget)
     report: dict = {
         "config": OmegaConf.to_container(cfg, resolve=True),
         "torch_threads": torch.get_num_threads(),

@@ -1,0 +1,45 @@
+"""Sub-linear entry selection: the top-``max_entries`` nodes by cosine from a vector index.
+
+``entries=ann`` (``BetaBFS``) or ``entry_selector=ann`` (``RouterPolicy``) selects entries with a
+:class:`~graphmem.vector_index.VectorIndex` built once per graph (kept in ``graph.indexes``, saved
+with the graph set) instead of ranking all ``N`` nodes. Graphs with fewer than ``min_nodes`` nodes
+use the exact :class:`~graphmem.policies.entries.EmbeddingEntrySelector`, the reference; so does
+every graph when ``min_nodes`` is larger than it. The selector reads embeddings only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from graphmem.graph import MemoryGraph
+from graphmem.policies.base import Budget, Query
+from graphmem.policies.entries import EmbeddingEntrySelector, query_matrix, register_entry_selector
+from graphmem.vector_index import IndexSpec, index_for
+
+
+@register_entry_selector("ann")
+class AnnEntrySelector:
+    """Entries from a FAISS index (:mod:`graphmem.vector_index`); exact search below ``min_nodes``.
+
+    Args:
+        index: :class:`~graphmem.vector_index.IndexSpec` fields, e.g. ``{"kind": "hnsw", "ef_search": 64}``
+            (default: HNSW, ``M = 32``, ``efConstruction = 80``, ``efSearch = 64``).
+        min_nodes: graphs with fewer nodes are searched exactly (default: 4096).
+    """
+
+    def __init__(self, index: IndexSpec | Mapping[str, Any] | None = None, min_nodes: int = 4096) -> None:
+        if not isinstance(min_nodes, int) or isinstance(min_nodes, bool) or min_nodes < 0:
+            raise ValueError(f"AnnEntrySelector.min_nodes must be a non-negative integer, got {min_nodes!r}")
+        self.spec = index if isinstance(index, IndexSpec) else IndexSpec.from_mapping(index)
+        self.min_nodes = min_nodes
+        self.exact = EmbeddingEntrySelector()
+
+    def uses_index(self, graph: MemoryGraph) -> bool:
+        """Whether ``graph`` is searched through the index (else exactly)."""
+        return graph.num_nodes >= max(self.min_nodes, 1)
+
+    def select(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[list[int]]:
+        if not self.uses_index(graph):
+            return self.exact.select(graph, queries, budget)
+        rows = index_for(graph, self.spec).search(graph, query_matrix(graph, queries), budget.max_entries)
+        return [[v for v in r if v >= 0] for r in rows.tolist()]
