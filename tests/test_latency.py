@@ -1,6 +1,8 @@
 """Per-query serving latency and batched throughput (graphmem.eval.latency) and the scale sweep."""
 
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +11,8 @@ from graphmem.eval.latency import batched_throughput, latency_summary, serving_l
 from graphmem.eval.scaling import entry_recall, growth, scaling_sweep
 from graphmem.policies import Budget, Query, Retrieval, TraversalPolicy, make_policy
 from graphmem.synthetic import make_synthetic_graph
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 class Sleepy(TraversalPolicy):
@@ -27,14 +31,15 @@ class Sleepy(TraversalPolicy):
 
 def test_serving_latency_times_each_query_alone():
     g = make_synthetic_graph(50, dim=8)
-    delay = {f"q{i}": (0.030 if i % 10 == 9 else 0.002) for i in range(20)}  # two slow queries in 20
+    delay = {f"q{i}": (0.080 if i % 10 == 9 else 0.002) for i in range(20)}  # two slow queries in 20
     queries = [Query(f"q{i}", "", g.embeddings[i]) for i in range(20)]
     p = Sleepy(delay)
     res = serving_latency(p, g, queries, Budget(), warmup=1)
     assert p.calls[0] == ["q0"] and p.calls[1:] == [[q.qid] for q in queries]  # warm-up, then batches of one
     assert res["n"] == 20 and len(res["seconds"]) == 20
-    assert 2.0 <= res["p50_ms"] < 10.0 and res["p95_ms"] > 20.0 and res["p50_ms"] < res["p95_ms"] <= res["max_ms"]
-    assert res["cpu"]["p50_ms"] < 2.0  # sleeping costs no CPU: wall and CPU time are measured apart
+    # p95 falls on a slow call, p50 on a fast one (margins for a loaded machine)
+    assert 2.0 <= res["p50_ms"] < 40.0 and res["p95_ms"] >= 80.0 and res["p50_ms"] < res["p95_ms"] <= res["max_ms"]
+    assert res["cpu"]["p95_ms"] < 40.0  # sleeping costs no CPU: wall and CPU time are measured apart
 
 
 def test_serving_latency_over_graphs_warms_each_graph_once():
@@ -97,3 +102,22 @@ def test_scaling_sweep_small():
             assert 0 < res["end_to_end_p50_ms"] <= res["end_to_end_p95_ms"] <= res["end_to_end_p99_ms"]
             assert res["batched_questions_per_s"] > 0 and res["peak_mb"] is not None
     assert set(rep["growth"]) == {"beta_bfs+ann", "ppr"}
+
+
+def test_evaluation_reports_served_latency_beside_batched_throughput():
+    from test_harness import toy_set
+
+    from graphmem.eval.harness import LATENCY_BATCH_SHARE, LATENCY_SERVED, evaluate_policy
+    from graphmem.eval.report import comparison_table
+
+    gs = toy_set()
+    delay = {"g1#0": 0.001, "g2#0": 0.002, "g1#1": 0.020, "g1#2": 0.001}
+    served = evaluate_policy(Sleepy(delay), gs, Budget(), progress=False, serve_latency=True)
+    s = served.summary["all"]
+    assert served.info["latency"] == LATENCY_SERVED and served.info["batched_questions_per_s"] > 0
+    assert s["latency_ms_p50"] < s["latency_ms_p95"] and s["latency_ms_p95"] > 10.0  # the slow question shows
+    shared = evaluate_policy(Sleepy(delay), gs, Budget(), progress=False)
+    assert shared.info["latency"] == LATENCY_BATCH_SHARE
+    table = comparison_table([served])
+    assert "batched q/s" in table and "served alone" in table
+    assert "throughput, not latency" in comparison_table([shared])

@@ -22,6 +22,7 @@ the bounded ones and those whose cost grows with ``N`` (``ppr``, ``gnn``) alike.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any, Mapping
@@ -32,7 +33,7 @@ from graphmem.eval.latency import batched_throughput, serving_latency
 from graphmem.graph import MemoryGraph
 from graphmem.peak_memory import PeakMemory
 from graphmem.policies import Budget, Query, TraversalPolicy, make_policy
-from graphmem.policies.entries import EmbeddingEntrySelector
+from graphmem.policies.entries import EmbeddingEntrySelector, query_matrix
 from graphmem.synthetic import make_synthetic_graph
 from graphmem.vector_index import IndexSpec, index_for
 
@@ -126,6 +127,28 @@ def time_variant(
     }
 
 
+def ef_search_recall(
+    graph: MemoryGraph, spec: IndexSpec, queries: list[Query], reference: list[list[int]], budget: Budget, efs
+) -> dict[str, dict[str, float]]:
+    """Entry recall and batch-1 search time of the graph's ``spec`` index at each HNSW ``efSearch`` in ``efs``
+    (the index is built once; only the search parameter changes)."""
+    if spec.kind != "hnsw":
+        return {}
+    index, out = index_for(graph, spec), {}
+    q = query_matrix(graph, queries)
+    try:
+        for ef in efs:
+            index.spec = dataclasses.replace(spec, ef_search=int(ef))
+            t = time.perf_counter()
+            rows = [index.search(graph, q[i : i + 1], budget.max_entries)[0] for i in range(len(queries))]
+            ms = 1e3 * (time.perf_counter() - t) / len(queries)
+            found = [[v for v in r.tolist() if v >= 0] for r in rows]
+            out[str(ef)] = {"entry_recall_at_k": entry_recall(found, reference), "search_ms_per_query": ms}
+    finally:
+        index.spec = spec
+    return out
+
+
 def _index_specs(variants: Mapping[str, Mapping[str, Any]]) -> dict[str, IndexSpec]:
     """The distinct index specs the ANN variants use (built once per size, shared)."""
     specs = {}
@@ -142,7 +165,9 @@ def scaling_sweep(cfg: Mapping[str, Any], budget: Budget, log=print) -> dict[str
     """Run the sweep described by ``cfg`` (``configs/suite/scaling.yaml``); returns the report.
 
     ``cfg`` keys: ``sizes``, ``avg_degree``, ``dim``, ``seed``, ``queries``, ``slow_queries``,
-    ``query_noise``, ``rounds``, ``index_threads``, ``variants`` (name -> ``{policy, slow, <policy kwargs>}``).
+    ``query_noise``, ``rounds``, ``index_threads``, ``ef_search_probe``, ``variants`` (name ->
+    ``{policy, slow, max_nodes, <policy kwargs>}``; ``slow``: served on ``slow_queries`` only; ``max_nodes``:
+    not run on larger graphs).
     """
     report: dict[str, Any] = {
         "torch_threads": torch.get_num_threads(),
@@ -165,21 +190,33 @@ def scaling_sweep(cfg: Mapping[str, Any], budget: Budget, log=print) -> dict[str
                 with PeakMemory() as mem:
                     t = time.perf_counter()
                     index_for(graph, spec)
-                    entry.setdefault("index", {})[key] = {"build_s": time.perf_counter() - t, "mb": mem.peak_mb}
+                    build_s = time.perf_counter() - t
+                entry.setdefault("index", {})[key] = {"build_s": build_s, "mb": mem.peak_mb}
         finally:
             torch.set_num_threads(threads)
         entry["index_build_s"] = sum(v["build_s"] for v in entry.get("index", {}).values()) or None
         reference = exact_entries(graph, queries, budget)
+        for key, spec in specs.items():
+            entry["index"][key]["recall_by_ef_search"] = ef_search_recall(
+                graph, spec, queries, reference, budget, cfg.get("ef_search_probe") or []
+            )
         log(
             f"size {graph.num_nodes}: {graph.num_edges} edges, graph built in {entry['graph_build_s']:.1f}s,"
             f" index in {entry['index_build_s']}s"
         )
         entry["policies"] = {}
         for name, v in variants.items():
-            kwargs = {k: val for k, val in v.items() if k not in ("policy", "slow")}
+            if v.get("max_nodes") and graph.num_nodes > v["max_nodes"]:
+                entry["policies"][name] = {"skipped": f"above max_nodes={v['max_nodes']} (its cost grows with N)"}
+                log(f"  {name:<14} skipped: {entry['policies'][name]['skipped']}")
+                continue
+            kwargs = {k: val for k, val in v.items() if k not in ("policy", "slow", "max_nodes")}
             policy = bench_policy(v["policy"], graph, cfg["seed"], **kwargs)
-            qs = queries[: cfg["slow_queries"]] if v.get("slow") else queries
-            res = time_variant(policy, graph, qs, budget, reference, 1 if v.get("slow") else cfg["rounds"])
+            slow = bool(v.get("slow"))
+            qs = queries[: cfg["slow_queries"]] if slow else queries
+            res = time_variant(
+                policy, graph, qs, budget, reference, 1 if slow else cfg["rounds"], memory_queries=2 if slow else 8
+            )
             entry["policies"][name] = res
             log(
                 f"  {name:<14} p50 {res['end_to_end_p50_ms']:9.3f} ms  p95 {res['end_to_end_p95_ms']:9.3f} ms"
@@ -205,7 +242,7 @@ def growth(report: Mapping[str, Any]) -> dict[str, Any]:
         out[name] = {}
         for key, label in (("end_to_end_p50_ms", "p50"), ("end_to_end_cpu_p50_ms", "cpu_p50")):
             base = first[name][key]
-            ratios = {s: e["policies"][name][key] / base for s, e in sizes if name in e["policies"]}
+            ratios = {s: e["policies"][name][key] / base for s, e in sizes if key in e["policies"].get(name, {})}
             out[name][f"{label}_over_smallest"] = ratios
             out[name][f"{label}_largest_over_smallest"] = list(ratios.values())[-1]
     return out
