@@ -46,7 +46,7 @@ INDEX_KINDS = ("hnsw", "ivf")
 FORMAT_VERSION = 1
 
 
-class IndexError_(ValueError):
+class VectorIndexError(ValueError):
     """A vector index file or spec is invalid; the message names the file or field."""
 
 
@@ -58,7 +58,7 @@ class IndexSpec:
         kind: ``"hnsw"`` (``IndexHNSWFlat``, inner product) or ``"ivf"`` (``IndexIVFFlat``).
         m: HNSW links per node (default: 32).
         ef_construction: HNSW candidate list while building (default: 80).
-        ef_search: HNSW candidate list while searching (default: 64).
+        ef_search: HNSW candidate list while searching (default: 128).
         nlist: IVF lists; 0 = ``round(4 sqrt(N))`` (default: 0).
         nprobe: IVF lists scanned per query (default: 16).
         overfetch: extra candidates asked of FAISS beyond ``k`` before exact re-scoring (default: 6).
@@ -68,7 +68,7 @@ class IndexSpec:
     kind: str = "hnsw"
     m: int = 32
     ef_construction: int = 80
-    ef_search: int = 64
+    ef_search: int = 128
     nlist: int = 0
     nprobe: int = 16
     overfetch: int = 6
@@ -76,17 +76,17 @@ class IndexSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in INDEX_KINDS:
-            raise IndexError_(f"IndexSpec.kind {self.kind!r} is not one of {INDEX_KINDS}")
+            raise VectorIndexError(f"IndexSpec.kind {self.kind!r} is not one of {INDEX_KINDS}")
         for name in ("m", "ef_construction", "ef_search", "nprobe"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise IndexError_(f"IndexSpec.{name} must be a positive integer, got {v!r}")
+                raise VectorIndexError(f"IndexSpec.{name} must be a positive integer, got {v!r}")
         for name in ("nlist", "overfetch"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise IndexError_(f"IndexSpec.{name} must be a non-negative integer, got {v!r}")
+                raise VectorIndexError(f"IndexSpec.{name} must be a non-negative integer, got {v!r}")
         if not isinstance(self.rebuild_fraction, (int, float)) or not 0 < self.rebuild_fraction <= 1:
-            raise IndexError_(f"IndexSpec.rebuild_fraction must be in (0, 1], got {self.rebuild_fraction!r}")
+            raise VectorIndexError(f"IndexSpec.rebuild_fraction must be in (0, 1], got {self.rebuild_fraction!r}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> IndexSpec:
@@ -95,7 +95,7 @@ class IndexSpec:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - names)
         if unknown:
-            raise IndexError_(f"IndexSpec: unknown keys {unknown}; known: {sorted(names)}")
+            raise VectorIndexError(f"IndexSpec: unknown keys {unknown}; known: {sorted(names)}")
         return cls(**values)
 
     @functools.cached_property
@@ -326,21 +326,21 @@ class VectorIndex:
             with safe_open(str(path), framework="numpy") as f:
                 header = f.metadata() or {}
         except (SafetensorError, OSError) as err:
-            raise IndexError_(f"{path}: not a readable vector index file ({err})") from None
+            raise VectorIndexError(f"{path}: not a readable vector index file ({err})") from None
         payload = header.get("graphmem_index")
         if payload is None or set(tensors) != {"faiss", "slot_row"}:
-            raise IndexError_(f"{path}: not a graphmem vector index file")
+            raise VectorIndexError(f"{path}: not a graphmem vector index file")
         if header.get("sha256") != _digest(payload, tensors):
-            raise IndexError_(f"{path}: checksum mismatch (the file is damaged or was edited)")
+            raise VectorIndexError(f"{path}: checksum mismatch (the file is damaged or was edited)")
         meta = json.loads(payload)
         if meta.get("format_version") != FORMAT_VERSION:
-            raise IndexError_(f"{path}: format_version {meta.get('format_version')!r} is not {FORMAT_VERSION}")
+            raise VectorIndexError(f"{path}: format_version {meta.get('format_version')!r} is not {FORMAT_VERSION}")
         if meta["graph_fingerprint"] != graph_fingerprint(graph):
-            raise IndexError_(f"{path}: the index was built for another graph (node ids or embeddings differ)")
+            raise VectorIndexError(f"{path}: the index was built for another graph (node ids or embeddings differ)")
         index = _faiss().deserialize_index(tensors["faiss"])
         out = cls(IndexSpec.from_mapping(meta["spec"]), index, tensors["slot_row"], int(meta["dim"]))
         if index.ntotal != out.num_slots or int((out.slot_row >= 0).sum()) != graph.num_nodes:
-            raise IndexError_(f"{path}: field 'slot_row' does not match the index ({index.ntotal} vectors)")
+            raise VectorIndexError(f"{path}: field 'slot_row' does not match the index ({index.ntotal} vectors)")
         out._mark_synced(graph)
         return out
 

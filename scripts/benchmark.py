@@ -365,6 +365,7 @@ def scaling_suite(cfg: DictConfig, budget: Budget) -> dict:
     suite = OmegaConf.to_container(cfg.suite, resolve=True)
     report = {"config": OmegaConf.to_container(cfg, resolve=True)}
     report.update(scaling_sweep(suite, budget, log=log.info))
+    report["process_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = Path(cfg.out_dir) / suite["out_file"]
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, lambda tmp: tmp.write_text(json.dumps(report, indent=2)))

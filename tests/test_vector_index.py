@@ -7,7 +7,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies import Budget, Query, make_entry_selector, make_policy
 from graphmem.policies.entries import EmbeddingEntrySelector
 from graphmem.synthetic import make_synthetic_graph
-from graphmem.vector_index import IndexError_, IndexSpec, VectorIndex, index_for
+from graphmem.vector_index import VectorIndexError, IndexSpec, VectorIndex, index_for
 
 BUDGET = Budget()
 
@@ -103,24 +103,24 @@ def test_save_load_without_pickle_and_refusals(tmp_path):
     q = near(g)
     assert torch.equal(loaded.search(g, q, 6), index.search(g, q, 6))
     other = make_synthetic_graph(1201, dim=16, seed=8)
-    with pytest.raises(IndexError_, match="another graph"):
+    with pytest.raises(VectorIndexError, match="another graph"):
         VectorIndex.load(path, other)
     blob = bytearray(path.read_bytes())
     blob[-5] ^= 0xFF
     (tmp_path / "bad.safetensors").write_bytes(bytes(blob))
-    with pytest.raises(IndexError_, match="bad.safetensors: checksum mismatch"):
+    with pytest.raises(VectorIndexError, match="bad.safetensors: checksum mismatch"):
         VectorIndex.load(tmp_path / "bad.safetensors", g)
     (tmp_path / "junk.safetensors").write_bytes(b"not an index")
-    with pytest.raises(IndexError_, match="junk.safetensors"):
+    with pytest.raises(VectorIndexError, match="junk.safetensors"):
         VectorIndex.load(tmp_path / "junk.safetensors", g)
 
 
 def test_spec_validation():
-    with pytest.raises(IndexError_, match="kind"):
+    with pytest.raises(VectorIndexError, match="kind"):
         IndexSpec(kind="lsh")
-    with pytest.raises(IndexError_, match="ef_search"):
+    with pytest.raises(VectorIndexError, match="ef_search"):
         IndexSpec(ef_search=0)
-    with pytest.raises(IndexError_, match="unknown keys"):
+    with pytest.raises(VectorIndexError, match="unknown keys"):
         IndexSpec.from_mapping({"efsearch": 3})
 
 
