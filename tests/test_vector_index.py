@@ -7,7 +7,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies import Budget, Query, make_entry_selector, make_policy
 from graphmem.policies.entries import EmbeddingEntrySelector
 from graphmem.synthetic import make_synthetic_graph
-from graphmem.vector_index import VectorIndexError, IndexSpec, VectorIndex, index_for
+from graphmem.vector_index import IndexSpec, VectorIndex, VectorIndexError, index_for
 
 BUDGET = Budget()
 

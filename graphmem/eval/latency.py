@@ -39,6 +39,7 @@ def serving_latency(
     budget: Budget,
     graph_of: Sequence[str] | None = None,
     warmup: int = 1,
+    repeats: int = 1,
 ) -> dict[str, object]:
     """Serve ``queries`` one at a time, ``policy.retrieve_batch(graph, [q], budget)``, each call timed alone.
 
@@ -50,6 +51,9 @@ def serving_latency(
         graph_of: graph name of each query (required with a mapping of graphs).
         warmup: untimed calls first, this many on each graph's first query, so one-off per-graph
             tables (and indexes) are not counted as a query's latency (default: 1).
+        repeats: serve each query this many times in a row and keep its fastest call (default: 1,
+            every call counts). On a machine shared with other jobs, a call can wait for a core;
+            the fastest of a few calls measures the code, not the queue (the benchmarks' practice).
 
     Returns:
         :func:`latency_summary` of the calls' wall times, ``cpu``: the same of the calling thread's CPU
@@ -71,10 +75,13 @@ def serving_latency(
     seconds, cpu = [], []
     for i, q in enumerate(queries):
         graph = pick(i)
-        c, t = time.thread_time(), time.perf_counter()
-        policy.retrieve_batch(graph, [q], budget)
-        seconds.append(time.perf_counter() - t)
-        cpu.append(time.thread_time() - c)
+        wall = used = float("inf")
+        for _ in range(max(1, repeats)):
+            c, t = time.thread_time(), time.perf_counter()
+            policy.retrieve_batch(graph, [q], budget)
+            wall, used = min(wall, time.perf_counter() - t), min(used, time.thread_time() - c)
+        seconds.append(wall)
+        cpu.append(used)
     return {
         **latency_summary(seconds),
         "cpu": {k: v for k, v in latency_summary(cpu).items() if k != "n"},

@@ -5,7 +5,8 @@ dim 64) is built, and for every variant (a policy with its settings, e.g. ``beta
 ``entries: {name: ann}``) on the same queries:
 
 * ``end_to_end_p50_ms`` / ``p95`` / ``p99``: wall time of one query at a time through the batched
-  kernel (:func:`graphmem.eval.latency.serving_latency`), entry selection included, and
+  kernel (:func:`graphmem.eval.latency.serving_latency`), entry selection included, each query's
+  fastest of ``serve_repeats`` calls (the slow variants: one call), and
   ``end_to_end_cpu_*``: the same calls' CPU time (free of the waits for a core on a shared machine);
 * ``batched_questions_per_s``: all queries in one ``retrieve_batch`` call (throughput, not latency);
 * ``entry_recall_at_k``: share of the exact top-``max_entries`` entries (cosine over all nodes, the
@@ -92,12 +93,14 @@ def time_variant(
     reference: list[list[int]],
     rounds: int,
     memory_queries: int = 8,
+    repeats: int = 1,
 ) -> dict[str, Any]:
-    """Setup, serving latency, throughput, entry recall and peak memory of one variant on one graph."""
+    """Setup, serving latency (each query's fastest of ``repeats`` calls), throughput, entry recall and
+    peak memory of one variant on one graph."""
     t = time.perf_counter()
     policy.retrieve_batch(graph, queries[:1], budget)
     setup = time.perf_counter() - t
-    served = serving_latency(policy, graph, queries, budget, warmup=1)
+    served = serving_latency(policy, graph, queries, budget, warmup=1, repeats=repeats)
     with PeakMemory() as single_mem:
         for q in queries[:memory_queries]:
             policy.retrieve_batch(graph, [q], budget)
@@ -165,7 +168,7 @@ def scaling_sweep(cfg: Mapping[str, Any], budget: Budget, log=print) -> dict[str
     """Run the sweep described by ``cfg`` (``configs/suite/scaling.yaml``); returns the report.
 
     ``cfg`` keys: ``sizes``, ``avg_degree``, ``dim``, ``seed``, ``queries``, ``slow_queries``,
-    ``query_noise``, ``rounds``, ``index_threads``, ``ef_search_probe``, ``variants`` (name ->
+    ``query_noise``, ``rounds``, ``serve_repeats``, ``index_threads``, ``ef_search_probe``, ``variants`` (name ->
     ``{policy, slow, max_nodes, <policy kwargs>}``; ``slow``: served on ``slow_queries`` only; ``max_nodes``:
     not run on larger graphs).
     """
@@ -215,7 +218,14 @@ def scaling_sweep(cfg: Mapping[str, Any], budget: Budget, log=print) -> dict[str
             slow = bool(v.get("slow"))
             qs = queries[: cfg["slow_queries"]] if slow else queries
             res = time_variant(
-                policy, graph, qs, budget, reference, 1 if slow else cfg["rounds"], memory_queries=2 if slow else 8
+                policy,
+                graph,
+                qs,
+                budget,
+                reference,
+                1 if slow else cfg["rounds"],
+                memory_queries=2 if slow else 8,
+                repeats=1 if slow else int(cfg.get("serve_repeats") or 1),
             )
             entry["policies"][name] = res
             log(
