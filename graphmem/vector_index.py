@@ -378,3 +378,39 @@ def index_for(graph: MemoryGraph, spec: IndexSpec | None = None) -> VectorIndex:
     if index is None or index.dim != graph.dim:
         index = graph.indexes[spec.key] = VectorIndex.build(graph, spec)
     return index
+
+
+# ---------------------------------------------------------------------------- with a graph set
+INDEX_DIR = "indexes"
+
+
+def index_file(graph_name: str, spec: IndexSpec) -> str:
+    """Relative path of a graph's index file inside a graph set: ``indexes/<safe name>/<spec key>.safetensors``."""
+    from graphmem.graphset import safe_name
+
+    return f"{INDEX_DIR}/{safe_name(graph_name)}/{spec.key}.safetensors"
+
+
+def index_files(graphs: Mapping[str, MemoryGraph], spec: IndexSpec | None = None) -> dict[str, Any]:
+    """``{relative path: write(path)}`` for the index of every graph (built or taken from ``graph.indexes``),
+    the form in which a graph set takes further files to list, checksum and commit with its graphs."""
+    spec = spec or IndexSpec()
+    return {index_file(name, spec): (lambda path, g=g: index_for(g, spec).save(path, g)) for name, g in graphs.items()}
+
+
+def attach_indexes(graphs: Mapping[str, MemoryGraph], files: Mapping[str, str | Path]) -> int:
+    """Load the index files among a graph set's ``files`` (relative path -> path) into their graphs'
+    ``graph.indexes``; returns how many. Each is checked against its graph (:meth:`VectorIndex.load`)."""
+    from graphmem.graphset import safe_name
+
+    by_stem = {safe_name(name): g for name, g in graphs.items()}
+    count = 0
+    for rel, path in files.items():
+        parts = Path(rel).parts
+        if len(parts) != 3 or parts[0] != INDEX_DIR or parts[1] not in by_stem:
+            continue
+        graph = by_stem[parts[1]]
+        index = VectorIndex.load(path, graph)
+        graph.indexes[index.spec.key] = index
+        count += 1
+    return count

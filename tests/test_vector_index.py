@@ -7,7 +7,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies import Budget, Query, make_entry_selector, make_policy
 from graphmem.policies.entries import EmbeddingEntrySelector
 from graphmem.synthetic import make_synthetic_graph
-from graphmem.vector_index import IndexSpec, VectorIndex, VectorIndexError, index_for
+from graphmem.vector_index import IndexSpec, VectorIndex, VectorIndexError, attach_indexes, index_files, index_for
 
 BUDGET = Budget()
 
@@ -155,3 +155,23 @@ def test_policy_with_ann_entries_finds_a_node_added_after_the_index(policy, key)
     r = p.retrieve_batch(g, [q], BUDGET)[0]
     assert g.node_ids[r.entries[0]] == "keys" and r.loaded_ids(g)[0] == "keys"
     assert index_for(g).builds == 1  # found through an incremental add
+
+
+def test_index_files_for_a_graph_set_and_attaching_them_back(tmp_path):
+    graphs = {"conv-1": make_synthetic_graph(300, dim=8, seed=11), "conv/2": make_synthetic_graph(200, dim=8, seed=12)}
+    files = {}
+    for rel, write in index_files(graphs, IndexSpec(m=8)).items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+        files[rel] = path
+    assert all(rel.startswith("indexes/") and rel.endswith("/hnsw-m8-efc80.safetensors") for rel in files)
+    fresh = {name: g.copy() for name, g in graphs.items()}  # a copy has no index of its own
+    assert not any(g.indexes for g in fresh.values())
+    assert attach_indexes(fresh, {**files, "notes.txt": tmp_path / "notes.txt"}) == 2
+    q = near(graphs["conv-1"])
+    got = fresh["conv-1"].indexes["hnsw-m8-efc80"].search(fresh["conv-1"], q, 6)
+    assert torch.equal(got, graphs["conv-1"].indexes["hnsw-m8-efc80"].search(graphs["conv-1"], q, 6))
+    swapped = {"conv-1": fresh["conv/2"], "conv/2": fresh["conv-1"]}
+    with pytest.raises(VectorIndexError, match="another graph"):
+        attach_indexes(swapped, files)
