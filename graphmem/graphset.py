@@ -30,8 +30,16 @@ from graphmem.policies.base import Query
 
 MANIFEST_VERSION = 1
 BUILDER_VERSION = 1  # bump when a builder changes what it produces, to invalidate saved sets
-DATASETS = ("locomo", "hotpotqa")
-DEFAULT_FILES = {"locomo": "locomo/locomo_dev8.json", "hotpotqa": "hotpotqa/hotpot_dev_distractor_200.jsonl"}
+DATASETS = ("locomo", "hotpotqa", "musique")
+DEFAULT_FILES = {
+    "locomo": "locomo/locomo_dev8.json",
+    "hotpotqa": "hotpotqa/hotpot_dev_distractor_200.jsonl",
+    "musique": "musique/musique_ans_50.json",
+}
+POOLABLE = ("hotpotqa", "musique")
+# Settings added after saved sets existed: left out of the config hash while at their default,
+# so sets built before them stay valid.
+_HASHED_WHEN_SET = {"pooled": False, "train_files": (), "sentence_nodes": False, "duplicate_titles": "join"}
 FEATURES = ("scored", "onehot")
 
 
@@ -48,17 +56,29 @@ class DataConfig:
     """Which benchmark file to load (mirrored by ``configs/data/*.yaml``)."""
 
     name: str = "locomo"
-    """dataset kind: ``locomo`` or ``hotpotqa``."""
+    """dataset kind: ``locomo``, ``hotpotqa`` or ``musique``."""
     file: str | None = None
     """data file, relative to the data root (or absolute); ``None`` = the dataset's file in ``DEFAULT_FILES``."""
     root: str | None = None
     """data root; ``None`` = ``$GRAPHMEM_DATA_ROOT`` or ``<repo>/../shared/data``."""
     limit: int | None = None
-    """keep only the first ``limit`` graphs (and their questions); ``None`` = all."""
+    """keep only the first ``limit`` records (graphs, or the records pooled) and their questions; ``None`` = all."""
+    pooled: bool = False
+    """one memory graph over every distinct passage of the file, every question asked over it (HotpotQA, MuSiQue)."""
+    train_files: tuple[str, ...] = ()
+    """more files of the same kind, for training only (:func:`open_train_graphset`); never evaluated."""
 
     def __post_init__(self) -> None:
         if self.name not in DATASETS:
             raise ValueError(f"DataConfig.name {self.name!r} is not one of {DATASETS}")
+        if not isinstance(self.pooled, bool):
+            raise ValueError(f"DataConfig.pooled must be true or false, got {self.pooled!r}")
+        if self.pooled and self.name not in POOLABLE:
+            raise ValueError(f"DataConfig.pooled is for {POOLABLE}, not {self.name!r}")
+        files = self.train_files
+        if isinstance(files, str) or not all(isinstance(f, str) and f for f in (files or ())):
+            raise ValueError(f"DataConfig.train_files must be a list of file paths, got {files!r}")
+        object.__setattr__(self, "train_files", tuple(files or ()))
         if self.file is None:
             object.__setattr__(self, "file", DEFAULT_FILES[self.name])
         if not isinstance(self.file, str) or not self.file:
@@ -104,10 +124,18 @@ class GraphConfig:
     """confidence of a question -> reply causal cue, in [0, 1]."""
     causal_connective_confidence: float = 0.5
     """confidence of a causal connective (because, therefore, ...), in [0, 1]."""
+    sentence_nodes: bool = False
+    """passage graphs (MuSiQue, pooled corpora): also one node per sentence of each passage."""
+    duplicate_titles: str = "join"
+    """passage graphs: distinct texts of one title are ``join``-ed into its passage, or only the ``first`` is kept."""
 
     def __post_init__(self) -> None:
         if self.features not in FEATURES:
             raise ValueError(f"GraphConfig.features {self.features!r} is not one of {FEATURES}")
+        if self.duplicate_titles not in ("join", "first"):
+            raise ValueError(f"GraphConfig.duplicate_titles {self.duplicate_titles!r} is not one of ('join', 'first')")
+        if not isinstance(self.sentence_nodes, bool):
+            raise ValueError(f"GraphConfig.sentence_nodes must be true or false, got {self.sentence_nodes!r}")
         for name in ("semantic_k", "temporal_cap", "entity_fanout"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -135,12 +163,16 @@ class GraphConfig:
 
 def config_hash(data_cfg: DataConfig, graph_cfg: GraphConfig, data_sha256: str) -> str:
     """sha256 over the settings that change the output (not root/cache paths) and the data file bytes."""
-    data = {k: v for k, v in asdict(data_cfg).items() if k != "root"}
-    graph = {k: v for k, v in asdict(graph_cfg).items() if k != "cache_dir"}
+    data = {k: v for k, v in asdict(data_cfg).items() if k not in ("root", "train_files") and not _at_default(k, v)}
+    graph = {k: v for k, v in asdict(graph_cfg).items() if k != "cache_dir" and not _at_default(k, v)}
     blob = json.dumps(
         {"data": data, "graph": graph, "data_sha256": data_sha256, "builder": BUILDER_VERSION}, sort_keys=True
     )
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _at_default(key: str, value: Any) -> bool:
+    return key in _HASHED_WHEN_SET and value == _HASHED_WHEN_SET[key]
 
 
 def safe_name(name: str) -> str:
@@ -248,19 +280,6 @@ class GraphSet:
 
 
 # ---------------------------------------------------------------------------------- building
-def _dataset_parts(name: str):
-    """(loader, node_texts, builder, graph name of a record) of a dataset kind; imported lazily."""
-    if name == "locomo":
-        from graphmem.build.locomo import build_locomo_graph, node_texts
-        from graphmem.datasets.locomo import load_locomo
-
-        return load_locomo, node_texts, build_locomo_graph, lambda conv: conv.sample_id
-    from graphmem.build.hotpotqa import build_hotpot_graph, node_texts
-    from graphmem.datasets.hotpotqa import load_hotpotqa
-
-    return load_hotpotqa, node_texts, build_hotpot_graph, lambda record: record.qid
-
-
 def file_sha256(path: Path) -> str:
     """sha256 hex digest of a file's bytes."""
     h = hashlib.sha256()
@@ -285,32 +304,28 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     from tqdm.auto import tqdm
 
     from graphmem.build.entities import make_entity_extractor
+    from graphmem.build.units import load_units
     from graphmem.datasets.paths import data_file
     from graphmem.embed import CachedEncoder, make_encoder
 
     extractor = make_entity_extractor(graph_cfg.entity_extractor)
     path = data_file(data_cfg.file, data_cfg.root)
-    load, texts_of, build, name_of = _dataset_parts(data_cfg.name)
     t0 = time.perf_counter()
-    records, questions, report = load(path)
-    if data_cfg.limit is not None:
-        records = records[: data_cfg.limit]
-        keep = {name_of(r) for r in records}
-        questions = [q for q in questions if q.graph in keep]
+    units, questions, report = load_units(data_cfg.name, path, graph_cfg, data_cfg.pooled, data_cfg.limit)
     if encoder is None:
         encoder = CachedEncoder(make_encoder(graph_cfg.encoder), graph_cfg.cache_dir)
     t1 = time.perf_counter()
-    node_texts = [texts_of(r) for r in records]
-    flat = [t for texts in node_texts for t in texts] + [q.text for q in questions]
+    flat = [t for unit in units for t in unit.texts] + [q.text for q in questions]
     embeddings = encoder.encode(flat)
     t2 = time.perf_counter()
     graphs, start = {}, 0
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # per-graph ops are small: waking intra-op threads costs more than it saves
+    if len(units) > 1:
+        torch.set_num_threads(1)  # per-graph ops are small: waking intra-op threads costs more than it saves
     try:
-        for record, texts in tqdm(list(zip(records, node_texts)), desc=f"build {data_cfg.name}", disable=not progress):
-            graphs[name_of(record)] = build(record, embeddings[start : start + len(texts)], graph_cfg, extractor)
-            start += len(texts)
+        for unit in tqdm(units, desc=f"build {data_cfg.name}", disable=not progress):
+            graphs[unit.name] = unit.build(embeddings[start : start + len(unit.texts)], graph_cfg, extractor)
+            start += len(unit.texts)
     finally:
         torch.set_num_threads(threads)
     t3 = time.perf_counter()
@@ -322,7 +337,7 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
         "texts_embedded": len(flat),
     }
     return GraphSet(
-        dataset=data_cfg.name,
+        dataset=data_cfg.name + ("-pooled" if data_cfg.pooled else ""),
         graphs=graphs,
         questions=questions,
         query_embeddings=embeddings[start:],
@@ -349,12 +364,15 @@ def load_or_build(
 
 
 def graphset_dir(root: str | Path, data_cfg: DataConfig, graph_cfg: GraphConfig) -> Path:
-    """Where a dataset's graph set is saved: ``<root>/<dataset>[-limit<N>][-<encoder>]``.
+    """Where a dataset's graph set is saved: ``<root>/<dataset>[-pooled][-limit<N>][-sentences][-<encoder>]``.
 
     One folder per dataset slice and encoder (MiniLM, the default, is left unnamed); a change of
     any other builder setting rebuilds the set in place (:func:`load_or_build` checks the hash).
     """
-    name = data_cfg.name + (f"-limit{data_cfg.limit}" if data_cfg.limit is not None else "")
+    name = data_cfg.name + ("-pooled" if data_cfg.pooled else "")
+    name += f"-limit{data_cfg.limit}" if data_cfg.limit is not None else ""
+    passage_graphs = data_cfg.pooled or data_cfg.name == "musique"  # the graphs sentence_nodes applies to
+    name += "-sentences" if passage_graphs and graph_cfg.sentence_nodes else ""
     name += "" if graph_cfg.encoder == "minilm" else f"-{graph_cfg.encoder}"
     return Path(root) / name
 
@@ -374,3 +392,44 @@ def open_graphset(
         return GraphSet.load(saved)
     data_cfg, graph_cfg = DataConfig.from_mapping(data), GraphConfig.from_mapping(graph)
     return load_or_build(data_cfg, graph_cfg, graphset_dir(root, data_cfg, graph_cfg), progress=progress)
+
+
+def union(first: GraphSet, second: GraphSet) -> GraphSet:
+    """The graphs and questions of both sets (graph names and question ids must not repeat)."""
+    shared = sorted(set(first.graphs) & set(second.graphs))
+    repeated = sorted({q.qid for q in first.questions} & {q.qid for q in second.questions})
+    if shared or repeated:
+        raise ValueError(f"union: graphs {shared[:3]} / questions {repeated[:3]} are in both graph sets")
+    return GraphSet(
+        dataset=first.dataset,
+        graphs={**first.graphs, **second.graphs},
+        questions=first.questions + second.questions,
+        query_embeddings=torch.cat([first.query_embeddings, second.query_embeddings]),
+        report=first.report,
+        config_hash=first.config_hash,
+        stats=first.stats,
+    )
+
+
+def open_train_graphset(
+    data: Mapping[str, Any], graph: Mapping[str, Any], root: str | Path = "outputs/graphs", progress: bool = True
+) -> GraphSet | None:
+    """The training-only graphs and questions of ``data.train_files`` (``None`` when it lists none).
+
+    Each file is built like the main one (same kind, ``pooled`` and graph settings, no ``limit``)
+    and saved beside it in ``<main set dir>-train-<file stem>``. Every graph is marked
+    ``info["train_only"] = True``. Trainers add these to the training part of every fold; nothing
+    evaluates on them.
+    """
+    data_cfg, graph_cfg = DataConfig.from_mapping(data), GraphConfig.from_mapping(graph)
+    out: GraphSet | None = None
+    for file in data_cfg.train_files:
+        cfg = dataclasses.replace(data_cfg, file=file, limit=None, train_files=())
+        main = graphset_dir(root, cfg, graph_cfg)
+        part = load_or_build(
+            cfg, graph_cfg, main.with_name(f"{main.name}-train-{safe_name(Path(file).stem)}"), progress=progress
+        )
+        for g in part.graphs.values():
+            g.info["train_only"] = True
+        out = part if out is None else union(out, part)
+    return out

@@ -79,7 +79,8 @@ def plot_neighbourhood(graph: MemoryGraph, center: str | None, max_nodes: int, p
         )
         ax.annotate(graph.node_ids[v], (x, y), fontsize=6, ha="center", va="bottom")
     ax.set_title(
-        f"{graph.info.get('sample_id') or graph.info.get('qid', '')}: 2-hop neighbourhood of {graph.node_ids[c]}"
+        f"{graph.info.get('sample_id') or graph.info.get('qid') or graph.info.get('corpus', '')}: "
+        f"2-hop neighbourhood of {graph.node_ids[c]}"
     )
     ax.legend(loc="upper right")
     ax.set_axis_off()

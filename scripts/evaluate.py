@@ -4,6 +4,12 @@
     python scripts/evaluate.py data=hotpotqa 'policies=[beta_bfs,dense_topk,ppr,uniform_bfs]'
     python scripts/evaluate.py -m policy=beta_bfs,ppr          # one Hydra job per policy
     python scripts/evaluate.py data=locomo qa=smollm2          # plus answer quality (QA mode)
+    python scripts/evaluate.py data=musique_pooled 'policies=[dense_topk,router]' \
+        policy=router policy.checkpoint=outputs/train/hotpotqa/fold0/router/best.pt   # HotpotQA -> MuSiQue
+
+Every table carries paired per-question statistics against ``stats.reference`` (default
+``dense_topk``, evaluated too when not listed): mean difference, bootstrap CI and paired t-test
+p-value (:mod:`graphmem.eval.stats`).
 
 Writes into the run directory (``out_dir``, default Hydra's): ``results.json``, ``results.md``,
 ``questions_<policy>.jsonl`` and ``budget_sweep.png``; tracks the tables and files through
@@ -27,7 +33,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from graphmem.cli import run_or_exit
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
-from graphmem.eval.report import full_report, plot_budget_curves, results_payload, table_data, write_json
+from graphmem.eval.report import (
+    full_report,
+    paired_table,
+    plot_budget_curves,
+    results_payload,
+    table_data,
+    write_json,
+)
+from graphmem.eval.stats import PairedComparison, compare_policies
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet, open_graphset
 from graphmem.policies.base import POLICIES, Budget, TraversalPolicy, make_policy
 from graphmem.tracking import make_tracker
@@ -49,6 +63,8 @@ class Plan:
     sweep: list[Budget]
     policies: dict[str, TraversalPolicy]
     out_dir: Path
+    reference: str | None = None
+    policy_configs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def _register_all_policies() -> None:
@@ -86,17 +102,25 @@ def plan_run(cfg: DictConfig) -> Plan:
         raise ConfigError(f"latency must be 'served' or 'batch', got {cfg.get('latency')!r}")
     _register_all_policies()
     names = list(cfg.policies) if cfg.get("policies") else [cfg.policy.name]
+    stats = cfg.get("stats") or {}
+    reference = stats.get("reference")
+    n_boot, level = stats.get("n_boot", 10_000), stats.get("level", 0.95)
+    if not isinstance(n_boot, int) or isinstance(n_boot, bool) or n_boot < 1 or not 0 < float(level) < 1:
+        raise ConfigError(f"stats.n_boot must be a positive integer and stats.level in (0, 1), got {n_boot}, {level}")
+    if reference and reference not in names:
+        names = [*names, reference]  # the paired statistics need the reference's per-question rows
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise ConfigError(f"unknown policy {unknown[0]!r}; registered policies: {sorted(POLICIES)}")
     if len(set(names)) != len(names):
         raise ConfigError(f"policies listed twice: {names}")
-    policies = {}
+    policies, configs = {}, {}
     for n in names:
         try:
             kwargs = _policy_config(n, cfg.get("policy"))
             if cfg.get("device"):
                 kwargs["device"] = cfg.device
+            configs[n] = kwargs
             policies[n] = make_policy(n, **kwargs)
         except Exception as err:  # noqa: BLE001 - any constructor failure is a config problem here
             raise ConfigError(f"policy {n!r} cannot be constructed from its config: {err}") from None
@@ -107,7 +131,7 @@ def plan_run(cfg: DictConfig) -> Plan:
         if not HydraConfig.initialized():
             raise ConfigError("out_dir is not set and no Hydra run directory exists")
         out_dir = HydraConfig.get().runtime.output_dir
-    return Plan(data, graph, budget, sweep, policies, Path(out_dir))
+    return Plan(data, graph, budget, sweep, policies, Path(out_dir), reference or None, configs)
 
 
 def load_graphs(cfg: DictConfig, plan: Plan) -> GraphSet:
@@ -175,7 +199,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         if qa_settings is not None:
             qa_results[name] = _run_qa(qa_settings, gs, main_result, out, cfg.progress, qa_shared)
 
-    report = full_report(results) + (_qa_report(qa_results) if qa_results else "")
+    paired = _paired(cfg, plan, results)
+    report = full_report(results, paired) + (_qa_report(qa_results) if qa_results else "")
     print(report)
     (out / "results.md").write_text(report, encoding="utf-8")
     meta = {
@@ -187,14 +212,16 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "graph": asdict(plan.graph),
         "load_report": gs.report.lines(),
         "seed": int(cfg.seed),
+        "reference": plan.reference,
+        "policy_configs": plan.policy_configs,
     }
-    payload = results_payload(results, sweeps, meta)
+    payload = results_payload(results, sweeps, meta, paired)
     if qa_results:
         payload["qa"] = {p: {"summary": r.summary, "info": r.info} for p, r in qa_results.items()}
     write_json(payload, out / "results.json")
     if plan.sweep:
         plot_budget_curves(sweeps, out / "budget_sweep.png", title=f"{gs.dataset}: evidence recall vs token budget")
-    _track(cfg, plan, results, sweeps, out, qa_results)
+    _track(cfg, plan, results, sweeps, out, qa_results, paired)
     print(f"results written to {out}")
     return payload
 
@@ -206,6 +233,7 @@ def _track(
     sweeps: dict[str, list[EvalResult]],
     out: Path,
     qa_results: dict[str, Any] | None = None,
+    paired: list[PairedComparison] | None = None,
 ) -> None:
     name = f"evaluate-{plan.data.name}-{'+'.join(plan.policies)}"
     with make_tracker(cfg.logger, run_config=cfg, out_dir=out, name=name) as tracker:
@@ -223,6 +251,9 @@ def _track(
             )
             tracker.log_table(f"questions/{r.policy}", *_question_table(r))
         tracker.log_table("summary", columns, rows)
+        if paired:
+            tracker.log_table("paired_vs_reference", *paired_table(paired))
+            tracker.log({f"paired/{c.policy}/{c.metric}/{k}": getattr(c, k) for c in paired for k in PAIRED_SCALARS})
         sweep_rows = [
             [
                 policy,
@@ -247,6 +278,23 @@ def _track(
                 tracker.log_artifact(path, kind)
         if qa_results:
             _track_qa(tracker, qa_results, out)
+
+
+PAIRED_SCALARS = ("n", "mean_diff", "ci_low", "ci_high", "p_value")
+
+
+def _paired(cfg: DictConfig, plan: Plan, results: list[EvalResult]) -> list[PairedComparison]:
+    """Each policy against the reference, question by question (nothing when no reference is set)."""
+    if plan.reference is None:
+        return []
+    stats = cfg.get("stats") or {}
+    return compare_policies(
+        {r.policy: r.rows for r in results},
+        plan.reference,
+        n_boot=int(stats.get("n_boot", 10_000)),
+        level=float(stats.get("level", 0.95)),
+        seed=int(cfg.seed),
+    )
 
 
 def _question_table(result: EvalResult) -> tuple[list[str], list[list[Any]]]:

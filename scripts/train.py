@@ -7,8 +7,12 @@
 For each fold (splits by conversation, :mod:`rl.splits`) and each variant (trainer overrides),
 the router trains on the training conversations, is selected on the validation conversations,
 and is evaluated once on the test conversations, next to the baselines, under the same budget.
-Writes ``results.json`` (per fold and mean ± std), ``results.md`` and checkpoints in ``out_dir``
-(in a multirun, in each job's sweep folder instead).
+Writes ``results.json`` (per fold, mean ± std over folds with ddof = 1, and paired per-question
+statistics of every policy against ``stats.reference`` over all folds' test questions),
+``results.md``, ``questions_<policy>.jsonl`` (every fold's test rows, with their fold) and
+checkpoints in ``out_dir`` (in a multirun, in each job's sweep folder instead).
+``train_extra=true`` adds the training-only files of the dataset (``data.train_files``) to the
+training part of every fold.
 
     torchrun --nproc_per_node=4 scripts/train.py graphset=outputs/graphs/locomo   # data-parallel training
     python scripts/train.py -m hydra/launcher=joblib trainer.seed=0,1,2            # a local parallel sweep
@@ -26,14 +30,16 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import numpy as np
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from graphmem.cli import run_or_exit
-from graphmem.eval.harness import evaluate_policy
-from graphmem.graphset import GraphSet, open_graphset
+from graphmem.eval.harness import evaluate_policy, write_jsonl
+from graphmem.eval.report import fold_markdown, paired_table
+from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
+from graphmem.graphset import GraphSet, open_graphset, open_train_graphset, union
 from graphmem.io import atomic_write
 from graphmem.policies.base import Budget, make_policy, resolve_device
 from graphmem.policies.router import RouterPolicy
@@ -52,6 +58,16 @@ def subset(gs: GraphSet, names) -> tuple[list, Any]:
     return [gs.questions[i] for i in idx], gs.query_embeddings[idx]
 
 
+def load_train_graphset(cfg: DictConfig) -> GraphSet | None:
+    """The dataset's training-only graphs and questions (``data.train_files``), built with the same graph config."""
+    return open_train_graphset(
+        OmegaConf.to_container(cfg.data, resolve=True),
+        OmegaConf.to_container(cfg.graph, resolve=True),
+        hydra.utils.to_absolute_path(cfg.graphset_dir),
+        progress=cfg.progress,
+    )
+
+
 def load_graphset(cfg: DictConfig) -> GraphSet:
     saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
     return open_graphset(
@@ -64,25 +80,13 @@ def load_graphset(cfg: DictConfig) -> GraphSet:
 
 
 def summarize(per_fold: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
-    """policy -> metric -> {mean, std, folds} over the folds."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for policy in per_fold[0]:
-        out[policy] = {}
-        for m in METRICS:
-            vals = [f[policy][m] for f in per_fold if f[policy].get(m) is not None]
-            out[policy][m] = {"mean": float(np.mean(vals)), "std": float(np.std(vals)), "folds": len(vals)}
-    return out
+    """policy -> metric -> {mean, std (ddof = 1; None for one fold), folds} over the folds."""
+    return fold_summary(per_fold, METRICS)
 
 
-def markdown(summary: dict[str, dict[str, dict[str, float]]]) -> str:
-    lines = ["| policy | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
-    for policy, ms in summary.items():
-        cells = [
-            f"{ms[m]['mean']:.3f} ± {ms[m]['std']:.3f}" if m != "loaded_tokens" else f"{ms[m]['mean']:.0f}"
-            for m in METRICS
-        ]
-        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def question_counts(rows: dict[str, list[dict]]) -> dict[str, int]:
+    """Test questions each policy was scored on, over all folds."""
+    return {policy: len(r) for policy, r in rows.items()}
 
 
 def policy_kwargs(name: str) -> dict[str, Any]:
@@ -110,8 +114,15 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
     for name, overrides in variants.items():  # reject impossible settings before any work
         TrainConfig(**{**base, **overrides})
+    stats = OmegaConf.to_container(cfg.stats, resolve=True) if cfg.get("stats") else {}
+    reference = stats.get("reference")
+    baseline_names = list(cfg.baselines)
+    if reference and reference not in baseline_names and reference not in variants:
+        baseline_names.append(reference)  # the paired statistics need the reference's test rows
+    if cfg.get("train_extra") and not cfg.data.get("train_files"):
+        raise ValueError(f"train_extra=true, but data {cfg.data.name!r} lists no train_files")
     baselines = {}
-    for name in cfg.baselines:
+    for name in baseline_names:
         try:
             baselines[name] = make_policy(name, **policy_kwargs(name))
         except (OSError, TypeError, ValueError, KeyError) as err:
@@ -123,12 +134,19 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     if not world.is_main:
         world.barrier()  # rank 0 loads (or builds and caches) the graph set first
     gs = load_graphset(cfg)
+    extra = load_train_graphset(cfg) if cfg.get("train_extra") else None
     if world.is_main:
         world.barrier()
         print("\n".join(gs.report.lines()))
+        if extra is not None:
+            print(
+                f"training-only: {len(extra.graphs)} graphs, {len(extra.questions)} questions ({cfg.data.train_files})"
+            )
+    train_graphs = gs.graphs if extra is None else union(gs, extra).graphs  # refuses shared graph names
     splits = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
     per_fold, records = [], []
+    test_rows: dict[str, list[dict]] = {}
     started = time.perf_counter()
     tracker = make_tracker(
         cfg.logger if world.is_main else {"backend": "none"}, run_config=cfg, out_dir=out, name=f"train-{gs.dataset}"
@@ -138,6 +156,8 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         if world.is_main:
             print(f"fold {k}: train {len(split.train)} / val {len(split.val)} / test {len(split.test)} conversations")
         train_q, train_e = subset(gs, split.train)
+        if extra is not None:
+            train_q, train_e = train_q + extra.questions, torch.cat([train_e, extra.query_embeddings])
         val_q, val_e = subset(gs, split.val)
         test_q, test_e = subset(gs, split.test)
         test_set = GraphSet(gs.dataset, {n: gs.graphs[n] for n in split.test}, test_q, test_e, gs.report)
@@ -149,7 +169,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
                 PrintLogger(every=max(1, tc.epochs // 10)), _Prefixed(tracker, prefix, offset=1000 * k)
             )
             t0 = time.perf_counter()
-            result = train(tc, gs.graphs, train_q, train_e, val_q, val_e, budget=budget, logger=logger, world=world)
+            result = train(tc, train_graphs, train_q, train_e, val_q, val_e, budget=budget, logger=logger, world=world)
             train_s = time.perf_counter() - t0
             if not world.is_main:  # the other ranks only help train
                 continue
@@ -166,6 +186,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
             )
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
+            test_rows.setdefault(name, []).extend({"fold": k, **row} for row in res.rows)
             records.append(
                 {
                     "fold": k,
@@ -182,20 +203,31 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         for name, policy in baselines.items():
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
+            test_rows.setdefault(name, []).extend({"fold": k, **row} for row in res.rows)
             records.append({"fold": k, "policy": name, "test": res.overall})
         per_fold.append(fold_metrics)
-        print(markdown(summarize([fold_metrics])))
+        print(fold_markdown(summarize([fold_metrics]), {p: len(test_q) for p in fold_metrics}))
     if not world.is_main:
         tracker.finish()
         return None
     summary = summarize(per_fold)
-    table = markdown(summary)
-    print(f"\n{gs.dataset}: test conversations, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
+    paired = (
+        compare_policies(test_rows, reference, n_boot=int(stats.get("n_boot", 10_000)), seed=int(cfg.cv.seed))
+        if reference
+        else []
+    )
+    table = fold_markdown(summary, question_counts(test_rows))
+    table += "\n\n" + comparisons_markdown(paired) if paired else ""
+    print(f"\n{gs.dataset}: test graphs, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
     payload = {
         "dataset": gs.dataset,
         "budget": dataclasses.asdict(budget),
         "folds": folds,
         "summary": summary,
+        "questions": question_counts(test_rows),
+        "reference": reference,
+        "paired": [c.to_json() for c in paired],
+        "train_extra": None if extra is None else {"graphs": len(extra.graphs), "questions": len(extra.questions)},
         "records": records,
         "splits": [dataclasses.asdict(splits[k]) for k in folds],
         "wall_s": round(time.perf_counter() - started, 2),
@@ -204,9 +236,13 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     }
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
+    for name, rows in test_rows.items():
+        write_jsonl(rows, out / f"questions_{name}.jsonl")
     tracker.log_table(
         "summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()]
     )
+    if paired:
+        tracker.log_table("paired_vs_reference", *paired_table(paired))
     tracker.finish()
     print(f"results written to {out}")
     return payload

@@ -10,10 +10,12 @@ from graphmem.datasets import (
     DataNotFoundError,
     HotpotFormatError,
     LocomoFormatError,
+    MusiqueFormatError,
     data_file,
     data_root,
     load_hotpotqa,
     load_locomo,
+    load_musique,
     parse_session_datetime,
 )
 
@@ -173,3 +175,77 @@ def test_data_root_resolution(tmp_path, monkeypatch):
     )
     with pytest.raises(DataNotFoundError, match="config key data.root"):
         data_root(tmp_path / "nowhere")
+
+
+# ---------------------------------------------------------------------------- MuSiQue, HotpotQA train
+MUSIQUE = "musique/musique_ans_50.json"
+HOTPOT_TRAIN = "hotpotqa/hotpot_train_100.jsonl"
+
+
+def test_musique_counts_hops_and_chain():
+    records, questions, report = load_musique(data_file(MUSIQUE))
+    assert len(records) == len(questions) == 50 == report.questions
+    assert sum(len(r.paragraphs) for r in records) == 1000
+    assert sum(p.is_supporting for r in records for p in r.paragraphs) == 118
+    assert collections.Counter(r.hops for r in records) == {"2hop": 35, "3hop1": 10, "3hop2": 2, "4hop1": 3}
+    assert collections.Counter(q.category for q in questions) == collections.Counter(r.hops for r in records)
+    assert len({p.title for r in records for p in r.paragraphs}) == 911
+    assert all(r.answerable for r in records) and not report.dangling_evidence and not report.repaired_evidence
+    q, r = questions[0], records[0]
+    assert q.qid == q.graph == r.qid == "2hop__150763_14904" and q.answer == "G. Stanley Hall"
+    assert r.answer_aliases == ("Stanley Hall",)
+    assert [s.paragraph_support_idx for s in r.decomposition] == [6, 10]
+    titles = {p.idx: p.title for p in r.paragraphs}
+    assert q.support_chain == (titles[6], titles[10]) and set(q.evidence) == {titles[6], titles[10]}
+    # the chain has one step per decomposition step; evidence is the distinct supporting titles
+    assert all(len(q.support_chain) == len(r.decomposition) for q, r in zip(questions, records))
+    assert sum(len(q.evidence) for q in questions) == 117  # one question uses two "Canon law" paragraphs
+    canon = next(q for q in questions if q.qid == "2hop__6584_6587")
+    assert canon.support_chain == ("Canon law", "Canon law") and canon.evidence == ("Canon law",)
+
+
+def test_musique_malformed_input_names_file_record_field(tmp_path):
+    raw = json.loads(data_file(MUSIQUE).read_text())[:3]
+    good = tmp_path / "ok.jsonl"
+    raw[1]["question_decomposition"][0]["paragraph_support_idx"] = 99
+    good.write_text("\n".join(json.dumps(r) for r in raw))
+    _, questions, report = load_musique(good)  # JSONL works too; a step naming no paragraph is reported
+    assert report.dangling_evidence == [f"{raw[1]['id']}: paragraph idx 99"]
+    assert len(questions[1].support_chain) == len(raw[1]["question_decomposition"]) - 1
+    for field, value, message in (
+        ("id", None, "'id'"),
+        ("paragraphs", [], "'paragraphs'"),
+        ("question", "  ", "'question'"),
+        ("answer_aliases", "x", "'answer_aliases'"),
+    ):
+        bad = json.loads(json.dumps(raw))
+        bad[2][field] = value
+        path = _write(tmp_path, bad, f"bad_{field}.json")
+        with pytest.raises(MusiqueFormatError) as err:
+            load_musique(path)
+        assert str(path) in str(err.value) and "record 2" in str(err.value) and message in str(err.value)
+    bad = json.loads(json.dumps(raw))
+    bad[0]["paragraphs"][3]["is_supporting"] = "yes"
+    with pytest.raises(
+        MusiqueFormatError, match=r"record 0 \(id '2hop__150763_14904'\): paragraphs\[3\]: .*is_supporting"
+    ):
+        load_musique(_write(tmp_path, bad, "bad_sup.json"))
+    bad[0]["paragraphs"][3]["is_supporting"] = False
+    bad[0]["paragraphs"][3]["idx"] = 2
+    with pytest.raises(MusiqueFormatError, match=r"paragraphs\[3\]: field 'idx' 2 repeats"):
+        load_musique(_write(tmp_path, bad, "bad_idx.json"))
+    with pytest.raises(MusiqueFormatError, match="repeats an earlier record"):
+        load_musique(_write(tmp_path, [raw[0], raw[0]], "dup.json"))
+
+
+def test_hotpot_train_file_counts_and_short_record():
+    records, questions, report = load_hotpotqa(data_file(HOTPOT_TRAIN))
+    assert len(records) == len(questions) == 100
+    assert sum(len(r.supporting_facts) for r in records) == 229
+    assert sum(len(q.evidence) for q in questions) == 229 and not report.dangling_evidence
+    sizes = collections.Counter(len(r.paragraphs) for r in records)
+    assert sizes == {10: 99, 4: 1}
+    short = next(r for r in records if len(r.paragraphs) == 4)
+    q = next(q for q in questions if q.qid == short.qid)
+    assert set(q.support_titles) <= {p.title for p in short.paragraphs} and q.evidence
+    assert collections.Counter(r.type for r in records) == {"bridge": 78, "comparison": 22}

@@ -138,7 +138,33 @@ def test_compose_run_writes_every_output(tmp_path):
     assert len(rows) == 10 and "trace" in json.loads(rows[0])
     assert "| overall |" in (out / "results.md").read_text()
     tables = {p.name for p in (out / "tracking" / "tables").iterdir()}
-    assert {"summary.json", "budget_sweep.json", "questions_beta_bfs.json"} <= tables
+    assert {"summary.json", "budget_sweep.json", "questions_beta_bfs.json", "paired_vs_reference.json"} <= tables
+    # paired statistics against the reference, from the per-question rows written above
+    paired = {c["metric"]: c for c in saved["paired"]}
+    assert saved["meta"]["reference"] == "dense_topk" and {c["policy"] for c in saved["paired"]} == {"beta_bfs"}
+    recall = paired["evidence_recall"]
+    rows_b = [json.loads(x) for x in (out / "questions_beta_bfs.jsonl").read_text().splitlines()]
+    rows_d = [json.loads(x) for x in rows]
+    # the overall group: the 2 adversarial (category 5) questions are left out, as in the overall table
+    diffs = [
+        b["metrics"]["evidence_recall"] - d["metrics"]["evidence_recall"]
+        for b, d in zip(rows_b, rows_d)
+        if b["category"] != 5
+    ]
+    assert recall["n"] == 8 == summary["overall"]["n"] and recall["mean_diff"] == pytest.approx(sum(diffs) / 8)
+    assert recall["ci_low"] <= recall["mean_diff"] <= recall["ci_high"]
+    assert "paired per-question differences vs **dense_topk**" in (out / "results.md").read_text()
+
+
+def test_reference_policy_is_added_when_not_listed(tmp_path):
+    script = load_script("evaluate")
+    cfg = compose_cfg(
+        [f"graphset={saved_graphset(tmp_path / 'set')}", f"out_dir={tmp_path / 'out'}", "policies=[ppr]"]
+        + ["sweep_tokens=[]", "logger.mode=disabled", "progress=false", "stats.n_boot=200"]
+    )
+    payload = script.evaluate(cfg)
+    assert list(payload["policies"]) == ["ppr", "dense_topk"]
+    assert {c["policy"] for c in payload["paired"]} == {"ppr"} and payload["paired"][0]["n_boot"] == 200
 
 
 @pytest.mark.parametrize(
@@ -148,6 +174,7 @@ def test_compose_run_writes_every_output(tmp_path):
         ("policies=[beta_bfs,no_such_policy]", "unknown policy 'no_such_policy'"),
         ("sweep_tokens=[0]", "invalid budget"),
         ("device=gpu7", "policy 'beta_bfs' cannot be constructed"),
+        ("stats.n_boot=0", "stats.n_boot must be a positive integer"),
     ],
 )
 def test_invalid_config_rejected_before_work(tmp_path, override, message):

@@ -156,7 +156,7 @@ def test_train_and_evaluate_run_without_the_text_stack(tmp_path):
         progress=False,
     ).save(out)
     (tmp_path / "sitecustomize.py").write_text(BLOCK_TEXT_STACK)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "WANDB_MODE": "disabled"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "WANDB_MODE": "disabled"}
     common = [f"graphset={out}", "logger=none", "progress=false"]
     runs = {
         "train.py": [

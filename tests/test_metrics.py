@@ -126,3 +126,66 @@ def test_summarize_hotpot_types():
     assert groups["overall"]["n"] == 2 and "all" not in groups
     with pytest.raises(ValueError):
         summarize([9], ms[:1])
+
+
+# ---------------------------------------------------------------------------- passage R@k, chain following
+def passage_graph():
+    # passages P1..P6 (node id = title), P2 and P4 with sentence nodes
+    ids = ["P1", "P2", "P2::0", "P2::1", "P3", "P4", "P4::0", "P5", "P6"]
+    return toy_graph(ids, titles=[i.split("::")[0] for i in ids])
+
+
+def chain_question(chain, support):
+    return Question(
+        qid="m",
+        graph="g",
+        text="?",
+        answer="x",
+        evidence=tuple(support),
+        category="3hop1",
+        support_titles=tuple(support),
+        support_chain=tuple(chain),
+    )
+
+
+def test_passage_recall_at_k_ranks_passages_by_first_loaded_node():
+    g = passage_graph()
+    # load order: P2 via its sentence, P2 again, P1, P4 via its sentence, P3, P5 -> passages P2, P1, P4, P3, P5
+    loaded = ["P2::1", "P2", "P1", "P4::0", "P3", "P5"]
+    m = question_metrics(chain_question([], ["P4", "P5"]), g, loaded, 10, 1, 0.0)
+    assert m.passage_recall_2 == 0.0  # top-2 passages P2, P1
+    assert m.passage_recall_5 == 1.0  # P4 is 3rd, P5 5th
+    assert m.support_paragraph_hit == 1.0 and m.all_evidence_hit == 0.0  # P4 only through its sentence
+    m = question_metrics(chain_question([], ["P1", "P6"]), g, loaded, 10, 1, 0.0)
+    assert m.passage_recall_2 == 0.5 and m.passage_recall_5 == 0.5 and m.support_paragraph_recall == 0.5
+    assert m.support_paragraph_hit == 0.0
+    assert m.evidence_recall == 0.5 and m.support_sentence_recall is None  # passage-level gold has no sentence
+
+
+def test_chain_following_counts_the_prefix_reached_in_order():
+    g = passage_graph()
+    loaded = ["P3", "P1", "P4::0", "P2", "P6"]  # passage positions P3 0, P1 1, P4 2, P2 3, P6 4
+
+    def follow(chain):
+        return question_metrics(chain_question(chain, sorted(set(chain))), g, loaded, 10, 1, 0.0).chain_following
+
+    assert follow(["P1", "P4", "P2"]) == 1.0  # in order
+    assert follow(["P1", "P2", "P4"]) == pytest.approx(2 / 3)  # P4 comes before P2: stops after step 2
+    assert follow(["P4", "P1", "P2"]) == pytest.approx(1 / 3)
+    assert follow(["P5", "P1"]) == 0.0  # first step never loaded
+    assert follow(["P1", "P5", "P2"]) == pytest.approx(1 / 3)  # a missing step breaks the chain
+    assert follow(["P1", "P1", "P6"]) == 1.0  # one passage supporting two steps is in order with itself
+    m = question_metrics(chain_question([], ["P1"]), g, loaded, 10, 1, 0.0)
+    assert m.chain_following is None  # no chain, no chain metric
+
+
+def test_aggregate_reports_passage_metrics():
+    g = passage_graph()
+    rows = [
+        question_metrics(chain_question(["P1", "P2"], ["P1", "P2"]), g, ["P1", "P3", "P2"], 10, 1, 0.0),
+        question_metrics(chain_question(["P5", "P6"], ["P5", "P6"]), g, ["P6", "P5"], 10, 1, 0.0),
+    ]
+    agg = aggregate(rows)
+    assert agg["passage_recall_2"] == pytest.approx((0.5 + 1.0) / 2)
+    # chain P5 -> P6 with P6 loaded first: step 1 is reached, step 2 comes out of order -> 1/2
+    assert agg["passage_recall_5"] == 1.0 and agg["chain_following"] == pytest.approx((1.0 + 0.5) / 2)

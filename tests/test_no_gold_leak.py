@@ -24,7 +24,7 @@ from graphmem.policies.base import POLICIES, Budget, Query, Retrieval, Traversal
 from graphmem.synthetic import make_synthetic_graph
 
 DIM = 16
-GOLD_FIELDS = ("answer", "evidence", "category", "dangling_evidence", "support_titles")
+GOLD_FIELDS = ("answer", "evidence", "category", "dangling_evidence", "support_titles", "support_chain")
 
 
 def _import_all_policies() -> None:
@@ -104,6 +104,7 @@ def scrambled(gs: GraphSet) -> GraphSet:
                 category=1 + (q.category % 5),
                 dangling_evidence=("D99:99",),
                 support_titles=("Nowhere",),
+                support_chain=tuple(rng.sample(ids, 2)),
             )
         )
     return GraphSet(gs.dataset, gs.graphs, qs, gs.query_embeddings, gs.report)

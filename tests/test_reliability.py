@@ -125,6 +125,7 @@ def _env(**extra):
         ("budget.max_tokens=-5", "Budget.max_tokens must be a non-negative integer"),
         ("baselines=[no_such_policy]", "unknown baseline policy 'no_such_policy'"),
         ("cv.folds=[9]", "cv.folds within [0, 5)"),
+        ("train_extra=true", "train_extra=true, but data 'locomo' lists no train_files"),
     ],
 )
 def test_train_rejects_impossible_overrides_before_any_work(tmp_path, override, message):

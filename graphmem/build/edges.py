@@ -14,12 +14,15 @@ Every helper returns undirected candidate pairs as two long tensors ``(a, b)`` w
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
+
+if TYPE_CHECKING:
+    from graphmem.graphset import GraphConfig
 
 CONNECTIVES = re.compile(
     r"\b(because|therefore|thus|hence|consequently|as a result|that's why|that is why|which is why|due to|"
@@ -65,17 +68,25 @@ def time_window_pairs(
     return rows[keep], nbr[keep]
 
 
-def semantic_knn_pairs(embeddings: Tensor, k: int, threshold: float) -> tuple[Tensor, Tensor]:
-    """Each node to its ``k`` most cosine-similar other nodes with similarity ``>= threshold``."""
+def semantic_knn_pairs(embeddings: Tensor, k: int, threshold: float, block: int = 2048) -> tuple[Tensor, Tensor]:
+    """Each node to its ``k`` most cosine-similar other nodes with similarity ``>= threshold``.
+
+    Similarities are computed ``block`` rows at a time, so a pooled corpus of 10^4 nodes never
+    holds the full ``[N, N]`` matrix.
+    """
     n = embeddings.shape[0]
     if n < 2 or k == 0:
         return _pairs([], [])
-    sim = embeddings @ embeddings.T
-    sim.fill_diagonal_(-float("inf"))
-    vals, nbr = torch.topk(sim, min(k, n - 1), dim=1)
-    keep = vals >= threshold
-    rows = torch.arange(n)[:, None].expand_as(nbr)
-    return rows[keep], nbr[keep]
+    rows_out, nbr_out = [], []
+    for start in range(0, n, block):
+        sim = embeddings[start : start + block] @ embeddings.T
+        local = torch.arange(sim.shape[0])
+        sim[local, local + start] = -float("inf")
+        vals, nbr = torch.topk(sim, min(k, n - 1), dim=1)
+        keep = vals >= threshold
+        rows_out.append((local + start)[:, None].expand_as(nbr)[keep])
+        nbr_out.append(nbr[keep])
+    return torch.cat(rows_out), torch.cat(nbr_out)
 
 
 def entity_pairs(entities: Sequence[set[str]], fanout: int, max_share: float) -> tuple[Tensor, Tensor]:
@@ -223,3 +234,32 @@ def add_relation_edges(
         return
     feats = phase1_features(graph, src, dst, group, order, entities, causal, tau) if features == "scored" else None
     graph.add_edges(src, dst, rel, features=feats)
+
+
+def add_document_edges(
+    graph: MemoryGraph,
+    sentences: Sequence[str],
+    group: Sequence,
+    order: Sequence[int],
+    entities: Sequence[set[str]],
+    bridges: tuple[list[int], list[int]],
+    cfg: GraphConfig,
+) -> None:
+    """Edges of a document graph (HotpotQA paragraphs, passage corpora), in one call: temporal between
+    consecutive nodes of a paragraph (``group``, ``order``), semantic kNN, causal cues between
+    consecutive ``sentences`` (``""`` for a node that is no sentence), and entity = the title
+    ``bridges`` pairs plus nodes sharing an entity (:func:`entity_pairs`)."""
+    causal = causal_pairs(
+        sentences, [None] * len(sentences), group, order, cfg.causal_qa_confidence, cfg.causal_connective_confidence
+    )
+    ent_a, ent_b = entity_pairs(entities, cfg.entity_fanout, cfg.entity_max_share)
+    pairs = {
+        "temporal": sequence_pairs(group, order),
+        "semantic": semantic_knn_pairs(graph.embeddings, cfg.semantic_k, cfg.semantic_threshold),
+        "causal": causal[:2],
+        "entity": (
+            torch.cat([torch.as_tensor(bridges[0], dtype=torch.long), ent_a]),
+            torch.cat([torch.as_tensor(bridges[1], dtype=torch.long), ent_b]),
+        ),
+    }
+    add_relation_edges(graph, pairs, cfg.features, group, order, entities, causal, cfg.temporal_tau)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor
 
 from graphmem.build import edges as E
@@ -96,18 +95,5 @@ def build_hotpot_graph(
                 for t in target_rows[: 1 + cfg.entity_fanout]:
                     bridge_a.append(row)
                     bridge_b.append(t)
-    causal = E.causal_pairs(
-        sentences, [None] * len(nodes), group, order, cfg.causal_qa_confidence, cfg.causal_connective_confidence
-    )
-    ent_a, ent_b = E.entity_pairs(entities, cfg.entity_fanout, cfg.entity_max_share)
-    pairs = {
-        "temporal": E.sequence_pairs(group, order),
-        "semantic": E.semantic_knn_pairs(graph.embeddings, cfg.semantic_k, cfg.semantic_threshold),
-        "causal": causal[:2],
-        "entity": (
-            torch.cat([torch.as_tensor(bridge_a, dtype=torch.long), ent_a]),
-            torch.cat([torch.as_tensor(bridge_b, dtype=torch.long), ent_b]),
-        ),
-    }
-    E.add_relation_edges(graph, pairs, cfg.features, group, order, entities, causal, cfg.temporal_tau)
+    E.add_document_edges(graph, sentences, group, order, entities, (bridge_a, bridge_b), cfg)
     return graph

@@ -2,12 +2,16 @@
 
 from graphmem.datasets.hotpotqa import HotpotFormatError, load_hotpotqa, sentence_id, title_id
 from graphmem.datasets.locomo import LocomoFormatError, load_locomo, parse_session_datetime
+from graphmem.datasets.musique import MusiqueFormatError, load_musique, passage_id
 from graphmem.datasets.paths import DataNotFoundError, data_file, data_root, repo_root
 from graphmem.datasets.types import (
     LOCOMO_CATEGORIES,
     Conversation,
     HotpotRecord,
     LoadReport,
+    MusiqueParagraph,
+    MusiqueRecord,
+    MusiqueStep,
     Paragraph,
     Question,
     Session,
@@ -22,6 +26,10 @@ __all__ = [
     "HotpotRecord",
     "LoadReport",
     "LocomoFormatError",
+    "MusiqueFormatError",
+    "MusiqueParagraph",
+    "MusiqueRecord",
+    "MusiqueStep",
     "Paragraph",
     "Question",
     "Session",
@@ -30,6 +38,8 @@ __all__ = [
     "data_root",
     "load_hotpotqa",
     "load_locomo",
+    "load_musique",
+    "passage_id",
     "parse_session_datetime",
     "repo_root",
     "sentence_id",

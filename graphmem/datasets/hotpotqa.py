@@ -16,10 +16,9 @@ Decisions on malformed input:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Iterator
 
+from graphmem.datasets.records import json_records
 from graphmem.datasets.types import HotpotRecord, LoadReport, Paragraph, Question
 
 
@@ -37,25 +36,6 @@ def title_id(title: str) -> str:
     return f"{title}::title"
 
 
-def _records(path: Path) -> Iterator[tuple[str, Any]]:
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise HotpotFormatError(f"{path}: not valid JSON ({err})") from None
-        for i, item in enumerate(items):
-            yield f"record {i}", item
-        return
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield f"line {n}", json.loads(line)
-        except json.JSONDecodeError as err:
-            raise HotpotFormatError(f"{path}: line {n}: not valid JSON ({err})") from None
-
-
 def load_hotpotqa(path: str | Path) -> tuple[list[HotpotRecord], list[Question], LoadReport]:
     """Read a HotpotQA file; returns records, questions (one per record) and the report."""
     path = Path(path)
@@ -63,7 +43,7 @@ def load_hotpotqa(path: str | Path) -> tuple[list[HotpotRecord], list[Question],
     records: list[HotpotRecord] = []
     questions: list[Question] = []
     seen: set[str] = set()
-    for where, raw in _records(path):
+    for where, raw in json_records(path, HotpotFormatError):
         where = f"{path}: {where}"
         if not isinstance(raw, dict):
             raise HotpotFormatError(f"{where}: must be an object, got {type(raw).__name__}")

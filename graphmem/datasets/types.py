@@ -63,7 +63,9 @@ class Question:
         evidence: gold node ids (LoCoMo dia_ids; HotpotQA ``title::sentence``).
         category: LoCoMo category 1-5 or HotpotQA type (``bridge``/``comparison``).
         dangling_evidence: gold ids that name no node (reported, never silently dropped).
-        support_titles: HotpotQA gold paragraph titles (empty for LoCoMo).
+        support_titles: gold paragraph titles (HotpotQA, MuSiQue; empty for LoCoMo).
+        support_chain: MuSiQue's gold reasoning chain, the supporting passage node id of each
+            step in step order (empty elsewhere).
     """
 
     qid: str
@@ -74,6 +76,7 @@ class Question:
     category: int | str
     dangling_evidence: tuple[str, ...] = ()
     support_titles: tuple[str, ...] = ()
+    support_chain: tuple[str, ...] = ()
 
     @property
     def category_name(self) -> str:
@@ -99,6 +102,43 @@ class HotpotRecord:
     level: str
 
 
+@dataclass(frozen=True)
+class MusiqueParagraph:
+    """One of a MuSiQue record's candidate paragraphs (``idx`` is the record's own numbering)."""
+
+    idx: int
+    title: str
+    text: str
+    is_supporting: bool
+
+
+@dataclass(frozen=True)
+class MusiqueStep:
+    """One single-hop step of ``question_decomposition``; ``#k`` in ``question`` names step k's answer."""
+
+    id: str
+    question: str
+    answer: str
+    paragraph_support_idx: int | None
+
+
+@dataclass(frozen=True)
+class MusiqueRecord:
+    """A MuSiQue-Ans record (official format); ``hops`` is the id prefix (``2hop``, ``3hop1``, ...)."""
+
+    qid: str
+    question: str
+    answer: str
+    answer_aliases: tuple[str, ...]
+    answerable: bool
+    paragraphs: tuple[MusiqueParagraph, ...]
+    decomposition: tuple[MusiqueStep, ...]
+
+    @property
+    def hops(self) -> str:
+        return self.qid.split("__", 1)[0]
+
+
 @dataclass
 class LoadReport:
     """Counts of what a loader repaired or discarded, printed by the scripts."""
@@ -111,6 +151,7 @@ class LoadReport:
     discarded: list[str] = field(default_factory=list)
     malformed_evidence: list[str] = field(default_factory=list)
     unparsed_dates: list[str] = field(default_factory=list)
+    merged_titles: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         out = [f"{self.source}: {self.records} records, {self.questions} questions"]
@@ -120,6 +161,7 @@ class LoadReport:
             ("malformed evidence strings dropped", self.malformed_evidence, ", ", 5),
             ("unparsable session dates (timestamp unknown)", self.unparsed_dates, ", ", 3),
             ("discarded records", self.discarded, "; ", 3),
+            ("titles with several texts, joined into one passage", self.merged_titles, "; ", 3),
         )
         for label, items, sep, shown in listed:
             if items:

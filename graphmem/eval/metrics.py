@@ -16,7 +16,17 @@ HotpotQA adds, with ``T`` the gold supporting-paragraph titles present in the gr
 
 * supporting-sentence recall   ``|L ∩ S| / |S|`` over the gold ``title::idx`` sentence ids ``S``
 * supporting-paragraph recall  ``|{t ∈ T : some loaded node has title t}| / |T|`` — a paragraph
-  counts when any of its sentences or its title node is loaded.
+  counts when any of its nodes (passage, title or sentence) is loaded;
+* all-supporting hit           ``1[every t ∈ T has a loaded node]``.
+
+HotpotQA and MuSiQue add the passage ranking ``P``: the distinct titles of the loaded nodes in
+order of their first loaded node (a policy that loads sentences ranks a passage by its first
+loaded sentence), and
+
+* passage recall@k (HippoRAG 2, GFM-RAG)  ``|P[:k] ∩ T| / |T|``, for k = 2 and 5;
+* chain following (MuSiQue)  ``max{j : c_1..c_j ∈ P, pos(c_1) <= ... <= pos(c_j)} / m`` over the
+  gold chain ``c_1..c_m`` (the supporting passage of each decomposition step, in step order;
+  ``pos`` is the position in ``P``): the share of the chain's steps reached in chain order.
 
 Aggregates (:func:`aggregate`) are arithmetic means over the questions where a metric is defined,
 the mean first-gold rank over questions with a gold hit, and latency percentiles
@@ -56,6 +66,10 @@ class QuestionMetrics:
     fallback_used: bool = False
     support_sentence_recall: float | None = None
     support_paragraph_recall: float | None = None
+    support_paragraph_hit: float | None = None
+    passage_recall_2: float | None = None
+    passage_recall_5: float | None = None
+    chain_following: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,16 +109,21 @@ def question_metrics(
         reciprocal: float | None = 1.0 / (hits[0] + 1) if hits else 0.0
     else:
         recall = all_hit = precision = reciprocal = None
-    sentence_recall = paragraph_recall = None
+    sentence_recall = paragraph_recall = paragraph_hit = recall_2 = recall_5 = chain = None
     if question.support_titles:
-        sentences = [g for g in gold if not _is_title_node(g)]
+        sentences = [g for g in gold if not _is_title_node(g) and "::" in g]
         if sentences:
             sentence_recall = sum(s in loaded_set for s in sentences) / len(sentences)
-        titles_in_graph = {node_title(graph, n) for n in graph.node_ids}
+        titles_in_graph = graph_titles(graph)
         support = [t for t in dict.fromkeys(question.support_titles) if t in titles_in_graph]
+        ranking = passage_ranking(graph, loaded)
         if support:
-            loaded_titles = {node_title(graph, n) for n in loaded}
-            paragraph_recall = sum(t in loaded_titles for t in support) / len(support)
+            paragraph_recall = recall_at(ranking, support, len(ranking))
+            paragraph_hit = float(paragraph_recall == 1.0)
+            recall_2, recall_5 = recall_at(ranking, support, 2), recall_at(ranking, support, 5)
+        steps = [node_title(graph, c) for c in question.support_chain if graph.has_node(c)]
+        if steps:
+            chain = chain_following(ranking, steps)
     return QuestionMetrics(
         n_loaded=len(loaded),
         n_gold=len(gold),
@@ -120,7 +139,39 @@ def question_metrics(
         fallback_used=bool(fallback_used),
         support_sentence_recall=sentence_recall,
         support_paragraph_recall=paragraph_recall,
+        support_paragraph_hit=paragraph_hit,
+        passage_recall_2=recall_2,
+        passage_recall_5=recall_5,
+        chain_following=chain,
     )
+
+
+def graph_titles(graph: MemoryGraph) -> set[str]:
+    """The passage titles of ``graph``'s nodes (cached on the graph)."""
+    return graph.cached("eval.titles", lambda: {node_title(graph, n) for n in graph.node_ids}, ())
+
+
+def passage_ranking(graph: MemoryGraph, loaded: Sequence[str]) -> list[str]:
+    """Distinct passage titles of ``loaded`` in order of their first loaded node."""
+    return list(dict.fromkeys(node_title(graph, n) for n in loaded))
+
+
+def recall_at(ranking: Sequence[str], gold: Sequence[str], k: int) -> float:
+    """``|ranking[:k] ∩ gold| / |gold|`` (gold deduplicated; needs a non-empty ``gold``)."""
+    gold_set = set(gold)
+    return len(set(ranking[:k]) & gold_set) / len(gold_set)
+
+
+def chain_following(ranking: Sequence[str], chain: Sequence[str]) -> float:
+    """Share of the chain's steps reached in chain order (module docstring); a passage that
+    supports two consecutive steps is in order with itself."""
+    pos = {t: i for i, t in reversed(list(enumerate(ranking)))}
+    reached, last = 0, -1
+    for step in chain:
+        if step not in pos or pos[step] < last:
+            break
+        reached, last = reached + 1, pos[step]
+    return reached / len(chain)
 
 
 def _is_title_node(node_id: str) -> bool:
@@ -156,8 +207,9 @@ def aggregate(metrics: Sequence[QuestionMetrics]) -> dict[str, Any]:
     the gold metrics), means of recall / all-hit / precision / reciprocal rank over scored
     questions, ``gold_hit_rate`` (share of scored questions with any gold loaded), mean
     ``first_gold_rank`` over questions with a gold hit, means of loaded nodes / tokens / hops,
-    ``fallback_rate``, latency mean / p50 / p95 in milliseconds, and for HotpotQA the
-    supporting-sentence and supporting-paragraph recall means.
+    ``fallback_rate``, latency mean / p50 / p95 in milliseconds, and for HotpotQA / MuSiQue the
+    supporting-sentence and supporting-paragraph recall, all-supporting hit, passage recall@2 / @5 and
+    chain-following means.
     """
     scored = [m for m in metrics if m.evidence_recall is not None]
     latencies_ms = [m.latency_s * 1000.0 for m in metrics]
@@ -180,6 +232,10 @@ def aggregate(metrics: Sequence[QuestionMetrics]) -> dict[str, Any]:
         "latency_ms_p95": percentile(latencies_ms, 95),
         "support_sentence_recall": mean(m.support_sentence_recall for m in metrics),
         "support_paragraph_recall": mean(m.support_paragraph_recall for m in metrics),
+        "support_paragraph_hit": mean(m.support_paragraph_hit for m in metrics),
+        "passage_recall_2": mean(m.passage_recall_2 for m in metrics),
+        "passage_recall_5": mean(m.passage_recall_5 for m in metrics),
+        "chain_following": mean(m.chain_following for m in metrics),
     }
 
 
@@ -192,6 +248,11 @@ def category_name(category: int | str) -> str:
     return str(category)
 
 
+def in_overall(category: int | str) -> bool:
+    """Whether a question counts in the ``overall`` group (every question but LoCoMo's adversarial category 5)."""
+    return not (isinstance(category, int) and not isinstance(category, bool) and category == ADVERSARIAL_CATEGORY)
+
+
 def summarize(categories: Sequence[int | str], metrics: Sequence[QuestionMetrics]) -> dict[str, dict[str, Any]]:
     """Aggregate overall and per category, in a stable order.
 
@@ -201,7 +262,7 @@ def summarize(categories: Sequence[int | str], metrics: Sequence[QuestionMetrics
     """
     if len(categories) != len(metrics):
         raise ValueError(f"{len(categories)} categories for {len(metrics)} metric rows")
-    adversarial = [c == ADVERSARIAL_CATEGORY and isinstance(c, int) for c in categories]
+    adversarial = [not in_overall(c) for c in categories]
     groups: dict[str, dict[str, Any]] = {
         OVERALL: aggregate([m for m, adv in zip(metrics, adversarial) if not adv]),
     }

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from graphmem.eval.harness import EvalResult, sweep_curve
+from graphmem.eval.stats import PairedComparison, comparisons_markdown
 from graphmem.io import atomic_write
 
 # (header, summary key, format); latencies are milliseconds.
@@ -23,6 +24,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 HOTPOT_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("sp-sent recall", "support_sentence_recall", "{:.3f}"),
     ("sp-para recall", "support_paragraph_recall", "{:.3f}"),
+    ("sp-para all-hit", "support_paragraph_hit", "{:.3f}"),
+    ("passage R@2", "passage_recall_2", "{:.3f}"),
+    ("passage R@5", "passage_recall_5", "{:.3f}"),
+    ("chain", "chain_following", "{:.3f}"),
 )
 
 
@@ -31,8 +36,9 @@ def _fmt(value: Any, fmt: str) -> str:
 
 
 def _columns(summaries: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str, str], ...]:
-    has_support = any(s.get("support_paragraph_recall") is not None for s in summaries)
-    return COLUMNS + (HOTPOT_COLUMNS if has_support else ())
+    """The base columns, plus each passage-level column some summary defines."""
+    extra = tuple(c for c in HOTPOT_COLUMNS if any(s.get(c[1]) is not None for s in summaries))
+    return COLUMNS + extra
 
 
 def _count(s: Mapping[str, Any]) -> str:
@@ -109,9 +115,13 @@ def category_recall_table(results: Sequence[EvalResult]) -> str:
     return "evidence recall by group:\n\n" + _markdown(["policy"] + groups, rows)
 
 
-def full_report(results: Sequence[EvalResult]) -> str:
-    """The markdown printed by ``scripts/evaluate.py``: comparison tables, then one table per policy."""
-    parts = [comparison_table(results), category_recall_table(results)]
+def full_report(results: Sequence[EvalResult], paired: Sequence[PairedComparison] = ()) -> str:
+    """The markdown printed by ``scripts/evaluate.py``: comparison tables, the paired statistics
+    against the reference policy, then one table per policy."""
+    parts = [comparison_table(results)]
+    if paired:
+        parts.append(comparisons_markdown(paired))
+    parts.append(category_recall_table(results))
     if any("adversarial" in r.summary for r in results):
         parts.append(comparison_table(results, "adversarial"))
     parts += [markdown_table(r) for r in results]
@@ -128,13 +138,50 @@ def results_payload(
     results: Sequence[EvalResult],
     sweeps: Mapping[str, Sequence[EvalResult]] | None = None,
     meta: Mapping[str, Any] | None = None,
+    paired: Sequence[PairedComparison] = (),
 ) -> dict[str, Any]:
-    """The content of ``results.json``: run metadata, each policy's summary, and its sweep curve."""
+    """The content of ``results.json``: run metadata, each policy's summary, its sweep curve, and
+    the paired comparisons with the reference policy."""
     return {
         "meta": dict(meta or {}),
         "policies": {r.policy: r.to_json() for r in results},
         "budget_sweep": {name: sweep_curve(points) for name, points in (sweeps or {}).items()},
+        "paired": [c.to_json() for c in paired],
     }
+
+
+PAIRED_COLUMNS = [
+    "policy",
+    "reference",
+    "metric",
+    "n",
+    "mean",
+    "reference_mean",
+    "mean_diff",
+    "ci_low",
+    "ci_high",
+    "p_value",
+]
+
+
+def fold_markdown(summary: Mapping[str, Mapping[str, Mapping[str, Any]]], questions: Mapping[str, int]) -> str:
+    """``mean ± std`` over folds (ddof = 1; the mean alone for one fold) per policy and metric, and
+    the number of test questions each policy was scored on."""
+    metrics = list(next(iter(summary.values()))) if summary else []
+    lines = ["| policy | n | " + " | ".join(metrics) + " |", "|---|---:|" + "---:|" * len(metrics)]
+    for policy, ms in summary.items():
+        cells = []
+        for m in metrics:
+            mean, std = ms[m]["mean"], ms[m]["std"]
+            fmt = "{:.0f}" if m == "loaded_tokens" else "{:.3f}"
+            cells.append(_fmt(mean, fmt) + ("" if std is None or m == "loaded_tokens" else f" ± {std:.3f}"))
+        lines.append(f"| {policy} | {questions.get(policy, 0)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def paired_table(paired: Sequence[PairedComparison]) -> tuple[list[str], list[list[Any]]]:
+    """Columns and rows of the paired comparisons, for tracking backends (a W&B table)."""
+    return PAIRED_COLUMNS, [[getattr(c, k) for k in PAIRED_COLUMNS] for c in paired]
 
 
 def plot_budget_curves(
