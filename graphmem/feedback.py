@@ -21,6 +21,13 @@ learned router trains on. Per training example ``t``:
 
 Questions with no gold node in their graph carry no signal and are skipped. Only the graphs the
 training questions are asked over change; callers that must keep the originals pass copies.
+
+**The LLM Reflector as a feedback source** (:class:`LLMReflector`, GraphMemory B.1): step 2 is
+done by an LLM instead. It reads the loaded records, the question and, as feedback, the
+reference answer (read after the retrieval, like the oracle's gold), and labels the same
+traversed transitions helpful / harmful / neutral with a confidence; its reply is constrained to
+exactly those transitions (:func:`~graphmem.llm.call_schemas.reflection_schema`) and validated.
+Step 3 is unchanged, so the two sources can be compared on the same questions and graph.
 """
 
 from __future__ import annotations
@@ -78,11 +85,14 @@ class EvidenceStats:
     """counter updates applied (parallel edges counted separately)"""
     graphs_touched: set[str] = field(default_factory=set)
     """names of graphs whose counters may have changed"""
+    failed_calls: int = 0
+    """questions whose LLM Reflector call failed (no labels, counters unchanged)"""
 
     def to_json(self) -> dict:
         return {
             "examples": self.examples,
             "skipped": self.skipped,
+            "failed_calls": self.failed_calls,
             "labels": dict(self.labels),
             "edges_updated": self.edges_updated,
             "graphs_touched": sorted(self.graphs_touched),
@@ -133,6 +143,65 @@ def oracle_labels(
     return out
 
 
+def traversed_pairs(graph: MemoryGraph, retrieval: Retrieval) -> list[tuple[str, str]]:
+    """``(u, v)`` node ids of the traversed edges of ``retrieval``, in load order, each pair once."""
+    ids, src, dst = graph.node_ids, graph.edge_index[0], graph.edge_index[1]
+    return list(dict.fromkeys((ids[int(src[e])], ids[int(dst[e])]) for e in retrieval.edges_traversed))
+
+
+class LLMReflector:
+    """GraphMemory's Reflector labelling the traversed transitions of a retrieval (module docstring).
+
+    Args:
+        client: the LLM client (an :class:`~graphmem.llm.client.LLMClient`).
+        max_tokens: completion limit per question (default: 160).
+    """
+
+    role = "reflector"
+
+    def __init__(self, client, max_tokens: int = 160) -> None:
+        self.client, self.max_tokens = client, int(max_tokens)
+
+    def messages(self, graph: MemoryGraph, question: str, retrieval: Retrieval, reference: str) -> list[dict]:
+        from graphmem.llm.prompts import block, make_nonce, memory_block, render
+
+        records = [(graph.node_ids[v], graph.texts[v]) for v in retrieval.loaded]
+        nonce = make_nonce([*(t for _, t in records), question])
+        listing = "\n".join(f"- {a} -> {b}" for a, b in traversed_pairs(graph, retrieval)) or "(none)"
+        return render(
+            self.role,
+            nonce,
+            memory_block=memory_block(records, nonce),
+            question_block=block("question", question, nonce),
+            answer_block=block("answer", "(no answer was generated; judge the retrieved records)", nonce),
+            feedback_block=block("feedback", f"Reference answer: {reference}", nonce),
+            transitions=listing,
+        )
+
+    def labels(
+        self, graph: MemoryGraph, question: str, retrieval: Retrieval, reference: str
+    ) -> list[TransitionLabel] | None:
+        """Valid labels of the traversed transitions, or ``None`` when the call failed."""
+        from graphmem.llm.call_schemas import reflection_schema
+        from graphmem.llm.schemas import Reflection
+
+        pairs = traversed_pairs(graph, retrieval)
+        if not pairs:
+            return []
+        messages = self.messages(graph, question, retrieval, reference)
+        parsed = self.client.structured(
+            self.role, messages, Reflection, reflection_schema(pairs), max_tokens=self.max_tokens
+        )
+        if parsed.value is None:
+            return None
+        allowed, out = set(pairs), {}
+        for t in parsed.value.transitions:  # validation stays the safety net: listed pairs, first label wins
+            if (t.source, t.target) in allowed and (t.source, t.target) not in out:
+                out[(t.source, t.target)] = TransitionLabel(t.source, t.target, t.label, t.confidence)
+        self.client.count_discarded(self.role, len(parsed.value.transitions) - len(out))
+        return list(out.values())
+
+
 def apply_labels(graph: MemoryGraph, labels: Sequence[TransitionLabel]) -> int:
     """Eq. 21 for each label through :meth:`MemoryGraph.observe`; returns the number of edges updated."""
     return sum(graph.observe(t.source, t.target, t.label, t.confidence) for t in labels)
@@ -146,8 +215,9 @@ def learn_evidence(
     budget: Budget,
     config: OracleConfig = OracleConfig(),
     stats: EvidenceStats | None = None,
+    reflector: LLMReflector | None = None,
 ) -> EvidenceStats:
-    """One sequential pass of Retrieve -> oracle Reflect -> eq. 21 over ``questions`` (in order).
+    """One sequential pass of Retrieve -> Reflect -> eq. 21 over ``questions`` (in order).
 
     Args:
         graphs: graph name -> graph; the graphs of ``questions`` are updated in place.
@@ -155,8 +225,10 @@ def learn_evidence(
         embeddings: ``[len(questions), D]`` query embeddings aligned with ``questions``.
         policy: the traversal policy whose transitions are labelled (Beta BFS).
         budget: retrieval budget.
-        config: label confidences (default: 1 for helpful and harmful).
+        config: label confidences of the oracle (default: 1 for helpful and harmful).
         stats: totals to continue (default: new).
+        reflector: label with this LLM Reflector (feedback: the reference answer) instead of the
+            oracle (default: the oracle).
 
     Each retrieval sees the counters left by the previous examples, as in GraphMemory's loop.
     """
@@ -169,10 +241,14 @@ def learn_evidence(
         retrieval = policy.retrieve(graph, query, budget)
         # ---- gold is read here, after the retrieval of this example has returned
         gold = {g for g in question.evidence if graph.has_node(g)}
-        if not gold:
+        if not gold or (reflector is not None and not question.answer):
             stats.skipped += 1
             continue
-        labels = oracle_labels(graph, retrieval, gold, config)
+        if reflector is None:
+            labels = oracle_labels(graph, retrieval, gold, config)
+        elif (labels := reflector.labels(graph, question.text, retrieval, str(question.answer))) is None:
+            stats.failed_calls += 1
+            continue
         for t in labels:
             stats.labels[t.label] += 1
         stats.edges_updated += apply_labels(graph, labels)

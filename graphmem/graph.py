@@ -22,9 +22,11 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
+from graphmem.device import to_device
 from graphmem.tokens import count_tokens, serialize_node
 
 RELATIONS: tuple[str, ...] = ("temporal", "semantic", "causal", "entity")
+NAME_KEYS = ("name", "sample_id", "graph")  # info keys that name a graph, in order
 EDGE_FEATURE_DIM = 4
 FEEDBACK_LABELS = ("helpful", "harmful", "neutral")
 
@@ -117,6 +119,14 @@ class MemoryGraph:
         return int(self.embeddings.shape[1])
 
     @property
+    def name(self) -> str | None:
+        """The graph's name from its ``info`` (``name``, ``sample_id`` or ``graph``), if any."""
+        for key in NAME_KEYS:
+            if isinstance(self.info.get(key), str):
+                return self.info[key]
+        return None
+
+    @property
     def posterior_mean(self) -> Tensor:
         """Edge weight ``w_e = (S_e + 1) / (S_e + F_e + 2)`` (GraphMemory eq. 19)."""
         return (self.S + 1.0) / (self.S + self.F + 2.0)
@@ -133,7 +143,7 @@ class MemoryGraph:
         return node_id in self.cached("id_to_index", lambda: {n: i for i, n in enumerate(self.node_ids)})
 
     def csr(self) -> tuple[Tensor, Tensor]:
-        """Out-neighbour access: ``(rowptr [N+1], perm [E])``.
+        """Out-neighbor access: ``(rowptr [N+1], perm [E])``.
 
         The out-edges of node ``i`` are edge ids ``perm[rowptr[i]:rowptr[i+1]]``, ordered by target.
         """
@@ -167,14 +177,18 @@ class MemoryGraph:
         out = self.out_edges(src)
         return out[self.edge_index[1, out] == dst]
 
-    def cached(self, name: str, build, deps: Sequence[Tensor] = ()):
-        """Derived structure ``build()`` memoised on this graph.
+    def cached(self, name: str, build, deps: Sequence[Tensor] = (), device: str | torch.device | None = None):
+        """Derived structure ``build()`` memoised on this graph: the one per-graph cache.
 
-        Policies keep per-graph precomputations here (e.g. top-k neighbour tables). Any mutation
+        Policies keep per-graph precomputations here (e.g. top-k neighbor tables). Any mutation
         through this class, :meth:`observe` included, drops them; ``deps`` also invalidates the entry
         when one of those tensors is replaced or edited in place (tracked by the tensor's version
-        counter), so code that writes ``S``/``F`` directly cannot read a stale table.
+        counter), so code that writes ``S``/``F`` directly cannot read a stale table. With a
+        non-CPU ``device``, a copy of the value (a tensor or a tuple of tensors) moved there is
+        cached as well, so query batches find the graph's tables on their device.
         """
+        if device is not None and torch.device(device).type != "cpu":
+            return self.cached(f"{name}@{device}", lambda: to_device(self.cached(name, build, deps), device), deps)
         key = tuple((id(t), t._version) for t in deps)
         hit = self._cache.get(name)
         if hit is not None and hit[0] == key and all(a is b for a, b in zip(hit[1], deps)):

@@ -5,7 +5,8 @@ per-query loop. :func:`graph_batch` stacks graphs ``G_0 .. G_{C-1}`` into one
 :class:`~graphmem.graph.MemoryGraph` (node rows of ``G_c`` are ``node_ptr[c] .. node_ptr[c+1]-1``,
 edge ids ``edge_ptr[c] .. edge_ptr[c+1]-1``, both in their original order), so a walk never leaves
 its component. What a policy must add is the query's *scope*: entry selection and any ranking
-of nodes look at the query's own component only (see :func:`graphmem.policies.entries.scoped_cosine`).
+of nodes look at the query's own component only (see :class:`graphmem.policies.scope.Scope`).
+The traversal MDP of :mod:`rl.mdp` walks the same union type, with global node and edge ids.
 
 The union keeps, per component, the order of node ids (ids are prefixed with the component
 index), the CSR order of out-edges and the node token counts, so a retrieval over the union,
@@ -15,7 +16,7 @@ shifted back by the offsets, equals the retrieval over the component graph.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -34,12 +35,14 @@ class GraphBatch:
         graphs: the component graphs, in order.
         node_ptr: ``[C + 1]`` long, component ``c`` owns node rows ``node_ptr[c]:node_ptr[c+1]``.
         edge_ptr: ``[C + 1]`` long, component ``c`` owns edge ids ``edge_ptr[c]:edge_ptr[c+1]``.
+        names: the component names (:attr:`MemoryGraph.name`, or the mapping's keys).
     """
 
     graph: MemoryGraph
     graphs: list[MemoryGraph]
     node_ptr: Tensor
     edge_ptr: Tensor
+    names: list[str]
 
     @property
     def num_graphs(self) -> int:
@@ -55,10 +58,29 @@ class GraphBatch:
         """``[N]`` component index of every node row of the union."""
         return torch.repeat_interleave(torch.arange(self.num_graphs, device=self.sizes.device), self.sizes)
 
+    def offset_of(self, name: str) -> int:
+        """First union node row of the component called ``name``."""
+        return int(self.node_ptr[self.names.index(name)])
+
     @classmethod
-    def from_graphs(cls, graphs: Sequence[MemoryGraph]) -> GraphBatch:
-        """Stack ``graphs`` (same embedding dimension and relation names) into one union graph."""
-        graphs = list(graphs)
+    def single(cls, graph: MemoryGraph) -> GraphBatch:
+        """One graph as a batch of one: the union is the graph itself (nothing is copied; cached)."""
+
+        def build() -> GraphBatch:
+            ptr = lambda n: torch.tensor([0, n], device=torch.device("cpu"))  # noqa: E731
+            return cls(graph, [graph], ptr(graph.num_nodes), ptr(graph.num_edges), [graph.name or "0"])
+
+        return graph.cached("graph_batch.single", build)
+
+    @classmethod
+    def from_graphs(cls, graphs: Sequence[MemoryGraph] | Mapping[str, MemoryGraph]) -> GraphBatch:
+        """Stack ``graphs`` (same embedding dimension and relation names) into one union graph; a
+        mapping names its components by its keys."""
+        if isinstance(graphs, Mapping):
+            names, graphs = list(graphs), list(graphs.values())
+        else:
+            graphs = list(graphs)
+            names = [g.name or str(i) for i, g in enumerate(graphs)]
         if not graphs:
             raise ValueError("graph_batch needs at least one graph")
         first = graphs[0]
@@ -91,7 +113,7 @@ class GraphBatch:
         # token counts are those of the component graphs (the prefixed ids must not change them)
         tokens = torch.cat([g.node_tokens() for g in graphs])
         union.cached("node_tokens", lambda: tokens)
-        return cls(union, graphs, node_ptr, edge_ptr)
+        return cls(union, graphs, node_ptr, edge_ptr, names)
 
     def query_components(self, counts: Sequence[int], device: str | torch.device = "cpu") -> Tensor:
         """``[sum(counts)]`` component of each query when component ``c`` has ``counts[c]`` queries, in order."""

@@ -13,7 +13,19 @@ For example ``t`` with query ``x_t``:
    confidences are discarded and counted; valid ones update ``S``/``F`` through
    :meth:`MemoryGraph.observe`, which never creates an edge (eq. 21);
 4. **Curate**: validated local edits (add / revise node, add / remove edge); new edges start at
-   ``S = F = 0`` (eq. 17). Edits may touch only nodes loaded for this example or added by it.
+   ``S = F = 0`` (eq. 17). Edits may touch only nodes loaded for this example or added by it,
+   and the whole graph is validated after every applied edit. GraphMemory's nodes are lessons
+   (ACE bullets); a built graph's nodes are source records (turns, sentences), so only lesson
+   nodes (section ``lessons``, added by the Curator) are revised, and source records never are.
+
+Each structured call sends its schema narrowed to this example (:mod:`graphmem.llm.call_schemas`:
+loaded ids, the trace's transitions, the graph's relations), so a provider or the local
+constrained decoder can only produce replies that validation would keep; validation still runs
+and counts what it drops.
+
+Failures are loud: when an LLM call of the Retrieve stage fails (after its retries), or the
+Generator's does, the example stops there (no answer is made up, nothing is reflected or
+curated) and its record says which stage failed.
 
 Per-example token accounting separates the retrieved memory, the compact index and the rest.
 """
@@ -27,12 +39,15 @@ from typing import Callable, Sequence
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
+from graphmem.llm.call_schemas import curation_schema, generation_schema, reflection_schema
 from graphmem.llm.client import LLMClient
 from graphmem.llm.prompts import block, make_nonce, memory_block, render
 from graphmem.llm.schemas import AddEdge, AddNode, Curation, Generation, Reflection, RemoveEdge, ReviseNode
 from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy
 
 Embed = Callable[[Sequence[str]], Tensor]
+LESSONS = "lessons"
+"""index section of the nodes the Curator adds; only these are ever revised"""
 
 
 @dataclass
@@ -48,6 +63,10 @@ class ExampleRecord:
     discarded: dict[str, int] = field(default_factory=dict)
     tokens: dict[str, int] = field(default_factory=dict)
     retrieval: Retrieval | None = None
+    failed: str | None = None
+    """``"retrieval"`` or ``"generation"`` when that stage's LLM call failed and the example stopped"""
+    graph_checks: int = 0
+    """full graph validations passed after this example's edits (one per applied edit and update batch)"""
 
 
 class MemoryLoop:
@@ -58,7 +77,8 @@ class MemoryLoop:
         policy: traversal policy for the Retrieve stage.
         embed: maps texts to ``[n, D]`` embeddings for new or revised nodes.
         budget: retrieval budget (default: GraphMemory's).
-        max_tokens: completion limit of each call (default: 256).
+        max_tokens: completion limit of each call, or one per role (``generator``, ``reflector``,
+            ``curator``) (default: 256).
     """
 
     def __init__(
@@ -67,56 +87,86 @@ class MemoryLoop:
         policy: TraversalPolicy,
         embed: Embed,
         budget: Budget | None = None,
-        max_tokens: int = 256,
+        max_tokens: int | dict[str, int] = 256,
     ) -> None:
         self.client, self.policy, self.embed = client, policy, embed
         self.budget = budget or Budget()
-        self.max_tokens = max_tokens
+        roles = ("generator", "reflector", "curator")
+        self.max_tokens = dict(max_tokens) if isinstance(max_tokens, dict) else dict.fromkeys(roles, int(max_tokens))
+        if missing := [r for r in roles if r not in self.max_tokens]:
+            raise ValueError(f"MemoryLoop.max_tokens has no limit for {missing}")
         self._new_ids = itertools.count()
 
     # ------------------------------------------------------------------ Retrieve + Generate (no feedback here)
-    def predict(self, graph: MemoryGraph, query: Query) -> tuple[Generation | None, Retrieval, dict[str, int]]:
-        """Retrieve and generate. Sees only the query; returns the generation, retrieval and trace discards."""
-        retrieval = self.policy.retrieve(graph, query, self.budget)
-        records = [(graph.node_ids[v], graph.texts[v]) for v in retrieval.loaded]
-        nonce = make_nonce([*(t for _, t in records), query.text])
+    def retrieve(self, graph: MemoryGraph, query: Query) -> tuple[Retrieval, bool]:
+        """Retrieve from the query alone; ``(retrieval, ok)`` where ``ok`` is false if an LLM call of it failed."""
+        failures = self._failures()
+        retrieval = self.policy.retrieve_batch(graph, [query], self.budget)[0]
+        return retrieval, self._failures() == failures
+
+    def generate(
+        self, graph: MemoryGraph, query: Query, retrieval: Retrieval
+    ) -> tuple[Generation | None, dict[str, int]]:
+        """The Generator's answer and trace over the loaded records, and the trace's discards."""
+        records = self._records(graph, retrieval)
+        nonce = self._nonce(records, query)
         messages = render(
             "generator",
             nonce,
             memory_block=memory_block(records, nonce),
             question_block=block("question", query.text, nonce),
         )
-        parsed = self.client.structured("generator", messages, Generation, max_tokens=self.max_tokens)
+        spec = generation_schema([nid for nid, _ in records])
+        parsed = self.client.structured(
+            "generator", messages, Generation, spec, max_tokens=self.max_tokens["generator"]
+        )
         discarded: dict[str, int] = {}
         if parsed.value is not None:
             loaded = {nid for nid, _ in records}
             kept = [n for n in parsed.value.trace if n in loaded]
             discarded["trace_unloaded_ids"] = len(parsed.value.trace) - len(kept)
             parsed.value.trace = kept
-        return parsed.value, retrieval, discarded
+        return parsed.value, discarded
+
+    def predict(self, graph: MemoryGraph, query: Query) -> tuple[Generation | None, Retrieval, dict[str, int]]:
+        """Retrieve and generate. Sees only the query; returns the generation, retrieval and trace discards."""
+        retrieval, _ = self.retrieve(graph, query)
+        generation, discarded = self.generate(graph, query, retrieval)
+        return generation, retrieval, discarded
 
     # ------------------------------------------------------------------ the full step
     def step(self, graph: MemoryGraph, query: Query, feedback: Callable[[str], str]) -> ExampleRecord:
         """Run Retrieve-Generate-Reflect-Curate on one example and apply the edits to ``graph``.
 
         ``feedback(prediction)`` is called only after the prediction exists (it may compare with
-        the gold answer); nothing it returns can influence this example's prediction.
+        the gold answer); nothing it returns can influence this example's prediction. A failed
+        retrieval or generation ends the example (``record.failed``) before any later role runs.
         """
         before = self._billed_tokens()
-        generation, retrieval, discarded = self.predict(graph, query)
-        prediction = generation.answer if generation is not None else None
-        trace = generation.trace if generation is not None else []
-        record = ExampleRecord(
-            query.qid, prediction, retrieval.loaded_ids(graph), trace, discarded=discarded, retrieval=retrieval
-        )
-        records = [(graph.node_ids[v], graph.texts[v]) for v in retrieval.loaded]
-        note = feedback(prediction or "")
-        nonce = make_nonce([*(t for _, t in records), query.text, prediction or "", note])
+        retrieval, ok = self.retrieve(graph, query)
+        record = ExampleRecord(query.qid, None, retrieval.loaded_ids(graph), [], retrieval=retrieval)
+        if not ok:
+            record.failed = "retrieval"
+            return self._account(record, before)
+        generation, record.discarded = self.generate(graph, query, retrieval)
+        if generation is None:
+            record.failed = "generation"
+            return self._account(record, before)
+        prediction, trace = generation.answer, generation.trace
+        record.prediction, record.trace = prediction, trace
+        records = self._records(graph, retrieval)
+        note = feedback(prediction)
+        nonce = self._nonce(records, query)  # the Generator's: the three prompts share their prefix
         common = dict(memory_block=memory_block(records, nonce), question_block=block("question", query.text, nonce))
-        critique = self._reflect(graph, trace, record, nonce, common, prediction or "", note)
+        critique = self._reflect(graph, trace, record, nonce, common, prediction, note)
         self._curate(graph, record, nonce, common, critique)
+        return self._account(record, before)
+
+    def _account(self, record: ExampleRecord, before: int) -> ExampleRecord:
+        """Token accounting of one example: retrieved memory, compact index, the rest."""
+        retrieval = record.retrieval
         billed = self._billed_tokens() - before
-        index = getattr(getattr(self.policy, "entries", None), "stats", None)
+        index = getattr(getattr(self.policy, "entry_selector", None), "stats", None)
         record.tokens = {
             "memory": retrieval.loaded_tokens,
             "index": getattr(index, "index_tokens", 0),
@@ -124,6 +174,12 @@ class MemoryLoop:
         }
         record.tokens["rest"] = max(0, billed - record.tokens["memory"] - record.tokens["index"])
         return record
+
+    @staticmethod
+    def _check(graph: MemoryGraph, record: ExampleRecord) -> None:
+        """Validate the whole graph after an edit; a violation raises (it would be a bug here)."""
+        graph.validate()
+        record.graph_checks += 1
 
     def _reflect(
         self,
@@ -151,7 +207,9 @@ class MemoryLoop:
             transitions=listing,
             **common,
         )
-        parsed = self.client.structured("reflector", messages, Reflection, max_tokens=self.max_tokens)
+        parsed = self.client.structured(
+            "reflector", messages, Reflection, reflection_schema(pairs), max_tokens=self.max_tokens["reflector"]
+        )
         self._count(record, "invalid_feedback_items", parsed.discarded)
         if parsed.value is None:
             return ""
@@ -164,15 +222,19 @@ class MemoryLoop:
             done.add(pair)
             graph.observe(t.source, t.target, t.label, t.confidence)  # never creates an edge
             record.applied_transitions.append((t.source, t.target, t.label, t.confidence))
+        if record.applied_transitions:
+            self._check(graph, record)
         return parsed.value.critique
 
     def _curate(self, graph: MemoryGraph, record: ExampleRecord, nonce: str, common: dict, critique: str) -> None:
         messages = render("curator", nonce, critique_block=block("critique", critique or "(none)", nonce), **common)
-        parsed = self.client.structured("curator", messages, Curation, max_tokens=self.max_tokens)
+        lessons = [n for n in record.loaded if graph.metadata[graph.index_of(n)].get("section") == LESSONS]
+        spec = curation_schema(record.loaded, graph.relations, lessons)
+        parsed = self.client.structured("curator", messages, Curation, spec, max_tokens=self.max_tokens["curator"])
         self._count(record, "invalid_ops", parsed.discarded)
         if parsed.value is None:
             return
-        local = set(record.loaded)
+        local, revisable = set(record.loaded), set(lessons)
         created: list[str] = []
 
         def resolve(ref: str) -> str | None:
@@ -188,15 +250,16 @@ class MemoryLoop:
                     [op.text],
                     self.embed([op.text]).reshape(1, -1),
                     keys=[op.key],
-                    metadata=[{"section": "lessons"}],
+                    metadata=[{"section": LESSONS}],
                 )
                 created.append(nid)
                 local.add(nid)
+                revisable.add(nid)
                 record.applied_ops.append(f"add_node {nid}")
-            elif isinstance(op, ReviseNode) and op.node_id in local and (op.text or op.key):
+            elif isinstance(op, ReviseNode) and (nid := resolve(op.node_id)) in revisable and (op.text or op.key):
                 emb = self.embed([op.text]).reshape(-1) if op.text else None
-                graph.revise_node(op.node_id, text=op.text, key=op.key, embedding=emb)
-                record.applied_ops.append(f"revise_node {op.node_id}")
+                graph.revise_node(nid, text=op.text, key=op.key, embedding=emb)
+                record.applied_ops.append(f"revise_node {nid}")
             elif (
                 isinstance(op, AddEdge)
                 and (s := resolve(op.source))
@@ -217,8 +280,23 @@ class MemoryLoop:
                 record.applied_ops.append(f"remove_edge {op.source}->{op.target}")
             else:
                 self._count(record, "invalid_ops")
+                continue
+            self._check(graph, record)
 
     # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _records(graph: MemoryGraph, retrieval: Retrieval) -> list[tuple[str, str]]:
+        return [(graph.node_ids[v], graph.texts[v]) for v in retrieval.loaded]
+
+    @staticmethod
+    def _nonce(records: list[tuple[str, str]], query: Query) -> str:
+        """One nonce per example, from the memory and the question; the prediction, feedback and
+        critique placed in later prompts are escaped like every block, so they cannot close a tag."""
+        return make_nonce([*(t for _, t in records), query.text])
+
+    def _failures(self) -> int:
+        return int(self.client.failure_summary()["failures"])
+
     @staticmethod
     def _has_edge(graph: MemoryGraph, src: str, dst: str, relation: str) -> bool:
         edges = graph.edges_between(graph.index_of(src), graph.index_of(dst))

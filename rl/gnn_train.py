@@ -89,7 +89,7 @@ def examples_from_graphset(
     Entries come from the selector named ``entries`` (or given as an object), exactly as at retrieval.
     """
     from graphmem.policies.base import Query
-    from graphmem.policies.entries import make_entry_selector
+    from graphmem.policies.selectors import make_entry_selector
 
     entry_selector = make_entry_selector(entries)
     by_graph: dict[str, list[int]] = {}

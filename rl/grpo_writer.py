@@ -95,6 +95,8 @@ class WriterConfig:
     """fixes the model init (tiny), data order and sampling"""
     output_dir: str = "outputs/writer"
     """trainer output folder"""
+    report_to: str = "none"
+    """TRL/transformers ``report_to`` (``wandb``: reward, its parts and the well-formed share per step)"""
 
 
 @dataclass
@@ -275,6 +277,17 @@ class ReaderReward:
             for c, t in zip(completions, task_id)
         ]
 
+    def well_formed(self, prompts, completions, task_id, **_) -> list[float]:
+        """1 for a completion whose every non-empty line is an anchored triple of its task, else 0.
+
+        Given weight 0, so it only makes trl log the well-formed share of each step.
+        """
+        out = []
+        for c, t in zip(completions, task_id):
+            _, good, total = parse_triples(_text(c), self.tasks[t].fragment_ids)
+            out.append(float(total > 0 and good == total))
+        return out
+
 
 def _text(completion) -> str:
     if isinstance(completion, list):  # conversational completions: [{"role", "content"}]
@@ -367,10 +380,10 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
         loss_type="grpo",
         num_iterations=cfg.num_iterations,
         temperature=cfg.temperature,
-        reward_weights=[1.0, cfg.lambda_fmt],
+        reward_weights=[1.0, cfg.lambda_fmt, 0.0],
         logging_steps=1,
         save_strategy="no",
-        report_to="none",
+        report_to=cfg.report_to,
         use_cpu=True,
         bf16=False,
         seed=cfg.seed,
@@ -385,7 +398,7 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
 
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=[reward.task_reward, reward.format_reward],
+        reward_funcs=[reward.task_reward, reward.format_reward, reward.well_formed],
         args=args,
         train_dataset=data,
         processing_class=tokenizer,
@@ -396,11 +409,10 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
 
 
 @torch.no_grad()
-def write_triples(
+def generate_completions(
     model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig, batch_size: int = 8
-) -> list[tuple[str, str, str, str]]:
-    """Greedy triples for every task, ``batch_size`` prompts per ``generate`` call (left padding);
-    used to rebuild graphs after a writer update."""
+) -> list[str]:
+    """Greedy completion text of every task, ``batch_size`` prompts per ``generate`` call (left padding)."""
     model.eval()
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     out = []
@@ -414,11 +426,18 @@ def write_triples(
             gen = model.generate(
                 **enc, max_new_tokens=cfg.max_completion_length, do_sample=False, pad_token_id=tokenizer.pad_token_id
             )
-            for t, row in zip(part, gen[:, enc["input_ids"].shape[1] :]):
-                out += parse_triples(tokenizer.decode(row, skip_special_tokens=True), t.fragment_ids)[0]
+            out += [tokenizer.decode(row, skip_special_tokens=True) for row in gen[:, enc["input_ids"].shape[1] :]]
     finally:
         tokenizer.padding_side = side
     return out
+
+
+def write_triples(
+    model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig, batch_size: int = 8
+) -> list[tuple[str, str, str, str]]:
+    """Greedy triples for every task; used to rebuild graphs after a writer update."""
+    texts = generate_completions(model, tokenizer, tasks, cfg, batch_size)
+    return [triple for t, text in zip(tasks, texts) for triple in parse_triples(text, t.fragment_ids)[0]]
 
 
 def rewrite_graph(

@@ -1,8 +1,10 @@
 """The traversal MDP (HAGE §3, Appendix B), stepped for many episodes at once as tensors.
 
 An episode walks one memory graph for one question, starting at one of the question's entry
-nodes. All graphs of a run are joined into one disjoint union (:class:`GraphUnion`), so episodes
-over different graphs share one batch; node and edge ids below are global union ids.
+nodes. All graphs of a run are joined into one disjoint union, the
+:class:`~graphmem.graph_batch.GraphBatch` the policies walk too, so episodes over different graphs
+share one batch; node and edge ids below are global union ids (edge ``edge_ptr[g] + k`` is edge ``k``
+of graph ``g``, the row order of :class:`models.edge_features.EdgeFeatures` over the same graphs).
 
 * State ``s_t = (q, v_t, V_t, t)``: the query, the current node, the visited set (the question's
   entry nodes plus every node walked so far) and the hop count.
@@ -12,7 +14,7 @@ over different graphs share one batch; node and edge ids below are global union 
   ``action_space="node"`` only the out-edges of the current node ``v_t`` (a single path).
 * Reward of a step reaching ``u``:  ``r_t = R_hit · |{u} ∩ (G \\ reached)| - λ_step``,
   minus ``λ_timeout`` more when ``t + 1 = H_max`` and some gold node is still unreached.
-* Termination: every gold node reached, a dead end (no unvisited out-neighbour), or ``H_max`` hops.
+* Termination: every gold node reached, a dead end (no unvisited out-neighbor), or ``H_max`` hops.
 
 Gold node ids enter only :class:`TraversalMDP`'s reward and termination; the policy never sees them.
 Defaults: ``H_max = 5``, ``R_hit = 10``, ``λ_step = 0.05``, ``λ_timeout = 1.0``.
@@ -21,13 +23,14 @@ Defaults: ``H_max = 5``, ``R_hit = 10``, ``λ_step = 0.05``, ``λ_timeout = 1.0`
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
-from graphmem.policies.batched import segments
+from graphmem.graph_batch import GraphBatch
+from graphmem.policies.batched import csr_values
+from graphmem.policies.tables import unit_embeddings
 
 ACTION_SPACES = ("frontier", "node")
 
@@ -50,61 +53,27 @@ class MDPConfig:
             raise ValueError(f"action_space {self.action_space!r} is not one of {ACTION_SPACES}")
 
 
-@dataclass
-class GraphUnion:
-    """Named graphs as one disjoint union with out-edge CSR (edges keep each graph's order).
+class UnionTensors(NamedTuple):
+    """The tensors of a :class:`GraphBatch` union that episodes read, on one device: unit node
+    embeddings ``x`` ``[N, D]`` (in the trainer's dtype), ``edge_index``, ``edge_type`` and the CSR
+    ``(rowptr, perm)`` of out-edges."""
 
-    Global edge id ``edge_offset[g] + k`` is edge ``k`` of graph ``g``, matching the row order of
-    :class:`models.edge_features.EdgeFeatures` built over the same graphs in the same order.
-    """
-
-    names: list[str]
     x: Tensor
     edge_index: Tensor
     edge_type: Tensor
     rowptr: Tensor
     perm: Tensor
-    node_offset: Tensor
-    edge_offset: Tensor
 
-    @classmethod
-    def build(cls, graphs: Mapping[str, MemoryGraph], device: str | torch.device = "cpu") -> GraphUnion:
-        names = list(graphs)
-        gs = [graphs[n] for n in names]
-        node_offset = torch.zeros(len(gs) + 1, dtype=torch.long)
-        node_offset[1:] = torch.cumsum(torch.tensor([g.num_nodes for g in gs], dtype=torch.long), 0)
-        edge_offset = torch.zeros(len(gs) + 1, dtype=torch.long)
-        edge_offset[1:] = torch.cumsum(torch.tensor([g.num_edges for g in gs], dtype=torch.long), 0)
-        x = torch.cat([torch.nn.functional.normalize(g.embeddings.float(), dim=1) for g in gs])
-        edge_index = torch.cat([g.edge_index + node_offset[i] for i, g in enumerate(gs)], 1)
-        edge_type = torch.cat([g.edge_type for g in gs])
-        n = int(node_offset[-1])
-        src, dst = edge_index
-        perm = torch.argsort(src * max(n, 1) + dst, stable=True)
-        rowptr = torch.zeros(n + 1, dtype=torch.long)
-        rowptr[1:] = torch.cumsum(torch.bincount(src, minlength=n), 0)
-        dev = torch.device(device)
-        return cls(
-            names,
-            x.to(dev),
-            edge_index.to(dev),
-            edge_type.to(dev),
-            rowptr.to(dev),
-            perm.to(dev),
-            node_offset.to(dev),
-            edge_offset.to(dev),
-        )
 
-    @property
-    def device(self) -> torch.device:
-        return self.x.device
+def union_tensors(batch: GraphBatch, device: str | torch.device, dtype: torch.dtype = torch.float32) -> UnionTensors:
+    """:class:`UnionTensors` of ``batch`` on ``device``, cached on the union graph."""
+    g = batch.graph
 
-    def offset_of(self, name: str) -> int:
-        return int(self.node_offset[self.names.index(name)])
+    def build() -> UnionTensors:
+        rowptr, perm = g.csr()
+        return UnionTensors(unit_embeddings(g).to(dtype), g.edge_index, g.edge_type, rowptr, perm)
 
-    def out_edges(self, nodes: Tensor) -> tuple[Tensor, Tensor]:
-        """All out-edges of ``nodes`` ``[K]``: ``(seg [C], edges [C])``, ``seg`` indexing into ``nodes``."""
-        return segments(self.rowptr, self.perm, nodes)
+    return g.cached(f"rl.union_tensors:{dtype}", build, (g.embeddings, g.edge_index), device)
 
 
 @dataclass
@@ -120,12 +89,17 @@ class TraversalState:
 
 
 class TraversalMDP:
-    """Batched environment over a :class:`GraphUnion`; holds the gold ids ``[B, G]`` (-1 padded)."""
+    """Batched environment over a :class:`GraphBatch`, on the device of the gold ids ``[B, G]`` (-1 padded)."""
 
-    def __init__(self, union: GraphUnion, gold: Tensor, config: MDPConfig = MDPConfig()):
-        self.union, self.config = union, config
-        self._gold = gold.to(union.device)
+    def __init__(self, batch: GraphBatch, gold: Tensor, config: MDPConfig = MDPConfig()):
+        self.batch, self.config = batch, config
+        self.union = union_tensors(batch, gold.device)
+        self._gold = gold
         self._gold_valid = self._gold >= 0
+
+    def out_edges(self, nodes: Tensor) -> tuple[Tensor, Tensor]:
+        """All out-edges of ``nodes`` ``[K]``: ``(seg [C], edges [C])``, ``seg`` indexing into ``nodes``."""
+        return csr_values(self.union.rowptr, self.union.perm, nodes)
 
     def _all_reached(self, reached: Tensor) -> Tensor:
         return (reached | ~self._gold_valid).all(1)
@@ -145,10 +119,10 @@ class TraversalMDP:
         """Legal actions of unfinished episodes: ``(episode [C], edge [C], target [C])``."""
         if self.config.action_space == "frontier":
             live, slot = ((state.visited >= 0) & ~state.done[:, None]).nonzero(as_tuple=True)
-            seg, edges = self.union.out_edges(state.visited[live, slot])
+            seg, edges = self.out_edges(state.visited[live, slot])
         else:
             live = (~state.done).nonzero().flatten()
-            seg, edges = self.union.out_edges(state.current[live])
+            seg, edges = self.out_edges(state.current[live])
         ep = live[seg]
         target = self.union.edge_index[1, edges]
         fresh = ~(state.visited[ep] == target[:, None]).any(1)

@@ -31,16 +31,18 @@ import numpy as np
 import torch
 
 from graphmem.datasets.types import Question
+from graphmem.device import resolve_device
 from graphmem.graph import MemoryGraph
+from graphmem.graph_batch import GraphBatch
 from graphmem.policies.base import Budget, Query
-from graphmem.policies.entries import make_entry_selector
+from graphmem.policies.selectors import make_entry_selector
 from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
 from models.router import QueryRouter
 from rl.checkpoint import graph_fingerprint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rl.distributed import World, current_world
 from rl.logging import Logger
-from rl.mdp import GraphUnion, MDPConfig
+from rl.mdp import MDPConfig
 from rl.rollout import episode_keys, make_episodes, rollout
 
 
@@ -162,10 +164,6 @@ class TrainResult:
     best_state: dict[str, Any] | None = None
 
 
-def resolve_device(name: str) -> torch.device:
-    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else ("cpu" if name == "auto" else name))
-
-
 def build_modules(
     cfg: TrainConfig, graphs: Mapping[str, MemoryGraph], dim: int
 ) -> tuple[QueryRouter, RelationIntent, EdgeFeatures]:
@@ -196,7 +194,7 @@ def _padded(rows: Sequence[Sequence[int]]) -> torch.Tensor:
 
 
 def prepare_questions(
-    union: GraphUnion,
+    batch: GraphBatch,
     graphs: Mapping[str, MemoryGraph],
     questions: Sequence[Question],
     embeddings: torch.Tensor,
@@ -212,7 +210,7 @@ def prepare_questions(
     for i, q in enumerate(questions):
         by_graph.setdefault(q.graph, []).append(i)
     for name, idx in by_graph.items():
-        graph, off = graphs[name], union.offset_of(name)
+        graph, off = graphs[name], batch.offset_of(name)
         queries = [Query(questions[i].qid, questions[i].text, embeddings[i]) for i in idx]
         for i, ent in zip(idx, entry_selector.select(graph, queries, budget)):
             g = gold_rows(graph, questions[i])
@@ -297,11 +295,10 @@ def train(
     router, intent, edges = build_modules(cfg, graphs, embeddings.shape[1])
     dtype = getattr(torch, cfg.dtype)
     router, intent, edges = router.to(device, dtype), intent.to(device, dtype), edges.to(device, dtype)
-    union = GraphUnion.build(graphs, device)
-    union.x = union.x.to(dtype)
+    batch = GraphBatch.from_graphs(graphs)
     data = {
         k: v.to(device, dtype) if v.is_floating_point() else v.to(device)
-        for k, v in prepare_questions(union, graphs, questions, embeddings, budget, selector).items()
+        for k, v in prepare_questions(batch, graphs, questions, embeddings, budget, selector).items()
     }
     external = None
     if intent.kind == "external":
@@ -367,7 +364,7 @@ def train(
             ep = ep.take(mine)
             q = data["q"][ep.query]
             pi = intent(q, None if external is None else external[ep.query])
-            traj = rollout(router, q, pi, edges(), union, ep, cfg.mdp(), cfg.temperature, keys=keys)
+            traj = rollout(router, q, pi, edges(), batch, ep, cfg.mdp(), cfg.temperature, keys=keys)
             # ---------------------------------------------------------- returns and advantages (global means)
             returns = traj.returns(cfg.gamma).to(dtype)
             acted = traj.acted.float()

@@ -19,15 +19,14 @@ so splitting a batch across processes (:mod:`rl.distributed`) samples exactly th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
 
 import torch
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
-from graphmem.graph import MemoryGraph
+from graphmem.graph_batch import GraphBatch
 from models.router import QueryRouter, edge_similarities
-from rl.mdp import GraphUnion, MDPConfig, TraversalMDP
+from rl.mdp import MDPConfig, TraversalMDP, union_tensors
 
 DENSE_SIM_LIMIT = 1 << 24  # episodes x union nodes up to which cosines come from one matmul
 
@@ -134,7 +133,7 @@ def rollout(
     q: Tensor,
     intent: Tensor,
     edge_attr: Tensor,
-    union: GraphUnion,
+    batch: GraphBatch,
     episodes: Episodes,
     config: MDPConfig = MDPConfig(),
     temperature: float = 1.0,
@@ -143,7 +142,7 @@ def rollout(
     forced: Tensor | None = None,
     keys: Tensor | None = None,
 ) -> Trajectory:
-    """Run all ``episodes`` together.
+    """Run all ``episodes`` (global node ids of ``batch``'s union) together.
 
     Args:
         q: ``[B, D]`` query embedding of each episode; ``intent``: ``[B, R]``.
@@ -155,7 +154,8 @@ def rollout(
             instead of ``generator`` (default: ``None``).
     """
     b = len(episodes)
-    mdp = TraversalMDP(union, episodes.gold, config)
+    mdp = TraversalMDP(batch, episodes.gold, config)
+    union = union_tensors(batch, q.device, q.dtype)
     state = mdp.reset(episodes.start, episodes.entries)
     m = router.modulation(q, intent)
     qn = torch.nn.functional.normalize(q, dim=-1)
@@ -209,8 +209,7 @@ def rollout_reference(
     q: Tensor,
     intent: Tensor,
     edge_attr: Tensor,
-    union: GraphUnion,
-    graphs: Mapping[str, MemoryGraph],
+    batch: GraphBatch,
     episodes: Episodes,
     config: MDPConfig = MDPConfig(),
     temperature: float = 1.0,
@@ -227,12 +226,12 @@ def rollout_reference(
     acted = torch.zeros(horizon, b, dtype=torch.bool)
     edge_out = torch.full((horizon, b), -1, dtype=torch.long)
     success = torch.zeros(b, dtype=torch.bool)
-    node_off = union.node_offset.cpu()
-    unit = {name: torch.nn.functional.normalize(g.embeddings.float(), dim=1).to(q.device) for name, g in graphs.items()}
+    node_off = batch.node_ptr
+    unit = [torch.nn.functional.normalize(g.embeddings.float(), dim=1).to(q.device) for g in batch.graphs]
     for i in range(b):
         g = int(torch.searchsorted(node_off, episodes.start[i].cpu(), right=True)) - 1
-        graph, n0, e0 = graphs[union.names[g]], int(node_off[g]), int(union.edge_offset[g])
-        x = unit[union.names[g]]
+        graph, n0, e0 = batch.graphs[g], int(node_off[g]), int(batch.edge_ptr[g])
+        x = unit[g]
         gold = {int(v) for v in episodes.gold[i].tolist() if v >= 0}
         cur = int(episodes.start[i])
         visited = {cur} | {int(v) for v in episodes.entries[i].tolist() if v >= 0}

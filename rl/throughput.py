@@ -12,12 +12,13 @@ import time
 
 import torch
 
+from graphmem.graph_batch import GraphBatch
 from graphmem.peak_memory import PeakMemory
 from graphmem.synthetic import make_synthetic_graph
 from models.edge_features import EdgeFeatures
 from models.intent import RelationIntent
 from models.router import QueryRouter
-from rl.mdp import GraphUnion, MDPConfig
+from rl.mdp import MDPConfig
 from rl.rollout import make_episodes, rollout, rollout_reference
 
 
@@ -42,7 +43,7 @@ def training_throughput(
     torch.manual_seed(seed)
     dev = torch.device(device)
     graphs = {"synthetic": make_synthetic_graph(nodes, dim=dim, seed=seed)}
-    union = GraphUnion.build(graphs, dev)
+    union = GraphBatch.from_graphs(graphs)
     router, intent, edges = QueryRouter(dim).to(dev), RelationIntent(dim).to(dev), EdgeFeatures(graphs).to(dev)
     opt = torch.optim.Adam([*router.parameters(), *intent.parameters(), edges.weight], lr=1e-3)
     gen = torch.Generator().manual_seed(seed)
@@ -60,7 +61,7 @@ def training_throughput(
             traj = rollout(router, qe, pi, edges(), union, ep, cfg, generator=sample)
         else:
             traj = rollout_reference(
-                router, qe, pi, edges(), union, graphs, ep, cfg, generator=torch.Generator().manual_seed(0)
+                router, qe, pi, edges(), union, ep, cfg, generator=torch.Generator().manual_seed(0)
             )
         _update(traj, opt)
         return len(ep)

@@ -2,13 +2,15 @@
 
 For every graph and policy it measures, on the same graph and queries in the same run:
 
-* the per-query reference loop (``retrieve`` once per query), the batched code called once per
+* the per-query reference loop (the policy's oracle in ``tests/references.py``, once per query; a
+  policy without one: ``retrieve``, its batched code for one query), the batched code called once per
   query (``retrieve_batch([q])``) and the batched form over all queries (``retrieve_batch``), as
   milliseconds per query, queries per second and the ratios ``batched_over_loop`` (vs the
   reference loop) and ``batched_over_single`` (vs batches of one);
 * for the bounded policies (``beta_bfs``, ``router``) also the traversal alone (batched, from
-  precomputed entries) and the embedding entry selection, since only the traversal is bounded by
-  the budget: entry selection ranks all ``N`` nodes;
+  precomputed entries: :meth:`TraversalPolicy.retrieve_scope`) and the embedding entry selection
+  (:meth:`TraversalPolicy.select_entries`), since only the traversal is bounded by the budget:
+  entry selection ranks all ``N`` nodes;
 * peak memory of one query and of the full batch (:class:`graphmem.peak_memory.PeakMemory`);
 * with ``compare_devices`` (e.g. ``[cuda]``), the batched path again on each of those devices and
   its speed-up over the main ``device``.
@@ -32,6 +34,7 @@ import json
 import logging
 import resource
 import statistics
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -40,20 +43,36 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from graphmem.device import resolve_device
 from graphmem.eval.scaling import bench_policy, make_queries, scaling_sweep
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
 from graphmem.peak_memory import PeakMemory
-from graphmem.policies import Budget, Query
-from graphmem.policies.base import resolve_device
-from graphmem.policies.batched import entry_matrix
+from graphmem.policies import Budget, Query, Scope
 from graphmem.synthetic import make_synthetic_graph
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"
 
 log = logging.getLogger("benchmark")
 warnings.filterwarnings("ignore", message="Sparse")
 
 
 build_policy = bench_policy  # a registered policy; router and gnn with untrained modules sized for the graph
+
+
+def reference_loop(policy, graph, budget):
+    """One query's per-query reference, ``fn(query)``: the policy's oracle from ``tests/references.py``
+    when registered there, else ``policy.retrieve`` (its batched code for one query)."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    try:
+        from references import REFERENCES
+    except ImportError:  # a checkout without the tests
+        REFERENCES = {}
+    ref = REFERENCES.get(policy.name)
+    if ref is None:
+        return lambda q: policy.retrieve(graph, q, budget)
+    return lambda q: ref(policy, graph, q, budget)
 
 
 def policy_device(policy) -> str:
@@ -91,6 +110,7 @@ def time_policy(policy, graph, queries: list[Query], budget: Budget, repeats: in
     policy.retrieve_batch(graph, queries[:1], budget)
     setup = time.perf_counter() - t0
     device = policy_device(policy)
+    loop_fn = reference_loop(policy, graph, budget)
     with PeakMemory(device) as one_mem:
         policy.retrieve(graph, queries[0], budget)
     with PeakMemory(device) as batch_mem:
@@ -98,7 +118,7 @@ def time_policy(policy, graph, queries: list[Query], budget: Budget, repeats: in
     few = queries[:loop_queries]
     loop, single, batch, lat = float("inf"), float("inf"), float("inf"), []
     for _ in range(repeats):
-        total, cur = _loop(lambda q: policy.retrieve(graph, q, budget), few)
+        total, cur = _loop(loop_fn, few)
         if total < loop:
             loop, lat = total, cur
         single = min(single, _loop(lambda q: policy.retrieve_batch(graph, [q], budget), few)[0])
@@ -127,17 +147,21 @@ def time_policy(policy, graph, queries: list[Query], budget: Budget, repeats: in
     }
 
 
-# a bounded policy's two stages as its retrieve_batch runs them: select entries, then traverse from them
-TRAVERSALS = {
-    "beta_bfs": (
-        lambda p, g, qs, b: entry_matrix(p.entries, g, qs, b, p.device),
-        lambda p, g, qs, entries, b: p.traverse_batch(g, entries, b),
-    ),
-    "router": (
-        lambda p, g, qs, b: p.select_entries(g, qs, b),  # entries and the [B, N] cosines the walk reuses
-        lambda p, g, qs, selected, b: p.traverse_batch(g, qs, selected[0], b, selected[1]),
-    ),
-}
+# bounded policies: their retrieve_batch split into its two stages, entry selection and the traversal from the entries
+TRAVERSALS = ("beta_bfs", "router")
+
+
+def select_stage(policy, graph, queries: list[Query], budget: Budget):
+    """Entry selection as ``retrieve_batch`` runs it: the scope (which keeps the cosines the router's
+    walk reuses) and the entry rows."""
+    scope = Scope.single(graph, queries, policy.device)
+    return scope, policy.select_entries(scope, budget)
+
+
+def traverse_stage(policy, selected, budget: Budget):
+    """The traversal from the selected entries, results included."""
+    scope, entries = selected
+    return policy.retrieve_scope(scope, budget, entries)
 
 
 def time_other_device(policy, graph, queries: list[Query], budget: Budget, repeats: int, main_ms: float) -> dict:
@@ -156,7 +180,7 @@ def time_other_device(policy, graph, queries: list[Query], budget: Budget, repea
     }
 
 
-def time_traversal(name: str, policy, graph, queries: list[Query], budget: Budget, rounds: int) -> dict:
+def time_traversal(policy, graph, queries: list[Query], budget: Budget, rounds: int) -> dict:
     """A bounded policy split into batched entry selection and the batched bounded traversal, each
     the fastest of ``rounds`` (millisecond timings on a shared machine: keep the quietest).
 
@@ -164,16 +188,15 @@ def time_traversal(name: str, policy, graph, queries: list[Query], budget: Budge
     ``traversal_warm_ms_per_query`` repeats the traversal back to back on one selection, so the
     graph's tables stay in cache: the difference is the cost of cache misses, not of work.
     """
-    select, traverse = TRAVERSALS[name]
     best_sel, best_trav = float("inf"), float("inf")
     for _ in range(rounds):
         t = time.perf_counter()
-        selected = select(policy, graph, queries, budget)
+        selected = select_stage(policy, graph, queries, budget)
         best_sel = min(best_sel, time.perf_counter() - t)
         t = time.perf_counter()
-        traverse(policy, graph, queries, selected, budget)
+        traverse_stage(policy, selected, budget)
         best_trav = min(best_trav, time.perf_counter() - t)
-    best_warm = fastest(lambda: traverse(policy, graph, queries, selected, budget), rounds)
+    best_warm = fastest(lambda: traverse_stage(policy, selected, budget), rounds)
     n = len(queries)
     return {
         "entry_ms_per_query": 1e3 * best_sel / n,
@@ -190,7 +213,7 @@ def time_graph(cfg: DictConfig, graph, queries: list[Query], budget: Budget, syn
         qs = queries[: cfg.get(f"{name}_queries", None) or len(queries)] if synthetic else queries
         res = time_policy(policy, graph, qs, budget, cfg.repeats, min(len(qs), cfg.loop_queries))
         if name in TRAVERSALS:
-            res.update(time_traversal(name, policy, graph, qs, budget, cfg.traversal_rounds))
+            res.update(time_traversal(policy, graph, qs, budget, cfg.traversal_rounds))
         res["on"] = {
             dev: time_other_device(
                 build_policy(name, graph, cfg.seed, resolve_device(dev)),
@@ -289,7 +312,8 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
         run_retrievals(policy, gs.graphs, queries, graph_of, budget)  # warm-up: unions and their tables are built
         setup = time.perf_counter() - t
         rounds = cfg.dataset_repeats
-        loop = fastest(lambda: [policy.retrieve(gs.graphs[g], q, budget) for g, q in sample], rounds) / len(sample)
+        loops = [(reference_loop(policy, gs.graphs[g], budget), q) for g, q in sample]
+        loop = fastest(lambda: [fn(q) for fn, q in loops], rounds) / len(sample)
         per_graph = fastest(
             lambda: [policy.retrieve_batch(gs.graphs[g], qs, budget) for g, qs in by_graph.items()], rounds
         ) / len(queries)

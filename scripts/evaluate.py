@@ -19,11 +19,8 @@ graph is loaded or built.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-import pkgutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +28,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import run_or_exit
+from graphmem.cli import ConfigError, load_graphset, policy_config, restrict_graphs, run_or_exit
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
 from graphmem.eval.report import (
     full_report,
@@ -42,15 +39,11 @@ from graphmem.eval.report import (
     write_json,
 )
 from graphmem.eval.stats import PairedComparison, compare_policies
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, open_graphset
-from graphmem.policies.base import POLICIES, Budget, TraversalPolicy, make_policy
+from graphmem.graphset import DataConfig, GraphConfig, GraphSet
+from graphmem.policies import POLICIES, Budget, TraversalPolicy, make_policy
 from graphmem.tracking import make_tracker
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-
-
-class ConfigError(ValueError):
-    """The run config is invalid; raised before any work is done."""
+__all__ = ["ConfigError", "evaluate", "plan_run", "restrict_graphs"]
 
 
 @dataclass
@@ -64,26 +57,7 @@ class Plan:
     policies: dict[str, TraversalPolicy]
     out_dir: Path
     reference: str | None = None
-    policy_configs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-
-
-def _register_all_policies() -> None:
-    import graphmem.policies
-
-    for mod in pkgutil.iter_modules(graphmem.policies.__path__):
-        importlib.import_module(f"graphmem.policies.{mod.name}")
-
-
-def _policy_config(name: str, selected: DictConfig | None) -> dict[str, Any]:
-    """Kwargs of policy ``name``: the selected ``policy`` group when it is that policy,
-    else ``configs/policy/<name>.yaml``."""
-    if selected is not None and selected.get("name") == name:
-        raw = OmegaConf.to_container(selected, resolve=True)
-    elif (CONFIG_DIR / "policy" / f"{name}.yaml").is_file():
-        raw = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "policy" / f"{name}.yaml"), resolve=True)
-    else:
-        raw = {"name": name}
-    return {k: v for k, v in raw.items() if k != "name"}
+    policy_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def plan_run(cfg: DictConfig) -> Plan:
@@ -100,7 +74,6 @@ def plan_run(cfg: DictConfig) -> Plan:
         raise ConfigError(f"invalid budget: {err}") from None
     if cfg.get("latency", "served") not in ("served", "batch"):
         raise ConfigError(f"latency must be 'served' or 'batch', got {cfg.get('latency')!r}")
-    _register_all_policies()
     names = list(cfg.policies) if cfg.get("policies") else [cfg.policy.name]
     stats = cfg.get("stats") or {}
     reference = stats.get("reference")
@@ -109,15 +82,17 @@ def plan_run(cfg: DictConfig) -> Plan:
         raise ConfigError(f"stats.n_boot must be a positive integer and stats.level in (0, 1), got {n_boot}, {level}")
     if reference and reference not in names:
         names = [*names, reference]  # the paired statistics need the reference's per-question rows
-    unknown = [n for n in names if n not in POLICIES]
-    if unknown:
-        raise ConfigError(f"unknown policy {unknown[0]!r}; registered policies: {sorted(POLICIES)}")
+    for n in names:
+        try:
+            POLICIES.resolve(n)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     if len(set(names)) != len(names):
         raise ConfigError(f"policies listed twice: {names}")
     policies, configs = {}, {}
     for n in names:
         try:
-            kwargs = _policy_config(n, cfg.get("policy"))
+            kwargs = policy_config(n, cfg.get("policy"))
             if cfg.get("device"):
                 kwargs["device"] = cfg.device
             configs[n] = kwargs
@@ -134,41 +109,6 @@ def plan_run(cfg: DictConfig) -> Plan:
     return Plan(data, graph, budget, sweep, policies, Path(out_dir), reference or None, configs)
 
 
-def load_graphs(cfg: DictConfig, plan: Plan) -> GraphSet:
-    """A saved set from ``cfg.graphset`` when given, else ``load_or_build`` under ``cfg.graphset_dir``."""
-    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    return open_graphset(
-        saved,
-        asdict(plan.data),
-        asdict(plan.graph),
-        hydra.utils.to_absolute_path(cfg.graphset_dir),
-        progress=cfg.progress,
-    )
-
-
-def restrict_graphs(gs: GraphSet, graphs, part: str = "test") -> GraphSet:
-    """Keep only the graphs ``graphs`` (a list of names, or a split JSON file such as
-    ``<checkpoint>.split.json`` whose list ``part`` is used) and the questions asked over them."""
-    if not graphs:
-        return gs
-    if isinstance(graphs, str):
-        import json
-
-        names = json.loads(Path(hydra.utils.to_absolute_path(graphs)).read_text())[part]
-    else:
-        names = [str(n) for n in graphs]
-    missing = sorted(set(names) - set(gs.graphs))
-    if missing:
-        raise ConfigError(f"graphs not in the graph set: {missing[:5]}")
-    keep = [i for i, q in enumerate(gs.questions) if q.graph in set(names)]
-    return dataclasses.replace(
-        gs,
-        graphs={n: gs.graphs[n] for n in names},
-        questions=[gs.questions[i] for i in keep],
-        query_embeddings=gs.query_embeddings[keep],
-    )
-
-
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Run the evaluation described by ``cfg`` and return the ``results.json`` payload."""
     plan = plan_run(cfg)
@@ -177,7 +117,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     out = plan.out_dir
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    gs = restrict_graphs(load_graphs(cfg, plan), cfg.get("graphs"), cfg.get("graphs_part") or "test")
+    gs = load_graphset(cfg, asdict(plan.data), asdict(plan.graph))
+    gs = restrict_graphs(gs, cfg.get("graphs"), cfg.get("graphs_part") or "test")
     print("\n".join(gs.report.lines()))
     print(f"{len(gs.graphs)} graphs, {len(gs.questions)} questions ({time.perf_counter() - t0:.1f}s to load)")
 

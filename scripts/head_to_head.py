@@ -20,6 +20,13 @@ Two protocols:
   training questions of a conversation update that conversation's counters, its held-out
   questions are evaluated.
 
+Feedback sources (``feedback.sources``, e.g. ``[oracle, llm]``): on one graph (``feedback.graph``,
+default the first by name) and the first ``feedback.n_questions`` of its shuffled ``within``
+training questions, Beta BFS learns from the oracle Reflector and from the LLM Reflector
+(:class:`graphmem.feedback.LLMReflector`, ``llm`` config), each on its own copy of the graph
+with the counters at zero; evidence recall on that graph's held-out questions is reported before
+and after, with the number of counter updates and labels.
+
 Learning curves: with ``N`` shuffled training questions (one order shared by both learners), the
 learners see the first ``round(f · N)`` for each ``f`` in ``fractions``; Beta learns incrementally,
 the router is retrained from scratch on each prefix (``f = 0``: its initialisation). Writes
@@ -39,29 +46,16 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import run_or_exit
+from graphmem.cli import METRICS, load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy
-from graphmem.feedback import EvidenceStats, OracleConfig, learn_evidence
-from graphmem.graphset import GraphSet, open_graphset
+from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
+from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.router import RouterPolicy
 from rl.reinforce import TrainConfig, train
 from rl.splits import conversation_folds, within_conversation_split
-
-METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
-
-
-def load_graphset(cfg: DictConfig) -> GraphSet:
-    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    return open_graphset(
-        saved,
-        OmegaConf.to_container(cfg.data, resolve=True),
-        OmegaConf.to_container(cfg.graph, resolve=True),
-        hydra.utils.to_absolute_path(cfg.graphset_dir),
-        progress=cfg.progress,
-    )
 
 
 def pick(gs: GraphSet, qids) -> tuple[list, torch.Tensor]:
@@ -123,7 +117,7 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
     graphs = {n: g.copy() for n, g in gs.graphs.items()}  # the saved graph set is never touched
     for g in graphs.values():
         g.S.zero_(), g.F.zero_(), g.invalidate()
-    beta = BetaBFS(entries=cfg.entries)
+    beta = BetaBFS(entry_selector=cfg.entry_selector)
     oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
     stats, seen, curve_beta = EvidenceStats(), 0, []
     for n in counts:
@@ -183,6 +177,75 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
     }
 
 
+def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[str, Any]:
+    """Oracle vs LLM Reflector as Beta BFS's feedback, same questions and graph (module docstring)."""
+    fb = cfg.feedback
+    name = fb.graph or sorted(gs.graphs)[0]
+    parts = protocol_parts(gs, "within", cfg)
+    train_q, train_e = parts["train"]
+    test_q, test_e = parts["test"]
+    order = [i for i, q in enumerate(train_q) if q.graph == name]
+    random.Random(cfg.seed).shuffle(order)
+    order = order[: fb.n_questions]
+    keep = [i for i, q in enumerate(test_q) if q.graph == name]
+    questions, embeddings = [train_q[i] for i in order], train_e[order]
+    test_q, test_e = [test_q[i] for i in keep], test_e[keep]
+    beta = BetaBFS(entry_selector=cfg.entry_selector)
+    rows: dict[str, Any] = {}
+    for source in fb.sources:
+        graph = gs.graphs[name].copy()
+        graph.S.zero_(), graph.F.zero_(), graph.invalidate()
+        before = evaluate(beta, gs, {name: graph}, test_q, test_e, budget)
+        reflector, client = None, None
+        if source == "llm":
+            from graphmem.llm.client import LLMClient, LLMConfig
+
+            llm_cfg = OmegaConf.to_container(cfg.llm, resolve=True)
+            if llm_cfg.get("cache_dir"):
+                llm_cfg["cache_dir"] = hydra.utils.to_absolute_path(llm_cfg["cache_dir"])
+            client = LLMClient(LLMConfig.from_dict(llm_cfg))
+            reflector = LLMReflector(client, max_tokens=fb.max_tokens)
+        elif source != "oracle":
+            raise ValueError(f"feedback.sources: unknown source {source!r}; use oracle or llm")
+        t0 = time.perf_counter()
+        oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
+        stats = learn_evidence({name: graph}, questions, embeddings, beta, budget, oracle, reflector=reflector)
+        after = evaluate(beta, gs, {name: graph}, test_q, test_e, budget)
+        rows[source] = {
+            "recall_before": before["evidence_recall"],
+            "recall_after": after["evidence_recall"],
+            "counter_updates": stats.edges_updated,
+            "evidence": stats.to_json(),
+            "counter_mass": counter_mass({name: graph}, [name]),
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
+        if client is not None:
+            rows[source]["llm"] = {"model": client.model, "local_substitute": client.is_local_substitute}
+            rows[source]["llm_failures"] = client.failure_summary()["by_role_kind"]
+        print(
+            f"[feedback] {source}: recall {before['evidence_recall']:.4f} -> {after['evidence_recall']:.4f}, "
+            f"{stats.edges_updated} counter updates, labels {stats.labels} ({rows[source]['seconds']:.0f}s)",
+            flush=True,
+        )
+    return {"graph": name, "train_questions": len(questions), "test_questions": len(test_q), "sources": rows}
+
+
+def feedback_markdown(fb: dict[str, Any]) -> str:
+    lines = [
+        f"Feedback sources on {fb['graph']}: {fb['train_questions']} training / {fb['test_questions']} test questions",
+        "",
+        "| source | recall before | recall after | counter updates | helpful | harmful | neutral | failed calls |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for source, r in fb["sources"].items():
+        lab = r["evidence"]["labels"]
+        lines.append(
+            f"| {source} | {r['recall_before']:.4f} | {r['recall_after']:.4f} | {r['counter_updates']} | "
+            f"{lab['helpful']} | {lab['harmful']} | {lab['neutral']} | {r['evidence']['failed_calls']} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown(results: list[dict[str, Any]]) -> str:
     lines = [
         "| protocol | policy | train examples | " + " | ".join(METRICS) + " |",
@@ -224,18 +287,23 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         torch.set_num_threads(int(cfg.threads))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     gs = load_graphset(cfg)
+    feedback = run_feedback_sources(gs, cfg, budget) if cfg.feedback.sources else None
     results = [run_protocol(p, gs, cfg, budget) for p in cfg.protocols]
-    table = markdown(results)
+    table = markdown(results) if results else ""
+    if feedback is not None:
+        table = (table + "\n\n" if table else "") + feedback_markdown(feedback)
     print(f"\n{gs.dataset}: budget {dataclasses.asdict(budget)}\n{table}")
     payload = {
         "dataset": gs.dataset,
         "budget": dataclasses.asdict(budget),
         "results": results,
+        "feedback_sources": feedback,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
-    plot(results, out / "recall_vs_examples.png")
+    if results:
+        plot(results, out / "recall_vs_examples.png")
     print(f"results written to {out}")
     return payload
 

@@ -1,21 +1,29 @@
 """GraphMemory's Retrieve-Generate-Reflect-Curate loop end to end on a slice of one graph.
 
-    python scripts/memory_loop.py                          # local SmolLM2 through litellm, offline
-    python scripts/memory_loop.py llm=openai graph_name=... n_questions=50
+    python scripts/memory_loop.py graphset=outputs/graphs/locomo     # local SmolLM2 through litellm, offline
+    python scripts/memory_loop.py llm=openai entry_selector=llm graph_name=... n_questions=50
 
 For each of the first ``n_questions`` questions of graph ``graph_name`` (in graph-set order),
-:class:`graphmem.memory_loop.MemoryLoop` retrieves (LLM entry selection over the compact index,
-then Beta BFS), generates an answer and influence trace, and only then receives feedback on the
-prediction; the Reflector's labels update the Beta counters (eq. 21) and the Curator's validated
-edits change the graph. The graph is a copy: the saved graph set is not modified.
+:class:`graphmem.memory_loop.MemoryLoop` retrieves (Beta BFS from embedding entries, or from the
+LLM retriever's selection over the compact index with ``entry_selector=llm``), generates an answer and
+influence trace, and only then receives feedback on the prediction; the Reflector's labels
+update the Beta counters (eq. 21) and the Curator's validated edits change the graph, which is
+validated after every edit. The graph is a copy: the saved graph set is not modified.
 
-Prints the counts of calls, tokens, applied transitions and edits, and discarded items, and writes
-one JSON line per example (``trace.jsonl``) and the totals (``summary.json``) in ``out_dir``.
+Beta BFS (embedding entries) evidence recall on the same questions is measured on the graph
+before the loop and after it. Prints the counts of calls, schema-valid replies per role, tokens,
+applied transitions and edits, and discarded items, and writes one JSON line per example
+(``trace.jsonl``) and the totals (``summary.json``) in ``out_dir``.
+
+Failures are loud: an example whose retrieval or generation call failed stops there, and after
+``max_consecutive_failures`` failed examples in a row the run stops, writes what it has, prints
+the failure summary and exits with status 3.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,15 +33,15 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import run_or_exit
-from graphmem.eval.harness import write_jsonl
-from graphmem.graphset import GraphSet, open_graphset
+from graphmem.cli import load_graphset, run_or_exit
+from graphmem.eval.harness import evaluate_policy, write_jsonl
+from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.memory_loop import ExampleRecord, MemoryLoop
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
-from graphmem.policies.entries import make_entry_selector
+from graphmem.policies.selectors import make_entry_selector
 
 
 def feedback_note(answer: str | None) -> Any:
@@ -47,9 +55,13 @@ def feedback_note(answer: str | None) -> Any:
     return note
 
 
+EXIT_FAILURES = 3
+
+
 def record_json(rec: ExampleRecord, question_text: str, elapsed: float) -> dict[str, Any]:
     return {
         "qid": rec.qid,
+        "failed": rec.failed,
         "question": question_text,
         "prediction": rec.prediction,
         "loaded": rec.loaded,
@@ -59,21 +71,35 @@ def record_json(rec: ExampleRecord, question_text: str, elapsed: float) -> dict[
         "discarded": rec.discarded,
         "tokens": rec.tokens,
         "entries": [] if rec.retrieval is None else rec.retrieval.entries,
+        "graph_checks": rec.graph_checks,
         "seconds": elapsed,
     }
+
+
+def schema_validity(usage: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per role: replies received, those that parsed into the call's schema, and their share."""
+    out = {}
+    for role, u in usage["roles"].items():
+        replies = u["requests"] + u["cache_hits"]
+        bad = u["invalid_replies"] + u["failure_kinds"].get("empty", 0)
+        out[role] = {
+            "replies": replies,
+            "valid": replies - bad,
+            "valid_fraction": (replies - bad) / replies if replies else None,
+        }
+    return out
+
+
+def beta_recall(gs: GraphSet, name: str, graph, idx: list[int], budget: Budget) -> float | None:
+    """Evidence recall of Beta BFS (embedding entries) on questions ``idx`` over ``graph``."""
+    view = GraphSet(gs.dataset, {name: graph}, [gs.questions[i] for i in idx], gs.query_embeddings[idx], gs.report)
+    return evaluate_policy(BetaBFS(), view, budget, progress=False).overall.get("evidence_recall")
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     out = Path(hydra.utils.to_absolute_path(cfg.out_dir))
     out.mkdir(parents=True, exist_ok=True)
-    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    gs: GraphSet = open_graphset(
-        saved,
-        OmegaConf.to_container(cfg.data, resolve=True),
-        OmegaConf.to_container(cfg.graph, resolve=True),
-        hydra.utils.to_absolute_path(cfg.graphset_dir),
-        progress=cfg.progress,
-    )
+    gs: GraphSet = load_graphset(cfg)
     name = cfg.graph_name or sorted(gs.graphs)[0]
     if name not in gs.graphs:
         raise KeyError(f"graph {name!r} is not in the graph set; have {sorted(gs.graphs)}")
@@ -85,8 +111,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if llm_cfg.get("cache_dir"):
         llm_cfg["cache_dir"] = hydra.utils.to_absolute_path(llm_cfg["cache_dir"])
     client = LLMClient(LLMConfig.from_dict(llm_cfg))
-    entries = (
-        make_entry_selector(cfg.entries, client=client) if cfg.entries == "llm" else make_entry_selector(cfg.entries)
+    selector = (
+        make_entry_selector(cfg.entry_selector, client=client)
+        if cfg.entry_selector == "llm"
+        else make_entry_selector(cfg.entry_selector)
     )
     encoder = None
 
@@ -99,11 +127,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return encoder.encode(list(texts))
 
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
-    loop = MemoryLoop(client, BetaBFS(entries=entries), embed=embed, budget=budget, max_tokens=cfg.max_tokens)
+    max_tokens = (
+        OmegaConf.to_container(cfg.max_tokens, resolve=True) if OmegaConf.is_dict(cfg.max_tokens) else cfg.max_tokens
+    )
+    loop = MemoryLoop(client, BetaBFS(entry_selector=selector), embed=embed, budget=budget, max_tokens=max_tokens)
     nodes0, edges0 = graph.num_nodes, graph.num_edges
+    recall_before = beta_recall(gs, name, graph, idx, budget)
     print(f"graph {name}: {nodes0} nodes, {edges0} edges; {len(idx)} questions; model {client.model}", flush=True)
     rows, discarded, ops = [], Counter(), Counter()
-    n_transitions = 0
+    n_transitions, streak, stopped = 0, 0, None
+    t_start = time.perf_counter()
     for i in idx:
         t0 = time.perf_counter()
         rec = loop.step(graph, queries[i], feedback_note(gs.questions[i].answer))  # answer read only after predict
@@ -112,16 +145,26 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         ops.update(op.split()[0] for op in rec.applied_ops)
         n_transitions += len(rec.applied_transitions)
         print(
-            f"  {rec.qid}: loaded {len(rec.loaded)}, trace {len(rec.trace)}, transitions "
-            f"{len(rec.applied_transitions)}, ops {len(rec.applied_ops)}, discarded {sum(rec.discarded.values())} "
-            f"({rows[-1]['seconds']:.1f}s)",
+            f"  {rec.qid}: {'FAILED at ' + rec.failed + ', ' if rec.failed else ''}loaded {len(rec.loaded)}, "
+            f"trace {len(rec.trace)}, transitions {len(rec.applied_transitions)}, ops {len(rec.applied_ops)}, "
+            f"discarded {sum(rec.discarded.values())} ({rows[-1]['seconds']:.1f}s)",
             flush=True,
         )
+        streak = streak + 1 if rec.failed else 0
+        if cfg.max_consecutive_failures and streak >= cfg.max_consecutive_failures:
+            stopped = f"{streak} consecutive examples failed"
+            break
+    wall = time.perf_counter() - t_start
     graph.validate()
     usage = client.usage_report()
+    failures = client.failure_summary()
     summary = {
         "graph": name,
         "questions": len(idx),
+        "examples_run": len(rows),
+        "examples_failed": sum(r["failed"] is not None for r in rows),
+        "stopped_early": stopped,
+        "loop_wall_s": round(wall, 1),
         "model": usage["model"],
         "local_substitute": usage["local_substitute"],
         "calls": {r: u["calls"] for r, u in usage["roles"].items()},
@@ -132,12 +175,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "completion_tokens": usage["total"].get("completion_tokens", 0),
         "memory_tokens": sum(r["tokens"].get("memory", 0) for r in rows),
         "index_tokens": sum(r["tokens"].get("index", 0) for r in rows),
+        "schema_valid": schema_validity(usage),
         "applied_transitions": n_transitions,
         "edits": dict(ops),
+        "graph_checks": sum(r["graph_checks"] for r in rows),
+        "beta_bfs_recall": {"before": recall_before, "after": beta_recall(gs, name, graph, idx[: len(rows)], budget)},
         "discarded": dict(discarded),
-        "client_failures": client.failure_summary()["by_role_kind"],
-        "entry_selection": {k: v for k, v in vars(entries.stats).items() if k != "last_sections"}
-        if hasattr(entries, "stats")
+        "client_failures": failures["by_role_kind"],
+        "entry_selection": {k: v for k, v in vars(selector.stats).items() if k != "last_sections"}
+        if hasattr(selector, "stats")
         else {},
         "graph_before": {"nodes": nodes0, "edges": edges0},
         "graph_after": {
@@ -153,6 +199,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     brief = {k: v for k, v in summary.items() if k != "usage"}
     print(json.dumps(brief, indent=1, default=str))
     print(f"trace written to {out / 'trace.jsonl'}")
+    if failures["failures"]:
+        print(f"LLM call failures: {json.dumps(failures, default=str)}", file=sys.stderr)
+    if stopped:
+        print(f"error: stopped after {len(rows)} of {len(idx)} examples: {stopped}", file=sys.stderr)
+        sys.exit(EXIT_FAILURES)
     return summary
 
 

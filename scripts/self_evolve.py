@@ -10,7 +10,8 @@ training graphs, best epoch on the validation graphs. ``rounds.json`` records pe
 reward curve, triples and entity edges, and test-graph evidence recall of the reader: on the
 graphs it started from, on the rebuilt graphs before its fine-tune, and after it. ``max_graphs``
 keeps only the first graphs by sorted name (to bound the rebuild on CPU); the split is then made
-over those.
+over those. With ``writer.max_steps=0`` step 1 is skipped and ``writer.model`` (e.g. the folder
+``scripts/train_writer.py save_model=...`` wrote) rebuilds the graphs as it is.
 """
 
 from __future__ import annotations
@@ -26,27 +27,14 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_gnn import load_graphset, set_threads, split_examples  # noqa: E402  (sibling scripts)
+from train_gnn import set_threads, split_examples  # noqa: E402  (sibling scripts)
 from train_writer import plot_curve, run_writer  # noqa: E402
 
+from graphmem.cli import load_graphset, restrict_graphs  # noqa: E402
 from graphmem.policies.base import Budget  # noqa: E402
 from models.gnn_reader import GNNReader  # noqa: E402
 from rl.gnn_train import GNNTrainConfig, evidence_recall, save_checkpoint, train_reader  # noqa: E402
-from rl.grpo_writer import WriterConfig, rewrite_graph  # noqa: E402
-
-
-def only_graphs(gs, names):
-    """The graph set restricted to the graphs ``names`` and their questions (all when ``names`` is empty)."""
-    if not names:
-        return gs
-    names = sorted(str(n) for n in names)
-    keep = [i for i, q in enumerate(gs.questions) if q.graph in set(names)]
-    return dataclasses.replace(
-        gs,
-        graphs={k: gs.graphs[k] for k in names},
-        questions=[gs.questions[i] for i in keep],
-        query_embeddings=gs.query_embeddings[keep],
-    )
+from rl.grpo_writer import WriterConfig, load_writer, rewrite_graph  # noqa: E402
 
 
 def entity_edge_count(graphs) -> int:
@@ -66,14 +54,18 @@ def main(cfg: DictConfig) -> None:
     tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     reader = GNNReader.from_checkpoint(wcfg.reader_checkpoint)
-    gs = only_graphs(load_graphset(cfg), cfg.get("graphs"))
+    gs = restrict_graphs(load_graphset(cfg), sorted(str(n) for n in cfg.get("graphs") or []))
     rounds = []
     for t in range(int(cfg.rounds)):
         t0 = time.perf_counter()
         parts, ex = split_examples(gs, cfg.split, budget)
         start = evidence_recall(reader, ex["test"], budget) if ex["test"] else None
         wcfg_t = dataclasses.replace(wcfg, output_dir=str(out_dir / f"writer_round{t}"), seed=wcfg.seed + t)
-        trainer, writer_result = run_writer(gs, cfg, wcfg_t, reader)  # 1. writer update, reader frozen
+        if wcfg.max_steps > 0:  # 1. writer update, reader frozen
+            trainer, writer_result = run_writer(gs, cfg, wcfg_t, reader)
+            model, tokenizer = trainer.model, trainer.processing_class
+        else:  # writer.max_steps=0: rebuild with the writer as given (e.g. one trained by train_writer.py)
+            (model, tokenizer), writer_result = load_writer(wcfg.model, wcfg.seed), {"curve": [], "model": wcfg.model}
         if writer_result["curve"]:
             plot_curve(
                 writer_result["curve"], out_dir / f"reward_curve_round{t}.png", f"self-evolution round {t}: writer"
@@ -81,9 +73,7 @@ def main(cfg: DictConfig) -> None:
         t1 = time.perf_counter()
         graphs, triples = {}, 0
         for name, graph in gs.graphs.items():  # 2. rebuild graphs
-            graphs[name], n = rewrite_graph(
-                trainer.model, trainer.processing_class, graph, wcfg_t, int(cfg.get("rebuild_batch", 8))
-            )
+            graphs[name], n = rewrite_graph(model, tokenizer, graph, wcfg_t, int(cfg.get("rebuild_batch", 8)))
             triples += n
         entity_before = entity_edge_count(gs.graphs)
         gs = dataclasses.replace(gs, graphs=graphs)

@@ -35,13 +35,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import run_or_exit
+from graphmem.cli import METRICS, load_graphset, policy_config, restrict_graphs, run_or_exit
+from graphmem.device import resolve_device
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
-from graphmem.graphset import GraphSet, open_graphset, open_train_graphset, union
+from graphmem.graphset import GraphSet, open_train_graphset, union
 from graphmem.io import atomic_write
-from graphmem.policies.base import Budget, make_policy, resolve_device
+from graphmem.policies import POLICIES, Budget, make_policy
 from graphmem.policies.router import RouterPolicy
 from graphmem.tracking import make_tracker
 from rl.distributed import init_from_env, shutdown
@@ -49,29 +50,10 @@ from rl.logging import MultiLogger, PrintLogger
 from rl.reinforce import TrainConfig, train
 from rl.splits import conversation_folds
 
-METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
-
-
-def subset(gs: GraphSet, names) -> tuple[list, Any]:
-    """Questions (and their embedding rows) asked over graphs ``names``."""
-    idx = [i for i, q in enumerate(gs.questions) if q.graph in set(names)]
-    return [gs.questions[i] for i in idx], gs.query_embeddings[idx]
-
 
 def load_train_graphset(cfg: DictConfig) -> GraphSet | None:
     """The dataset's training-only graphs and questions (``data.train_files``), built with the same graph config."""
     return open_train_graphset(
-        OmegaConf.to_container(cfg.data, resolve=True),
-        OmegaConf.to_container(cfg.graph, resolve=True),
-        hydra.utils.to_absolute_path(cfg.graphset_dir),
-        progress=cfg.progress,
-    )
-
-
-def load_graphset(cfg: DictConfig) -> GraphSet:
-    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
-    return open_graphset(
-        saved,
         OmegaConf.to_container(cfg.data, resolve=True),
         OmegaConf.to_container(cfg.graph, resolve=True),
         hydra.utils.to_absolute_path(cfg.graphset_dir),
@@ -87,14 +69,6 @@ def summarize(per_fold: list[dict[str, dict[str, float]]]) -> dict[str, dict[str
 def question_counts(rows: dict[str, list[dict]]) -> dict[str, int]:
     """Test questions each policy was scored on, over all folds."""
     return {policy: len(r) for policy, r in rows.items()}
-
-
-def policy_kwargs(name: str) -> dict[str, Any]:
-    """Keyword arguments of a baseline from ``configs/policy/<name>.yaml``."""
-    path = Path(__file__).resolve().parents[1] / "configs" / "policy" / f"{name}.yaml"
-    if not path.is_file():
-        raise ValueError(f"unknown baseline policy {name!r}: no {path}")
-    return {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path)).items() if k != "name"}
 
 
 def output_dir(cfg: DictConfig) -> Path:
@@ -124,7 +98,11 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     baselines = {}
     for name in baseline_names:
         try:
-            baselines[name] = make_policy(name, **policy_kwargs(name))
+            POLICIES.resolve(name)
+        except ValueError:
+            raise ValueError(f"unknown baseline policy {name!r}; registered: {sorted(POLICIES)}") from None
+        try:
+            baselines[name] = make_policy(name, **policy_config(name))
         except (OSError, TypeError, ValueError, KeyError) as err:
             raise ValueError(f"baseline {name!r} cannot be built from its policy config: {err}") from None
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
@@ -155,12 +133,12 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         split = splits[k]
         if world.is_main:
             print(f"fold {k}: train {len(split.train)} / val {len(split.val)} / test {len(split.test)} conversations")
-        train_q, train_e = subset(gs, split.train)
+        train_set, val_set, test_set = (restrict_graphs(gs, part) for part in (split.train, split.val, split.test))
+        train_q, train_e = train_set.questions, train_set.query_embeddings
         if extra is not None:
             train_q, train_e = train_q + extra.questions, torch.cat([train_e, extra.query_embeddings])
-        val_q, val_e = subset(gs, split.val)
-        test_q, test_e = subset(gs, split.test)
-        test_set = GraphSet(gs.dataset, {n: gs.graphs[n] for n in split.test}, test_q, test_e, gs.report)
+        val_q, val_e = val_set.questions, val_set.query_embeddings
+        test_q = test_set.questions
         fold_metrics: dict[str, dict[str, float]] = {}
         for name, overrides in variants.items():
             tc = TrainConfig(**{**base, **overrides, "checkpoint_dir": str(out / f"fold{k}" / name)})

@@ -23,7 +23,8 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.graphset import GraphSet, open_graphset
+from graphmem.cli import load_graphset
+from graphmem.graphset import GraphSet
 from graphmem.policies.base import Budget
 from models.gnn_reader import GNNReader
 from rl.gnn_train import (
@@ -35,17 +36,6 @@ from rl.gnn_train import (
     save_checkpoint,
     train_reader,
 )
-
-
-def load_graphset(cfg: DictConfig) -> GraphSet:
-    saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.graphset else None
-    return open_graphset(
-        saved,
-        OmegaConf.to_container(cfg.data, resolve=True),
-        OmegaConf.to_container(cfg.graph, resolve=True),
-        hydra.utils.to_absolute_path(cfg.graphset_dir),
-        progress=bool(cfg.get("progress", True)),
-    )
 
 
 def set_threads(cfg: DictConfig) -> int:

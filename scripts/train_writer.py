@@ -1,12 +1,17 @@
-"""Train the memory writer with GRPO against a frozen GNN reader (SAGE §4.1).
+"""Train the memory writer: supervised warm start on silver triples, then GRPO against a frozen
+GNN reader (SAGE §4.1).
 
     python scripts/train_writer.py data=locomo graphset=outputs/graphs/locomo \\
-        writer.reader_checkpoint=runs/gnn/locomo.pt
-    python scripts/train_writer.py data=locomo writer.model=smollm2 writer.max_steps=30 save_model=runs/writer/model
+        writer.reader_checkpoint=runs/gnn/reader.pt save_model=runs/writer/model
+    python scripts/train_writer.py data=locomo writer.model=smollm2 writer.chat_template=true sft.learning_rate=5e-5
 
 Tasks are windows of fragments of the *training* graphs (fold ``split.fold`` of
-:func:`rl.splits.conversation_folds`, the same split as ``scripts/train_gnn.py``); writes
-``results.json`` with the per-step reward curve, ``reward_curve.json`` and ``reward_curve.png``.
+:func:`rl.splits.conversation_folds`, the same split as ``scripts/train_gnn.py``). The warm start
+(:mod:`rl.writer_sft`, TRL's ``SFTTrainer``) fits the silver triples the graph builder's entity
+extractor gives on those tasks; the share of well-formed greedy outputs is measured on tasks of
+the *validation* graphs before and after it. GRPO follows. ``writer.report_to=wandb`` sends both
+trainers' logs (GRPO: reward, its parts and the well-formed share per step) to W&B. Writes
+``results.json``, ``reward_curve.json`` and ``reward_curve.png``.
 """
 
 from __future__ import annotations
@@ -22,36 +27,76 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_gnn import load_graphset, set_threads, split_parts  # noqa: E402  (sibling script: shared loading and split)
+from train_gnn import set_threads, split_parts  # noqa: E402  (sibling script: shared split)
 
+from graphmem.build.entities import make_entity_extractor  # noqa: E402
+from graphmem.cli import load_graphset  # noqa: E402
 from models.gnn_reader import GNNReader  # noqa: E402
-from rl.grpo_writer import WriterConfig, tasks_from_graphset, train_writer  # noqa: E402
+from rl.grpo_writer import WriterConfig, load_writer, tasks_from_graphset, train_writer  # noqa: E402
+from rl.writer_sft import SFTConfig, warm_start, well_formed_fraction  # noqa: E402
 
 REWARD_KEYS = (
     "reward",
     "reward_std",
     "rewards/task_reward/mean",
     "rewards/format_reward/mean",
+    "rewards/well_formed/mean",
     "completions/mean_length",
 )
 
 
-def writer_tasks(gs, cfg: DictConfig, wcfg: WriterConfig):
+def quarter_means(curve: list[dict], key: str = "reward") -> dict[str, float | None]:
+    """Mean of ``key`` over the first and the last quarter of the steps."""
+    values = [c[key] for c in curve if key in c]
+    q = len(values) // 4
+    if q == 0:
+        return {"first_quarter": None, "last_quarter": None}
+    return {"first_quarter": sum(values[:q]) / q, "last_quarter": sum(values[-q:]) / q}
+
+
+def writer_tasks(gs, cfg: DictConfig, wcfg: WriterConfig, part: str = "train", limit: int | None = None):
+    """Seeded windows of the ``part`` graphs (at most ``limit``, default ``cfg.max_tasks``) and the split."""
     parts = split_parts(gs, cfg.split)
-    train = set(parts["train"])
-    tasks = tasks_from_graphset(
-        gs, [i for i, q in enumerate(gs.questions) if q.graph in train], wcfg.fragments_per_task
-    )
+    keep = set(parts[part])
+    tasks = tasks_from_graphset(gs, [i for i, q in enumerate(gs.questions) if q.graph in keep], wcfg.fragments_per_task)
     random.Random(wcfg.seed).shuffle(tasks)
-    return tasks[: cfg.max_tasks], parts
+    return tasks[: cfg.max_tasks if limit is None else limit], parts
 
 
-def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader):
+def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, tokenizer=None):
+    """GRPO of the writer (``model`` or ``wcfg.model``) on the training tasks; ``(trainer, result)``."""
     tasks, parts = writer_tasks(gs, cfg, wcfg)
     t0 = time.perf_counter()
-    trainer, history = train_writer(tasks, reader, wcfg)
+    trainer, history = train_writer(tasks, reader, wcfg, model=model, tokenizer=tokenizer)
     curve = [{k: h[k] for k in ("step",) + REWARD_KEYS if k in h} for h in history]
-    return trainer, {"tasks": len(tasks), "split": parts, "seconds": round(time.perf_counter() - t0, 2), "curve": curve}
+    return trainer, {
+        "tasks": len(tasks),
+        "split": parts,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "reward_quarters": quarter_means(curve),
+        "curve": curve,
+    }
+
+
+def run_warm_start(gs, cfg: DictConfig, wcfg: WriterConfig, sft: SFTConfig):
+    """Load the writer, measure well-formed output on validation tasks, warm-start it, measure again."""
+    model, tokenizer = load_writer(wcfg.model, wcfg.seed)
+    held_out, _ = writer_tasks(gs, cfg, wcfg, "val", sft.eval_tasks)
+    result: dict = {
+        "eval_tasks": len(held_out),
+        "well_formed_before": well_formed_fraction(model, tokenizer, held_out, wcfg),
+    }
+    if sft.enabled:
+        tasks, _ = writer_tasks(gs, cfg, wcfg, "train", cfg.sft_tasks)
+        extractor = make_entity_extractor(cfg.graph.entity_extractor)
+        t0 = time.perf_counter()
+        model, log = warm_start(model, tokenizer, tasks, extractor, wcfg, sft)
+        result |= {"tasks": len(tasks), "seconds": round(time.perf_counter() - t0, 1), "loss": log}
+        result["well_formed_after"] = well_formed_fraction(model, tokenizer, held_out, wcfg)
+    print(
+        f"warm start: well-formed {json.dumps({k: v for k, v in result.items() if k.startswith('well')})}", flush=True
+    )
+    return model, tokenizer, result
 
 
 def plot_curve(curve: list[dict], path: Path, title: str) -> Path:
@@ -67,7 +112,11 @@ def plot_curve(curve: list[dict], path: Path, title: str) -> Path:
     std = [c.get("reward_std", 0.0) for c in curve]
     ax.plot(steps, reward, marker="o", label="reward (task + λ_fmt·format)")
     ax.fill_between(steps, [r - s for r, s in zip(reward, std)], [r + s for r, s in zip(reward, std)], alpha=0.2)
-    for key, label in (("rewards/task_reward/mean", "r_task − λ_rep·ρ_rep"), ("rewards/format_reward/mean", "r_fmt")):
+    for key, label in (
+        ("rewards/task_reward/mean", "r_task − λ_rep·ρ_rep"),
+        ("rewards/format_reward/mean", "r_fmt"),
+        ("rewards/well_formed/mean", "well-formed share"),
+    ):
         if all(key in c for c in curve):
             ax.plot(steps, [c[key] for c in curve], linestyle="--", label=label)
     ax.set_xlabel("GRPO step")
@@ -87,14 +136,21 @@ def main(cfg: DictConfig) -> None:
     wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
     if not wcfg.reader_checkpoint:
         raise ValueError("writer.reader_checkpoint is required: train a reader with scripts/train_gnn.py first")
+    sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
     reader = GNNReader.from_checkpoint(wcfg.reader_checkpoint)
     gs = load_graphset(cfg)
-    trainer, result = run_writer(gs, cfg, wcfg, reader)
+    model, tokenizer, warm = run_warm_start(gs, cfg, wcfg, sft)
+    result = {"curve": []}
+    if wcfg.max_steps > 0:  # writer.max_steps=0: the warm start only
+        trainer, result = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
+        model, tokenizer = trainer.model, trainer.processing_class
+        print(f"GRPO reward by quarter: {result['reward_quarters']}", flush=True)
     if cfg.save_model:
-        trainer.model.save_pretrained(cfg.save_model)
-        trainer.processing_class.save_pretrained(cfg.save_model)
+        model.save_pretrained(cfg.save_model)
+        tokenizer.save_pretrained(cfg.save_model)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps({"writer": asdict(wcfg), **result}, indent=2))
+    payload = {"writer": asdict(wcfg), "sft": asdict(sft), "warm_start": warm, **result}
+    (out_dir / "results.json").write_text(json.dumps(payload, indent=2))
     (out_dir / "reward_curve.json").write_text(json.dumps(result["curve"], indent=1))
     if result["curve"]:
         plot_curve(result["curve"], out_dir / "reward_curve.png", f"GRPO writer ({wcfg.model}) on {gs.dataset}")

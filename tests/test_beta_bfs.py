@@ -1,5 +1,8 @@
 """GraphMemory Algorithm 1 conformance on hand-built toy graphs (expected orders computed by hand)."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -7,6 +10,9 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies import Budget, Query, make_policy
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.tokens import count_tokens, serialize_node
+
+sys.path.insert(0, str(Path(__file__).parent))
+from references import REFERENCES  # noqa: E402
 
 
 class Fixed:
@@ -35,12 +41,11 @@ Q = Query("q0", "toy question", torch.ones(4))
 
 def both(graph, entries, budget=Budget()):
     """(per-query reference, batched) loaded ids; asserts they agree, including the trace."""
-    policy = BetaBFS(entries=Fixed(*entries))
-    ref = policy.retrieve(graph, Q, budget)
-    bat = policy.retrieve_batch(graph, [Q], budget)[0]
+    policy = BetaBFS(entry_selector=Fixed(*entries))
+    ref = REFERENCES["beta_bfs"](policy, graph, Q, budget)
+    bat = policy.retrieve(graph, Q, budget)
     for field in ("loaded", "entries", "edges_considered", "edges_traversed", "loaded_tokens", "max_depth"):
         assert getattr(ref, field) == getattr(bat, field), field
-    assert ref.fallback_used is False and bat.fallback_used is False
     return ref, ref.loaded_ids(graph)
 
 
@@ -165,8 +170,8 @@ def test_parallel_edges_count_once_with_max_weight():
 
 def test_no_entries_means_empty_memory():
     g = toy(["a", "b"], [("a", "b", "semantic")])
-    r = BetaBFS(entries=Fixed()).retrieve(g, Q, Budget())
-    assert r.loaded == [] and r.entries == [] and r.fallback_used is False and r.loaded_tokens == 0
+    r = BetaBFS(entry_selector=Fixed()).retrieve(g, Q, Budget())
+    assert r.loaded == [] and r.entries == [] and r.loaded_tokens == 0
     empty = MemoryGraph.empty(4)
     assert make_policy("beta_bfs").retrieve_batch(empty, [Q], Budget())[0].loaded == []
 
@@ -177,14 +182,14 @@ def test_invalid_entry_ids_are_discarded():
             return [[99, -1, 1, 1, 0] for _ in queries]
 
     g = toy(["a", "b", "c"], [("b", "c", "semantic")])
-    r = BetaBFS(entries=Sloppy()).retrieve(g, Q, Budget(max_entries=2))
+    r = BetaBFS(entry_selector=Sloppy()).retrieve(g, Q, Budget(max_entries=2))
     assert r.entries == [1, 0] and r.loaded_ids(g) == ["b", "a", "c"]
-    assert BetaBFS().traverse(g, [5, 1], Budget()).loaded_ids(g) == ["b", "c"]
+    assert BetaBFS().retrieve_from_entries(g, [Q], [[5, 1]], Budget())[0].loaded_ids(g) == ["b", "c"]
 
 
 def test_neighbor_table_cache_follows_counters():
     g = toy(["a", "b", "c"], [("a", "b", "semantic"), ("a", "c", "semantic")])
-    policy, one = BetaBFS(entries=Fixed("a")), Budget(top_k_neighbors=1)
+    policy, one = BetaBFS(entry_selector=Fixed("a")), Budget(top_k_neighbors=1)
     assert policy.retrieve_batch(g, [Q], one)[0].loaded_ids(g) == ["a", "b"]
     g.observe("a", "c", "helpful", 0.5)  # in-place counter update: cached table must be rebuilt
     assert policy.retrieve_batch(g, [Q], one)[0].loaded_ids(g) == ["a", "c"]
@@ -194,5 +199,7 @@ def test_neighbor_table_cache_follows_counters():
 
 def test_traverse_from_given_entries_matches_algorithm():
     g = toy(["a", "b", "c"], [("a", "b", "semantic"), ("b", "c", "semantic")])
-    r = BetaBFS().traverse(g, [0], Budget())
+    r = BetaBFS().retrieve_from_entries(g, [Q], [[0]], Budget())[0]
     assert r.loaded_ids(g) == ["a", "b", "c"] and r.max_depth == 2
+    with pytest.raises(ValueError, match="no entry selector"):
+        make_policy("dense_topk").retrieve_from_entries(g, [Q], [[0]], Budget())

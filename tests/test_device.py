@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.policies import Budget, Query, make_policy
-from models.gnn_reader import GNNReader
-from models.router import QueryRouter
+from graphmem.policies import POLICIES, Budget, Query
 
 sys.path.insert(0, str(Path(__file__).parent))
+from references import make_test_policy  # noqa: E402
 from varied_graphs import varied_posterior_graph  # noqa: E402
 
-NAMES = ["beta_bfs", "dense_topk", "uniform_bfs", "ppr", "router", "gnn"]
+NAMES = sorted(POLICIES)
 
 
 @pytest.fixture(scope="module")
@@ -28,16 +27,7 @@ def graph():
 
 
 def make(name: str, graph):
-    torch.manual_seed(0)
-    if name == "router":
-        return make_policy(
-            name, router=QueryRouter(graph.dim, num_relations=len(graph.relations), hidden=8), device="cpu"
-        )
-    if name == "gnn":
-        return make_policy(
-            name, reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)), device="cpu"
-        )
-    return make_policy(name, device="cpu")
+    return make_test_policy(name, graph.dim, len(graph.relations))
 
 
 def trace(r):
@@ -80,3 +70,13 @@ def test_graph_batch_path_creates_no_tensor_off_the_policy_device(graph, name):
     with torch.device("meta"):
         got = policy.retrieve_graphs([graph, other], queries, Budget())
     assert [[trace(r) for r in rs] for rs in got] == [[trace(r) for r in rs] for rs in expected]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_device_auto_is_resolved_before_anything_moves(graph, name):
+    """``device="auto"`` is ``cuda`` where available, else ``cpu``, for every policy (the learned ones
+    move their modules there after resolving it)."""
+    policy = make_test_policy(name, graph.dim, len(graph.relations), device="auto")
+    assert policy.device == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    q = Query("q", "x", graph.embeddings[0])
+    assert policy.retrieve(graph, q, Budget()).loaded

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import torch
 
+from graphmem.graph_batch import GraphBatch
 from models.edge_features import EdgeFeatures
 from models.intent import RelationIntent
 from models.router import QueryRouter
 from rl.checkpoint import load_checkpoint
 from rl.distributed import SINGLE, World
-from rl.mdp import GraphUnion, MDPConfig
+from rl.mdp import MDPConfig
 from rl.reinforce import TrainConfig, train
 from rl.rollout import episode_keys, make_episodes, rollout
 
@@ -154,11 +155,11 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
 
 def test_keyed_sampling_is_independent_of_the_batch_split():
     graphs, _, _ = bridge_tasks(range(4))
-    union, edges = GraphUnion.build(graphs), EdgeFeatures(graphs)
+    union, edges = GraphBatch.from_graphs(graphs), EdgeFeatures(graphs)
     torch.manual_seed(0)
     router, intent = QueryRouter(16, hidden=8), RelationIntent(16)
     n = 64  # many episodes per start node so that sampled actions differ between episodes
-    starts = union.node_offset[:-1].repeat_interleave(n // 4)
+    starts = union.node_ptr[:-1].repeat_interleave(n // 4)
     eps = make_episodes(torch.arange(n), starts[:, None], (starts + 7)[:, None], 1)  # gold: some other node
     q = torch.randn(n, 16)
     keys = episode_keys(3, 1, 2, 0, n)
@@ -179,14 +180,14 @@ def test_keyed_sampling_is_independent_of_the_batch_split():
 
 def test_keyed_sampling_follows_the_policy_distribution():
     graphs, _, _ = bridge_tasks(range(1))
-    union, edges = GraphUnion.build(graphs), EdgeFeatures(graphs)
+    union, edges = GraphBatch.from_graphs(graphs), EdgeFeatures(graphs)
     torch.manual_seed(1)
     router, intent = QueryRouter(16, hidden=8), RelationIntent(16)
     n = 4000
     eps = make_episodes(torch.arange(n), torch.zeros(n, 1, dtype=torch.long), torch.full((n, 1), 7), 1)
     q = torch.randn(1, 16).repeat(n, 1)
     traj = rollout(router, q, intent(q), edges(), union, eps, MDPConfig(max_hops=1), keys=episode_keys(0, 0, 0, 0, n))
-    counts = torch.bincount(traj.edge[0], minlength=union.edge_index.shape[1]).float() / n
+    counts = torch.bincount(traj.edge[0], minlength=union.graph.num_edges).float() / n
     for e in traj.edge[0].unique():
         p = traj.logp[0][traj.edge[0] == e][0].detach().exp()
         assert abs(float(counts[e]) - float(p)) < 0.03, (int(e), float(counts[e]), float(p))

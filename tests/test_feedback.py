@@ -32,7 +32,7 @@ class FixedEntries:
 def tree_graph(name: str = "g") -> MemoryGraph:
     """a -> b, a -> c, b -> d, c -> e (+ a parallel entity edge a -> b, and e -> a).
 
-    With entry a and top-2 neighbours, Beta BFS loads a, b, c, d, e through a->b, a->c, b->d, c->e.
+    With entry a and top-2 neighbors, Beta BFS loads a, b, c, d, e through a->b, a->c, b->d, c->e.
     """
     g = MemoryGraph.empty(3, info={"name": name})
     ids = ["a", "b", "c", "d", "e"]
@@ -50,7 +50,7 @@ def tree_graph(name: str = "g") -> MemoryGraph:
 
 
 def retrieve(g: MemoryGraph):
-    return BetaBFS(entries=FixedEntries()).retrieve(g, Query("q", "?", torch.ones(3)), Budget(max_hops=2))
+    return BetaBFS(entry_selector=FixedEntries()).retrieve(g, Query("q", "?", torch.ones(3)), Budget(max_hops=2))
 
 
 def pair(g: MemoryGraph, s: str, d: str) -> torch.Tensor:
@@ -122,7 +122,7 @@ class RecordingPolicy(BetaBFS):
     """Beta BFS that records every argument it receives."""
 
     def __init__(self):
-        super().__init__(entries=FixedEntries())
+        super().__init__(entry_selector=FixedEntries())
         self.seen: list[tuple] = []
 
     def retrieve(self, graph, query, budget):
@@ -210,3 +210,109 @@ def test_head_to_head_smoke_on_synthetic_graphs(tmp_path):
     assert float(GraphSet.load(gs_dir).graphs["conv-0"].S.sum()) == 0.0  # the saved set is untouched
     assert (tmp_path / "out" / "recall_vs_examples.png").read_bytes()[:4] == b"\x89PNG"
     assert "beta_bfs_learned" in (tmp_path / "out" / "results.md").read_text()
+
+
+# ---------------------------------------------------------------------- the LLM Reflector as a feedback source
+def test_llm_reflector_labels_only_the_traversed_transitions(monkeypatch):
+    import json
+
+    import litellm
+
+    from graphmem.feedback import LLMReflector, traversed_pairs
+    from graphmem.llm.client import LLMClient, LLMConfig
+
+    g = tree_graph()
+    r = retrieve(g)
+    assert traversed_pairs(g, r) == [("a", "b"), ("a", "c"), ("b", "d"), ("c", "e")]
+    reply = {
+        "critique": "c",
+        "transitions": [
+            {"source": "a", "target": "b", "label": "helpful", "confidence": 0.5},
+            {"source": "e", "target": "a", "label": "helpful", "confidence": 1.0},  # not traversed
+            {"source": "a", "target": "c", "label": "harmful", "confidence": 0.25},
+            {"source": "a", "target": "b", "label": "harmful", "confidence": 1.0},  # repeat: first wins
+        ],
+    }
+    sent = []
+    real = litellm.completion
+
+    def fake(**kwargs):
+        sent.append(kwargs)
+        return real(**{**kwargs, "mock_response": json.dumps(reply)})
+
+    monkeypatch.setattr(litellm, "completion", fake)
+    client = LLMClient(LLMConfig(model="gpt-4o-mini", mock_response="x", max_retries=0))
+    q = Question("q", "g", "What is d?", "GOLD-ANSWER-77", ("d",), 1)
+    stats = learn_evidence(
+        {"g": g},
+        [q],
+        torch.ones(1, 3),
+        BetaBFS(entry_selector=FixedEntries()),
+        Budget(max_hops=2),
+        reflector=LLMReflector(client),
+    )
+    assert stats.examples == 1 and stats.labels == {"helpful": 1, "harmful": 1, "neutral": 0}
+    assert g.S[pair(g, "a", "b")].tolist() == [0.5, 0.5] and g.F[pair(g, "a", "c")].tolist() == [0.25]
+    assert float(g.S[pair(g, "e", "a")].sum()) == 0.0 and stats.edges_updated == 3
+    assert client.usage_report()["roles"]["reflector"]["discarded_items"] == 2
+    prompt = sent[0]["messages"][1]["content"]
+    assert "GOLD-ANSWER-77" in prompt and "- a -> b\n- a -> c\n- b -> d\n- c -> e" in prompt
+    listed = sent[0]["response_format"]["json_schema"]["schema"]["properties"]["transitions"]["prefixItems"]
+    assert [(p["properties"]["source"]["const"], p["properties"]["target"]["const"]) for p in listed] == [
+        ("a", "b"),
+        ("a", "c"),
+        ("b", "d"),
+        ("c", "e"),
+    ]
+
+    # a failed call is counted and changes nothing
+    monkeypatch.setattr(
+        litellm,
+        "completion",
+        lambda **kw: (_ for _ in ()).throw(
+            litellm.APIConnectionError(message="down", llm_provider="openai", model="gpt-4o-mini")
+        ),
+    )
+    h = tree_graph()
+    stats = learn_evidence(
+        {"g": h},
+        [q],
+        torch.ones(1, 3),
+        BetaBFS(entry_selector=FixedEntries()),
+        Budget(max_hops=2),
+        reflector=LLMReflector(client),
+    )
+    assert stats.failed_calls == 1 and stats.examples == 0 and float(h.S.sum() + h.F.sum()) == 0.0
+
+
+def test_head_to_head_compares_feedback_sources_on_the_same_questions(tmp_path):
+    graphs = {f"conv-{g}": make_synthetic_graph(30, avg_degree=4.0, dim=16, seed=g) for g in range(2)}
+    questions = [
+        Question(f"{n}#{i}", n, f"q{i}", "an answer", (g.node_ids[(7 * i) % 30],), 1)
+        for n, g in graphs.items()
+        for i in range(10)
+    ]
+    emb = torch.nn.functional.normalize(torch.randn(20, 16, generator=torch.Generator().manual_seed(0)), dim=1)
+    gs_dir = GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic")).save(tmp_path / "set")
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(
+            config_name="head_to_head",
+            overrides=[
+                f"graphset={gs_dir}",
+                f"out_dir={tmp_path / 'out'}",
+                "protocols=[]",
+                "feedback.sources=[oracle,llm]",
+                "feedback.n_questions=4",
+                "llm=offline",
+                "progress=false",
+            ],
+        )
+    payload = load_script("head_to_head").run(cfg)
+    fb = payload["feedback_sources"]
+    assert fb["graph"] == "conv-0" and fb["train_questions"] == 4 and set(fb["sources"]) == {"oracle", "llm"}
+    oracle, llm = fb["sources"]["oracle"], fb["sources"]["llm"]
+    assert oracle["recall_before"] == llm["recall_before"]  # same graph, same questions, counters at zero
+    assert oracle["counter_updates"] > 0 and oracle["evidence"]["examples"] == 4
+    # the offline mock replies with no transitions: a valid, empty reflection, so no update
+    assert llm["counter_updates"] == 0 and llm["evidence"]["examples"] == 4 and llm["llm"]["local_substitute"]
+    assert "| oracle |" in (tmp_path / "out" / "results.md").read_text()

@@ -3,17 +3,23 @@ and a short supervised training run on a synthetic bridge task."""
 
 import dataclasses
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query
-from graphmem.policies.entries import EmbeddingEntrySelector
-from graphmem.policies.gnn import GNNPolicy, batched_walk, walk_and_load
+from graphmem.policies.batched import pad_rows
+from graphmem.policies.gnn import GNNPolicy, batched_walk
+from graphmem.policies.selectors import EmbeddingEntrySelector
 from models.gnn_reader import GatedRelationalConv, GNNReader, start_mask
 from rl.gnn_train import GNNTrainConfig, ReaderExample, evidence_recall, graph_split, save_checkpoint, train_reader
 from rl.splits import conversation_folds
+
+sys.path.insert(0, str(Path(__file__).parent))
+from references import REFERENCES, walk_and_load  # noqa: E402
 
 
 def toy_conv():
@@ -152,14 +158,14 @@ def test_gnn_policy_honours_budget(budget, tmp_path):
             assert int(g.edge_index[1, e]) in r.loaded
         assert r.scores == sorted(r.scores, reverse=True)
         assert r.entries == EmbeddingEntrySelector().select(g, [q], budget)[0]
-        single = policy.retrieve(g, q, budget)
+        single = REFERENCES["gnn"](policy, g, q, budget)
         assert {**retrieval_fields(single), "scores": None} == {**retrieval_fields(r), "scores": None}
         assert single.scores == pytest.approx(r.scores, abs=1e-5)
 
 
 def bridge_task(num_graphs, seed, n=14, dim=16):
-    """Query ~ a target node t; gold = {t, c(t)} where c(t) is t's 'causal' neighbour; t also has
-    two 'semantic' distractor neighbours that are more similar to the query than c(t)."""
+    """Query ~ a target node t; gold = {t, c(t)} where c(t) is t's 'causal' neighbor; t also has
+    two 'semantic' distractor neighbors that are more similar to the query than c(t)."""
     gen = torch.Generator().manual_seed(seed)
     examples = []
     for _ in range(num_graphs):
@@ -241,7 +247,7 @@ def test_batched_walk_equals_per_query_walk(budget):
     entries[9] = [entries[9][0], entries[9][1], entries[9][0]]  # a repeated entry
     entries = [e[: budget.max_entries] for e in entries]
     walk = batched_walk(g, entries, scores, budget)
-    batched = walk.retrievals(g, entries)
+    batched = walk.result(pad_rows(entries)).split()
     expected = [walk_and_load(g, entries[b], scores[b], budget) for b in range(len(entries))]
     for b, (got, want) in enumerate(zip(batched, expected)):
         assert retrieval_fields(got) == retrieval_fields(want), b
@@ -258,7 +264,7 @@ def test_batched_walk_without_edges_or_nodes():
         (empty, torch.empty(2, 0), [[], []]),
         (edgeless, torch.tensor([[0.1, 0.3, 0.2], [1.0, 0.0, 0.0]]), [[2, 0], []]),
     ]:
-        batched = batched_walk(g, entries, scores, Budget()).retrievals(g, entries)
+        batched = batched_walk(g, entries, scores, Budget()).result(pad_rows(entries)).split()
         expected = [walk_and_load(g, e, s, Budget()) for e, s in zip(entries, scores)]
         assert [retrieval_fields(r) for r in batched] == [retrieval_fields(r) for r in expected]
 

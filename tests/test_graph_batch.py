@@ -1,5 +1,6 @@
 """Many graphs in one batched call: the disjoint union and every policy's ``retrieve_graphs``."""
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -10,13 +11,14 @@ from graphmem.eval.harness import evaluate_policy, run_retrievals
 from graphmem.graph import MemoryGraph
 from graphmem.graph_batch import GraphBatch, graph_batch
 from graphmem.graphset import DataConfig, GraphConfig, build_graphset
-from graphmem.policies import Budget, Query, make_policy
+from graphmem.policies import POLICIES, Budget, Query, make_policy
 from graphmem.synthetic import make_synthetic_graph
 
 sys.path.insert(0, str(Path(__file__).parent))
+from references import REFERENCES, make_test_policy  # noqa: E402
 from varied_graphs import varied_posterior_graph  # noqa: E402
 
-NAMES = ["beta_bfs", "dense_topk", "uniform_bfs", "router", "ppr", "gnn"]
+NAMES = sorted(POLICIES)
 BUDGETS = [
     Budget(),
     Budget(max_entries=2, top_k_neighbors=3, max_hops=3, max_nodes=20, max_tokens=400),
@@ -25,20 +27,11 @@ BUDGETS = [
 
 
 def trace(r):
-    return (r.loaded, r.entries, r.edges_considered, r.edges_traversed, r.loaded_tokens, r.max_depth, r.fallback_used)
+    return (r.loaded, r.entries, r.edges_considered, r.edges_traversed, r.loaded_tokens, r.max_depth)
 
 
 def policy_for(name: str, dim: int, relations: int):
-    torch.manual_seed(0)
-    if name == "router":
-        from models.router import QueryRouter
-
-        return make_policy("router", router=QueryRouter(dim, num_relations=relations, hidden=8), device="cpu")
-    if name == "gnn":
-        from models.gnn_reader import GNNReader
-
-        return make_policy("gnn", reader=GNNReader(input_dim=dim, num_relations=relations), device="cpu")
-    return make_policy(name)
+    return make_test_policy(name, dim, relations)
 
 
 def queries_near(graph: MemoryGraph, n: int, seed: int, prefix: str) -> list[Query]:
@@ -122,13 +115,11 @@ class LastNodes:
         return [last + last[:1] + [graph.num_nodes + 5] for _ in queries]
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "dense_topk"])
+@pytest.mark.parametrize("name", [n for n in NAMES if "entry_selector" in inspect.signature(POLICIES[n]).parameters])
 def test_retrieve_graphs_with_another_entry_selector(varied, name):
     graphs, queries = varied
     policy = policy_for(name, graphs[0].dim, len(graphs[0].relations))
-    for attr in ("entries", "entry_selector"):
-        if hasattr(policy, attr):
-            setattr(policy, attr, LastNodes())
+    policy.entry_selector = LastNodes()
     together = policy.retrieve_graphs(graphs, queries, Budget())
     apart = [policy.retrieve_batch(g, qs, Budget()) for g, qs in zip(graphs, queries)]
     assert [[trace(r) for r in rs] for rs in together] == [[trace(r) for r in rs] for rs in apart]
@@ -151,7 +142,8 @@ def hotpot(tmp_path_factory):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_hotpotqa_in_groups_equals_one_graph_at_a_time(hotpot, name):
-    """Real HotpotQA graphs (one per question): grouping them changes nothing in the retrievals."""
+    """Real HotpotQA graphs (one per question): grouping them changes nothing in the retrievals,
+    which are the policy's per-query reference on each graph."""
     first = hotpot.graphs[hotpot.questions[0].graph]
     policy = policy_for(name, first.dim, len(first.relations))
     queries, graph_of = hotpot.queries(), [q.graph for q in hotpot.questions]
@@ -161,5 +153,21 @@ def test_hotpotqa_in_groups_equals_one_graph_at_a_time(hotpot, name):
     small, _ = run_retrievals(policy, hotpot.graphs, queries, graph_of, budget, batch_nodes=400)
     single = [policy.retrieve_batch(hotpot.graphs[g], [q], budget)[0] for g, q in zip(graph_of, queries)]
     assert [trace(r) for r in grouped] == [trace(r) for r in single] == [trace(r) for r in small]
+    reference = [REFERENCES[name](policy, hotpot.graphs[g], q, budget) for g, q in zip(graph_of, queries)]
+    assert [trace(r) for r in single] == [trace(r) for r in reference]
     overall = evaluate_policy(policy, hotpot, budget, progress=False).overall
     assert overall["n"] == len(queries) and overall["evidence_recall"] > 0
+
+
+def test_ppr_in_several_column_blocks_over_a_graph_batch(varied):
+    """PPR cut into blocks of a few columns over the union: each block holds queries of many
+    graphs, and the merged results are still those of one call per graph."""
+    graphs, queries = varied
+    small = [g for g in graphs if 0 < g.num_nodes < 200]
+    qs = [queries[graphs.index(g)][:3] for g in small]
+    n = sum(g.num_nodes for g in small)
+    policy = make_test_policy("ppr", max_block_elements=n)  # one column per block over the union
+    together = policy.retrieve_graphs(small, qs, Budget())
+    apart = [policy.retrieve_batch(g, q, Budget()) for g, q in zip(small, qs)]
+    assert [[trace(r) for r in rs] for rs in together] == [[trace(r) for r in rs] for rs in apart]
+    assert sum(len(q) for q in qs) > len(small) > 1  # several queries per graph: several blocks

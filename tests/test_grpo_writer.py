@@ -71,7 +71,7 @@ def test_repetition_penalty(reward):
 
 
 def test_recall_and_precision_follow_the_written_links(reward):
-    # entry = a1 (the query is a1's embedding); one hop, one neighbour, two nodes loaded
+    # entry = a1 (the query is a1's embedding); one hop, one neighbor, two nodes loaded
     nothing = reward.components("", "t0")
     assert (nothing["r_rec"], nothing["r_pre"], nothing["r_task"]) == (0.5, 1.0, 0.75)
     bridge = reward.components("(Alice | met | Bob) [a1]\n(Bob | flew to | Paris) [a2]", "t0")
@@ -133,3 +133,49 @@ def test_rewrite_graph_batched_generation_keeps_nodes():
     assert one.node_ids == g.node_ids == many.node_ids and n1 >= 0 and n3 >= 0
     temporal = g.relations.index("temporal")
     assert int((many.edge_type == temporal).sum()) == 1
+
+
+# ---------------------------------------------------------------------- warm start (rl/writer_sft.py)
+def test_silver_triples_join_fragments_that_share_an_entity():
+    from graphmem.build.entities import make_entity_extractor
+    from rl.writer_sft import silver_triples, well_formed
+
+    task = make_task()
+    task.texts = ["We saw Alice meet Bob in Paris.", "Then Bob flew to Rome.", "We heard Carol sing.", "it was fine"]
+    text = silver_triples(task, make_entity_extractor("offline"))
+    lines = text.splitlines()
+    assert lines[:3] == ["(alice | with | bob) [a1]", "(bob | with | paris) [a1]", "(bob | with | rome) [a2]"]
+    assert "(carol | in | b1) [b1]" in lines and not any(line.endswith("[b2]") for line in lines)
+    assert well_formed(text, task.fragment_ids) and not well_formed(text + "\nnot a triple", task.fragment_ids)
+    assert not well_formed("", task.fragment_ids) and not well_formed("(a | b | c) [zz]", task.fragment_ids)
+    triples, _, _ = parse_triples(text, task.fragment_ids)
+    g = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings)
+    pairs = set(zip(g.edge_index[0].tolist(), g.edge_index[1].tolist()))
+    assert pairs == {(0, 1), (1, 0)}  # "bob" links the first two fragments, nothing else is shared
+
+
+def test_warm_start_teaches_the_format(tmp_path):
+    from graphmem.build.entities import make_entity_extractor
+    from rl.writer_sft import SFTConfig, warm_start, well_formed_fraction
+
+    torch.manual_seed(0)
+    tasks = []
+    for k in range(4):
+        t = make_task(f"t{k}")
+        t.fragment_ids = ["D1:1", "D1:2", "D1:3", "D1:4"]
+        t.texts = ["Alice met Bob.", "Bob saw Carol.", "Carol met Dan.", "Dan met Alice."][k:] + ["Eve met Fay."] * k
+        tasks.append(t)
+    cfg = WriterConfig(fragments_per_task=4, max_completion_length=120, output_dir=str(tmp_path), seed=0)
+    model, tok = load_writer("tiny", seed=0)
+    before = well_formed_fraction(model, tok, tasks, cfg)
+    model, log = warm_start(
+        model,
+        tok,
+        tasks,
+        make_entity_extractor("offline"),
+        cfg,
+        SFTConfig(max_steps=150, batch_size=4, learning_rate=3e-3),
+    )
+    after = well_formed_fraction(model, tok, tasks, cfg)
+    assert before == 0.0 and after >= 0.75, (before, after)
+    assert log[-1]["loss"] < log[0]["loss"]

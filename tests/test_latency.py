@@ -9,10 +9,16 @@ import torch
 
 from graphmem.eval.latency import batched_throughput, latency_summary, serving_latency
 from graphmem.eval.scaling import entry_recall, growth, scaling_sweep
-from graphmem.policies import Budget, Query, Retrieval, TraversalPolicy, make_policy
+from graphmem.policies import Budget, Query, RetrievalBatch, TraversalPolicy, make_policy
 from graphmem.synthetic import make_synthetic_graph
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+def nothing(num_queries: int) -> RetrievalBatch:
+    """Empty retrievals of ``num_queries`` queries."""
+    empty = torch.zeros(0, dtype=torch.long)
+    return RetrievalBatch(entries=0, tokens=torch.zeros(num_queries, dtype=torch.long), query=empty, loaded=empty)
 
 
 class Sleepy(TraversalPolicy):
@@ -23,10 +29,13 @@ class Sleepy(TraversalPolicy):
     def __init__(self, delay):
         self.delay, self.calls = delay, []
 
-    def retrieve_batch(self, graph, queries, budget):
-        self.calls.append([q.qid for q in queries])
-        time.sleep(sum(self.delay[q.qid] for q in queries))
-        return [Retrieval(loaded=[], entries=[]) for _ in queries]
+    def traverse(self, scope, entries, budget):
+        self.calls.append([q.qid for q in scope.queries])
+        time.sleep(self.sleep_s(scope.queries))
+        return nothing(len(scope.queries))
+
+    def sleep_s(self, queries) -> float:
+        return sum(self.delay[q.qid] for q in queries)
 
 
 def test_serving_latency_times_each_query_alone():
@@ -87,7 +96,10 @@ def test_scaling_sweep_small():
         "rounds": 1,
         "index_threads": 1,
         "variants": {
-            "beta_bfs+ann": {"policy": "beta_bfs", "entries": {"name": "ann", "min_nodes": 0, "index": {"m": 8}}},
+            "beta_bfs+ann": {
+                "policy": "beta_bfs",
+                "entry_selector": {"name": "ann", "min_nodes": 0, "index": {"m": 8}},
+            },
             "ppr": {"policy": "ppr", "slow": True},
         },
     }
@@ -128,11 +140,8 @@ def test_serving_latency_repeats_keep_each_querys_fastest_call():
     queries = [Query(f"q{i}", "", g.embeddings[i]) for i in range(4)]
 
     class FirstSlow(Sleepy):
-        def retrieve_batch(self, graph, queries, budget):  # the first call of each query waits 50 ms
-            slow = all(q.qid not in sum(self.calls, []) for q in queries)
-            self.calls.append([q.qid for q in queries])
-            time.sleep(0.050 if slow else 0.001)
-            return [Retrieval(loaded=[], entries=[]) for _ in queries]
+        def sleep_s(self, queries) -> float:  # the first call of each query waits 50 ms
+            return 0.050 if all(q.qid not in sum(self.calls[:-1], []) for q in queries) else 0.001
 
     p = FirstSlow({})
     res = serving_latency(p, g, queries, Budget(), warmup=0, repeats=3)

@@ -154,12 +154,12 @@ def test_retriever_returns_empty_when_nothing_is_valid_no_fallback():
 
 def test_retriever_plugs_into_beta_bfs_and_registry():
     from graphmem.policies.beta_bfs import BetaBFS
-    from graphmem.policies.entries import ENTRY_SELECTORS
+    from graphmem.policies.selectors import ENTRY_SELECTORS
 
     assert ENTRY_SELECTORS["llm"] is LLMEntryRetriever
-    policy = BetaBFS(entries=LLMEntryRetriever(client=mock_client('{"entry_ids": ["n0"]}')))
+    policy = BetaBFS(entry_selector=LLMEntryRetriever(client=mock_client('{"entry_ids": ["n0"]}')))
     result = policy.retrieve(toy_graph(), query(), Budget())
-    assert result.entries == [0] and result.loaded == [0, 2, 3] and not result.fallback_used
+    assert result.entries == [0] and result.loaded == [0, 2, 3]
 
 
 def test_compact_index_groups_by_metadata():

@@ -36,11 +36,14 @@ class ScriptedClient:
     def __init__(self, replies: dict[str, str]):
         self.replies, self.calls, self.failures = replies, [], 0
 
-    def structured(self, role, messages, schema, **kwargs):
+    def structured(self, role, messages, schema, json_schema=None, **kwargs):
         self.calls.append(role)
         parsed = parse_structured(self.replies[role], schema)
         self.failures += parsed.value is None
         return parsed
+
+    def failure_summary(self):
+        return {"failures": self.failures}
 
     def usage_report(self):
         return {"total": {"prompt_tokens": 0, "completion_tokens": 0}}
@@ -61,7 +64,7 @@ def graph() -> MemoryGraph:
 def loop_for(replies: dict[str, str]) -> tuple[MemoryLoop, ScriptedClient]:
     client = ScriptedClient(replies)
     loop = MemoryLoop(
-        client, BetaBFS(entries=FirstRows()), embed=lambda t: torch.ones(len(t), 4), budget=Budget(max_hops=0)
+        client, BetaBFS(entry_selector=FirstRows()), embed=lambda t: torch.ones(len(t), 4), budget=Budget(max_hops=0)
     )
     return loop, client
 
@@ -127,7 +130,11 @@ def test_reflector_fuzz_counters_move_exactly_by_valid_labels(case):
 
     # the trace keeps loaded ids only; the rest is counted
     gen = parse_structured(generation, Generation).value
-    raw_trace = gen.trace if gen is not None else []
+    if gen is None:  # a generation that does not parse ends the example: nothing is reflected or curated
+        assert rec.failed == "generation" and client.calls == ["generator"]
+        assert torch.equal(g.S, S0) and torch.equal(g.F, F0) and torch.equal(g.edge_index, E0)
+        return
+    raw_trace = gen.trace
     assert rec.trace == [n for n in raw_trace if n in LOADED]
     assert rec.discarded.get("trace_unloaded_ids", 0) == len(raw_trace) - len(rec.trace)
 
@@ -169,7 +176,7 @@ def test_reflector_fuzz_counters_move_exactly_by_valid_labels(case):
         elif label == "harmful":
             dF[edges] += c
     assert torch.allclose(g.S - S0, dS) and torch.allclose(g.F - F0, dF)
-    assert client.calls == ["generator", "reflector", "curator"]
+    assert client.calls == ["generator", "reflector", "curator"] and rec.failed is None
 
 
 curation_op = st.one_of(

@@ -11,6 +11,7 @@ from graphmem.policies import Budget, Query
 from graphmem.policies.ppr import PersonalizedPageRank, transition_matrix
 
 sys.path.insert(0, str(Path(__file__).parent))
+from references import REFERENCES  # noqa: E402
 from varied_graphs import varied_posterior_graph  # noqa: E402
 
 
@@ -78,7 +79,7 @@ def test_loads_best_scores_within_hops():
     budget = Budget(max_entries=1, max_hops=1, max_nodes=12)
     r = PersonalizedPageRank().retrieve(g, q, budget)
     assert r.entries == [0]
-    assert set(r.loaded) == {0, 1, 2}  # node 0 and its out-neighbours; farther nodes excluded by hops
+    assert set(r.loaded) == {0, 1, 2}  # node 0 and its out-neighbors; farther nodes excluded by hops
     assert r.scores == sorted(r.scores, reverse=True) and r.max_depth == 1
     assert r.edges_traversed and all(int(g.edge_index[1, e]) in r.loaded for e in r.edges_traversed)
 
@@ -121,7 +122,7 @@ def test_batched_equals_per_query_reference(topic_graph, topic_queries, budget, 
     n = topic_graph.num_nodes
     block = {} if columns is None else {"max_block_elements": columns * n + n - 1}
     policy = PersonalizedPageRank(**kwargs, **block)
-    single = [policy.retrieve(topic_graph, q, budget) for q in topic_queries]
+    single = [REFERENCES["ppr"](policy, topic_graph, q, budget) for q in topic_queries]
     batched = policy.retrieve_batch(topic_graph, topic_queries, budget)
     assert [fields(r) for r in batched] == [fields(r) for r in single]
     assert all(r.loaded for r in single) and any(r.edges_traversed for r in single)

@@ -16,6 +16,7 @@ import torch
 
 from graphmem.datasets.types import LoadReport
 from graphmem.eval.harness import evaluate_policy
+from graphmem.graph_batch import GraphBatch
 from graphmem.graphset import GraphSet
 from graphmem.policies.base import Query
 from graphmem.policies.dense_topk import DenseTopK
@@ -25,7 +26,7 @@ from models.edge_features import EdgeFeatures
 from models.intent import RelationIntent
 from models.router import QueryRouter
 from rl.checkpoint import CheckpointError, graph_fingerprint, load_checkpoint
-from rl.mdp import GraphUnion, MDPConfig
+from rl.mdp import MDPConfig
 from rl.reinforce import TrainConfig, train
 from rl.rollout import Episodes, make_episodes, rollout, rollout_reference
 
@@ -83,16 +84,16 @@ def _rollout_setup():
     torch.manual_seed(3)
     graphs, _, _ = bridge_tasks(range(3))
     graphs["random"] = make_synthetic_graph(120, avg_degree=5, dim=16, seed=1)
-    union = GraphUnion.build(graphs)
+    union = GraphBatch.from_graphs(graphs)
     edges = EdgeFeatures(graphs)
     with torch.no_grad():
         edges.weight.add_(0.3 * torch.randn_like(edges.weight))
     router, intent = QueryRouter(16, hidden=16), RelationIntent(16)
-    n, b = union.x.shape[0], 40
+    n, b = union.graph.num_nodes, 40
     gen = torch.Generator().manual_seed(0)
     start = torch.randint(0, n, (b,), generator=gen)
-    g = torch.searchsorted(union.node_offset, start, right=True) - 1  # a second entry in the same graph
-    lo, hi = union.node_offset[g], union.node_offset[g + 1]
+    g = torch.searchsorted(union.node_ptr, start, right=True) - 1  # a second entry in the same graph
+    lo, hi = union.node_ptr[g], union.node_ptr[g + 1]
     other = lo + (torch.rand(b, generator=gen) * (hi - lo)).long()
     entries = torch.stack([start, other, torch.full((b,), -1)], 1)
     gold = torch.randint(0, n, (b, 3), generator=gen)
@@ -117,7 +118,6 @@ def test_batched_rollout_matches_batch_one_reference():
         pi,
         edges(),
         union,
-        graphs,
         eps,
         cfg,
         temperature=0.5,
@@ -130,7 +130,7 @@ def test_batched_rollout_matches_batch_one_reference():
     assert torch.allclose(ref.reward[:t], batched.reward, atol=1e-6)
     assert torch.equal(ref.success, batched.success)
     greedy = rollout(router, q, pi, edges(), union, eps, cfg, greedy=True)
-    greedy_ref = rollout_reference(router, q, pi, edges(), union, graphs, eps, cfg, greedy=True)
+    greedy_ref = rollout_reference(router, q, pi, edges(), union, eps, cfg, greedy=True)
     assert torch.equal(greedy_ref.edge[: greedy.edge.shape[0]], greedy.edge)
     # gradients agree too
     g1 = torch.autograd.grad(batched.logp.sum(), list(router.parameters()), allow_unused=True)
@@ -150,7 +150,7 @@ def test_sampling_follows_the_policy_distribution():
     qs, pis = q[:1].repeat(4000, 1), intent(q[:1]).repeat(4000, 1)
     cfg = MDPConfig(max_hops=1)
     traj = rollout(router, qs, pis, edges(), union, one, cfg, generator=torch.Generator().manual_seed(5))
-    counts = torch.bincount(traj.edge[0], minlength=union.edge_index.shape[1]).float() / 4000
+    counts = torch.bincount(traj.edge[0], minlength=union.graph.num_edges).float() / 4000
     for e in traj.edge[0].unique():
         p = traj.logp[0][traj.edge[0] == e][0].detach().exp()
         assert abs(float(counts[e]) - float(p)) < 0.03

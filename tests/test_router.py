@@ -1,14 +1,21 @@
 """QueryRouter, relation intent, edge features and the router policy on toy graphs with hand-computed values."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query
-from graphmem.policies.router import RouterPolicy, segment_topk
+from graphmem.policies.batched import segment_topk
+from graphmem.policies.router import RouterPolicy
 from models.edge_features import EdgeFeatures
 from models.intent import RelationIntent
 from models.router import QueryRouter
+
+sys.path.insert(0, str(Path(__file__).parent))
+from references import REFERENCES  # noqa: E402
 
 
 def toy_graph() -> MemoryGraph:
@@ -160,7 +167,7 @@ def test_router_policy_batch_equals_single():
     budget = Budget(max_entries=2, top_k_neighbors=2, max_hops=2, max_nodes=4)
     batch = policy.retrieve_batch(g, queries, budget)
     for q, rb in zip(queries, batch):
-        r1 = policy.retrieve(g, q, budget)
+        r1 = REFERENCES["router"](policy, g, q, budget)
         assert r1.loaded == rb.loaded and r1.edges_traversed == rb.edges_traversed
 
 
@@ -192,7 +199,7 @@ def test_batched_walk_equals_per_query_reference(budget, variant):
     )
     policy = RouterPolicy(router=router, device="cpu", search="beam" if variant == "beam" else "greedy", beam_width=3)
     batch = policy.retrieve_batch(g, queries, budget)
-    single = [policy.retrieve(g, q, budget) for q in queries]
+    single = [REFERENCES["router"](policy, g, q, budget) for q in queries]
 
     def trace(r):
         return r.loaded, r.entries, r.edges_considered, r.edges_traversed, r.loaded_tokens, r.max_depth

@@ -5,7 +5,7 @@ import torch
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies import Budget, Query, make_entry_selector, make_policy
-from graphmem.policies.entries import EmbeddingEntrySelector
+from graphmem.policies.selectors import EmbeddingEntrySelector
 from graphmem.synthetic import make_synthetic_graph
 from graphmem.vector_index import IndexSpec, VectorIndex, VectorIndexError, attach_indexes, index_files, index_for
 
@@ -136,7 +136,7 @@ def test_ann_selector_below_min_nodes_is_exact_and_builds_no_index():
         make_entry_selector({"min_nodes": 0})
 
 
-@pytest.mark.parametrize("policy,key", [("beta_bfs", "entries"), ("router", "entry_selector")])
+@pytest.mark.parametrize("policy,key", [("beta_bfs", "entry_selector"), ("router", "entry_selector")])
 def test_policy_with_ann_entries_finds_a_node_added_after_the_index(policy, key):
     g = make_synthetic_graph(1500, dim=16, seed=10)
     kwargs = {key: {"name": "ann", "min_nodes": 0}}
@@ -175,3 +175,18 @@ def test_index_files_for_a_graph_set_and_attaching_them_back(tmp_path):
     swapped = {"conv-1": fresh["conv/2"], "conv/2": fresh["conv-1"]}
     with pytest.raises(VectorIndexError, match="another graph"):
         attach_indexes(swapped, files)
+
+
+@pytest.mark.parametrize("policy", ["beta_bfs", "uniform_bfs", "ppr"])
+def test_ann_entries_over_a_graph_batch_are_each_graphs_own(policy):
+    graphs = [make_synthetic_graph(n, dim=16, seed=20 + n) for n in (400, 700, 250)]
+    queries = [[Query(f"g{c}q{i}", "", e) for i, e in enumerate(near(g, 5, seed=c))] for c, g in enumerate(graphs)]
+    ann = make_policy(policy, entry_selector={"name": "ann", "min_nodes": 0, "index": {"m": 16}})
+    exact = make_policy(policy)
+    together = ann.retrieve_graphs(graphs, queries, BUDGET)
+    for g, qs, got in zip(graphs, queries, together):
+        alone = ann.retrieve_batch(g, qs, BUDGET)
+        assert [r.loaded for r in got] == [r.loaded for r in alone]  # the union changes nothing
+        assert all(0 <= v < g.num_nodes for r in got for v in r.entries)
+        # on graphs this small the HNSW search (efSearch 128) finds the exact entries, so the retrieval is exact's
+        assert [r.loaded for r in got] == [r.loaded for r in exact.retrieve_batch(g, qs, BUDGET)]

@@ -197,7 +197,7 @@ def evaluate_policy(
     for q, r, lat in zip(questions, retrievals, latency):
         graph = graphset.graphs[q.graph]
         loaded = r.loaded_ids(graph)
-        m = question_metrics(q, graph, loaded, r.loaded_tokens, r.max_depth, lat, r.fallback_used)
+        m = question_metrics(q, graph, loaded, r.loaded_tokens, r.max_depth, lat)
         metrics.append(m)
         rows.append(
             {

@@ -10,7 +10,7 @@ never count):
 * precision              ``|L ∩ G| / |L|``  (0 when nothing is loaded; undefined when ``G`` is empty)
 * first-gold rank        ``min{r : L_r ∈ G}``, 1-based position in load order, ``None`` if no gold loaded
 * reciprocal rank        ``1 / first-gold rank`` (0 when no gold is loaded)
-* loaded tokens, hop depth, latency, fallback — copied from the retrieval trace.
+* loaded tokens, hop depth, latency — copied from the retrieval trace.
 
 HotpotQA adds, with ``T`` the gold supporting-paragraph titles present in the graph:
 
@@ -63,7 +63,6 @@ class QuestionMetrics:
     loaded_tokens: int
     hops: int
     latency_s: float
-    fallback_used: bool = False
     support_sentence_recall: float | None = None
     support_paragraph_recall: float | None = None
     support_paragraph_hit: float | None = None
@@ -93,7 +92,6 @@ def question_metrics(
     loaded_tokens: int,
     hops: int,
     latency_s: float,
-    fallback_used: bool = False,
 ) -> QuestionMetrics:
     """Score one retrieval (``loaded_ids`` in load order) against ``question``'s gold fields."""
     loaded = list(dict.fromkeys(loaded_ids))
@@ -136,7 +134,6 @@ def question_metrics(
         loaded_tokens=int(loaded_tokens),
         hops=int(hops),
         latency_s=float(latency_s),
-        fallback_used=bool(fallback_used),
         support_sentence_recall=sentence_recall,
         support_paragraph_recall=paragraph_recall,
         support_paragraph_hit=paragraph_hit,
@@ -207,9 +204,8 @@ def aggregate(metrics: Sequence[QuestionMetrics]) -> dict[str, Any]:
     the gold metrics), means of recall / all-hit / precision / reciprocal rank over scored
     questions, ``gold_hit_rate`` (share of scored questions with any gold loaded), mean
     ``first_gold_rank`` over questions with a gold hit, means of loaded nodes / tokens / hops,
-    ``fallback_rate``, latency mean / p50 / p95 in milliseconds, and for HotpotQA / MuSiQue the
-    supporting-sentence and supporting-paragraph recall, all-supporting hit, passage recall@2 / @5 and
-    chain-following means.
+    latency mean / p50 / p95 in milliseconds, and for HotpotQA / MuSiQue the supporting-sentence and
+    supporting-paragraph recall, all-supporting hit, passage recall@2 / @5 and chain-following means.
     """
     scored = [m for m in metrics if m.evidence_recall is not None]
     latencies_ms = [m.latency_s * 1000.0 for m in metrics]
@@ -226,7 +222,6 @@ def aggregate(metrics: Sequence[QuestionMetrics]) -> dict[str, Any]:
         "loaded_nodes": mean(m.n_loaded for m in metrics),
         "loaded_tokens": mean(m.loaded_tokens for m in metrics),
         "hops": mean(m.hops for m in metrics),
-        "fallback_rate": mean(float(m.fallback_used) for m in metrics),
         "latency_ms_mean": mean(latencies_ms),
         "latency_ms_p50": percentile(latencies_ms, 50),
         "latency_ms_p95": percentile(latencies_ms, 95),

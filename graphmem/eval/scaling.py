@@ -2,7 +2,7 @@
 
 For every size in ``sizes`` a synthetic graph (:func:`graphmem.synthetic.make_synthetic_graph`,
 dim 64) is built, and for every variant (a policy with its settings, e.g. ``beta_bfs`` with
-``entries: {name: ann}``) on the same queries:
+``entry_selector: {name: ann}``) on the same queries:
 
 * ``end_to_end_p50_ms`` / ``p95`` / ``p99``: wall time of one query at a time through the batched
   kernel (:func:`graphmem.eval.latency.serving_latency`), entry selection included, each query's
@@ -34,11 +34,10 @@ from graphmem.eval.latency import batched_throughput, serving_latency
 from graphmem.graph import MemoryGraph
 from graphmem.peak_memory import PeakMemory
 from graphmem.policies import Budget, Query, TraversalPolicy, make_policy
-from graphmem.policies.entries import EmbeddingEntrySelector, query_matrix
+from graphmem.policies.ranking import query_matrix
+from graphmem.policies.selectors import EmbeddingEntrySelector
 from graphmem.synthetic import make_synthetic_graph
 from graphmem.vector_index import IndexSpec, index_for
-
-SELECTOR_ATTRS = ("entry_selector", "entries")  # where a policy keeps its entry selector
 
 
 def make_queries(graph: MemoryGraph, num: int, noise: float, seed: int) -> list[Query]:
@@ -62,15 +61,6 @@ def bench_policy(name: str, graph: MemoryGraph, seed: int, device: str = "cpu", 
 
         kwargs["reader"] = GNNReader(input_dim=graph.dim, num_relations=len(graph.relations))
     return make_policy(name, device=device, **kwargs)
-
-
-def entry_selector_of(policy: TraversalPolicy):
-    """The policy's entry selector, or ``None`` when it has none."""
-    for attr in SELECTOR_ATTRS:
-        sel = getattr(policy, attr, None)
-        if sel is not None and hasattr(sel, "select"):
-            return sel
-    return None
 
 
 def exact_entries(graph: MemoryGraph, queries: list[Query], budget: Budget, chunk: int = 32) -> list[list[int]]:
@@ -107,7 +97,7 @@ def time_variant(
     with PeakMemory() as batch_mem:
         policy.retrieve_batch(graph, queries, budget)
     thr = batched_throughput(policy, graph, queries, budget, rounds)
-    selector = entry_selector_of(policy)
+    selector = policy.entry_selector
     recall = None
     if selector is not None:
         recall = entry_recall(selector.select(graph, queries, budget), reference[: len(queries)])
@@ -156,11 +146,10 @@ def _index_specs(variants: Mapping[str, Mapping[str, Any]]) -> dict[str, IndexSp
     """The distinct index specs the ANN variants use (built once per size, shared)."""
     specs = {}
     for v in variants.values():
-        for key in SELECTOR_ATTRS:
-            sel = v.get(key)
-            if isinstance(sel, Mapping) and sel.get("name") == "ann":
-                spec = IndexSpec.from_mapping(sel.get("index"))
-                specs[spec.key] = spec
+        sel = v.get("entry_selector")
+        if isinstance(sel, Mapping) and sel.get("name") == "ann":
+            spec = IndexSpec.from_mapping(sel.get("index"))
+            specs[spec.key] = spec
     return specs
 
 

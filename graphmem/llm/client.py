@@ -9,7 +9,9 @@ It wraps ``litellm.completion`` with what long research runs need:
 * an on-disk response cache (:mod:`graphmem.llm.cache`), so a rerun after a kill repeats no
   finished call;
 * token, cost and latency accounting per role (``usage_report``) and a failure summary;
-* structured outputs validated with pydantic (:mod:`graphmem.llm.schemas`).
+* structured outputs: the JSON Schema of the expected reply goes to the provider as litellm's
+  ``response_format`` (``{"type": "json_schema", ...}``) where it is supported, the local model
+  decodes under it, and every reply is still validated with pydantic (:mod:`graphmem.llm.schemas`).
 
 The API key is read at call time from the environment variable named in the config; it is
 passed to litellm only, and redacted from every recorded error message. It is never part of a
@@ -31,11 +33,12 @@ from typing import Any, Callable, Sequence, TypeVar
 from pydantic import BaseModel
 
 from graphmem.llm.cache import ResponseCache, cache_key
-from graphmem.llm.schemas import Parsed, parse_structured
+from graphmem.llm.schemas import Parsed, parse_structured, response_schema
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm fetches prices at import otherwise
 
 log = logging.getLogger("graphmem.llm")
+RESPONSE_FORMATS = ("auto", "json_schema", "json_object", "none")
 T = TypeVar("T", bound=BaseModel)
 Messages = list[dict[str, str]]
 
@@ -56,6 +59,9 @@ class LLMConfig:
         max_concurrency: simultaneous requests across all threads (default: 4).
         cache_dir: response cache directory, or ``None`` to disable caching.
         mock_response: fixed reply passed to litellm's ``mock_response`` (tests; no network).
+        response_format: how structured calls ask for JSON: ``auto`` (a JSON Schema for the local
+            model and for providers litellm lists as supporting ``response_format``, nothing
+            otherwise), ``json_schema``, ``json_object`` or ``none`` (default: ``auto``).
     """
 
     model: str = "local/smollm2-135m"
@@ -69,10 +75,15 @@ class LLMConfig:
     max_concurrency: int = 4
     cache_dir: str | None = None
     mock_response: str | None = None
+    response_format: str = "auto"
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ValueError("LLMConfig.model must be a non-empty litellm model name")
+        if self.response_format not in RESPONSE_FORMATS:
+            raise ValueError(
+                f"LLMConfig.response_format must be one of {RESPONSE_FORMATS}, got {self.response_format!r}"
+            )
         if self.max_retries < 0 or self.max_concurrency < 1 or self.max_tokens < 1 or self.backoff_s < 0:
             raise ValueError("LLMConfig: max_retries and backoff_s must be >= 0, max_concurrency and max_tokens >= 1")
 
@@ -133,6 +144,8 @@ class RoleUsage:
     cost_unknown_calls: int = 0
     latency_s: float = 0.0
     discarded_items: int = 0
+    invalid_replies: int = 0
+    """replies received but rejected by the call's validation (no parsable object for structured calls)"""
     failure_kinds: Counter = field(default_factory=Counter)
 
 
@@ -177,6 +190,7 @@ class LLMClient:
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.config.max_concurrency)
         self._sleep: Callable[[float], None] = time.sleep
+        self._format_support: bool | None = None
         if self.config.model.startswith("local/"):
             from graphmem.llm.local import register_local_provider
 
@@ -200,6 +214,8 @@ class LLMClient:
         max_tokens: int | None = None,
         validate: Callable[[str], str | None] | None = None,
         strict: bool = False,
+        schema: type[BaseModel] | None = None,
+        json_schema: dict[str, Any] | None = None,
     ) -> Completion | None:
         """Send ``messages``; return the reply, or ``None`` after a counted failure.
 
@@ -210,8 +226,13 @@ class LLMClient:
             validate: returns an error string for an unusable reply (retried like an empty one);
                 only replies that pass are cached.
             strict: raise :class:`LLMCallError` instead of returning ``None``.
+            schema: the pydantic model the reply should match; sent as ``response_format``
+                (:meth:`response_format`), the reply itself is not parsed here.
+            json_schema: the JSON Schema to send instead of ``schema``'s own (a per-call narrowing).
         """
         params = {"temperature": self.config.temperature, "max_tokens": max_tokens or self.config.max_tokens}
+        if schema is not None and (fmt := self.response_format(schema, json_schema)) is not None:
+            params["response_format"] = fmt
         if self.config.mock_response is not None:
             params["mock_response"] = self.config.mock_response
         key = cache_key(self.config.model, messages, params)
@@ -268,21 +289,58 @@ class LLMClient:
         """:meth:`complete` for each conversation, at most ``max_concurrency`` at a time, in order."""
         if len(batch) <= 1 or self.config.max_concurrency == 1:
             return [self.complete(role, m, **kwargs) for m in batch]
+        self._supports_response_format()  # looked up once here, not raced by the threads
         with ThreadPoolExecutor(max_workers=min(self.config.max_concurrency, len(batch))) as pool:
             return list(pool.map(lambda m: self.complete(role, m, **kwargs), batch))
 
     # ------------------------------------------------------------------ structured outputs
-    def structured(self, role: str, messages: Messages, schema: type[T], **kwargs) -> Parsed[T]:
+    def response_format(self, schema: type[BaseModel], json_schema: dict[str, Any] | None = None) -> dict | None:
+        """litellm ``response_format`` of a call expecting ``schema`` (see ``LLMConfig.response_format``).
+
+        ``{"type": "json_schema", "json_schema": {"name", "schema", "strict": false}}`` with
+        ``json_schema`` or :func:`~graphmem.llm.schemas.response_schema` of ``schema``; non-strict,
+        because OpenAI's strict mode refuses optional fields, and the reply is validated anyway.
+        """
+        mode = self.config.response_format
+        if mode == "auto":
+            mode = "json_schema" if self._supports_response_format() else "none"
+        if mode == "none":
+            return None
+        if mode == "json_object":
+            return {"type": "json_object"}
+        body = json_schema if json_schema is not None else response_schema(schema)
+        return {"type": "json_schema", "json_schema": {"name": schema.__name__, "schema": body, "strict": False}}
+
+    def _supports_response_format(self) -> bool:
+        if self.config.model.startswith("local/"):
+            return True
+        if self._format_support is None:
+            try:
+                import litellm
+
+                self._format_support = bool(
+                    litellm.supports_response_schema(model=self.config.model)
+                    or "response_format" in (litellm.get_supported_openai_params(model=self.config.model) or [])
+                )
+            except Exception:  # noqa: BLE001 - an unknown model: send no response_format
+                self._format_support = False
+        return self._format_support
+
+    def structured(
+        self, role: str, messages: Messages, schema: type[T], json_schema: dict[str, Any] | None = None, **kwargs
+    ) -> Parsed[T]:
         """Call and parse the reply into ``schema``; invalid list items are discarded and counted.
 
-        A reply with no parsable object is retried; after the last attempt the result has
-        ``value=None`` and the failure is counted. Never raises on bad model output.
+        ``response_format`` carries ``json_schema`` (a per-call narrowing of ``schema``, from
+        :mod:`graphmem.llm.call_schemas`) or ``schema``'s own. A reply with no parsable object is
+        retried; after the last attempt the result has ``value=None`` and the failure is counted.
+        Never raises on bad model output.
         """
 
         def check(text: str) -> str | None:
             return parse_structured(text, schema).error
 
-        completion = self.complete(role, messages, validate=check, **kwargs)
+        completion = self.complete(role, messages, validate=check, schema=schema, json_schema=json_schema, **kwargs)
         if completion is None:
             return Parsed(None, 0, "call failed")
         parsed = parse_structured(completion.text, schema)
@@ -291,12 +349,24 @@ class LLMClient:
                 self._usage[role].discarded_items += parsed.discarded
         return parsed
 
-    def structured_many(self, role: str, batch: Sequence[Messages], schema: type[T], **kwargs) -> list[Parsed[T]]:
-        """:meth:`structured` for each conversation under the concurrency limit, in order."""
+    def structured_many(
+        self,
+        role: str,
+        batch: Sequence[Messages],
+        schema: type[T],
+        json_schemas: Sequence[dict[str, Any] | None] | None = None,
+        **kwargs,
+    ) -> list[Parsed[T]]:
+        """:meth:`structured` for each conversation (with its own ``json_schemas[i]``) under the
+        concurrency limit, in order."""
+        specs = list(json_schemas) if json_schemas is not None else [None] * len(batch)
+        if len(specs) != len(batch):
+            raise ValueError(f"structured_many: {len(specs)} json_schemas for {len(batch)} conversations")
         if len(batch) <= 1 or self.config.max_concurrency == 1:
-            return [self.structured(role, m, schema, **kwargs) for m in batch]
+            return [self.structured(role, m, schema, j, **kwargs) for m, j in zip(batch, specs)]
+        self._supports_response_format()
         with ThreadPoolExecutor(max_workers=min(self.config.max_concurrency, len(batch))) as pool:
-            return list(pool.map(lambda m: self.structured(role, m, schema, **kwargs), batch))
+            return list(pool.map(lambda mj: self.structured(role, mj[0], schema, mj[1], **kwargs), zip(batch, specs)))
 
     def count_discarded(self, role: str, n: int) -> None:
         """Record ``n`` items a component dropped after parsing (e.g. unknown node ids)."""
@@ -370,6 +440,8 @@ class LLMClient:
         if not text.strip():
             raise _Retryable("empty", "the model returned no content")
         if validate is not None and (problem := validate(text)) is not None:
+            with self._lock:
+                self._usage[role].invalid_replies += 1
             raise _Retryable("malformed", problem)
         return Completion(
             text, getattr(response, "model", None) or self.config.model, prompt_tokens, completion_tokens, cost, latency

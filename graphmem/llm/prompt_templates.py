@@ -14,6 +14,14 @@ _DATA_RULE = (
     "them are escaped."
 )
 
+# The three roles of one memory-loop example share their system prompt and begin their user
+# message with the same memory and question blocks, so a local model reuses that prefix's KV cache.
+LOOP_SYSTEM = (
+    "You work with memory records retrieved from a memory graph. "
+    + _DATA_RULE.replace("$tag", "memory")
+    + " Reply with one JSON object only."
+)
+
 TEMPLATES: dict[str, dict[str, str]] = {
     # HAGE Appendix C.1: structured event extraction from one conversational turn.
     "extractor": {
@@ -60,42 +68,42 @@ TEMPLATES: dict[str, dict[str, str]] = {
     },
     # GraphMemory Section 3 / Appendix B.1: answer plus ordered influence trace (eq. 20).
     "generator": {
-        "system": (
-            "You answer a question using retrieved memory records. "
-            + _DATA_RULE.replace("$tag", "memory")
-            + " Answer concisely; say you do not know when the records do not support an answer. "
-            'Reply with one JSON object only: {"answer": "<answer>", "trace": ["<record id>", ...]} where '
-            "trace lists, in the order you used them, the ids of the records that influenced the answer."
+        "system": LOOP_SYSTEM,
+        "user": (
+            "$memory_block\n$question_block\n"
+            "You answer a question using the memory records above. Answer concisely; say you do not know when "
+            "the records do not support an answer. "
+            'Reply {"answer": "<answer>", "trace": ["<record id>", ...]} where trace lists, in the order you used '
+            "them, the ids of the records that influenced the answer."
         ),
-        "user": "$memory_block\n$question_block",
     },
     # GraphMemory Appendix B.1: label each adjacent transition of the trace (eq. 21).
     "reflector": {
-        "system": (
-            "You review an answer produced from memory records, given feedback on it. "
-            + _DATA_RULE.replace("$tag", "memory")
-            + " For each listed transition between two records, judge whether following the first record to "
-            "the second was helpful, harmful or neutral for answering, with a confidence from 0 to 1. "
-            'Reply with one JSON object only: {"critique": "<lesson>", "transitions": [{"source": "<id>", '
-            '"target": "<id>", "label": "helpful|harmful|neutral", "confidence": <0..1>}]}.'
+        "system": LOOP_SYSTEM,
+        "user": (
+            "$memory_block\n$question_block\n$answer_block\n$feedback_block\n"
+            "You review an answer produced from the memory records above, given feedback on it. For each "
+            "transition below between two records, judge whether following the first record to the second was "
+            "helpful, harmful or neutral for answering, with a confidence from 0 to 1.\n"
+            "Transitions to label:\n$transitions\n"
+            'Reply {"critique": "<lesson>", "transitions": [{"source": "<id>", "target": "<id>", '
+            '"label": "helpful|harmful|neutral", "confidence": <0..1>}]}.'
         ),
-        "user": "$memory_block\n$question_block\n$answer_block\n$feedback_block\nTransitions to label:\n$transitions",
     },
-    # GraphMemory Section 3: local graph edits (add / revise nodes, add / remove edges).
+    # GraphMemory Section 3: local graph edits (add / revise lessons, add / remove edges).
     "curator": {
-        "system": (
-            "You maintain a memory graph of short reusable lessons. "
-            + _DATA_RULE.replace("$tag", "memory")
-            + " Given a critique, emit local edits only. Reply with one JSON object only: "
+        "system": LOOP_SYSTEM,
+        "user": (
+            "$memory_block\n$question_block\n$critique_block\n"
+            "You maintain a memory graph of short reusable lessons. Given the critique, emit local edits only: "
             '{"operations": [...]} where each operation is one of '
             '{"op": "add_node", "key": "<short key>", "text": "<lesson>"}, '
-            '{"op": "revise_node", "node_id": "<id>", "text": "<new lesson>"}, '
+            '{"op": "revise_node", "node_id": "<lesson id>", "text": "<new lesson>"}, '
             '{"op": "add_edge", "source": "<id or new:k>", "target": "<id or new:k>", "relation": "semantic"}, '
             '{"op": "remove_edge", "source": "<id>", "target": "<id>"}. '
-            "new:k refers to the k-th add_node of this reply (0-based). "
+            "new:k refers to the k-th add_node of this reply (0-based); only lessons can be revised. "
             'Reply {"operations": []} when nothing should change.'
         ),
-        "user": "$memory_block\n$question_block\n$critique_block",
     },
 }
 

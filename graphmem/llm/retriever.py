@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from graphmem.graph import MemoryGraph
+from graphmem.llm.call_schemas import entry_selection_schema
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.llm.extractors import make_client
 from graphmem.llm.prompts import block, index_block, make_nonce, render
 from graphmem.llm.schemas import EntrySelection
 from graphmem.policies.base import Budget, Query
-from graphmem.policies.entries import register_entry_selector
+from graphmem.policies.selectors import register_entry_selector
 from graphmem.tokens import count_tokens
 
 SECTION_FIELDS = ("section", "session", "title", "source")
@@ -108,9 +109,12 @@ class LLMEntryRetriever:
             return [[] for _ in queries]
         batch = [self.messages(graph, q.text, budget) for q in queries]
         self.stats.index_tokens = count_tokens(batch[0][1]["content"]) if batch else 0
-        results = self.client.structured_many(self.role, batch, EntrySelection, max_tokens=self.max_tokens)
-        sections = set(compact_index(graph, self.section_fields))
+        sections = compact_index(graph, self.section_fields)
         limit = min(MAX_ENTRIES, budget.max_entries)
+        spec = entry_selection_schema(list(sections), graph.node_ids, self.max_sections, limit)
+        results = self.client.structured_many(
+            self.role, batch, EntrySelection, [spec] * len(batch), max_tokens=self.max_tokens
+        )
         out: list[list[int]] = []
         self.stats.last_sections = []
         for parsed in results:

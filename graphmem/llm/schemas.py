@@ -4,6 +4,11 @@ LLM replies are untrusted: they may wrap JSON in code fences or prose, use wrong
 valid and invalid list items. :func:`parse_structured` finds the JSON object, validates each
 item of every list field on its own (keeping the valid ones and counting the rest), then
 validates the whole object. It never raises on bad model output.
+
+Each call also sends a JSON Schema of the reply it expects (:func:`response_schema`, or one of
+the per-call narrowings in :mod:`graphmem.llm.call_schemas`); providers that support it
+constrain the reply to it, and the local model decodes under it. Every such schema accepts only
+documents the pydantic model accepts, so parsing stays the safety net, not the filter.
 """
 
 from __future__ import annotations
@@ -114,6 +119,53 @@ class Curation(_Out):
     """Local graph edits; an ``add_node`` may be referred to by edges as ``new:<index>``."""
 
     operations: list[CurationOp] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------------- QA judge (HAGE C.3)
+class JudgeScore(_Out):
+    """Semantic agreement of a response with the reference, in ``[0, 1]``."""
+
+    score: float = Field(ge=0.0, le=1.0)
+    reason: str = ""
+
+
+# ---------------------------------------------------------------------- response schemas
+MAX_ITEMS = 8
+MAX_CHARS = 240
+
+
+def closed(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` whose objects admit only their listed properties (``additionalProperties: false``)."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: closed(v) for k, v in schema.items()}
+    if out.get("type") == "object" and "properties" in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def bounded(schema: Any, max_items: int = MAX_ITEMS, max_chars: int = MAX_CHARS) -> Any:
+    """A copy of ``schema`` with ``maxItems`` on every array and ``maxLength`` on every free string.
+
+    Only adds bounds that are absent; enum and const strings are left as they are.
+    """
+    if isinstance(schema, list):
+        return [bounded(s, max_items, max_chars) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: bounded(v, max_items, max_chars) for k, v in schema.items()}
+    if out.get("type") == "array":
+        out.setdefault("maxItems", max_items)
+    if out.get("type") == "string" and "enum" not in out and "const" not in out:
+        out.setdefault("maxLength", max_chars)
+    return out
+
+
+def response_schema(model: type[BaseModel], max_items: int = MAX_ITEMS, max_chars: int = MAX_CHARS) -> dict[str, Any]:
+    """The JSON Schema sent with a call expecting ``model``: pydantic's, closed and bounded."""
+    return bounded(closed(model.model_json_schema()), max_items, max_chars)
 
 
 # ---------------------------------------------------------------------- lenient parsing

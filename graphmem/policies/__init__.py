@@ -1,8 +1,19 @@
-"""Traversal policies. Importing this package registers every built-in policy."""
+"""Traversal policies. Importing this package registers every built-in policy (the one registration
+mechanism: the :func:`register_policy` decorator, run when a policy's module is imported)."""
 
-from graphmem.policies import beta_bfs, dense_topk, gnn, ppr, router, uniform_bfs  # noqa: F401,E402  (register)
-from graphmem.policies.base import POLICIES, Budget, Query, Retrieval, TraversalPolicy, make_policy, register_policy
-from graphmem.policies.entries import ENTRY_SELECTORS, EntrySelector, make_entry_selector, register_entry_selector
+from graphmem.policies import beta_bfs, dense_topk, gnn, ppr, router, uniform_bfs  # noqa: E402,F401,I001  (register)
+from graphmem.policies.base import (
+    POLICIES,
+    Budget,
+    Query,
+    Retrieval,
+    RetrievalBatch,
+    Scope,
+    TraversalPolicy,
+    make_policy,
+    register_policy,
+)
+from graphmem.policies.selectors import ENTRY_SELECTORS, EntrySelector, make_entry_selector, register_entry_selector
 
 __all__ = [
     "ENTRY_SELECTORS",
@@ -11,6 +22,8 @@ __all__ = [
     "EntrySelector",
     "Query",
     "Retrieval",
+    "RetrievalBatch",
+    "Scope",
     "TraversalPolicy",
     "make_entry_selector",
     "make_policy",

@@ -1,10 +1,14 @@
 """Sub-linear entry selection: the top-``max_entries`` nodes by cosine from a vector index.
 
-``entries=ann`` (``BetaBFS``) or ``entry_selector=ann`` (``RouterPolicy``) selects entries with a
-:class:`~graphmem.vector_index.VectorIndex` built once per graph (kept in ``graph.indexes``, saved
-with the graph set) instead of ranking all ``N`` nodes. Graphs with fewer than ``min_nodes`` nodes
-use the exact :class:`~graphmem.policies.entries.EmbeddingEntrySelector`, the reference; so does
-every graph when ``min_nodes`` is larger than it. The selector reads embeddings only.
+``entry_selector=ann`` (any policy that takes an entry selector: ``beta_bfs``, ``router``,
+``uniform_bfs``, ``ppr``, ``gnn``) selects entries with a :class:`~graphmem.vector_index.VectorIndex`
+built once per graph (kept in ``graph.indexes``, saved with the graph set) instead of ranking all
+``N`` nodes. Graphs with fewer than ``min_nodes`` nodes use the exact
+:class:`~graphmem.policies.selectors.EmbeddingEntrySelector`, the reference. The selector reads
+embeddings only.
+
+Index kind and parameters come from the config, e.g.
+``policy.entry_selector='{name: ann, min_nodes: 0, index: {kind: ivf, nprobe: 32}}'``.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query
-from graphmem.policies.entries import EmbeddingEntrySelector, query_matrix, register_entry_selector
+from graphmem.policies.ranking import query_matrix
+from graphmem.policies.selectors import EmbeddingEntrySelector, register_entry_selector
+from graphmem.policies.types import Budget, Query
 from graphmem.vector_index import IndexSpec, index_for
 
 
@@ -40,6 +45,7 @@ class AnnEntrySelector:
         return graph.num_nodes >= max(self.min_nodes, 1)
 
     def select(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[list[int]]:
+        """Per query, at most ``budget.max_entries`` distinct rows by (cosine desc, node id asc)."""
         if not self.uses_index(graph):
             return self.exact.select(graph, queries, budget)
         rows = index_for(graph, self.spec).search(graph, query_matrix(graph, queries), budget.max_entries)

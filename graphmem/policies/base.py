@@ -1,133 +1,160 @@
-"""The contract every traversal policy implements.
+"""The contract every traversal policy implements: the base class owns the loop, a policy fills one hook.
 
-A policy maps ``(graph, query, budget)`` to a :class:`Retrieval`. It receives the query text and
-embedding and the budget only: :class:`Query` has no field for gold evidence, answers or
-categories, so no policy can reach them.
+A policy maps ``(graph, queries, budget)`` to :class:`Retrieval` objects. :class:`TraversalPolicy`
+writes the plumbing once, as Stable-Baselines3's ``learn`` calls ``collect_rollouts`` and PyG's
+``propagate`` calls ``message``:
+
+1. guard (no queries, an empty graph) and timing (each result gets an equal share of the call);
+2. the :class:`~graphmem.policies.scope.Scope` of the call: one graph, or the disjoint union of
+   many (:meth:`TraversalPolicy.retrieve_graphs`);
+3. entry selection with the policy's ``entry_selector`` (each query from its own graph);
+4. the policy's :meth:`TraversalPolicy.traverse` hook: its algorithm, for all queries at once, in
+   the union's rows and edge ids, returning a :class:`RetrievalBatch`;
+5. results shifted into each query's own graph and split into :class:`Retrieval` objects.
+
+``retrieve(graph, query, budget)`` is ``retrieve_batch(graph, [query], budget)[0]``: production
+code runs what evaluation measures. The per-query reference implementations that the batched
+paths are tested against live with the tests (``tests/references.py``).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
 from typing import ClassVar, Sequence
 
 import torch
 from torch import Tensor
 
+from graphmem.device import resolve_device
 from graphmem.graph import MemoryGraph
+from graphmem.policies.scope import Scope
+from graphmem.policies.selectors import EntrySelector, entry_rows, entry_tensor
+from graphmem.policies.types import Budget, Query, Retrieval, RetrievalBatch
 from graphmem.registry import Registry
-from graphmem.tokens import TOKENIZER_NAME
+
+__all__ = [
+    "POLICIES",
+    "Budget",
+    "Query",
+    "Retrieval",
+    "RetrievalBatch",
+    "Scope",
+    "TraversalPolicy",
+    "make_policy",
+    "register_policy",
+    "resolve_device",
+]
 
 
-@dataclass(frozen=True)
-class Query:
-    """What a policy may see of a question: an id, the text and its embedding."""
+class TraversalPolicy(ABC):
+    """Base class of every policy (see module docstring). A subclass sets its attributes in
+    ``__init__`` and implements :meth:`traverse`.
 
-    qid: str
-    text: str
-    embedding: Tensor
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Retrieval limits shared by every policy (GraphMemory Appendix B.2 defaults).
-
-    Args:
-        max_entries: entry nodes chosen before traversal (default: 6).
-        top_k_neighbors: neighbours of a loaded node considered (default: 2).
-        max_hops: hops from an entry node (default: 2).
-        max_nodes: loaded nodes (default: 12).
-        max_tokens: tokens of serialized content, counted with ``tokenizer`` (default: 2500).
-        tokenizer: name of the token counting rule (default: ``regex-word-v1``).
+    Attributes:
+        name: the registered name (set by :func:`register_policy`).
+        device: where the policy's tensors live (resolve it first: :func:`resolve_device`).
+        entry_selector: chooses the entries handed to :meth:`traverse`; ``None``: no entries.
+        pack_queries: packing hint for :meth:`retrieve_graphs`: a graph with more queries than
+            this runs by itself (its own batch is wide enough); ``None``: no limit.
     """
 
-    max_entries: int = 6
-    top_k_neighbors: int = 2
-    max_hops: int = 2
-    max_nodes: int = 12
-    max_tokens: int = 2500
-    tokenizer: str = TOKENIZER_NAME
+    name: ClassVar[str] = "base"
+    device: torch.device = torch.device("cpu")
+    entry_selector: EntrySelector | None = None
+    pack_queries: int | None = None
 
-    def __post_init__(self) -> None:
-        for name in ("max_entries", "top_k_neighbors", "max_hops", "max_nodes", "max_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"Budget.{name} must be a non-negative integer, got {value!r}")
-        if self.max_entries == 0 or self.max_nodes == 0:
-            raise ValueError("Budget.max_entries and Budget.max_nodes must be at least 1")
-        if self.tokenizer != TOKENIZER_NAME:
-            raise ValueError(
-                f"Budget.tokenizer {self.tokenizer!r} is unknown; the only tokenizer is {TOKENIZER_NAME!r}"
-            )
+    @abstractmethod
+    def traverse(self, scope: Scope, entries: Tensor | None, budget: Budget) -> RetrievalBatch:
+        """The policy's algorithm for every query of ``scope`` at once.
+
+        Args:
+            scope: the queries and the graph (``scope.graph``, the union of the call's graphs).
+            entries: ``[B, <=max_entries]`` entry rows of ``scope.graph`` (``-1`` padded), valid and
+                distinct, each from its query's own graph; ``None`` without an ``entry_selector``.
+            budget: the limits every retrieval must obey.
+
+        Returns:
+            The retrievals in ``scope.graph``'s node rows and edge ids, on ``scope.device``.
+        """
+
+    # ------------------------------------------------------------------ the loop, written once
+    def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
+        """One query: ``retrieve_batch(graph, [query], budget)[0]``."""
+        return self.retrieve_batch(graph, [query], budget)[0]
+
+    def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
+        """All ``queries`` over one ``graph`` in one batched call."""
+        if not queries:
+            return []
+        t0 = time.perf_counter()
+        return _timed(self.retrieve_scope(Scope.single(graph, queries, self.device), budget), t0)
+
+    def retrieve_graphs(
+        self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget
+    ) -> list[list[Retrieval]]:
+        """``queries[c]`` over ``graphs[c]`` for every ``c``, in one batched call over the graphs'
+        disjoint union (:mod:`graphmem.graph_batch`); a walk never leaves its own graph, so the results
+        are those of one :meth:`retrieve_batch` per graph.
+
+        A graph with more than ``pack_queries`` queries, an empty graph, and a graph that would be
+        alone in the union make their own :meth:`retrieve_batch`.
+        """
+        if len(graphs) != len(queries):
+            raise ValueError(f"retrieve_graphs: {len(graphs)} graphs but {len(queries)} query lists")
+        limit = self.pack_queries
+        together = [
+            i
+            for i, (g, qs) in enumerate(zip(graphs, queries))
+            if qs and g.num_nodes and (limit is None or len(qs) <= limit)
+        ]
+        if len(together) < 2:
+            together = []
+        joined = set(together)
+        out = [
+            [] if i in joined else self.retrieve_batch(g, qs, budget) for i, (g, qs) in enumerate(zip(graphs, queries))
+        ]
+        if together:
+            t0 = time.perf_counter()
+            scope = Scope.union([graphs[i] for i in together], [queries[i] for i in together], self.device)
+            results = _timed(self.retrieve_scope(scope, budget), t0)
+            start = 0
+            for i, count in zip(together, scope.counts):
+                out[i] = results[start : start + count]
+                start += count
+        return out
+
+    def retrieve_scope(self, scope: Scope, budget: Budget, entries: Tensor | None = None) -> list[Retrieval]:
+        """Entries (unless given, as :meth:`select_entries` returns them), :meth:`traverse`, and the
+        results in each query's own graph; no timing."""
+        if scope.graph.num_nodes == 0:
+            return [Retrieval(loaded=[], entries=[]) for _ in scope.queries]
+        if entries is None:
+            entries = self.select_entries(scope, budget)
+        with torch.no_grad():
+            return self.traverse(scope, entries, budget).shift(scope).split()
+
+    def select_entries(self, scope: Scope, budget: Budget) -> Tensor | None:
+        """``[B, <=max_entries]`` entry rows of ``scope.graph`` from ``entry_selector`` (``None`` without one)."""
+        if self.entry_selector is None:
+            return None
+        return entry_rows(self.entry_selector, scope, budget)
+
+    def retrieve_from_entries(
+        self, graph: MemoryGraph, queries: Sequence[Query], entries: Tensor | Sequence[Sequence[int]], budget: Budget
+    ) -> list[Retrieval]:
+        """The traversal alone, from given entry rows of ``graph`` (lists are validated: invalid or
+        repeated rows are discarded, at most ``max_entries`` kept); entry selection is skipped."""
+        if self.entry_selector is None:
+            raise ValueError(f"policy {self.name!r} has no entry selector, so it cannot start from given entries")
+        if not queries:
+            return []
+        t0 = time.perf_counter()
+        scope = Scope.single(graph, queries, self.device)
+        return _timed(self.retrieve_scope(scope, budget, entry_tensor(graph, entries, budget, self.device)), t0)
 
 
-@dataclass
-class Retrieval:
-    """Loaded nodes in load order plus the trace GraphMemory Appendix B.2 records."""
-
-    loaded: list[int]
-    entries: list[int]
-    edges_considered: list[int] = field(default_factory=list)
-    edges_traversed: list[int] = field(default_factory=list)
-    loaded_tokens: int = 0
-    max_depth: int = 0
-    wall_time_s: float = 0.0
-    fallback_used: bool = False
-    scores: list[float] | None = None
-
-    def loaded_ids(self, graph: MemoryGraph) -> list[str]:
-        return [graph.node_ids[i] for i in self.loaded]
-
-    def to_json(self, graph: MemoryGraph) -> dict:
-        ids = graph.node_ids
-        return {
-            "loaded": [ids[i] for i in self.loaded],
-            "entries": [ids[i] for i in self.entries],
-            "edges_considered": len(self.edges_considered),
-            "edges_traversed": [
-                [
-                    ids[int(graph.edge_index[0, e])],
-                    ids[int(graph.edge_index[1, e])],
-                    graph.relations[int(graph.edge_type[e])],
-                ]
-                for e in self.edges_traversed
-            ],
-            "loaded_tokens": self.loaded_tokens,
-            "max_depth": self.max_depth,
-            "wall_time_s": self.wall_time_s,
-            "fallback_used": self.fallback_used,
-        }
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``torch.device(device)``, with ``"auto"`` = ``cuda`` when available, else ``cpu``; a CUDA device
-    is refused with a clear error where CUDA is not available."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r} requested, but CUDA is not available here")
-    return dev
-
-
-def load_under_budget(graph: MemoryGraph, ranked: Sequence[int], budget: Budget) -> tuple[list[int], int]:
-    """Load nodes in ``ranked`` order, skipping any that would break the node or token budget."""
-    tokens = graph.node_tokens()
-    loaded, used, seen = [], 0, set()
-    for v in ranked:
-        if len(loaded) >= budget.max_nodes:
-            break
-        if v in seen:
-            continue
-        seen.add(v)
-        t = int(tokens[v])
-        if used + t <= budget.max_tokens:
-            loaded.append(v)
-            used += t
-    return loaded, used
-
-
-def share_wall_time(results: list[Retrieval], t0: float) -> list[Retrieval]:
+def _timed(results: list[Retrieval], t0: float) -> list[Retrieval]:
     """Set every result's ``wall_time_s`` to its share of the time since ``t0`` (one batched call)."""
     per_query = (time.perf_counter() - t0) / max(len(results), 1)
     for r in results:
@@ -135,56 +162,12 @@ def share_wall_time(results: list[Retrieval], t0: float) -> list[Retrieval]:
     return results
 
 
-class TraversalPolicy:
-    """Base class: subclasses implement :meth:`retrieve`; :meth:`retrieve_batch` may be overridden."""
-
-    name: ClassVar[str] = "base"
-
-    def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
-        raise NotImplementedError
-
-    def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
-        """Reference batched form: one :meth:`retrieve` per query."""
-        return [self.retrieve(graph, q, budget) for q in queries]
-
-    def retrieve_graphs(
-        self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget
-    ) -> list[list[Retrieval]]:
-        """Retrievals for the queries of many graphs, ``queries[c]`` asked over ``graphs[c]``.
-
-        This form makes one :meth:`retrieve_batch` per graph. Policies whose batched work can span
-        graphs override it with one call over the graphs' disjoint union
-        (:mod:`graphmem.graph_batch`); the results are the same.
-        """
-        if len(graphs) != len(queries):
-            raise ValueError(f"retrieve_graphs: {len(graphs)} graphs but {len(queries)} query lists")
-        return [self.retrieve_batch(g, qs, budget) for g, qs in zip(graphs, queries)]
-
-
-POLICIES = Registry("policy")
+POLICIES = Registry("policy", base=TraversalPolicy)
 register_policy = POLICIES.register
 
 
 def make_policy(name: str, **kwargs) -> TraversalPolicy:
-    """Instantiate a registered policy by name."""
+    """Instantiate a registered policy by name; keyword arguments are checked against its constructor."""
     import graphmem.policies  # noqa: F401  (registers the built-in policies)
 
     return POLICIES.make(name, **kwargs)
-
-
-class Timer:
-    """``with Timer() as t: ...; t.seconds``"""
-
-    def __enter__(self):
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        self.seconds = time.perf_counter() - self._t0
-
-
-def cosine_to_nodes(graph: MemoryGraph, query: Query) -> Tensor:
-    """``[N]`` cosine similarity of the query to every node embedding."""
-    q = torch.nn.functional.normalize(query.embedding.float().flatten(), dim=0)
-    x = torch.nn.functional.normalize(graph.embeddings, dim=1)
-    return x @ q

@@ -1,62 +1,50 @@
-"""Tensor kernels shared by the batched policies: budget admission, level-wise bounded BFS, traces.
+"""Tensor kernels shared by the batched policies: ragged CSR reads, budget admission, level-wise bounded BFS.
 
-Every kernel works on all ``B`` queries of one graph at once with ``[B, L]`` blocks whose width is
+Every kernel works on all ``B`` queries of a call at once with ``[B, L]`` blocks whose width is
 bounded by the budget (never by the graph size), so the cost of a batch after entry selection does
-not grow with ``N``. The per-query reference implementations live in the policy files; the tests
-check that these kernels reproduce them exactly, trace included.
+not grow with ``N``. The tests check the policies built on them against per-query reference
+implementations (``tests/references.py``), trace included.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.graph_batch import GraphBatch, graph_batch
-from graphmem.policies.base import Budget, Query, Retrieval, share_wall_time
-from graphmem.policies.entries import (
-    EmbeddingEntrySelector,
-    EntrySelector,
-    cosine_matrix,
-    node_id_rank,
-    scoped_cosine,
-    scoped_topk,
-    topk_by_score,
-    validate_entries,
-)
+from graphmem.policies.tables import csr
+from graphmem.policies.types import Budget, RetrievalBatch
 
 # expand(rows [M], nodes [M]) -> (targets [M, k], edges [M, k]): the children to push, -1 padded
 ExpandBatch = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
 # ---------------------------------------------------------------------------- ragged helpers
-def split_list(flat: list, counts: Sequence[int]) -> list[list]:
-    """Cut ``flat`` into consecutive pieces of the given lengths."""
-    ends = list(accumulate(counts))
-    return [flat[e - c : e] for e, c in zip(ends, counts)]
-
-
-def segments(rowptr: Tensor, values: Tensor | None, nodes: Tensor) -> tuple[Tensor, Tensor]:
-    """Concatenated CSR rows of ``nodes`` ``[K]``: ``(seg [C], values[pos] [C])``, ``seg`` indexing ``nodes``
-    (``values=None``: the positions ``pos`` themselves)."""
+def csr_positions(rowptr: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
+    """The concatenated CSR rows of ``nodes`` ``[K]``: ``(seg [C], pos [C])``, ``seg`` indexing
+    ``nodes`` and ``pos`` the positions ``rowptr[v] .. rowptr[v+1]-1`` of each row, in order."""
     start = rowptr[nodes]
     deg = rowptr[nodes + 1] - start
     seg = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
     first = torch.cumsum(deg, 0) - deg
-    pos = torch.arange(seg.numel(), device=nodes.device) - first[seg] + start[seg]
-    return seg, pos if values is None else values[pos]
+    return seg, torch.arange(seg.numel(), device=nodes.device) - first[seg] + start[seg]
+
+
+def csr_values(rowptr: Tensor, values: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`csr_positions` read through ``values``: ``(seg [C], values[pos] [C])`` (e.g. with
+    ``values = perm`` of :meth:`MemoryGraph.csr`, the out-edges of ``nodes``)."""
+    seg, pos = csr_positions(rowptr, nodes)
+    return seg, values[pos]
 
 
 def segment_topk(score: Tensor, seg: Tensor, k: int) -> Tensor:
     """Positions of the ``k`` best (largest) scores of each segment (ties: earlier position first),
     grouped by segment, best first within a segment.
 
-    When ``seg`` is non-decreasing (segments are contiguous runs, as :func:`segments` gives) and
+    When ``seg`` is non-decreasing (segments are contiguous runs, as :func:`csr_positions` gives) and
     the runs are of similar length, the scores are laid out as a ``[segments, longest run]`` matrix
     and each row is sorted; otherwise two stable sorts of the flat scores are used.
     """
@@ -120,110 +108,24 @@ def compact_left(values: Tensor, *others: Tensor, keep: Tensor | None = None) ->
     return (values.gather(1, order),) + tuple(o.gather(1, order) for o in others)
 
 
-# ---------------------------------------------------------------------------- entries
-def entry_matrix(
-    selector: EntrySelector,
-    graph: MemoryGraph,
-    queries: Sequence[Query],
-    budget: Budget,
-    device: str | torch.device | None = None,
-) -> Tensor:
-    """``[B, <=max_entries]`` entry rows (``-1`` padded) for all queries, on ``device`` (default CPU).
-
-    The embedding selector's tie-aware top-k is used as a tensor directly (its rows are valid and
-    distinct by construction), computed on ``device``; any other selector's lists go through
-    :func:`validate_entries`.
-    """
-    if graph.num_nodes == 0:
-        return torch.full((len(queries), 0), -1, dtype=torch.long, device=device)
-    if type(selector) is EmbeddingEntrySelector:
-        return topk_by_score(cosine_matrix(graph, queries, device), budget.max_entries, node_id_rank(graph, device))
-    return pad_rows(
-        [validate_entries(graph, e, budget) for e in selector.select(graph, queries, budget)], device=device
-    )
-
-
-def scoped_entry_matrix(
-    selector: EntrySelector,
-    batch: GraphBatch,
-    queries: Sequence[Query],
-    comp: Tensor,
-    budget: Budget,
-    device: str | torch.device | None = None,
-) -> Tensor:
-    """:func:`entry_matrix` over a graph batch: the entries of query ``b`` come from its own
-    component ``comp[b]`` only, as union rows (``-1`` padded). The embedding selector ranks with
-    :func:`scoped_cosine`; any other selector is asked once per component, over the component graph."""
-    if type(selector) is EmbeddingEntrySelector:
-        return scoped_topk(scoped_cosine(batch, queries, comp, device), budget.max_entries, batch, comp)
-    rows: list[list[int]] = [[] for _ in queries]
-    by_comp: dict[int, list[int]] = {}
-    for i, c in enumerate(comp.tolist()):
-        by_comp.setdefault(c, []).append(i)
-    for c, idx in by_comp.items():
-        graph, off = batch.graphs[c], int(batch.node_ptr[c])
-        for i, picked in zip(idx, selector.select(graph, [queries[i] for i in idx], budget)):
-            rows[i] = [v + off for v in validate_entries(graph, picked, budget)]
-    return pad_rows(rows, budget.max_entries, device=device)
-
-
-@dataclass
-class Scope:
-    """Where each query of a batched walk over a :class:`~graphmem.graph_batch.GraphBatch` belongs:
-    ``comp[b]`` is the component of query ``b`` (non-decreasing: each component's queries are one run)."""
-
-    batch: GraphBatch
-    comp: Tensor
-
-
-def query_spans(
-    graph: MemoryGraph, b: int, scope: Scope | None, device: str | torch.device
-) -> tuple[Tensor, Tensor, Tensor]:
-    """``([B] first node row, [B] first edge id, [B] node count)`` of each query's own graph, on
-    ``device``: its component of the scope's batch, or all of ``graph`` without a scope."""
-    if scope is None:
-        zero = torch.zeros(b, dtype=torch.long, device=device)
-        return zero, zero, torch.full((b,), graph.num_nodes, dtype=torch.long, device=device)
-    comp, batch = scope.comp.to(device), scope.batch
-    return batch.node_ptr.to(device)[comp], batch.edge_ptr.to(device)[comp], batch.sizes.to(device)[comp]
-
-
-def retrieve_union(
-    policy,
-    graphs: Sequence[MemoryGraph],
-    queries: Sequence[Sequence[Query]],
-    budget: Budget,
-    run: Callable[[GraphBatch, list[Query], Scope], list[Retrieval]],
-    solo_queries: int | None = None,
-) -> list[list[Retrieval]]:
-    """``policy.retrieve_graphs`` as one batched call: ``run(batch, flat queries, scope)`` over the
-    disjoint union of ``graphs`` (:func:`~graphmem.graph_batch.graph_batch`), split back per graph.
-
-    A graph with more than ``solo_queries`` queries (default: no limit) goes to
-    ``policy.retrieve_batch`` by itself: its own batch is wide enough already; so does a graph that
-    would be alone in the union.
-    """
-    if len(graphs) != len(queries):
-        raise ValueError(f"retrieve_graphs: {len(graphs)} graphs but {len(queries)} query lists")
-    together = [i for i, qs in enumerate(queries) if qs and (solo_queries is None or len(qs) <= solo_queries)]
-    if len(together) < 2:
-        together = []
-    joined = set(together)
-    out = [
-        [] if i in joined else policy.retrieve_batch(g, qs, budget) for i, (g, qs) in enumerate(zip(graphs, queries))
-    ]
-    if together:
-        t0 = time.perf_counter()
-        batch = graph_batch([graphs[i] for i in together])
-        counts = [len(queries[i]) for i in together]
-        flat = [q for i in together for q in queries[i]]
-        results = share_wall_time(run(batch, flat, Scope(batch, batch.query_components(counts))), t0)
-        for i, rs in zip(together, split_list(results, counts)):
-            out[i] = rs
-    return out
-
-
 # ---------------------------------------------------------------------------- budget admission
+def load_under_budget(graph: MemoryGraph, ranked: Sequence[int], budget: Budget) -> tuple[list[int], int]:
+    """Load nodes in ``ranked`` order, skipping any that would break the node or token budget."""
+    tokens = graph.node_tokens()
+    loaded, used, seen = [], 0, set()
+    for v in ranked:
+        if len(loaded) >= budget.max_nodes:
+            break
+        if v in seen:
+            continue
+        seen.add(v)
+        t = int(tokens[v])
+        if used + t <= budget.max_tokens:
+            loaded.append(v)
+            used += t
+    return loaded, used
+
+
 def greedy_admit(
     tokens: Tensor, valid: Tensor, used: Tensor, count: Tensor, budget: Budget
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -266,6 +168,20 @@ class LevelBFS:
     depth: Tensor
     loaded: Tensor
     used: Tensor
+
+    def result(self, graph: MemoryGraph, entries: Tensor, budget: Budget) -> RetrievalBatch:
+        """The retrievals with Algorithm 1's trace: ``edges_considered`` lists the CSR out-edges
+        of every loaded node with depth ``< max_hops``, in load order; ``edges_traversed`` the
+        pushing edge of every loaded non-entry node."""
+        rows, cols = self.loaded.nonzero(as_tuple=True)
+        nodes, via, depth = self.nodes[rows, cols], self.via[rows, cols], self.depth[rows, cols]
+        inner = depth < budget.max_hops
+        rowptr, perm = csr(graph, entries.device)
+        seg, edges = csr_values(rowptr, perm, nodes[inner])
+        moved = via >= 0
+        return RetrievalBatch(
+            entries, self.used, rows, nodes, depth, (rows[inner][seg], edges), (rows[moved], via[moved])
+        )
 
 
 def level_bfs(entries: Tensor, tokens: Tensor, budget: Budget, expand: ExpandBatch) -> LevelBFS:
@@ -316,45 +232,3 @@ def level_bfs(entries: Tensor, tokens: Tensor, budget: Budget, expand: ExpandBat
         return LevelBFS(empty, empty, empty, empty.bool(), used)
     nodes, vias, depth, loaded = (torch.cat(parts, 1) for parts in zip(*levels))
     return LevelBFS(nodes, vias, depth, loaded, used)
-
-
-def bfs_retrievals(
-    bfs: LevelBFS, entries: Tensor, budget: Budget, out_ptr: Tensor, perm: Tensor, scope: Scope | None = None
-) -> list[Retrieval]:
-    """Retrieval objects with the Algorithm 1 trace, built from tensors with one ``tolist`` each.
-
-    ``edges_considered`` lists the CSR out-edges (``out_ptr``/``perm``) of every loaded node with
-    depth ``< max_hops``, in load order; ``edges_traversed`` the pushing edge of every loaded
-    non-entry node. With a ``scope`` (a walk over a graph batch), rows and edge ids are given
-    relative to each query's own component.
-    """
-    b = entries.shape[0]
-    rows, cols = bfs.loaded.nonzero(as_tuple=True)
-    nodes, via, depth = bfs.nodes[rows, cols], bfs.via[rows, cols], bfs.depth[rows, cols]
-    inner = depth < budget.max_hops
-    seg, edges = segments(out_ptr, perm, nodes[inner])
-    moved = via >= 0
-    via = via[moved]
-    if scope is not None:
-        node_off, edge_off, _ = query_spans(scope.batch.graph, b, scope, entries.device)
-        nodes, via, edges = nodes - node_off[rows], via - edge_off[rows[moved]], edges - edge_off[rows[inner][seg]]
-        entries = torch.where(entries >= 0, entries - node_off[:, None], -1)
-    loaded = split_list(nodes.tolist(), torch.bincount(rows, minlength=b).tolist())
-    traversed = split_list(via.tolist(), torch.bincount(rows[moved], minlength=b).tolist())
-    considered = split_list(edges.tolist(), torch.bincount(rows[inner][seg], minlength=b).tolist())
-    max_depth = torch.zeros(b, dtype=torch.long, device=rows.device).scatter_reduce(0, rows, depth, "amax").tolist()
-    ent = entries.tolist()
-    if bool((entries < 0).any()):
-        ent = [[v for v in row if v >= 0] for row in ent]
-    used = bfs.used.tolist()
-    return [
-        Retrieval(
-            loaded=loaded[i],
-            entries=ent[i],
-            edges_considered=considered[i],
-            edges_traversed=traversed[i],
-            loaded_tokens=used[i],
-            max_depth=max_depth[i],
-        )
-        for i in range(b)
-    ]

@@ -25,78 +25,25 @@ propagation operator and the L1 change a product with a row of ones, never ``Ten
 whose reduction order changes with the number of columns (COO, not CSR, for the same reason).
 All other steps are elementwise.
 
-:meth:`PersonalizedPageRank.retrieve` is the per-query reference (one column, a sort and
-:func:`load_under_budget`); :meth:`PersonalizedPageRank.retrieve_batch` ranks, admits and traces
-whole blocks with tensor operations and returns the same :class:`Retrieval` objects.
+:meth:`PersonalizedPageRank.traverse` ranks, admits and traces whole blocks with tensor
+operations. Over a graph batch, column ``j`` holds the ``j``-th query of every graph (the
+``pack_queries`` hint): each (graph, column) pair iterates, stops and ranks exactly as it would alone.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.graph_batch import GraphBatch
-from graphmem.policies.base import (
-    Budget,
-    Query,
-    Retrieval,
-    TraversalPolicy,
-    load_under_budget,
-    register_policy,
-    resolve_device,
-    share_wall_time,
-)
-from graphmem.policies.batched import (
-    Scope,
-    entry_matrix,
-    greedy_admit,
-    query_spans,
-    rank_in_group,
-    retrieve_union,
-    scoped_entry_matrix,
-    segments,
-    split_list,
-)
-from graphmem.policies.entries import (
-    EntrySelector,
-    graph_cached,
-    graph_tables,
-    make_entry_selector,
-    node_id_rank,
-    topk_by_score,
-    validate_entries,
-)
-
-
-@dataclass
-class PPRConfig:
-    """Hydra config of :class:`PersonalizedPageRank` (``configs/policy/ppr.yaml``)."""
-
-    name: str = "ppr"
-    """registered policy name"""
-    alpha: float = 0.15
-    """restart probability (damping 1 - alpha = 0.85)"""
-    tol: float = 1e-8
-    """L1 change per query column below which power iteration stops"""
-    max_iter: int = 200
-    """most power-iteration steps"""
-    relation_weights: dict[str, float] | None = None
-    """multiplier per relation name (missing relations: 1.0)"""
-    use_posterior: bool = True
-    """scale edge strength by the Beta posterior mean"""
-    max_block_elements: int = 1 << 21
-    """most entries ``N * B`` of one ``[N, B]`` block of query columns iterated together (bounds memory)"""
-    entries: str = "embedding"
-    """entry selector registered in ``ENTRY_SELECTORS``"""
-    device: str = "cpu"
-    """where the batched path runs (``cpu``, ``cuda``, ...)"""
-    pack_queries: int = 8
-    """graphs with at most this many queries share PPR columns over their union (``retrieve_graphs``)"""
+from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
+from graphmem.policies.batched import csr_values, greedy_admit, rank_in_group
+from graphmem.policies.ranking import topk_by_score
+from graphmem.policies.selectors import EntrySelector, make_entry_selector
+from graphmem.policies.tables import csr, edge_targets, node_id_rank, token_counts
+from graphmem.policies.types import merge_by_query
 
 
 def transition_matrix(
@@ -283,9 +230,9 @@ class PersonalizedPageRank(TraversalPolicy):
         relation_weights: multiplier per relation name (default: ``None``, all 1).
         use_posterior: multiply edge strength by the posterior mean (default: ``True``).
         max_block_elements: most entries ``N * B`` of one block of query columns; a batch is cut
-            into blocks of ``max(1, max_block_elements // N)`` queries (default: ``2**21``).
-        entries: entry selector name or instance (default: ``"embedding"``).
-        device: where the batched path runs; the per-query reference stays on the CPU (default: ``"cpu"``).
+            into blocks of ``max(1, max_block_elements // N)`` columns (default: ``2**21``).
+        entry_selector: entry selector name or instance (default: ``"embedding"``).
+        device: where the iteration runs (default: ``"cpu"``).
         pack_queries: in :meth:`retrieve_graphs`, graphs with at most this many queries share
             columns over their union; the others run alone (default: ``8``).
     """
@@ -298,7 +245,7 @@ class PersonalizedPageRank(TraversalPolicy):
         relation_weights: dict[str, float] | None = None,
         use_posterior: bool = True,
         max_block_elements: int = 1 << 21,
-        entries: str | EntrySelector = "embedding",
+        entry_selector: str | EntrySelector = "embedding",
         device: str | torch.device = "cpu",
         pack_queries: int = 8,
     ) -> None:
@@ -306,149 +253,69 @@ class PersonalizedPageRank(TraversalPolicy):
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         if max_block_elements < 1 or max_iter < 1:
             raise ValueError("max_block_elements and max_iter must be >= 1")
+        self.device = resolve_device(device)
         self.alpha, self.tol, self.max_iter = float(alpha), float(tol), int(max_iter)
         self.relation_weights = dict(relation_weights or {})
         self.use_posterior, self.max_block_elements = bool(use_posterior), int(max_block_elements)
-        self.entries = make_entry_selector(entries)
-        self.device = resolve_device(device)
+        self.entry_selector = make_entry_selector(entry_selector)
         self.pack_queries = int(pack_queries)
 
-    def _operators(
-        self, graph: MemoryGraph, device: torch.device | None = None, batch: GraphBatch | None = None
-    ) -> PPROperators:
-        """The PPR operators of ``graph``, or of the union ``batch.graph`` with one component per graph (cached)."""
+    def operators(self, scope: Scope) -> PPROperators:
+        """The PPR operators of ``scope.graph``, one component per graph of the scope (cached)."""
+        graph, batch = scope.graph, scope.batch
         name = f"policies.ppr_operators:{sorted(self.relation_weights.items())}:{self.use_posterior}:{self.alpha}"
-        parts = {} if batch is None else {"node_comp": batch.node_component, "num_comp": batch.num_graphs}
-        return graph_cached(
-            graph,
+        parts = {"node_comp": batch.node_component, "num_comp": batch.num_graphs} if batch.num_graphs > 1 else {}
+        return graph.cached(
             name,
-            (graph.edge_index, graph.edge_type, graph.S, graph.F),
             lambda: ppr_operators(
                 *transition_matrix(graph, self.relation_weights, self.use_posterior), self.alpha, **parts
             ),
-            device,
+            (graph.edge_index, graph.edge_type, graph.S, graph.F),
+            scope.device,
         )
 
     def scores(self, graph: MemoryGraph, restart: Tensor) -> Tensor:
         """``[N, B]`` float64 PPR vectors for restart columns ``restart`` (each summing to 1), on its device."""
-        return power_iteration(self._operators(graph, restart.device), restart, self.alpha, self.tol, self.max_iter)
+        ops = self.operators(Scope.single(graph, [], restart.device))
+        return power_iteration(ops, restart, self.alpha, self.tol, self.max_iter)
 
-    # ------------------------------------------------------------------ reference: one query
-    def retrieve(self, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
-        """Per-query reference: one restart column, its candidates sorted, :func:`load_under_budget`."""
-        t0 = time.perf_counter()
-        if graph.num_nodes == 0:
-            return Retrieval(loaded=[], entries=[], scores=[])
-        entries = validate_entries(graph, self.entries.select(graph, [query], budget)[0], budget)
-        restart = torch.zeros(graph.num_nodes, 1, dtype=torch.float64)
-        if entries:
-            restart[torch.tensor(entries), 0] = 1.0 / len(entries)
-        p = self.scores(graph, restart)[:, 0]
-        dist = hop_distance(self._operators(graph).pt, restart, budget.max_hops)[:, 0]
-        idx = ((p > 0) & (dist <= budget.max_hops)).nonzero().flatten()
-        order = torch.argsort(node_id_rank(graph)[idx], stable=True)
-        order = order[torch.argsort(-p[idx[order]], stable=True)]
-        loaded, used = load_under_budget(graph, idx[order].tolist(), budget)
-        r = self._trace(graph, entries, loaded, used, dist, p)
-        r.wall_time_s = time.perf_counter() - t0
-        return r
-
-    @staticmethod
-    def _trace(
-        graph: MemoryGraph, entries: list[int], loaded: list[int], used: int, dist: Tensor, p: Tensor
-    ) -> Retrieval:
-        """Edges considered: out-edges of loaded nodes; traversed: those between two loaded nodes."""
-        rowptr, perm = graph.csr()
-        nodes = torch.tensor(loaded, dtype=torch.long)
-        _, edges = segments(rowptr, perm, nodes)
-        traversed = edges[torch.isin(graph.edge_index[1, edges], nodes)]
-        return Retrieval(
-            loaded=loaded,
-            entries=list(entries),
-            edges_considered=edges.tolist(),
-            edges_traversed=traversed.tolist(),
-            loaded_tokens=used,
-            max_depth=int(dist[loaded].max()) if loaded else 0,
-            scores=p[loaded].tolist(),
-        )
-
-    # ------------------------------------------------------------------ batched
-    def retrieve_batch(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[Retrieval]:
-        """All queries in blocks of ``max(1, max_block_elements // N)`` columns, each block one
-        :meth:`_retrieve_block`."""
-        if not queries:
-            return []
-        t0 = time.perf_counter()
-        entries = entry_matrix(self.entries, graph, queries, budget, self.device)
-        return share_wall_time(self._retrieve_packed(graph, entries, budget), t0)
-
-    def retrieve_graphs(
-        self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget
-    ) -> list[list[Retrieval]]:
-        """The queries of graphs with at most ``pack_queries`` queries over their disjoint union, one
-        query per graph in each ``[N, B]`` column: the ``j``-th query of every graph shares column
-        ``j``, and each (graph, column) pair iterates, stops and ranks exactly as it would alone.
-        A graph with more queries fills its own columns: it runs by itself."""
-
-        def run(batch, flat, scope):
-            entries = scoped_entry_matrix(self.entries, batch, flat, scope.comp, budget, self.device)
-            return self._retrieve_packed(batch.graph, entries, budget, scope)
-
-        return retrieve_union(self, graphs, queries, budget, run, self.pack_queries)
-
-    def _retrieve_packed(
-        self, graph: MemoryGraph, entries: Tensor, budget: Budget, scope: Scope | None = None
-    ) -> list[Retrieval]:
-        """Queries packed into columns, one per component each (a single graph: one query per
-        column), cut into blocks of ``max(1, max_block_elements // N)`` columns."""
-        b, dev = entries.shape[0], entries.device
-        if graph.num_nodes == 0:
-            return [Retrieval(loaded=[], entries=[], scores=[]) for _ in range(b)]
-        node_off, edge_off, size = query_spans(graph, b, scope, dev)
-        if scope is None:
-            column, counts, ops = (
-                torch.arange(b, device=dev),
-                torch.tensor([b], device=dev),
-                self._operators(graph, dev),
-            )
-        else:
-            column, counts = rank_in_group(scope.comp.to(dev), scope.batch.num_graphs)
-            ops = self._operators(graph, dev, scope.batch)
-        width = max(1, self.max_block_elements // graph.num_nodes)
-        results: list[Retrieval] = [None] * b  # type: ignore[list-item]
+    def traverse(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
+        """Queries packed into columns, one per graph each (a single graph: one query per column),
+        cut into blocks of ``max(1, max_block_elements // N)`` columns, each block one :meth:`_block`."""
+        column, counts = rank_in_group(scope.comp, scope.num_graphs)
+        ops = self.operators(scope)
+        width = max(1, self.max_block_elements // scope.graph.num_nodes)
+        used = torch.zeros(entries.shape[0], dtype=torch.long, device=scope.device)
+        blocks = []
         for start in range(0, int(counts.max()), width):
             sel = ((column >= start) & (column < start + width)).nonzero().flatten()
-            block = self._retrieve_block(
-                graph, ops, entries[sel], column[sel] - start, node_off[sel], edge_off[sel], size[sel], budget
-            )
-            for i, r in zip(sel.tolist(), block):
-                results[i] = r
-        return results
+            block, used[sel] = self._block(scope, ops, sel, entries[sel], column[sel] - start, budget)
+            blocks.append(block)
+        if len(blocks) == 1:
+            query, node, depth, score, cq, ce, tq, te = blocks[0]
+        else:  # over a graph batch a block holds queries of every graph: group them again
+            b = entries.shape[0]
+            query, node, depth, score = merge_by_query([k[:4] for k in blocks], b)
+            (cq, ce), (tq, te) = merge_by_query([k[4:6] for k in blocks], b), merge_by_query([k[6:] for k in blocks], b)
+        return RetrievalBatch(entries, used, query, node, depth, (cq, ce), (tq, te), score)
 
-    def _retrieve_block(
-        self,
-        graph: MemoryGraph,
-        ops: PPROperators,
-        entries: Tensor,
-        column: Tensor,
-        node_off: Tensor,
-        edge_off: Tensor,
-        size: Tensor,
-        budget: Budget,
-    ) -> list[Retrieval]:
-        """PPR, hop distances, ranking, admission and trace for the entry rows ``entries`` ``[b, k]``
-        (``-1`` padded) whose restart vectors go to columns ``column``, with whole-tensor operations
-        and one ``tolist`` per output field. Each query ranks the ``size`` nodes from its row
-        ``node_off`` on (its component), as a ``[b, max size]`` layout; rows and edge ids are
-        reported relative to ``node_off`` / ``edge_off``.
+    def _block(
+        self, scope: Scope, ops: PPROperators, sel: Tensor, entries: Tensor, column: Tensor, budget: Budget
+    ) -> tuple[tuple[Tensor, ...], Tensor]:
+        """PPR, hop distances, ranking, admission and trace for the queries ``sel`` with entry rows
+        ``entries`` ``[b, k]`` (``-1`` padded), whose restart vectors go to columns ``column``.
+        Each query ranks the nodes of its own graph, as a ``[b, largest graph]`` layout.
 
         Non-candidates get the key ``-1 - id_rank`` (negative and distinct) for :func:`admit_ranked`,
-        padding columns past a component's size lower keys still.
+        padding columns past a graph's size lower keys still. Edges considered: the out-edges of the
+        loaded nodes; traversed: those between two loaded nodes.
+
+        Returns ``((query, node, depth, score, considered query, edge, traversed query, edge), used [b])``.
         """
-        n, b, dev = graph.num_nodes, entries.shape[0], entries.device
-        rank = node_id_rank(graph, dev)
-        tokens, (rowptr, perm) = graph_tables(graph, dev)
-        dst = graph_cached(graph, "policies.edge_targets", (graph.edge_index,), lambda: graph.edge_index[1], dev)
+        graph, dev = scope.graph, scope.device
+        n, b = graph.num_nodes, entries.shape[0]
+        node_off, size = scope.node_offset[sel], scope.sizes[sel]
+        rank, tokens, dst = node_id_rank(graph, dev), token_counts(graph, dev), edge_targets(graph, dev)
         q, slot = (entries >= 0).nonzero(as_tuple=True)
         restart = torch.zeros(n, int(column.max()) + 1, dtype=torch.float64, device=dev)
         restart[entries[q, slot], column[q]] = 1.0 / (entries >= 0).sum(1).double()[q]
@@ -464,32 +331,10 @@ class PersonalizedPageRank(TraversalPolicy):
 
         q, slot = (slots >= 0).nonzero(as_tuple=True)
         local = slots[q, slot]
-        counts = torch.bincount(q, minlength=b).tolist()
-        seg, edges = segments(rowptr, perm, local + node_off[q])
+        node = local + node_off[q]
+        seg, edges = csr_values(*csr(graph, dev), node)
         edge_q = q[seg]
         member = torch.zeros(b, j.numel(), dtype=torch.bool, device=dev)
         member[q, local] = True
         hit = member[edge_q, dst[edges] - node_off[edge_q]]
-        edges = edges - edge_off[edge_q]
-
-        loaded = split_list(local.tolist(), counts)
-        scores = split_list(p[q, local].tolist(), counts)
-        considered = split_list(edges.tolist(), torch.bincount(edge_q, minlength=b).tolist())
-        traversed = split_list(edges[hit].tolist(), torch.bincount(edge_q[hit], minlength=b).tolist())
-        max_depth = torch.zeros(b, dtype=torch.long, device=dev).scatter_reduce(0, q, dist[q, local], "amax").tolist()
-        ent = [
-            [v for v in row if v >= 0] for row in torch.where(entries >= 0, entries - node_off[:, None], -1).tolist()
-        ]
-        used = used.tolist()
-        return [
-            Retrieval(
-                loaded=loaded[i],
-                entries=ent[i],
-                edges_considered=considered[i],
-                edges_traversed=traversed[i],
-                loaded_tokens=used[i],
-                max_depth=max_depth[i],
-                scores=scores[i],
-            )
-            for i in range(b)
-        ]
+        return (sel[q], node, dist[q, local], p[q, local], sel[edge_q], edges, sel[edge_q[hit]], edges[hit]), used

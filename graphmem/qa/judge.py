@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 from graphmem.llm.client import LLMClient, LLMConfig, Messages
 from graphmem.llm.prompts import block, make_nonce, render
+from graphmem.llm.schemas import JudgeScore
 from graphmem.qa.answer import CallUsage
 
 ROLE = "qa_judge"
@@ -149,6 +150,7 @@ class Judge:
                 [judge_messages(i.question, i.reference, i.response) for i in chunk],
                 max_tokens=self.max_tokens,
                 validate=check,
+                schema=JudgeScore,
             )
             for item, c in zip(chunk, replies):
                 if c is None:

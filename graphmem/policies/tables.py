@@ -1,0 +1,102 @@
+"""Per-graph tables the policies share, built once and kept in :meth:`MemoryGraph.cached`.
+
+Each table depends on the graph only, never on a query, so a batch of queries (or many batches)
+reads it without rebuilding; ``device`` keeps a copy where the batched path runs. Tables that
+depend on ``S``/``F`` list them as dependencies, so an in-place counter update (eq. 21) rebuilds
+them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from graphmem.graph import MemoryGraph
+
+Device = str | torch.device | None
+
+
+def token_counts(graph: MemoryGraph, device: Device = None) -> Tensor:
+    """``[N]`` long :meth:`MemoryGraph.node_tokens`, on ``device``."""
+    return graph.cached("policies.node_tokens", graph.node_tokens, (), device)
+
+
+def csr(graph: MemoryGraph, device: Device = None) -> tuple[Tensor, Tensor]:
+    """``(rowptr [N+1], perm [E])`` of :meth:`MemoryGraph.csr`, on ``device``."""
+    return graph.cached("policies.csr", graph.csr, (graph.edge_index,), device)
+
+
+def edge_targets(graph: MemoryGraph, device: Device = None) -> Tensor:
+    """``[E]`` target row of every edge, on ``device``."""
+    return graph.cached("policies.edge_targets", lambda: graph.edge_index[1], (graph.edge_index,), device)
+
+
+def node_id_rank(graph: MemoryGraph, device: Device = None) -> Tensor:
+    """``[N]`` long: position of each node's string id in ascending string order (the tie-break)."""
+
+    def build() -> Tensor:
+        order = sorted(range(graph.num_nodes), key=graph.node_ids.__getitem__)
+        rank = torch.empty(graph.num_nodes, dtype=torch.long)
+        rank[torch.tensor(order, dtype=torch.long)] = torch.arange(graph.num_nodes)
+        return rank
+
+    return graph.cached("policies.id_rank", build, (), device)
+
+
+def unit_embeddings(graph: MemoryGraph, device: Device = None) -> Tensor:
+    """``[N, D]`` L2-normalised node embeddings (cached while the embedding tensor is unchanged)."""
+    return graph.cached(
+        "policies.unit_embeddings",
+        lambda: torch.nn.functional.normalize(graph.embeddings.float(), dim=1),
+        (graph.embeddings,),
+        device,
+    )
+
+
+def first_occurrence(key: Tensor) -> Tensor:
+    """``[K]`` bool: whether each key is the first of its value in order."""
+    order = torch.argsort(key, stable=True)
+    sorted_key = key[order]
+    first = torch.ones_like(key, dtype=torch.bool)
+    first[order[1:]] = sorted_key[1:] != sorted_key[:-1]
+    return first
+
+
+def distinct_neighbors(
+    graph: MemoryGraph, by_weight: bool = False, self_loops: bool = True, device: Device = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The distinct out-neighbors of every node: ``(rowptr [N+1], target [P], edge [P])`` over the
+    ``P`` distinct pairs ``(v, u)``, the neighbors of ``v`` being ``target[rowptr[v]:rowptr[v+1]]``.
+
+    Parallel edges ``v -> u`` of several relations count as one neighbor, represented by ``edge``.
+    Without ``by_weight``: neighbors by ascending string id, ``edge`` the lowest edge id. With
+    ``by_weight``: by decreasing posterior mean ``w = (S+1)/(S+F+2)`` of the pair's heaviest edge,
+    ties by string id, ``edge`` that heaviest edge (lowest id among equals). ``self_loops=False``
+    drops ``v -> v``. Sorting every edge by ``(v, -w, id rank of u, edge id)`` puts each pair's
+    representative first among its edges, and the pairs in the order above.
+    """
+
+    def build() -> tuple[Tensor, Tensor, Tensor]:
+        n, (src, dst) = graph.num_nodes, graph.edge_index
+        edge = torch.arange(graph.num_edges)
+        if not self_loops:
+            edge = edge[src != dst]
+        order = edge[torch.argsort(node_id_rank(graph)[dst[edge]], stable=True)]
+        if by_weight:
+            order = order[torch.argsort(-graph.posterior_mean[order], stable=True)]
+        order = order[torch.argsort(src[order], stable=True)]
+        rep = order[first_occurrence(src[order] * max(n, 1) + dst[order])]
+        rowptr = torch.zeros(n + 1, dtype=torch.long)
+        rowptr[1:] = torch.cumsum(torch.bincount(src[rep], minlength=n), 0)
+        return rowptr, dst[rep], rep
+
+    deps = (graph.edge_index, graph.S, graph.F) if by_weight else (graph.edge_index,)
+    return graph.cached(f"policies.neighbors:{by_weight}:{self_loops}", build, deps, device)
+
+
+def dense_rows(rowptr: Tensor, values: Tensor, width: int, fill: int) -> Tensor:
+    """``[N, width]``: the first ``width`` values of each CSR row, ``fill`` past a row's end."""
+    pos = rowptr[:-1, None] + torch.arange(width)
+    if values.numel() == 0:
+        return torch.full(pos.shape, fill, dtype=values.dtype)
+    return torch.where(pos < rowptr[1:, None], values[pos.clamp(max=values.numel() - 1)], fill)

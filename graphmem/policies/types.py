@@ -1,0 +1,233 @@
+"""What a policy sees and what it returns: :class:`Query`, :class:`Budget`, :class:`Retrieval`, :class:`RetrievalBatch`.
+
+A policy receives the query text and embedding and the budget only: :class:`Query` has no field
+for gold evidence, answers or categories, so no policy can reach them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+from torch import Tensor
+
+from graphmem.graph import MemoryGraph
+from graphmem.tokens import TOKENIZER_NAME
+
+if TYPE_CHECKING:
+    from graphmem.policies.scope import Scope
+
+
+@dataclass(frozen=True)
+class Query:
+    """What a policy may see of a question: an id, the text and its embedding."""
+
+    qid: str
+    text: str
+    embedding: Tensor
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Retrieval limits shared by every policy (GraphMemory Appendix B.2 defaults).
+
+    Args:
+        max_entries: entry nodes chosen before traversal (default: 6).
+        top_k_neighbors: neighbors of a loaded node considered (default: 2).
+        max_hops: hops from an entry node (default: 2).
+        max_nodes: loaded nodes (default: 12).
+        max_tokens: tokens of serialized content, counted with ``tokenizer`` (default: 2500).
+        tokenizer: name of the token counting rule (default: ``regex-word-v1``).
+    """
+
+    max_entries: int = 6
+    top_k_neighbors: int = 2
+    max_hops: int = 2
+    max_nodes: int = 12
+    max_tokens: int = 2500
+    tokenizer: str = TOKENIZER_NAME
+
+    def __post_init__(self) -> None:
+        for name in ("max_entries", "top_k_neighbors", "max_hops", "max_nodes", "max_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"Budget.{name} must be a non-negative integer, got {value!r}")
+        if self.max_entries == 0 or self.max_nodes == 0:
+            raise ValueError("Budget.max_entries and Budget.max_nodes must be at least 1")
+        if self.tokenizer != TOKENIZER_NAME:
+            raise ValueError(
+                f"Budget.tokenizer {self.tokenizer!r} is unknown; the only tokenizer is {TOKENIZER_NAME!r}"
+            )
+
+
+@dataclass
+class Retrieval:
+    """Loaded nodes in load order plus the trace GraphMemory Appendix B.2 records."""
+
+    loaded: list[int]
+    entries: list[int]
+    edges_considered: list[int] = field(default_factory=list)
+    edges_traversed: list[int] = field(default_factory=list)
+    loaded_tokens: int = 0
+    max_depth: int = 0
+    wall_time_s: float = 0.0
+    scores: list[float] | None = None
+
+    def loaded_ids(self, graph: MemoryGraph) -> list[str]:
+        return [graph.node_ids[i] for i in self.loaded]
+
+    def to_json(self, graph: MemoryGraph) -> dict:
+        ids = graph.node_ids
+        return {
+            "loaded": [ids[i] for i in self.loaded],
+            "entries": [ids[i] for i in self.entries],
+            "edges_considered": len(self.edges_considered),
+            "edges_traversed": [
+                [
+                    ids[int(graph.edge_index[0, e])],
+                    ids[int(graph.edge_index[1, e])],
+                    graph.relations[int(graph.edge_type[e])],
+                ]
+                for e in self.edges_traversed
+            ],
+            "loaded_tokens": self.loaded_tokens,
+            "max_depth": self.max_depth,
+            "wall_time_s": self.wall_time_s,
+        }
+
+
+def split_list(flat: list, counts: Sequence[int]) -> list[list]:
+    """Cut ``flat`` into consecutive pieces of the given lengths."""
+    ends = list(accumulate(counts))
+    return [flat[e - c : e] for e, c in zip(ends, counts)]
+
+
+@dataclass
+class RetrievalBatch:
+    """The retrievals of ``B`` queries as flat tensors, as a PyG ``Batch`` holds many graphs.
+
+    Each ragged field is a flat value tensor with an owner tensor naming the query of each item,
+    grouped by query in increasing order, as PyG's ``batch`` vector is (:func:`group_by_query`
+    sorts items that a policy produced interleaved); each query's items keep their order (load
+    order, inspection order). Rows and edge ids are those of the graph the batch was computed on (a
+    graph batch's union); :meth:`shift` moves them into each query's own graph and :meth:`split`
+    makes one :class:`Retrieval` per query (PyG's ``to_data_list``).
+
+    Args:
+        entries: ``[B, K]`` entry rows, ``-1`` padded; or an int ``k``: each query's first ``k``
+            loaded nodes (a policy without entry selection).
+        tokens: ``[B]`` loaded tokens.
+        query: ``[L]`` query of each loaded node.
+        loaded: ``[L]`` loaded node rows.
+        depth: ``[L]`` hops from an entry of each loaded node (``max_depth`` is their maximum);
+            ``None``: all 0.
+        considered: ``([C] query, [C] edge id)`` of every edge the policy inspected (``None``: none).
+        traversed: ``([T] query, [T] edge id)`` of the edges along which nodes were loaded (``None``: none).
+        scores: ``[L]`` the policy's score of each loaded node, or ``None`` if it reports none.
+    """
+
+    entries: Tensor | int
+    tokens: Tensor
+    query: Tensor
+    loaded: Tensor
+    depth: Tensor | None = None
+    considered: tuple[Tensor, Tensor] | None = None
+    traversed: tuple[Tensor, Tensor] | None = None
+    scores: Tensor | None = None
+
+    @property
+    def num_queries(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def shift(self, scope: Scope) -> RetrievalBatch:
+        """The same retrievals in the node rows and edge ids of each query's own graph of ``scope``."""
+        if scope.num_graphs == 1:  # a single graph is its own union: nothing moves
+            return self
+        node_off, edge_off = scope.node_offset, scope.edge_offset
+        move = lambda pair: None if pair is None else (pair[0], pair[1] - edge_off[pair[0]])  # noqa: E731
+        entries = self.entries
+        if isinstance(entries, Tensor):
+            entries = torch.where(entries >= 0, entries - node_off[:, None], -1)
+        return RetrievalBatch(
+            entries=entries,
+            tokens=self.tokens,
+            query=self.query,
+            loaded=self.loaded - node_off[self.query],
+            depth=self.depth,
+            considered=move(self.considered),
+            traversed=move(self.traversed),
+            scores=self.scores,
+        )
+
+    def split(self) -> list[Retrieval]:
+        """One :class:`Retrieval` per query, with one ``tolist`` per field."""
+        b = self.num_queries
+        counts = torch.bincount(self.query, minlength=b).tolist()
+        loaded = split_list(self.loaded.tolist(), counts)
+        scores = split_list(self.scores.tolist(), counts) if self.scores is not None else [None] * b
+        if self.depth is None:
+            depth = [0] * b
+        else:
+            zero = torch.zeros(b, dtype=torch.long, device=self.query.device)
+            depth = zero.scatter_reduce(0, self.query, self.depth, "amax").tolist()
+        if isinstance(self.entries, int):
+            ent = [rows[: self.entries] for rows in loaded]
+        else:
+            ent = self.entries.tolist()
+            if bool((self.entries < 0).any()):
+                ent = [[v for v in row if v >= 0] for row in ent]
+        considered, traversed = _per_query(self.considered, b), _per_query(self.traversed, b)
+        return [
+            Retrieval(
+                loaded=loaded[i],
+                entries=ent[i],
+                edges_considered=considered[i],
+                edges_traversed=traversed[i],
+                loaded_tokens=tokens,
+                max_depth=depth[i],
+                scores=scores[i],
+            )
+            for i, tokens in enumerate(self.tokens.tolist())
+        ]
+
+
+SORT_BELOW = 4096  # merge_by_query sorts at most this many items instead of placing them
+
+
+def group_by_query(query: Tensor, *values: Tensor) -> tuple[Tensor, ...]:
+    """``(query, *values)`` stably sorted by query: each query's items grouped, in their order."""
+    order = torch.argsort(query, stable=True)
+    return (query[order],) + tuple(v[order] for v in values)
+
+
+def merge_by_query(parts: Sequence[tuple[Tensor, ...]], b: int) -> tuple[Tensor, ...]:
+    """Parts ``(query, *values)``, each grouped by query already (e.g. one per hop), as one such
+    tuple grouped by query, a query's items in part order, without sorting.
+
+    Item ``i`` of a part goes to its query's start, plus that query's items in earlier parts,
+    plus its rank in the part (``i`` minus the part's first index of its query). Few items are
+    grouped with one stable sort instead (the same result, in fewer tensor operations).
+    """
+    n = sum(int(p[0].numel()) for p in parts)
+    if n <= SORT_BELOW:
+        return group_by_query(*(torch.cat(f) for f in zip(*parts)))
+    counts = [torch.bincount(p[0], minlength=b) for p in parts]
+    offset = torch.cumsum(sum(counts), 0) - sum(counts)
+    out = [torch.empty(n, dtype=v.dtype, device=v.device) for v in parts[0]]
+    for p, c in zip(parts, counts):
+        q = p[0]
+        dest = offset[q] + torch.arange(q.numel(), device=q.device) - (torch.cumsum(c, 0) - c)[q]
+        for o, v in zip(out, p):
+            o[dest] = v
+        offset = offset + c
+    return tuple(out)
+
+
+def _per_query(pair: tuple[Tensor, Tensor] | None, b: int) -> list[list]:
+    """The values of ``(owner, values)`` (grouped by owner) as one list per query ``0 .. b-1``."""
+    if pair is None:
+        return [[] for _ in range(b)]
+    owner, values = pair
+    return split_list(values.tolist(), torch.bincount(owner, minlength=b).tolist())

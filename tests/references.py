@@ -1,0 +1,308 @@
+"""Per-query reference implementations of the policies: the test oracles of the batched paths.
+
+:data:`REFERENCES` maps a registered policy name to ``reference(policy, graph, query, budget) ->
+Retrieval``: the policy's algorithm for one query in plain Python (lists, sets, sorts), reading
+the policy's settings and learned modules. The parity tests (``test_policies.py`` and the
+policy-specific ones) require ``policy.retrieve_batch`` to give exactly these retrievals, trace
+included, for every registered policy; a new policy registers its oracle with :func:`reference`.
+
+:func:`make_test_policy` builds any registered policy for a test, with small untrained modules for
+the constructor parameters that need one (a router, a reader).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from typing import Callable, Sequence
+
+import torch
+
+from graphmem.graph import MemoryGraph
+from graphmem.policies import POLICIES, Budget, Query, Retrieval, TraversalPolicy
+from graphmem.policies.batched import load_under_budget
+from graphmem.policies.ppr import hop_distance, transition_matrix
+from graphmem.policies.ranking import cosine_matrix
+from graphmem.policies.selectors import validate_entries
+from graphmem.policies.tables import node_id_rank, unit_embeddings
+from graphmem.policies.uniform_bfs import _signed, neighbor_priority, query_seed
+
+Reference = Callable[[TraversalPolicy, MemoryGraph, Query, Budget], Retrieval]
+REFERENCES: dict[str, Reference] = {}
+
+
+def reference(name: str) -> Callable[[Reference], Reference]:
+    """Register ``fn`` as the reference of policy ``name``."""
+
+    def wrap(fn: Reference) -> Reference:
+        REFERENCES[name] = fn
+        return fn
+
+    return wrap
+
+
+def _router(dim: int, relations: int):
+    from models.router import QueryRouter
+
+    return QueryRouter(dim, num_relations=relations, hidden=8)
+
+
+def _reader(dim: int, relations: int):
+    from models.gnn_reader import GNNReader
+
+    return GNNReader(input_dim=dim, num_relations=relations)
+
+
+# Untrained modules for constructor parameters that need a model, by parameter name.
+MODULES = {"router": _router, "reader": _reader}
+
+
+def make_test_policy(name: str, dim: int = 16, relations: int = 4, **kwargs) -> TraversalPolicy:
+    """``POLICIES[name](**kwargs)`` on the CPU, with seeded untrained modules for :data:`MODULES` parameters."""
+    cls = POLICIES[name]
+    params = inspect.signature(cls).parameters
+    torch.manual_seed(0)
+    for param, factory in MODULES.items():
+        if param in params and param not in kwargs:
+            kwargs[param] = factory(dim, relations)
+    if "device" in params:
+        kwargs.setdefault("device", "cpu")
+    return cls(**kwargs)
+
+
+def entries_of(policy: TraversalPolicy, graph: MemoryGraph, query: Query, budget: Budget) -> list[int]:
+    """The policy's entry selector on this query alone, validated."""
+    return validate_entries(graph, policy.entry_selector.select(graph, [query], budget)[0], budget)
+
+
+# ---------------------------------------------------------------------------- Algorithm 1 and its variants
+# expand(v) -> (ids of every out-edge inspected, [(neighbor row, edge id), ...] to push in order)
+Expand = Callable[[int], tuple[list[int], list[tuple[int, int]]]]
+
+
+def bounded_bfs(graph: MemoryGraph, entries: Sequence[int], budget: Budget, expand: Expand) -> Retrieval:
+    """GraphMemory Algorithm 1's FIFO loop with a pluggable neighbor choice ``expand``.
+
+    The trace lists every inspected out-edge and, for each loaded non-entry node, the edge whose
+    push loaded it.
+    """
+    tokens = graph.node_tokens().tolist()
+    queue: deque[tuple[int, int, int]] = deque((v, 0, -1) for v in entries)
+    loaded: list[int] = []
+    visited: set[int] = set()
+    considered: list[int] = []
+    traversed: list[int] = []
+    used = max_depth = 0
+    while queue and len(loaded) < budget.max_nodes:
+        v, d, via = queue.popleft()
+        if v in visited:
+            continue
+        visited.add(v)
+        if used + tokens[v] > budget.max_tokens:
+            continue
+        loaded.append(v)
+        used += tokens[v]
+        max_depth = max(max_depth, d)
+        if via >= 0:
+            traversed.append(via)
+        if d < budget.max_hops:
+            inspected, chosen = expand(v)
+            considered.extend(inspected)
+            queue.extend((u, d + 1, e) for u, e in chosen)
+    return Retrieval(loaded, list(entries), considered, traversed, used, max_depth)
+
+
+def distinct_targets(graph: MemoryGraph, v: int) -> dict[int, list[int]]:
+    """Out-neighbor ``u`` of ``v`` -> the ids of the edges ``v -> u`` (ascending)."""
+    out: dict[int, list[int]] = {}
+    for e in graph.out_edges(v).tolist():
+        out.setdefault(int(graph.edge_index[1, e]), []).append(e)
+    return out
+
+
+@reference("beta_bfs")
+def beta_bfs(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
+    """Top-k distinct neighbors by the posterior mean of their heaviest edge, ties by target id."""
+    ids, w = graph.node_ids, graph.posterior_mean.tolist()
+
+    def expand(v: int):
+        best = {u: max(es, key=lambda e: (w[e], -e)) for u, es in distinct_targets(graph, v).items()}
+        ranked = sorted(best, key=lambda u: (-w[best[u]], ids[u]))[: budget.top_k_neighbors]
+        return graph.out_edges(v).tolist(), [(u, best[u]) for u in ranked]
+
+    return bounded_bfs(graph, entries_of(policy, graph, query, budget), budget, expand)
+
+
+@reference("uniform_bfs")
+def uniform_bfs(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
+    """The ``min(k, deg)`` distinct neighbors with the smallest hashed priorities (lowest edge id kept)."""
+    seed, ids = _signed(query_seed(policy.seed, query.qid)), graph.node_ids
+
+    def expand(v: int):
+        neigh = sorted(((u, es[0]) for u, es in distinct_targets(graph, v).items()), key=lambda item: ids[item[0]])
+        keys = neighbor_priority(
+            torch.full((len(neigh),), seed),
+            torch.full((len(neigh),), v),
+            torch.tensor([u for u, _ in neigh], dtype=torch.long),
+        ).tolist()
+        picks = sorted(range(len(neigh)), key=lambda i: (keys[i], i))[: budget.top_k_neighbors]
+        return graph.out_edges(v).tolist(), [neigh[i] for i in picks]
+
+    return bounded_bfs(graph, entries_of(policy, graph, query, budget), budget, expand)
+
+
+# ---------------------------------------------------------------------------- ranking policies
+@reference("dense_topk")
+def dense_topk(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
+    """Every node by cosine (ties by string id), loaded under the budget."""
+    scores = cosine_matrix(graph, [query])[0].tolist()
+    ranked = sorted(range(graph.num_nodes), key=lambda v: (-scores[v], graph.node_ids[v]))
+    loaded, used = load_under_budget(graph, ranked, budget)
+    return Retrieval(loaded, loaded[: budget.max_entries], loaded_tokens=used, scores=[scores[v] for v in loaded])
+
+
+@reference("ppr")
+def ppr(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
+    """One restart column; nodes within ``max_hops`` with ``p > 0`` by decreasing ``p`` (ties by id).
+    Edges considered: out-edges of loaded nodes; traversed: those between two loaded nodes."""
+    entries = entries_of(policy, graph, query, budget)
+    restart = torch.zeros(graph.num_nodes, 1, dtype=torch.float64)
+    if entries:
+        restart[torch.tensor(entries), 0] = 1.0 / len(entries)
+    p = policy.scores(graph, restart)[:, 0]
+    pt, _ = transition_matrix(graph, policy.relation_weights, policy.use_posterior)
+    dist = hop_distance(pt, restart, budget.max_hops)[:, 0]
+    idx = ((p > 0) & (dist <= budget.max_hops)).nonzero().flatten().tolist()
+    ranked = sorted(idx, key=lambda v: (-float(p[v]), graph.node_ids[v]))
+    loaded, used = load_under_budget(graph, ranked, budget)
+    considered = [e for v in loaded for e in graph.out_edges(v).tolist()]
+    members = set(loaded)
+    return Retrieval(
+        loaded,
+        entries,
+        considered,
+        [e for e in considered if int(graph.edge_index[1, e]) in members],
+        used,
+        max((int(dist[v]) for v in loaded), default=0),
+        scores=[float(p[v]) for v in loaded],
+    )
+
+
+# ---------------------------------------------------------------------------- learned walks
+@reference("router")
+def router(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
+    """The router's walk over this query's candidate edges with Python lists and sets.
+
+    ``cos(q, x)`` of sources and targets is read from the query's row of :func:`cosine_matrix`, the
+    values the batched walk reuses from the embedding entry selector: on graphs with exact ties
+    (hashing embeddings) an elementwise dot product rounds differently and would break them apart.
+    """
+    dev = policy.device
+    entries = entries_of(policy, graph, query, budget)
+    _, m = policy._modulation(graph, [query])
+    cos_q = cosine_matrix(graph, [query], dev)[0]
+    x = unit_embeddings(graph).to(dev)
+    etype, eattr = graph.edge_type.to(dev), policy._edge_attr(graph).to(dev)
+    tokens = graph.node_tokens().tolist()
+    loaded, scores, traversed, considered = [], [], [], []
+    used = depth = 0
+
+    def fits(v: int) -> bool:
+        return len(loaded) < budget.max_nodes and used + tokens[v] <= budget.max_tokens
+
+    visited, frontier = set(entries), []
+    for v in entries:
+        if fits(v):
+            loaded.append(v)
+            scores.append(0.0)
+            frontier.append(v)
+            used += tokens[v]
+    for hop in range(1, budget.max_hops + 1):
+        if not frontier or budget.top_k_neighbors == 0:
+            break
+        seg, cand, source, target = [], [], [], []
+        for j, v in enumerate(frontier):
+            out = graph.out_edges(v)
+            considered.extend(out.tolist())
+            fresh = [(e, u) for e, u in zip(out.tolist(), graph.edge_index[1, out].tolist()) if u not in visited]
+            seg.extend([j] * len(fresh))
+            cand.extend(e for e, _ in fresh)
+            source.extend([v] * len(fresh))
+            target.extend(u for _, u in fresh)
+        if not cand:
+            break
+        edges = torch.tensor(cand, dtype=torch.long, device=dev)
+        cos = cos_q[target]
+        sims = (
+            torch.stack([cos_q[source], cos, (x[source] * x[target]).sum(-1)], -1)
+            if policy.router.similarities
+            else None
+        )
+        zeros = torch.zeros(len(cand), dtype=torch.long, device=dev)
+        with torch.no_grad():
+            s = policy.router.score(m, eattr[edges], etype[edges], zeros, cos, sims)
+        keep = policy._keep(s, torch.tensor(seg, device=dev), zeros, budget).tolist()
+        s = s.tolist()
+        visited.update(target[k] for k in keep)
+        reached, frontier = set(), []
+        for k in keep:
+            v = target[k]
+            if v in reached:  # reached over two edges this hop: loaded once, best edge first
+                continue
+            reached.add(v)
+            if fits(v):
+                loaded.append(v)
+                scores.append(s[k])
+                traversed.append(cand[k])
+                frontier.append(v)
+                used += tokens[v]
+                depth = hop
+    return Retrieval(loaded, entries, considered, traversed, used, depth, scores=scores)
+
+
+def walk_and_load(graph: MemoryGraph, entries: list[int], scores: torch.Tensor, budget: Budget) -> Retrieval:
+    """The ``gnn`` walk for one query (``scores`` ``[N]``): for ``max_hops`` depths each frontier node
+    admits its ``top_k_neighbors`` best unreached out-neighbors (no self-loops; ties by id), then the
+    reached nodes by score are loaded under the budget."""
+    score_list = scores.tolist()
+    rank = node_id_rank(graph).tolist()
+    depth = {v: 0 for v in entries}
+    parent_edge: dict[int, int] = {}
+    considered: list[int] = []
+    frontier = list(dict.fromkeys(entries))
+    for d in range(1, budget.max_hops + 1):
+        if budget.top_k_neighbors == 0 or not frontier:
+            break
+        nxt = []
+        for u in frontier:
+            out = graph.out_edges(u).tolist()
+            considered.extend(out)
+            first_edge: dict[int, int] = {}
+            for e in out:
+                v = int(graph.edge_index[1, e])
+                if v not in depth and v not in first_edge:
+                    first_edge[v] = e
+            best = sorted(first_edge, key=lambda v: (-score_list[v], rank[v]))[: budget.top_k_neighbors]
+            for v in best:
+                depth[v] = d
+                parent_edge[v] = first_edge[v]
+                nxt.append(v)
+        frontier = nxt
+    ranked = sorted(depth, key=lambda v: (-score_list[v], rank[v]))
+    loaded, tokens = load_under_budget(graph, ranked, budget)
+    return Retrieval(
+        loaded,
+        list(entries),
+        considered,
+        [parent_edge[v] for v in loaded if v in parent_edge],
+        tokens,
+        max((depth[v] for v in loaded), default=0),
+        scores=[score_list[v] for v in loaded],
+    )
+
+
+@reference("gnn")
+def gnn(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
+    """The reader on this query alone, then :func:`walk_and_load`."""
+    entries = entries_of(policy, graph, query, budget)
+    return walk_and_load(graph, entries, policy.score(graph, [query], [entries])[0], budget)
