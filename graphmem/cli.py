@@ -1,12 +1,35 @@
-"""Shared plumbing of the Hydra entry points in ``scripts/``: errors, graph sets, policy configs, metrics."""
+"""Shared plumbing of the entry points in ``scripts/``: checks before any work, one-line errors, exit 2;
+graph sets, policy configs and the metrics the scripts tabulate.
+
+Every script runs its work through :func:`run_or_exit`, which first checks the whole config
+(:func:`preflight`) and turns input errors (config, data, graph, checkpoint, run folder; see
+:mod:`graphmem.errors`) into one ``error: ...`` line and exit status 2:
+
+* every ``device`` (and ``*_devices`` list) must exist here: ``cuda`` needs CUDA, ``cuda:3`` four
+  GPUs, ``mps`` Apple's backend;
+* every ``api_key_env`` must be the name of an environment variable, not a key: a value that
+  looks like a key is refused (and scrubbed from Hydra's ``.hydra`` dumps); a name that no set
+  variable has gets a warning.
+
+:func:`guard_argv` runs before Hydra parses the command line, so an override whose value looks
+like a key is refused before Hydra writes it to ``.hydra/overrides.yaml`` or W&B records the
+command line.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from graphmem.errors import InputError
+
+_KEY_PREFIXES = ("sk-", "sk_", "rk_", "hf_", "ghp_", "gho_", "ghs_", "github_pat_", "glpat-", "xox", "AKIA", "AIza")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 # the test-set metrics the training and comparison scripts tabulate
@@ -17,18 +40,141 @@ class ConfigError(ValueError):
     """The run config is invalid; raised before any work is done."""
 
 
-def run_or_exit(
-    run: Callable[[Any], Any], cfg: Any, errors: tuple[type[BaseException], ...] = (ValueError, KeyError)
-) -> Any:
-    """``run(cfg)``; a configuration error prints one ``error: ...`` line and exits with status 2.
+def looks_like_key(value: Any) -> bool:
+    """True for a string shaped like an API key: a known provider prefix, or 32+ mixed-case alphanumerics."""
+    if not isinstance(value, str):
+        return False
+    v = value.strip()
+    if len(v) >= 12 and v.startswith(_KEY_PREFIXES):
+        return True
+    mixed = re.search(r"[a-z]", v) and re.search(r"[A-Z]", v) and re.search(r"[0-9]", v)
+    return len(v) >= 32 and bool(re.fullmatch(r"[A-Za-z0-9_\-.]+", v)) and bool(mixed)
 
-    Scripts validate their whole config before any work, so these errors arrive early and a
-    traceback would only hide the message.
+
+def check_device(value: Any, key: str) -> None:
+    """Refuse a device ``value`` (of config ``key``) that this machine does not have."""
+    if value in (None, "", "auto"):
+        return
+    import torch
+
+    try:
+        dev = torch.device(str(value))
+    except (RuntimeError, ValueError):
+        raise ValueError(f"{key}={value!r} is not a device (cpu, cuda, cuda:<n>, mps or auto)") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(
+                f"{key}={value!r}: CUDA is not available on this machine (torch {torch.__version__}); "
+                f"use {key}=cpu or {key}=auto"
+            )
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"{key}={value!r}: this machine has {count} CUDA device(s)")
+    elif dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ValueError(f"{key}={value!r}: the MPS backend is not available on this machine; use {key}=cpu")
+
+
+def check_api_key_env(value: Any, key: str) -> str | None:
+    """Refuse an ``api_key_env`` holding a key; return a warning when it names no set variable."""
+    if value in (None, ""):
+        return None
+    if looks_like_key(value) or not _ENV_NAME.fullmatch(str(value)):
+        raise ValueError(
+            f"{key} must name the environment variable that holds the key (e.g. OPENAI_API_KEY), and this value "
+            "looks like a key itself: export it as a variable instead (the value was not written anywhere)"
+        )
+    if not os.environ.get(str(value)):
+        return f"warning: {key}={value} names no set environment variable: calls to that model go without a key"
+    return None
+
+
+def _leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(v, f"{prefix}[{i}]")
+    else:
+        yield prefix, value
+
+
+def preflight(cfg: Any) -> list[str]:
+    """Check every device and ``api_key_env`` in ``cfg`` (module docstring); returns the warnings printed."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:  # pragma: no cover - hydra-core is a core dependency
+        DictConfig = ()  # type: ignore[assignment]
+    if DictConfig and isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    if not isinstance(cfg, dict):
+        return []
+    warnings = []
+    for key, value in _leaves(cfg):
+        leaf = key.rsplit(".", 1)[-1]
+        if leaf == "device" or re.fullmatch(r"\w*devices\[\d+\]", leaf):
+            check_device(value, key)
+        elif leaf == "api_key_env":
+            try:
+                warning = check_api_key_env(value, key)
+            except ValueError:
+                _scrub_hydra_dumps(str(value))
+                raise
+            if warning:
+                warnings.append(warning)
+                print(warning, file=sys.stderr)
+    return warnings
+
+
+def _scrub_hydra_dumps(secret: str) -> None:
+    """Replace ``secret`` in the run's ``.hydra/*.yaml`` (Hydra wrote them before the task started)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized() or not HydraConfig.get().output_subdir:
+            return
+        from pathlib import Path
+
+        folder = Path(HydraConfig.get().runtime.output_dir) / HydraConfig.get().output_subdir
+    except Exception:  # noqa: BLE001 - no Hydra run: nothing was dumped
+        return
+    for path in folder.glob("*.yaml"):
+        text = path.read_text(encoding="utf-8")
+        if secret in text:
+            path.write_text(text.replace(secret, "<redacted>"), encoding="utf-8")
+
+
+def guard_argv(argv: list[str] | None = None) -> None:
+    """Exit 2 when a command-line override's value looks like an API key (call before ``main()``)."""
+    for arg in sys.argv[1:] if argv is None else argv:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            continue
+        key = key.lstrip("+~")
+        if "${" in value:  # an interpolation: resolved, and checked, by preflight inside the run
+            continue
+        if looks_like_key(value) or (key.endswith("api_key_env") and value and not _ENV_NAME.fullmatch(value)):
+            print(
+                f"error: {key}: the value looks like an API key; export the key as an environment variable and "
+                "give the variable's name to api_key_env instead (nothing was written)",
+                file=sys.stderr,
+            )
+            sys.exit(2)
+
+
+def run_or_exit(run: Callable[[Any], Any], cfg: Any, errors: tuple[type[BaseException], ...] = ()) -> Any:
+    """:func:`preflight`, then ``run(cfg)``; an input error prints one ``error: ...`` line and exits with status 2.
+
+    Input errors are ``ValueError``, ``KeyError``, :class:`graphmem.errors.InputError` and ``errors``.
+    Scripts check their whole config before any work, so config errors arrive before anything is
+    loaded; data, graph, checkpoint and run-folder errors name the file, record or field.
     """
     try:
+        preflight(cfg)
         return run(cfg)
-    except errors as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (ValueError, KeyError, InputError, *errors) as err:
+        message = str(err).strip().splitlines() or [type(err).__name__]
+        print(f"error: {' '.join(line.strip() for line in message)}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -1,13 +1,16 @@
 """GraphSet: the graphs, questions and query embeddings every trainer and evaluator consumes.
 
-On disk (all files written atomically, no pickle)::
+On disk (no pickle), one unit committed by its manifest (:mod:`graphmem.setstore`)::
 
-    <dir>/manifest.json               dataset, config hash, questions, load report, graph files
-    <dir>/queries.safetensors         query_embeddings [Q, D], aligned with manifest questions
-    <dir>/graphs/<safe name>.safetensors   one MemoryGraph each (graphmem.io.save_graph)
+    <dir>/manifest.json                    dataset, config hash, provenance, questions, load report,
+                                           graphs (name -> file, info), and every file's SHA-256
+    <dir>/gen-<id>/queries.safetensors     query_embeddings [Q, D], aligned with manifest questions
+    <dir>/gen-<id>/graphs/<safe name>.safetensors   one MemoryGraph each, saved under its name
 
-:meth:`GraphSet.load` imports neither the encoder nor sentence-transformers, so saved sets load on
-machines without the text stack.
+:meth:`GraphSet.load` checks every listed file against its checksum, each graph's name and info
+against its manifest entry, and the query embeddings for shape, dimension and finiteness before
+anything is used. It imports neither the encoder nor sentence-transformers, so saved sets load
+on machines without the text stack.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,10 +27,11 @@ from torch import Tensor
 
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.graph import MemoryGraph
-from graphmem.io import atomic_write, load_graph, save_graph
 from graphmem.policies.base import Query
+from graphmem.setformat import MANIFEST_VERSION, read_set, safe_name, write_set
+from graphmem.setstore import GraphSetError, drop_unreferenced, file_sha256, generation_of, read_manifest, set_lock
 
-MANIFEST_VERSION = 1
+__all__ = ["GraphSet", "GraphSetError", "DataConfig", "GraphConfig", "MANIFEST_VERSION", "file_sha256", "safe_name"]
 BUILDER_VERSION = 1  # bump when a builder changes what it produces, to invalidate saved sets
 DATASETS = ("locomo", "hotpotqa", "musique")
 DEFAULT_FILES = {
@@ -175,25 +178,14 @@ def _at_default(key: str, value: Any) -> bool:
     return key in _HASHED_WHEN_SET and value == _HASHED_WHEN_SET[key]
 
 
-def safe_name(name: str) -> str:
-    """A file-system-safe, case-insensitively unique file stem for a graph name."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:80] or "graph"
-    if stem != name or stem.lower() != stem:
-        stem += "-" + hashlib.sha1(name.encode()).hexdigest()[:10]
-    return stem
-
-
-def _question_json(q: Question) -> dict:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(q).items()}
-
-
-def _question_from_json(d: dict) -> Question:
-    return Question(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
-
-
 @dataclass
 class GraphSet:
-    """Graphs by name, questions (each names its graph), ``[Q, D]`` query embeddings and the load report."""
+    """Graphs by name, questions (each names its graph), ``[Q, D]`` query embeddings and the load report.
+
+    ``provenance`` says where the set comes from (data file and its SHA-256, data and graph
+    settings, config hash, build time; once saved or loaded, also the folder and the manifest's
+    SHA-256). ``files`` holds the verified paths of the set's other files (:mod:`graphmem.setstore`).
+    """
 
     dataset: str
     graphs: dict[str, MemoryGraph]
@@ -202,6 +194,8 @@ class GraphSet:
     report: LoadReport
     config_hash: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.query_embeddings.shape[0] != len(self.questions):
@@ -216,77 +210,46 @@ class GraphSet:
         """What policies may see: qid, text and embedding of each question (no gold fields)."""
         return [Query(qid=q.qid, text=q.text, embedding=self.query_embeddings[i]) for i, q in enumerate(self.questions)]
 
-    def save(self, directory: str | Path) -> Path:
-        """Write the set under ``directory`` (module docstring); the manifest goes last."""
-        from safetensors.torch import save_file
+    def check(self, where: str = "GraphSet") -> GraphSet:
+        """Refuse an empty set and query embeddings that are not ``[Q, D]`` finite floats of the graphs' ``D``."""
+        if not self.graphs or not self.questions:
+            raise GraphSetError(f"{where}: {len(self.graphs)} graphs and {len(self.questions)} questions (empty set)")
+        emb = self.query_embeddings
+        dims = sorted({int(g.embeddings.shape[1]) for g in self.graphs.values()})
+        if emb.ndim != 2 or not emb.is_floating_point() or len(dims) != 1 or emb.shape[1] != dims[0]:
+            raise GraphSetError(
+                f"{where}: query embeddings are {emb.dtype} of shape {tuple(emb.shape)}, "
+                f"expected floats [{len(self.questions)}, D] with D = the graphs' embedding size {dims}"
+            )
+        bad = (~torch.isfinite(emb)).any(dim=1).nonzero().flatten().tolist()
+        if bad:
+            raise GraphSetError(
+                f"{where}: {len(bad)} query embedding rows hold inf or NaN, first row {bad[0]} "
+                f"(question {self.questions[bad[0]].qid!r})"
+            )
+        return self
 
-        directory = Path(directory)
-        files, lower = {}, set()
-        for name, graph in self.graphs.items():
-            stem = safe_name(name)
-            if stem.lower() in lower:
-                raise ValueError(f"GraphSet.save: graph names collide on disk: {name!r} -> {stem!r}")
-            lower.add(stem.lower())
-            files[name] = f"graphs/{stem}.safetensors"
-            save_graph(graph, directory / files[name])
-        emb = {"query_embeddings": self.query_embeddings.float().contiguous()}
-        atomic_write(directory / "queries.safetensors", lambda tmp: save_file(emb, str(tmp)))
-        manifest = {
-            "manifest_version": MANIFEST_VERSION,
-            "dataset": self.dataset,
-            "config_hash": self.config_hash,
-            "graphs": files,
-            "questions": [_question_json(q) for q in self.questions],
-            "report": asdict(self.report),
-            "stats": self.stats,
-        }
-        text = json.dumps(manifest, ensure_ascii=False, indent=1)
-        atomic_write(directory / "manifest.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
-        return directory
+    def save(self, directory: str | Path, extra_files: Mapping[str, Any] | None = None) -> Path:
+        """Write the set under ``directory`` as one committed unit (:func:`graphmem.setformat.write_set`).
+
+        Args:
+            extra_files: more files of the set, relative path -> ``write(path)`` function; they are
+                listed, checksummed and committed with the graphs (default: none).
+        """
+        return write_set(self, directory, extra_files)
 
     @staticmethod
     def read_manifest(directory: str | Path) -> dict | None:
-        """The manifest of a saved set, or ``None`` when there is none."""
-        path = Path(directory) / "manifest.json"
-        if not path.is_file():
-            return None
-        return json.loads(path.read_text(encoding="utf-8"))
+        """The manifest of a saved set, or ``None`` when there is none (refused, naming it, when unreadable)."""
+        return read_manifest(directory)
 
     @classmethod
     def load(cls, directory: str | Path) -> GraphSet:
-        """Read a set written by :meth:`save` (no encoder needed)."""
-        from safetensors.torch import load_file
-
-        directory = Path(directory)
-        manifest = cls.read_manifest(directory)
-        if manifest is None:
-            raise FileNotFoundError(f"{directory}: no manifest.json (build the set with scripts/build_graph.py)")
-        if manifest.get("manifest_version") != MANIFEST_VERSION:
-            raise ValueError(
-                f"{directory}/manifest.json: manifest_version {manifest.get('manifest_version')!r} "
-                f"is not {MANIFEST_VERSION}"
-            )
-        graphs = {name: load_graph(directory / rel) for name, rel in manifest["graphs"].items()}
-        emb = load_file(str(directory / "queries.safetensors"))["query_embeddings"]
-        return cls(
-            dataset=manifest["dataset"],
-            graphs=graphs,
-            questions=[_question_from_json(q) for q in manifest["questions"]],
-            query_embeddings=emb,
-            report=LoadReport(**manifest["report"]),
-            config_hash=manifest["config_hash"],
-            stats=manifest.get("stats", {}),
-        )
+        """Read and verify a set written by :meth:`save` (:func:`graphmem.setformat.read_set`; no encoder needed)."""
+        return read_set(cls, directory)
 
 
 # ---------------------------------------------------------------------------------- building
-def file_sha256(path: Path) -> str:
-    """sha256 hex digest of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, progress: bool = True) -> GraphSet:
@@ -312,6 +275,9 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     path = data_file(data_cfg.file, data_cfg.root)
     t0 = time.perf_counter()
     units, questions, report = load_units(data_cfg.name, path, graph_cfg, data_cfg.pooled, data_cfg.limit)
+    if not units or not questions:
+        discarded = f", {len(report.discarded)} records or questions discarded" if report.discarded else ""
+        raise ValueError(f"{path}: {len(units)} graphs and {len(questions)} questions{discarded}: nothing to build")
     if encoder is None:
         encoder = CachedEncoder(make_encoder(graph_cfg.encoder), graph_cfg.cache_dir)
     t1 = time.perf_counter()
@@ -336,30 +302,81 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
         "encoder": encoder.name,
         "texts_embedded": len(flat),
     }
+    data_sha = file_sha256(path)
+    provenance = {
+        "dataset": data_cfg.name,
+        "data": {
+            **{k: v for k, v in asdict(data_cfg).items() if k != "root"},
+            "resolved": str(path),
+            "sha256": data_sha,
+        },
+        "graph": {k: v for k, v in asdict(graph_cfg).items() if k != "cache_dir"},
+        "config_hash": config_hash(data_cfg, graph_cfg, data_sha),
+        "builder_version": BUILDER_VERSION,
+        "encoder": encoder.name,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     return GraphSet(
         dataset=data_cfg.name + ("-pooled" if data_cfg.pooled else ""),
         graphs=graphs,
         questions=questions,
         query_embeddings=embeddings[start:],
         report=report,
-        config_hash=config_hash(data_cfg, graph_cfg, file_sha256(path)),
+        config_hash=provenance["config_hash"],
         stats=stats,
+        provenance=provenance,
     )
+
+
+def reuse_or_build(
+    data_cfg: DataConfig,
+    graph_cfg: GraphConfig,
+    out_dir: str | Path,
+    encoder=None,
+    progress: bool = True,
+    force: bool = False,
+) -> tuple[GraphSet, str]:
+    """The set saved in ``out_dir`` when its config hash matches and it verifies, else a new build saved there.
+
+    Returns the set and what happened: ``"reused"``, ``"built"`` or ``"rebuilt: <why>"``. The
+    folder's write lock is held from the check to the commit, so two processes never build it at once.
+    """
+    from graphmem.datasets.paths import data_file
+
+    out_dir = Path(out_dir)
+    wanted = config_hash(data_cfg, graph_cfg, file_sha256(data_file(data_cfg.file, data_cfg.root)))
+    lock = set_lock(out_dir)
+    lock.acquire(blocking=True, on_wait=lambda h: print(f"waiting for another build of {out_dir}"))
+    try:
+        status = "built"
+        try:
+            manifest = read_manifest(out_dir)
+        except GraphSetError as err:
+            manifest, status = None, f"rebuilt: the saved set was refused ({err})"
+        if manifest is not None:
+            status = "rebuilt: force=true" if force else "rebuilt: the config hash differs"
+            if manifest.get("config_hash") == wanted and not force:
+                try:
+                    graphset = GraphSet.load(out_dir)
+                    if generation_of(manifest):  # what a killed build left behind is unreferenced
+                        drop_unreferenced(out_dir, generation_of(manifest))
+                    return graphset, "reused"
+                except GraphSetError as err:
+                    status = f"rebuilt: the saved set was refused ({err})"
+        graphset = build_graphset(data_cfg, graph_cfg, encoder=encoder, progress=progress)
+        graphset.save(out_dir)
+        return graphset, status
+    finally:
+        lock.release()
 
 
 def load_or_build(
     data_cfg: DataConfig, graph_cfg: GraphConfig, out_dir: str | Path, encoder=None, progress: bool = True
 ) -> GraphSet:
-    """Load the set saved in ``out_dir`` when its config hash matches; otherwise build and save it."""
-    from graphmem.datasets.paths import data_file
-
-    path = data_file(data_cfg.file, data_cfg.root)
-    wanted = config_hash(data_cfg, graph_cfg, file_sha256(path))
-    manifest = GraphSet.read_manifest(out_dir)
-    if manifest is not None and manifest.get("config_hash") == wanted:
-        return GraphSet.load(out_dir)
-    graphset = build_graphset(data_cfg, graph_cfg, encoder=encoder, progress=progress)
-    graphset.save(out_dir)
+    """Load the set saved in ``out_dir`` when its config hash matches and it verifies; otherwise build and save it."""
+    graphset, status = reuse_or_build(data_cfg, graph_cfg, out_dir, encoder=encoder, progress=progress)
+    if status.startswith("rebuilt: the saved set was refused"):
+        print(f"{out_dir}: {status}")
     return graphset
 
 
@@ -377,6 +394,14 @@ def graphset_dir(root: str | Path, data_cfg: DataConfig, graph_cfg: GraphConfig)
     return Path(root) / name
 
 
+def check_configs(data: Mapping[str, Any], graph: Mapping[str, Any]) -> tuple[DataConfig, GraphConfig]:
+    """``data.*`` and ``graph.*`` checked (unknown keys and bad values raise ``ValueError``)."""
+    try:
+        return DataConfig.from_mapping(data), GraphConfig.from_mapping(graph)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"invalid data/graph config: {err}") from None
+
+
 def open_graphset(
     saved: str | Path | None,
     data: Mapping[str, Any],
@@ -386,11 +411,20 @@ def open_graphset(
 ) -> GraphSet:
     """The graph set a script runs on: ``saved`` when given, else :func:`load_or_build` under ``root``.
 
-    ``data`` and ``graph`` are plain mappings (the Hydra groups), checked before any work.
+    ``data`` and ``graph`` are plain mappings (the Hydra groups), checked before any work in
+    both cases. A saved set is what it was built from: its manifest's provenance, not ``data``,
+    says which file it holds (a note is printed when ``data.name`` names another dataset).
     """
+    data_cfg, graph_cfg = check_configs(data, graph)
     if saved:
-        return GraphSet.load(saved)
-    data_cfg, graph_cfg = DataConfig.from_mapping(data), GraphConfig.from_mapping(graph)
+        graphset = GraphSet.load(saved)
+        built_from = graphset.provenance.get("dataset", graphset.dataset)
+        if built_from != data_cfg.name:
+            print(
+                f"note: graphset={saved} holds a {built_from!r} set; data.name={data_cfg.name!r} is not used "
+                "(results record the set's own provenance)"
+            )
+        return graphset
     return load_or_build(data_cfg, graph_cfg, graphset_dir(root, data_cfg, graph_cfg), progress=progress)
 
 

@@ -2,7 +2,9 @@
 
 Tensors go in the safetensors body; text fields and metadata go in its JSON header under the
 key ``graphmem``, with ``schema_version`` and a SHA-256 over the JSON payload and every tensor
-byte, so a truncated or hand-edited file is refused rather than half-loaded.
+byte, so a truncated or hand-edited file is refused rather than half-loaded. A graph saved under a
+name (a graph set saves each graph under its name in the set) carries it in the header, inside
+the checksum, so :func:`load_graph` can refuse a file that holds another graph.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ SCHEMA_VERSION = 1
 _TENSORS = ("embeddings", "timestamps", "edge_index", "edge_type", "S", "F", "edge_attr", "edge_attr_init")
 
 
-def _digest(payload: str, tensors: dict[str, torch.Tensor]) -> str:
+def _digest(payload: str, tensors: dict[str, torch.Tensor], name: str | None = None) -> str:
     h = hashlib.sha256(payload.encode())
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        h.update(name.encode())
+    if name is not None:
+        h.update(b"\x00name\x00" + name.encode())
+    for key in sorted(tensors):
+        t = tensors[key].contiguous()
+        h.update(key.encode())
         h.update(str(tuple(t.shape)).encode())
         h.update(t.numpy().tobytes())
     return h.hexdigest()
@@ -51,10 +55,10 @@ def atomic_write(path: str | Path, write) -> Path:
     return path
 
 
-def save_graph(graph: MemoryGraph, path: str | Path) -> Path:
-    """Validate and write ``graph`` to ``path`` (``.safetensors``) atomically."""
+def save_graph(graph: MemoryGraph, path: str | Path, name: str | None = None) -> Path:
+    """Validate and write ``graph`` to ``path`` (``.safetensors``) atomically, under ``name`` when given."""
     graph.validate()
-    tensors = {name: getattr(graph, name).contiguous() for name in _TENSORS}
+    tensors = {field: getattr(graph, field).contiguous() for field in _TENSORS}
     payload = json.dumps(
         {
             "node_ids": graph.node_ids,
@@ -66,12 +70,14 @@ def save_graph(graph: MemoryGraph, path: str | Path) -> Path:
         },
         ensure_ascii=False,
     )
-    header = {"schema_version": str(SCHEMA_VERSION), "graphmem": payload, "sha256": _digest(payload, tensors)}
+    header = {"schema_version": str(SCHEMA_VERSION), "graphmem": payload, "sha256": _digest(payload, tensors, name)}
+    if name is not None:
+        header["name"] = name
     return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=header))
 
 
-def load_graph(path: str | Path) -> MemoryGraph:
-    """Read, verify and validate a graph written by :func:`save_graph`."""
+def load_graph(path: str | Path, name: str | None = None) -> MemoryGraph:
+    """Read, verify and validate a graph written by :func:`save_graph`; with ``name``, it must be that graph."""
     path = Path(path)
     if not path.exists():
         raise GraphError(f"{path}: graph file not found (build it with scripts/build_graph.py)")
@@ -89,8 +95,10 @@ def load_graph(path: str | Path) -> MemoryGraph:
     missing = [n for n in _TENSORS if n not in tensors]
     if missing or "graphmem" not in header:
         raise GraphError(f"{path}: missing fields {missing or ['graphmem header']}")
-    if _digest(header["graphmem"], tensors) != header.get("sha256"):
+    if _digest(header["graphmem"], tensors, header.get("name")) != header.get("sha256"):
         raise GraphError(f"{path}: checksum mismatch: the file was modified after it was written")
+    if name is not None and header.get("name") != name:
+        raise GraphError(f"{path}: holds graph {header.get('name')!r}, expected {name!r} (a file of another graph?)")
     try:
         meta = json.loads(header["graphmem"])
         graph = MemoryGraph(

@@ -18,13 +18,14 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from graphmem.errors import InputError
 from graphmem.graph import MemoryGraph
 from graphmem.io import atomic_write
 
 FORMAT = "graphmem-router-checkpoint-v1"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RuntimeError, InputError):
     """A checkpoint that cannot be used here (unsafe, corrupted, or for other graphs/architecture)."""
 
 
@@ -77,6 +78,7 @@ def load_checkpoint(
     fingerprint: str | None = None,
     architecture: Mapping[str, Any] | None = None,
     map_location: str | torch.device = "cpu",
+    run_id: str | None = None,
 ) -> dict[str, Any]:
     """Load and check a checkpoint.
 
@@ -84,6 +86,7 @@ def load_checkpoint(
         fingerprint: expected :func:`graph_fingerprint` of the graphs (default: not checked).
         architecture: expected ``{"router_config": ..., "intent_config": ..., "edge_init": ...}``
             (default: not checked).
+        run_id: the run the checkpoint must belong to (:mod:`rl.run_folder`) (default: not checked).
     """
     path = Path(path)
     if not path.is_file():
@@ -99,6 +102,8 @@ def load_checkpoint(
             f"{path}: trained on other graphs (fingerprint {str(state.get('fingerprint'))[:12]}..., "
             f"these graphs {fingerprint[:12]}...; graphs in the checkpoint: {state.get('edge_names')})"
         )
+    if run_id and state.get("run_id") != run_id:
+        raise CheckpointError(f"{path}: written by run {state.get('run_id')!r}, not by this run {run_id!r}")
     for key, want in (architecture or {}).items():
         if state.get(key) != want:
             raise CheckpointError(

@@ -36,6 +36,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget
 from graphmem.policies.gnn import batched_walk
 from models.gnn_reader import GNNReader, ReaderConfig, start_mask
+from rl.seeding import deterministic
 from rl.splits import conversation_folds
 
 
@@ -179,6 +180,7 @@ def evidence_recall(
 
 
 # ---------------------------------------------------------------------- training
+@deterministic
 def train_reader(
     train: Sequence[ReaderExample],
     cfg: GNNTrainConfig,
@@ -189,7 +191,8 @@ def train_reader(
 ) -> tuple[GNNReader, list[dict]]:
     """Train (or fine-tune ``reader``) and return the best-on-validation reader and per-epoch history.
 
-    Without ``val`` the last epoch is kept. Deterministic on CPU for a fixed ``cfg.seed``.
+    Without ``val`` the last epoch is kept. Deterministic on CPU for a fixed ``cfg.seed`` and thread count
+    (:mod:`rl.seeding`).
     """
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -254,9 +257,13 @@ def train_reader(
 
 
 def save_checkpoint(
-    reader: GNNReader, path: str | Path, cfg: GNNTrainConfig | None = None, metrics: dict | None = None
+    reader: GNNReader,
+    path: str | Path,
+    cfg: GNNTrainConfig | None = None,
+    metrics: dict | None = None,
+    run_id: str | None = None,
 ) -> Path:
-    """Write ``reader.checkpoint()`` (plus training settings) atomically; loads with ``weights_only=True``."""
+    """Write ``reader.checkpoint()`` (plus training settings and the run id) atomically; loads with ``weights_only``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ckpt = reader.checkpoint()
@@ -264,10 +271,24 @@ def save_checkpoint(
         ckpt["train_config"] = asdict(cfg)
     if metrics is not None:
         ckpt["metrics_json"] = json.dumps(metrics)
+    if run_id is not None:
+        ckpt["run_id"] = run_id
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(ckpt, tmp)
     tmp.replace(path)
     return path
+
+
+def load_reader(path: str | Path) -> GNNReader:
+    """:meth:`GNNReader.from_checkpoint` of a file, any failure a :class:`rl.checkpoint.CheckpointError` naming it."""
+    from rl.checkpoint import CheckpointError
+
+    if not Path(path).is_file():
+        raise CheckpointError(f"{path}: reader checkpoint not found (train one with scripts/train_gnn.py)")
+    try:
+        return GNNReader.from_checkpoint(str(path))
+    except Exception as err:  # noqa: BLE001 - unpickling, a missing key or a shape mismatch: not a reader file
+        raise CheckpointError(f"{path}: not a readable reader checkpoint ({type(err).__name__}: {err})") from None
 
 
 def graph_split(

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ from rl.distributed import World, current_world
 from rl.logging import Logger
 from rl.mdp import MDPConfig
 from rl.rollout import episode_keys, make_episodes, rollout
+from rl.seeding import deterministic, seed_everything
 
 
 @dataclass
@@ -110,6 +110,8 @@ class TrainConfig:
     """epochs between periodic checkpoints"""
     resume: bool = False
     """continue from checkpoint_dir/last.pt when it exists"""
+    run_id: str = ""
+    """the run's id (rl.run_folder), written into last.pt / best.pt; checkpoints of another run are refused"""
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "starts_per_question", "max_hops", "hidden", "eval_every", "checkpoint_every")
@@ -269,6 +271,7 @@ def _to_device(obj: Any, device: str | torch.device) -> Any:
     return obj
 
 
+@deterministic
 def train(
     cfg: TrainConfig,
     graphs: Mapping[str, MemoryGraph],
@@ -285,11 +288,12 @@ def train(
     """Train on ``questions`` over ``graphs`` (edge features are kept for every graph in ``graphs``).
 
     ``world`` (default: the initialised process group, else one process) shards each batch's
-    episodes across ranks; every rank must call ``train`` with the same arguments.
+    episodes across ranks; every rank must call ``train`` with the same arguments. Runs under
+    :func:`rl.seeding.deterministic_algorithms`: same seed and thread count, same numbers.
     """
     # ------------------------------------------------------------------ setup
     world = world or current_world()
-    random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
+    seed_everything(cfg.seed)
     device = world.device(resolve_device(cfg.device))
     selector = make_entry_selector(entry_selector)
     router, intent, edges = build_modules(cfg, graphs, embeddings.shape[1])
@@ -324,6 +328,7 @@ def train(
             "edges": edges.state_dict(),
             "edge_names": edges.names,
             "fingerprint": fingerprint,
+            "run_id": cfg.run_id,
             "config": asdict(cfg),
             "epoch": epoch,
             "baseline": baseline,
@@ -338,7 +343,7 @@ def train(
 
     # ------------------------------------------------------------------ resume
     if cfg.resume and ckpt_dir is not None and world.broadcast_object((ckpt_dir / "last.pt").is_file(), device):
-        st = load_checkpoint(ckpt_dir / "last.pt", fingerprint, arch, map_location="cpu") if world.is_main else None
+        st = load_checkpoint(ckpt_dir / "last.pt", fingerprint, arch, "cpu", cfg.run_id) if world.is_main else None
         st = world.broadcast_object(
             st, device
         )  # rank 0's file: no shared filesystem needed; load_state_dict moves to device
@@ -445,7 +450,7 @@ def train(
         world.barrier()  # the other ranks wait for rank 0's validation and checkpoints
     # ------------------------------------------------------------------ model selection
     if world.is_main and result.best_state is None and ckpt_dir is not None and (ckpt_dir / "best.pt").is_file():
-        result.best_state = load_checkpoint(ckpt_dir / "best.pt", fingerprint, arch, map_location=device)
+        result.best_state = load_checkpoint(ckpt_dir / "best.pt", fingerprint, arch, device, cfg.run_id)
     if world.distributed:  # every rank returns rank 0's selection
         result.best_epoch, result.best_score, best = world.broadcast_object(
             (result.best_epoch, result.best_score, _to_device(result.best_state, "cpu")), device

@@ -21,8 +21,16 @@ class Split:
     test: tuple[str, ...]
 
 
+def check_fraction(name: str, value: float) -> float:
+    """``value`` when it is a number in ``[0, 1)``; else a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{name} must be a fraction in [0, 1), got {value!r}")
+    return value
+
+
 def conversation_folds(names: Sequence[str], k: int = 5, seed: int = 0, val_fraction: float = 0.2) -> list[Split]:
     """``k`` splits of ``names`` (see module docstring); needs at least ``k`` names and 3 per fold."""
+    check_fraction("val_fraction", val_fraction)
     names = sorted(set(names))
     n = len(names)
     n_val = max(1, round(val_fraction * n))
@@ -63,7 +71,8 @@ def within_conversation_split(
     """
     if len(qids) != len(graphs):
         raise ValueError(f"{len(qids)} question ids for {len(graphs)} graph names")
-    if not (0 <= test_fraction and 0 <= val_fraction and test_fraction + val_fraction < 1):
+    check_fraction("test_fraction", test_fraction), check_fraction("val_fraction", val_fraction)
+    if not test_fraction + val_fraction < 1:
         raise ValueError(f"fractions test={test_fraction}, val={val_fraction} must be >= 0 and sum below 1")
     by_graph: dict[str, list[str]] = {}
     for q, g in zip(qids, graphs):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from graphmem.cli import check_device
 from rl.throughput import training_throughput
 
 
@@ -33,6 +34,11 @@ def main() -> None:
     ap.add_argument("--out", default="outputs/benchmark/train_episodes.json")
     args = ap.parse_args()
     devices = [d.strip() for d in args.device.split(",") if d.strip()]
+    try:
+        for d in devices:
+            check_device(d, "--device")
+    except ValueError as err:
+        ap.error(str(err))  # one line, exit status 2
     runs = [training_throughput(args.nodes, args.dim, args.batch, args.single, device=d) for d in devices]
     for run in runs[1:]:
         run[f"batched_over_{runs[0]['device']}"] = run["batched_episodes_per_s"] / runs[0]["batched_episodes_per_s"]

@@ -43,6 +43,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from graphmem.cli import guard_argv, run_or_exit
 from graphmem.device import resolve_device
 from graphmem.eval.scaling import bench_policy, make_queries, scaling_sweep
 from graphmem.graphset import GraphSet
@@ -513,8 +514,9 @@ def plot(report: dict, path: Path) -> None:
 
 @hydra.main(config_path="../configs", config_name="benchmark", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    run(cfg)
+    run_or_exit(run, cfg)
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()

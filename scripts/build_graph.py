@@ -16,8 +16,9 @@ import torch
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
+from graphmem.cli import guard_argv, run_or_exit
 from graphmem.graph import MemoryGraph
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, build_graphset, config_hash, graphset_dir
+from graphmem.graphset import check_configs, graphset_dir, reuse_or_build
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
@@ -92,17 +93,22 @@ def plot_neighbourhood(graph: MemoryGraph, center: str | None, max_nodes: int, p
 
 @hydra.main(config_path=CONFIG_DIR, config_name="build_graph", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    data_cfg = DataConfig.from_mapping(OmegaConf.to_container(cfg.data, resolve=True))
-    graph_cfg = GraphConfig.from_mapping(OmegaConf.to_container(cfg.graph, resolve=True))
+    run_or_exit(build, cfg)
+
+
+def build(cfg: DictConfig) -> None:
+    data_cfg, graph_cfg = check_configs(
+        OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True)
+    )
     out_dir = graphset_dir(to_absolute_path(cfg.graphset_dir), data_cfg, graph_cfg)
     start = time.perf_counter()
-    manifest = GraphSet.read_manifest(out_dir)
-    if manifest is not None and not cfg.force and manifest.get("config_hash") == _wanted_hash(data_cfg, graph_cfg):
-        graphset = GraphSet.load(out_dir)
-        print(f"reused the saved graph set in {out_dir} (config hash matches; force=true rebuilds)")
-    else:
-        graphset = build_graphset(data_cfg, graph_cfg, progress=cfg.progress)
-        graphset.save(out_dir)
+    graphset, status = reuse_or_build(data_cfg, graph_cfg, out_dir, progress=cfg.progress, force=cfg.force)
+    if status == "reused":
+        print(
+            f"reused the saved graph set in {out_dir} (config hash matches, every file verified; force=true rebuilds)"
+        )
+    elif status != "built":
+        print(f"{out_dir}: {status}")
     total_s = time.perf_counter() - start
 
     print("\n".join(graphset.report.lines()))
@@ -126,12 +132,6 @@ def main(cfg: DictConfig) -> None:
         print(f"plot: {png}")
 
 
-def _wanted_hash(data_cfg: DataConfig, graph_cfg: GraphConfig) -> str:
-    from graphmem.datasets.paths import data_file
-    from graphmem.graphset import file_sha256
-
-    return config_hash(data_cfg, graph_cfg, file_sha256(data_file(data_cfg.file, data_cfg.root)))
-
-
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()

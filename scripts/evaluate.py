@@ -28,7 +28,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import ConfigError, load_graphset, policy_config, restrict_graphs, run_or_exit
+from graphmem.cli import ConfigError, guard_argv, load_graphset, policy_config, restrict_graphs, run_or_exit
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
 from graphmem.eval.report import (
     full_report,
@@ -149,8 +149,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "graphs": len(gs.graphs),
         "questions": len(gs.questions),
         "config_hash": gs.config_hash,
-        "data": asdict(plan.data),
-        "graph": asdict(plan.graph),
+        "graphset": gs.provenance,  # the set's own data file, settings and build time, not the CLI's data.*
+        "data": gs.provenance.get("data"),
+        "graph": gs.provenance.get("graph"),
         "load_report": gs.report.lines(),
         "seed": int(cfg.seed),
         "reference": plan.reference,
@@ -287,16 +288,20 @@ def _qa_report(qa_results: dict[str, Any]) -> str:
         "",
         "## Answer quality (QA)",
         "",
-        "| policy | group | n | F1 | EM | judge | abstain | tokens | cost $ | latency s/q |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "F1, EM, judge, abstain and latency are means over answered questions; `failed` counts the questions whose "
+        "answer call failed (not scored).",
+        "",
+        "| policy | group | n | answered | failed | F1 | EM | judge | abstain | tokens | cost $ | latency s/q |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     for policy, r in qa_results.items():
         for group, s in r.summary.items():
             if s.get("n"):
                 lines.append(
-                    f"| {policy} | {group} | {s['n']} | {fmt(s['f1'])} | {fmt(s['em'])} | {fmt(s['judge'])} | "
-                    f"{fmt(s['abstention_rate'])} | {s['tokens']} | {s['cost_usd']:.4f} | {s['latency_s']:.2f} |"
+                    f"| {policy} | {group} | {s['n']} | {s['answered']} | {s['answer_failures']} | {fmt(s['f1'])} | "
+                    f"{fmt(s['em'])} | {fmt(s['judge'])} | {fmt(s['abstention_rate'])} | {s['tokens']} | "
+                    f"{s['cost_usd']:.4f} | {fmt(s['latency_s'])} |"
                 )
     models = {
         (r.info.get("answer_model"), r.info.get("judge_model"), r.info.get("self_judged")) for r in qa_results.values()
@@ -313,6 +318,7 @@ def _track_qa(tracker, qa_results: dict[str, Any], out: Path) -> None:
         "question",
         "gold_answer",
         "answer",
+        "answer_failed",
         "intent",
         "rule",
         "f1",
@@ -342,6 +348,7 @@ def _track_qa(tracker, qa_results: dict[str, Any], out: Path) -> None:
                     x["question"],
                     x["gold_answer"],
                     x["answer"]["text"],
+                    x["answer_failed"],
                     x["answer"]["intent"],
                     x["score"]["rule"],
                     x["f1"],
@@ -364,4 +371,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()

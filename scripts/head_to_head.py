@@ -46,7 +46,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import METRICS, load_graphset, run_or_exit
+from graphmem.cli import METRICS, guard_argv, load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy
 from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from graphmem.graphset import GraphSet
@@ -314,4 +314,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()

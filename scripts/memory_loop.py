@@ -33,7 +33,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import load_graphset, run_or_exit
+from graphmem.cli import guard_argv, load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
@@ -215,4 +215,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()

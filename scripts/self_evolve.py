@@ -30,10 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_gnn import set_threads, split_examples  # noqa: E402  (sibling scripts)
 from train_writer import plot_curve, run_writer  # noqa: E402
 
-from graphmem.cli import load_graphset, restrict_graphs  # noqa: E402
+from graphmem.cli import guard_argv, load_graphset, restrict_graphs, run_or_exit  # noqa: E402
 from graphmem.policies.base import Budget  # noqa: E402
-from models.gnn_reader import GNNReader  # noqa: E402
-from rl.gnn_train import GNNTrainConfig, evidence_recall, save_checkpoint, train_reader  # noqa: E402
+from rl.gnn_train import GNNTrainConfig, evidence_recall, load_reader, save_checkpoint, train_reader  # noqa: E402
 from rl.grpo_writer import WriterConfig, load_writer, rewrite_graph  # noqa: E402
 
 
@@ -45,6 +44,10 @@ def entity_edge_count(graphs) -> int:
 
 @hydra.main(config_path="../configs", config_name="writer", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    run_or_exit(run, cfg)
+
+
+def run(cfg: DictConfig) -> None:
     if "rounds" not in cfg:
         raise ValueError("run with +experiment=self_evolve (it sets rounds, train and budget)")
     out_dir = Path(cfg.out_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
@@ -53,7 +56,7 @@ def main(cfg: DictConfig) -> None:
     wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
     tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
-    reader = GNNReader.from_checkpoint(wcfg.reader_checkpoint)
+    reader = load_reader(wcfg.reader_checkpoint)
     gs = restrict_graphs(load_graphset(cfg), sorted(str(n) for n in cfg.get("graphs") or []))
     rounds = []
     for t in range(int(cfg.rounds)):
@@ -111,4 +114,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()

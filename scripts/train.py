@@ -35,12 +35,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import METRICS, load_graphset, policy_config, restrict_graphs, run_or_exit
+from graphmem.cli import METRICS, guard_argv, load_graphset, policy_config, restrict_graphs, run_or_exit
 from graphmem.device import resolve_device
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
-from graphmem.graphset import GraphSet, open_train_graphset, union
+from graphmem.graphset import GraphSet, check_configs, open_train_graphset, union
 from graphmem.io import atomic_write
 from graphmem.policies import POLICIES, Budget, make_policy
 from graphmem.policies.router import RouterPolicy
@@ -48,7 +48,11 @@ from graphmem.tracking import make_tracker
 from rl.distributed import init_from_env, shutdown
 from rl.logging import MultiLogger, PrintLogger
 from rl.reinforce import TrainConfig, train
-from rl.splits import conversation_folds
+from rl.run_folder import open_run_folder_on_main
+from rl.splits import check_fraction, conversation_folds
+
+ARTIFACTS = ("results.json", "results.md", "questions_*.jsonl", "fold*/*/last.pt", "fold*/*/best.pt", "tracking")
+"""What a run writes in its folder (rl.run_folder moves an earlier run's aside)."""
 
 
 def load_train_graphset(cfg: DictConfig) -> GraphSet | None:
@@ -64,6 +68,11 @@ def load_train_graphset(cfg: DictConfig) -> GraphSet | None:
 def summarize(per_fold: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
     """policy -> metric -> {mean, std (ddof = 1; None for one fold), folds} over the folds."""
     return fold_summary(per_fold, METRICS)
+
+
+def stats_config(cfg: DictConfig) -> dict[str, Any]:
+    """The ``stats`` group (``reference`` policy of the paired comparisons, ``n_boot``); empty when absent."""
+    return OmegaConf.to_container(cfg.stats, resolve=True) if cfg.get("stats") else {}
 
 
 def question_counts(rows: dict[str, list[dict]]) -> dict[str, int]:
@@ -82,13 +91,12 @@ def output_dir(cfg: DictConfig) -> Path:
 def run(cfg: DictConfig) -> dict[str, Any] | None:
     world = init_from_env(str(cfg.trainer.device))
     out = output_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
     for name, overrides in variants.items():  # reject impossible settings before any work
         TrainConfig(**{**base, **overrides})
-    stats = OmegaConf.to_container(cfg.stats, resolve=True) if cfg.get("stats") else {}
+    stats = stats_config(cfg)
     reference = stats.get("reference")
     baseline_names = list(cfg.baselines)
     if reference and reference not in baseline_names and reference not in variants:
@@ -109,6 +117,16 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         raise ValueError(
             f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}"
         )
+    check_fraction("cv.val_fraction", cfg.cv.val_fraction)
+    check_configs(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True))
+    device = world.device(resolve_device(base.get("device", "auto")))
+    config = OmegaConf.to_container(cfg, resolve=True)
+    with open_run_folder_on_main(world, out, config, base["resume"], device, artifacts=ARTIFACTS) as folder:
+        return train_and_test(cfg, world, out, folder, budget, base, variants, baselines)
+
+
+def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants, baselines) -> dict[str, Any] | None:
+    """Train every variant of every fold and test it next to the baselines; rank 0 returns the results."""
     if not world.is_main:
         world.barrier()  # rank 0 loads (or builds and caches) the graph set first
     gs = load_graphset(cfg)
@@ -116,6 +134,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     if world.is_main:
         world.barrier()
         print("\n".join(gs.report.lines()))
+        folder.check_graphset(gs.config_hash)
         if extra is not None:
             print(
                 f"training-only: {len(extra.graphs)} graphs, {len(extra.questions)} questions ({cfg.data.train_files})"
@@ -141,7 +160,9 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         test_q = test_set.questions
         fold_metrics: dict[str, dict[str, float]] = {}
         for name, overrides in variants.items():
-            tc = TrainConfig(**{**base, **overrides, "checkpoint_dir": str(out / f"fold{k}" / name)})
+            tc = TrainConfig(
+                **{**base, **overrides, "checkpoint_dir": str(out / f"fold{k}" / name), "run_id": folder.run_id}
+            )
             prefix = f"fold{k}/{name}/"
             logger = MultiLogger(
                 PrintLogger(every=max(1, tc.epochs // 10)), _Prefixed(tracker, prefix, offset=1000 * k)
@@ -189,6 +210,8 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         tracker.finish()
         return None
     summary = summarize(per_fold)
+    stats = stats_config(cfg)
+    reference = stats.get("reference")
     paired = (
         compare_policies(test_rows, reference, n_boot=int(stats.get("n_boot", 10_000)), seed=int(cfg.cv.seed))
         if reference
@@ -198,7 +221,9 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     table += "\n\n" + comparisons_markdown(paired) if paired else ""
     print(f"\n{gs.dataset}: test graphs, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
     payload = {
+        "run_id": folder.run_id,
         "dataset": gs.dataset,
+        "graphset": gs.provenance,
         "budget": dataclasses.asdict(budget),
         "folds": folds,
         "summary": summary,
@@ -247,4 +272,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()

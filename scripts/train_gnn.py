@@ -23,19 +23,24 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import load_graphset
-from graphmem.graphset import GraphSet
+from graphmem.cli import guard_argv, load_graphset, run_or_exit
+from graphmem.graphset import GraphSet, check_configs
+from graphmem.io import atomic_write
+from graphmem.lockfile import FileLock, LockBusyError, describe
 from graphmem.policies.base import Budget
-from models.gnn_reader import GNNReader
+from rl.checkpoint import CheckpointError
 from rl.gnn_train import (
     GNNTrainConfig,
     cosine_walk_recall,
     evidence_recall,
     examples_from_graphset,
     graph_split,
+    load_reader,
     save_checkpoint,
     train_reader,
 )
+from rl.run_folder import RunFolderError, open_run_folder
+from rl.splits import check_fraction
 
 
 def set_threads(cfg: DictConfig) -> int:
@@ -60,19 +65,38 @@ def split_examples(gs: GraphSet, split_cfg, budget: Budget) -> tuple[dict, dict]
     return parts, examples
 
 
-def write_split(parts: dict[str, list[str]], checkpoint: str | Path) -> Path:
+def write_split(parts: dict[str, list[str]], checkpoint: str | Path, run_id: str | None = None) -> Path:
     path = Path(str(checkpoint) + ".split.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(parts, indent=1))
-    return path
+    text = json.dumps({**parts, **({"run_id": run_id} if run_id else {})}, indent=1)
+    return atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 @hydra.main(config_path="../configs", config_name="gnn", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    run_or_exit(run, cfg, errors=(CheckpointError,))
+
+
+def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
-    threads = set_threads(cfg)
     train_cfg = GNNTrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    check_fraction("split.val_fraction", cfg.split.val_fraction)
+    check_configs(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True))
+    checkpoint = Path(hydra.utils.to_absolute_path(cfg.checkpoint))
+    with open_run_folder(out_dir, OmegaConf.to_container(cfg, resolve=True), resume=False) as folder:
+        try:  # the checkpoint path is shared by default (runs/gnn/reader.pt): one writer at a time
+            ckpt_lock = FileLock(checkpoint.with_name(checkpoint.name + ".lock"), {"run_id": folder.run_id}).acquire()
+        except LockBusyError as err:
+            raise RunFolderError(f"checkpoint {checkpoint} is being written by {describe(err.holder)}") from None
+        try:
+            return train_and_save(cfg, out_dir, folder.run_id, train_cfg, budget)
+        finally:
+            ckpt_lock.release()
+
+
+def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTrainConfig, budget: Budget) -> dict:
+    """Train on the split's training graphs, select on validation; write checkpoint, split and results."""
+    threads = set_threads(cfg)
     gs = load_graphset(cfg)
     parts, ex = split_examples(gs, cfg.split, budget)
     print(
@@ -83,7 +107,7 @@ def main(cfg: DictConfig) -> None:
         threads,
         "threads",
     )
-    init = GNNReader.from_checkpoint(cfg.init_checkpoint) if cfg.init_checkpoint else None
+    init = load_reader(hydra.utils.to_absolute_path(cfg.init_checkpoint)) if cfg.init_checkpoint else None
     t0 = time.perf_counter()
     reader, history = train_reader(
         ex["train"], train_cfg, budget, val=ex["val"] or None, reader=init, progress=cfg.progress
@@ -93,11 +117,13 @@ def main(cfg: DictConfig) -> None:
         if examples:
             metrics[f"{name}_recall_gnn"] = evidence_recall(reader, examples, budget, chunk=train_cfg.eval_chunk)
             metrics[f"{name}_recall_cosine_walk"] = cosine_walk_recall(examples, budget)
-    save_checkpoint(reader, cfg.checkpoint, train_cfg, metrics)
-    split_file = write_split(parts, cfg.checkpoint)
+    save_checkpoint(reader, cfg.checkpoint, train_cfg, metrics, run_id=run_id)
+    split_file = write_split(parts, cfg.checkpoint, run_id)
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {
+        "run_id": run_id,
         "dataset": gs.dataset,
+        "graphset": gs.provenance,
         "budget": asdict(budget),
         "split": parts,
         "split_file": str(split_file),
@@ -106,9 +132,11 @@ def main(cfg: DictConfig) -> None:
         "history": history,
         "checkpoint": str(cfg.checkpoint),
     }
-    (out_dir / "results.json").write_text(json.dumps(payload, indent=2))
+    atomic_write(out_dir / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=2)))
     print(json.dumps(metrics, indent=2))
+    return payload
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()

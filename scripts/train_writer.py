@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_gnn import set_threads, split_parts  # noqa: E402  (sibling script: shared split)
 
 from graphmem.build.entities import make_entity_extractor  # noqa: E402
-from graphmem.cli import load_graphset  # noqa: E402
-from models.gnn_reader import GNNReader  # noqa: E402
+from graphmem.cli import guard_argv, load_graphset, run_or_exit  # noqa: E402
+from rl.gnn_train import load_reader  # noqa: E402
 from rl.grpo_writer import WriterConfig, load_writer, tasks_from_graphset, train_writer  # noqa: E402
 from rl.writer_sft import SFTConfig, warm_start, well_formed_fraction  # noqa: E402
 
@@ -131,13 +131,17 @@ def plot_curve(curve: list[dict], path: Path, title: str) -> Path:
 
 @hydra.main(config_path="../configs", config_name="writer", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    run_or_exit(run, cfg)
+
+
+def run(cfg: DictConfig) -> None:
     out_dir = Path(cfg.out_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
     set_threads(cfg)
     wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
     if not wcfg.reader_checkpoint:
         raise ValueError("writer.reader_checkpoint is required: train a reader with scripts/train_gnn.py first")
     sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
-    reader = GNNReader.from_checkpoint(wcfg.reader_checkpoint)
+    reader = load_reader(wcfg.reader_checkpoint)
     gs = load_graphset(cfg)
     model, tokenizer, warm = run_warm_start(gs, cfg, wcfg, sft)
     result = {"curve": []}
@@ -159,4 +163,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    guard_argv()  # before Hydra writes the overrides to .hydra/
     main()

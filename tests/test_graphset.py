@@ -52,7 +52,8 @@ def test_round_trip(saved):
     for name in ("embeddings", "edge_index", "edge_type", "S", "F", "edge_attr", "edge_attr_init"):
         assert torch.equal(getattr(g, name), getattr(h, name)), name
     assert torch.equal(g.timestamps.isnan(), h.timestamps.isnan())
-    assert (path / "graphs" / "conv-26.safetensors").is_file()
+    stored = GraphSet.read_manifest(path)["graphs"]["conv-26"]["file"]
+    assert stored.endswith("/graphs/conv-26.safetensors") and (path / stored).is_file()
 
 
 def test_queries_have_no_gold(saved):

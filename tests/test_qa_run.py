@@ -74,7 +74,8 @@ def test_abstentions_and_judge_failures_are_counted():
     assert s["overall"]["judge"] is None and s["overall"]["judge_failures"] == 8
 
 
-def test_failed_answer_calls_score_zero_and_are_not_judged(monkeypatch):
+def test_failed_answer_calls_are_reported_as_failed_and_left_out_of_the_means(monkeypatch):
+    """Issue 17, item 5: a failed call is counted as failed, not averaged in as F1 = EM = 0."""
     gs = graphset(["Paris"] * 10, [4] * 10)
     real = litellm.completion
 
@@ -86,8 +87,17 @@ def test_failed_answer_calls_score_zero_and_are_not_judged(monkeypatch):
     monkeypatch.setattr(litellm, "completion", flaky)
     result = run(gs, "Paris")
     bad = result.rows[3]
-    assert bad["answer"]["text"] is None and bad["f1"] == 0.0 and bad["judge"] == 0.0 and bad["judge_detail"] is None
-    assert result.summary["overall"]["answer_failures"] == 1 and result.summary["overall"]["f1"] == pytest.approx(0.9)
+    assert bad["answer"]["text"] is None and bad["answer_failed"] is True and bad["judge_detail"] is None
+    assert bad["f1"] is None and bad["em"] is None and bad["judge"] is None
+    overall = result.summary["overall"]
+    assert overall["n"] == 10 and overall["answered"] == 9 and overall["answer_failures"] == 1
+    assert overall["f1"] == 1.0 and overall["em"] == 1.0 and overall["judge"] == pytest.approx(0.8)
+    lines = summary_lines(result)
+    assert any("over answered questions" in line for line in lines)
+    assert any("overall" in line and "answered=9" in line and "failed=1" in line for line in lines)
+    table = load_script("evaluate")._qa_report({"p": result})
+    assert "means over answered questions" in table and "| answered | failed |" in table
+    assert "| p | overall | 10 | 9 | 1 | 1.000 | 1.000 | 0.800 |" in table
 
 
 def test_settings_refuse_self_judging_unless_forced():

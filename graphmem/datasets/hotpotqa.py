@@ -12,6 +12,8 @@ Decisions on malformed input:
   :attr:`LoadReport.discarded` (node ids must be unique).
 * A supporting fact naming a missing title or sentence goes to ``dangling_evidence`` and the
   report; a supporting fact that is not a ``[title, int]`` pair is reported as malformed.
+* A record without ``supporting_facts`` is kept with no gold evidence and counted in
+  :attr:`LoadReport.missing_gold`; a file that is not UTF-8 is refused naming the byte and line.
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ def _record(raw: dict, qid: str, where: str, report: LoadReport) -> HotpotRecord
         titles.add(par[0])
         paragraphs.append(Paragraph(title=par[0], sentences=tuple(par[1])))
     facts = []
+    if "supporting_facts" not in raw:
+        report.missing_gold.append(f"{qid}: no field 'supporting_facts'")
     for j, fact in enumerate(raw.get("supporting_facts") or []):
         if (
             isinstance(fact, (list, tuple))

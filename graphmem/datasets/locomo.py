@@ -14,6 +14,8 @@ Decisions on malformed input:
   zeros is rewritten to the canonical ``D<s>:<t>`` (reported as repaired); a piece that is no
   id at all (e.g. a bare ``D``) is dropped and reported as malformed; an id naming no turn is
   kept out of ``evidence``, stored on ``Question.dangling_evidence`` and reported.
+* A QA item without an ``evidence`` field is kept with no gold evidence and counted in
+  :attr:`LoadReport.missing_gold`; a file that is not UTF-8 is refused naming the byte and line.
 * An unparsable session date gives ``date_time=None`` and is reported in ``unparsed_dates``.
 """
 
@@ -25,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from graphmem.datasets.paths import read_text
 from graphmem.datasets.types import LOCOMO_CATEGORIES, Conversation, LoadReport, Question, Session, Turn
 
 # The category numbers are not in paper order; the mapping is explicit and checked here.
@@ -57,7 +60,7 @@ def load_locomo(path: str | Path) -> tuple[list[Conversation], list[Question], L
     """Read a LoCoMo JSON file; returns conversations, questions and the :class:`LoadReport`."""
     path = Path(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(read_text(path))
     except json.JSONDecodeError as err:
         raise LocomoFormatError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(raw, list):
@@ -158,6 +161,8 @@ def _question(qa: Any, sample_id: str, i: int, turn_ids: set[str], report: LoadR
     if answer is not None and not isinstance(answer, str):
         report.discarded.append(f"{name}: field 'answer' has type {type(answer).__name__}")
         return None
+    if "evidence" not in qa:
+        report.missing_gold.append(f"{name}: no field 'evidence'")
     raw_evidence = qa.get("evidence", [])
     if not isinstance(raw_evidence, list):
         report.discarded.append(f"{name}: field 'evidence' must be a list, got {type(raw_evidence).__name__}")

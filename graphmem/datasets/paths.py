@@ -10,11 +10,29 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from graphmem.errors import InputError
+
 ENV_VAR = "GRAPHMEM_DATA_ROOT"
 
 
-class DataNotFoundError(FileNotFoundError):
+class DataNotFoundError(FileNotFoundError, InputError):
     """A benchmark file or the data root is missing; the message says where it was expected."""
+
+
+class DataEncodingError(ValueError, InputError):
+    """A data file that is not UTF-8 text; the message names the file, the byte and the line."""
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The UTF-8 text of a data file; :class:`DataEncodingError` naming the file and position otherwise."""
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise DataEncodingError(
+            f"{path}: not UTF-8 text at byte {err.start} (line {line}): {err.reason}; re-save the file as UTF-8"
+        ) from None
 
 
 def repo_root() -> Path:

@@ -6,11 +6,14 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+from graphmem.datasets.paths import read_text
+
 
 def json_records(path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
     """``(where, record)`` for each record of ``path``: ``where`` is ``"record <i>"`` (0-based list
-    index) or ``"line <n>"`` (1-based; blank lines skipped). Invalid JSON raises ``error`` naming the file."""
-    text = path.read_text(encoding="utf-8")
+    index) or ``"line <n>"`` (1-based; blank lines skipped). Invalid JSON raises ``error`` naming the
+    file; bytes that are not UTF-8 raise :class:`graphmem.datasets.paths.DataEncodingError`."""
+    text = read_text(path)
     if text.lstrip().startswith("["):
         try:
             items = json.loads(text)

@@ -152,6 +152,8 @@ class LoadReport:
     malformed_evidence: list[str] = field(default_factory=list)
     unparsed_dates: list[str] = field(default_factory=list)
     merged_titles: list[str] = field(default_factory=list)
+    missing_gold: list[str] = field(default_factory=list)
+    """questions kept without gold evidence because the record has no gold field (``evidence``, ``supporting_facts``)"""
 
     def lines(self) -> list[str]:
         out = [f"{self.source}: {self.records} records, {self.questions} questions"]
@@ -160,6 +162,7 @@ class LoadReport:
             ("dangling evidence ids (name no turn)", self.dangling_evidence, ", ", 5),
             ("malformed evidence strings dropped", self.malformed_evidence, ", ", 5),
             ("unparsable session dates (timestamp unknown)", self.unparsed_dates, ", ", 3),
+            ("questions without a gold field (kept, no gold)", self.missing_gold, ", ", 5),
             ("discarded records", self.discarded, "; ", 3),
             ("titles with several texts, joined into one passage", self.merged_titles, "; ", 3),
         )

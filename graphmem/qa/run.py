@@ -12,11 +12,14 @@ Two phases, in this order, so that gold fields cannot reach a prompt:
    whether the model abstained.
 
 Per question: answer, rule, F1, EM, judge score, intent, and answer + judge tokens, cost and
-latency, written as JSONL. Summary groups (:func:`summarize_qa`): ``overall`` (every question
-whose rule is not ``abstention``), one group per category, ``unanswerable`` (abstention-rule
-questions, reported apart) and ``all``. Each group: ``n``, mean ``f1``, ``em``, ``judge`` (mean
-over judged questions) with ``judged`` and ``judge_failures``, ``abstention_rate``,
-``answer_failures``, summed ``tokens`` and ``cost_usd``, mean and p95 ``latency_s`` per question.
+latency, written as JSONL. A question whose answer call failed (after the client's retries) is
+marked ``answer_failed``: it has no F1, EM or judge score and is left out of every mean, so a
+failure never reads as a wrong answer. Summary groups (:func:`summarize_qa`): ``overall`` (every
+question whose rule is not ``abstention``), one group per category, ``unanswerable``
+(abstention-rule questions, reported apart) and ``all``. Each group: ``n`` questions, of which
+``answered`` and ``answer_failures``; means **over answered questions** of ``f1``, ``em``,
+``abstention_rate`` and ``latency_s`` (and its p95), ``judge`` (mean over judged answered
+questions) with ``judged`` and ``judge_failures``; summed ``tokens`` and ``cost_usd``.
 """
 
 from __future__ import annotations
@@ -185,9 +188,7 @@ def run_qa(
     rows = []
     for q, a, s, ids in zip(questions, answers, scores, loaded):
         v = verdicts.get(q.qid)
-        judge_score = (
-            0.0 if (judge is not None and a.text is None and s.rule != "abstention") else (v.score if v else None)
-        )
+        failed = a.text is None  # the answer call failed: no score at all, not a score of 0
         rows.append(
             {
                 "qid": q.qid,
@@ -199,9 +200,10 @@ def run_qa(
                 "loaded": list(ids),
                 "answer": a.to_json(),
                 "score": s.to_json(),
-                "f1": s.f1,
-                "em": s.em,
-                "judge": judge_score,
+                "answer_failed": failed,
+                "f1": None if failed else s.f1,
+                "em": None if failed else s.em,
+                "judge": None if failed or v is None else v.score,
                 "judge_detail": v.to_json() if v else None,
                 "tokens": a.prompt_tokens + a.completion_tokens + (v.prompt_tokens + v.completion_tokens if v else 0),
                 "cost_usd": (a.cost_usd or 0.0) + ((v.cost_usd or 0.0) if v else 0.0),
@@ -213,25 +215,28 @@ def run_qa(
 
 
 def _aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One summary group; means are over the answered questions only (``None`` when none was answered)."""
     if not rows:
         return {"n": 0}
-    n = len(rows)
-    judged = [r["judge"] for r in rows if r["judge"] is not None]
+    answered = [r for r in rows if not r["answer_failed"]]
+    judged = [r["judge"] for r in answered if r["judge"] is not None]
     judge_failures = sum(1 for r in rows if r["judge_detail"] is not None and r["judge_detail"]["score"] is None)
-    latencies = [r["latency_s"] for r in rows]
+    latencies = [r["latency_s"] for r in answered]
+    mean = lambda values: sum(values) / len(values) if values else None  # noqa: E731
     return {
-        "n": n,
-        "f1": sum(r["f1"] for r in rows) / n,
-        "em": sum(r["em"] for r in rows) / n,
-        "judge": sum(judged) / len(judged) if judged else None,
+        "n": len(rows),
+        "answered": len(answered),
+        "answer_failures": len(rows) - len(answered),
+        "f1": mean([r["f1"] for r in answered]),
+        "em": mean([r["em"] for r in answered]),
+        "judge": mean(judged),
         "judged": len(judged),
         "judge_failures": judge_failures,
-        "abstention_rate": sum(r["answer"]["abstained"] for r in rows) / n,
-        "answer_failures": sum(r["answer"]["text"] is None for r in rows),
+        "abstention_rate": mean([r["answer"]["abstained"] for r in answered]),
         "tokens": sum(r["tokens"] for r in rows),
         "cost_usd": sum(r["cost_usd"] for r in rows),
-        "latency_s": sum(latencies) / n,
-        "latency_p95_s": percentile(latencies, 95),
+        "latency_s": mean(latencies),
+        "latency_p95_s": percentile(latencies, 95) if latencies else None,
     }
 
 
@@ -326,12 +331,14 @@ def summary_lines(result: QAResult) -> list[str]:
         f"{' [local substitute]' if result.info.get('answer_local_substitute') else ''}"
     ]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    lines.append("  means over answered questions; failed answer calls are counted, not scored")
     for group, s in result.summary.items():
         if s.get("n"):
             lines.append(
-                f"  {group:<14} n={s['n']:<4} F1={fmt(s['f1'])} EM={fmt(s['em'])} judge={fmt(s['judge'])} "
+                f"  {group:<14} n={s['n']:<4} answered={s['answered']:<4} failed={s['answer_failures']:<3} "
+                f"F1={fmt(s['f1'])} EM={fmt(s['em'])} judge={fmt(s['judge'])} "
                 f"(judged {s['judged']}, fail {s['judge_failures']}) abstain={fmt(s['abstention_rate'])} "
-                f"tokens={s['tokens']} cost=${s['cost_usd']:.4f} latency={s['latency_s']:.2f}s/q"
+                f"tokens={s['tokens']} cost=${s['cost_usd']:.4f} latency={fmt(s['latency_s'])}s/q"
             )
     fails = result.info.get("failures", {})
     lines.append(

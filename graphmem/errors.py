@@ -1,0 +1,12 @@
+"""The marker every error about a run's inputs carries, so the scripts can report it in one line.
+
+Config values, data files, graph sets, checkpoints and run folders that cannot be used raise an
+error of their own type (``GraphSetError``, ``CheckpointError``, ``RunFolderError``, ...) that also
+derives from :class:`InputError`. :func:`graphmem.cli.run_or_exit` prints such an error as one
+``error: ...`` line naming the file, record or field, and exits with status 2; any other
+exception is a bug and keeps its traceback.
+"""
+
+
+class InputError(Exception):
+    """A problem with what the run was given (config, data, graph, checkpoint, folder), not with the code."""

@@ -1,0 +1,133 @@
+"""A run owns its folder: one live run at a time, resume only with the same config, one run id (issue 17, item 3)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphmem.lockfile import FileLock
+from rl.run_folder import RunFolderError, differing_keys, open_run_folder
+from tests.small_sets import saved_locomo_set
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = {"trainer": {"seed": 0, "lr_router": 0.003, "epochs": 2, "resume": False}, "cv": {"k": 5}, "out_dir": "a"}
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from rl.run_folder import open_run_folder
+    folder = open_run_folder(sys.argv[1], {"trainer": {"seed": 0}}, resume=False)
+    print(folder.run_id, flush=True)
+    time.sleep(600)
+""")
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def test_a_live_run_holds_its_folder_and_a_dead_ones_lock_is_stale(tmp_path, capsys):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=_env()
+    )
+    run_id = holder.stdout.readline().strip()
+    try:
+        with pytest.raises(RunFolderError, match=rf"is in use by run {run_id} \(pid {holder.pid} on "):
+            open_run_folder(tmp_path, CONFIG, resume=False)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with open_run_folder(tmp_path, CONFIG, resume=False) as folder:  # the kernel dropped the dead run's lock
+        assert folder.run_id != run_id and not folder.resumed
+        probe = f"from graphmem.lockfile import FileLock; FileLock({str(tmp_path / '.run.lock')!r}).acquire()"
+        proc = subprocess.run([sys.executable, "-c", probe], env=_env(), capture_output=True, text=True)
+        assert proc.returncode != 0 and "LockBusyError" in proc.stderr  # a raw second lock is refused too
+    assert f"took over the stale lock of run {run_id}" in capsys.readouterr().out
+    assert not (tmp_path / ".run.lock").exists()  # a clean release removes the lock file
+
+
+def test_resume_refuses_another_config_naming_the_keys(tmp_path):
+    with open_run_folder(tmp_path, CONFIG, resume=False) as first:
+        (tmp_path / "results.json").write_text("{}")
+    changed = {**CONFIG, "trainer": {**CONFIG["trainer"], "seed": 1, "lr_router": 0.01}}
+    with pytest.raises(
+        RunFolderError, match=r"trainer.lr_router: stored 0.003, given 0.01; trainer.seed: stored 0, given 1"
+    ):
+        open_run_folder(tmp_path, changed, resume=True)
+    longer = {**CONFIG, "trainer": {**CONFIG["trainer"], "epochs": 50, "resume": True}, "out_dir": "b"}
+    with open_run_folder(tmp_path, longer, resume=True) as again:  # run length and paths may change
+        assert again.run_id == first.run_id and again.resumed
+    with open_run_folder(tmp_path, changed, resume=False) as fresh:  # a fresh run moves the old one's files aside
+        assert fresh.run_id != first.run_id
+        assert (tmp_path / f"replaced-{first.run_id}" / "results.json").is_file()
+        assert not (tmp_path / "results.json").exists()
+    assert differing_keys({"a": {"b": 1}, "logger": {"mode": "x"}}, {"a": {"b": 1}, "logger": {"mode": "y"}}) == []
+
+
+def test_reentrant_lock_counts_nested_holds(tmp_path):
+    lock = FileLock(tmp_path / "x.lock").acquire()
+    inner = FileLock(tmp_path / "x.lock").acquire()
+    inner.release()
+    assert (tmp_path / "x.lock").exists()
+    lock.release()
+    assert not (tmp_path / "x.lock").exists()
+
+
+@pytest.fixture(scope="module")
+def small_set(tmp_path_factory):
+    return saved_locomo_set(tmp_path_factory.mktemp("runset"), limit=4)
+
+
+def _train(small_set, out, *overrides, wait=True):
+    cmd = [
+        sys.executable,
+        "scripts/train.py",
+        f"graphset={small_set}",
+        "logger=none",
+        "progress=false",
+        "cv.k=3",
+        "cv.folds=[0]",
+        "trainer.epochs=2",
+        "trainer.device=cpu",
+        "baselines=[]",
+        f"out_dir={out}",
+        f"hydra.run.dir={out}/hydra",
+        *overrides,
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if not wait:
+        return proc
+    stdout, stderr = proc.communicate(timeout=600)
+    return proc.returncode, stdout, stderr
+
+
+def test_second_training_into_a_live_runs_folder_is_refused_and_files_carry_one_run_id(small_set, tmp_path):
+    out = tmp_path / "run"
+    first = _train(small_set, out, "trainer.epochs=500", wait=False)  # long: still running when the second starts
+    deadline, last = time.time() + 300, out / "fold0" / "router" / "last.pt"
+    while not last.exists() and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)  # the first run is training
+    rc, _, err = _train(small_set, out, "trainer.seed=1")
+    assert first.poll() is None, "the first run ended before the second started"
+    first.send_signal(signal.SIGKILL)  # interrupted: its lock is left behind, stale
+    first.communicate()
+    assert rc == 2, err[-2000:]
+    run_id = json.loads((out / "run.json").read_text())["run_id"]
+    assert f"is in use by run {run_id}" in err and err.count("\n") == 1, err[-2000:]
+    # resuming with another seed and learning rate is refused, naming both keys
+    rc, stale, err = _train(small_set, out, "trainer.resume=true", "trainer.seed=1", "trainer.lr_router=0.01")
+    assert f"took over the stale lock of run {run_id}" in stale  # the killed run's lock, left behind
+    assert rc == 2 and "trainer.lr_router: stored 0.003, given 0.01" in err and "trainer.seed: stored 0, given 1" in err
+    # the same run, with another length, resumes under its id; everything it leaves carries that id
+    rc, _, err = _train(small_set, out, "trainer.resume=true", "trainer.epochs=2")
+    assert rc == 0, err[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    checkpoints = [torch.load(out / "fold0" / "router" / f, weights_only=True) for f in ("best.pt", "last.pt")]
+    assert results["run_id"] == run_id and [c["run_id"] for c in checkpoints] == [run_id, run_id]
+    assert results["records"][0]["trainer"]["seed"] == 0 and results["graphset"]["path"] == str(small_set.resolve())
