@@ -386,7 +386,7 @@ INDEX_DIR = "indexes"
 
 def index_file(graph_name: str, spec: IndexSpec) -> str:
     """Relative path of a graph's index file inside a graph set: ``indexes/<safe name>/<spec key>.safetensors``."""
-    from graphmem.graphset import safe_name
+    from graphmem.setformat import safe_name
 
     return f"{INDEX_DIR}/{safe_name(graph_name)}/{spec.key}.safetensors"
 
@@ -401,7 +401,7 @@ def index_files(graphs: Mapping[str, MemoryGraph], spec: IndexSpec | None = None
 def attach_indexes(graphs: Mapping[str, MemoryGraph], files: Mapping[str, str | Path]) -> int:
     """Load the index files among a graph set's ``files`` (relative path -> path) into their graphs'
     ``graph.indexes``; returns how many. Each is checked against its graph (:meth:`VectorIndex.load`)."""
-    from graphmem.graphset import safe_name
+    from graphmem.setformat import safe_name
 
     by_stem = {safe_name(name): g for name, g in graphs.items()}
     count = 0

@@ -1,5 +1,7 @@
 """The FAISS vector index: exact agreement, incremental updates through graph mutations, files, the ANN selector."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -7,7 +9,15 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies import Budget, Query, make_entry_selector, make_policy
 from graphmem.policies.selectors import EmbeddingEntrySelector
 from graphmem.synthetic import make_synthetic_graph
-from graphmem.vector_index import IndexSpec, VectorIndex, VectorIndexError, attach_indexes, index_files, index_for
+from graphmem.vector_index import (
+    IndexSpec,
+    VectorIndex,
+    VectorIndexError,
+    attach_indexes,
+    index_file,
+    index_files,
+    index_for,
+)
 
 BUDGET = Budget()
 
@@ -190,3 +200,53 @@ def test_ann_entries_over_a_graph_batch_are_each_graphs_own(policy):
         assert all(0 <= v < g.num_nodes for r in got for v in r.entries)
         # on graphs this small the HNSW search (efSearch 128) finds the exact entries, so the retrieval is exact's
         assert [r.loaded for r in got] == [r.loaded for r in exact.retrieve_batch(g, qs, BUDGET)]
+
+
+def test_indexes_saved_with_a_graph_set_are_checksummed_and_attached_on_load(tmp_path, monkeypatch):
+    import json
+
+    from graphmem.graphset import GraphSet
+    from graphmem.setstore import GraphSetError, add_files
+    from tests.small_sets import saved_locomo_set
+
+    saved = saved_locomo_set(tmp_path, limit=2)
+    gs = GraphSet.load(saved)
+    assert not any(g.indexes for g in gs.graphs.values())
+    spec = IndexSpec(m=8)
+    stored = add_files(saved, index_files(gs.graphs, spec))
+    manifest = json.loads((saved / "manifest.json").read_text())
+    assert set(manifest["extra_files"]) == set(stored) and len(stored) == len(gs.graphs)
+    assert all(manifest["files"][path]["sha256"] for path in stored.values())  # checksummed like the graphs
+    back = GraphSet.load(saved)
+    assert all(list(g.indexes) == [spec.key] for g in back.graphs.values())
+    # the ANN selector searches the loaded index: no build, and the entries of the index that was saved
+    monkeypatch.setattr(VectorIndex, "build", lambda *a, **k: pytest.fail("the saved index was rebuilt"))
+    selector = make_entry_selector({"name": "ann", "min_nodes": 0, "index": {"m": 8}})
+    queries = back.queries()[:20]
+    name = back.questions[0].graph
+    mine = [q for q, question in zip(queries, back.questions) if question.graph == name]
+    assert selector.select(back.graphs[name], mine, BUDGET) == selector.select(gs.graphs[name], mine, BUDGET)
+    # a damaged index file refuses the set, naming the file
+    path = saved / stored[next(iter(stored))]
+    path.write_bytes(path.read_bytes()[:-8] + b"damaged!")
+    with pytest.raises(GraphSetError, match="safetensors"):
+        GraphSet.load(saved)
+
+
+def test_build_index_script_adds_the_indexes_to_a_saved_set(tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from graphmem.graphset import GraphSet
+    from tests.script_loader import load_script
+    from tests.small_sets import saved_locomo_set
+
+    saved = saved_locomo_set(tmp_path, limit=1)
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "configs" / "build_index.yaml")
+    cfg.graphset, cfg.threads, cfg.index.m = str(saved), 1, 8
+    stored = load_script("build_index").build(cfg)
+    assert "1 hnsw-m8-efc80 indexes" in capsys.readouterr().out
+    (graph,) = GraphSet.load(saved).graphs.values()
+    assert list(stored) == [index_file(graph.name, IndexSpec(m=8))] and list(graph.indexes) == ["hnsw-m8-efc80"]
+    cfg.index.kind = "lsh"
+    with pytest.raises(VectorIndexError, match="kind"):
+        load_script("build_index").build(cfg)
