@@ -351,8 +351,9 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
 
 
 def train_benchmark(cfg: DictConfig) -> dict:
-    """Router training episodes/s at batch 1 and batched (:func:`rl.throughput.training_throughput`)
-    on ``device`` and each of ``compare_devices``, with each one's batched rate over the main device's."""
+    """Router training episodes/s of the trainer's update step at batch 1 and batched
+    (:func:`rl.throughput.training_throughput`) on ``device`` and each of ``compare_devices``, with
+    each one's batched rate over the main device's."""
     from rl.throughput import training_throughput
 
     t = cfg.train
