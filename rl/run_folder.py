@@ -36,6 +36,7 @@ from graphmem.lockfile import FileLock, LockBusyError, describe
 LOCK, RECORD = ".run.lock", "run.json"
 IGNORED = (
     "*.epochs",
+    "*_epochs",
     "*.resume",
     "*.checkpoint_every",
     "*.checkpoint_dir",

@@ -1,24 +1,28 @@
-"""Train the learned router with REINFORCE and compare it with the heuristic policies on held-out conversations.
+"""Train the learned router (the budget-aware walk) and compare it with the other policies on held-out conversations.
 
-    python scripts/train.py                                   # one fold, small default trainer (minutes on CPU)
-    python scripts/train.py +experiment=hage_full             # 5 folds x 200 epochs, paper hyperparameters
+    python scripts/train.py                                   # one fold, default trainer (minutes on CPU)
+    python scripts/train.py cv.folds=null                     # all 5 folds
+    python scripts/train.py +experiment=hage_full             # HAGE's setting: per-edge table, HAGE's MDP, 200 epochs
     python scripts/train.py +experiment=ablation              # every ablation variant over 5 folds, one table
 
-For each fold (splits by conversation, :mod:`rl.splits`) and each variant (trainer overrides),
-the router trains on the training conversations, is selected on the validation conversations,
-and is evaluated once on the test conversations, next to the baselines, under the same budget.
+For each fold (splits by conversation, :mod:`rl.splits`) and each variant (trainer overrides,
+``part -> key -> value``), :class:`rl.walk_trainer.WalkTrainer` trains the router on the training
+conversations (imitation warm start, then REINFORCE on the walk or on HAGE's MDP), selects it on
+the validation conversations, and it is evaluated once on the test conversations, next to the
+baselines, under the same budget. ``fold_baselines`` adds policies whose config differs per fold
+(``{fold}`` in a value, e.g. the GNN reader that ``scripts/train_gnn.py`` trained on that fold).
 Writes ``results.json`` (per fold, mean ± std over folds with ddof = 1, and paired per-question
-statistics of every policy against ``stats.reference`` over all folds' test questions),
-``results.md``, ``questions_<policy>.jsonl`` (every fold's test rows, with their fold) and
+statistics of every policy against ``stats.reference``, and of the trained variants against each
+policy of ``stats.also``, over all folds' test questions),
+``results.md``, ``questions_<policy>.jsonl`` (every fold's test rows, with their fold),
+``learning_curves.png`` (return and validation recall per epoch, one line per fold and variant) and
 checkpoints in ``out_dir`` (in a multirun, in each job's sweep folder instead).
 ``train_extra=true`` adds the training-only files of the dataset (``data.train_files``) to the
 training part of every fold.
 
-    torchrun --nproc_per_node=4 scripts/train.py graphset=outputs/graphs/locomo   # data-parallel training
-    python scripts/train.py -m hydra/launcher=joblib trainer.seed=0,1,2            # a local parallel sweep
+    python scripts/train.py -m hydra/launcher=joblib trainer.run.seed=0,1,2        # a local parallel sweep
 
-Under ``torchrun`` every rank loads the graphs and trains its slice of each batch
-(:mod:`rl.distributed`); rank 0 alone logs, evaluates and writes results.
+The walk trainer runs in one process (``torchrun`` data parallelism is :mod:`rl.reinforce`'s).
 """
 
 from __future__ import annotations
@@ -46,12 +50,21 @@ from graphmem.policies import POLICIES, Budget, make_policy
 from graphmem.policies.router import RouterPolicy
 from graphmem.tracking import make_tracker
 from rl.distributed import init_from_env, shutdown
+from rl.learning_curves import plot_learning_curves
 from rl.logging import MultiLogger, PrintLogger
-from rl.reinforce import TrainConfig, train
 from rl.run_folder import open_run_folder_on_main
 from rl.splits import check_fraction, conversation_folds
+from rl.walk_trainer import TrainConfig, WalkTrainer
 
-ARTIFACTS = ("results.json", "results.md", "questions_*.jsonl", "fold*/*/last.pt", "fold*/*/best.pt", "tracking")
+ARTIFACTS = (
+    "results.json",
+    "results.md",
+    "questions_*.jsonl",
+    "learning_curves.png",
+    "fold*/*/last.pt",
+    "fold*/*/best.pt",
+    "tracking",
+)
 """What a run writes in its folder (rl.run_folder moves an earlier run's aside)."""
 
 
@@ -75,6 +88,12 @@ def stats_config(cfg: DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(cfg.stats, resolve=True) if cfg.get("stats") else {}
 
 
+def fold_baseline_config(cfg: DictConfig) -> dict[str, dict[str, Any]]:
+    """``fold_baselines``: policy name -> kwargs whose strings may hold ``{fold}``; empty when absent."""
+    given = OmegaConf.to_container(cfg.fold_baselines, resolve=True) if cfg.get("fold_baselines") else {}
+    return {name: dict(kwargs or {}) for name, kwargs in given.items()}
+
+
 def question_counts(rows: dict[str, list[dict]]) -> dict[str, int]:
     """Test questions each policy was scored on, over all folds."""
     return {policy: len(r) for policy, r in rows.items()}
@@ -89,13 +108,15 @@ def output_dir(cfg: DictConfig) -> Path:
 
 
 def run(cfg: DictConfig) -> dict[str, Any] | None:
-    world = init_from_env(str(cfg.trainer.device))
+    world = init_from_env(str(cfg.trainer.run.device))
+    if world.distributed:
+        raise ValueError("scripts/train.py trains the walk in one process; run it without torchrun")
     out = output_dir(cfg)
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
     for name, overrides in variants.items():  # reject impossible settings before any work
-        TrainConfig(**{**base, **overrides})
+        TrainConfig.merged(base, overrides)
     stats = stats_config(cfg)
     reference = stats.get("reference")
     baseline_names = list(cfg.baselines)
@@ -113,15 +134,20 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
             baselines[name] = make_policy(name, **policy_config(name))
         except (OSError, TypeError, ValueError, KeyError) as err:
             raise ValueError(f"baseline {name!r} cannot be built from its policy config: {err}") from None
+    for name in fold_baseline_config(cfg):
+        POLICIES.resolve(name)
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
         raise ValueError(
             f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}"
         )
     check_fraction("cv.val_fraction", cfg.cv.val_fraction)
     check_configs(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True))
-    device = world.device(resolve_device(base.get("device", "auto")))
+    run_cfg = base.get("run") or {}
+    device = world.device(resolve_device(run_cfg.get("device", "auto")))
     config = OmegaConf.to_container(cfg, resolve=True)
-    with open_run_folder_on_main(world, out, config, base["resume"], device, artifacts=ARTIFACTS) as folder:
+    with open_run_folder_on_main(
+        world, out, config, bool(run_cfg.get("resume")), device, artifacts=ARTIFACTS
+    ) as folder:
         return train_and_test(cfg, world, out, folder, budget, base, variants, baselines)
 
 
@@ -142,7 +168,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
     train_graphs = gs.graphs if extra is None else union(gs, extra).graphs  # refuses shared graph names
     splits = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
-    per_fold, records = [], []
+    per_fold, records, curves = [], [], {}
     test_rows: dict[str, list[dict]] = {}
     started = time.perf_counter()
     tracker = make_tracker(
@@ -160,29 +186,16 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
         test_q = test_set.questions
         fold_metrics: dict[str, dict[str, float]] = {}
         for name, overrides in variants.items():
-            tc = TrainConfig(
-                **{**base, **overrides, "checkpoint_dir": str(out / f"fold{k}" / name), "run_id": folder.run_id}
-            )
+            tc = TrainConfig.merged(base, overrides, checkpoint_dir=str(out / f"fold{k}" / name), run_id=folder.run_id)
             prefix = f"fold{k}/{name}/"
-            logger = MultiLogger(
-                PrintLogger(every=max(1, tc.epochs // 10)), _Prefixed(tracker, prefix, offset=1000 * k)
-            )
+            logger = MultiLogger(PrintLogger(every=1), _Prefixed(tracker, prefix, offset=1000 * k))
             t0 = time.perf_counter()
-            result = train(tc, train_graphs, train_q, train_e, val_q, val_e, budget=budget, logger=logger, world=world)
+            selector = cfg.policy.get("entry_selector", "embedding")
+            trainer = WalkTrainer(tc, train_graphs, train_q, train_e, val_q, val_e, budget, logger, selector)
+            result = trainer.learn()
             train_s = time.perf_counter() - t0
-            if not world.is_main:  # the other ranks only help train
-                continue
-            policy = RouterPolicy(
-                router=result.router,
-                intent=result.intent,
-                edge_features=result.edges,
-                device=tc.device,
-                **{
-                    k2: v
-                    for k2, v in OmegaConf.to_container(cfg.policy).items()
-                    if k2 in ("search", "beam_width", "entry_selector")
-                },
-            )
+            curves[f"fold{k}/{name}"] = result.history
+            policy = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=selector)
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
             test_rows.setdefault(name, []).extend({"fold": k, **row} for row in res.rows)
@@ -190,8 +203,10 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
                 {
                     "fold": k,
                     "policy": name,
+                    "best_phase": result.best_phase,
                     "best_epoch": result.best_epoch,
                     "val_recall": result.best_score,
+                    "dropped_train_questions": trainer.train.dropped,
                     "train_wall_s": round(train_s, 2),
                     "test": res.overall,
                     "trainer": dataclasses.asdict(tc),
@@ -199,6 +214,9 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             )
         if not world.is_main:
             continue
+        for name, kwargs in fold_baseline_config(cfg).items():
+            given = {key: v.format(fold=k) if isinstance(v, str) else v for key, v in kwargs.items()}
+            baselines[name] = make_policy(name, **{**policy_config(name), **given})
         for name, policy in baselines.items():
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
@@ -212,13 +230,16 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
     summary = summarize(per_fold)
     stats = stats_config(cfg)
     reference = stats.get("reference")
-    paired = (
-        compare_policies(test_rows, reference, n_boot=int(stats.get("n_boot", 10_000)), seed=int(cfg.cv.seed))
-        if reference
-        else []
-    )
+    n_boot, seed = int(stats.get("n_boot", 10_000)), int(cfg.cv.seed)
+    groups = [compare_policies(test_rows, reference, n_boot=n_boot, seed=seed)] if reference else []
+    for other in stats.get("also") or []:  # the trained variants against further policies
+        if other in test_rows and other != reference:
+            rows = {**{v: test_rows[v] for v in variants if v in test_rows}, other: test_rows[other]}
+            groups.append(compare_policies(rows, other, n_boot=n_boot, seed=seed))
+    paired = [c for g in groups for c in g]
     table = fold_markdown(summary, question_counts(test_rows))
-    table += "\n\n" + comparisons_markdown(paired) if paired else ""
+    for group in groups:
+        table += "\n\n" + comparisons_markdown(group) if group else ""
     print(f"\n{gs.dataset}: test graphs, {len(folds)} fold(s), budget {dataclasses.asdict(budget)}\n{table}")
     payload = {
         "run_id": folder.run_id,
@@ -234,13 +255,15 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
         "records": records,
         "splits": [dataclasses.asdict(splits[k]) for k in folds],
         "wall_s": round(time.perf_counter() - started, 2),
-        "device": str(resolve_device(base.get("device", "auto"))),
+        "device": str(resolve_device(base.get("run", {}).get("device", "auto"))),
         "world_size": world.size,
     }
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     for name, rows in test_rows.items():
         write_jsonl(rows, out / f"questions_{name}.jsonl")
+    plot_learning_curves(curves, out / "learning_curves.png")
+    tracker.log_artifact(out / "learning_curves.png", "learning_curves")
     tracker.log_table(
         "summary", ["policy", *METRICS], [[p, *(ms[m]["mean"] for m in METRICS)] for p, ms in summary.items()]
     )

@@ -55,8 +55,9 @@ def _train(graphset_dir, out, hash_seed):
         "progress=false",
         "cv.k=3",
         "cv.folds=[0]",
-        "trainer.epochs=3",
-        "trainer.device=cpu",
+        "trainer.objective.imitation_epochs=2",  # two imitation epochs, then one REINFORCE epoch
+        "trainer.objective.rl_epochs=1",
+        "trainer.run.device=cpu",
         "baselines=[dense_topk]",
         f"out_dir={out}",
         f"hydra.run.dir={out}/hydra",

@@ -161,8 +161,9 @@ def test_train_and_evaluate_run_without_the_text_stack(tmp_path):
     common = [f"graphset={out}", "logger=none", "progress=false"]
     runs = {
         "train.py": [
-            "trainer.epochs=1",
-            "trainer.eval_every=1",
+            "trainer.objective.imitation_epochs=1",
+            "trainer.objective.rl_epochs=1",
+            "trainer.run.eval_every=1",
             "baselines=[beta_bfs]",
             f"out_dir={tmp_path / 'train'}",
         ],

@@ -49,8 +49,8 @@ def small_set(tmp_path_factory):
 
 def test_an_absent_device_is_refused_at_config_time(tmp_path):
     # the graph set does not exist: an error about it would mean work had started
-    proc = _run("train.py", "trainer.device=cuda", f"graphset={tmp_path / 'missing'}", tmp_path=tmp_path)
-    _one_line_error(proc, "trainer.device='cuda': CUDA is not available on this machine")
+    proc = _run("train.py", "trainer.run.device=cuda", f"graphset={tmp_path / 'missing'}", tmp_path=tmp_path)
+    _one_line_error(proc, "trainer.run.device='cuda': CUDA is not available on this machine")
 
 
 @pytest.mark.parametrize(

@@ -221,7 +221,7 @@ def test_trainer_yaml_mirrors_train_config():
 
     from rl.reinforce import TrainConfig
 
-    yaml = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "configs" / "trainer" / "default.yaml"))
+    yaml = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "configs" / "trainer" / "hage.yaml"))
     fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     assert set(yaml) == set(fields)
     assert {k: v for k, v in yaml.items() if k != "epochs"} == {k: v for k, v in fields.items() if k != "epochs"}

@@ -93,8 +93,9 @@ def _train(small_set, out, *overrides, wait=True):
         "progress=false",
         "cv.k=3",
         "cv.folds=[0]",
-        "trainer.epochs=2",
-        "trainer.device=cpu",
+        "trainer.objective.imitation_epochs=1",
+        "trainer.objective.rl_epochs=1",
+        "trainer.run.device=cpu",
         "baselines=[]",
         f"out_dir={out}",
         f"hydra.run.dir={out}/hydra",
@@ -109,11 +110,13 @@ def _train(small_set, out, *overrides, wait=True):
 
 def test_second_training_into_a_live_runs_folder_is_refused_and_files_carry_one_run_id(small_set, tmp_path):
     out = tmp_path / "run"
-    first = _train(small_set, out, "trainer.epochs=500", wait=False)  # long: still running when the second starts
+    first = _train(
+        small_set, out, "trainer.objective.imitation_epochs=500", wait=False
+    )  # long: still running when the second starts
     deadline, last = time.time() + 300, out / "fold0" / "router" / "last.pt"
     while not last.exists() and first.poll() is None and time.time() < deadline:
         time.sleep(0.05)  # the first run is training
-    rc, _, err = _train(small_set, out, "trainer.seed=1")
+    rc, _, err = _train(small_set, out, "trainer.run.seed=1")
     assert first.poll() is None, "the first run ended before the second started"
     first.send_signal(signal.SIGKILL)  # interrupted: its lock is left behind, stale
     first.communicate()
@@ -121,13 +124,17 @@ def test_second_training_into_a_live_runs_folder_is_refused_and_files_carry_one_
     run_id = json.loads((out / "run.json").read_text())["run_id"]
     assert f"is in use by run {run_id}" in err and err.count("\n") == 1, err[-2000:]
     # resuming with another seed and learning rate is refused, naming both keys
-    rc, stale, err = _train(small_set, out, "trainer.resume=true", "trainer.seed=1", "trainer.lr_router=0.01")
+    rc, stale, err = _train(small_set, out, "trainer.run.resume=true", "trainer.run.seed=1", "trainer.optim.lr=0.01")
     assert f"took over the stale lock of run {run_id}" in stale  # the killed run's lock, left behind
-    assert rc == 2 and "trainer.lr_router: stored 0.003, given 0.01" in err and "trainer.seed: stored 0, given 1" in err
+    assert (
+        rc == 2 and "trainer.optim.lr: stored 0.003, given 0.01" in err and "trainer.run.seed: stored 0, given 1" in err
+    )
     # the same run, with another length, resumes under its id; everything it leaves carries that id
-    rc, _, err = _train(small_set, out, "trainer.resume=true", "trainer.epochs=2")
+    rc, _, err = _train(small_set, out, "trainer.run.resume=true", "trainer.objective.imitation_epochs=1")
     assert rc == 0, err[-2000:]
     results = json.loads((out / "results.json").read_text())
     checkpoints = [torch.load(out / "fold0" / "router" / f, weights_only=True) for f in ("best.pt", "last.pt")]
     assert results["run_id"] == run_id and [c["run_id"] for c in checkpoints] == [run_id, run_id]
-    assert results["records"][0]["trainer"]["seed"] == 0 and results["graphset"]["path"] == str(small_set.resolve())
+    assert results["records"][0]["trainer"]["run"]["seed"] == 0 and results["graphset"]["path"] == str(
+        small_set.resolve()
+    )

@@ -1,5 +1,19 @@
 """The learned router walking the graph at question time (HAGE §3, with the walk done by the model).
 
+Two walks, chosen by what the policy is given:
+
+**The budget-aware walk** (a :class:`models.walk_scorer.WalkScorer`, what ``scripts/train.py``
+trains): :func:`rl.walk.walk`, greedy. From the selector's entries (up to ``max_entries``, kept
+or passed over by the scorer), the walk repeatedly loads the best open candidate ``u -> v`` of
+the whole frontier (``u`` loaded, ``v`` not; at most ``top_k_neighbors`` children per node,
+depth ``<= max_hops``, node and token caps) until its stop head or the budget ends it, with
+
+    s_uv(q) = cos(q, x_v) + ι_qv + w_uv(q, e_uv)
+
+(formulas in :mod:`models.walk_scorer`; ``e_uv`` from the inductive edge encoder, so a trained
+scorer applies to graphs it never saw). The episode trained is this walk, sampled.
+
+**HAGE's hop-level walk** (a :class:`models.router.QueryRouter`, trained by :mod:`rl.reinforce`).
 From the shared entry nodes (:class:`~graphmem.policies.selectors.EmbeddingEntrySelector`), the
 policy expands hop by hop. For a frontier node ``v`` and query ``q`` every out-edge ``v -> u`` to
 an unvisited ``u`` is scored by the :class:`models.router.QueryRouter`
@@ -32,9 +46,12 @@ from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import make_entry_selector
 from graphmem.policies.tables import first_occurrence, unit_embeddings
 from graphmem.policies.types import Query, merge_by_query
+from models.edge_encoder import pair_table
 from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
 from models.router import QueryRouter
+from models.walk_scorer import WalkScorer
+from rl.walk import walk, walk_tables, walk_trace
 
 # one [B, N] matmul for cos(q, x_v) beats gathering [C, D] candidate rows when B * N <= this * C
 DENSE_COSINE_FACTOR = 16
@@ -48,8 +65,15 @@ def read_router_checkpoint(path: str | Path, map_location: str | torch.device = 
         raise
     except Exception as err:  # the unpickler refuses anything but tensors and plain containers
         raise ValueError(f"{path}: refused to load checkpoint (not a plain-tensor checkpoint): {err}") from None
-    if not isinstance(state, dict) or "router" not in state or "router_config" not in state:
-        raise ValueError(f"{path}: not a router checkpoint (missing 'router'/'router_config')")
+    if not isinstance(state, dict):
+        raise ValueError(f"{path}: not a router checkpoint (not a dict)")
+    if state.get("kind") == "walk":
+        if "scorer" not in state:
+            raise ValueError(f"{path}: walk checkpoint without its 'scorer'")
+    elif "router" not in state or "router_config" not in state:
+        raise ValueError(
+            f"{path}: not a router checkpoint (missing 'router'/'router_config', and not a walk checkpoint)"
+        )
     return state
 
 
@@ -58,19 +82,24 @@ class RouterPolicy(TraversalPolicy):
     """Learned traversal under the shared budget.
 
     Args:
-        checkpoint: path of a checkpoint written by the trainer (default: ``None``).
-        router, intent, edge_features: modules to use directly instead of a checkpoint.
+        checkpoint: path of a checkpoint written by a trainer: :mod:`rl.walk_trainer` (the
+            budget-aware walk) or :mod:`rl.reinforce` (HAGE's walk) (default: ``None``).
+        scorer: a :class:`~models.walk_scorer.WalkScorer` to walk with, instead of a checkpoint.
+        router, intent, edge_features: HAGE's modules to use directly instead of a checkpoint.
         search: ``"greedy"`` or ``"beam"`` (default: ``"greedy"``).
         beam_width: edges kept per hop in beam search; 0 means ``max_entries * top_k_neighbors``
             (default: 0).
         device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (cuda when available) (default: ``"auto"``).
         entry_selector: registered selector name or instance (default: ``"embedding"``).
         intent_provider: supplies intent weights when the intent kind is ``external``.
+
+    ``search`` and ``beam_width`` apply to HAGE's walk; the budget-aware walk is best-first.
     """
 
     def __init__(
         self,
         checkpoint: str | Path | None = None,
+        scorer: WalkScorer | None = None,
         router: QueryRouter | None = None,
         intent: RelationIntent | None = None,
         edge_features: EdgeFeatures | None = None,
@@ -83,8 +112,14 @@ class RouterPolicy(TraversalPolicy):
         if search not in ("greedy", "beam"):
             raise ValueError(f"search {search!r} is not 'greedy' or 'beam'")
         self.device = resolve_device(device)
-        if checkpoint is not None:
-            state = read_router_checkpoint(checkpoint, self.device)
+        self.entry_selector = make_entry_selector(entry_selector)
+        state = read_router_checkpoint(checkpoint, self.device) if checkpoint is not None else None
+        if state is not None and state.get("kind") == "walk":
+            scorer = WalkScorer.from_checkpoint(state["scorer"])
+        self.scorer = None if scorer is None else scorer.to(self.device).eval()
+        if self.scorer is not None:
+            return
+        if state is not None:
             router = QueryRouter(**state["router_config"])
             router.load_state_dict(state["router"])
             intent = RelationIntent(**state["intent_config"])
@@ -93,7 +128,7 @@ class RouterPolicy(TraversalPolicy):
                 state["edge_names"], state["edges"], state.get("edge_init", "phase1")
             )
         if router is None:
-            raise ValueError("RouterPolicy needs a checkpoint or a router module")
+            raise ValueError("RouterPolicy needs a checkpoint, a walk scorer or a router module")
         self.router = router.to(self.device).eval()
         self.intent = (
             (intent or RelationIntent(router.dim, kind="uniform", num_relations=router.num_relations))
@@ -102,7 +137,6 @@ class RouterPolicy(TraversalPolicy):
         )
         self.edge_features = edge_features
         self.search, self.beam_width = search, beam_width
-        self.entry_selector = make_entry_selector(entry_selector)
         self.intent_provider = intent_provider
 
     def _edge_attr(self, graph: MemoryGraph) -> Tensor:
@@ -129,7 +163,47 @@ class RouterPolicy(TraversalPolicy):
         return keep[torch.argsort(s[keep], descending=True, stable=True)]
 
     def traverse(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
-        """The walk for all queries at once.
+        """The budget-aware walk (with a scorer) or HAGE's hop-level walk, for all queries at once."""
+        if self.scorer is not None:
+            return self._best_first(scope, entries, budget)
+        return self._hop_level(scope, entries, budget)
+
+    def _best_first(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
+        """:func:`rl.walk.walk` (greedy) over ``scope.graph``; the considered edges are the out-edges
+        of every loaded node the walk could expand (depth below ``max_hops``)."""
+        graph, dev = scope.graph, scope.device
+        tables = self._walk_tables(scope)
+        q = query_matrix(graph, scope.queries).to(dev)
+        ep = walk(tables, self.scorer, q, entries, budget)
+        tr = walk_trace(ep, tables, budget)
+        rowptr, perm = graph.csr()
+        seg, pos = csr_positions(rowptr.to(dev), tr.expanded_node)
+        considered = (tr.expanded_query[seg], perm.to(dev)[pos])
+        moved = tr.edge >= 0
+        traversed = (tr.query[moved], tr.edge[moved])
+        return RetrievalBatch(entries, tr.tokens, tr.query, tr.node, tr.depth, considered, traversed, tr.score)
+
+    def _walk_tables(self, scope: Scope):
+        """:class:`rl.walk.WalkTables` of ``scope.graph`` (cached on it) with the rows of the scorer's
+        per-edge residual table for the graphs it holds (by name and edge count)."""
+        graph, residual = scope.graph, self.scorer.edges.residual
+
+        def build():
+            return walk_tables(unit_embeddings(graph), graph.node_tokens(), pair_table(graph), device=self.device)
+
+        tables = graph.cached(
+            f"policies.walk_tables:{self.device}",
+            build,
+            (graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps),
+        )
+        if residual is None:
+            return tables
+        parts = scope.batch.graphs
+        rows = residual.edge_rows([g.name for g in parts], [g.num_edges for g in parts]).to(self.device)
+        return walk_tables(tables.x, tables.tokens, tables.pairs, rows)
+
+    def _hop_level(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
+        """HAGE's walk for all queries at once.
 
         Per hop, every out-edge of every frontier node of every query is one row of a ragged
         candidate list; the router scores them in one call; the kept targets of each query form a

@@ -1,0 +1,294 @@
+"""Inductive edge features: ``e_ij`` computed from what every memory graph has, shared across graphs.
+
+HAGE's per-edge table (:class:`models.edge_features.EdgeFeatures`) holds one free row per edge of
+the training graphs, so nothing it learns reaches a graph it was not trained on. Here an edge
+``i -> j`` (all parallel edges of one node pair together: a *pair*) is described by
+
+    a_ij = [relation multi-hot (R), Phase-1 [p_t, p_s, p_c, p_e], parallel edges / R,
+            log(1 + |t_j - t_i| / 1 s) / 10, time known, sign(t_j - t_i),
+            speaker change, speakers known,
+            same sequence, sign(o_j - o_i), log(1 + |o_j - o_i|) / 3, log(1 + o_j) / 3, order of j known,
+            log(1 + deg_i) / 4, log(1 + deg_j) / 4, log(1 + tokens_j) / 5]
+
+(:func:`pair_table`). A node's *sequence* and *order* in it come from its metadata, as the
+builders write them (``session`` / ``position`` for conversation turns, ``paragraph`` /
+``sent_idx`` for document sentences); the order features are set for pairs in one sequence.
+Missing timestamps, speakers or orders give 0 with a 0 "known" flag. The encoder computes
+
+    e_ij = e0_ij + f([a_ij ; (P x_i) ⊙ (P x_j)])            f: 2-layer MLP, last layer zero-init
+           (+ δ_ij, HAGE's per-edge residual, optional, zero-init, 0 on graphs it does not hold)
+
+with ``e0_ij`` the pair's Phase-1 features (``edge_attr_init``, the max over its parallel edges)
+and ``P`` a shared low-rank projection of the node embeddings. The anchor term
+
+    L_anchor = mean_ij ||e_ij - e0_ij||^2
+
+keeps its HAGE meaning: a pull of the learned features to their Phase-1 values. ``mode`` selects
+the ablation variants: ``onehot`` (the relation multi-hot, static), ``phase1`` (``e0``, static),
+``table`` (``e0 + δ``: the paper's per-edge trainable features, transductive) and ``inductive``
+(``e0 + f``, plus ``δ`` with ``residual=True``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+from torch import Tensor, nn
+
+from graphmem.graph import EDGE_FEATURE_DIM, MemoryGraph
+
+EDGE_MODES = ("onehot", "phase1", "table", "inductive")
+NUM_PAIR_FEATURES = 22  # width of PairTable.raw for 4 relations (see pair_features)
+SEQUENCE_KEYS = ("session", "paragraph")  # metadata naming a node's sequence ...
+ORDER_KEYS = ("position", "sent_idx")  # ... and its place in it
+
+
+@dataclass
+class PairTable:
+    """Distinct node pairs ``i -> j`` (``i != j``) of a graph in CSR order, with their features.
+
+    Attributes:
+        rowptr: ``[N + 1]``: the pairs out of node ``i`` are ``rowptr[i]:rowptr[i+1]``, by target.
+        src, dst: ``[P]`` endpoints.
+        edge: ``[P]`` the smallest edge id of the pair (reported as the traversed edge).
+        edge_pair: ``[E]`` the pair of every edge (``-1`` for self loops).
+        phase1: ``[P, 4]`` Phase-1 features ``e0_ij`` (max over the pair's edges).
+        onehot: ``[P, 4]`` relation multi-hot (relations past the 4th share the last column).
+        raw: ``[P, F]`` the inductive features ``a_ij`` (module docstring).
+    """
+
+    rowptr: Tensor
+    src: Tensor
+    dst: Tensor
+    edge: Tensor
+    edge_pair: Tensor
+    phase1: Tensor
+    onehot: Tensor
+    raw: Tensor
+
+    @property
+    def num_pairs(self) -> int:
+        return int(self.dst.numel())
+
+    def max_degree(self) -> int:
+        return int(self.rowptr.diff().max()) if self.rowptr.numel() > 1 else 0
+
+    def to(self, device: str | torch.device) -> PairTable:
+        return PairTable(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+
+
+def _speakers(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
+    """``[N]`` speaker codes and ``[N]`` known flags from ``metadata['speaker']``."""
+    codes: dict[str, int] = {}
+    code = [codes.setdefault(str(m["speaker"]), len(codes)) if m.get("speaker") else -1 for m in graph.metadata]
+    code = torch.tensor(code, dtype=torch.long)
+    return code, code >= 0
+
+
+def _sequences(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
+    """``[N]`` sequence codes (``-1``: none) and ``[N]`` orders (NaN: none) from the node metadata."""
+    codes: dict[str, int] = {}
+    group, order = [], []
+    for m in graph.metadata:
+        g = next((m[k] for k in SEQUENCE_KEYS if m.get(k) is not None), None)
+        o = next((m[k] for k in ORDER_KEYS if isinstance(m.get(k), (int, float))), None)
+        group.append(-1 if g is None else codes.setdefault(str(g), len(codes)))
+        order.append(math.nan if o is None else float(o))
+    return torch.tensor(group, dtype=torch.long), torch.tensor(order, dtype=torch.float64)
+
+
+def build_pair_table(graph: MemoryGraph) -> PairTable:
+    """:class:`PairTable` of ``graph`` (uncached; see :func:`pair_table`)."""
+    n, e = graph.num_nodes, graph.num_edges
+    src, dst = graph.edge_index
+    keep = src != dst
+    key = src * max(n, 1) + dst
+    uniq, inverse = torch.unique(key[keep], return_inverse=True)  # sorted: CSR order by (src, dst)
+    p = uniq.numel()
+    edge_pair = torch.full((e,), -1, dtype=torch.long)
+    edge_pair[keep] = inverse
+    ids = torch.arange(e)[keep]
+    ps, pd = uniq // max(n, 1), uniq % max(n, 1)
+    rep = torch.full((p,), e, dtype=torch.long).scatter_reduce(0, inverse, ids, "amin")
+    rel = nn.functional.one_hot(graph.edge_type[keep].clamp(max=EDGE_FEATURE_DIM - 1), EDGE_FEATURE_DIM).float()
+    pair_rows = inverse[:, None].expand(-1, EDGE_FEATURE_DIM)
+    onehot = torch.zeros(p, EDGE_FEATURE_DIM).scatter_reduce_(0, pair_rows, rel, "amax")
+    count = torch.zeros(p).index_add_(0, inverse, torch.ones(inverse.numel()))
+    phase1 = torch.full((p, EDGE_FEATURE_DIM), -math.inf).scatter_reduce_(
+        0, pair_rows, graph.edge_attr_init[keep].float(), "amax"
+    )
+    phase1 = torch.where(torch.isfinite(phase1), phase1, torch.zeros_like(phase1))
+    rowptr = torch.zeros(n + 1, dtype=torch.long)
+    rowptr[1:] = torch.cumsum(torch.bincount(ps, minlength=n), 0)
+    raw = pair_features(graph, ps, pd, onehot, phase1, count, rowptr)
+    return PairTable(rowptr, ps, pd, rep, edge_pair, phase1, onehot, raw)
+
+
+def pair_features(
+    graph: MemoryGraph, src: Tensor, dst: Tensor, onehot: Tensor, phase1: Tensor, count: Tensor, rowptr: Tensor
+) -> Tensor:
+    """``[P, F]`` inductive features ``a_ij`` of the pairs ``src -> dst`` (module docstring)."""
+    t = graph.timestamps.double()
+    known = torch.isfinite(t[src]) & torch.isfinite(t[dst])
+    dt = torch.where(known, t[dst] - t[src], torch.zeros_like(t[src]))
+    spk, spk_known = _speakers(graph)
+    both = spk_known[src] & spk_known[dst]
+    group, order = _sequences(graph)
+    same = (group[src] == group[dst]) & (group[src] >= 0)
+    ordered = same & torch.isfinite(order[src]) & torch.isfinite(order[dst])
+    do = torch.where(ordered, order[dst] - order[src], torch.zeros_like(order[src]))
+    o_dst = torch.where(torch.isfinite(order[dst]), order[dst], torch.zeros_like(order[dst]))
+    deg = rowptr.diff().float()
+    tokens = graph.node_tokens().float()
+    cols = [
+        onehot,
+        phase1,
+        (count / len(graph.relations))[:, None],
+        (torch.log1p(dt.abs()) / 10.0).float()[:, None],
+        known.float()[:, None],
+        torch.sign(dt).float()[:, None],
+        (both & (spk[src] != spk[dst])).float()[:, None],
+        both.float()[:, None],
+        same.float()[:, None],
+        torch.sign(do).float()[:, None],
+        (torch.log1p(do.abs()) / 3.0).float()[:, None],
+        (torch.log1p(o_dst.clamp(min=0)) / 3.0).float()[:, None],
+        torch.isfinite(order[dst]).float()[:, None],
+        (torch.log1p(deg[src]) / 4.0)[:, None],
+        (torch.log1p(deg[dst]) / 4.0)[:, None],
+        (torch.log1p(tokens[dst]) / 5.0)[:, None],
+    ]
+    return torch.cat(cols, 1)
+
+
+def pair_table(graph: MemoryGraph) -> PairTable:
+    """:func:`build_pair_table`, cached on ``graph`` while its edges, Phase-1 features and timestamps are unchanged."""
+    return graph.cached(
+        "models.edge_encoder.pair_table",
+        lambda: build_pair_table(graph),
+        (graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps),
+    )
+
+
+class PerEdgeResidual(nn.Module):
+    """HAGE's per-edge trainable features as a zero-initialised residual ``δ`` over named graphs.
+
+    Row ``offsets[g] + k`` belongs to edge ``k`` of graph ``g``; a pair's residual is the mean over
+    its edges. Graphs it does not hold get ``δ = 0``.
+
+    Args:
+        graphs: graphs by name, or their edge counts by name (the counts fix the rows).
+        dim: feature size (default: 4).
+    """
+
+    def __init__(self, graphs: Mapping[str, MemoryGraph | int], dim: int = EDGE_FEATURE_DIM):
+        super().__init__()
+        self.names = list(graphs)
+        sizes = [g if isinstance(g, int) else g.num_edges for g in graphs.values()]
+        counts = torch.tensor(sizes, dtype=torch.long)
+        offsets = torch.zeros(len(self.names) + 1, dtype=torch.long)
+        offsets[1:] = torch.cumsum(counts, 0)
+        self.register_buffer("offsets", offsets)
+        self.delta = nn.Parameter(torch.zeros(int(offsets[-1]), dim))
+        self._row = {n: i for i, n in enumerate(self.names)}
+
+    def edge_rows(self, names: list[str | None], edge_counts: list[int]) -> Tensor:
+        """``[sum(edge_counts)]`` row of each edge of the listed graphs (``-1`` where not held)."""
+        out = []
+        for name, count in zip(names, edge_counts):
+            i = self._row.get(name) if name is not None else None
+            if i is None or int(self.offsets[i + 1] - self.offsets[i]) != count:
+                out.append(torch.full((count,), -1, dtype=torch.long))
+            else:
+                out.append(torch.arange(int(self.offsets[i]), int(self.offsets[i + 1])))
+        return torch.cat(out) if out else torch.empty(0, dtype=torch.long)
+
+    def pair_residual(self, edge_rows: Tensor, edge_pair: Tensor, num_pairs: int) -> Tensor:
+        """``[P, dim]`` mean ``δ`` over the edges of each pair (0 for pairs of graphs not held)."""
+        held = (edge_rows >= 0) & (edge_pair >= 0)
+        rows, pairs = edge_rows[held], edge_pair[held]
+        total = self.delta.new_zeros(num_pairs, self.delta.shape[1]).index_add(0, pairs, self.delta[rows])
+        count = self.delta.new_zeros(num_pairs).index_add(0, pairs, torch.ones_like(pairs, dtype=self.delta.dtype))
+        return total / count.clamp(min=1)[:, None]
+
+
+class EdgeEncoder(nn.Module):
+    """``e_ij`` for the pairs of any graph (module docstring).
+
+    Args:
+        dim: node embedding size ``D``.
+        mode: ``onehot``, ``phase1``, ``table`` or ``inductive`` (default: ``"inductive"``).
+        hidden: width of ``f`` (default: 32).
+        rank: rank of the embedding interaction ``(P x_i) ⊙ (P x_j)`` (0 disables it) (default: 8).
+        residual: graphs (or edge counts) by name of a :class:`PerEdgeResidual` (needed for
+            ``table``; optional for ``inductive``) (default: None).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        mode: str = "inductive",
+        hidden: int = 32,
+        rank: int = 8,
+        residual: Mapping[str, MemoryGraph | int] | None = None,
+    ):
+        super().__init__()
+        if mode not in EDGE_MODES:
+            raise ValueError(f"edge encoder mode {mode!r} is not one of {EDGE_MODES}")
+        if mode == "table" and residual is None:
+            raise ValueError("edge encoder mode 'table' needs the graphs of its per-edge table (residual=...)")
+        self.mode, self.rank = mode, rank if mode == "inductive" else 0
+        self.residual = PerEdgeResidual(residual) if residual is not None and mode in ("table", "inductive") else None
+        if mode == "inductive":
+            if self.rank:
+                self.project = nn.Linear(dim, self.rank, bias=False)
+            self.f = nn.Sequential(
+                nn.Linear(NUM_PAIR_FEATURES + self.rank, hidden), nn.ReLU(), nn.Linear(hidden, EDGE_FEATURE_DIM)
+            )
+            nn.init.zeros_(self.f[2].weight)
+            nn.init.zeros_(self.f[2].bias)
+
+    @property
+    def learned(self) -> bool:
+        return self.mode in ("table", "inductive")
+
+    def node_projection(self, x_unit: Tensor) -> Tensor | None:
+        """``[N, rank]`` ``P x`` of every node (``None`` without the embedding interaction)."""
+        return self.project(x_unit) if self.rank else None
+
+    def pair_delta(self, table: PairTable, edge_rows: Tensor | None) -> Tensor | None:
+        """``[P, 4]`` per-edge residual ``δ`` of every pair of ``table`` (``None`` without a residual table).
+
+        ``edge_rows`` (``[E]``, :meth:`PerEdgeResidual.edge_rows`) locates the rows of the table's edges;
+        without it (a graph the table does not hold) there is no residual.
+        """
+        if self.residual is None or edge_rows is None:
+            return None
+        return self.residual.pair_residual(edge_rows, table.edge_pair, table.num_pairs)
+
+    def forward(
+        self, table: PairTable, pairs: Tensor, px: Tensor | None = None, delta: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``(e [C, 4], e0 [C, 4])`` for pair ids ``pairs`` ``[C]`` of ``table``.
+
+        ``px`` is :meth:`node_projection` of the table's nodes (needed when ``rank > 0``), ``delta``
+        :meth:`pair_delta` (``None``: no residual).
+        """
+        e0 = table.phase1[pairs]
+        if self.mode == "onehot":
+            return table.onehot[pairs], table.onehot[pairs]
+        e = e0
+        if self.mode == "inductive":
+            parts = [table.raw[pairs]]
+            if self.rank:
+                parts.append(px[table.src[pairs]] * px[table.dst[pairs]])
+            e = e + self.f(torch.cat(parts, -1))
+        if delta is not None:
+            e = e + delta[pairs]
+        return e, e0
+
+    def config(self) -> dict:
+        return {"mode": self.mode, "rank": self.rank}

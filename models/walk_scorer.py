@@ -1,0 +1,224 @@
+"""WalkScorer: the learned router's score of a walk candidate ``u -> v`` (``u`` loaded, ``v`` not).
+
+For a query ``q`` (unit ``q̂``), its relation intent ``π(q)``, the best cosine of its entries
+``c* = max_e cos(q, x_e)`` and a candidate pair ``u -> v`` with inductive edge features ``e_uv``
+(:class:`models.edge_encoder.EdgeEncoder`) and raw pair features ``a_uv``:
+
+    m(q)   = R · π(q) + g([q̂ ; π(q)])                          modulation (HAGE), g: MLP, last layer zero-init
+    σ_uv   = [cos(q, x_u), cos(q, x_v), cos(x_u, x_v), cos(q, x_u) - c*, cos(q, x_v) - c*,
+              max_w cos(q, x_w) - c*, mean_w cos(q, x_w) - c*, max_w cos(q, x_w) - cos(q, x_v)]
+             over the out-neighbours w of v (what loading v would open: a one-step look-ahead)
+    ρ_v    = [1(entry), 1(depth 1), 1(depth 2), 1(depth > 2), 1(o = 0), min(o, 12) / 12]
+             with o the entry's rank among the entries, or the parent's load slot
+    w_uv   = h([m(q) ⊙ e_uv ; a_uv ; σ_uv ; ρ_v])               structural weight, h: MLP
+    ι_qv   = (A q̂) · (B x̂_v)                                   low-rank query/node interaction (rank 0: none)
+    s_uv   = cos(q, x_v) + ι_qv + w_uv                          the candidate's score
+
+Entries have no parent: ``e = a = 0`` and ``cos(q, x_u) = c*``. At initialisation ``A = 0`` and
+the last layers of ``g`` and ``h`` are zero, so ``s = cos(q, x_v)``: the untrained router walks
+by cosine. Everything is computed from the frozen node and query embeddings and from pair
+features every graph has, so a trained scorer applies to graphs it never saw.
+
+The stop head ``stop = α · max open s + β · loaded / max_nodes + b`` decides when the walk ends:
+the greedy walk stops when ``stop`` beats every open candidate. ``b`` starts at -1, below any
+cosine of a relevant node, so the untrained walk fills its budget, yet near enough that sampled
+walks try stopping and a node cost in the reward can teach the head when to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from graphmem.policies.base import Budget
+from graphmem.policies.batched import csr_positions
+from models.edge_encoder import EDGE_FEATURE_DIM, EDGE_MODES, NUM_PAIR_FEATURES, EdgeEncoder
+from models.intent import RelationIntent
+
+NUM_SIMILARITY_FEATURES = 8
+INTENTS = ("prototype", "head", "uniform")
+DENSE_COSINE_LIMIT = 1 << 22  # B x N up to which cos(q, x_v) is one matmul per batch
+NUM_PATH_FEATURES = 6
+ORDER_SCALE = 12
+
+
+@dataclass
+class ScorerConfig:
+    """Shape of a :class:`WalkScorer`."""
+
+    dim: int = 384
+    """node / query embedding size D"""
+    rank: int = 8
+    """rank of the query/node interaction ι (0 disables it)"""
+    hidden: int = 64
+    """width of the heads g and h"""
+    edge_mode: str = "inductive"
+    """EdgeEncoder mode: onehot, phase1, table or inductive"""
+    edge_hidden: int = 32
+    """width of the edge encoder's MLP"""
+    edge_rank: int = 8
+    """rank of the edge encoder's embedding interaction"""
+    edge_residual: bool = False
+    """add HAGE's per-edge table as a residual on the training graphs' edges (inductive mode)"""
+    intent: str = "head"
+    """relation intent: prototype, head, uniform (no intent)"""
+    stop: bool = True
+    """whether the walk has a learned stop action"""
+
+    def __post_init__(self) -> None:
+        for name in ("dim", "hidden", "edge_hidden"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"ScorerConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
+        for name in ("rank", "edge_rank"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"ScorerConfig.{name} must be a non-negative integer, got {getattr(self, name)!r}")
+        if self.edge_mode not in EDGE_MODES:
+            raise ValueError(f"edge encoder mode {self.edge_mode!r} is not one of {EDGE_MODES}")
+        if self.intent not in INTENTS:
+            raise ValueError(f"ScorerConfig.intent must be one of {INTENTS}, got {self.intent!r}")
+
+
+class _Context:
+    """Per-batch precomputation: unit queries, their modulations and low-rank projections."""
+
+    def __init__(self, tables, q_unit: Tensor, ref: Tensor, m: Tensor, qa, xb, px, delta, cos):
+        self.tables, self.q, self.ref, self.m = tables, q_unit, ref, m
+        self.qa, self.xb, self.px, self.delta, self.cos = qa, xb, px, delta, cos
+
+    def cosine(self, query: Tensor, nodes: Tensor) -> Tensor:
+        """``[C]`` ``cos(q, x_v)`` of query rows and nodes: a lookup in the dense ``[B, N]`` table
+        when one was made, else a product of the gathered rows."""
+        if self.cos is not None:
+            return self.cos[query, nodes]
+        return (self.q[query] * self.tables.x[nodes]).sum(-1)
+
+
+class WalkScorer(nn.Module):
+    """Candidate scores and stop logits of the best-first walk (module docstring for the formulas).
+
+    Args:
+        config: a :class:`ScorerConfig`.
+        residual_graphs: graphs of HAGE's per-edge residual table (edge modes ``table`` and, optionally,
+            ``inductive``) (default: None).
+    """
+
+    def __init__(self, config: ScorerConfig | None = None, residual_graphs=None, **overrides):
+        super().__init__()
+        cfg = config or ScorerConfig()
+        if overrides:
+            cfg = ScorerConfig(**{**asdict(cfg), **overrides})
+        self.config = cfg
+        r = EDGE_FEATURE_DIM
+        self.edges = EdgeEncoder(cfg.dim, cfg.edge_mode, cfg.edge_hidden, cfg.edge_rank, residual_graphs)
+        self.intent = RelationIntent(cfg.dim, kind=cfg.intent, num_relations=r)
+        self.modulator = nn.Sequential(nn.Linear(cfg.dim + r, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, r))
+        nn.init.zeros_(self.modulator[2].weight)
+        nn.init.zeros_(self.modulator[2].bias)
+        if cfg.rank:
+            self.query_proj = nn.Linear(cfg.dim, cfg.rank, bias=False)  # A
+            self.node_proj = nn.Linear(cfg.dim, cfg.rank, bias=False)  # B
+            nn.init.zeros_(self.query_proj.weight)
+        width = r + NUM_PAIR_FEATURES + NUM_SIMILARITY_FEATURES + NUM_PATH_FEATURES
+        self.head = nn.Sequential(nn.Linear(width, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, 1))
+        nn.init.zeros_(self.head[2].weight)
+        nn.init.zeros_(self.head[2].bias)
+        self.stop_weights = nn.Parameter(torch.zeros(2)) if cfg.stop else None
+        self.stop_bias = nn.Parameter(torch.tensor(-1.0)) if cfg.stop else None
+
+    # ------------------------------------------------------------------ CandidateScorer
+    def prepare(self, tables, q: Tensor, entries: Tensor) -> _Context:
+        """Unit queries ``q̂``, their entries' best cosine ``c*``, modulations ``m(q)`` and the projections
+        ``A q̂``, ``B x̂`` (every node of ``tables``: query-independent)."""
+        qn = nn.functional.normalize(q.float(), dim=-1)
+        real = entries >= 0
+        cos_e = (qn[:, None, :] * tables.x[entries.clamp(min=0)]).sum(-1)
+        ref = cos_e.masked_fill(~real, float("-inf")).max(1).values
+        ref = torch.where(real.any(1), ref, torch.zeros_like(ref))
+        pi = self.intent(qn)
+        m = EDGE_FEATURE_DIM * pi + self.modulator(torch.cat([qn, pi], -1))
+        qa = xb = None
+        if self.config.rank:
+            qa, xb = self.query_proj(qn), self.node_proj(tables.x)
+        px, delta = self.edges.node_projection(tables.x), self.edges.pair_delta(tables.pairs, tables.edge_rows)
+        cos = qn @ tables.x.T if qn.shape[0] * tables.num_nodes <= DENSE_COSINE_LIMIT else None
+        return _Context(tables, qn, ref, m, qa, xb, px, delta, cos)
+
+    def score(self, ctx: _Context, cand) -> Tensor:
+        """``s_uv`` ``[C]`` (module docstring) of :class:`rl.walk.Candidates`."""
+        x, ref = ctx.tables.x, ctx.ref[cand.query]
+        entry = cand.is_entry
+        cos_v = ctx.cosine(cand.query, cand.child)
+        cos_u = torch.where(entry, ref, ctx.cosine(cand.query, cand.parent.clamp(min=0)))
+        p = cand.pair.clamp(min=0)
+        e, _ = self.edges(ctx.tables.pairs, p, ctx.px, ctx.delta)
+        inner = (~entry).to(x.dtype)[:, None]
+        e, raw = e * inner, ctx.tables.pairs.raw[p] * inner
+        cos_uv = raw[:, EDGE_FEATURE_DIM + 1]  # p_s of the pair
+        ahead_max, ahead_mean = self.look_ahead(ctx, cand)
+        sims = torch.stack(
+            [cos_u, cos_v, cos_uv, cos_u - ref, cos_v - ref, ahead_max - ref, ahead_mean - ref, ahead_max - cos_v], -1
+        )
+        d, o = cand.depth, cand.order
+        path = torch.stack([entry, d == 1, d == 2, d > 2, o == 0, o.clamp(max=ORDER_SCALE) / ORDER_SCALE], -1).to(
+            x.dtype
+        )
+        z = torch.cat([ctx.m[cand.query] * e, raw, sims, path], -1)
+        s = cos_v + self.head(z).squeeze(-1)
+        if ctx.qa is not None:
+            s = s + (ctx.qa[cand.query] * ctx.xb[cand.child]).sum(-1)
+        return s
+
+    @staticmethod
+    def look_ahead(ctx: _Context, cand) -> tuple[Tensor, Tensor]:
+        """``(max, mean)`` ``[C]`` of ``cos(q, x_w)`` over the out-neighbours ``w`` of each candidate's target
+        (``cos(q, x_v)`` itself where ``v`` has none): ``C x degree`` lookups, bounded by the budget."""
+        pairs = ctx.tables.pairs
+        seg, pid = csr_positions(pairs.rowptr, cand.child)
+        cos_w = ctx.cosine(cand.query[seg], pairs.dst[pid])
+        c = cand.child.numel()
+        count = torch.zeros(c, dtype=cos_w.dtype, device=cos_w.device).index_add_(0, seg, torch.ones_like(cos_w))
+        total = torch.zeros_like(count).index_add_(0, seg, cos_w)
+        best = torch.full_like(count, float("-inf")).scatter_reduce_(0, seg, cos_w, "amax")
+        own = ctx.cosine(cand.query, cand.child)
+        has = count > 0
+        return torch.where(has, best, own), torch.where(has, total / count.clamp(min=1), own)
+
+    def stop_logit(self, ctx: _Context, best: Tensor, count: Tensor, budget: Budget) -> Tensor | None:
+        """``α · best + β · count / max_nodes + b`` ``[B]``; ``None`` without a stop head.
+
+        A row with no open candidate (``best = -inf``) gets the bias alone (that step cannot act anyway).
+        """
+        if self.stop_weights is None:
+            return None
+        best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
+        return self.stop_weights[0] * best + self.stop_weights[1] * count.float() / budget.max_nodes + self.stop_bias
+
+    # ------------------------------------------------------------------ regularisers
+    def anchor_loss(self, ctx: _Context, pairs: Tensor) -> Tensor:
+        """``mean ||e_ij - e0_ij||^2`` over the (distinct) pairs ``pairs``; 0 for static edges."""
+        if not self.edges.learned or pairs.numel() == 0:
+            return ctx.q.new_zeros(())
+        pairs = torch.unique(pairs)
+        e, e0 = self.edges(ctx.tables.pairs, pairs, ctx.px, ctx.delta)
+        return (e - e0).pow(2).sum(-1).mean()
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Config, weights and the graphs of the per-edge residual table (names and edge counts)."""
+        res = self.edges.residual
+        held = {} if res is None else {n: int(res.offsets[i + 1] - res.offsets[i]) for i, n in enumerate(res.names)}
+        return {
+            "config": asdict(self.config),
+            "state_dict": {k: v.detach().clone() for k, v in self.state_dict().items()},
+            "residual_graphs": held,
+        }
+
+    @classmethod
+    def from_checkpoint(cls, state: dict[str, Any]) -> WalkScorer:
+        """The scorer :meth:`checkpoint` wrote (a checkpoint's ``scorer`` entry)."""
+        held = state.get("residual_graphs") or None
+        scorer = cls(ScorerConfig(**state["config"]), held)
+        scorer.load_state_dict(state["state_dict"])
+        return scorer
