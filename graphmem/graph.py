@@ -81,6 +81,13 @@ class MemoryGraph:
     relations: tuple[str, ...] = RELATIONS
     info: dict[str, Any] = field(default_factory=dict)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    node_log: list[tuple] = field(default_factory=list, repr=False, compare=False)
+    """Append-only record of node mutations, for structures kept across them (vector indexes):
+    ``("add", first row, count)``, ``("revise", row)`` (a new embedding), ``("remove", rows)``
+    (ascending rows before the removal; later rows shift down)."""
+    indexes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """Vector indexes over the node embeddings by name (:mod:`graphmem.vector_index`); unlike the
+    cache they survive mutations and bring themselves up to date from :attr:`node_log`."""
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -317,6 +324,7 @@ class MemoryGraph:
         self.metadata += metadata
         self.embeddings = torch.cat([self.embeddings, embeddings])
         self.timestamps = torch.cat([self.timestamps, ts])
+        self.node_log.append(("add", start, k))
         self.invalidate()
         return torch.arange(start, start + k)
 
@@ -338,6 +346,7 @@ class MemoryGraph:
                 raise GraphError(f"revise_node: node {node_id!r}: field 'embeddings' must be {self.dim} finite floats")
             self.embeddings = self.embeddings.clone()
             self.embeddings[i] = embedding
+            self.node_log.append(("revise", i))
         if text is not None:
             self.texts[i] = text
         if key is not None:
@@ -364,6 +373,7 @@ class MemoryGraph:
         self.metadata = [self.metadata[i] for i in kept]
         self.embeddings = self.embeddings[keep]
         self.timestamps = self.timestamps[keep]
+        self.node_log.append(("remove", drop.nonzero().flatten().tolist()))
         self.invalidate()
 
     def add_edges(

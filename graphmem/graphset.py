@@ -247,8 +247,20 @@ class GraphSet:
 
     @classmethod
     def load(cls, directory: str | Path) -> GraphSet:
-        """Read and verify a set written by :meth:`save` (:func:`graphmem.setformat.read_set`; no encoder needed)."""
-        return read_set(cls, directory)
+        """Read and verify a set written by :meth:`save` (:func:`graphmem.setformat.read_set`; no encoder needed).
+
+        Vector indexes saved with the set (``indexes/``, ``scripts/build_index.py``) are attached to
+        their graphs (:func:`graphmem.vector_index.attach_indexes`); one built for other node ids or
+        embeddings than its graph's refuses the set.
+        """
+        from graphmem.vector_index import VectorIndexError, attach_indexes
+
+        graphset = read_set(cls, directory)
+        try:
+            attach_indexes(graphset.graphs, graphset.files)
+        except VectorIndexError as err:
+            raise GraphSetError(str(err)) from None
+        return graphset
 
 
 # ---------------------------------------------------------------------------------- building

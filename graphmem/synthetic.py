@@ -84,6 +84,30 @@ def _texts(
     return texts, keys
 
 
+def _topic_embeddings(
+    rng: np.random.Generator, gen: torch.Generator, n: int, dim: int, num_topics: int, noise: float
+) -> tuple[np.ndarray, torch.Tensor]:
+    """``(topic [n], unit embeddings [n, dim])``: ``x_i = normalize(c_topic(i) + noise / sqrt(dim) * eps_i)``
+    around ``num_topics`` random unit centres ``c``."""
+    topic = rng.integers(0, num_topics, size=n)
+    centres = torch.nn.functional.normalize(torch.randn(num_topics, dim, generator=gen), dim=1)
+    emb = centres[torch.from_numpy(topic)] + noise / dim**0.5 * torch.randn(n, dim, generator=gen)
+    return topic, torch.nn.functional.normalize(emb, dim=1)
+
+
+def synthetic_embeddings(
+    num_nodes: int, dim: int = 64, seed: int = 0, num_topics: int | None = None, noise: float = 0.6
+) -> torch.Tensor:
+    """``[N, dim]`` unit vectors drawn exactly as :func:`make_synthetic_graph` draws its node
+    embeddings (same seed: same vectors), without the graph's texts and edges."""
+    if num_nodes < 1:
+        raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+    t = num_topics or max(4, int(round(num_nodes**0.5)))
+    return _topic_embeddings(
+        np.random.default_rng(seed), torch.Generator().manual_seed(seed), num_nodes, dim, t, noise
+    )[1]
+
+
 def make_synthetic_graph(
     num_nodes: int,
     avg_degree: float = 8.0,
@@ -120,10 +144,7 @@ def make_synthetic_graph(
     gen = torch.Generator().manual_seed(seed)
     n = num_nodes
     t = num_topics or max(4, int(round(n**0.5)))
-    topic = rng.integers(0, t, size=n)
-    centres = torch.nn.functional.normalize(torch.randn(t, dim, generator=gen), dim=1)
-    emb = centres[torch.from_numpy(topic)] + noise / dim**0.5 * torch.randn(n, dim, generator=gen)
-    emb = torch.nn.functional.normalize(emb, dim=1)
+    topic, emb = _topic_embeddings(rng, gen, n, dim, t, noise)
 
     # ---- edges, per relation
     total = int(round(n * avg_degree))

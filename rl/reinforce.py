@@ -271,6 +271,106 @@ def _to_device(obj: Any, device: str | torch.device) -> Any:
     return obj
 
 
+class ReinforceStep:
+    """One optimizer step of :func:`train` (module docstring), callable on its own (the training
+    benchmark, :mod:`rl.throughput`, times this): this rank's rollout of the batch's episodes, the
+    returns, the moving-average baseline and advantages (global means over all ranks), the
+    policy-gradient loss, backward, the gradient all-reduce, the anchor term, clipping and the Adam
+    steps of the router + intent head (``lr_router``) and the edge features (``lr_edges``).
+
+    Args:
+        cfg: the training config (objective, baseline, anchor, clipping, learning rates).
+        router, intent, edges: the modules, on their device and dtype.
+        batch: the training graphs as one union (``edges`` holds a feature row per union edge).
+        data: :func:`prepare_questions` tensors on the device (``q``, ``entries``, ``gold``).
+        external: ``[Q, R]`` external intents of the questions (``intent='external'``), else ``None``.
+        world: the process group (default: one process).
+
+    ``baseline`` (``None`` before the first step) carries over between calls and into checkpoints.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        router: QueryRouter,
+        intent: RelationIntent,
+        edges: EdgeFeatures,
+        batch: GraphBatch,
+        data: Mapping[str, torch.Tensor],
+        external: torch.Tensor | None = None,
+        world: World | None = None,
+    ) -> None:
+        self.cfg, self.router, self.intent, self.edges = cfg, router, intent, edges
+        self.batch, self.data, self.external, self.world = batch, data, external, world or current_world()
+        router_params = [p for p in [*router.parameters(), *intent.parameters()] if p.requires_grad]
+        self.opt_router = torch.optim.Adam(router_params, lr=cfg.lr_router) if router_params else None
+        self.opt_edges = torch.optim.Adam([edges.weight], lr=cfg.lr_edges) if edges.trainable else None
+        self.trained = router_params + ([edges.weight] if edges.trainable else [])
+        self.baseline: float | None = None
+
+    @property
+    def trains(self) -> bool:
+        """Whether any parameter is trained (else :func:`train` takes no step)."""
+        return self.opt_router is not None or self.opt_edges is not None
+
+    def __call__(self, rows: torch.Tensor, epoch: int, step: int) -> dict[str, float]:
+        """Update on questions ``rows`` of ``data`` (the whole batch; this rank rolls out its slice).
+        Returns the batch's mean return, success rate and loss and its episode count (all ranks)."""
+        cfg, world, data, edges = self.cfg, self.world, self.data, self.edges
+        device, dtype = data["q"].device, data["q"].dtype
+        # ---------------------------------------------------------- rollout (this rank's slice of the batch)
+        ep = make_episodes(rows, data["entries"][rows], data["gold"][rows], cfg.starts_per_question)
+        mine = world.shard(len(ep), device)
+        keys = episode_keys(cfg.seed, epoch, step, int(mine[0]) if len(mine) else 0, len(mine), device)
+        ep = ep.take(mine)
+        q = data["q"][ep.query]
+        pi = self.intent(q, None if self.external is None else self.external[ep.query])
+        traj = rollout(self.router, q, pi, edges(), self.batch, ep, cfg.mdp(), cfg.temperature, keys=keys)
+        # ---------------------------------------------------------- returns and advantages (global means)
+        returns = traj.returns(cfg.gamma).to(dtype)
+        acted = traj.acted.float()
+        totals = world.all_reduce_sum(
+            torch.stack(
+                [
+                    (returns * acted).sum().double(),
+                    acted.sum().double(),
+                    torch.tensor(len(ep), dtype=torch.float64, device=device),
+                    traj.reward.sum().double(),
+                    traj.success.sum().double(),
+                ]
+            )
+        )
+        n_acted, n_episodes = totals[1].clamp_min(1), max(float(totals[2]), 1.0)
+        mean_return = float(totals[0] / n_acted)
+        baseline = mean_return if self.baseline is None else self.baseline
+        advantage = (returns - baseline) * acted
+        self.baseline = cfg.baseline_beta * baseline + (1 - cfg.baseline_beta) * mean_return
+        # ---------------------------------------------------------- loss (this rank's share of the batch loss)
+        pg_loss = -(traj.logp * advantage.detach()).sum() / n_episodes
+        entropy = (traj.entropy * acted).sum() / n_acted.float()
+        loss = pg_loss - cfg.entropy_coef * entropy
+        # ---------------------------------------------------------- update
+        optimizers = [opt for opt in (self.opt_router, self.opt_edges) if opt]
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        if loss.requires_grad:
+            loss.backward()
+        world.all_reduce_grads(self.trained)  # the sum of the ranks' shares is the batch gradient
+        anchor = edges.anchor_loss() if edges.trainable else loss.new_zeros(())
+        if edges.trainable:  # a function of the (identical) parameters: added once, after the reduction
+            (cfg.anchor_lambda * anchor).backward()
+        if cfg.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.trained, cfg.max_grad_norm)
+        for opt in optimizers:
+            opt.step()
+        return {
+            "return": float(totals[3]) / n_episodes,
+            "success": float(totals[4]) / n_episodes,
+            "loss": float(loss.detach()) + (cfg.anchor_lambda * float(anchor.detach())) / world.size,
+            "episodes": int(totals[2]),
+        }
+
+
 @deterministic
 def train(
     cfg: TrainConfig,
@@ -309,15 +409,13 @@ def train(
         if intent_provider is None:
             raise ValueError("intent='external' needs an intent_provider")
         external = intent_provider([questions[i].text for i in data["index"].tolist()]).to(device, dtype)
-    router_params = [p for p in [*router.parameters(), *intent.parameters()] if p.requires_grad]
-    opt_router = torch.optim.Adam(router_params, lr=cfg.lr_router) if router_params else None
-    opt_edges = torch.optim.Adam([edges.weight], lr=cfg.lr_edges) if edges.trainable else None
-    trained = router_params + ([edges.weight] if edges.trainable else [])
+    update = ReinforceStep(cfg, router, intent, edges, batch, data, external, world)
+    opt_router, opt_edges = update.opt_router, update.opt_edges
     order_gen = torch.Generator().manual_seed(cfg.seed)  # the same global batches on every rank
     ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     arch = {"router_config": router.config(), "intent_config": intent.config(), "edge_init": edges.init}
     fingerprint = graph_fingerprint(graphs)
-    baseline, start_epoch, result = None, 0, TrainResult(router, intent, edges)
+    start_epoch, result = 0, TrainResult(router, intent, edges)
     n_train = int(data["q"].shape[0])
 
     def snapshot(epoch: int) -> dict[str, Any]:
@@ -331,7 +429,7 @@ def train(
             "run_id": cfg.run_id,
             "config": asdict(cfg),
             "epoch": epoch,
-            "baseline": baseline,
+            "baseline": update.baseline,
             "history": result.history,
             "best_epoch": result.best_epoch,
             "best_score": result.best_score,
@@ -354,71 +452,25 @@ def train(
             opt_edges.load_state_dict(st["opt_edges"])
         set_rng_state(st["rng"])
         order_gen.set_state(st["order_rng"])
-        baseline, start_epoch = st["baseline"], st["epoch"] + 1
+        update.baseline, start_epoch = st["baseline"], st["epoch"] + 1
         result.history, result.best_epoch, result.best_score = list(st["history"]), st["best_epoch"], st["best_score"]
 
     for epoch in range(start_epoch, cfg.epochs):
         t0, stats = time.perf_counter(), {"return": [], "success": [], "loss": [], "episodes": 0}
         perm = torch.randperm(n_train, generator=order_gen).to(device)
-        for step, lo in enumerate(range(0, n_train if opt_router or opt_edges else 0, cfg.batch_size)):
-            rows = perm[lo : lo + cfg.batch_size]
-            # ---------------------------------------------------------- rollout (this rank's slice of the batch)
-            ep = make_episodes(rows, data["entries"][rows], data["gold"][rows], cfg.starts_per_question)
-            mine = world.shard(len(ep), device)
-            keys = episode_keys(cfg.seed, epoch, step, int(mine[0]) if len(mine) else 0, len(mine), device)
-            ep = ep.take(mine)
-            q = data["q"][ep.query]
-            pi = intent(q, None if external is None else external[ep.query])
-            traj = rollout(router, q, pi, edges(), batch, ep, cfg.mdp(), cfg.temperature, keys=keys)
-            # ---------------------------------------------------------- returns and advantages (global means)
-            returns = traj.returns(cfg.gamma).to(dtype)
-            acted = traj.acted.float()
-            totals = world.all_reduce_sum(
-                torch.stack(
-                    [
-                        (returns * acted).sum().double(),
-                        acted.sum().double(),
-                        torch.tensor(len(ep), dtype=torch.float64, device=device),
-                        traj.reward.sum().double(),
-                        traj.success.sum().double(),
-                    ]
-                )
-            )
-            n_acted, n_episodes = totals[1].clamp_min(1), max(float(totals[2]), 1.0)
-            mean_return = float(totals[0] / n_acted)
-            baseline = mean_return if baseline is None else baseline
-            advantage = (returns - baseline) * acted
-            baseline = cfg.baseline_beta * baseline + (1 - cfg.baseline_beta) * mean_return
-            # ---------------------------------------------------------- loss (this rank's share of the batch loss)
-            pg_loss = -(traj.logp * advantage.detach()).sum() / n_episodes
-            entropy = (traj.entropy * acted).sum() / n_acted.float()
-            loss = pg_loss - cfg.entropy_coef * entropy
-            # ---------------------------------------------------------- update
-            for opt in (opt_router, opt_edges):
-                if opt:
-                    opt.zero_grad(set_to_none=True)
-            if loss.requires_grad:
-                loss.backward()
-            world.all_reduce_grads(trained)  # the sum of the ranks' shares is the batch gradient
-            anchor = edges.anchor_loss() if edges.trainable else loss.new_zeros(())
-            if edges.trainable:  # a function of the (identical) parameters: added once, after the reduction
-                (cfg.anchor_lambda * anchor).backward()
-            if cfg.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(trained, cfg.max_grad_norm)
-            for opt in (opt_router, opt_edges):
-                if opt:
-                    opt.step()
-            stats["return"].append(float(totals[3]) / n_episodes)
-            stats["success"].append(float(totals[4]) / n_episodes)
-            stats["loss"].append(float(loss.detach()) + (cfg.anchor_lambda * float(anchor.detach())) / world.size)
-            stats["episodes"] += int(totals[2])
+        for step, lo in enumerate(range(0, n_train if update.trains else 0, cfg.batch_size)):
+            done = update(perm[lo : lo + cfg.batch_size], epoch, step)
+            stats["return"].append(done["return"])
+            stats["success"].append(done["success"])
+            stats["loss"].append(done["loss"])
+            stats["episodes"] += done["episodes"]
         stats["loss"] = world.all_reduce_sum(torch.tensor(stats["loss"], dtype=torch.float64, device=device)).tolist()
 
         # -------------------------------------------------------------- evaluate, log, checkpoint
         row = {
             "epoch": epoch,
             "episodes": stats["episodes"],
-            "baseline": baseline,
+            "baseline": update.baseline,
             "seconds": time.perf_counter() - t0,
             **{k: float(np.mean(stats[k])) if stats[k] else float("nan") for k in ("return", "success", "loss")},
         }

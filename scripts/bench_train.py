@@ -1,11 +1,11 @@
-"""Training throughput of the router: episodes/s at batch 1 (one episode per update) vs batched rollouts.
+"""Training throughput of the router: the trainer's update at batch 1 (one question per step) vs batched.
 
     python scripts/bench_train.py                       # CPU, writes outputs/benchmark/train_episodes.json
-    python scripts/bench_train.py --device cpu,cuda --batch 8192   # both devices in one run, with ratios
+    python scripts/bench_train.py --device cpu,cuda --batch 4096   # both devices in one run, with ratios
 
-The measurement is :func:`rl.throughput.training_throughput` (``scripts/benchmark.py`` runs it
-too). With several devices each is measured in turn and every later device gets its batched
-episodes/s over the first's.
+The measurement is :func:`rl.throughput.training_throughput`, which times the trainer's own step
+(:class:`rl.reinforce.ReinforceStep`; ``scripts/benchmark.py`` runs it too). With several devices
+each is measured in turn and every later device gets its batched episodes/s over the first's.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--dim", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=1024)
-    ap.add_argument("--single", type=int, default=64, help="episodes timed at batch 1")
+    ap.add_argument("--batch", type=int, default=512, help="questions per batched update")
+    ap.add_argument("--single", type=int, default=32, help="batch-1 updates timed (one question each)")
     ap.add_argument(
         "--device",
         default="cuda" if torch.cuda.is_available() else "cpu",

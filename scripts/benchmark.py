@@ -49,9 +49,11 @@ from tqdm.auto import tqdm
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import guard_argv, run_or_exit
 from graphmem.device import resolve_device
+from graphmem.eval.scaling import bench_policy, make_queries, scaling_sweep
 from graphmem.graphset import GraphSet
+from graphmem.io import atomic_write
 from graphmem.peak_memory import PeakMemory
-from graphmem.policies import Budget, Query, Scope, make_policy
+from graphmem.policies import Budget, Query, Scope
 from graphmem.synthetic import make_synthetic_graph
 from graphmem.tracking import describe_artifact, experiment_group, make_tracker, use_graphset
 
@@ -61,28 +63,7 @@ log = logging.getLogger("benchmark")
 warnings.filterwarnings("ignore", message="Sparse")
 
 
-def make_queries(graph, num: int, noise: float, seed: int) -> list[Query]:
-    """Queries near random nodes: ``x_v + noise * N(0, I)``."""
-    gen = torch.Generator().manual_seed(seed)
-    rows = torch.randint(0, graph.num_nodes, (num,), generator=gen)
-    emb = graph.embeddings[rows] + noise * torch.randn(num, graph.dim, generator=gen) / graph.dim**0.5
-    return [Query(f"bench-{i}", f"synthetic query {i}", emb[i]) for i in range(num)]
-
-
-def build_policy(name: str, graph, seed: int, device: str = "cpu"):
-    """A registered policy on ``device``; ``router`` and ``gnn`` get untrained modules sized for ``graph``."""
-    torch.manual_seed(seed)
-    if name == "router":
-        from models.router import QueryRouter
-
-        return make_policy("router", router=QueryRouter(graph.dim, num_relations=len(graph.relations)), device=device)
-    if name == "gnn":
-        from models.gnn_reader import GNNReader
-
-        return make_policy(
-            "gnn", reader=GNNReader(input_dim=graph.dim, num_relations=len(graph.relations)), device=device
-        )
-    return make_policy(name, device=device)
+build_policy = bench_policy  # a registered policy; router and gnn with untrained modules sized for the graph
 
 
 def reference_loop(policy, graph, budget):
@@ -375,8 +356,9 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
 
 
 def train_benchmark(cfg: DictConfig) -> dict:
-    """Router training episodes/s at batch 1 and batched (:func:`rl.throughput.training_throughput`)
-    on ``device`` and each of ``compare_devices``, with each one's batched rate over the main device's."""
+    """Router training episodes/s of the trainer's update step at batch 1 and batched
+    (:func:`rl.throughput.training_throughput`) on ``device`` and each of ``compare_devices``, with
+    each one's batched rate over the main device's."""
     from rl.throughput import training_throughput
 
     t = cfg.train
@@ -408,8 +390,31 @@ def run(cfg: DictConfig) -> dict:
         torch.set_num_threads(threads)
 
 
+def scaling_suite(cfg: DictConfig, budget: Budget) -> dict:
+    """``+suite=scaling``: only the scale sweep (:func:`graphmem.eval.scaling.scaling_sweep`), written to
+    ``<out_dir>/<suite.out_file>``."""
+    suite = OmegaConf.to_container(cfg.suite, resolve=True)
+    report = {"config": OmegaConf.to_container(cfg, resolve=True)}
+    report.update(scaling_sweep(suite, budget, log=log.info))
+    report["process_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out = Path(cfg.out_dir) / suite["out_file"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, lambda tmp: tmp.write_text(json.dumps(report, indent=2)))
+    log.info(
+        "growth of end-to-end p50 (largest / smallest size): %s",
+        {k: v["p50_largest_over_smallest"] for k, v in report["growth"].items()},
+    )
+    log.info("wrote %s", out)
+    return report
+
+
 def _run(cfg: DictConfig) -> dict:
     budget = Budget(**OmegaConf.to_container(cfg.budget))
+    suite = cfg.get("suite")
+    if suite is not None:
+        if suite.get("name") != "scaling":
+            raise ValueError(f"unknown benchmark suite {suite.get('name')!r}; known: ['scaling']")
+        return scaling_suite(cfg, budget)
     report: dict = {
         "config": OmegaConf.to_container(cfg, resolve=True),
         "torch_threads": torch.get_num_threads(),

@@ -87,6 +87,8 @@ def plan_run(cfg: DictConfig) -> Plan:
         sweep = scaled_budgets(budget, list(cfg.sweep_tokens or []))
     except (TypeError, ValueError) as err:
         raise ConfigError(f"invalid budget: {err}") from None
+    if cfg.get("latency", "served") not in ("served", "batch"):
+        raise ConfigError(f"latency must be 'served' or 'batch', got {cfg.get('latency')!r}")
     names = list(cfg.policies) if cfg.get("policies") else [cfg.policy.name]
     stats = cfg.get("stats") or {}
     reference = stats.get("reference")
@@ -140,7 +142,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     qa_results: dict[str, Any] = {}
     qa_shared: dict[str, Any] = {}
     for name, policy in plan.policies.items():
-        main_result = evaluate_policy(policy, gs, plan.budget, progress=cfg.progress)
+        main_result = evaluate_policy(
+            policy, gs, plan.budget, progress=cfg.progress, serve_latency=cfg.get("latency", "served") == "served"
+        )
         results.append(main_result)
         # a sweep level equal to the run's budget reuses its result instead of retrieving again
         sweeps[name] = [

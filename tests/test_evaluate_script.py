@@ -65,6 +65,8 @@ def test_compose_run_writes_every_output(tmp_path):
     rows = (out / "questions_dense_topk.jsonl").read_text().splitlines()
     assert len(rows) == 10 and "trace" in json.loads(rows[0])
     assert "| overall |" in (out / "results.md").read_text()
+    assert saved["policies"]["beta_bfs"]["info"]["latency"] == "served alone"  # latency=served by default
+    assert "served alone" in (out / "results.md").read_text() and "batched q/s" in (out / "results.md").read_text()
     (run,) = read_runs(out / "tracking")
     assert {"summary", "budget_sweep", "questions/beta_bfs", "paired_vs_reference"} <= set(run.tables)
     # paired statistics against the reference, from the per-question rows written above
@@ -103,6 +105,7 @@ def test_reference_policy_is_added_when_not_listed(tmp_path):
         ("sweep_tokens=[0]", "invalid budget"),
         ("device=gpu7", "policy 'beta_bfs' cannot be constructed"),
         ("stats.n_boot=0", "stats.n_boot must be a positive integer"),
+        ("latency=fastest", "latency must be 'served' or 'batch'"),
     ],
 )
 def test_invalid_config_rejected_before_work(tmp_path, override, message):

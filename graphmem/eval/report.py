@@ -75,19 +75,32 @@ def markdown_table(result: EvalResult) -> str:
         f"**{result.policy}** on {result.dataset} — budget: {b.max_entries} entries, top-{b.top_k_neighbors} "
         f"neighbours, {b.max_hops} hops, {b.max_nodes} nodes, {b.max_tokens} tokens"
     )
-    return title + "\n\n" + _markdown(header, rows)
+    return title + "\n\n" + _markdown(header, rows) + "\n\n" + _latency_note([result])
+
+
+def _latency_note(results: Sequence[EvalResult]) -> str:
+    """What the p50/p95 columns measure (per-query serving latency or a batch share) and what batched q/s is."""
+    kinds = sorted({r.info.get("latency", "batch share") for r in results})
+    what = {
+        "served alone": "p50/p95 ms: latency of each question served alone (retrieve_batch(graph, [q]))",
+        "batch share": "p50/p95 ms: each question's share of the batched call (throughput, not latency)",
+    }
+    return "; ".join(what.get(k, k) for k in kinds) + "; batched q/s: throughput of the batched evaluation."
 
 
 def comparison_table(results: Sequence[EvalResult], group: str = "overall") -> str:
-    """One row per policy for one group (default: overall, i.e. LoCoMo categories 1-4)."""
+    """One row per policy for one group (default: overall, i.e. LoCoMo categories 1-4), with each
+    policy's batched throughput (questions/s) beside the latency columns."""
     present = [r for r in results if group in r.summary]
     cols = _columns([r.summary[group] for r in present])
-    header = ["policy", "n"] + [h for h, _, _ in cols]
+    header = ["policy", "n"] + [h for h, _, _ in cols] + ["batched q/s"]
     rows = [
-        [r.policy, _count(r.summary[group])] + [_fmt(r.summary[group][key], fmt) for _, key, fmt in cols]
+        [r.policy, _count(r.summary[group])]
+        + [_fmt(r.summary[group][key], fmt) for _, key, fmt in cols]
+        + [_fmt(r.info.get("batched_questions_per_s"), "{:.0f}")]
         for r in present
     ]
-    return f"{group}:\n\n" + _markdown(header, rows)
+    return f"{group}:\n\n" + _markdown(header, rows) + "\n\n" + _latency_note(present)
 
 
 def category_recall_table(results: Sequence[EvalResult]) -> str:

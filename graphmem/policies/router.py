@@ -219,7 +219,8 @@ class RouterPolicy(TraversalPolicy):
         q_unit, m = self._modulation(graph, scope.queries)
         x, rowptr, perm, dst, etype, edge_cos, tokens = self._graph_tensors(graph)
         node_off = scope.node_offset
-        eattr = torch.cat([self._edge_attr(g).to(dev) for g in scope.batch.graphs])
+        attrs = [self._edge_attr(g).to(dev) for g in scope.batch.graphs]
+        eattr = attrs[0] if len(attrs) == 1 else torch.cat(attrs)  # one graph: no [E, R] copy per call
         used = torch.zeros(nq, dtype=torch.long, device=dev)
         count = torch.zeros_like(used)
         valid = entries >= 0

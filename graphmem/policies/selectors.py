@@ -12,7 +12,7 @@ duplicates, and an empty list means "no memory" (no fallback to the full graph).
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 from torch import Tensor
@@ -37,12 +37,18 @@ class EntrySelector(Protocol):
     def select(self, graph: MemoryGraph, queries: Sequence[Query], budget: Budget) -> list[list[int]]: ...
 
 
-ENTRY_SELECTORS = Registry("entry selector", lazy={"llm": "graphmem.llm.retriever"})
+ENTRY_SELECTORS = Registry("entry selector", lazy={"llm": "graphmem.llm.retriever", "ann": "graphmem.policies.ann"})
 register_entry_selector = ENTRY_SELECTORS.register
 
 
-def make_entry_selector(name: str | EntrySelector = "embedding", **kwargs) -> EntrySelector:
-    """Instantiate a registered selector by name (an instance is returned unchanged)."""
+def make_entry_selector(name: str | Mapping[str, Any] | EntrySelector = "embedding", **kwargs) -> EntrySelector:
+    """Instantiate a registered selector by name, or from a mapping ``{name: ..., <its kwargs>}``
+    (e.g. ``{name: ann, min_nodes: 0, index: {kind: hnsw}}``); an instance is returned unchanged."""
+    if isinstance(name, Mapping):
+        spec = dict(name)
+        if "name" not in spec:
+            raise ValueError(f"entry selector config {spec} has no 'name'; registered: {sorted(ENTRY_SELECTORS)}")
+        return ENTRY_SELECTORS.make(spec.pop("name"), **spec, **kwargs)
     return ENTRY_SELECTORS.make(name, **kwargs) if isinstance(name, str) else name
 
 
