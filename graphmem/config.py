@@ -36,6 +36,7 @@ and :func:`compose` does it for code that composes configs itself (tests, notebo
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import inspect
 import os
@@ -143,7 +144,8 @@ def _config_type(annotation: Any, default: Any) -> Any:
     config (an object such as a module or an entry-selector instance).
 
     Of a union the primitive members count (``str | EntrySelector`` -> ``str``; ``PathLike`` ->
-    ``str``), ``None`` in it makes the field optional; without an annotation the default's type."""
+    ``str``; a name or a mapping, as an entry selector's spec, -> ``Any``), ``None`` in it makes the
+    field optional; without an annotation the default's type."""
     if annotation is inspect.Parameter.empty or isinstance(annotation, str):
         return type(default) if isinstance(default, (bool, int, float, str)) else None
     members = typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType) else ()
@@ -157,8 +159,12 @@ def _config_type(annotation: Any, default: Any) -> Any:
             kept.append(str)
         elif typing.get_origin(m) in (dict, list):
             kept.append(m)
+        elif m is typing.Mapping or typing.get_origin(m) in (collections.abc.Mapping,):
+            kept.append(dict)
     if not kept:
         return None
+    if str in kept and any(typing.get_origin(m) in (dict, list) or m in (dict, list) for m in kept):
+        return Any  # a name or a mapping (an entry selector's spec): OmegaConf has no such union
     kind = str if str in kept else kept[0]
     return Optional[kind] if optional else kind
 

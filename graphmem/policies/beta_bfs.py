@@ -24,7 +24,7 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import level_bfs
-from graphmem.policies.selectors import EntrySelector, make_entry_selector
+from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.tables import dense_rows, distinct_neighbors, token_counts
 
 
@@ -37,7 +37,7 @@ class BetaBFS(TraversalPolicy):
         device: where the traversal runs (default: ``"cpu"``).
     """
 
-    def __init__(self, entry_selector: str | EntrySelector = "embedding", device: str | torch.device = "cpu") -> None:
+    def __init__(self, entry_selector: SelectorSpec = "embedding", device: str | torch.device = "cpu") -> None:
         self.device = resolve_device(device)
         self.entry_selector = make_entry_selector(entry_selector)
 

@@ -35,7 +35,7 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import compact_left, csr_values, greedy_admit, rank_in_group
-from graphmem.policies.selectors import make_entry_selector
+from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.tables import csr, dense_rows, distinct_neighbors, node_id_rank, token_counts
 from graphmem.policies.types import Query
 
@@ -61,7 +61,7 @@ class GNNPolicy(TraversalPolicy):
         self,
         reader=None,
         checkpoint: str | PathLike | None = None,
-        entry_selector="embedding",
+        entry_selector: SelectorSpec = "embedding",
         query_chunk: int = 64,
         device: str | torch.device = "cpu",
         pack_queries: int = 8,

@@ -41,7 +41,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_values, greedy_admit, rank_in_group
 from graphmem.policies.ranking import topk_by_score
-from graphmem.policies.selectors import EntrySelector, make_entry_selector
+from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.tables import csr, edge_targets, node_id_rank, token_counts
 from graphmem.policies.types import merge_by_query
 
@@ -245,7 +245,7 @@ class PersonalizedPageRank(TraversalPolicy):
         relation_weights: dict[str, float] | None = None,
         use_posterior: bool = True,
         max_block_elements: int = 1 << 21,
-        entry_selector: str | EntrySelector = "embedding",
+        entry_selector: SelectorSpec = "embedding",
         device: str | torch.device = "cpu",
         pack_queries: int = 8,
     ) -> None:

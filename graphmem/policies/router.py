@@ -43,7 +43,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_positions, greedy_admit, ragged_block, segment_topk
 from graphmem.policies.ranking import query_matrix
-from graphmem.policies.selectors import make_entry_selector
+from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.tables import first_occurrence, unit_embeddings
 from graphmem.policies.types import Query, merge_by_query
 from models.edge_encoder import pair_table
@@ -106,7 +106,7 @@ class RouterPolicy(TraversalPolicy):
         search: str = "greedy",
         beam_width: int = 0,
         device: str = "auto",
-        entry_selector="embedding",
+        entry_selector: SelectorSpec = "embedding",
         intent_provider: IntentProvider | None = None,
     ):
         if search not in ("greedy", "beam"):

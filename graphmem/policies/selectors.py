@@ -12,7 +12,7 @@ duplicates, and an empty list means "no memory" (no fallback to the full graph).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
 from torch import Tensor
@@ -41,7 +41,12 @@ ENTRY_SELECTORS = Registry("entry selector", lazy={"llm": "graphmem.llm.retrieve
 register_entry_selector = ENTRY_SELECTORS.register
 
 
-def make_entry_selector(name: str | Mapping[str, Any] | EntrySelector = "embedding", **kwargs) -> EntrySelector:
+SelectorSpec = Union[str, Mapping[str, Any], EntrySelector]
+"""What a policy's ``entry_selector`` accepts: a registered name, a mapping ``{name: ..., <kwargs>}``
+or a selector instance (:func:`make_entry_selector`)."""
+
+
+def make_entry_selector(name: SelectorSpec = "embedding", **kwargs) -> EntrySelector:
     """Instantiate a registered selector by name, or from a mapping ``{name: ..., <its kwargs>}``
     (e.g. ``{name: ann, min_nodes: 0, index: {kind: hnsw}}``); an instance is returned unchanged."""
     if isinstance(name, Mapping):

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_positions, level_bfs, rank_in_group, segment_topk
-from graphmem.policies.selectors import EntrySelector, make_entry_selector
+from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.tables import distinct_neighbors, token_counts
 
 
@@ -69,7 +69,7 @@ class UniformBFS(TraversalPolicy):
     """
 
     def __init__(
-        self, seed: int = 0, entry_selector: str | EntrySelector = "embedding", device: str | torch.device = "cpu"
+        self, seed: int = 0, entry_selector: SelectorSpec = "embedding", device: str | torch.device = "cpu"
     ) -> None:
         self.device = resolve_device(device)
         self.seed = int(seed)
