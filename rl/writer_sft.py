@@ -2,12 +2,14 @@
 
 A writer that never produces the triple format earns no task reward, so GRPO has nothing to
 push on. The warm start teaches the format first, from the builder's own extraction: for each
-fragment ``f`` of a task, the graph builder's entity extractor (``graph.entity_extractor``,
-offline cue-based by default) gives its entities ``e_1 .. e_m`` in order of first mention, and
-the silver completion holds
+fragment ``f`` at position ``i`` of a task, the graph builder's entity extractor
+(``graph.entity_extractor``, offline cue-based by default) gives its entities ``e_1 .. e_m`` in
+order of first mention, and the silver completion holds
 
-    (e_i | with | e_{i+1}) [f]     for i = 1 .. m - 1      (m >= 2)
-    (e_1 | in | f) [f]                                     (m = 1)
+    (e_j | with | e_{j+1}) [Fi]     for j = 1 .. m - 1      (m >= 2)
+    (e_1 | is | e_1) [Fi]                                   (m = 1)
+
+(``Fi``: the fragment's position label in the prompt, :mod:`rl.writer_format`)
 
 so fragments sharing an entity are joined by :func:`rl.grpo_writer.entity_edges` exactly as the
 builder's entity edges join them (up to its fan-out caps). Fragments without entities get no
@@ -23,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from rl.grpo_writer import WriterConfig, WriterTask, _prompt, generate_completions, parse_triples
+from rl.grpo_writer import WriterConfig, WriterTask, _prompt, generate_completions
+from rl.writer_format import anchor_label, clean_entity, well_formed
 
 
 @dataclass
@@ -49,21 +52,15 @@ class SFTConfig:
 def silver_triples(task: WriterTask, extractor, max_entities: int = 4, max_lines: int | None = None) -> str:
     """The silver completion of ``task`` (module docstring), one triple per line, the first ``max_lines``."""
     lines = []
-    for fid, text, found in zip(task.fragment_ids, task.texts, extractor.extract(task.texts)):
+    for i, (text, found) in enumerate(zip(task.texts, extractor.extract(task.texts))):
         low = text.lower()
         ents = sorted(found, key=lambda e: (low.find(e) if e in low else len(low), e))[:max_entities]
-        ents = [" ".join(e.replace("|", " ").replace("(", " ").replace(")", " ").split()) for e in ents]
-        ents = [e for e in ents if e and "[" not in e and "]" not in e]
+        ents = [e for e in map(clean_entity, ents) if e]
+        label = anchor_label(i)
         if len(ents) == 1:
-            lines.append(f"({ents[0]} | in | {fid}) [{fid}]")
-        lines += [f"({a} | with | {b}) [{fid}]" for a, b in zip(ents, ents[1:])]
+            lines.append(f"({ents[0]} | is | {ents[0]}) [{label}]")
+        lines += [f"({a} | with | {b}) [{label}]" for a, b in zip(ents, ents[1:])]
     return "\n".join(lines[:max_lines])
-
-
-def well_formed(text: str, fragment_ids: Sequence[str]) -> bool:
-    """At least one non-empty line, every one an anchored triple citing a fragment of the task."""
-    _, good, total = parse_triples(text, fragment_ids)
-    return total > 0 and good == total
 
 
 def well_formed_fraction(model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig) -> float:

@@ -71,7 +71,10 @@ def run(cfg: DictConfig) -> None:
             trainer, writer_result = run_writer(gs, cfg, wcfg_t, reader)
             model, tokenizer = trainer.model, trainer.processing_class
         else:  # writer.max_steps=0: rebuild with the writer as given (e.g. one trained by train_writer.py)
-            (model, tokenizer), writer_result = load_writer(wcfg.model, wcfg.seed), {"curve": [], "model": wcfg.model}
+            (model, tokenizer), writer_result = (
+                load_writer(wcfg.model, wcfg.seed, wcfg.tiny_hidden, wcfg.tiny_layers),
+                {"curve": [], "model": wcfg.model},
+            )
         if writer_result["curve"]:
             plot_curve(
                 writer_result["curve"], out_dir / f"reward_curve_round{t}.png", f"self-evolution round {t}: writer"

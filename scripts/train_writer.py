@@ -85,7 +85,7 @@ def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, toke
 
 def run_warm_start(gs, cfg: DictConfig, wcfg: WriterConfig, sft: SFTConfig):
     """Load the writer, measure well-formed output on validation tasks, warm-start it, measure again."""
-    model, tokenizer = load_writer(wcfg.model, wcfg.seed)
+    model, tokenizer = load_writer(wcfg.model, wcfg.seed, wcfg.tiny_hidden, wcfg.tiny_layers)
     held_out, _ = writer_tasks(gs, cfg, wcfg, "val", sft.eval_tasks)
     result: dict = {
         "eval_tasks": len(held_out),

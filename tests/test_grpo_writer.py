@@ -13,16 +13,14 @@ from rl.grpo_writer import (
     WriterConfig,
     WriterTask,
     byte_tokenizer,
-    format_score,
     graph_from_triples,
     load_writer,
-    parse_triples,
-    repetition_rate,
     rewrite_entity_edges,
     rewrite_graph,
     tasks_from_graph,
     train_writer,
 )
+from rl.writer_format import anchor_map, format_score, parse_triples, repetition_rate, well_formed
 
 BUDGET = {"max_entries": 1, "top_k_neighbors": 1, "max_hops": 1, "max_nodes": 2}
 
@@ -49,18 +47,52 @@ def reward():
 
 
 def test_parse_and_format_reward(reward):
-    text = "(Alice | met | Bob) [a1]\n(Bob | flew to | Paris) [a2]\nnot a triple\n(X | y | z) [zz]\n\n"
+    text = "(Alice | met | Bob) [F1]\n(Bob | flew to | Paris) [F2]\nnot a triple\n(X | y | z) [F9]\n\n"
     triples, good, total = parse_triples(text, ["a1", "a2", "b1", "b2"])
     assert (good, total) == (2, 4)
     assert triples == [("alice", "met", "bob", "a1"), ("bob", "flew to", "paris", "a2")]
-    # line credits 1, 1, 0, 0.5 (anchor not in the task); c = 0.5
+    # line credits 1, 1, 0, 0.5 (label outside F1..F4); c = 0.5
     assert reward.format_reward(None, [text], ["t0"]) == [pytest.approx(2.5 / 4)]
     assert reward.format_reward(None, [""], ["t0"]) == [0.0]
     assert format_score("(a | b | c)\nx", ["a1"], partial=0.5) == pytest.approx(0.125)
 
 
+def test_position_anchors_map_back_to_fragment_ids():
+    ids = ["D3:7", "D3:8", "D4:1"]
+    assert anchor_map(ids) == {"F1": "D3:7", "F2": "D3:8", "F3": "D4:1"}
+    text = (
+        "(a | r | b) [F3]\n(c | r | d) [ F1 ]\n(e | r | f) [F0]\n(g | r | h) [F4]\n(i | r | j) [D3:7]\n(k | r | l) [f2]"
+    )
+    triples, good, total = parse_triples(text, ids)
+    assert triples == [("a", "r", "b", "D4:1"), ("c", "r", "d", "D3:7")]
+    assert (good, total) == (2, 6)  # F0, F4 (k = 3), a raw id and a lower-case label are not anchors
+    prompt = make_task().prompt()
+    assert [line.split("]")[0] for line in prompt.splitlines() if line.startswith("[F")] == ["[F1", "[F2", "[F3", "[F4"]
+    assert not any(f"[{f}]" in prompt for f in ("a1", "a2", "b1", "b2"))
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("(Alice | met | Bob) [F1]\n\n(Bob | flew | Paris) [F4]\n", True),
+        ("  (Alice | met | Bob)   [F2]  ", True),
+        ("", False),
+        ("\n \n", False),
+        ("(Alice | met | Bob) [F1]\n(Bob | flew | Par", False),  # cut mid-line
+        ("(Alice | met | Bob) [F1]\nTriples:", False),
+        ("(Alice | met | Bob) [F5]", False),
+        ("(Alice | met | Bob)", False),
+        ("(Alice | met) [F1]", False),
+        ("( | met | Bob) [F1]", False),
+        ("(Alice | met | Bob) [F1] (Carol | met | Dan) [F2]", False),
+    ],
+)
+def test_well_formed_on_crafted_texts(text, expected):
+    assert well_formed(text, ["a1", "a2", "b1", "b2"]) is expected
+
+
 def test_repetition_penalty(reward):
-    text = "(Alice | met | Bob) [a1]\n(alice |  MET | bob) [a1]\n(Alice | met | Bob) [a1]"
+    text = "(Alice | met | Bob) [F1]\n(alice |  MET | bob) [F1]\n(Alice | met | Bob) [F1]"
     triples, _, _ = parse_triples(text, ["a1"])
     assert repetition_rate(triples) == pytest.approx(2 / 3)
     assert repetition_rate([]) == 0.0
@@ -74,9 +106,9 @@ def test_recall_and_precision_follow_the_written_links(reward):
     # entry = a1 (the query is a1's embedding); one hop, one neighbor, two nodes loaded
     nothing = reward.components("", "t0")
     assert (nothing["r_rec"], nothing["r_pre"], nothing["r_task"]) == (0.5, 1.0, 0.75)
-    bridge = reward.components("(Alice | met | Bob) [a1]\n(Bob | flew to | Paris) [a2]", "t0")
+    bridge = reward.components("(Alice | met | Bob) [F1]\n(Bob | flew to | Paris) [F2]", "t0")
     assert (bridge["r_rec"], bridge["r_pre"], bridge["r_task"]) == (1.0, 1.0, 1.0)
-    wrong = reward.components("(Alice | met | Carol) [a1]\n(Carol | likes | tea) [b1]", "t0")
+    wrong = reward.components("(Alice | met | Carol) [F1]\n(Carol | likes | tea) [F3]", "t0")
     assert (wrong["r_rec"], wrong["r_pre"], wrong["r_task"]) == (0.5, 0.5, 0.5)
 
 
@@ -138,44 +170,50 @@ def test_rewrite_graph_batched_generation_keeps_nodes():
 # ---------------------------------------------------------------------- warm start (rl/writer_sft.py)
 def test_silver_triples_join_fragments_that_share_an_entity():
     from graphmem.build.entities import make_entity_extractor
-    from rl.writer_sft import silver_triples, well_formed
+    from rl.writer_sft import silver_triples
 
     task = make_task()
     task.texts = ["We saw Alice meet Bob in Paris.", "Then Bob flew to Rome.", "We heard Carol sing.", "it was fine"]
     text = silver_triples(task, make_entity_extractor("offline"))
     lines = text.splitlines()
-    assert lines[:3] == ["(alice | with | bob) [a1]", "(bob | with | paris) [a1]", "(bob | with | rome) [a2]"]
-    assert "(carol | in | b1) [b1]" in lines and not any(line.endswith("[b2]") for line in lines)
+    assert lines[:3] == ["(alice | with | bob) [F1]", "(bob | with | paris) [F1]", "(bob | with | rome) [F2]"]
+    assert "(carol | is | carol) [F3]" in lines and not any(line.endswith("[F4]") for line in lines)
     assert well_formed(text, task.fragment_ids) and not well_formed(text + "\nnot a triple", task.fragment_ids)
-    assert not well_formed("", task.fragment_ids) and not well_formed("(a | b | c) [zz]", task.fragment_ids)
     triples, _, _ = parse_triples(text, task.fragment_ids)
     g = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings)
     pairs = set(zip(g.edge_index[0].tolist(), g.edge_index[1].tolist()))
     assert pairs == {(0, 1), (1, 0)}  # "bob" links the first two fragments, nothing else is shared
 
 
-def test_warm_start_teaches_the_format(tmp_path):
+def test_warm_start_teaches_the_format_on_held_out_tasks(tmp_path):
+    """SFT on silver lines makes greedy outputs of *unseen* tasks well-formed (none were before)."""
+    import random
+
     from graphmem.build.entities import make_entity_extractor
     from rl.writer_sft import SFTConfig, warm_start, well_formed_fraction
 
-    torch.manual_seed(0)
-    tasks = []
-    for k in range(4):
+    names = ["Alice", "Bob", "Carol", "Dan", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jo"]
+    verbs = ["met", "saw", "called", "helped"]
+    rng = random.Random(0)
+
+    def task(k):
         t = make_task(f"t{k}")
-        t.fragment_ids = ["D1:1", "D1:2", "D1:3", "D1:4"]
-        t.texts = ["Alice met Bob.", "Bob saw Carol.", "Carol met Dan.", "Dan met Alice."][k:] + ["Eve met Fay."] * k
-        tasks.append(t)
+        t.fragment_ids = [f"D{k}:{j}" for j in range(1, 5)]
+        t.texts = [f"{rng.choice(names)} {rng.choice(verbs)} {rng.choice(names)}." for _ in range(4)]
+        return t
+
+    train, held_out = [task(k) for k in range(64)], [task(k) for k in range(100, 104)]
     cfg = WriterConfig(fragments_per_task=4, max_completion_length=120, output_dir=str(tmp_path), seed=0)
-    model, tok = load_writer("tiny", seed=0)
-    before = well_formed_fraction(model, tok, tasks, cfg)
+    model, tok = load_writer("tiny", seed=0, hidden=32, layers=2)
+    before = well_formed_fraction(model, tok, held_out, cfg)
     model, log = warm_start(
         model,
         tok,
-        tasks,
+        train,
         make_entity_extractor("offline"),
         cfg,
-        SFTConfig(max_steps=150, batch_size=4, learning_rate=3e-3),
+        SFTConfig(max_steps=120, batch_size=8, learning_rate=5e-3, max_lines=3),
     )
-    after = well_formed_fraction(model, tok, tasks, cfg)
+    after = well_formed_fraction(model, tok, held_out, cfg)
     assert before == 0.0 and after >= 0.75, (before, after)
     assert log[-1]["loss"] < log[0]["loss"]

