@@ -115,6 +115,7 @@ def test_trainer_yaml_mirrors_train_config():
     from omegaconf import OmegaConf
 
     yaml = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "configs" / "trainer" / "default.yaml"))
+    assert yaml.pop("defaults") == ["schema", "_self_"]  # Hydra's composition list: the typed schema first
     defaults = TrainConfig()
     assert set(yaml) == {f.name for f in dataclasses.fields(TrainConfig)}
     for part, values in yaml.items():
