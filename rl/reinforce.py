@@ -272,11 +272,11 @@ def _to_device(obj: Any, device: str | torch.device) -> Any:
 
 
 class ReinforceStep:
-    """One optimizer step of :func:`train` (module docstring), callable on its own (the training
-    benchmark, :mod:`rl.throughput`, times this): this rank's rollout of the batch's episodes, the
-    returns, the moving-average baseline and advantages (global means over all ranks), the
-    policy-gradient loss, backward, the gradient all-reduce, the anchor term, clipping and the Adam
-    steps of the router + intent head (``lr_router``) and the edge features (``lr_edges``).
+    """One optimizer step of :func:`train` (module docstring), callable on its own: this rank's
+    rollout of the batch's episodes, the returns, the moving-average baseline and advantages
+    (global means over all ranks), the policy-gradient loss, backward, the gradient all-reduce, the
+    anchor term, clipping and the Adam steps of the router + intent head (``lr_router``) and the
+    edge features (``lr_edges``).
 
     Args:
         cfg: the training config (objective, baseline, anchor, clipping, learning rates).

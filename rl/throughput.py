@@ -1,33 +1,41 @@
-"""Training throughput of the router: questions (and episodes) per second at batch 1 vs batched.
+"""Training throughput of the walk router: questions (and episodes) per second at batch 1 vs batched.
 
-Both modes time the trainer's own update, :class:`rl.reinforce.ReinforceStep` (the step
-:func:`rl.reinforce.train` takes, as ``scripts/train.py`` configures it: batched rollout,
-discounted returns, moving-average baseline, policy-gradient loss, the edge features' anchor
-term, gradient clipping, the Adam steps of router + intent head and edge features). Batch 1 takes
-one optimizer step per question (``starts_per_question`` episodes); the batched mode one step over
-``batch`` questions. The questions ask for random nodes of one synthetic graph; their entries come
-from the embedding selector and their training tensors from :func:`rl.reinforce.prepare_questions`,
-as in training; the steps run under :func:`rl.seeding.deterministic_algorithms`, as
-:func:`rl.reinforce.train` runs them. Used by ``scripts/bench_train.py`` and ``scripts/benchmark.py``.
+Both modes time the step of the trainer ``scripts/train.py`` runs, :class:`rl.walk_trainer.WalkTrainer`,
+as its :meth:`~rl.walk_trainer.WalkTrainer.learn` takes it for every batch of every phase:
+
+    stats = trainer.update(trainer.rollout(rows, phase), phase)
+
+(sampled walks, then the phase's loss, the edge features' anchor term, gradient clipping and one
+Adam step), under :func:`rl.seeding.deterministic_algorithms`, with the settings of
+``configs/trainer/default.yaml`` (model, objective, optimizer). Each phase of that config
+(``imitation``, then ``reinforce``) is timed on its own, with the fresh Adam and baseline the trainer
+starts the phase with. Batch 1 takes one step per question; the batched mode one step over ``batch``
+questions. The questions ask for random nodes of one synthetic graph; their entries come from the
+embedding selector, as in training. Used by ``scripts/bench_train.py`` and ``scripts/benchmark.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+from omegaconf import OmegaConf
 
 from graphmem.datasets.types import Question
-from graphmem.graph_batch import GraphBatch
 from graphmem.peak_memory import PeakMemory
-from graphmem.policies.base import Budget
-from graphmem.policies.selectors import make_entry_selector
 from graphmem.synthetic import make_synthetic_graph
-from rl.distributed import World
-from rl.reinforce import ReinforceStep, TrainConfig, build_modules, prepare_questions
-from rl.seeding import deterministic_algorithms, seed_everything
+from rl.seeding import deterministic_algorithms
+from rl.walk_trainer import TrainConfig, WalkTrainer
+
+DEFAULT_TRAINER = Path(__file__).resolve().parents[1] / "configs" / "trainer" / "default.yaml"
+
+
+def default_trainer() -> dict[str, Any]:
+    """The parts of ``configs/trainer/default.yaml`` (``model``, ``objective``, ``optim``, ``run``)."""
+    values = OmegaConf.to_container(OmegaConf.load(DEFAULT_TRAINER))
+    return {k: v for k, v in values.items() if k != "defaults"}
 
 
 def synthetic_questions(graph, num: int, seed: int, gold: int = 2, noise: float = 0.3):
@@ -44,6 +52,47 @@ def synthetic_questions(graph, num: int, seed: int, gold: int = 2, noise: float 
     return questions, emb
 
 
+def _phase_rates(trainer: WalkTrainer, phase: str, batch: int, single: int, repeats: int) -> dict[str, float]:
+    """Batch-1 and batched rates of ``phase``'s step (module docstring)."""
+    n, dev = len(trainer.train), trainer.device
+    offset = iter(range(1 << 62))
+
+    def rate(sizes: list[int]) -> tuple[float, float, float]:
+        """(questions/s, episodes/s, questions per CPU second) of one step per entry of ``sizes``
+        (questions each). CPU time is the process's (all threads): on a machine shared with other
+        jobs it leaves out the waits for a core that wall time includes."""
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0, c0, episodes = time.perf_counter(), time.process_time(), 0
+        for size in sizes:
+            lo = next(offset) * size
+            rows = torch.arange(lo, lo + size, device=dev) % n
+            batch_ = trainer.rollout(rows, phase)
+            trainer.update(batch_, phase)
+            episodes += int(batch_.episodes.count.shape[0])  # HAGE's MDP: several episodes per question
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return sum(sizes) / dt, episodes / dt, sum(sizes) / max(cpu, 1e-9)
+
+    rate([min(8, n)])  # warm-up (and the baseline's first values)
+    one = max((rate([1] * single) for _ in range(repeats)), key=lambda r: r[0])  # the fastest round (wall)
+    many = max((rate([batch]) for _ in range(repeats)), key=lambda r: r[0])
+    with PeakMemory(dev) as mem:
+        rate([batch])
+    return {
+        "batch1_questions_per_s": one[0],
+        "batched_questions_per_s": many[0],
+        "batch1_episodes_per_s": one[1],
+        "batched_episodes_per_s": many[1],
+        "speedup": many[1] / one[1],
+        "batch1_questions_per_cpu_s": one[2],
+        "batched_questions_per_cpu_s": many[2],
+        "cpu_speedup": many[2] / one[2],
+        "batched_step_peak_mb": mem.peak_mb,
+    }
+
+
 def training_throughput(
     nodes: int = 2000,
     dim: int = 64,
@@ -54,69 +103,39 @@ def training_throughput(
     seed: int = 0,
     trainer: Mapping[str, Any] | None = None,
 ) -> dict:
-    """Questions/s and episodes/s of the trainer's update at batch 1 and at ``batch`` questions.
+    """Questions/s and episodes/s of the trainer's step at batch 1 and at ``batch`` questions, per phase.
+
+    The top-level rates are those of the policy-gradient phase (the last in the config); ``phases``
+    holds every phase's.
 
     Args:
         nodes, dim: the synthetic graph.
-        batch: questions per batched update.
-        single: batch-1 updates timed (one question each).
+        batch: questions per batched step.
+        single: batch-1 steps timed (one question each).
         repeats: each mode's rate is the fastest of this many rounds.
-        device: where the modules and the rollout run.
+        device: where the scorer and the walks run.
         seed: graph, questions, initialisation and action sampling.
-        trainer: :class:`rl.reinforce.TrainConfig` fields over its defaults (those of
-            ``configs/trainer/default.yaml``).
+        trainer: overrides of ``configs/trainer/default.yaml`` (``part -> key -> value``).
     """
-    cfg = TrainConfig(**{**dataclasses.asdict(TrainConfig()), **dict(trainer or {}), "seed": seed, "device": device})
-    seed_everything(seed)
-    dev = torch.device(device)
-    graphs = {"synthetic": make_synthetic_graph(nodes, dim=dim, seed=seed)}
-    union = GraphBatch.from_graphs(graphs)
-    n = max(batch, single)
-    questions, emb = synthetic_questions(graphs["synthetic"], n, seed + 1)
-    data = prepare_questions(union, graphs, questions, emb, Budget(), make_entry_selector("embedding"))
-    dtype = getattr(torch, cfg.dtype)
-    data = {k: v.to(dev, dtype) if v.is_floating_point() else v.to(dev) for k, v in data.items()}
-    router, intent, edges = (m.to(dev, dtype) for m in build_modules(cfg, graphs, dim))
-    update = ReinforceStep(cfg, router, intent, edges, union, data, world=World())
-    step = iter(range(1 << 62))
-
-    def rate(sizes: list[int]) -> tuple[float, float, float]:
-        """(questions/s, episodes/s, questions per CPU second) of one update per entry of ``sizes``
-        (questions each). CPU time is the process's (all threads): on a machine shared with other
-        jobs it leaves out the waits for a core that wall time includes."""
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        t0, c0, episodes, lo = time.perf_counter(), time.process_time(), 0, 0
-        for size in sizes:
-            episodes += update(torch.arange(lo, lo + size, device=dev) % data["q"].shape[0], 0, next(step))["episodes"]
-            lo += size
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-        return sum(sizes) / dt, episodes / dt, sum(sizes) / max(cpu, 1e-9)
-
-    with deterministic_algorithms():  # as train() runs its steps
-        rate([min(8, n)])  # warm-up
-        one = max((rate([1] * single) for _ in range(repeats)), key=lambda r: r[0])  # the fastest round (wall)
-        many = max((rate([batch]) for _ in range(repeats)), key=lambda r: r[0])
-        with PeakMemory(dev) as mem:
-            rate([batch])
+    cfg = TrainConfig.merged(default_trainer(), trainer or {}, seed=seed, device=device, checkpoint_dir="")
+    graph = make_synthetic_graph(nodes, dim=dim, seed=seed)
+    questions, emb = synthetic_questions(graph, max(batch, single, 8), seed + 1)
+    walker = WalkTrainer(cfg, {"synthetic": graph}, questions, emb)
+    phases = {}
+    with deterministic_algorithms():  # as learn() runs its steps
+        for index, (phase, _, _) in enumerate(walker.cfg.phases()):
+            walker._start_phase(index)  # the phase's fresh Adam and baseline, as learn() starts it
+            phases[phase] = _phase_rates(walker, phase, batch, single, repeats)
+    main = phases[next(reversed(phases))]
     return {
-        "device": str(dev),
+        "device": str(walker.device),
         "nodes": nodes,
-        "edges": graphs["synthetic"].num_edges,
+        "edges": graph.num_edges,
         "dim": dim,
         "batch": batch,
-        "starts_per_question": cfg.starts_per_question,
-        "update": "rl.reinforce.ReinforceStep",
-        "batch1_questions_per_s": one[0],
-        "batched_questions_per_s": many[0],
-        "batch1_episodes_per_s": one[1],
-        "batched_episodes_per_s": many[1],
-        "speedup": many[1] / one[1],
-        "batch1_questions_per_cpu_s": one[2],
-        "batched_questions_per_cpu_s": many[2],
-        "cpu_speedup": many[2] / one[2],
-        "batched_step_peak_mb": mem.peak_mb,
+        "update": "rl.walk_trainer.WalkTrainer.rollout+update",
+        "phase": next(reversed(phases)),
+        **main,
+        "phases": phases,
         "torch_threads": torch.get_num_threads(),
     }

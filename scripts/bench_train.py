@@ -1,11 +1,13 @@
-"""Training throughput of the router: the trainer's update at batch 1 (one question per step) vs batched.
+"""Training throughput of the walk router: the trainer's step at batch 1 (one question per step) vs batched.
 
     python scripts/bench_train.py                       # CPU, writes outputs/benchmark/train_episodes.json
     python scripts/bench_train.py --device cpu,cuda --batch 4096   # both devices in one run, with ratios
 
-The measurement is :func:`rl.throughput.training_throughput`, which times the trainer's own step
-(:class:`rl.reinforce.ReinforceStep`; ``scripts/benchmark.py`` runs it too). With several devices
-each is measured in turn and every later device gets its batched episodes/s over the first's.
+The measurement is :func:`rl.throughput.training_throughput`, which times the step of the trainer
+``scripts/train.py`` runs (:class:`rl.walk_trainer.WalkTrainer`: ``rollout`` then ``update``, with
+``configs/trainer/default.yaml``), each phase (imitation, reinforce) on its own; ``scripts/benchmark.py``
+runs it too. With several devices each is measured in turn and every later device gets its batched
+episodes/s (of the reinforce phase) over the first's.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--dim", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=512, help="questions per batched update")
-    ap.add_argument("--single", type=int, default=32, help="batch-1 updates timed (one question each)")
+    ap.add_argument("--batch", type=int, default=512, help="questions per batched step")
+    ap.add_argument("--single", type=int, default=32, help="batch-1 steps timed (one question each)")
     ap.add_argument(
         "--device",
         default="cuda" if torch.cuda.is_available() else "cpu",
         help="a device, or several separated by commas (the first is the reference)",
     )
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
     ap.add_argument("--out", default="outputs/benchmark/train_episodes.json")
     args = ap.parse_args()
     devices = [d.strip() for d in args.device.split(",") if d.strip()]
@@ -39,6 +42,8 @@ def main() -> None:
             check_device(d, "--device")
     except ValueError as err:
         ap.error(str(err))  # one line, exit status 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
     runs = [training_throughput(args.nodes, args.dim, args.batch, args.single, device=d) for d in devices]
     for run in runs[1:]:
         run[f"batched_over_{runs[0]['device']}"] = run["batched_episodes_per_s"] / runs[0]["batched_episodes_per_s"]

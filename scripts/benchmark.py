@@ -356,9 +356,9 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
 
 
 def train_benchmark(cfg: DictConfig) -> dict:
-    """Router training episodes/s of the trainer's update step at batch 1 and batched
-    (:func:`rl.throughput.training_throughput`) on ``device`` and each of ``compare_devices``, with
-    each one's batched rate over the main device's."""
+    """Router training episodes/s of the walk trainer's step (``rollout`` + ``update``) at batch 1 and
+    batched, per phase (:func:`rl.throughput.training_throughput`), on ``device`` and each of
+    ``compare_devices``, with each one's batched rate (reinforce phase) over the main device's."""
     from rl.throughput import training_throughput
 
     t = cfg.train
@@ -366,13 +366,15 @@ def train_benchmark(cfg: DictConfig) -> dict:
     for dev in [cfg.device, *cfg.compare_devices]:
         name = str(resolve_device(dev))
         runs[name] = training_throughput(t.nodes, t.dim, t.batch, t.single, t.repeats, name, cfg.seed)
-        log.info(
-            "train on %s: %.0f episodes/s at batch 1, %.0f batched (x%.1f)",
-            name,
-            runs[name]["batch1_episodes_per_s"],
-            runs[name]["batched_episodes_per_s"],
-            runs[name]["speedup"],
-        )
+        for phase, r in runs[name]["phases"].items():
+            log.info(
+                "train %s on %s: %.0f episodes/s at batch 1, %.0f batched (x%.1f)",
+                phase,
+                name,
+                r["batch1_episodes_per_s"],
+                r["batched_episodes_per_s"],
+                r["speedup"],
+            )
     main = next(iter(runs.values()))
     for run in runs.values():
         run["batched_over_main_device"] = run["batched_episodes_per_s"] / main["batched_episodes_per_s"]

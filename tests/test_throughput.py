@@ -1,13 +1,19 @@
-"""The training benchmark times the trainer's own update step (rl.reinforce.ReinforceStep)."""
+"""HAGE's trainer takes every step through rl.reinforce.ReinforceStep; the training benchmark times
+the step of the walk trainer scripts/train.py runs (rl.walk_trainer.WalkTrainer)."""
 
 import sys
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 import rl.reinforce
+import rl.walk_trainer
+from graphmem.config import compose
 from rl.reinforce import ReinforceStep, TrainConfig, train
 from rl.throughput import training_throughput
+from rl.walk_trainer import TrainConfig as WalkConfig
+from rl.walk_trainer import WalkTrainer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bridge_tasks import BRIDGE_BUDGET, bridge_tasks  # noqa: E402
@@ -49,11 +55,33 @@ def test_a_step_moves_the_router_the_edge_features_and_the_baseline():
     assert moved[-1] and any(moved[:-1])  # the edge features (last) and the router / intent head
 
 
-def test_training_throughput_times_the_trainer_step():
+def test_training_throughput_times_the_walk_trainers_rollout_and_update(monkeypatch):
+    """The timed step is train.py's trainer's own, with train.py's default trainer config."""
+    calls, configs = [], []
+    real_rollout, real_update = WalkTrainer.rollout, WalkTrainer.update
+
+    def rollout(self, rows, phase):
+        calls.append(("rollout", phase, len(rows)))
+        return real_rollout(self, rows, phase)
+
+    def update(self, batch, phase):
+        calls.append(("update", phase, len(batch.rows)))
+        configs.append(self.cfg)
+        return real_update(self, batch, phase)
+
+    monkeypatch.setattr(rl.walk_trainer.WalkTrainer, "rollout", rollout)
+    monkeypatch.setattr(rl.walk_trainer.WalkTrainer, "update", update)
     run = training_throughput(nodes=200, dim=8, batch=16, single=4, repeats=1)
-    assert run["update"] == "rl.reinforce.ReinforceStep" and run["starts_per_question"] == 2
-    assert run["batch1_questions_per_s"] > 0 and run["batched_questions_per_s"] > 0
-    assert run["speedup"] == run["batched_episodes_per_s"] / run["batch1_episodes_per_s"]
-    assert run["cpu_speedup"] == run["batched_questions_per_cpu_s"] / run["batch1_questions_per_cpu_s"] > 0
-    # two episodes per question (starts_per_question) in both modes
-    assert abs(run["batched_episodes_per_s"] / run["batched_questions_per_s"] - 2) < 1e-9
+    # per phase: the warm-up step of 8, one round of 4 batch-1 steps, one batched round, the peak-memory round
+    sizes = [8, 1, 1, 1, 1, 16, 16]
+    assert calls == [(k, p, n) for p in ("imitation", "reinforce") for n in sizes for k in ("rollout", "update")]
+    train_py = WalkConfig.from_mapping(OmegaConf.to_container(compose("train").trainer, resolve=True))
+    assert all((c.model, c.objective, c.optim) == (train_py.model, train_py.objective, train_py.optim) for c in configs)
+    assert run["update"] == "rl.walk_trainer.WalkTrainer.rollout+update" and run["phase"] == "reinforce"
+    for rates in run["phases"].values():
+        assert rates["batch1_questions_per_s"] > 0 and rates["batched_questions_per_s"] > 0
+        assert rates["speedup"] == rates["batched_episodes_per_s"] / rates["batch1_episodes_per_s"]
+        assert rates["cpu_speedup"] == rates["batched_questions_per_cpu_s"] / rates["batch1_questions_per_cpu_s"] > 0
+        # one walk episode per question in both modes
+        assert rates["batched_episodes_per_s"] == rates["batched_questions_per_s"]
+    assert run["speedup"] == run["phases"]["reinforce"]["speedup"]
