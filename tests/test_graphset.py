@@ -167,7 +167,7 @@ def test_train_and_evaluate_run_without_the_text_stack(tmp_path):
             "baselines=[beta_bfs]",
             f"out_dir={tmp_path / 'train'}",
         ],
-        "evaluate.py": ["policies=[beta_bfs,ppr]", f"out_dir={tmp_path / 'eval'}"],
+        "evaluate.py": ["policies=[beta_bfs,ppr]", "sweep_tokens=[]", "latency=batch", f"out_dir={tmp_path / 'eval'}"],
     }
     for script, overrides in runs.items():
         proc = subprocess.run(
