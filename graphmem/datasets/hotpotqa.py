@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.datasets.records import json_records
+from graphmem.datasets.records import keyed_records
 from graphmem.datasets.types import HotpotRecord, LoadReport, Paragraph, Question
 
 
@@ -44,18 +44,7 @@ def load_hotpotqa(path: str | Path) -> tuple[list[HotpotRecord], list[Question],
     report = LoadReport(source=str(path))
     records: list[HotpotRecord] = []
     questions: list[Question] = []
-    seen: set[str] = set()
-    for where, raw in json_records(path, HotpotFormatError):
-        where = f"{path}: {where}"
-        if not isinstance(raw, dict):
-            raise HotpotFormatError(f"{where}: must be an object, got {type(raw).__name__}")
-        if "_id" not in raw or isinstance(raw["_id"], bool) or not isinstance(raw["_id"], (str, int)):
-            raise HotpotFormatError(f"{where}: field '_id' missing or not a string/integer")
-        qid = str(raw["_id"])
-        where = f"{where} (_id {qid!r})"
-        if qid in seen:
-            raise HotpotFormatError(f"{where}: field '_id' repeats an earlier record")
-        seen.add(qid)
+    for where, raw, qid in keyed_records(path, HotpotFormatError, "_id", integer_ids=True):
         record = _record(raw, qid, where, report)
         records.append(record)
         questions.append(_question(record, report))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.datasets.records import json_records
+from graphmem.datasets.records import keyed_records
 from graphmem.datasets.types import LoadReport, MusiqueParagraph, MusiqueRecord, MusiqueStep, Question
 
 
@@ -44,18 +44,7 @@ def load_musique(path: str | Path) -> tuple[list[MusiqueRecord], list[Question],
     report = LoadReport(source=str(path))
     records: list[MusiqueRecord] = []
     questions: list[Question] = []
-    seen: set[str] = set()
-    for where, raw in json_records(path, MusiqueFormatError):
-        where = f"{path}: {where}"
-        if not isinstance(raw, dict):
-            raise MusiqueFormatError(f"{where}: must be an object, got {type(raw).__name__}")
-        qid = raw.get("id")
-        if not isinstance(qid, str) or not qid:
-            raise MusiqueFormatError(f"{where}: field 'id' missing or not a non-empty string")
-        where = f"{where} (id {qid!r})"
-        if qid in seen:
-            raise MusiqueFormatError(f"{where}: field 'id' repeats an earlier record")
-        seen.add(qid)
+    for where, raw, qid in keyed_records(path, MusiqueFormatError, "id"):
         record = _record(raw, qid, where)
         records.append(record)
         questions.append(_question(record, report))

@@ -29,3 +29,27 @@ def json_records(path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]
             yield f"line {n}", json.loads(line)
         except json.JSONDecodeError as err:
             raise error(f"{path}: line {n}: not valid JSON ({err})") from None
+
+
+def keyed_records(
+    path: Path, error: type[Exception], key: str, integer_ids: bool = False
+) -> Iterator[tuple[str, dict, str]]:
+    """``(where, record, id)`` for each record of ``path`` (:func:`json_records`): every record must
+    be an object whose field ``key`` is a non-empty string (or, with ``integer_ids``, an integer,
+    read as its string) that no earlier record has; ``where`` names the file, the record and the id.
+    A record that breaks this raises ``error``."""
+    seen: set[str] = set()
+    kind = "a non-empty string or an integer" if integer_ids else "a non-empty string"
+    for where, raw in json_records(path, error):
+        where = f"{path}: {where}"
+        if not isinstance(raw, dict):
+            raise error(f"{where}: must be an object, got {type(raw).__name__}")
+        value = raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, (str, int) if integer_ids else str) or value == "":
+            raise error(f"{where}: field {key!r} missing or not {kind}")
+        qid = str(value)
+        where = f"{where} ({key} {qid!r})"
+        if qid in seen:
+            raise error(f"{where}: field {key!r} repeats an earlier record")
+        seen.add(qid)
+        yield where, raw, qid
