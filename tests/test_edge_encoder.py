@@ -13,7 +13,8 @@ from graphmem.synthetic import make_bridge_graph
 from models.edge_encoder import EdgeEncoder, build_pair_table, pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.objectives import imitation_loss
-from rl.walk import walk, walk_tables
+from rl.walk import walk
+from tests.test_walk_objectives import bridge_part
 
 
 def toy() -> MemoryGraph:
@@ -70,15 +71,6 @@ def test_static_modes_and_the_anchor_start():
 
 
 BUDGET = Budget(max_entries=1, top_k_neighbors=2, max_hops=2, max_nodes=3)
-
-
-def bridge_part(seed: int):
-    graph, queries, gold = make_bridge_graph(num_queries=8, seed=seed, dim=32)
-    x = torch.nn.functional.normalize(graph.embeddings, dim=1)
-    tables = walk_tables(x, graph.node_tokens(), pair_table(graph))
-    q = torch.stack([qq.embedding for qq in queries])
-    entries = (torch.nn.functional.normalize(q, dim=1) @ x.T).argmax(1, keepdim=True)
-    return tables, q, entries, torch.tensor(gold)[:, None]
 
 
 def edge_values(scorer: WalkScorer, tables, q):
