@@ -30,7 +30,10 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from graphmem.build.edges import replace_entity_edges
+from graphmem.eval.stats import paired_comparison
 from graphmem.graph import MemoryGraph
+from graphmem.graphset import GraphConfig
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
 from rl.writer_format import format_score, parse_triples, render_prompt, repetition_rate, well_formed
@@ -179,17 +182,19 @@ def graph_from_triples(triples, fragment_ids: Sequence[str], texts: Sequence[str
     return g
 
 
-def rewrite_entity_edges(graph: MemoryGraph, triples) -> MemoryGraph:
-    """A copy of ``graph`` whose ``entity`` edges are replaced by those the triples imply."""
-    out = graph.copy()
-    if "entity" in out.relations:
-        old = (out.edge_type == out.relations.index("entity")).nonzero().flatten()
-        if old.numel():
-            out.remove_edges(old)
-    src, dst = entity_edges(triples, out.node_ids)
-    if src:
-        out.add_edges(src, dst, "entity")
+def triple_entities(triples, fragment_ids: Sequence[str]) -> list[set[str]]:
+    """Per fragment, the heads and tails of the triples anchored to it."""
+    row = {f: i for i, f in enumerate(fragment_ids)}
+    out: list[set[str]] = [set() for _ in fragment_ids]
+    for head, _, tail, anchor in triples:
+        out[row[anchor]] |= {head, tail}
     return out
+
+
+def rewrite_entity_edges(graph: MemoryGraph, triples, cfg: GraphConfig) -> MemoryGraph:
+    """A copy of ``graph`` whose ``entity`` edges are those the triples imply, joined by the builders'
+    rule and caps (:func:`graphmem.build.edges.replace_entity_edges`), not as a clique per entity."""
+    return replace_entity_edges(graph, triple_entities(triples, graph.node_ids), cfg)
 
 
 # ---------------------------------------------------------------------- rewards
@@ -201,6 +206,7 @@ class ReaderReward:
         self.policy = GNNPolicy(reader=reader)
         self.budget = Budget(**cfg.reader_budget)
         self.cfg = cfg
+        self.records: list[dict] = []
 
     def components(self, completion: str, task_id: str) -> dict[str, float]:
         """``r_rec, r_pre, r_task, rho_rep, r_fmt`` for one completion."""
@@ -223,12 +229,27 @@ class ReaderReward:
             "r_fmt": format_score(completion, task.fragment_ids, self.cfg.format_partial),
         }
 
-    def task_reward(self, prompts, completions, task_id, **_) -> list[float]:
-        """``r_task - λ_rep ρ_rep`` per completion (trl reward-function signature)."""
+    def task_reward(self, prompts, completions, task_id, trainer_state=None, **_) -> list[float]:
+        """``r_task - λ_rep ρ_rep`` per completion (trl reward-function signature).
+
+        Each completion's reward parts are also appended to :attr:`records` with its task and the
+        GRPO step it was sampled for (``trainer_state.global_step + 1``).
+        """
+        step = trainer_state.global_step + 1 if trainer_state is not None else None
         out = []
         for c, t in zip(completions, task_id):
-            parts = self.components(_text(c), t)
+            text = _text(c)
+            parts = self.components(text, t)
             out.append(parts["r_task"] - self.cfg.lambda_rep * parts["rho_rep"])
+            self.records.append(
+                {
+                    "step": step,
+                    "task_id": t,
+                    "task": out[-1],
+                    "format": parts["r_fmt"],
+                    "well_formed": float(well_formed(text, self.tasks[t].fragment_ids)),
+                }
+            )
         return out
 
     def format_reward(self, prompts, completions, task_id, **_) -> list[float]:
@@ -260,7 +281,8 @@ def _prompt(task: WriterTask, cfg: WriterConfig):
 
 
 def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=None, tokenizer=None):
-    """Run GRPO; returns ``(trainer, history)`` with one dict of logged metrics per step."""
+    """Run GRPO; returns ``(trainer, history, records)``: one dict of logged metrics per step, and
+    one of reward parts per sampled completion (:meth:`ReaderReward.task_reward`)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -306,7 +328,34 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
         callbacks=[Record()],
     )
     trainer.train()
-    return trainer, history
+    return trainer, history, reward.records
+
+
+def quarter_comparison(records: Sequence[dict], lambda_fmt: float) -> dict[str, dict | None]:
+    """Last quarter of the GRPO steps against the first, paired by task.
+
+    For each task sampled in both quarters, its mean reward over the completions of the last
+    ``T // 4`` steps minus the mean over the first ``T // 4`` (``T`` the last step) — so a change in
+    which prompts a quarter happened to draw is not counted as learning. Per part: ``reward`` =
+    ``task + λ_fmt · format`` (the trained reward), ``task``, ``format``, ``well_formed``; each a
+    :func:`graphmem.eval.stats.paired_comparison` (mean difference, bootstrap 95 % CI, paired-t p,
+    ``n`` tasks), ``None`` with fewer than two tasks in both quarters or under four steps.
+    """
+    last = max((r["step"] for r in records if r["step"] is not None), default=0)
+    q = last // 4
+    out: dict[str, dict | None] = {}
+    for part in ("reward", "task", "format", "well_formed"):
+        sides = {}
+        for side, lo, hi in (("first", 1, q), ("last", last - q + 1, last)):
+            per_task: dict[str, list[float]] = {}
+            for r in records:
+                if q and r["step"] is not None and lo <= r["step"] <= hi:
+                    value = r["task"] + lambda_fmt * r["format"] if part == "reward" else r[part]
+                    per_task.setdefault(r["task_id"], []).append(value)
+            sides[side] = {t: sum(v) / len(v) for t, v in per_task.items()}
+        cmp = paired_comparison("last_quarter", sides["last"], "first_quarter", sides["first"], part)
+        out[part] = None if cmp is None else cmp.to_json()
+    return out
 
 
 @torch.no_grad()
@@ -342,11 +391,12 @@ def write_triples(
 
 
 def rewrite_graph(
-    model, tokenizer, graph: MemoryGraph, cfg: WriterConfig, batch_size: int = 8
+    model, tokenizer, graph: MemoryGraph, cfg: WriterConfig, graph_cfg: GraphConfig, batch_size: int = 8
 ) -> tuple[MemoryGraph, int]:
     """Let the writer annotate every window of ``graph``.
 
-    Returns the graph with rewritten entity edges and the triple count.
+    Returns the graph with its entity edges rebuilt from the triples (:func:`rewrite_entity_edges`,
+    ``graph_cfg``'s fan-out caps) and the triple count.
     """
     k = cfg.fragments_per_task
     windows = [
@@ -361,4 +411,4 @@ def rewrite_graph(
         for lo in range(0, graph.num_nodes, k)
     ]
     triples = write_triples(model, tokenizer, windows, cfg, batch_size)
-    return rewrite_entity_edges(graph, triples), len(triples)
+    return rewrite_entity_edges(graph, triples, graph_cfg), len(triples)

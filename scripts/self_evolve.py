@@ -5,13 +5,15 @@
 
 Round ``t``: (1) GRPO-train the writer against the current frozen reader on windows of the training
 graphs; (2) the writer's triples replace the ``entity`` edges of every graph (it sees fragment text
-only, ``rebuild_batch`` windows per ``generate`` call); (3) fine-tune the reader on the rebuilt
-training graphs, best epoch on the validation graphs. ``rounds.json`` records per round the writer
-reward curve, triples and entity edges, and test-graph evidence recall of the reader: on the
-graphs it started from, on the rebuilt graphs before its fine-tune, and after it. ``max_graphs``
-keeps only the first graphs by sorted name (to bound the rebuild on CPU); the split is then made
-over those. With ``writer.max_steps=0`` step 1 is skipped and ``writer.model`` (e.g. the folder
-``scripts/train_writer.py save_model=...`` wrote) rebuilds the graphs as it is.
+only, ``rebuild_batch`` windows per ``generate`` call), joined by the builder's rule with the fan-out
+caps and Phase-1 features the graph set was built with (its manifest's ``graph`` settings);
+(3) fine-tune the reader on the rebuilt training graphs, best epoch on the validation graphs.
+``rounds.json`` records per round the writer reward curve, triples and entity edges, and test-graph
+evidence recall of the reader: on the graphs it started from, on the rebuilt graphs before its
+fine-tune, and after it. ``max_graphs`` keeps only the first graphs by sorted name (to bound the
+rebuild on CPU); the split is then made over those. With ``writer.max_steps=0`` step 1 is skipped
+and ``writer.model`` (e.g. the folder ``scripts/train_writer.py save_model=...`` wrote) rebuilds the
+graphs as it is.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from train_gnn import set_threads, split_examples  # noqa: E402  (sibling script
 from train_writer import plot_curve, run_writer  # noqa: E402
 
 from graphmem.cli import guard_argv, load_graphset, restrict_graphs, run_or_exit  # noqa: E402
+from graphmem.graphset import GraphConfig  # noqa: E402
 from graphmem.policies.base import Budget  # noqa: E402
 from rl.gnn_train import GNNTrainConfig, evidence_recall, load_reader, save_checkpoint, train_reader  # noqa: E402
 from rl.grpo_writer import WriterConfig, load_writer, rewrite_graph  # noqa: E402
@@ -61,6 +64,7 @@ def run(cfg: DictConfig) -> None:
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     reader = load_reader(wcfg.reader_checkpoint)
     gs = restrict_graphs(load_graphset(cfg), sorted(str(n) for n in cfg.get("graphs") or []))
+    graph_cfg = GraphConfig(**gs.provenance["graph"])
     rounds = []
     for t in range(int(cfg.rounds)):
         t0 = time.perf_counter()
@@ -69,6 +73,7 @@ def run(cfg: DictConfig) -> None:
         wcfg_t = dataclasses.replace(wcfg, output_dir=str(out_dir / f"writer_round{t}"), seed=wcfg.seed + t)
         if wcfg.max_steps > 0:  # 1. writer update, reader frozen
             trainer, writer_result = run_writer(gs, cfg, wcfg_t, reader)
+            writer_result.pop("completions")  # per-completion rewards: summarised in quarters_by_task
             model, tokenizer = trainer.model, trainer.processing_class
         else:  # writer.max_steps=0: rebuild with the writer as given (e.g. one trained by train_writer.py)
             (model, tokenizer), writer_result = (
@@ -81,8 +86,10 @@ def run(cfg: DictConfig) -> None:
             )
         t1 = time.perf_counter()
         graphs, triples = {}, 0
-        for name, graph in gs.graphs.items():  # 2. rebuild graphs
-            graphs[name], n = rewrite_graph(model, tokenizer, graph, wcfg_t, int(cfg.get("rebuild_batch", 8)))
+        for name, graph in gs.graphs.items():  # 2. rebuild graphs, with the caps they were built with
+            graphs[name], n = rewrite_graph(
+                model, tokenizer, graph, wcfg_t, graph_cfg, int(cfg.get("rebuild_batch", 8))
+            )
             triples += n
         entity_before = entity_edge_count(gs.graphs)
         gs = dataclasses.replace(gs, graphs=graphs)

@@ -11,7 +11,10 @@ Tasks are windows of fragments of the *training* graphs (fold ``split.fold`` of
 extractor gives on those tasks; the share of well-formed greedy outputs is measured on tasks of
 the *validation* graphs before and after it. GRPO follows. ``writer.report_to=wandb`` sends both
 trainers' logs (GRPO: reward, its parts and the well-formed share per step) to W&B. Writes
-``results.json``, ``reward_curve.json`` and ``reward_curve.png``.
+``reward_curve.json`` (the per-step means TRL logs), ``reward_curve.png``, ``completion_rewards.jsonl``
+(task, step and reward parts of every sampled completion) and, last, ``results.json``, with the
+first- and last-quarter means per step and the paired-by-task comparison of the two quarters
+(:func:`rl.grpo_writer.quarter_comparison`).
 """
 
 from __future__ import annotations
@@ -33,9 +36,16 @@ from train_gnn import set_threads, split_parts  # noqa: E402  (sibling script: s
 
 from graphmem.build.entities import make_entity_extractor  # noqa: E402
 from graphmem.cli import guard_argv, load_graphset, run_or_exit  # noqa: E402
+from graphmem.io import atomic_write  # noqa: E402
 from graphmem.tracking import experiment_group  # noqa: E402
 from rl.gnn_train import load_reader  # noqa: E402
-from rl.grpo_writer import WriterConfig, load_writer, tasks_from_graphset, train_writer  # noqa: E402
+from rl.grpo_writer import (  # noqa: E402
+    WriterConfig,
+    load_writer,
+    quarter_comparison,
+    tasks_from_graphset,
+    train_writer,
+)
 from rl.writer_sft import SFTConfig, warm_start, well_formed_fraction  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -72,14 +82,16 @@ def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, toke
     """GRPO of the writer (``model`` or ``wcfg.model``) on the training tasks; ``(trainer, result)``."""
     tasks, parts = writer_tasks(gs, cfg, wcfg)
     t0 = time.perf_counter()
-    trainer, history = train_writer(tasks, reader, wcfg, model=model, tokenizer=tokenizer)
+    trainer, history, records = train_writer(tasks, reader, wcfg, model=model, tokenizer=tokenizer)
     curve = [{k: h[k] for k in ("step",) + REWARD_KEYS if k in h} for h in history]
     return trainer, {
         "tasks": len(tasks),
         "split": parts,
         "seconds": round(time.perf_counter() - t0, 2),
         "reward_quarters": quarter_means(curve),
+        "quarters_by_task": quarter_comparison(records, wcfg.lambda_fmt),
         "curve": curve,
+        "completions": records,
     }
 
 
@@ -127,9 +139,23 @@ def plot_curve(curve: list[dict], path: Path, title: str) -> Path:
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
     return path
+
+
+def _write(path: Path, text: str) -> Path:
+    return atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def _quarter_line(quarters: dict) -> str:
+    """``part: Δ [lo, hi] (n tasks)`` for each part of :func:`rl.grpo_writer.quarter_comparison`."""
+    return "; ".join(
+        f"{part}: {c['mean_diff']:+.4f} [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}] p={c['p_value']:.3g} (n={c['n']})"
+        if c
+        else f"{part}: n/a"
+        for part, c in quarters.items()
+    )
 
 
 @hydra.main(config_path="../configs", config_name="writer", version_base="1.3")
@@ -159,15 +185,19 @@ def run(cfg: DictConfig) -> None:
         trainer, result = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
         model, tokenizer = trainer.model, trainer.processing_class
         log.info("GRPO reward by quarter: %s", result["reward_quarters"])
+        log.info("last - first quarter, paired by task: %s", _quarter_line(result["quarters_by_task"]))
     if cfg.save_model:
         model.save_pretrained(cfg.save_model)
         tokenizer.save_pretrained(cfg.save_model)
     out_dir.mkdir(parents=True, exist_ok=True)
+    completions = result.pop("completions", [])
     payload = {"writer": asdict(wcfg), "sft": asdict(sft), "warm_start": warm, **result}
-    (out_dir / "results.json").write_text(json.dumps(payload, indent=2))
-    (out_dir / "reward_curve.json").write_text(json.dumps(result["curve"], indent=1))
+    _write(out_dir / "completion_rewards.jsonl", "".join(json.dumps(r) + "\n" for r in completions))
+    _write(out_dir / "reward_curve.json", json.dumps(result["curve"], indent=1))
     if result["curve"]:
-        plot_curve(result["curve"], out_dir / "reward_curve.png", f"GRPO writer ({wcfg.model}) on {gs.dataset}")
+        title = f"GRPO writer ({wcfg.model}) on {gs.dataset}"
+        atomic_write(out_dir / "reward_curve.png", lambda tmp: plot_curve(result["curve"], tmp, title))
+    _write(out_dir / "results.json", json.dumps(payload, indent=2))  # last: its presence marks a finished run
     for row in result["curve"]:
         log.info("%s", row)
 

@@ -218,3 +218,39 @@ def test_yaml_mirrors_dataclasses():
                 assert d.name == data and g.features == ("onehot" if graph == "onehot" else "scored")
                 assert set(OmegaConf.to_container(cfg.graph)) == set(GraphConfig.__dataclass_fields__)
                 assert set(OmegaConf.to_container(cfg.data)) == set(DataConfig.__dataclass_fields__)
+
+
+def _edge_table(g):
+    """``{(src, dst, relation): features}`` of every edge."""
+    return {
+        (int(s), int(d), g.relations[int(r)]): tuple(round(float(x), 6) for x in f)
+        for s, d, r, f in zip(g.edge_index[0], g.edge_index[1], g.edge_type, g.edge_attr_init)
+    }
+
+
+def test_replacing_entity_edges_with_the_builders_entities_gives_the_built_graph(conv, graph):
+    raw = [t.text + (f" {t.image_caption}" if t.image_caption else "") for t in conv.turns]
+    entities = make_entity_extractor("offline").extract(raw)
+    rebuilt = E.replace_entity_edges(graph, entities, CFG)
+    assert _edge_table(rebuilt) == _edge_table(graph)
+    # other entities: "x" in 5 turns gets the fan-out chain, "y" in every turn is skipped as too common;
+    # the rest of the graph is untouched and the input is not modified
+    rows = [0, 3, 9, 20, 30]
+    ents = [({"x"} if i in rows else set()) | {"y"} for i in range(graph.num_nodes)]
+    other = E.replace_entity_edges(graph, ents, CFG)
+    kept = {k: v for k, v in _edge_table(graph).items() if k[2] != "entity"}
+    assert {k: v for k, v in _edge_table(other).items() if k[2] != "entity"} == kept
+    f = CFG.entity_fanout
+    chain = {(a, b) for i, a in enumerate(rows) for b in rows[i + 1 : i + 1 + f]}
+    new = {(s, d) for s, d, rel in _edge_table(other) if rel == "entity"}
+    assert new == chain | {(b, a) for a, b in chain}
+    assert _edge_table(graph) == _edge_table(rebuilt)
+
+
+def test_sequence_positions_read_back_the_builders_groups(conv, graph, hotpot):
+    group, order = E.sequence_positions(graph)
+    assert group == [t.session for t in conv.turns] and order == [t.position for t in conv.turns]
+    g = build_hotpot_graph(hotpot[0], ENC.encode(hotpot_texts(hotpot[0])), CFG, make_entity_extractor("offline"))
+    group, order = E.sequence_positions(g)
+    assert group == [m["paragraph"] for m in g.metadata]
+    assert order == [-1 if m["kind"] == "title" else m["sent_idx"] for m in g.metadata]

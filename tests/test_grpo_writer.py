@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from graphmem.graph import MemoryGraph
+from graphmem.graphset import GraphConfig
 from models.gnn_reader import GNNReader
 from rl.grpo_writer import (
     ReaderReward,
@@ -15,6 +16,7 @@ from rl.grpo_writer import (
     byte_tokenizer,
     graph_from_triples,
     load_writer,
+    quarter_comparison,
     rewrite_entity_edges,
     rewrite_graph,
     tasks_from_graph,
@@ -121,7 +123,7 @@ def test_graph_from_triples_and_rewrite():
     assert set(g.edge_type.tolist()) == {g.relations.index("entity")}
     base = graph_from_triples([], task.fragment_ids, task.texts, task.embeddings)
     base.add_edges([0], [2], "temporal")
-    new = rewrite_entity_edges(base, triples)
+    new = rewrite_entity_edges(base, triples, GraphConfig(entity_fanout=3))
     assert new.num_edges == 5 and base.num_edges == 1
     assert sorted(new.edge_type.tolist()).count(new.relations.index("temporal")) == 1
 
@@ -147,10 +149,16 @@ def test_short_grpo_run_completes(tmp_path):
     cfg = WriterConfig(max_steps=2, max_completion_length=12, reader_budget=BUDGET, output_dir=str(tmp_path), seed=0)
     model, tok = load_writer("tiny", seed=0)
     before = [p.detach().clone() for p in model.parameters()]
-    trainer, history = train_writer(tasks, reader, cfg, model=model, tokenizer=tok)
+    trainer, history, records = train_writer(tasks, reader, cfg, model=model, tokenizer=tok)
     assert [h["step"] for h in history] == [1, 2]
     for h in history:
         assert math.isfinite(h["reward"]) and 0.0 <= h["rewards/task_reward/mean"] <= 1.0
+    # one record per sampled completion, with the step it was sampled for; their means are what trl logged
+    assert [r["step"] for r in records] == [1] * cfg.batch_size + [2] * cfg.batch_size
+    for step, h in zip((1, 2), history):
+        rows = [r for r in records if r["step"] == step]
+        assert sum(r["task"] for r in rows) / len(rows) == pytest.approx(h["rewards/task_reward/mean"], abs=1e-6)
+        assert sum(r["format"] for r in rows) / len(rows) == pytest.approx(h["rewards/format_reward/mean"], abs=1e-6)
     assert len(before) == len(list(trainer.model.parameters()))
 
 
@@ -160,8 +168,8 @@ def test_rewrite_graph_batched_generation_keeps_nodes():
     g.add_nodes([f"n{i}" for i in range(5)], [f"text {i}" * (i + 1) for i in range(5)], torch.eye(5, 4))
     g.add_edges([0], [1], "temporal")
     cfg = WriterConfig(fragments_per_task=2, max_completion_length=6)
-    one, n1 = rewrite_graph(model, tok, g, cfg, batch_size=1)
-    many, n3 = rewrite_graph(model, tok, g, cfg, batch_size=3)
+    one, n1 = rewrite_graph(model, tok, g, cfg, GraphConfig(), batch_size=1)
+    many, n3 = rewrite_graph(model, tok, g, cfg, GraphConfig(), batch_size=3)
     assert one.node_ids == g.node_ids == many.node_ids and n1 >= 0 and n3 >= 0
     temporal = g.relations.index("temporal")
     assert int((many.edge_type == temporal).sum()) == 1
@@ -217,3 +225,29 @@ def test_warm_start_teaches_the_format_on_held_out_tasks(tmp_path):
     after = well_formed_fraction(model, tok, held_out, cfg)
     assert before == 0.0 and after >= 0.75, (before, after)
     assert log[-1]["loss"] < log[0]["loss"]
+
+
+def test_rewrite_joins_shared_entities_with_the_builders_caps_not_a_clique():
+    g = MemoryGraph.empty(4)
+    g.add_nodes([f"n{i}" for i in range(12)], [f"text {i}" for i in range(12)], torch.eye(12, 4))
+    triples = [("alice", "said", f"thing {i}", f"n{i}") for i in range(12)]  # one name in every fragment
+    clique = 12 * 11
+    capped = rewrite_entity_edges(g, triples, GraphConfig(entity_fanout=2, entity_max_share=1.0))
+    assert capped.num_edges == 2 * (2 * 12 - 3) < clique  # each mention to its next 2 mentions, both ways
+    assert rewrite_entity_edges(g, triples, GraphConfig(entity_fanout=2, entity_max_share=0.5)).num_edges == 0
+
+
+def test_quarter_comparison_pairs_by_task():
+    # 8 steps: quarters are steps 1-2 and 7-8. Task "hard" earns 0 and "easy" 1 throughout, except that
+    # "hard" rises by 0.5 in the last quarter; the first quarter draws "easy" more often than the last.
+    records = []
+    for step in range(1, 9):
+        draws = ["easy", "easy", "easy", "hard"] if step <= 2 else ["easy", "hard", "hard", "hard"]
+        for t in draws:
+            task = (0.5 if step >= 7 else 0.0) if t == "hard" else 1.0
+            records.append({"step": step, "task_id": t, "task": task, "format": 0.5, "well_formed": 1.0})
+    q = quarter_comparison(records, lambda_fmt=0.2)
+    assert q["task"]["n"] == 2 and q["task"]["mean_diff"] == pytest.approx(0.25)  # (0.5 + 0) / 2 tasks
+    assert q["reward"]["mean_diff"] == pytest.approx(0.25) and q["format"]["mean_diff"] == 0.0
+    # the unpaired per-completion means would read the change of mix as a drop: 0.75 -> 0.625
+    assert quarter_comparison(records[:8], 0.2)["task"] is None  # two steps: no quarter

@@ -263,3 +263,56 @@ def add_document_edges(
         ),
     }
     add_relation_edges(graph, pairs, cfg.features, group, order, entities, causal, cfg.temporal_tau)
+
+
+def sequence_positions(graph: MemoryGraph) -> tuple[list, list[int]]:
+    """``(group, order)`` of every node as the builders set them, read back from node metadata:
+    LoCoMo turns ``(session, position)``; document sentences ``(paragraph, sent_idx)`` with a title or
+    passage node at order ``-1``; ``(None, row)`` for a node with neither."""
+    group, order = [], []
+    for row, m in enumerate(graph.metadata):
+        if "session" in m:
+            group.append(m["session"])
+            order.append(int(m.get("position", row)))
+        elif "paragraph" in m:
+            group.append(m["paragraph"])
+            order.append(-1 if m.get("kind") in ("title", "passage") else int(m["sent_idx"]))
+        else:
+            group.append(None)
+            order.append(row)
+    return group, order
+
+
+def replace_entity_edges(graph: MemoryGraph, entities: Sequence[set[str]], cfg: GraphConfig) -> MemoryGraph:
+    """A copy of ``graph`` whose ``entity`` edges are rebuilt from per-node ``entities`` by the
+    builders' rule (:func:`entity_pairs`: ``cfg.entity_fanout`` later mentions per mention, entities in
+    more than ``max(10, cfg.entity_max_share * N)`` nodes skipped), both directions.
+
+    With ``graph.info["features"] == "scored"`` the new edges carry Phase-1 features like the rest of
+    the graph: ``p_t`` from :func:`sequence_positions`, ``p_s`` the cosine, ``p_c`` the causal
+    confidence of the pair read from the graph's ``causal`` edges, ``p_e`` the Jaccard of ``entities``;
+    otherwise the relation one-hot.
+    """
+    out = graph.copy()
+    if "entity" not in out.relations:
+        raise ValueError(f"graph {graph.name!r} has no 'entity' relation to rebuild")
+    rel = out.relations.index("entity")
+    old = (out.edge_type == rel).nonzero().flatten()
+    if old.numel():
+        out.remove_edges(old)
+    lo, hi = undirected_unique(*entity_pairs(entities, cfg.entity_fanout, cfg.entity_max_share), out.num_nodes)
+    src, dst = torch.cat([lo, hi]), torch.cat([hi, lo])
+    if src.numel() == 0:
+        return out
+    feats = None
+    if graph.info.get("features") == "scored":
+        is_causal = out.edge_type == out.relations.index("causal") if "causal" in out.relations else None
+        causal = (
+            (out.edge_index[0][is_causal], out.edge_index[1][is_causal], out.edge_attr_init[is_causal, 2])
+            if is_causal is not None and bool(is_causal.any())
+            else (torch.empty(0, dtype=torch.long),) * 2 + (torch.empty(0),)
+        )
+        group, order = sequence_positions(out)
+        feats = phase1_features(out, src, dst, group, order, entities, causal, cfg.temporal_tau)
+    out.add_edges(src, dst, "entity", features=feats)
+    return out
