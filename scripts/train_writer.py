@@ -172,7 +172,7 @@ def run(cfg: DictConfig) -> None:
     sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
     reader = load_reader(wcfg.reader_checkpoint)
     gs = load_graphset(cfg)
-    if "wandb" in (wcfg.report_to, sft.report_to):  # TRL's W&B callback: the project's group, job type and folder
+    if "wandb" in wcfg.report_to:  # both trainers report there (TRL's W&B callback): group, job type, folder
         os.environ.setdefault("WANDB_RUN_GROUP", experiment_group("train", gs.dataset))
         os.environ.setdefault("WANDB_JOB_TYPE", "train")
         os.environ.setdefault("WANDB_PROJECT", "graphmem")
