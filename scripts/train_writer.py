@@ -114,30 +114,42 @@ def run_warm_start(gs, cfg: DictConfig, wcfg: WriterConfig, sft: SFTConfig):
     return model, tokenizer, result
 
 
-def plot_curve(curve: list[dict], path: Path, title: str) -> Path:
-    """Mean group reward (± its std across completions) and its task / format parts per GRPO step."""
+def moving_mean(values: list[float], window: int) -> list[float]:
+    """Mean of the last ``window`` values at each position (fewer at the start)."""
+    return [sum(values[max(0, i + 1 - window) : i + 1]) / (i + 1 - max(0, i + 1 - window)) for i in range(len(values))]
+
+
+def plot_curve(curve: list[dict], path: Path, title: str, window: int = 8) -> Path:
+    """Per GRPO step: the mean reward (thin, ± its std across completions) and, bold, its moving mean
+    over ``window`` steps; the task and format parts and the well-formed share as moving means."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     steps = [c["step"] for c in curve]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
     reward = [c["reward"] for c in curve]
     std = [c.get("reward_std", 0.0) for c in curve]
-    ax.plot(steps, reward, marker="o", label="reward (task + λ_fmt·format)")
-    ax.fill_between(steps, [r - s for r, s in zip(reward, std)], [r + s for r, s in zip(reward, std)], alpha=0.2)
-    for key, label in (
-        ("rewards/task_reward/mean", "r_task − λ_rep·ρ_rep"),
-        ("rewards/format_reward/mean", "r_fmt"),
-        ("rewards/well_formed/mean", "well-formed share"),
+    ax.plot(steps, reward, color="C0", linewidth=0.7, alpha=0.5, label="reward (task + λ_fmt·format), per step")
+    ax.fill_between(steps, [r - s for r, s in zip(reward, std)], [r + s for r, s in zip(reward, std)], alpha=0.1)
+    ax.plot(steps, moving_mean(reward, window), color="C0", linewidth=2.2, label=f"reward, mean of {window} steps")
+    for color, (key, label) in zip(
+        ("C1", "C2", "C3"),
+        (
+            ("rewards/task_reward/mean", "r_task − λ_rep·ρ_rep"),
+            ("rewards/format_reward/mean", "r_fmt"),
+            ("rewards/well_formed/mean", "well-formed share"),
+        ),
     ):
         if all(key in c for c in curve):
-            ax.plot(steps, [c[key] for c in curve], linestyle="--", label=label)
+            values = moving_mean([c[key] for c in curve], window)
+            ax.plot(steps, values, color=color, linestyle="--", label=f"{label}, mean of {window} steps")
     ax.set_xlabel("GRPO step")
     ax.set_ylabel("reward")
+    ax.set_ylim(0, 1)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120, format="png")
     plt.close(fig)

@@ -104,3 +104,7 @@ def test_self_evolve_rebuilds_with_the_trained_writer_under_the_fanout_caps(trai
     ):
         assert 0.0 <= rnd[key] <= 1.0
     assert (root / "evolve" / "reader_round0.pt").is_file()
+
+
+def test_reward_curve_moving_mean():
+    assert load_script("train_writer").moving_mean([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
