@@ -7,6 +7,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One intra-op thread for the tests and every script they start (set before torch is imported): the
+# tests' tensors are small, and on a shared 2-core machine a second OpenMP thread spinning at each
+# barrier while its core is busy elsewhere made some runs 15x slower. Tests that need two threads
+# (test_determinism) ask for them; idle OpenMP threads then sleep instead of spinning.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Policies defined in the tests register here, before any test module is collected, so that the
 # registry-driven tests (names taken from graphmem.policies.POLICIES) cover them too.

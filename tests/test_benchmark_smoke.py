@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,6 +12,8 @@ from hydra import compose, initialize_config_dir
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_script  # noqa: E402
+
+from tests import script_runner  # noqa: E402
 
 TINY = [
     "sizes=[200,400]",
@@ -61,7 +62,7 @@ def test_run_in_process_writes_json_and_plot(tmp_path):
 def test_hydra_entry_point(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
     out = tmp_path / "bench"
-    proc = subprocess.run(
+    proc = script_runner.run(
         [
             sys.executable,
             str(ROOT / "scripts" / "benchmark.py"),
@@ -79,8 +80,6 @@ def test_hydra_entry_point(tmp_path):
         ],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -140,7 +139,7 @@ def test_peak_memory_sees_a_large_temporary():
 def test_training_throughput_benchmark(tmp_path):
     out = tmp_path / "train.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
-    proc = subprocess.run(
+    proc = script_runner.run(
         [
             sys.executable,
             str(ROOT / "scripts" / "bench_train.py"),
@@ -159,8 +158,6 @@ def test_training_throughput_benchmark(tmp_path):
         ],
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -2,13 +2,13 @@
 
 import json
 import os
-import subprocess
 import sys
 import tomllib
 from importlib import import_module
 from pathlib import Path
 
 from graphmem.commands import COMMANDS, SCRIPTS
+from tests import script_runner
 from tests.test_evaluate_script import saved_graphset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,13 +31,8 @@ def test_evaluate_command_runs_from_another_directory(tmp_path):
     args = [f"graphset={gs_dir}", "out_dir=results", "policies=[beta_bfs]", "sweep_tokens=[]", "logger=none"]
     wrapper = "import sys; from graphmem.commands import evaluate; sys.exit(evaluate())"
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
-    proc = subprocess.run(
-        [sys.executable, "-c", wrapper, *args, "progress=false", "hydra.run.dir=hydra"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = script_runner.run(
+        [sys.executable, "-c", wrapper, *args, "progress=false", "hydra.run.dir=hydra"], cwd=work, env=env, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((work / "results" / "results.json").read_text())["meta"]["questions"] == 10

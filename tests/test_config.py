@@ -1,7 +1,6 @@
 """Typed configs: each schema'd group's YAML options compose to its dataclass; bad types and keys fail at compose."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from graphmem.policies.base import Budget
 from graphmem.tracking import LoggerConfig
 from rl import reinforce
 from rl.walk_trainer import TrainConfig
+from tests import script_runner
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIMARY = {
@@ -95,7 +95,7 @@ def test_range_checks_stay_in_the_dataclass():
 def test_script_refuses_a_wrong_type_before_any_work(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "scripts/evaluate.py", "budget.max_hops=two", f"out_dir={tmp_path / 'o'}"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = script_runner.run(cmd, cwd=ROOT, env=env, timeout=120)
     assert proc.returncode == 1
     assert "budget.max_hops=two" in proc.stderr and "could not be converted to Integer" in proc.stderr
     assert not (tmp_path / "o").exists()
@@ -104,12 +104,12 @@ def test_script_refuses_a_wrong_type_before_any_work(tmp_path):
 def test_train_refuses_gamma_abc_at_compose_time(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "scripts/train.py", "trainer.objective.gamma=abc", f"out_dir={tmp_path / 'o'}"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = script_runner.run(cmd, cwd=ROOT, env=env, timeout=120)
     assert proc.returncode == 1
     assert "Error merging override trainer.objective.gamma=abc" in proc.stderr
     assert "Value 'abc' of type 'str' could not be converted to Float" in proc.stderr
     assert not (tmp_path / "o").exists()  # refused before the script ran
-    flat = subprocess.run(cmd[:2] + ["trainer.gamma=abc", cmd[3]], cwd=ROOT, env=env, capture_output=True, text=True)
+    flat = script_runner.run(cmd[:2] + ["trainer.gamma=abc", cmd[3]], cwd=ROOT, env=env, timeout=120)
     assert flat.returncode == 1 and "Could not override 'trainer.gamma'" in flat.stderr  # not a key of the schema
     assert not (tmp_path / "o").exists()
 

@@ -1,8 +1,7 @@
-"""scripts/evaluate.py (Hydra compose API and a real subprocess run)."""
+"""scripts/evaluate.py (Hydra compose API and runs of the script as its own process)."""
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from graphmem.datasets.types import LoadReport, Question
 from graphmem.graphset import GraphSet
 from graphmem.synthetic import make_synthetic_graph
 from graphmem.tracking import read_runs
+from tests import script_runner
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
@@ -143,7 +143,7 @@ def test_script_smoke_on_one_locomo_conversation(tmp_path):
         "sweep_tokens=[250,2500]",
         "progress=false",
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = script_runner.run(cmd, cwd=ROOT, env=_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| overall |" in proc.stdout and "adversarial" in proc.stdout
     saved = json.loads((out / "results.json").read_text())
@@ -153,5 +153,5 @@ def test_script_smoke_on_one_locomo_conversation(tmp_path):
 
 def test_script_rejects_negative_budget_with_message(tmp_path):
     cmd = [sys.executable, "scripts/evaluate.py", "budget.max_hops=-1", f"out_dir={tmp_path / 'o'}", "logger=none"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    proc = script_runner.run(cmd, cwd=ROOT, env=_env(), timeout=120)
     assert proc.returncode == 2 and "invalid budget: Budget.max_hops must be a non-negative integer" in proc.stderr

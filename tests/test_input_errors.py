@@ -4,7 +4,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from graphmem.datasets.hotpotqa import load_hotpotqa
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
 from rl.splits import conversation_folds, within_conversation_split
+from tests import script_runner
 from tests.small_sets import saved_locomo_set
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ def _env(**extra):
 
 def _run(script, *overrides, tmp_path, **env):
     cmd = [sys.executable, f"scripts/{script}", *overrides, f"hydra.run.dir={tmp_path / 'hydra'}"]
-    return subprocess.run(cmd, cwd=ROOT, env=_env(**env), capture_output=True, text=True, timeout=300)
+    return script_runner.run(cmd, cwd=ROOT, env=_env(**env), timeout=300)
 
 
 def _one_line_error(proc, *parts):

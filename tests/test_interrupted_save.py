@@ -2,7 +2,6 @@
 
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -11,6 +10,7 @@ import torch
 
 from graphmem.graph import MemoryGraph
 from graphmem.io import load_graph, save_graph
+from tests import script_runner
 
 WRITER = textwrap.dedent("""
     import sys, torch
@@ -19,7 +19,7 @@ WRITER = textwrap.dedent("""
     n = 40_000
     g = MemoryGraph.empty(dim=384)
     g.add_nodes([f"n{i}" for i in range(n)], ["new text"] * n, torch.ones(n, 384))
-    print("ready", flush=True)
+    open(sys.argv[2], "w").close()  # ready: saving from now on
     while True:
         save_graph(g, sys.argv[1])
 """)
@@ -32,16 +32,20 @@ def test_kill_during_save_keeps_previous_graph(tmp_path):
     save_graph(old, path)
 
     for delay in (0.05, 0.15, 0.3):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path)],
-            stdout=subprocess.PIPE,
-            text=True,
+        ready = tmp_path / f"ready-{delay}"
+        proc = script_runner.ScriptProcess(
+            [sys.executable, "-c", WRITER, str(path), str(ready)],
+            cwd=os.getcwd(),
             env={**os.environ, "PYTHONPATH": os.getcwd()},
         )
-        assert proc.stdout.readline().strip() == "ready"
+        deadline = time.time() + 120
+        while not ready.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        assert ready.exists(), proc.communicate(timeout=1)
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        proc.communicate()
+        assert proc.returncode == -signal.SIGKILL  # killed while saving, not ended
         graph = load_graph(path)  # never half-written: either the old graph or a complete new one
         assert graph.node_ids[:2] in (["a", "b"], ["n0", "n1"])
         assert graph.num_nodes in (2, 40_000)

@@ -5,7 +5,6 @@ Each case either gets a clear error naming the file and field, or is rejected be
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,11 +12,19 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from graphmem.cli import run_or_exit
+from graphmem.config import compose
 from graphmem.graph import GraphError, MemoryGraph
 from graphmem.io import SCHEMA_VERSION, _digest, load_graph
 from rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from script_loader import load_script  # noqa: E402
+
+from tests import script_runner  # noqa: E402
+
+TRAIN = load_script("train")
 FAKE_KEY = "sk-fake-0123456789abcdefSECRET"
 
 
@@ -130,19 +137,15 @@ def _env(**extra):
         ("train_extra=true", "train_extra=true, but data 'locomo' lists no train_files"),
     ],
 )
-def test_train_rejects_impossible_overrides_before_any_work(tmp_path, override, message):
-    # the graph set path does not exist: an error about it would mean work had started
-    cmd = [
-        sys.executable,
-        "scripts/train.py",
-        f"graphset={tmp_path / 'missing'}",
-        "logger=none",
-        f"out_dir={tmp_path / 'out'}",
-        override,
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert message in proc.stderr
+def test_train_rejects_impossible_overrides_before_any_work(tmp_path, override, message, capsys):
+    # the graph set path does not exist: an error about it would mean work had started. In process: the
+    # exit status and one-line error of the command line are test_input_errors' (cv.val_fraction=1.5)
+    cfg = compose("train", [f"graphset={tmp_path / 'missing'}", "logger=none", f"out_dir={tmp_path / 'out'}", override])
+    with pytest.raises(SystemExit) as exited:
+        run_or_exit(TRAIN.run, cfg)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_no_written_file_contains_an_api_key(tmp_path):
@@ -185,7 +188,7 @@ def test_no_written_file_contains_an_api_key(tmp_path):
         ],
     ]
     for args in runs:
-        proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        proc = script_runner.run([sys.executable, *args], cwd=ROOT, env=env, timeout=300)
         assert proc.returncode == 0, f"{args[0]}: {proc.stderr[-3000:]}"
         assert FAKE_KEY not in proc.stdout + proc.stderr
     written = [p for p in tmp_path.rglob("*") if p.is_file()]

@@ -6,7 +6,6 @@ import inspect
 import os
 import pickle
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,8 @@ from rl.rollout import Episodes, make_episodes, rollout, rollout_reference
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bridge_tasks import BRIDGE_BUDGET, bridge_tasks  # noqa: E402
+
+from tests import script_runner  # noqa: E402
 
 FAST = dict(batch_size=64, lr_router=1e-2, lr_edges=1e-3, device="cpu", starts_per_question=1, temperature=1.0)
 
@@ -180,15 +181,15 @@ def test_kill_and_resume_gives_the_uninterrupted_result(tmp_path):
     cfg = {**base, "checkpoint_dir": str(tmp_path / "b"), "resume": True}
     script = tmp_path / "run.py"
     script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), root=str(Path(__file__).parents[1]), cfg=cfg))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = script_runner.ScriptProcess([sys.executable, str(script)])
     last, deadline = tmp_path / "b" / "last.pt", time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         if last.is_file() and load_checkpoint(last)["epoch"] >= 2:
             break
         time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, proc.stdout.read()
+    proc.send_signal(signal.SIGKILL)
+    out, err = proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, out + err
     killed_at = load_checkpoint(last)["epoch"]
     assert 2 <= killed_at < base["epochs"] - 1
     resumed = train(TrainConfig(**cfg), graphs, q, e, vq, ve, budget=BRIDGE_BUDGET)

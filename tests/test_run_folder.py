@@ -14,6 +14,7 @@ import torch
 
 from graphmem.lockfile import FileLock
 from rl.run_folder import RunFolderError, differing_keys, open_run_folder
+from tests import script_runner
 from tests.small_sets import saved_locomo_set
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +47,7 @@ def test_a_live_run_holds_its_folder_and_a_dead_ones_lock_is_stale(tmp_path, cap
     with open_run_folder(tmp_path, CONFIG, resume=False) as folder:  # the kernel dropped the dead run's lock
         assert folder.run_id != run_id and not folder.resumed
         probe = f"from graphmem.lockfile import FileLock; FileLock({str(tmp_path / '.run.lock')!r}).acquire()"
-        proc = subprocess.run([sys.executable, "-c", probe], env=_env(), capture_output=True, text=True)
+        proc = script_runner.run([sys.executable, "-c", probe], env=_env(), timeout=120)
         assert proc.returncode != 0 and "LockBusyError" in proc.stderr  # a raw second lock is refused too
     assert f"took over the stale lock of run {run_id}" in caplog.text
     assert not (tmp_path / ".run.lock").exists()  # a clean release removes the lock file
@@ -101,7 +102,7 @@ def _train(small_set, out, *overrides, wait=True):
         f"hydra.run.dir={out}/hydra",
         *overrides,
     ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = script_runner.ScriptProcess(cmd, cwd=ROOT, env=_env())
     if not wait:
         return proc
     stdout, stderr = proc.communicate(timeout=600)

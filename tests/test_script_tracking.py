@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from graphmem.tracking import checkpoint_artifact, graphset_artifact, read_runs, upstream
+from tests import script_runner
 from tests.test_tracking import saved_graphset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -13,13 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_script(script: str, *overrides: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / script), *overrides],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = script_runner.run(
+        [sys.executable, str(ROOT / "scripts" / script), *overrides], cwd=cwd, env=env, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from test_example_policy import saved_graphset
 
+from tests import script_runner
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "tests.user_policy.EntriesOnly"
 
@@ -16,7 +18,7 @@ TARGET = "tests.user_policy.EntriesOnly"
 def run_evaluate(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "scripts/evaluate.py", f"graphset={saved_graphset(tmp_path / 'set')}", *overrides]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return script_runner.run(cmd, cwd=ROOT, env=env, timeout=300)
 
 
 def test_a_user_class_given_as_target_runs_in_evaluate_and_the_job_log_is_written(tmp_path):
