@@ -266,9 +266,9 @@ def add_document_edges(
 
 
 def sequence_positions(graph: MemoryGraph) -> tuple[list, list[int]]:
-    """``(group, order)`` of every node as the builders set them, read back from node metadata:
-    LoCoMo turns ``(session, position)``; document sentences ``(paragraph, sent_idx)`` with a title or
-    passage node at order ``-1``; ``(None, row)`` for a node with neither."""
+    """``(group, order)`` of every node from its metadata, the sequence the temporal pairs and ``p_t``
+    follow: LoCoMo turns ``(session, position)``; document sentences ``(paragraph, sent_idx)`` with a
+    title or passage node at order ``-1``; ``(None, row)`` for a node with neither."""
     group, order = [], []
     for row, m in enumerate(graph.metadata):
         if "session" in m:
@@ -306,12 +306,9 @@ def replace_entity_edges(graph: MemoryGraph, entities: Sequence[set[str]], cfg: 
         return out
     feats = None
     if graph.info.get("features") == "scored":
-        is_causal = out.edge_type == out.relations.index("causal") if "causal" in out.relations else None
-        causal = (
-            (out.edge_index[0][is_causal], out.edge_index[1][is_causal], out.edge_attr_init[is_causal, 2])
-            if is_causal is not None and bool(is_causal.any())
-            else (torch.empty(0, dtype=torch.long),) * 2 + (torch.empty(0),)
-        )
+        causal_rel = out.relations.index("causal") if "causal" in out.relations else -1
+        is_causal = out.edge_type == causal_rel
+        causal = (out.edge_index[0][is_causal], out.edge_index[1][is_causal], out.edge_attr_init[is_causal, 2])
         group, order = sequence_positions(out)
         feats = phase1_features(out, src, dst, group, order, entities, causal, cfg.temporal_tau)
     out.add_edges(src, dst, "entity", features=feats)

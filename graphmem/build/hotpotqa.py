@@ -74,8 +74,7 @@ def build_hotpot_graph(
     )
 
     # title node has order -1 so title -> first sentence is a consecutive pair of the paragraph group
-    group = [m["paragraph"] for _, _, m in nodes]
-    order = [-1 if m["kind"] == "title" else m["sent_idx"] for _, _, m in nodes]
+    group, order = E.sequence_positions(graph)
     sentences = [
         record.paragraphs[m["paragraph"]].sentences[m["sent_idx"]] if m["kind"] == "sentence" else ""
         for _, _, m in nodes

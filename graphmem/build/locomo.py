@@ -75,8 +75,7 @@ def build_locomo_graph(
         metadata=metadata,
     )
 
-    group = [t.session for t in turns]
-    order = [t.position for t in turns]
+    group, order = E.sequence_positions(graph)
     raw = [t.text + (f" {t.image_caption}" if t.image_caption else "") for t in turns]
     entities = extractor.extract(raw)
     causal = E.causal_pairs(

@@ -189,8 +189,7 @@ def build_passage_graph(
     graph = MemoryGraph.empty(embeddings.shape[1], info=info)
     ids, texts, keys, bodies, meta = (list(col) for col in zip(*nodes))
     graph.add_nodes(ids, texts, embeddings, keys=keys, metadata=meta)
-    group = [m["paragraph"] for m in meta]
-    order = [-1 if m["kind"] == "passage" else m["sent_idx"] for m in meta]
+    group, order = E.sequence_positions(graph)  # a passage node at order -1, before its sentences
     rows_of: dict[int, list[int]] = {}
     for row, m in enumerate(meta):
         rows_of.setdefault(m["paragraph"], []).append(row)
