@@ -341,19 +341,21 @@ def quarter_comparison(records: Sequence[dict], lambda_fmt: float) -> dict[str, 
     :func:`graphmem.eval.stats.paired_comparison` (mean difference, bootstrap 95 % CI, paired-t p,
     ``n`` tasks), ``None`` with fewer than two tasks in both quarters or under four steps.
     """
+    parts = ("reward", "task", "format", "well_formed")
     last = max((r["step"] for r in records if r["step"] is not None), default=0)
     q = last // 4
+    rows: dict[tuple[str, str], list[dict]] = {}  # (quarter, task) -> its completions
+    for r in records:
+        if q and r["step"] is not None and (r["step"] <= q or r["step"] > last - q):
+            rows.setdefault(("first" if r["step"] <= q else "last", r["task_id"]), []).append(r)
+    means = {side: {part: {} for part in parts} for side in ("first", "last")}
+    for (side, task), rs in rows.items():
+        for part in parts:
+            values = [r["task"] + lambda_fmt * r["format"] if part == "reward" else r[part] for r in rs]
+            means[side][part][task] = sum(values) / len(values)
     out: dict[str, dict | None] = {}
-    for part in ("reward", "task", "format", "well_formed"):
-        sides = {}
-        for side, lo, hi in (("first", 1, q), ("last", last - q + 1, last)):
-            per_task: dict[str, list[float]] = {}
-            for r in records:
-                if q and r["step"] is not None and lo <= r["step"] <= hi:
-                    value = r["task"] + lambda_fmt * r["format"] if part == "reward" else r[part]
-                    per_task.setdefault(r["task_id"], []).append(value)
-            sides[side] = {t: sum(v) / len(v) for t, v in per_task.items()}
-        cmp = paired_comparison("last_quarter", sides["last"], "first_quarter", sides["first"], part)
+    for part in parts:
+        cmp = paired_comparison("last_quarter", means["last"][part], "first_quarter", means["first"][part], part)
         out[part] = None if cmp is None else cmp.to_json()
     return out
 

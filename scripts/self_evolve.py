@@ -72,8 +72,7 @@ def run(cfg: DictConfig) -> None:
         start = evidence_recall(reader, ex["test"], budget) if ex["test"] else None
         wcfg_t = dataclasses.replace(wcfg, output_dir=str(out_dir / f"writer_round{t}"), seed=wcfg.seed + t)
         if wcfg.max_steps > 0:  # 1. writer update, reader frozen
-            trainer, writer_result = run_writer(gs, cfg, wcfg_t, reader)
-            writer_result.pop("completions")  # per-completion rewards: summarised in quarters_by_task
+            trainer, writer_result, _ = run_writer(gs, cfg, wcfg_t, reader)  # per completion: in quarters_by_task
             model, tokenizer = trainer.model, trainer.processing_class
         else:  # writer.max_steps=0: rebuild with the writer as given (e.g. one trained by train_writer.py)
             (model, tokenizer), writer_result = (

@@ -36,6 +36,8 @@ from train_gnn import set_threads, split_parts  # noqa: E402  (sibling script: s
 
 from graphmem.build.entities import make_entity_extractor  # noqa: E402
 from graphmem.cli import guard_argv, load_graphset, run_or_exit  # noqa: E402
+from graphmem.eval.harness import write_jsonl  # noqa: E402
+from graphmem.eval.report import write_json  # noqa: E402
 from graphmem.io import atomic_write  # noqa: E402
 from graphmem.tracking import experiment_group  # noqa: E402
 from rl.gnn_train import load_reader  # noqa: E402
@@ -79,20 +81,24 @@ def writer_tasks(gs, cfg: DictConfig, wcfg: WriterConfig, part: str = "train", l
 
 
 def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, tokenizer=None):
-    """GRPO of the writer (``model`` or ``wcfg.model``) on the training tasks; ``(trainer, result)``."""
+    """GRPO of the writer (``model`` or ``wcfg.model``) on the training tasks; ``(trainer, result, records)``
+    with the per-completion reward records of :func:`rl.grpo_writer.train_writer`."""
     tasks, parts = writer_tasks(gs, cfg, wcfg)
     t0 = time.perf_counter()
     trainer, history, records = train_writer(tasks, reader, wcfg, model=model, tokenizer=tokenizer)
     curve = [{k: h[k] for k in ("step",) + REWARD_KEYS if k in h} for h in history]
-    return trainer, {
-        "tasks": len(tasks),
-        "split": parts,
-        "seconds": round(time.perf_counter() - t0, 2),
-        "reward_quarters": quarter_means(curve),
-        "quarters_by_task": quarter_comparison(records, wcfg.lambda_fmt),
-        "curve": curve,
-        "completions": records,
-    }
+    return (
+        trainer,
+        {
+            "tasks": len(tasks),
+            "split": parts,
+            "seconds": round(time.perf_counter() - t0, 2),
+            "reward_quarters": quarter_means(curve),
+            "quarters_by_task": quarter_comparison(records, wcfg.lambda_fmt),
+            "curve": curve,
+        },
+        records,
+    )
 
 
 def run_warm_start(gs, cfg: DictConfig, wcfg: WriterConfig, sft: SFTConfig):
@@ -156,10 +162,6 @@ def plot_curve(curve: list[dict], path: Path, title: str, window: int = 8) -> Pa
     return path
 
 
-def _write(path: Path, text: str) -> Path:
-    return atomic_write(path, lambda tmp: tmp.write_text(text))
-
-
 def _quarter_line(quarters: dict) -> str:
     """``part: Δ [lo, hi] (n tasks)`` for each part of :func:`rl.grpo_writer.quarter_comparison`."""
     return "; ".join(
@@ -192,9 +194,9 @@ def run(cfg: DictConfig) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         os.environ.setdefault("WANDB_DIR", str(out_dir))
     model, tokenizer, warm = run_warm_start(gs, cfg, wcfg, sft)
-    result = {"curve": []}
+    result, completions = {"curve": []}, []
     if wcfg.max_steps > 0:  # writer.max_steps=0: the warm start only
-        trainer, result = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
+        trainer, result, completions = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
         model, tokenizer = trainer.model, trainer.processing_class
         log.info("GRPO reward by quarter: %s", result["reward_quarters"])
         log.info("last - first quarter, paired by task: %s", _quarter_line(result["quarters_by_task"]))
@@ -202,14 +204,13 @@ def run(cfg: DictConfig) -> None:
         model.save_pretrained(cfg.save_model)
         tokenizer.save_pretrained(cfg.save_model)
     out_dir.mkdir(parents=True, exist_ok=True)
-    completions = result.pop("completions", [])
     payload = {"writer": asdict(wcfg), "sft": asdict(sft), "warm_start": warm, **result}
-    _write(out_dir / "completion_rewards.jsonl", "".join(json.dumps(r) + "\n" for r in completions))
-    _write(out_dir / "reward_curve.json", json.dumps(result["curve"], indent=1))
+    write_jsonl(completions, out_dir / "completion_rewards.jsonl")
+    write_json(result["curve"], out_dir / "reward_curve.json")
     if result["curve"]:
         title = f"GRPO writer ({wcfg.model}) on {gs.dataset}"
         atomic_write(out_dir / "reward_curve.png", lambda tmp: plot_curve(result["curve"], tmp, title))
-    _write(out_dir / "results.json", json.dumps(payload, indent=2))  # last: its presence marks a finished run
+    write_json(payload, out_dir / "results.json")  # last: its presence marks a finished run
     for row in result["curve"]:
         log.info("%s", row)
 
