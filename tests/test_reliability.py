@@ -17,12 +17,10 @@ from graphmem.config import compose
 from graphmem.graph import GraphError, MemoryGraph
 from graphmem.io import SCHEMA_VERSION, _digest, load_graph
 from rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tests import script_runner
+from tests.script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
-from script_loader import load_script  # noqa: E402
-
-from tests import script_runner  # noqa: E402
 
 TRAIN = load_script("train")
 FAKE_KEY = "sk-fake-0123456789abcdefSECRET"
