@@ -10,14 +10,17 @@ For a query ``q`` (unit ``q̂``), its relation intent ``π(q)``, the best cosine
              over the out-neighbours w of v (what loading v would open: a one-step look-ahead)
     ρ_v    = [1(entry), 1(depth 1), 1(depth 2), 1(depth > 2), 1(o = 0), min(o, 12) / 12]
              with o the entry's rank among the entries, or the parent's load slot
-    w_uv   = h([m(q) ⊙ e_uv ; a_uv ; σ_uv ; ρ_v])               structural weight, h: MLP
+    λ_qv   = [φ_bm25, φ_rare, φ_name, φ_number, φ_date](q, v)  lexical features of query and node text
+             (:mod:`graphmem.lexical_features`; only with ``lexical``)
+    w_uv   = h([m(q) ⊙ e_uv ; a_uv ; σ_uv ; ρ_v ; λ_qv])        structural weight, h: MLP
     ι_qv   = (A q̂) · (B x̂_v)                                   low-rank query/node interaction (rank 0: none)
     s_uv   = cos(q, x_v) + ι_qv + w_uv                          the candidate's score
 
 Entries have no parent: ``e = a = 0`` and ``cos(q, x_u) = c*``. At initialisation ``A = 0`` and
 the last layers of ``g`` and ``h`` are zero, so ``s = cos(q, x_v)``: the untrained router walks
 by cosine. Everything is computed from the frozen node and query embeddings and from pair
-features every graph has, so a trained scorer applies to graphs it never saw.
+features every graph has, so a trained scorer applies to graphs it never saw; ``λ`` comes from the
+query and node texts and the graph's own token statistics, computed only for the candidates.
 
 The stop head ``stop = α · max open s + β · loaded / max_nodes + b`` decides when the walk ends:
 the greedy walk stops when ``stop`` beats every open candidate. ``b`` starts at -1, below any
@@ -36,6 +39,7 @@ from torch import Tensor, nn
 from graphmem.policies.base import Budget
 from graphmem.policies.batched import csr_positions
 from models.edge_encoder import EDGE_FEATURE_DIM, EDGE_MODES, NUM_PAIR_FEATURES, EdgeEncoder
+from graphmem.lexical_features import NUM_LEXICAL_FEATURES, Lexical, pair_features
 from models.intent import RelationIntent
 
 NUM_SIMILARITY_FEATURES = 8
@@ -67,6 +71,8 @@ class ScorerConfig:
     """relation intent: prototype, head, uniform (no intent)"""
     stop: bool = True
     """whether the walk has a learned stop action"""
+    lexical: bool = True
+    """lexical features λ_qv of query and node text in the structural head (False: embeddings only)"""
 
     def __post_init__(self) -> None:
         for name in ("dim", "hidden", "edge_hidden"):
@@ -84,9 +90,10 @@ class ScorerConfig:
 class _Context:
     """Per-batch precomputation: unit queries, their modulations and low-rank projections."""
 
-    def __init__(self, tables, q_unit: Tensor, ref: Tensor, m: Tensor, qa, xb, px, delta, cos):
+    def __init__(self, tables, q_unit: Tensor, ref: Tensor, m: Tensor, qa, xb, px, delta, cos, lexical=None):
         self.tables, self.q, self.ref, self.m = tables, q_unit, ref, m
         self.qa, self.xb, self.px, self.delta, self.cos = qa, xb, px, delta, cos
+        self.lexical = lexical
 
     def cosine(self, query: Tensor, nodes: Tensor) -> Tensor:
         """``[C]`` ``cos(q, x_v)`` of query rows and nodes: a lookup in the dense ``[B, N]`` table
@@ -122,6 +129,7 @@ class WalkScorer(nn.Module):
             self.node_proj = nn.Linear(cfg.dim, cfg.rank, bias=False)  # B
             nn.init.zeros_(self.query_proj.weight)
         width = r + NUM_PAIR_FEATURES + NUM_SIMILARITY_FEATURES + NUM_PATH_FEATURES
+        width += NUM_LEXICAL_FEATURES if cfg.lexical else 0
         self.head = nn.Sequential(nn.Linear(width, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, 1))
         nn.init.zeros_(self.head[2].weight)
         nn.init.zeros_(self.head[2].bias)
@@ -129,9 +137,15 @@ class WalkScorer(nn.Module):
         self.stop_bias = nn.Parameter(torch.tensor(-1.0)) if cfg.stop else None
 
     # ------------------------------------------------------------------ CandidateScorer
-    def prepare(self, tables, q: Tensor, entries: Tensor) -> _Context:
+    def prepare(self, tables, q: Tensor, entries: Tensor, lexical: Lexical | None = None) -> _Context:
         """Unit queries ``q̂``, their entries' best cosine ``c*``, modulations ``m(q)`` and the projections
-        ``A q̂``, ``B x̂`` (every node of ``tables``: query-independent)."""
+        ``A q̂``, ``B x̂`` (every node of ``tables``: query-independent); ``lexical``: the queries' terms and
+        the node table of ``tables``' graph (:func:`graphmem.lexical_features.lexical_inputs`), required
+        when the scorer uses lexical features."""
+        if self.config.lexical and lexical is None:
+            raise ValueError("WalkScorer(lexical=True) needs the queries' lexical inputs (graphmem.lexical_features)")
+        if lexical is not None and len(lexical.queries) != q.shape[0]:
+            raise ValueError(f"lexical inputs for {len(lexical.queries)} queries, but {q.shape[0]} query rows")
         qn = nn.functional.normalize(q.float(), dim=-1)
         real = entries >= 0
         cos_e = (qn[:, None, :] * tables.x[entries.clamp(min=0)]).sum(-1)
@@ -144,7 +158,8 @@ class WalkScorer(nn.Module):
             qa, xb = self.query_proj(qn), self.node_proj(tables.x)
         px, delta = self.edges.node_projection(tables.x), self.edges.pair_delta(tables.pairs, tables.edge_rows)
         cos = qn @ tables.x.T if qn.shape[0] * tables.num_nodes <= DENSE_COSINE_LIMIT else None
-        return _Context(tables, qn, ref, m, qa, xb, px, delta, cos)
+        lexical = lexical.to(qn.device) if self.config.lexical else None
+        return _Context(tables, qn, ref, m, qa, xb, px, delta, cos, lexical)
 
     def score(self, ctx: _Context, cand) -> Tensor:
         """``s_uv`` ``[C]`` (module docstring) of :class:`rl.walk.Candidates`."""
@@ -165,7 +180,10 @@ class WalkScorer(nn.Module):
         path = torch.stack([entry, d == 1, d == 2, d > 2, o == 0, o.clamp(max=ORDER_SCALE) / ORDER_SCALE], -1).to(
             x.dtype
         )
-        z = torch.cat([ctx.m[cand.query] * e, raw, sims, path], -1)
+        parts = [ctx.m[cand.query] * e, raw, sims, path]
+        if ctx.lexical is not None:
+            parts.append(pair_features(ctx.lexical, cand.query, cand.child).to(x.dtype))
+        z = torch.cat(parts, -1)
         s = cos_v + self.head(z).squeeze(-1)
         if ctx.qa is not None:
             s = s + (ctx.qa[cand.query] * ctx.xb[cand.child]).sum(-1)
@@ -219,6 +237,6 @@ class WalkScorer(nn.Module):
     def from_checkpoint(cls, state: dict[str, Any]) -> WalkScorer:
         """The scorer :meth:`checkpoint` wrote (a checkpoint's ``scorer`` entry)."""
         held = state.get("residual_graphs") or None
-        scorer = cls(ScorerConfig(**state["config"]), held)
+        scorer = cls(ScorerConfig(**{"lexical": False, **state["config"]}), held)  # older scorers: no λ
         scorer.load_state_dict(state["state_dict"])
         return scorer

@@ -52,8 +52,9 @@ class Candidates:
 class CandidateScorer(Protocol):
     """Scores candidates of a walk; ``prepare`` runs once per batch of queries."""
 
-    def prepare(self, tables: WalkTables, q: Tensor, entries: Tensor) -> Any:
-        """Per-batch context from ``[B, D]`` queries and their ``[B, E]`` entry rows (``-1`` padded)."""
+    def prepare(self, tables: WalkTables, q: Tensor, entries: Tensor, lexical: Any = None) -> Any:
+        """Per-batch context from ``[B, D]`` queries and their ``[B, E]`` entry rows (``-1`` padded), and
+        the queries' lexical inputs (:class:`graphmem.lexical_features.Lexical`, when the scorer reads them)."""
         ...
 
     def score(self, ctx: Any, cand: Candidates) -> Tensor:
@@ -144,6 +145,7 @@ def walk(
     ctx: Any = None,
     allow_stop: bool = True,
     blocked: Tensor | None = None,
+    lexical: Any = None,
 ) -> WalkEpisodes:
     """Run the walk (module docstring) for ``B`` queries; no gradients are recorded.
 
@@ -159,16 +161,19 @@ def walk(
         ctx: ``scorer.prepare(tables, q, entries)`` when already computed (default: computed here).
         allow_stop: whether the scorer's stop head may end the walk (default: True).
         blocked: ``[B, K]`` nodes never to load (``-1`` padded), e.g. HAGE's visited entries (default: none).
+        lexical: the queries' lexical inputs, passed to ``scorer.prepare`` when ``ctx`` is not given (default: none).
     """
     with torch.no_grad():
         entries = entries[:, : budget.max_entries]
+        if ctx is None:
+            given = () if lexical is None else (lexical,)  # scorers that read no text take none
+            ctx = scorer.prepare(tables, q, entries.to(q.device), *given)
         return _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ctx, allow_stop, blocked)
 
 
 def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ctx, allow_stop, blocked):
     dev, bsz, n_ent = q.device, q.shape[0], entries.shape[1]
     entries = entries.to(dev)
-    ctx = scorer.prepare(tables, q, entries) if ctx is None else ctx
     width, steps = pool_width(tables, budget, n_ent), budget.max_nodes
     rows = torch.arange(bsz, device=dev)
     full = lambda v: torch.full((bsz, width), v, dtype=torch.long, device=dev)  # noqa: E731

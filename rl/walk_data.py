@@ -17,6 +17,7 @@ from torch import Tensor
 from graphmem.datasets.types import Question
 from graphmem.graph import MemoryGraph
 from graphmem.graph_batch import GraphBatch
+from graphmem.lexical_features import Lexical, lexical_inputs
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.selectors import make_entry_selector
 from graphmem.policies.tables import unit_embeddings
@@ -37,6 +38,7 @@ class WalkData:
         gold: ``[Q, G]`` gold rows.
         qids: question ids, aligned with the rows.
         dropped: questions left out (no gold node in their graph, or no entries).
+        lexical: the questions' lexical inputs over the union (rows aligned), from their texts only.
     """
 
     tables: WalkTables
@@ -47,6 +49,7 @@ class WalkData:
     gold: Tensor
     qids: list[str]
     dropped: int = 0
+    lexical: Lexical | None = None
 
     def __len__(self) -> int:
         return len(self.qids)
@@ -55,7 +58,8 @@ class WalkData:
         t = self.tables
         tables = walk_tables(t.x, t.tokens, t.pairs, t.edge_rows, device)
         moved = (x.to(device) for x in (self.q, self.entries, self.gold))
-        return WalkData(tables, self.names, self.node_ptr, *moved, self.qids, self.dropped)
+        lexical = None if self.lexical is None else self.lexical.to(device)
+        return WalkData(tables, self.names, self.node_ptr, *moved, self.qids, self.dropped, lexical)
 
     def local_rows(self, rows: Tensor, graph: int) -> list[int]:
         """Union rows of graph number ``graph`` as that graph's own rows (``-1`` padding dropped)."""
@@ -92,19 +96,22 @@ def walk_data(
     by_graph: dict[str, list[int]] = {}
     for i, q in enumerate(questions):
         by_graph.setdefault(q.graph, []).append(i)
-    keep, entries, gold, dropped = [], [], [], 0
+    keep, entries, gold, dropped, texts = [], [], [], 0, []
     for c, name in enumerate(names):
         graph, off = graphs[name], int(batch.node_ptr[c])
         idx = by_graph[name]
         queries = [Query(questions[i].qid, questions[i].text, embeddings[i]) for i in idx]
+        texts.append([])
         for i, picked in zip(idx, selector.select(graph, queries, budget)):
             rows = [graph.index_of(e) for e in dict.fromkeys(questions[i].evidence) if graph.has_node(e)]
             if not rows or not picked:
                 dropped += 1
                 continue
             keep.append(i)
+            texts[-1].append(questions[i].text)
             entries.append([v + off for v in list(picked)[: budget.max_entries]])
             gold.append([v + off for v in rows])
     q = embeddings[torch.tensor(keep, dtype=torch.long)].float() if keep else embeddings[:0].float()
     qids = [questions[i].qid for i in keep]
-    return WalkData(tables, names, batch.node_ptr, q, padded(entries), padded(gold), qids, dropped)
+    lexical = lexical_inputs([graphs[n] for n in names], texts)
+    return WalkData(tables, names, batch.node_ptr, q, padded(entries), padded(gold), qids, dropped, lexical)

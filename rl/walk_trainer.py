@@ -248,11 +248,11 @@ class WalkTrainer:
         d, o = self.train, self.cfg.objective
         q, entries, gold = d.q[rows], d.entries[rows], d.gold[rows]
         if phase != "hage_mdp":
-            ctx = self.scorer.prepare(d.tables, q, entries)
+            ctx = self.scorer.prepare(d.tables, q, entries, d.lexical[rows])
             ep = walk(d.tables, self.scorer, q, entries, self.budget, True, o.temperature, self.generator, ctx)
             return Rollout(rows, ctx, ep, gold)
         row, start, blocked, gold = self.mdp.episodes(entries, gold)
-        ctx = self.scorer.prepare(d.tables, q[row], start)
+        ctx = self.scorer.prepare(d.tables, q[row], start, d.lexical[rows[row]])
         ep = walk(
             d.tables,
             self.scorer,
@@ -302,7 +302,14 @@ class WalkTrainer:
         self.scorer.eval()
         rec = [
             recall_of(
-                walk(d.tables, self.scorer, d.q[lo : lo + chunk], d.entries[lo : lo + chunk], self.budget),
+                walk(
+                    d.tables,
+                    self.scorer,
+                    d.q[lo : lo + chunk],
+                    d.entries[lo : lo + chunk],
+                    self.budget,
+                    lexical=d.lexical[lo : lo + chunk],
+                ),
                 d.gold[lo : lo + chunk],
             )
             for lo in range(0, len(d), chunk)

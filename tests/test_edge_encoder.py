@@ -94,7 +94,7 @@ def train_briefly(scorer: WalkScorer, tables, q, entries, gold, steps: int = 30)
 def test_features_of_an_unseen_graph_change_with_training():
     torch.manual_seed(0)
     train, unseen = bridge_part(0), bridge_part(1)
-    scorer = WalkScorer(ScorerConfig(dim=32, rank=4, edge_mode="inductive"))
+    scorer = WalkScorer(ScorerConfig(dim=32, rank=4, edge_mode="inductive", lexical=False))
     before = edge_values(scorer, unseen[0], unseen[1])
     assert torch.equal(before, unseen[0].pairs.phase1)
     train_briefly(scorer, *train)
@@ -106,7 +106,7 @@ def test_per_edge_table_does_not_reach_an_unseen_graph():
     torch.manual_seed(0)
     train, unseen = bridge_part(0), bridge_part(1)
     graph0, _, _ = make_bridge_graph(num_queries=8, seed=0, dim=32)
-    scorer = WalkScorer(ScorerConfig(dim=32, rank=4, edge_mode="table"), residual_graphs={"g0": graph0})
+    scorer = WalkScorer(ScorerConfig(dim=32, rank=4, edge_mode="table", lexical=False), residual_graphs={"g0": graph0})
     train[0].edge_rows = scorer.edges.residual.edge_rows(["g0"], [graph0.num_edges])
     train_briefly(scorer, *train)
     assert scorer.edges.residual.delta.abs().max() > 1e-3  # the table did learn on its own graph

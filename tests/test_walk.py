@@ -109,7 +109,7 @@ def test_walk_respects_the_budget_on_random_graphs(seed):
     entries = torch.stack([torch.randperm(300, generator=gen)[:8] for _ in range(bsz)])
     entries[0, 3:] = -1
     budget = Budget(max_entries=4, top_k_neighbors=2, max_hops=3, max_nodes=10, max_tokens=150)
-    scorer = WalkScorer(ScorerConfig(dim=16, rank=4, stop=False))
+    scorer = WalkScorer(ScorerConfig(dim=16, rank=4, stop=False, lexical=False))
     for p in scorer.parameters():  # a random, non-cosine scorer
         torch.nn.init.normal_(p, std=0.5, generator=gen)
     tables = tables_of(graph)
@@ -124,7 +124,7 @@ def test_batched_walk_equals_one_query_at_a_time():
     gen = torch.Generator().manual_seed(3)
     q = torch.randn(6, 16, generator=gen)
     entries = torch.stack([torch.randperm(200, generator=gen)[:6] for _ in range(6)])
-    scorer = WalkScorer(ScorerConfig(dim=16, rank=4))
+    scorer = WalkScorer(ScorerConfig(dim=16, rank=4, lexical=False))
     tables, budget = tables_of(graph), Budget()
     together = walk(tables, scorer, q, entries, budget)
     for b in range(6):
@@ -137,7 +137,12 @@ def test_step_log_probs_match_the_walks_own_scores():
     gen = torch.Generator().manual_seed(4)
     q = torch.randn(5, 16, generator=gen)
     entries = torch.stack([torch.randperm(200, generator=gen)[:6] for _ in range(5)])
-    scorer, tables, budget, tau = WalkScorer(ScorerConfig(dim=16, rank=4, stop=True)), tables_of(graph), Budget(), 0.3
+    scorer, tables, budget, tau = (
+        WalkScorer(ScorerConfig(dim=16, rank=4, stop=True, lexical=False)),
+        tables_of(graph),
+        Budget(),
+        0.3,
+    )
     ctx = scorer.prepare(tables, q, entries)
     ep = walk(tables, scorer, q, entries, budget, sample=True, temperature=tau, generator=gen, ctx=ctx)
     logp, entropy = step_log_probs(scorer, ctx, ep, budget, tau)

@@ -69,7 +69,7 @@ def train_on_bridges(
     objective: str, seed: int = 0, steps: int = 40, budget: Budget = BRIDGE_BUDGET, node_cost: float = 0.0
 ):
     torch.manual_seed(seed)
-    scorer = WalkScorer(ScorerConfig(dim=32, rank=0, stop=node_cost > 0))
+    scorer = WalkScorer(ScorerConfig(dim=32, rank=0, stop=node_cost > 0, lexical=False))
     opt = torch.optim.Adam(scorer.parameters(), lr=2e-2)
     gen = torch.Generator().manual_seed(seed)
     tables, q, entries, gold = bridge_part(0)
@@ -95,7 +95,7 @@ def unseen_recall(scorer) -> float:
 
 
 def test_cosine_walk_never_reaches_the_gold():
-    assert unseen_recall(WalkScorer(ScorerConfig(dim=32, rank=0, stop=False))) == 0.0
+    assert unseen_recall(WalkScorer(ScorerConfig(dim=32, rank=0, stop=False, lexical=False))) == 0.0
 
 
 @pytest.mark.parametrize("objective", ["imitation", "reinforce"])
@@ -144,7 +144,7 @@ def test_hage_mdp_rewards_by_hand():
 def test_hage_mdp_objective_learns_the_bridge():
     torch.manual_seed(0)
     mdp = HageMDP(max_hops=3)
-    scorer = WalkScorer(ScorerConfig(dim=32, rank=0, stop=False))  # the MDP has no stop action to learn
+    scorer = WalkScorer(ScorerConfig(dim=32, rank=0, stop=False, lexical=False))  # the MDP has no stop action to learn
     opt = torch.optim.Adam(scorer.parameters(), lr=2e-2)
     gen = torch.Generator().manual_seed(0)
     tables, q, entries, gold = bridge_part(0)

@@ -40,7 +40,7 @@ def test_policy_loads_what_the_walk_loads():
     graph.info["name"] = "g"
     qs = [Question(q.qid, "g", "", None, (graph.node_ids[0],), 1) for q in queries]
     d = walk_data({"g": graph}, qs, torch.stack([q.embedding for q in queries]), WIDE)
-    ep = walk(d.tables, scorer, d.q, d.entries, WIDE)
+    ep = walk(d.tables, scorer, d.q, d.entries, WIDE, lexical=d.lexical)
     for r, row, ent in zip(got, ep.loaded.tolist(), d.entries.tolist()):
         assert r.loaded == [v for v in row if v >= 0]
         assert r.entries == [v for v in ent if v >= 0]
@@ -71,7 +71,7 @@ def test_checkpoint_of_the_trainer_deploys_on_unseen_graphs(tmp_path):
     policy = make_policy("router", checkpoint=str(tmp_path / "best.pt"), device="cpu")
     graphs, questions, emb = bridge_set((11,))
     d = walk_data(graphs, questions, emb, BUDGET)
-    ep = walk(d.tables, t.scorer, d.q, d.entries, BUDGET)
+    ep = walk(d.tables, t.scorer, d.q, d.entries, BUDGET, lexical=d.lexical)
     (name,) = graphs
     graph, queries = graphs[name], [Query(q.qid, q.text, e) for q, e in zip(questions, emb)]
     got = policy.retrieve_batch(graph, queries, BUDGET)

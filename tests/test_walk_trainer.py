@@ -50,7 +50,7 @@ def trainer(cfg: TrainConfig, seeds=(0, 1)) -> WalkTrainer:
 def unseen_recall(scorer) -> float:
     graphs, questions, emb = bridge_set((11, 12))
     d = walk_data(graphs, questions, emb, BUDGET)
-    ep = walk(d.tables, scorer, d.q, d.entries, BUDGET)
+    ep = walk(d.tables, scorer, d.q, d.entries, BUDGET, lexical=d.lexical)
     return float(((ep.loaded[:, :, None] == d.gold[:, None, :]).any(1).sum(1) / (d.gold >= 0).sum(1)).mean())
 
 

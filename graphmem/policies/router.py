@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
+from graphmem.lexical_features import Lexical, lexical_inputs
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_positions, greedy_admit, ragged_block, segment_topk
 from graphmem.policies.ranking import query_matrix
@@ -174,7 +175,8 @@ class RouterPolicy(TraversalPolicy):
         graph, dev = scope.graph, scope.device
         tables = self._walk_tables(scope)
         q = query_matrix(graph, scope.queries).to(dev)
-        ep = walk(tables, self.scorer, q, entries, budget)
+        lexical = scope_lexical(scope) if self.scorer.config.lexical else None
+        ep = walk(tables, self.scorer, q, entries, budget, lexical=lexical)
         tr = walk_trace(ep, tables, budget)
         rowptr, perm = graph.csr()
         seg, pos = csr_positions(rowptr.to(dev), tr.expanded_node)
@@ -282,6 +284,15 @@ class RouterPolicy(TraversalPolicy):
             )
 
         return graph.cached(f"policies.router_tensors:{self.device}", build, (graph.embeddings, graph.edge_index))
+
+
+def scope_lexical(scope: Scope) -> Lexical:
+    """The lexical inputs of the scope's queries (each on its own graph) over the scope's union."""
+    texts, start = [], 0
+    for c in scope.counts:
+        texts.append([x.text for x in scope.queries[start : start + c]])
+        start += c
+    return lexical_inputs(scope.batch.graphs, texts, scope.device)
 
 
 def edge_cosines(graph: MemoryGraph, chunk: int = 1 << 18) -> Tensor:

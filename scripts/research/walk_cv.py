@@ -52,7 +52,14 @@ def part(gs: GraphSet, names, budget: Budget, with_cat5: bool, extra: GraphSet |
 def loaded_rows(scorer, data, budget, chunk=512) -> Tensor:
     scorer.eval()
     out = [
-        walk(data.tables, scorer, data.q[lo : lo + chunk], data.entries[lo : lo + chunk], budget).loaded
+        walk(
+            data.tables,
+            scorer,
+            data.q[lo : lo + chunk],
+            data.entries[lo : lo + chunk],
+            budget,
+            lexical=data.lexical[lo : lo + chunk],
+        ).loaded
         for lo in range(0, len(data), chunk)
     ]
     scorer.train()
@@ -93,7 +100,7 @@ def run_phase(phase, scorer, train, val, budget, args, gen, history, epochs, lr)
         for lo in range(0, n, args.batch):
             rows = perm[lo : lo + args.batch]
             q, ent, gold = train.q[rows], train.entries[rows], train.gold[rows]
-            ctx = scorer.prepare(train.tables, q, ent)
+            ctx = scorer.prepare(train.tables, q, ent, train.lexical[rows])
             ep = walk(train.tables, scorer, q, ent, budget, sample=True, temperature=tau, generator=gen, ctx=ctx)
             if phase == "sl":
                 loss, _ = imitation_loss(scorer, ctx, ep, gold, train.tables, budget, tau)

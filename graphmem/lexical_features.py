@@ -1,0 +1,292 @@
+"""Lexical features of (query, node) pairs: what the MiniLM cosine cannot see (names, dates, numbers, rare words).
+
+Every feature is computed from the query text and the node text alone (never from gold), with
+statistics of the node's own graph, so it applies to any graph. With ``Q`` the distinct
+:func:`graphmem.lexical.tokenize` tokens of the query, ``T_v`` those of node ``v``, ``tf(t, v)`` the
+count of ``t`` in ``v``, ``|v|`` the node's length in tokens, ``avgdl`` the graph's mean length,
+``idf(t)`` the graph's BM25 idf and ``k1, b`` its parameters:
+
+    w(t, v)  = tf(t, v) (k1 + 1) / (tf(t, v) + k1 (1 - b + b |v| / avgdl))
+    φ_bm25   = Σ_{t ∈ Q ∩ T_v} idf(t) w(t, v)  /  Σ_{t ∈ Q} idf(t) (k1 + 1)      ∈ [0, 1)
+    φ_K      = |Q_K ∩ T_v| / max(1, |Q_K|)      for each kind K of query token:
+
+* ``rare``: ``df(t) <= max(1, ρ N)`` in the node's graph (``N`` nodes, ``ρ =`` :data:`RARE_FRACTION`),
+  tokens the graph never holds included (the same as ``idf(t)`` above the idf of that document frequency);
+* ``name``: tokens of query words written with a capital first letter, not the first word of a
+  sentence (of the text, or after ``.``, ``!``, ``?``), at least two characters long;
+* ``number``: tokens of digits only that are not a year;
+* ``date``: month and weekday names (written capitalised), years (four digits, 1000-2999) and day
+  ordinals (``1st`` .. ``31st``).
+
+The BM25 feature is the node's BM25 score (:class:`graphmem.lexical.BM25Index`) divided by the local
+bound ``max_score(q)``, so it needs no pass over the graph. Tokens are matched by a 64-bit hash of
+the token string (:func:`token_id`), so a graph batch is the concatenation of its graphs' tables.
+
+The node side (:class:`NodeTerms`, a CSR of each node's distinct token ids and weights ``w``) is
+built once per graph and cached on it; the query side (:class:`QueryTerms`) once per batch of
+queries. :func:`pair_features` gives the features of ``C`` (query, node) pairs with ``C x`` (node
+length) ``x`` (query length) tensor work, independent of the graph's size; :func:`dense_features`
+those of every node of a graph, through the inverted lists of the query tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from graphmem.lexical import bm25_for, tokenize
+
+
+def csr_positions(rowptr: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`graphmem.policies.batched.csr_positions` (imported on use: the policies import this module)."""
+    from graphmem.policies.batched import csr_positions as positions
+
+    return positions(rowptr, nodes)
+
+
+FEATURES = ("bm25", "rare", "name", "number", "date")
+NUM_LEXICAL_FEATURES = len(FEATURES)
+KINDS = FEATURES[1:]
+RARE_FRACTION = 0.02
+MONTHS = frozenset(
+    "january february march april may june july august september october november december "
+    "jan feb mar apr jun jul aug sep sept oct nov dec".split()
+)
+WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
+_WORD = re.compile(r"[^\W_][\w'’-]*")
+_SENTENCE_END = re.compile(r"[.!?]\s*$")
+_YEAR = re.compile(r"[12]\d{3}")
+_ORDINAL = re.compile(r"(?:[1-9]|[12]\d|3[01])(?:st|nd|rd|th)")
+
+
+def token_id(token: str) -> int:
+    """A signed 64-bit id of a token string (blake2b), the same in every graph and process."""
+    return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
+
+
+@dataclass
+class NodeTerms:
+    """Per node, its distinct tokens and their BM25 weights ``w(t, v)``, as a CSR over ``N`` nodes.
+
+    Attributes:
+        rowptr: ``[N + 1]`` the entries of node ``v`` are ``rowptr[v]:rowptr[v + 1]``.
+        term: ``[M]`` :func:`token_id` of each entry.
+        weight: ``[M]`` ``w(t, v)`` (module docstring).
+    """
+
+    rowptr: Tensor
+    term: Tensor
+    weight: Tensor
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.rowptr.numel()) - 1
+
+    def to(self, device) -> NodeTerms:
+        return NodeTerms(self.rowptr.to(device), self.term.to(device), self.weight.to(device))
+
+    @staticmethod
+    def concat(parts: Sequence[NodeTerms]) -> NodeTerms:
+        """The table of a disjoint union of graphs (nodes in the order of ``parts``)."""
+        if len(parts) == 1:
+            return parts[0]
+        sizes = torch.tensor([int(p.term.numel()) for p in parts])
+        offsets = torch.cumsum(sizes, 0) - sizes
+        rowptr = torch.cat([parts[0].rowptr[:1]] + [p.rowptr[1:] + int(o) for p, o in zip(parts, offsets)])
+        return NodeTerms(rowptr, torch.cat([p.term for p in parts]), torch.cat([p.weight for p in parts]))
+
+    def inverted(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``(term, node, weight)`` of every entry, sorted by term (for :func:`dense_features`)."""
+        node = torch.repeat_interleave(torch.arange(self.num_nodes, device=self.term.device), self.rowptr.diff())
+        order = torch.argsort(self.term, stable=True)
+        return self.term[order], node[order], self.weight[order]
+
+
+@dataclass
+class GraphLexicon:
+    """What a query's terms need of one graph: BM25 parameters, idf and document frequencies."""
+
+    index: object  # graphmem.lexical.BM25Index
+    df: dict[str, int]
+    num_nodes: int
+
+    def rare(self, token: str) -> bool:
+        return self.df.get(token, 0) <= max(1.0, RARE_FRACTION * self.num_nodes)
+
+
+@dataclass
+class QueryTerms:
+    """Distinct tokens of ``B`` queries, padded to ``L``, with what each contributes.
+
+    Attributes:
+        term: ``[B, L]`` :func:`token_id` of each token (0 at padding; use ``valid``).
+        valid: ``[B, L]`` bool, real tokens.
+        value: ``[B, L, F]`` per token: ``idf(t)`` and its kind flags (rare, name, number, date).
+        norm: ``[B, F]`` the denominators: ``Σ_t idf(t) (k1 + 1)`` and ``max(1, |Q_K|)`` per kind.
+    """
+
+    term: Tensor
+    valid: Tensor
+    value: Tensor
+    norm: Tensor
+
+    def __len__(self) -> int:
+        return int(self.term.shape[0])
+
+    def __getitem__(self, rows) -> QueryTerms:
+        return QueryTerms(self.term[rows], self.valid[rows], self.value[rows], self.norm[rows])
+
+    def to(self, device) -> QueryTerms:
+        return QueryTerms(*(t.to(device) for t in (self.term, self.valid, self.value, self.norm)))
+
+    @staticmethod
+    def concat(parts: Sequence[QueryTerms]) -> QueryTerms:
+        width = max([int(p.term.shape[1]) for p in parts] + [1])
+
+        def pad(t: Tensor, value) -> Tensor:
+            extra = width - t.shape[1]
+            return torch.cat([t, t.new_full((t.shape[0], extra, *t.shape[2:]), value)], 1) if extra else t
+
+        return QueryTerms(
+            torch.cat([pad(p.term, 0) for p in parts]),
+            torch.cat([pad(p.valid, False) for p in parts]),
+            torch.cat([pad(p.value, 0.0) for p in parts]),
+            torch.cat([p.norm for p in parts]),
+        )
+
+
+@dataclass
+class Lexical:
+    """The lexical inputs of a batch: the node table of the graph (or union) and the queries' terms."""
+
+    nodes: NodeTerms
+    queries: QueryTerms
+
+    def __getitem__(self, rows) -> Lexical:
+        return Lexical(self.nodes, self.queries[rows])
+
+    def to(self, device) -> Lexical:
+        return Lexical(self.nodes.to(device), self.queries.to(device))
+
+
+# ---------------------------------------------------------------------- building
+def _node_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
+    """From the graph's BM25 index (:func:`graphmem.lexical.bm25_for`): its CSR of term ids and counts."""
+    index = bm25_for(graph)
+    k1, b = index.k1, index.b
+    indptr, terms, tf = (torch.from_numpy(a.copy()) for a in (index.indptr, index.terms, index.tf))
+    n = int(indptr.numel()) - 1
+    row = torch.repeat_interleave(torch.arange(n), indptr.diff())
+    length = torch.zeros(n, dtype=torch.float64).index_add_(0, row, tf.double())
+    avgdl = float(length.mean()) if n and float(length.sum()) else 1.0
+    tf = tf.double()
+    weight = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length[row] / avgdl))
+    ids = torch.tensor([token_id(t) for t in index.tokens], dtype=torch.long)
+    df = torch.bincount(terms, minlength=len(index.tokens)).tolist()
+    lexicon = GraphLexicon(index, {t: d for t, d in zip(index.tokens, df)}, n)
+    return NodeTerms(indptr, ids[terms] if terms.numel() else terms, weight.float()), lexicon
+
+
+def graph_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
+    """:class:`NodeTerms` and :class:`GraphLexicon` of a graph, cached on it (dropped on any mutation)."""
+    return graph.cached("lexical_features.node_terms", lambda: _node_tables(graph), (graph.embeddings,))
+
+
+def node_terms(graph) -> NodeTerms:
+    return graph_tables(graph)[0]
+
+
+def query_kinds(text: str) -> dict[str, set[str]]:
+    """The tokens of each kind (module docstring) among the distinct tokens of ``text``."""
+    own = set(tokenize(text))
+    kinds: dict[str, set[str]] = {k: set() for k in ("name", "number", "date")}
+    first = True
+    for m in _WORD.finditer(text):
+        word = m.group()
+        lower = word.lower()
+        toks = [t for t in tokenize(word) if t in own]
+        sentence_start = first or bool(_SENTENCE_END.search(text[: m.start()]))
+        first = False
+        if word[0].isupper() and (lower in MONTHS or lower in WEEKDAYS):
+            kinds["date"].update(toks)
+        elif _YEAR.fullmatch(lower) or _ORDINAL.fullmatch(lower):
+            kinds["date"].update(toks)
+        elif lower.isdigit():
+            kinds["number"].update(toks)
+        elif word[0].isupper() and not sentence_start:
+            kinds["name"].update(t for t in toks if len(t) >= 2)
+    return kinds
+
+
+def query_terms(lexicon: GraphLexicon, texts: Sequence[str]) -> QueryTerms:
+    """:class:`QueryTerms` of query texts asked on the graph of ``lexicon``."""
+    index = lexicon.index
+    k1 = float(index.k1)
+    rows, norms = [], []
+    for text in texts:
+        toks = list(dict.fromkeys(tokenize(text)))
+        kinds = query_kinds(text)
+        values = []
+        for t in toks:
+            flags = [lexicon.rare(t), t in kinds["name"], t in kinds["number"], t in kinds["date"]]
+            values.append([float(index.idf(t))] + [float(f) for f in flags])
+        total = [sum(v[0] for v in values) * (k1 + 1.0)] + [sum(v[j] for v in values) for j in range(1, 5)]
+        norms.append([x if x > 0 else 1.0 for x in total])
+        rows.append((toks, values))
+    width = max([len(t) for t, _ in rows] + [1])
+    term = torch.zeros(len(rows), width, dtype=torch.long)
+    valid = torch.zeros(len(rows), width, dtype=torch.bool)
+    value = torch.zeros(len(rows), width, NUM_LEXICAL_FEATURES)
+    for i, (toks, values) in enumerate(rows):
+        if toks:
+            term[i, : len(toks)] = torch.tensor([token_id(t) for t in toks])
+            valid[i, : len(toks)] = True
+            value[i, : len(toks)] = torch.tensor(values)
+    norm = torch.tensor(norms, dtype=torch.float32).view(len(rows), NUM_LEXICAL_FEATURES)
+    return QueryTerms(term, valid, value, norm)
+
+
+def lexical_inputs(graphs: Sequence, texts: Sequence[Sequence[str]], device=None) -> Lexical:
+    """:class:`Lexical` of query texts ``texts[c]`` asked on ``graphs[c]`` (a union in that order)."""
+    tables = [graph_tables(g) for g in graphs]
+    nodes = NodeTerms.concat([t[0] for t in tables])
+    queries = QueryTerms.concat([query_terms(t[1], x) for t, x in zip(tables, texts)])
+    out = Lexical(nodes, queries)
+    return out if device is None else out.to(device)
+
+
+# ---------------------------------------------------------------------- features
+def pair_features(lex: Lexical, query: Tensor, node: Tensor) -> Tensor:
+    """``[C, F]`` features (module docstring) of the pairs (query row ``query[c]``, node row ``node[c]``)."""
+    q, nodes = lex.queries, lex.nodes
+    seg, pos = csr_positions(nodes.rowptr, node)
+    qrow = query[seg]
+    eq = (nodes.term[pos][:, None] == q.term[qrow]) & q.valid[qrow]  # [M, L]: at most one match per entry
+    hit, j = eq.any(1), eq.to(torch.uint8).argmax(1)
+    contrib = q.value[qrow, j] * hit[:, None].to(q.value.dtype)
+    contrib[:, 0] = contrib[:, 0] * nodes.weight[pos]
+    out = torch.zeros(node.numel(), NUM_LEXICAL_FEATURES, dtype=q.value.dtype, device=node.device)
+    return out.index_add_(0, seg, contrib) / q.norm[query]
+
+
+def dense_features(lex: Lexical, rows: Tensor | None = None) -> Tensor:
+    """``[B, N, F]`` features of every query of ``lex`` (or of ``rows``) with every node of its table:
+    work proportional to the entries of the query tokens' inverted lists."""
+    q = lex.queries if rows is None else lex.queries[rows]
+    term_sorted, node_sorted, weight_sorted = lex.nodes.inverted()
+    n, bsz = lex.nodes.num_nodes, len(q)
+    qb, qj = q.valid.nonzero(as_tuple=True)
+    t = q.term[qb, qj]
+    lo = torch.searchsorted(term_sorted, t, side="left")
+    hi = torch.searchsorted(term_sorted, t, side="right")
+    seg, pos = csr_positions(torch.stack([lo, hi], 1).flatten(), torch.arange(0, 2 * t.numel(), 2, device=t.device))
+    contrib = q.value[qb[seg], qj[seg]].clone()
+    contrib[:, 0] = contrib[:, 0] * weight_sorted[pos]
+    out = torch.zeros(bsz * n, NUM_LEXICAL_FEATURES, dtype=q.value.dtype, device=t.device)
+    out.index_add_(0, qb[seg] * n + node_sorted[pos], contrib)
+    return out.view(bsz, n, NUM_LEXICAL_FEATURES) / q.norm[:, None, :]
