@@ -36,10 +36,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from graphmem.lexical_features import NUM_LEXICAL_FEATURES, Lexical, pair_features
 from graphmem.policies.base import Budget
 from graphmem.policies.batched import csr_positions
 from models.edge_encoder import EDGE_FEATURE_DIM, EDGE_MODES, NUM_PAIR_FEATURES, EdgeEncoder
-from graphmem.lexical_features import NUM_LEXICAL_FEATURES, Lexical, pair_features
 from models.intent import RelationIntent
 
 NUM_SIMILARITY_FEATURES = 8
