@@ -11,8 +11,11 @@ table without copies; edges are shared by the batch.
   query ``b`` (1 at its entry nodes, or any non-negative weights), a broadcast product of the
   ``[H, 1, B]`` projected queries and the ``[1, N, B]`` start weights.
 * Layers: :class:`GatedRelationalConv` (formula in its docstring), ``L`` of them with residuals.
-* Readout: ``score_{b,v} = w_o^T ReLU(W_h h_{v,b}^{(L)} + W_c (P_x x_v \\odot P_q q_b) + c) + \\kappa \\cos(x_v, q_b)``,
-  so a node that propagation never reaches is still ranked by its content match.
+* Readout: ``score_{b,v} = w_o^T ReLU(W_h h_{v,b}^{(L)} + W_c (P_x x_v \\odot P_q q_b) + W_l φ_{b,v} + c)
+  + \\kappa \\cos(x_v, q_b) + λ^T φ_{b,v}``, so a node that propagation never reaches is still ranked by its
+  content match; ``φ_{b,v}`` are the lexical features of query and node text
+  (:mod:`graphmem.lexical_features`: BM25 share of the local bound, rare-word, name, number and date
+  overlap), present with ``lexical`` (``λ`` starts at 0).
 
 Several graphs can share one pass as their disjoint union, *packed*: column ``j`` of the states
 then holds one query per graph (``query_of[j, v]`` names the query of node ``v``'s graph), since
@@ -33,6 +36,8 @@ from torch_geometric import EdgeIndex
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import scatter
 
+from graphmem.lexical_features import NUM_LEXICAL_FEATURES
+
 
 @dataclass
 class ReaderConfig:
@@ -46,6 +51,8 @@ class ReaderConfig:
         num_layers: message-passing layers ``L`` (default: 2).
         add_inverse: also pass messages against each edge, with its own relation ids ``r + R``
             (default: True).
+        lexical: read the lexical features ``φ`` of query and node text (default: False;
+            ``rl.gnn_train`` trains readers with them unless ``train.lexical=false``).
     """
 
     input_dim: int = 384
@@ -54,6 +61,7 @@ class ReaderConfig:
     edge_dim: int = 4
     num_layers: int = 2
     add_inverse: bool = True
+    lexical: bool = False
 
 
 class GatedRelationalConv(MessagePassing):
@@ -190,6 +198,9 @@ class GNNReader(nn.Module):
         self.read_content = nn.Linear(h, h, bias=False)  # W_c
         self.read_out = nn.Linear(h, 1, bias=False)  # w_o
         self.cosine_weight = nn.Parameter(torch.tensor(5.0))  # kappa
+        if cfg.lexical:
+            self.read_lexical = nn.Linear(NUM_LEXICAL_FEATURES, h, bias=False)  # W_l
+            self.lexical_weight = nn.Parameter(torch.zeros(NUM_LEXICAL_FEATURES))  # λ
 
     # ------------------------------------------------------------------ pieces
     def seed(self, query: Tensor, start: Tensor, query_of: Tensor | None = None) -> Tensor:
@@ -227,6 +238,7 @@ class GNNReader(nn.Module):
         start: Tensor,
         query_of: Tensor | None = None,
         cosine: Tensor | None = None,
+        lexical: Tensor | None = None,
     ) -> Tensor:
         """Scores ``[B, N]``.
 
@@ -237,9 +249,13 @@ class GNNReader(nn.Module):
             start: ``[B, N]`` start weights (1 at each query's entry nodes).
             query_of: packed layout only: ``[B, N]`` row of ``query`` that column ``b`` holds at node ``v``.
             cosine: packed layout only: ``[N, B]`` :meth:`cosine` of each node and the query it holds.
+            lexical: ``[B, N, F]`` lexical features ``φ`` (:func:`graphmem.lexical_features.dense_features`;
+                packed: of each node and the query column ``b`` holds there); required with ``config.lexical``.
         """
         if (query_of is None) != (cosine is None):
             raise ValueError("GNNReader: the packed layout needs both `query_of` and `cosine`")
+        if self.config.lexical and lexical is None:
+            raise ValueError("GNNReader(lexical=True) needs the lexical features of its queries and nodes")
         query = query.to(x.dtype)
         edge_index, edge_type, edge_attr = self.relational_edges(edge_index, edge_type, edge_attr.to(x.dtype))
         if start.size(0) > 1:  # the fused aggregation runs on target-sorted edges: sort once for all layers
@@ -252,15 +268,26 @@ class GNNReader(nn.Module):
             self.query_content.weight @ query.T, query_of
         )
         hidden = torch.addmm(self.read_state.bias.unsqueeze(1), self.read_state.weight, h.reshape(hid, -1))  # W_h h + c
-        hidden.addmm_(self.read_content.weight, content.reshape(hid, -1)).relu_()  # [H, N B]
+        hidden.addmm_(self.read_content.weight, content.reshape(hid, -1))
+        phi = None
+        if self.config.lexical:
+            phi = lexical.to(x.dtype).permute(2, 1, 0)  # [F, N, B]
+            hidden.addmm_(self.read_lexical.weight, phi.reshape(phi.size(0), -1))
+        hidden.relu_()  # [H, N B]
         if query_of is None:
             cosine = self.cosine(x, query)  # [N, B]
-        return ((self.read_out.weight @ hidden).view_as(cosine) + self.cosine_weight * cosine).T
+        out = (self.read_out.weight @ hidden).view_as(cosine) + self.cosine_weight * cosine
+        if phi is not None:
+            out = out + torch.einsum("f,fnb->nb", self.lexical_weight, phi)
+        return out.T
 
-    def score_graph(self, graph, query: Tensor, entries: list[list[int]]) -> Tensor:
+    def score_graph(
+        self, graph, query: Tensor, entries: list[list[int]], lexical: Tensor | None = None
+    ) -> Tensor:
         """Scores ``[B, N]`` for a :class:`~graphmem.graph.MemoryGraph`-like object (duck-typed)."""
         start = start_mask(entries, graph.num_nodes, dtype=graph.embeddings.dtype)
-        return self(graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr, query, start)
+        ei, et, ea = graph.edge_index, graph.edge_type, graph.edge_attr
+        return self(graph.embeddings, ei, et, ea, query, start, lexical=lexical)
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> dict:

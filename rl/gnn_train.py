@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
+from graphmem.lexical_features import dense_features, lexical_inputs
 from graphmem.policies.base import Budget
 from graphmem.policies.gnn import batched_walk
 from models.gnn_reader import GNNReader, ReaderConfig, start_mask
@@ -68,17 +69,21 @@ class GNNTrainConfig:
     """fixes initialization and example order"""
     device: str = "cpu"
     """where the reader trains"""
+    lexical: bool = True
+    """the reader reads the lexical features of query and node text (graphmem/lexical_features.py)"""
 
 
 @dataclass
 class ReaderExample:
-    """Queries over one graph with their entries and gold rows (gold is used by the loss only)."""
+    """Queries over one graph with their entries and gold rows (gold is used by the loss only), and
+    the lexical features ``[B, N, F]`` of the query texts and the nodes."""
 
     graph: MemoryGraph
     query_embeddings: Tensor
     entries: list[list[int]]
     gold: list[list[int]]
     qids: list[str] = field(default_factory=list)
+    lexical: Tensor | None = None
 
 
 def examples_from_graphset(
@@ -112,7 +117,8 @@ def examples_from_graphset(
                 Query(graphset.questions[i].qid, graphset.questions[i].text, emb[k]) for k, (i, _) in enumerate(part)
             ]
             entries = [list(e)[: budget.max_entries] for e in entry_selector.select(graph, queries, budget)]
-            out.append(ReaderExample(graph, emb, entries, [g for _, g in part], [q.qid for q in queries]))
+            lexical = dense_features(lexical_inputs([graph], [[q.text for q in queries]]))
+            out.append(ReaderExample(graph, emb, entries, [g for _, g in part], [q.qid for q in queries], lexical))
     return out
 
 
@@ -134,6 +140,8 @@ def weighted_bce_loss(scores: Tensor, positive: Tensor, pos_weight: float) -> Te
 
 def _batch_scores(reader: GNNReader, ex: ReaderExample, rows: list[int], device) -> Tensor:
     g = ex.graph
+    if reader.config.lexical and ex.lexical is None:
+        raise ValueError(f"graph {g.name!r}: the reader reads lexical features, its example has none")
     start = start_mask([ex.entries[i] for i in rows], g.num_nodes, device=device)
     return reader(
         g.embeddings.to(device),
@@ -142,6 +150,7 @@ def _batch_scores(reader: GNNReader, ex: ReaderExample, rows: list[int], device)
         g.edge_attr.to(device),
         ex.query_embeddings[rows].to(device),
         start,
+        lexical=ex.lexical[rows].to(device) if reader.config.lexical else None,
     )
 
 
@@ -207,6 +216,7 @@ def train_reader(
                 edge_dim=int(g0.edge_attr.shape[1]),
                 num_layers=cfg.num_layers,
                 add_inverse=cfg.add_inverse,
+                lexical=cfg.lexical,
             )
         )
     reader.to(device)

@@ -192,7 +192,7 @@ def bridge_task(num_graphs, seed, n=14, dim=16):
 def test_supervised_training_raises_recall():
     budget = Budget(max_entries=1, top_k_neighbors=3, max_hops=1, max_nodes=2)
     train, val = bridge_task(6, seed=0), bridge_task(3, seed=1)
-    cfg = GNNTrainConfig(hidden_dim=16, num_layers=1, epochs=40, lr=1e-2, seed=0)
+    cfg = GNNTrainConfig(hidden_dim=16, num_layers=1, epochs=40, lr=1e-2, seed=0, lexical=False)
     torch.manual_seed(cfg.seed)
     untrained = GNNReader(input_dim=16, hidden_dim=16, num_layers=1)
     before = evidence_recall(untrained, val, budget)

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
+from graphmem.lexical_features import NUM_LEXICAL_FEATURES, dense_features, lexical_inputs
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import compact_left, csr_values, greedy_admit, rank_in_group
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
@@ -91,8 +92,14 @@ class GNNPolicy(TraversalPolicy):
             chunk = queries[lo : lo + self.query_chunk]
             q = torch.stack([c.embedding.float().flatten() for c in chunk]).to(dev)
             start = start_mask(entries[lo : lo + self.query_chunk], graph.num_nodes, device=dev)
-            out.append(self.reader(x, ei, et, ea, q, start))
+            out.append(self.reader(x, ei, et, ea, q, start, lexical=self._lexical(graph, chunk)))
         return torch.cat(out) if out else torch.empty(0, graph.num_nodes, device=dev)
+
+    def _lexical(self, graph: MemoryGraph, queries: Sequence[Query]) -> Tensor | None:
+        """``[B, N, F]`` lexical features of the queries and every node (when the reader reads them)."""
+        if not self.reader.config.lexical:
+            return None
+        return dense_features(lexical_inputs([graph], [[x.text for x in queries]], self.device))
 
     def traverse(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
         """Reader scores (one graph: :meth:`score`; a graph batch: :meth:`packed_scores`), then :func:`batched_walk`."""
@@ -119,10 +126,14 @@ class GNNPolicy(TraversalPolicy):
         real = entries >= 0
         start[column[:, None].expand_as(entries)[real], entries[real]] = 1.0
         cosine = torch.zeros(graph.num_nodes, width, device=dev)
+        lexical = torch.zeros(width, graph.num_nodes, NUM_LEXICAL_FEATURES, device=dev)
         ptr, first = batch.node_ptr.tolist(), (torch.cumsum(counts, 0) - counts).tolist()
         for c, n in enumerate(counts.tolist()):  # per graph, the product retrieve_batch makes on it alone
             if n:  # the queries of graph c are rows first[c]:first[c] + n (Scope keeps them in one run)
                 cosine[ptr[c] : ptr[c + 1], :n] = self.reader.cosine(x[ptr[c] : ptr[c + 1]], q[first[c] : first[c] + n])
+                own = self._lexical(batch.graphs[c], queries[first[c] : first[c] + n])
+                if own is not None:
+                    lexical[:n, ptr[c] : ptr[c + 1]] = own
         ei, et, ea = (t.to(dev) for t in (graph.edge_index, graph.edge_type, graph.edge_attr))
         packed = torch.cat(
             [
@@ -135,6 +146,7 @@ class GNNPolicy(TraversalPolicy):
                     start[lo : lo + self.query_chunk],
                     query_of[lo : lo + self.query_chunk],
                     cosine[:, lo : lo + self.query_chunk],
+                    lexical[lo : lo + self.query_chunk] if self.reader.config.lexical else None,
                 )
                 for lo in range(0, width, self.query_chunk)
             ]
