@@ -161,6 +161,53 @@ def dense_topk(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retr
     return Retrieval(loaded, loaded[: budget.max_entries], loaded_tokens=used, scores=[scores[v] for v in loaded])
 
 
+def hand_bm25(graph: MemoryGraph, text: str, k1: float, b: float) -> list[float]:
+    """Okapi BM25 (Lucene IDF) of ``text`` to every node, term by term over the tokenized texts."""
+    import math
+
+    from graphmem.lexical import tokenize
+
+    docs = [tokenize(t) for t in graph.texts]
+    n, avgdl = len(docs), (sum(map(len, docs)) / len(docs)) or 1.0
+    df = {t: sum(t in set(d) for d in docs) for t in set(tokenize(text))}
+    out = []
+    for d in docs:
+        s = 0.0
+        for t, f in df.items():
+            tf = d.count(t)
+            if f and tf:
+                idf = math.log(1 + (n - f + 0.5) / (f + 0.5))
+                s += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(d) / avgdl))
+        out.append(s)
+    return out
+
+
+@reference("bm25")
+def bm25(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
+    """Every node by BM25 (ties, the nodes sharing no term among them, by string id), loaded under the budget."""
+    scores = hand_bm25(graph, query.text, policy.k1, policy.b)
+    ranked = sorted(range(graph.num_nodes), key=lambda v: (-scores[v], graph.node_ids[v]))
+    loaded, used = load_under_budget(graph, ranked, budget)
+    return Retrieval(loaded, loaded[: budget.max_entries], loaded_tokens=used, scores=[scores[v] for v in loaded])
+
+
+@reference("hybrid")
+def hybrid(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
+    """The top ``candidates`` by cosine and by BM25 (matching nodes only), fused by reciprocal rank."""
+    f, ids = policy.fusion, graph.node_ids
+    cos = cosine_matrix(graph, [query])[0].tolist()
+    lex = hand_bm25(graph, query.text, f.k1, f.b)
+    dense = sorted(range(graph.num_nodes), key=lambda v: (-cos[v], ids[v]))[: f.candidates]
+    lexical = sorted((v for v in range(graph.num_nodes) if lex[v] > 0), key=lambda v: (-lex[v], ids[v]))
+    fused: dict[int, float] = {}
+    for ranking, w in zip((dense, lexical[: f.candidates]), f.weights):
+        for i, v in enumerate(ranking):
+            fused[v] = fused.get(v, 0.0) + w / (f.k + i + 1)
+    ranked = sorted(fused, key=lambda v: (-fused[v], ids[v]))
+    loaded, used = load_under_budget(graph, ranked, budget)
+    return Retrieval(loaded, loaded[: budget.max_entries], loaded_tokens=used, scores=[fused[v] for v in loaded])
+
+
 @reference("ppr")
 def ppr(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
     """One restart column; nodes within ``max_hops`` with ``p > 0`` by decreasing ``p`` (ties by id).
