@@ -281,9 +281,7 @@ class GNNReader(nn.Module):
             out = out + torch.einsum("f,fnb->nb", self.lexical_weight, phi)
         return out.T
 
-    def score_graph(
-        self, graph, query: Tensor, entries: list[list[int]], lexical: Tensor | None = None
-    ) -> Tensor:
+    def score_graph(self, graph, query: Tensor, entries: list[list[int]], lexical: Tensor | None = None) -> Tensor:
         """Scores ``[B, N]`` for a :class:`~graphmem.graph.MemoryGraph`-like object (duck-typed)."""
         start = start_mask(entries, graph.num_nodes, dtype=graph.embeddings.dtype)
         ei, et, ea = graph.edge_index, graph.edge_type, graph.edge_attr
