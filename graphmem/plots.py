@@ -144,14 +144,16 @@ def plot_recall_vs_budget(
     panels: Mapping[str, Mapping[str, Mapping[int, Sequence[float]]]],
     path: str | Path,
     title: str | None = None,
+    xlabel: str = "token budget (max_tokens; max_nodes scaled with it)",
 ) -> Path:
-    """One panel per metric: the mean per-question value against the token budget, one line per
+    """One panel per metric: the mean per-question value against the budget, one line per
     policy, with a 95 % band of the mean (:func:`mean_ci`).
 
     Args:
-        panels: metric label -> policy -> token budget -> per-question values (:func:`sweep_values`).
+        panels: metric label -> policy -> budget level -> per-question values (:func:`sweep_values`).
         path: PNG to write.
         title: figure title.
+        xlabel: what the levels are (default: token budgets).
     """
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.6), constrained_layout=True, squeeze=False)
@@ -164,12 +166,12 @@ def plot_recall_vs_budget(
             ax.plot(xs, [m for m, _ in stats], marker="o", color=colours(i % 10), label=f"{policy} (n={n})")
             lo, hi = [m - h for m, h in stats], [m + h for m, h in stats]
             ax.fill_between(xs, lo, hi, color=colours(i % 10), alpha=0.18, lw=0)
-        ax.set_xlabel("token budget (max_tokens; max_nodes scaled with it)")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(f"{label} (mean, 95% CI)")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(title or "recall vs token budget")
+    fig.suptitle(title or f"recall vs {xlabel}")
     return _save(fig, path)
 
 

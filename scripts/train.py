@@ -52,11 +52,12 @@ from graphmem.cli import (
 )
 from graphmem.device import resolve_device
 from graphmem.eval.harness import evaluate_policy, write_jsonl
+from graphmem.eval.metrics import in_overall
 from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
 from graphmem.graphset import GraphSet, check_configs, open_train_graphset, union
 from graphmem.io import atomic_write
-from graphmem.plots import plot_learning_curves
+from graphmem.plots import plot_learning_curves, plot_recall_vs_budget
 from graphmem.policies import POLICIES, Budget
 from graphmem.policies.router import RouterPolicy
 from graphmem.tracking import (
@@ -114,6 +115,42 @@ def fold_baseline_config(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     """``fold_baselines``: policy name -> kwargs whose strings may hold ``{fold}``; empty when absent."""
     given = OmegaConf.to_container(cfg.fold_baselines, resolve=True) if cfg.get("fold_baselines") else {}
     return {name: dict(kwargs or {}) for name, kwargs in given.items()}
+
+
+def node_budgets(cfg: DictConfig, budget: Budget) -> list[Budget]:
+    """``node_sweep``: the budget at each of ``levels`` loaded nodes (``max_nodes``, entries capped by it),
+    with the sweep's ``budget`` overrides (e.g. unbounded tokens, so the unit is the node)."""
+    sweep = OmegaConf.to_container(cfg.node_sweep, resolve=True) if cfg.get("node_sweep") else {}
+    over = dict(sweep.get("budget") or {})
+    return [
+        dataclasses.replace(budget, **{**over, "max_nodes": int(n), "max_entries": min(budget.max_entries, int(n))})
+        for n in sweep.get("levels") or []
+    ]
+
+
+def node_sweep_payload(rows: dict[str, dict[int, list[dict]]], reference: str | None, n_boot: int, seed: int) -> dict:
+    """Per policy and level: mean evidence recall over the overall group, its 95% bootstrap interval and n;
+    per level, every policy against ``reference`` (paired)."""
+    from graphmem.eval.metrics import in_overall
+    from graphmem.eval.stats import bootstrap_ci
+
+    curves: dict[str, dict[int, dict]] = {}
+    paired: dict[int, list[dict]] = {}
+    for policy, levels in rows.items():
+        for n, level_rows in levels.items():
+            vals = [
+                float(r["metrics"]["evidence_recall"])
+                for r in level_rows
+                if in_overall(r.get("category", "")) and r["metrics"].get("evidence_recall") is not None
+            ]
+            lo, hi = bootstrap_ci(vals, n_boot=n_boot, seed=seed) if vals else (None, None)
+            curves.setdefault(policy, {})[n] = {"mean": sum(vals) / max(len(vals), 1), "ci95": [lo, hi], "n": len(vals)}
+    if reference in rows:
+        for n in rows[reference]:
+            at = {p: levels[n] for p, levels in rows.items() if n in levels}
+            comps = compare_policies(at, reference, metrics=("evidence_recall",), n_boot=n_boot, seed=seed)
+            paired[n] = [c.to_json() for c in comps]
+    return {"curves": curves, "paired": paired}
 
 
 def question_counts(rows: dict[str, list[dict]]) -> dict[str, int]:
@@ -195,6 +232,14 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
     per_fold, records, curves = [], [], {}
     test_rows: dict[str, list[dict]] = {}
+    sweep_budgets = node_budgets(cfg, budget)
+    sweep_rows: dict[str, dict[int, list[dict]]] = {}  # policy -> nodes -> test rows of every fold
+
+    def sweep(name: str, policy, test_set) -> None:
+        for b in sweep_budgets:
+            level = sweep_rows.setdefault(name, {}).setdefault(b.max_nodes, [])
+            level.extend({"fold": k, **row} for row in evaluate_policy(policy, test_set, b, progress=False).rows)
+
     started = time.perf_counter()
     logger_cfg = cfg.logger if world.is_main else {"backend": "none"}
     group = experiment_group("train", gs.dataset)
@@ -238,6 +283,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             curves.setdefault(name, {})[k] = result.history
             policy = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=selector)
             res = evaluate_policy(policy, test_set, budget, progress=False)
+            sweep(name, policy, test_set)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
             tracker.update_summary(
                 {"best_epoch": result.best_epoch, "val/best_recall": result.best_score, "train_wall_s": train_s}
@@ -270,6 +316,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             baselines[name] = make_configured_policy({**policy_config(name), **given})
         for name, policy in baselines.items():
             res = evaluate_policy(policy, test_set, budget, progress=False)
+            sweep(name, policy, test_set)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
             test_rows.setdefault(name, []).extend({"fold": k, **row} for row in res.rows)
             records.append({"fold": k, "policy": name, "test": res.overall})
@@ -306,10 +353,33 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
         "train_extra": None if extra is None else {"graphs": len(extra.graphs), "questions": len(extra.questions)},
         "records": records,
         "splits": [dataclasses.asdict(splits[k]) for k in folds],
+        "node_sweep": None,
         "wall_s": round(time.perf_counter() - started, 2),
         "device": str(resolve_device(base.get("run", {}).get("device", "auto"))),
         "world_size": world.size,
     }
+    if sweep_rows:
+        payload["node_sweep"] = {
+            "budgets": [dataclasses.asdict(b) for b in sweep_budgets],
+            **node_sweep_payload(sweep_rows, reference, n_boot, seed),
+        }
+        values = {
+            p: {
+                n: [
+                    r["metrics"]["evidence_recall"]
+                    for r in rs
+                    if r["metrics"].get("evidence_recall") is not None and in_overall(r.get("category", ""))
+                ]
+                for n, rs in levels.items()
+            }
+            for p, levels in sweep_rows.items()
+        }
+        plot_recall_vs_budget(
+            {"evidence recall": values},
+            out / "recall_at_nodes.png",
+            title=f"{gs.dataset}: evidence recall at a node budget, {len(folds)} fold(s) of test questions",
+            xlabel="nodes loaded (max_nodes)",
+        )
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     for name, rows in test_rows.items():
