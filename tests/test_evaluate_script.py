@@ -53,6 +53,7 @@ def test_compose_run_writes_every_output(tmp_path):
             "logger.mode=disabled",
             "progress=false",
             "device=cpu",
+            "stats.reference=dense_topk",
         ]
     )
     payload = script.evaluate(cfg)
@@ -93,7 +94,7 @@ def test_reference_policy_is_added_when_not_listed(tmp_path):
         + ["sweep_tokens=[]", "logger.mode=disabled", "progress=false", "stats.n_boot=200"]
     )
     payload = script.evaluate(cfg)
-    assert list(payload["policies"]) == ["ppr", "dense_topk"]
+    assert list(payload["policies"]) == ["ppr", "hybrid"]  # the default reference: dense + BM25 fusion
     assert {c["policy"] for c in payload["paired"]} == {"ppr"} and payload["paired"][0]["n_boot"] == 200
 
 

@@ -46,6 +46,7 @@ def trained(tmp_path_factory):
             "trainer.objective.rl_epochs=1",
             "trainer.run.device=cpu",
             "baselines=[beta_bfs]",
+            "stats.reference=dense_topk",
             "stats.n_boot=500",
             f"out_dir={tmp / 'out'}",
             *HASHING,

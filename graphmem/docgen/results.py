@@ -205,7 +205,7 @@ def eval_section(run: Mapping[str, Any], title: str, metrics: Sequence[str]) -> 
     pol = run.get("policies", {})
     rows = []
     for p in _policies(pol):
-        overall = (pol[p].get("groups") or {}).get("overall") or pol[p].get("overall") or {}
+        overall = (pol[p].get("summary") or {}).get("overall") or {}
         rows.append([f"`{p}`", str(overall.get("n", "–")), *(_f(overall.get(m)) for m in metrics)])
     parts = [f"### {title}", "", "```bash", run.get("command", ""), "```", ""]
     parts += [_table(["policy", "n", *(LABELS.get(m, m) for m in metrics)], rows), ""]
