@@ -384,6 +384,13 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     for name, rows in test_rows.items():
         write_jsonl(rows, out / f"questions_{name}.jsonl")
+    for name, levels in sweep_rows.items():  # the node sweep's rows: what a merge of fold runs needs
+        rows = [
+            {k: r.get(k) for k in ("fold", "qid", "category", "metrics")} | {"max_nodes": n}
+            for n, level in levels.items()
+            for r in level
+        ]
+        write_jsonl(rows, out / f"node_sweep_{name}.jsonl")
     if curves:
         plot_learning_curves(curves, out / "learning_curves.png", title=f"{gs.dataset}: {len(folds)} fold(s)")
     with make_tracker(logger_cfg, cfg, out_dir=out, name="summary", job_type="evaluate", group=group) as tracker:

@@ -3,7 +3,8 @@
 Rendered from the files of ``docs/results/``:
 
 * ``learned_vs_hybrid_<dataset>.json``: a ``scripts/train.py`` run (5 folds by conversation or
-  question graph), its ``results.json`` plus the ``command`` that made it;
+  question graph), its ``results.json`` plus the ``command`` that made it (``_locomo_gnn``: the GNN
+  reader of each fold, from ``scripts/train_gnn.py``, tested beside hybrid on the same folds);
 * ``lexical_ablation_<name>.json``: ``scripts/paired_from_run.py`` comparisons of the walk with and
   without lexical features, and ``lexical_ablation_<name>_run.json``, the run they come from;
 * ``learned_vs_hybrid_transfer_<set>.json``: a ``scripts/evaluate.py`` run of a walk trained on
@@ -226,6 +227,18 @@ def render(results_dir: Path) -> str:
             )
         )
         parts.append(sweep_section(locomo, "recall_at_nodes_locomo.png"))
+    gnn = _load(results_dir / "learned_vs_hybrid_locomo_gnn.json")
+    if gnn is not None:
+        parts.append(
+            train_section(
+                gnn,
+                "LoCoMo: the GNN reader with lexical features, same folds",
+                ("evidence_recall", "all_evidence_hit"),
+                ("gnn",),
+            )
+        )
+        if gnn.get("note"):
+            parts.append(f"({gnn['note']}.)\n")
     for path in sorted(results_dir.glob("lexical_ablation_*.json")):
         if path.stem.endswith("_run"):
             continue
