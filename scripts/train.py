@@ -22,7 +22,7 @@ training part of every fold.
 
     python scripts/train.py -m hydra/launcher=joblib trainer.run.seed=0,1,2        # a local parallel sweep
 
-The walk trainer runs in one process (``torchrun`` data parallelism is :mod:`rl.reinforce`'s).
+The walk trainer runs in one process.
 """
 
 from __future__ import annotations
