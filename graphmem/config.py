@@ -62,6 +62,7 @@ SCHEMAS: dict[str, str] = {
 }
 """Config group -> ``module:class`` of its schema dataclass."""
 
+
 def schema_class(group: str) -> type:
     """The dataclass that is the schema of config group ``group``."""
     module, name = SCHEMAS[group].split(":")
