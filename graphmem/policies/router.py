@@ -51,7 +51,7 @@ from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
 from models.router import QueryRouter
 from models.walk_scorer import WalkScorer
-from rl.walk import walk, walk_tables, walk_trace
+from rl.walk import walk, walk_one, walk_tables, walk_trace
 
 # one [B, N] matmul for cos(q, x_v) beats gathering [C, D] candidate rows when B * N <= this * C
 DENSE_COSINE_FACTOR = 16
@@ -118,6 +118,7 @@ class RouterPolicy(TraversalPolicy):
             scorer = WalkScorer.from_checkpoint(state["scorer"])
         self.scorer = None if scorer is None else scorer.to(self.device).eval()
         if self.scorer is not None:
+            self._weights = (*self.scorer.parameters(), *self.scorer.buffers())  # what the static tensors depend on
             return
         if state is not None:
             router = QueryRouter(**state["router_config"])
@@ -169,13 +170,19 @@ class RouterPolicy(TraversalPolicy):
         return self._hop_level(scope, entries, budget)
 
     def _best_first(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
-        """:func:`rl.walk.walk` (greedy) over ``scope.graph``; the considered edges are the out-edges
-        of every loaded node the walk could expand (depth below ``max_hops``)."""
+        """:func:`rl.walk.walk` (greedy) over ``scope.graph`` (one query: :func:`rl.walk.walk_one`, the same
+        walk without the batch's masks); the considered edges are the out-edges of every loaded node the
+        walk could expand (depth below ``max_hops``). The scorer's query-independent tensors
+        (:meth:`~models.walk_scorer.WalkScorer.static`) are computed once per graph and weights."""
         graph, dev = scope.graph, scope.device
-        tables = self._walk_tables(scope)
+        tables, static = self._walk_tables(scope)
         q = query_matrix(graph, scope.queries).to(dev)
-        ep = walk(tables, self.scorer, q, entries, budget)
-        tr = walk_trace(ep, tables, budget)
+        with torch.no_grad():
+            ctx = self.scorer.prepare(tables, q, entries[:, : budget.max_entries].to(dev), static)
+        if q.shape[0] == 1:
+            tr = walk_one(tables, self.scorer, q, entries, budget, ctx)
+        else:
+            tr = walk_trace(walk(tables, self.scorer, q, entries, budget, ctx=ctx), tables, budget)
         rowptr, perm = graph.csr()
         seg, pos = csr_positions(rowptr.to(dev), tr.expanded_node)
         considered = (tr.expanded_query[seg], perm.to(dev)[pos])
@@ -185,22 +192,29 @@ class RouterPolicy(TraversalPolicy):
 
     def _walk_tables(self, scope: Scope):
         """:class:`rl.walk.WalkTables` of ``scope.graph`` (cached on it) with the rows of the scorer's
-        per-edge residual table for the graphs it holds (by name and edge count)."""
-        graph, residual = scope.graph, self.scorer.edges.residual
+        per-edge residual table for the graphs it holds (by name and edge count), and the scorer's
+        :meth:`~models.walk_scorer.WalkScorer.static` tensors of them (cached on the graph while its
+        tensors and the scorer's weights are unchanged)."""
+        graph, scorer = scope.graph, self.scorer
+        residual = scorer.edges.residual
 
         def build():
             return walk_tables(unit_embeddings(graph), graph.node_tokens(), pair_table(graph), device=self.device)
 
-        tables = graph.cached(
-            f"policies.walk_tables:{self.device}",
-            build,
-            (graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps),
-        )
-        if residual is None:
-            return tables
-        parts = scope.batch.graphs
-        rows = residual.edge_rows([g.name for g in parts], [g.num_edges for g in parts]).to(self.device)
-        return walk_tables(tables.x, tables.tokens, tables.pairs, rows)
+        deps = (graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps)
+        tables = graph.cached(f"policies.walk_tables:{self.device}", build, deps)
+        if residual is not None:
+            parts = scope.batch.graphs
+            rows = residual.edge_rows([g.name for g in parts], [g.num_edges for g in parts]).to(self.device)
+            tables = walk_tables(tables.x, tables.tokens, tables.pairs, rows)
+
+        def static():
+            with torch.no_grad():
+                return scorer.static(tables)
+
+        names = ",".join(g.name or "" for g in scope.batch.graphs) if residual is not None else ""
+        key = f"policies.walk_static:{self.device}:{id(scorer)}:{names}"
+        return tables, graph.cached(key, static, (*deps, *self._weights))
 
     def _hop_level(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
         """HAGE's walk for all queries at once.
