@@ -22,7 +22,7 @@ the key. Range checks stay in each dataclass's ``__post_init__`` (run by :func:`
 | ``graph`` | :class:`graphmem.graphset.GraphConfig` |
 | ``logger`` | :class:`graphmem.tracking.runs.LoggerConfig` |
 | ``llm`` | :class:`graphmem.llm.client.LLMConfig` |
-| ``trainer`` | :class:`rl.walk_trainer.TrainConfig` (option ``hage``: :class:`rl.reinforce.TrainConfig`) |
+| ``trainer`` | :class:`rl.walk.trainer.TrainConfig` (option ``hage``: :class:`rl.reinforce.TrainConfig`) |
 | ``policy`` | each policy's constructor: ``policy/<name>_schema`` (:func:`policy_schema`) |
 
 A policy option also names its class under ``_target_`` (made with ``hydra.utils.instantiate``,
@@ -58,7 +58,7 @@ SCHEMAS: dict[str, str] = {
     "graph": "graphmem.graphset:GraphConfig",
     "logger": "graphmem.tracking.runs:LoggerConfig",
     "llm": "graphmem.llm.client:LLMConfig",
-    "trainer": "rl.walk_trainer:TrainConfig",
+    "trainer": "rl.walk.trainer:TrainConfig",
 }
 """Config group -> ``module:class`` of its schema dataclass."""
 

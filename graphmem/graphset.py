@@ -120,7 +120,7 @@ class GraphConfig:
     temporal_tau: float = 4.0
     """decay (in positions) of the temporal-proximity feature exp(-(gap - 1) / tau)."""
     entity_extractor: str = "offline"
-    """registered entity extractor name (see graphmem.build.entities)."""
+    """registered entity extractor name (see graphmem.builders.entities)."""
     entity_fanout: int = 3
     """each mention of an entity links to at most this many later mentions."""
     entity_max_share: float = 0.1
@@ -280,8 +280,8 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
 
     from tqdm.auto import tqdm
 
-    from graphmem.build.entities import make_entity_extractor
-    from graphmem.build.units import load_units
+    from graphmem.builders.entities import make_entity_extractor
+    from graphmem.builders.units import load_units
     from graphmem.datasets.paths import data_file
     from graphmem.embed import CachedEncoder, make_encoder
 

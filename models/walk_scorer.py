@@ -163,7 +163,7 @@ class WalkScorer(nn.Module):
         return {"xb": xb, "px": px, "delta": delta}
 
     def score(self, ctx: _Context, cand) -> Tensor:
-        """``s_uv`` ``[C]`` (module docstring) of :class:`rl.walk.Candidates`."""
+        """``s_uv`` ``[C]`` (module docstring) of :class:`graphmem.policies.walk.Candidates`."""
         x, ref = ctx.tables.x, ctx.ref[cand.query]
         entry = cand.is_entry
         cos_v = ctx.cosine(cand.query, cand.child)

@@ -12,7 +12,7 @@ The router and intent head use Adam at ``lr_router``, the edge features Adam at 
 Gradients are clipped to ``max_grad_norm``. Actions are sampled with noise keyed by
 (seed, epoch, step, episode index in the batch), so a run is reproducible and, under
 ``torchrun``, N ranks each rolling out a slice of the batch reproduce one process
-(:mod:`rl.distributed` says what is reduced; rank 0 alone validates, logs and checkpoints).
+(:mod:`rl.common.distributed` says what is reduced; rank 0 alone validates, logs and checkpoints).
 Model selection is on validation evidence recall of
 the policy walking at question time under the evaluation budget.
 """
@@ -38,12 +38,12 @@ from graphmem.policies.selectors import make_entry_selector
 from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
 from models.router import QueryRouter
-from rl.checkpoint import graph_fingerprint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from rl.distributed import World, current_world
-from rl.logging import Logger
+from rl.common.checkpoint import graph_fingerprint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rl.common.distributed import World, current_world
+from rl.common.logging import Logger
+from rl.common.seeding import deterministic, seed_everything
 from rl.mdp import MDPConfig
 from rl.rollout import episode_keys, make_episodes, rollout
-from rl.seeding import deterministic, seed_everything
 
 
 @dataclass
@@ -111,7 +111,7 @@ class TrainConfig:
     resume: bool = False
     """continue from checkpoint_dir/last.pt when it exists"""
     run_id: str = ""
-    """the run's id (rl.run_folder), written into last.pt / best.pt; checkpoints of another run are refused"""
+    """the run's id (rl.common.run_folder), written into last.pt / best.pt; checkpoints of another run are refused"""
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "starts_per_question", "max_hops", "hidden", "eval_every", "checkpoint_every")
@@ -389,7 +389,7 @@ def train(
 
     ``world`` (default: the initialised process group, else one process) shards each batch's
     episodes across ranks; every rank must call ``train`` with the same arguments. Runs under
-    :func:`rl.seeding.deterministic_algorithms`: same seed and thread count, same numbers.
+    :func:`rl.common.seeding.deterministic_algorithms`: same seed and thread count, same numbers.
     """
     # ------------------------------------------------------------------ setup
     world = world or current_world()

@@ -13,7 +13,7 @@ time with plain ``torch.softmax``; both give the same log-probabilities for the 
 The Gumbel noise comes either from a ``torch.Generator`` (one stream shared by the batch) or,
 given per-episode ``keys``, from a counter-based hash of (episode key, hop, edge id)
 (:func:`keyed_uniform`). Keyed noise does not depend on which other episodes share the batch,
-so splitting a batch across processes (:mod:`rl.distributed`) samples exactly the same actions.
+so splitting a batch across processes (:mod:`rl.common.distributed`) samples exactly the same actions.
 """
 
 from __future__ import annotations

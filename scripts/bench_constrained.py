@@ -25,7 +25,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsP
 
 from graphmem.llm.local import load_model
 from graphmem.llm.schemas import Curation, Reflection, parse_structured
-from rl.grpo_writer import byte_tokenizer
+from rl.writer.grpo import byte_tokenizer
 
 REFL = {
     "type": "object",

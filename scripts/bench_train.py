@@ -3,8 +3,8 @@
     python scripts/bench_train.py                       # CPU, writes outputs/benchmark/train_episodes.json
     python scripts/bench_train.py --device cpu,cuda --batch 4096   # both devices in one run, with ratios
 
-The measurement is :func:`rl.throughput.training_throughput`, which times the step of the trainer
-``scripts/train.py`` runs (:class:`rl.walk_trainer.WalkTrainer`: ``rollout`` then ``update``, with
+The measurement is :func:`rl.walk.throughput.training_throughput`, which times the step of the trainer
+``scripts/train.py`` runs (:class:`rl.walk.trainer.WalkTrainer`: ``rollout`` then ``update``, with
 ``configs/trainer/default.yaml``), each phase (imitation, reinforce) on its own; ``scripts/benchmark.py``
 runs it too. With several devices each is measured in turn and every later device gets its batched
 episodes/s (of the reinforce phase) over the first's.
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from graphmem.cli import check_device
-from rl.throughput import training_throughput
+from rl.walk.throughput import training_throughput
 
 
 def main() -> None:

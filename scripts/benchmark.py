@@ -357,9 +357,9 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
 
 def train_benchmark(cfg: DictConfig) -> dict:
     """Router training episodes/s of the walk trainer's step (``rollout`` + ``update``) at batch 1 and
-    batched, per phase (:func:`rl.throughput.training_throughput`), on ``device`` and each of
+    batched, per phase (:func:`rl.walk.throughput.training_throughput`), on ``device`` and each of
     ``compare_devices``, with each one's batched rate (reinforce phase) over the main device's."""
-    from rl.throughput import training_throughput
+    from rl.walk.throughput import training_throughput
 
     t = cfg.train
     runs = {}

@@ -12,11 +12,11 @@ Three traversal policies are evaluated on the same held-out questions under one 
 
 Two protocols:
 
-* ``conversation`` — train / validation / test conversations (:func:`rl.splits.conversation_folds`).
+* ``conversation`` — train / validation / test conversations (:func:`rl.common.splits.conversation_folds`).
   Beta counters live on edges of the training graphs, so nothing learned reaches a test graph:
   ``beta_bfs_learned`` equals ``beta_bfs_uniform`` there by construction (reported, with the
   counter mass on test graphs as a check).
-* ``within`` — questions split inside each conversation (:func:`rl.splits.within_conversation_split`):
+* ``within`` — questions split inside each conversation (:func:`rl.common.splits.within_conversation_split`):
   training questions of a conversation update that conversation's counters, its held-out
   questions are evaluated.
 
@@ -65,8 +65,8 @@ from graphmem.tracking import (
     graphset_location,
     make_tracker,
 )
+from rl.common.splits import conversation_folds, within_conversation_split
 from rl.reinforce import TrainConfig, train
-from rl.splits import conversation_folds, within_conversation_split
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ from train_writer import plot_curve, run_writer  # noqa: E402
 from graphmem.cli import guard_argv, load_graphset, restrict_graphs, run_or_exit  # noqa: E402
 from graphmem.graphset import GraphConfig  # noqa: E402
 from graphmem.policies.base import Budget  # noqa: E402
-from rl.gnn_train import GNNTrainConfig, evidence_recall, load_reader, save_checkpoint, train_reader  # noqa: E402
-from rl.grpo_writer import WriterConfig, load_writer, rewrite_graph  # noqa: E402
+from rl.gnn.train import GNNTrainConfig, evidence_recall, load_reader, save_checkpoint, train_reader  # noqa: E402
+from rl.writer.grpo import WriterConfig, load_writer, rewrite_graph  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@
     python scripts/train.py +experiment=hage_full             # HAGE's setting: per-edge table, HAGE's MDP, 200 epochs
     python scripts/train.py +experiment=ablation              # every ablation variant over 5 folds, one table
 
-For each fold (splits by conversation, :mod:`rl.splits`) and each variant (trainer overrides,
-``part -> key -> value``), :class:`rl.walk_trainer.WalkTrainer` trains the router on the training
+For each fold (splits by conversation, :mod:`rl.common.splits`) and each variant (trainer overrides,
+``part -> key -> value``), :class:`rl.walk.trainer.WalkTrainer` trains the router on the training
 conversations (imitation warm start, then REINFORCE on the walk or on HAGE's MDP), selects it on
 the validation conversations, and it is evaluated once on the test conversations, next to the
 baselines, under the same budget. ``fold_baselines`` adds policies whose config differs per fold
@@ -68,11 +68,11 @@ from graphmem.tracking import (
     log_question_tables,
     make_tracker,
 )
-from rl.distributed import init_from_env, shutdown
-from rl.logging import MultiLogger, PrintLogger, ProgressLogger, TrackerLogger
-from rl.run_folder import open_run_folder_on_main
-from rl.splits import check_fraction, conversation_folds
-from rl.walk_trainer import TrainConfig, WalkTrainer
+from rl.common.distributed import init_from_env, shutdown
+from rl.common.logging import MultiLogger, PrintLogger, ProgressLogger, TrackerLogger
+from rl.common.run_folder import open_run_folder_on_main
+from rl.common.splits import check_fraction, conversation_folds
+from rl.walk.trainer import TrainConfig, WalkTrainer
 
 ARTIFACTS = (
     "results.json",
@@ -85,7 +85,7 @@ ARTIFACTS = (
     "tracking",
     "wandb",
 )
-"""What a run writes in its folder (rl.run_folder moves an earlier run's aside)."""
+"""What a run writes in its folder (rl.common.run_folder moves an earlier run's aside)."""
 
 log = logging.getLogger(__name__)
 

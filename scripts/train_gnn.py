@@ -3,8 +3,8 @@
     python scripts/train_gnn.py data=locomo graphset=outputs/graphs/locomo checkpoint=runs/gnn/locomo.pt
     python scripts/train_gnn.py data=hotpotqa graphset=outputs/graphs/hotpotqa checkpoint=runs/gnn/hotpotqa.pt
 
-Splits the graph set by graph with fold ``split.fold`` of :func:`rl.splits.conversation_folds`
-(the router's split for the same settings), trains with ``rl.gnn_train.train_reader`` (best epoch
+Splits the graph set by graph with fold ``split.fold`` of :func:`rl.common.splits.conversation_folds`
+(the router's split for the same settings), trains with ``rl.gnn.train.train_reader`` (best epoch
 on validation), writes the checkpoint, ``<checkpoint>.split.json`` (the graph names of each part,
 which ``scripts/evaluate.py graphs=<file>`` reads to evaluate on the test graphs only) and
 ``results.json`` (train/val/test recall of the reader and of the cosine-ranked walk under the same
@@ -33,8 +33,11 @@ from graphmem.io import atomic_write
 from graphmem.lockfile import FileLock, LockBusyError, describe
 from graphmem.policies.base import Budget
 from graphmem.tracking import experiment_group, graphset_location, make_tracker, use_graphset
-from rl.checkpoint import CheckpointError
-from rl.gnn_train import (
+from rl.common.checkpoint import CheckpointError
+from rl.common.logging import TrackerLogger
+from rl.common.run_folder import RunFolderError, open_run_folder
+from rl.common.splits import check_fraction
+from rl.gnn.train import (
     GNNTrainConfig,
     cosine_walk_recall,
     evidence_recall,
@@ -44,9 +47,6 @@ from rl.gnn_train import (
     save_checkpoint,
     train_reader,
 )
-from rl.logging import TrackerLogger
-from rl.run_folder import RunFolderError, open_run_folder
-from rl.splits import check_fraction
 
 log = logging.getLogger(__name__)
 

@@ -6,15 +6,15 @@ GNN reader (SAGE §4.1).
     python scripts/train_writer.py data=locomo writer.model=smollm2 writer.chat_template=true sft.learning_rate=5e-5
 
 Tasks are windows of fragments of the *training* graphs (fold ``split.fold`` of
-:func:`rl.splits.conversation_folds`, the same split as ``scripts/train_gnn.py``). The warm start
-(:mod:`rl.writer_sft`, TRL's ``SFTTrainer``) fits the silver triples the graph builder's entity
+:func:`rl.common.splits.conversation_folds`, the same split as ``scripts/train_gnn.py``). The warm start
+(:mod:`rl.writer.sft`, TRL's ``SFTTrainer``) fits the silver triples the graph builder's entity
 extractor gives on those tasks; the share of well-formed greedy outputs is measured on tasks of
 the *validation* graphs before and after it. GRPO follows. ``writer.report_to=wandb`` sends both
 trainers' logs (GRPO: reward, its parts and the well-formed share per step) to W&B. Writes
 ``reward_curve.json`` (the per-step means TRL logs), ``reward_curve.png``, ``completion_rewards.jsonl``
 (task, step and reward parts of every sampled completion) and, last, ``results.json``, with the
 first- and last-quarter means per step and the paired-by-task comparison of the two quarters
-(:func:`rl.grpo_writer.quarter_comparison`).
+(:func:`rl.writer.grpo.quarter_comparison`).
 """
 
 from __future__ import annotations
@@ -34,21 +34,21 @@ from omegaconf import DictConfig, OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_gnn import set_threads, split_parts  # noqa: E402  (sibling script: shared split)
 
-from graphmem.build.entities import make_entity_extractor  # noqa: E402
+from graphmem.builders.entities import make_entity_extractor  # noqa: E402
 from graphmem.cli import guard_argv, load_graphset, run_or_exit  # noqa: E402
 from graphmem.eval.harness import write_jsonl  # noqa: E402
 from graphmem.eval.report import write_json  # noqa: E402
 from graphmem.io import atomic_write  # noqa: E402
 from graphmem.tracking import experiment_group  # noqa: E402
-from rl.gnn_train import load_reader  # noqa: E402
-from rl.grpo_writer import (  # noqa: E402
+from rl.gnn.train import load_reader  # noqa: E402
+from rl.writer.grpo import (  # noqa: E402
     WriterConfig,
     load_writer,
     quarter_comparison,
     tasks_from_graphset,
     train_writer,
 )
-from rl.writer_sft import SFTConfig, warm_start, well_formed_fraction  # noqa: E402
+from rl.writer.sft import SFTConfig, warm_start, well_formed_fraction  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def writer_tasks(gs, cfg: DictConfig, wcfg: WriterConfig, part: str = "train", l
 
 def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, tokenizer=None):
     """GRPO of the writer (``model`` or ``wcfg.model``) on the training tasks; ``(trainer, result, records)``
-    with the per-completion reward records of :func:`rl.grpo_writer.train_writer`."""
+    with the per-completion reward records of :func:`rl.writer.grpo.train_writer`."""
     tasks, parts = writer_tasks(gs, cfg, wcfg)
     t0 = time.perf_counter()
     trainer, history, records = train_writer(tasks, reader, wcfg, model=model, tokenizer=tokenizer)
@@ -163,7 +163,7 @@ def plot_curve(curve: list[dict], path: Path, title: str, window: int = 8) -> Pa
 
 
 def _quarter_line(quarters: dict) -> str:
-    """``part: Δ [lo, hi] (n tasks)`` for each part of :func:`rl.grpo_writer.quarter_comparison`."""
+    """``part: Δ [lo, hi] (n tasks)`` for each part of :func:`rl.writer.grpo.quarter_comparison`."""
     return "; ".join(
         f"{part}: {c['mean_diff']:+.4f} [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}] p={c['p_value']:.3g} (n={c['n']})"
         if c

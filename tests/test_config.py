@@ -14,7 +14,7 @@ from graphmem.llm.client import LLMConfig
 from graphmem.policies.base import Budget
 from graphmem.tracking import LoggerConfig
 from rl import reinforce
-from rl.walk_trainer import TrainConfig
+from rl.walk.trainer import TrainConfig
 from tests import script_runner
 
 ROOT = Path(__file__).resolve().parents[1]

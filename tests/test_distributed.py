@@ -19,8 +19,8 @@ from graphmem.graph_batch import GraphBatch
 from models.edge_features import EdgeFeatures
 from models.intent import RelationIntent
 from models.router import QueryRouter
-from rl.checkpoint import load_checkpoint
-from rl.distributed import SINGLE, World
+from rl.common.checkpoint import load_checkpoint
+from rl.common.distributed import SINGLE, World
 from rl.mdp import MDPConfig
 from rl.reinforce import TrainConfig, train
 from rl.rollout import episode_keys, make_episodes, rollout
@@ -48,7 +48,7 @@ WORKER = """
 import json, sys, torch
 sys.path.insert(0, {tests!r}); sys.path.insert(0, {root!r})
 from bridge_tasks import BRIDGE_BUDGET, bridge_tasks
-from rl.distributed import init_from_env, shutdown
+from rl.common.distributed import init_from_env, shutdown
 from rl.reinforce import TrainConfig, train
 world = init_from_env("cpu")
 g, q, e = bridge_tasks({train}); vg, vq, ve = bridge_tasks({val})

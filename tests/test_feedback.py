@@ -17,7 +17,7 @@ from graphmem.policies.base import Budget, Query
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.synthetic import make_synthetic_graph
 from graphmem.tracking import read_runs
-from rl.splits import within_conversation_split
+from rl.common.splits import within_conversation_split
 
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_script  # noqa: E402

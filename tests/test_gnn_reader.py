@@ -15,8 +15,8 @@ from graphmem.policies.batched import pad_rows
 from graphmem.policies.gnn import GNNPolicy, batched_walk
 from graphmem.policies.selectors import EmbeddingEntrySelector
 from models.gnn_reader import GatedRelationalConv, GNNReader, start_mask
-from rl.gnn_train import GNNTrainConfig, ReaderExample, evidence_recall, graph_split, save_checkpoint, train_reader
-from rl.splits import conversation_folds
+from rl.common.splits import conversation_folds
+from rl.gnn.train import GNNTrainConfig, ReaderExample, evidence_recall, graph_split, save_checkpoint, train_reader
 
 sys.path.insert(0, str(Path(__file__).parent))
 from references import REFERENCES, walk_and_load  # noqa: E402

@@ -14,7 +14,7 @@ from graphmem.cli import preflight
 from graphmem.datasets.hotpotqa import load_hotpotqa
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
-from rl.splits import conversation_folds, within_conversation_split
+from rl.common.splits import conversation_folds, within_conversation_split
 from tests import script_runner
 from tests.small_sets import saved_locomo_set
 

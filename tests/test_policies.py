@@ -166,7 +166,7 @@ def test_policy_yaml_matches_the_constructor(path, tmp_path):
     assert plain <= listed, f"{path.name} does not list {sorted(plain - listed)}"
     if cfg.get("checkpoint"):  # a reader checkpoint that exists here
         from models.gnn_reader import GNNReader
-        from rl.gnn_train import save_checkpoint
+        from rl.gnn.train import save_checkpoint
 
         cfg["checkpoint"] = str(save_checkpoint(GNNReader(input_dim=8), tmp_path / "reader.pt"))
     elif "router" in params:

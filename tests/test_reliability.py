@@ -16,7 +16,7 @@ from graphmem.cli import run_or_exit
 from graphmem.config import compose
 from graphmem.graph import GraphError, MemoryGraph
 from graphmem.io import SCHEMA_VERSION, _digest, load_graph
-from rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rl.common.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tests import script_runner
 from tests.script_loader import load_script
 

@@ -24,7 +24,7 @@ from graphmem.synthetic import make_synthetic_graph
 from models.edge_features import EdgeFeatures
 from models.intent import RelationIntent
 from models.router import QueryRouter
-from rl.checkpoint import CheckpointError, graph_fingerprint, load_checkpoint
+from rl.common.checkpoint import CheckpointError, graph_fingerprint, load_checkpoint
 from rl.mdp import MDPConfig
 from rl.reinforce import TrainConfig, train
 from rl.rollout import Episodes, make_episodes, rollout, rollout_reference

@@ -1,5 +1,5 @@
 """HAGE's trainer takes every step through rl.reinforce.ReinforceStep; the training benchmark times
-the step of the walk trainer scripts/train.py runs (rl.walk_trainer.WalkTrainer)."""
+the step of the walk trainer scripts/train.py runs (rl.walk.trainer.WalkTrainer)."""
 
 import sys
 from pathlib import Path
@@ -8,12 +8,12 @@ import torch
 from omegaconf import OmegaConf
 
 import rl.reinforce
-import rl.walk_trainer
+import rl.walk.trainer
 from graphmem.config import compose
 from rl.reinforce import ReinforceStep, TrainConfig, train
-from rl.throughput import training_throughput
-from rl.walk_trainer import TrainConfig as WalkConfig
-from rl.walk_trainer import WalkTrainer
+from rl.walk.throughput import training_throughput
+from rl.walk.trainer import TrainConfig as WalkConfig
+from rl.walk.trainer import WalkTrainer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bridge_tasks import BRIDGE_BUDGET, bridge_tasks  # noqa: E402
@@ -69,15 +69,15 @@ def test_training_throughput_times_the_walk_trainers_rollout_and_update(monkeypa
         configs.append(self.cfg)
         return real_update(self, batch, phase)
 
-    monkeypatch.setattr(rl.walk_trainer.WalkTrainer, "rollout", rollout)
-    monkeypatch.setattr(rl.walk_trainer.WalkTrainer, "update", update)
+    monkeypatch.setattr(rl.walk.trainer.WalkTrainer, "rollout", rollout)
+    monkeypatch.setattr(rl.walk.trainer.WalkTrainer, "update", update)
     run = training_throughput(nodes=200, dim=8, batch=16, single=4, repeats=1)
     # per phase: the warm-up step of 8, one round of 4 batch-1 steps, one batched round, the peak-memory round
     sizes = [8, 1, 1, 1, 1, 16, 16]
     assert calls == [(k, p, n) for p in ("imitation", "reinforce") for n in sizes for k in ("rollout", "update")]
     train_py = WalkConfig.from_mapping(OmegaConf.to_container(compose("train").trainer, resolve=True))
     assert all((c.model, c.objective, c.optim) == (train_py.model, train_py.objective, train_py.optim) for c in configs)
-    assert run["update"] == "rl.walk_trainer.WalkTrainer.rollout+update" and run["phase"] == "reinforce"
+    assert run["update"] == "rl.walk.trainer.WalkTrainer.rollout+update" and run["phase"] == "reinforce"
     for rates in run["phases"].values():
         assert rates["batch1_questions_per_s"] > 0 and rates["batched_questions_per_s"] > 0
         assert rates["speedup"] == rates["batched_episodes_per_s"] / rates["batch1_episodes_per_s"]

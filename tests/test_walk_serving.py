@@ -1,6 +1,6 @@
-"""The served walk (one query at a time: rl.walk.walk_one, with the scorer's per-graph tensors cached by
-the router policy) loads what the batched training walk (rl.walk.walk, nothing cached) loads, on every
-question of a real pooled MuSiQue graph; the cache follows the scorer's weights."""
+"""The served walk (one query at a time: graphmem.policies.walk.walk_one, with the scorer's per-graph
+tensors cached by the router policy) loads what the batched training walk (graphmem.policies.walk.walk,
+nothing cached) loads, on every question of a real pooled MuSiQue graph; the cache follows the weights."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 
 from graphmem.graphset import DataConfig, GraphConfig, build_graphset
 from graphmem.policies import Budget, make_policy
-from rl.walk import walk, walk_trace
-from rl.walk_data import walk_data
+from graphmem.policies.walk import walk, walk_trace
+from rl.walk.data import walk_data
 from tests.test_walk_router import perturbed_scorer
 
 BUDGETS = (Budget(), Budget(max_entries=4, top_k_neighbors=3, max_hops=3, max_nodes=10, max_tokens=900))

@@ -10,7 +10,7 @@ import torch
 from graphmem.config import compose
 from graphmem.graphset import GraphSet
 from models.gnn_reader import GNNReader
-from rl.gnn_train import save_checkpoint
+from rl.gnn.train import save_checkpoint
 from tests.script_loader import load_script
 from tests.small_sets import saved_locomo_set
 

@@ -16,7 +16,7 @@ So the loaded set obeys the same entry, fan-out, hop, node and token limits as e
 policy. The policy sees only the graph, the :class:`Query` and the :class:`Budget`.
 
 Steps 3-4 are :func:`batched_walk`, tensor ops over the whole batch (what :meth:`GNNPolicy.traverse`
-and the reader's validation in :mod:`rl.gnn_train` run); the tests check it against a per-query
+and the reader's validation in :mod:`rl.gnn.train` run); the tests check it against a per-query
 Python walk. Over a graph batch the reader scores the queries packed (the ``pack_queries`` hint):
 column ``j`` holds the ``j``-th query of every graph, and no message crosses graphs.
 """
@@ -46,7 +46,7 @@ class GNNPolicy(TraversalPolicy):
 
     Args:
         reader: a trained :class:`models.gnn_reader.GNNReader` (default: None).
-        checkpoint: path to a checkpoint written by ``rl.gnn_train`` or
+        checkpoint: path to a checkpoint written by ``rl.gnn.train`` or
             :meth:`GNNReader.checkpoint`, read with ``weights_only=True`` (default: None).
         entry_selector: a registered entry-selector name, or an object with
             ``select(graph, queries, budget) -> list[list[int]]`` (default: ``"embedding"``).

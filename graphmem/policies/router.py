@@ -3,7 +3,7 @@
 Two walks, chosen by what the policy is given:
 
 **The budget-aware walk** (a :class:`models.walk_scorer.WalkScorer`, what ``scripts/train.py``
-trains): :func:`rl.walk.walk`, greedy. From the selector's entries (up to ``max_entries``, kept
+trains): :func:`graphmem.policies.walk.walk`, greedy. From the selector's entries (up to ``max_entries``, kept
 or passed over by the scorer), the walk repeatedly loads the best open candidate ``u -> v`` of
 the whole frontier (``u`` loaded, ``v`` not; at most ``top_k_neighbors`` children per node,
 depth ``<= max_hops``, node and token caps) until its stop head or the budget ends it, with
@@ -46,12 +46,12 @@ from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.tables import first_occurrence, unit_embeddings
 from graphmem.policies.types import Query, merge_by_query
+from graphmem.policies.walk import walk, walk_one, walk_tables, walk_trace
 from models.edge_encoder import pair_table
 from models.edge_features import EdgeFeatures
 from models.intent import IntentProvider, RelationIntent
 from models.router import QueryRouter
 from models.walk_scorer import WalkScorer
-from rl.walk import walk, walk_one, walk_tables, walk_trace
 
 # one [B, N] matmul for cos(q, x_v) beats gathering [C, D] candidate rows when B * N <= this * C
 DENSE_COSINE_FACTOR = 16
@@ -82,7 +82,7 @@ class RouterPolicy(TraversalPolicy):
     """Learned traversal under the shared budget.
 
     Args:
-        checkpoint: path of a checkpoint written by a trainer: :mod:`rl.walk_trainer` (the
+        checkpoint: path of a checkpoint written by a trainer: :mod:`rl.walk.trainer` (the
             budget-aware walk) or :mod:`rl.reinforce` (HAGE's walk) (default: ``None``).
         scorer: a :class:`~models.walk_scorer.WalkScorer` to walk with, instead of a checkpoint.
         router, intent, edge_features: HAGE's modules to use directly instead of a checkpoint.
@@ -170,10 +170,11 @@ class RouterPolicy(TraversalPolicy):
         return self._hop_level(scope, entries, budget)
 
     def _best_first(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
-        """:func:`rl.walk.walk` (greedy) over ``scope.graph`` (one query: :func:`rl.walk.walk_one`, the same
-        walk without the batch's masks); the considered edges are the out-edges of every loaded node the
-        walk could expand (depth below ``max_hops``). The scorer's query-independent tensors
-        (:meth:`~models.walk_scorer.WalkScorer.static`) are computed once per graph and weights."""
+        """:func:`graphmem.policies.walk.walk` (greedy) over ``scope.graph`` (one query:
+        :func:`~graphmem.policies.walk.walk_one`, the same walk without the batch's masks); the considered
+        edges are the out-edges of every loaded node the walk could expand (depth below ``max_hops``). The
+        scorer's query-independent tensors (:meth:`~models.walk_scorer.WalkScorer.static`) are computed
+        once per graph and weights."""
         graph, dev = scope.graph, scope.device
         tables, static = self._walk_tables(scope)
         q = query_matrix(graph, scope.queries).to(dev)
@@ -191,8 +192,8 @@ class RouterPolicy(TraversalPolicy):
         return RetrievalBatch(entries, tr.tokens, tr.query, tr.node, tr.depth, considered, traversed, tr.score)
 
     def _walk_tables(self, scope: Scope):
-        """:class:`rl.walk.WalkTables` of ``scope.graph`` (cached on it) with the rows of the scorer's
-        per-edge residual table for the graphs it holds (by name and edge count), and the scorer's
+        """:class:`graphmem.policies.walk.WalkTables` of ``scope.graph`` (cached on it) with the rows of the
+        scorer's per-edge residual table for the graphs it holds (by name and edge count), and the scorer's
         :meth:`~models.walk_scorer.WalkScorer.static` tensors of them (cached on the graph while its
         tensors and the scorer's weights are unchanged)."""
         graph, scorer = scope.graph, self.scorer

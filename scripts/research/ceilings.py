@@ -21,7 +21,7 @@ from graphmem.eval.harness import evaluate_policy
 from graphmem.graphset import GraphSet
 from graphmem.policies.base import Budget, make_policy
 from graphmem.policies.selectors import EmbeddingEntrySelector
-from rl.splits import conversation_folds
+from rl.common.splits import conversation_folds
 
 
 def oracle_walk(graph, entries: list[int], gold: set[int], budget: Budget) -> set[int]:

@@ -23,15 +23,15 @@ from torch import Tensor
 from graphmem.eval.metrics import question_metrics
 from graphmem.graphset import GraphSet
 from graphmem.policies.base import Budget
+from graphmem.policies.walk import walk
 from models.walk_scorer import ScorerConfig, WalkScorer
-from rl.objectives import MovingBaseline, imitation_loss, recall_of, reinforce_loss, walk_rewards
-from rl.splits import conversation_folds
-from rl.walk import walk
-from rl.walk_data import walk_data
+from rl.common.splits import conversation_folds
+from rl.walk.data import walk_data
+from rl.walk.objectives import MovingBaseline, imitation_loss, recall_of, reinforce_loss, walk_rewards
 
 
 def part(gs: GraphSet, names, budget: Budget, with_cat5: bool, extra: GraphSet | None = None) -> dict:
-    """:class:`~rl.walk_data.WalkData` of the questions over graphs ``names`` (and every question of ``extra``)."""
+    """:class:`~rl.walk.data.WalkData` of the questions over graphs ``names`` (and every question of ``extra``)."""
     names = set(names)
     idx = [i for i, q in enumerate(gs.questions) if q.graph in names and (with_cat5 or q.category != 5)]
     questions, emb = [gs.questions[i] for i in idx], gs.query_embeddings[idx]

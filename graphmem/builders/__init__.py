@@ -1,14 +1,14 @@
 """Graph builders (writers): dataset records -> :class:`graphmem.graph.MemoryGraph`."""
 
-from graphmem.build.entities import (
+from graphmem.builders.entities import (
     ENTITY_EXTRACTORS,
     CueEntityExtractor,
     EntityExtractor,
     make_entity_extractor,
     register_entity_extractor,
 )
-from graphmem.build.hotpotqa import build_hotpot_graph
-from graphmem.build.locomo import build_locomo_graph
+from graphmem.builders.hotpotqa import build_hotpot_graph
+from graphmem.builders.locomo import build_locomo_graph
 
 __all__ = [
     "ENTITY_EXTRACTORS",

@@ -1,4 +1,4 @@
-"""Training and validation data of the walk: the graphs' union as :class:`~rl.walk.WalkTables` and,
+"""Training and validation data of the walk: the graphs' union as :class:`~graphmem.policies.walk.WalkTables` and,
 per question, its query embedding, entry rows and gold rows (rows of the union).
 
 Entries come from the entry selector the policy uses at question time, each question's from its
@@ -20,8 +20,8 @@ from graphmem.graph_batch import GraphBatch
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.selectors import make_entry_selector
 from graphmem.policies.tables import unit_embeddings
+from graphmem.policies.walk import WalkTables, walk_tables
 from models.edge_encoder import PerEdgeResidual, pair_table
-from rl.walk import WalkTables, walk_tables
 
 
 @dataclass

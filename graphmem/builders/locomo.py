@@ -7,7 +7,7 @@ NaN when the session date is unknown. Edges (both directions, no self loops):
 * temporal: consecutive turns of a session, plus each turn to its ``temporal_cap`` nearest turns
   within ``temporal_window_s`` seconds;
 * semantic: each turn to its ``semantic_k`` most similar turns with cosine ``>= semantic_threshold``;
-* entity: turns sharing an extracted entity (:func:`graphmem.build.edges.entity_pairs`);
+* entity: turns sharing an extracted entity (:func:`graphmem.builders.edges.entity_pairs`);
 * causal: question -> answer and causal-connective cues between consecutive turns.
 """
 
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from graphmem.build import edges as E
-from graphmem.build.entities import EntityExtractor
+from graphmem.builders import edges as E
+from graphmem.builders.entities import EntityExtractor
 from graphmem.datasets.types import Conversation, Turn
 from graphmem.graph import MemoryGraph, default_key
 

@@ -8,7 +8,7 @@ directions, no self loops):
 * entity: a sentence mentioning another paragraph's title (case-insensitive, whole words; a
   trailing parenthetical such as ``" (film)"`` is optional) links to that title node and to the
   paragraph's first ``entity_fanout`` sentences (the bridge of multi-hop questions), plus shared
-  extracted entities as in :func:`graphmem.build.edges.entity_pairs`;
+  extracted entities as in :func:`graphmem.builders.edges.entity_pairs`;
 * causal: causal-connective cues between consecutive sentences;
 * semantic: each node to its ``semantic_k`` most similar nodes with cosine ``>= semantic_threshold``.
 """
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
-from graphmem.build import edges as E
-from graphmem.build.entities import EntityExtractor
+from graphmem.builders import edges as E
+from graphmem.builders.entities import EntityExtractor
 from graphmem.datasets.hotpotqa import sentence_id, title_id
 from graphmem.datasets.types import HotpotRecord
 from graphmem.graph import MemoryGraph, default_key

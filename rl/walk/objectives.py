@@ -1,4 +1,4 @@
-"""Training objectives on walk episodes (:mod:`rl.walk`): rewards, imitation of oracle walks, REINFORCE.
+"""Training objectives on walk episodes (:mod:`graphmem.policies.walk`): rewards, imitation of oracle walks, REINFORCE.
 
 Gold rows enter here only (rewards and positives), never the walk or the scorer.
 
@@ -10,7 +10,7 @@ Gold rows enter here only (rewards and positives), never the walk or the scorer.
 * Imitation (supervised warm start, DAgger-style: on the states the current policy visits): at
   step ``t`` the oracle's choices ``O_t`` are the open candidates whose target is gold, or, when
   none is, those whose target can still have children and has an out-pair to a gold node not yet
-  loaded (a bridge). With the step logits ``l`` (:func:`rl.walk.step_logits`, over ``τ``):
+  loaded (a bridge). With the step logits ``l`` (:func:`graphmem.policies.walk.step_logits`, over ``τ``):
 
       L_SL = mean_{t, b : O_t ≠ ∅} [ logsumexp_a l_a - logsumexp_{a ∈ O_t} l_a ]
 
@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from graphmem.policies.base import Budget
-from rl.walk import CandidateScorer, WalkEpisodes, WalkTables, rescore, step_log_probs, step_logits
+from graphmem.policies.walk import CandidateScorer, WalkEpisodes, WalkTables, rescore, step_log_probs, step_logits
 
 
 def walk_rewards(ep: WalkEpisodes, gold: Tensor, node_cost: float = 0.0) -> Tensor:

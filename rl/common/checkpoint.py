@@ -86,7 +86,7 @@ def load_checkpoint(
         fingerprint: expected :func:`graph_fingerprint` of the graphs (default: not checked).
         architecture: expected ``{"router_config": ..., "intent_config": ..., "edge_init": ...}``
             (default: not checked).
-        run_id: the run the checkpoint must belong to (:mod:`rl.run_folder`) (default: not checked).
+        run_id: the run the checkpoint must belong to (:mod:`rl.common.run_folder`) (default: not checked).
     """
     path = Path(path)
     if not path.is_file():

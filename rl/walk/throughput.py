@@ -1,12 +1,12 @@
 """Training throughput of the walk router: questions (and episodes) per second at batch 1 vs batched.
 
-Both modes time the step of the trainer ``scripts/train.py`` runs, :class:`rl.walk_trainer.WalkTrainer`,
-as its :meth:`~rl.walk_trainer.WalkTrainer.learn` takes it for every batch of every phase:
+Both modes time the step of the trainer ``scripts/train.py`` runs, :class:`rl.walk.trainer.WalkTrainer`,
+as its :meth:`~rl.walk.trainer.WalkTrainer.learn` takes it for every batch of every phase:
 
     stats = trainer.update(trainer.rollout(rows, phase), phase)
 
 (sampled walks, then the phase's loss, the edge features' anchor term, gradient clipping and one
-Adam step), under :func:`rl.seeding.deterministic_algorithms`, with the settings of
+Adam step), under :func:`rl.common.seeding.deterministic_algorithms`, with the settings of
 ``configs/trainer/default.yaml`` (model, objective, optimizer). Each phase of that config
 (``imitation``, then ``reinforce``) is timed on its own, with the fresh Adam and baseline the trainer
 starts the phase with. Batch 1 takes one step per question; the batched mode one step over ``batch``
@@ -26,8 +26,8 @@ from omegaconf import OmegaConf
 from graphmem.datasets.types import Question
 from graphmem.peak_memory import PeakMemory
 from graphmem.synthetic import make_synthetic_graph
-from rl.seeding import deterministic_algorithms
-from rl.walk_trainer import TrainConfig, WalkTrainer
+from rl.common.seeding import deterministic_algorithms
+from rl.walk.trainer import TrainConfig, WalkTrainer
 
 DEFAULT_TRAINER = Path(__file__).resolve().parents[1] / "configs" / "trainer" / "default.yaml"
 
@@ -133,7 +133,7 @@ def training_throughput(
         "edges": graph.num_edges,
         "dim": dim,
         "batch": batch,
-        "update": "rl.walk_trainer.WalkTrainer.rollout+update",
+        "update": "rl.walk.trainer.WalkTrainer.rollout+update",
         "phase": next(reversed(phases)),
         **main,
         "phases": phases,

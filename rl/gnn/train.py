@@ -15,7 +15,7 @@ The reported metric is evidence recall of the ``gnn`` policy's walk under a :cla
 at once: one batched reader forward (``eval_chunk`` queries at a time) and
 :func:`graphmem.policies.gnn.batched_walk`, the policy's own walk over the batch. The
 best epoch is chosen on the validation examples only; :func:`graph_split` makes train /
-validation / test graph lists with :func:`rl.splits.conversation_folds`. A REINFORCE fine-tune
+validation / test graph lists with :func:`rl.common.splits.conversation_folds`. A REINFORCE fine-tune
 stage is not part of this module.
 """
 
@@ -36,8 +36,8 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget
 from graphmem.policies.gnn import batched_walk
 from models.gnn_reader import GNNReader, ReaderConfig, start_mask
-from rl.seeding import deterministic
-from rl.splits import conversation_folds
+from rl.common.seeding import deterministic
+from rl.common.splits import conversation_folds
 
 
 @dataclass
@@ -192,7 +192,7 @@ def train_reader(
     """Train (or fine-tune ``reader``) and return the best-on-validation reader and per-epoch history.
 
     Without ``val`` the last epoch is kept. Deterministic on CPU for a fixed ``cfg.seed`` and thread count
-    (:mod:`rl.seeding`).
+    (:mod:`rl.common.seeding`).
     """
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -280,8 +280,9 @@ def save_checkpoint(
 
 
 def load_reader(path: str | Path) -> GNNReader:
-    """:meth:`GNNReader.from_checkpoint` of a file, any failure a :class:`rl.checkpoint.CheckpointError` naming it."""
-    from rl.checkpoint import CheckpointError
+    """:meth:`GNNReader.from_checkpoint` of a file, any failure a :class:`~rl.common.checkpoint.CheckpointError`
+    naming it."""
+    from rl.common.checkpoint import CheckpointError
 
     if not Path(path).is_file():
         raise CheckpointError(f"{path}: reader checkpoint not found (train one with scripts/train_gnn.py)")
@@ -294,7 +295,7 @@ def load_reader(path: str | Path) -> GNNReader:
 def graph_split(
     names: Sequence[str], k: int = 5, fold: int = 0, seed: int = 0, val_fraction: float = 0.2
 ) -> dict[str, list[str]]:
-    """``train`` / ``val`` / ``test`` graph names of fold ``fold`` of :func:`rl.splits.conversation_folds`
+    """``train`` / ``val`` / ``test`` graph names of fold ``fold`` of :func:`rl.common.splits.conversation_folds`
     (the split the router's training script uses for the same ``k``, ``seed`` and ``val_fraction``)."""
     split = conversation_folds(list(names), k=k, seed=seed, val_fraction=val_fraction)[fold]
     return {"train": list(split.train), "val": list(split.val), "test": list(split.test)}

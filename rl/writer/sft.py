@@ -9,9 +9,9 @@ order of first mention, and the silver completion holds
     (e_j | with | e_{j+1}) [Fi]     for j = 1 .. m - 1      (m >= 2)
     (e_1 | is | e_1) [Fi]                                   (m = 1)
 
-(``Fi``: the fragment's position label in the prompt, :mod:`rl.writer_format`)
+(``Fi``: the fragment's position label in the prompt, :mod:`rl.writer.format`)
 
-so fragments sharing an entity are joined by :func:`rl.grpo_writer.entity_edges` exactly as the
+so fragments sharing an entity are joined by :func:`rl.writer.grpo.entity_edges` exactly as the
 builder's entity edges join them (up to its fan-out caps). Fragments without entities get no
 line. Training is TRL's ``SFTTrainer`` on prompt-completion pairs (loss on the completion only).
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from rl.grpo_writer import WriterConfig, WriterTask, _prompt, generate_completions
-from rl.writer_format import anchor_label, clean_entity, well_formed
+from rl.writer.format import anchor_label, clean_entity, well_formed
+from rl.writer.grpo import WriterConfig, WriterTask, _prompt, generate_completions
 
 
 @dataclass

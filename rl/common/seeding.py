@@ -10,7 +10,7 @@ a deterministic implementation; ops without one warn instead of failing (``warn_
 
 What stays outside: a different thread count may order parallel sums differently; on CUDA, ops
 without a deterministic kernel (torch warns naming them); ``torchrun`` reductions across ranks
-(:mod:`rl.distributed`); wall-time fields.
+(:mod:`rl.common.distributed`); wall-time fields.
 """
 
 from __future__ import annotations

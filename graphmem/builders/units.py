@@ -1,8 +1,8 @@
 """What one dataset file turns into before encoding: graph units (name, node texts, builder) and questions.
 
 * ``locomo``: one graph per conversation; ``hotpotqa``: one graph per question (title and
-  sentence nodes, :mod:`graphmem.build.hotpotqa`); ``musique``: one passage graph per question
-  (:mod:`graphmem.build.passages`).
+  sentence nodes, :mod:`graphmem.builders.hotpotqa`); ``musique``: one passage graph per question
+  (:mod:`graphmem.builders.passages`).
 * ``pooled`` (HotpotQA, MuSiQue): one passage graph over every distinct passage of the file's
   (first ``limit``) records, named :func:`pooled_name`; every question is asked over it. Without
   sentence nodes a HotpotQA question's evidence becomes its gold passages (its supporting
@@ -22,7 +22,7 @@ from graphmem.datasets.types import LoadReport, Question
 from graphmem.graph import MemoryGraph
 
 if TYPE_CHECKING:
-    from graphmem.build.entities import EntityExtractor
+    from graphmem.builders.entities import EntityExtractor
     from graphmem.graphset import GraphConfig
 
 
@@ -48,13 +48,13 @@ def load_units(
     if pooled and kind not in POOLABLE:
         raise ValueError(f"pooled mode is for {POOLABLE}, not {kind!r} (a LoCoMo graph is already one memory)")
     if kind == "locomo":
-        from graphmem.build.locomo import build_locomo_graph, node_texts
+        from graphmem.builders.locomo import build_locomo_graph, node_texts
         from graphmem.datasets.locomo import load_locomo
 
         records, questions, report = load_locomo(path)
         units = [GraphUnit(r.sample_id, node_texts(r), partial(build_locomo_graph, r)) for r in records]
         return _limited(units, questions, limit) + (report,)
-    from graphmem.build import passages as P
+    from graphmem.builders import passages as P
 
     if kind == "hotpotqa":
         from graphmem.datasets.hotpotqa import load_hotpotqa
@@ -79,7 +79,7 @@ def load_units(
         unit = GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c))
         return [unit], [_pooled_question(q, c.name, kind, cfg) for q in questions], report
     if kind == "hotpotqa":
-        from graphmem.build.hotpotqa import build_hotpot_graph, node_texts
+        from graphmem.builders.hotpotqa import build_hotpot_graph, node_texts
 
         return [GraphUnit(r.qid, node_texts(r), partial(build_hotpot_graph, r)) for r in records], questions, report
     corpora = [P.corpus(r.qid, kind, passages_of(r), duplicate_titles=cfg.duplicate_titles) for r in records]

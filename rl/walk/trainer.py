@@ -1,7 +1,7 @@
 """Training the walk router: imitation warm start, then REINFORCE on walk episodes (or HAGE's MDP).
 
-The episode is the question-time retrieval (:mod:`rl.walk`) under the evaluation budget; the
-objectives are those of :mod:`rl.objectives`. One epoch, as Stable-Baselines3 splits
+The episode is the question-time retrieval (:mod:`graphmem.policies.walk`) under the evaluation budget; the
+objectives are those of :mod:`rl.walk.objectives`. One epoch, as Stable-Baselines3 splits
 ``collect_rollouts`` from ``train``:
 
     for rows in batches of training questions:
@@ -30,13 +30,13 @@ from graphmem.datasets.types import Question
 from graphmem.device import resolve_device
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget
+from graphmem.policies.walk import walk
 from models.walk_scorer import ScorerConfig, WalkScorer
-from rl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from rl.logging import Logger
-from rl.objectives import HageMDP, MovingBaseline, imitation_loss, recall_of, reinforce_loss, walk_rewards
-from rl.seeding import deterministic, seed_everything
-from rl.walk import walk
-from rl.walk_data import WalkData, walk_data
+from rl.common.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rl.common.logging import Logger
+from rl.common.seeding import deterministic, seed_everything
+from rl.walk.data import WalkData, walk_data
+from rl.walk.objectives import HageMDP, MovingBaseline, imitation_loss, recall_of, reinforce_loss, walk_rewards
 
 OBJECTIVES = ("walk", "hage_mdp")
 
@@ -128,7 +128,7 @@ class RunConfig:
     resume: bool = False
     """continue from checkpoint_dir/last.pt"""
     run_id: str = ""
-    """the run's id (:mod:`rl.run_folder`), written into last.pt / best.pt; another run's checkpoints are refused"""
+    """the run's id (rl.common.run_folder), written into last.pt / best.pt; another run's checkpoints are refused"""
 
     def __post_init__(self) -> None:
         _checked(self, ("eval_every",), ("seed",))

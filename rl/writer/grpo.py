@@ -3,7 +3,7 @@
 The writer is a causal LM. For a *task* — a window of memory fragments plus the questions whose
 gold evidence falls inside it — it writes entity–relation triples with source anchors, one per
 line: ``(head | relation | tail) [Fi]``, citing the fragment by its position label in the prompt
-(mapped back to its id in code, :mod:`rl.writer_format`). The triples become a graph over the fragments
+(mapped back to its id in code, :mod:`rl.writer.format`). The triples become a graph over the fragments
 (:func:`graph_from_triples`: fragments that share an entity are joined by ``entity`` edges in both
 directions); a frozen GNN reader (policy ``gnn``) retrieves ``P_k(q, G)`` for every question under
 a :class:`Budget`. The reward of one completion is
@@ -30,14 +30,14 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from graphmem.build.edges import replace_entity_edges
+from graphmem.builders.edges import replace_entity_edges
 from graphmem.eval.stats import paired_comparison
 from graphmem.graph import MemoryGraph
 from graphmem.graphset import GraphConfig
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
-from rl.writer_format import format_score, parse_triples, render_prompt, repetition_rate, well_formed
-from rl.writer_model import byte_tokenizer, load_writer  # noqa: F401  (byte_tokenizer: re-exported)
+from rl.writer.format import format_score, parse_triples, render_prompt, repetition_rate, well_formed
+from rl.writer.model import byte_tokenizer, load_writer  # noqa: F401  (byte_tokenizer: re-exported)
 
 
 @dataclass
@@ -110,7 +110,7 @@ class WriterTask:
     gold: list[list[str]]
 
     def prompt(self, max_chars: int = 200) -> str:
-        """:func:`rl.writer_format.render_prompt`: fragments labelled ``[F1] .. [Fk]``, never their ids."""
+        """:func:`rl.writer.format.render_prompt`: fragments labelled ``[F1] .. [Fk]``, never their ids."""
         return render_prompt(self.texts, max_chars)
 
 
@@ -193,7 +193,7 @@ def triple_entities(triples, fragment_ids: Sequence[str]) -> list[set[str]]:
 
 def rewrite_entity_edges(graph: MemoryGraph, triples, cfg: GraphConfig) -> MemoryGraph:
     """A copy of ``graph`` whose ``entity`` edges are those the triples imply, joined by the builders'
-    rule and caps (:func:`graphmem.build.edges.replace_entity_edges`), not as a clique per entity."""
+    rule and caps (:func:`graphmem.builders.edges.replace_entity_edges`), not as a clique per entity."""
     return replace_entity_edges(graph, triple_entities(triples, graph.node_ids), cfg)
 
 

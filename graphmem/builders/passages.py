@@ -12,14 +12,14 @@ Nodes: one per passage, id = the title (:func:`graphmem.datasets.musique.passage
 ``"<title>: <passage text>"``, metadata ``kind="passage"``. With ``GraphConfig.sentence_nodes``
 also one per sentence, id ``"<title>::<i>"`` (:func:`graphmem.datasets.hotpotqa.sentence_id`),
 text ``"<title>: <sentence>"``, metadata ``kind="sentence"``; HotpotQA brings its sentences,
-MuSiQue's passages are split by :func:`graphmem.build.sentences.split_sentences`.
+MuSiQue's passages are split by :func:`graphmem.builders.sentences.split_sentences`.
 
 Edges (both directions, no self loops):
 
 * entity: a node whose text names another passage's title (:func:`title_mentions`: whole words,
   case-insensitive, a trailing parenthetical such as ``" (film)"`` optional) links to that passage
   (and its first ``entity_fanout`` sentences), plus shared extracted entities
-  (:func:`graphmem.build.edges.entity_pairs`);
+  (:func:`graphmem.builders.edges.entity_pairs`);
 * semantic: each node to its ``semantic_k`` most similar nodes with cosine ``>= semantic_threshold``;
 * temporal (sentence nodes only): passage -> first sentence and consecutive sentences;
 * causal (sentence nodes only): causal-connective cues between consecutive sentences.
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from torch import Tensor
 
-from graphmem.build import edges as E
-from graphmem.build.entities import STOPWORDS, EntityExtractor
+from graphmem.builders import edges as E
+from graphmem.builders.entities import STOPWORDS, EntityExtractor
 from graphmem.datasets.hotpotqa import sentence_id
 from graphmem.datasets.musique import passage_id
 from graphmem.datasets.types import HotpotRecord, MusiqueRecord
@@ -116,7 +116,7 @@ def corpus(
 def _sentences(p: Passage) -> tuple[str, ...]:
     if p.sentences is not None:
         return tuple(s for s in p.sentences if s)
-    from graphmem.build.sentences import split_sentences
+    from graphmem.builders.sentences import split_sentences
 
     return split_sentences(p.text)
 
