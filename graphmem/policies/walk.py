@@ -145,6 +145,7 @@ def walk(
     ctx: Any = None,
     allow_stop: bool = True,
     blocked: Tensor | None = None,
+    noise: Tensor | None = None,
 ) -> WalkEpisodes:
     """Run the walk (module docstring) for ``B`` queries; no gradients are recorded.
 
@@ -160,13 +161,18 @@ def walk(
         ctx: ``scorer.prepare(tables, q, entries)`` when already computed (default: computed here).
         allow_stop: whether the scorer's stop head may end the walk (default: True).
         blocked: ``[B, K]`` nodes never to load (``-1`` padded), e.g. HAGE's visited entries (default: none).
+        noise: ``[T, B, W]`` uniforms of the draws, ``W >=`` :func:`pool_width` ``+ 1`` (default: drawn step by
+            step from ``generator``). Given per query row, the draws of a row do not depend on the batch it
+            is walked in (what data parallelism splits).
     """
     with torch.no_grad():
         entries = entries[:, : budget.max_entries]
-        return _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ctx, allow_stop, blocked)
+        return _walk(
+            tables, scorer, q, entries, budget, sample, temperature, generator, ctx, allow_stop, blocked, noise
+        )
 
 
-def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ctx, allow_stop, blocked):
+def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ctx, allow_stop, blocked, noise):
     dev, bsz, n_ent = q.device, q.shape[0], entries.shape[1]
     entries = entries.to(dev)
     ctx = scorer.prepare(tables, q, entries) if ctx is None else ctx
@@ -204,8 +210,11 @@ def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ct
         stop = scorer.stop_logit(ctx, best, count, budget) if allow_stop else None
         if stop is not None:
             logits = torch.cat([logits, stop[:, None]], 1)
-        if sample:
+        if sample and noise is not None:
+            u = noise[t, :, : logits.shape[1]].to(dev)
+        elif sample:
             u = torch.rand(logits.shape, generator=generator, device="cpu" if generator is not None else dev).to(dev)
+        if sample:
             choice = (logits / temperature - torch.log(-torch.log(u.clamp(1e-12, 1 - 1e-7)))).argmax(1)
         else:
             choice = logits.argmax(1)
