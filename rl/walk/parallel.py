@@ -105,4 +105,5 @@ class WalkLoss(nn.Module):
         global_loss = float(reduce(loss.detach().double().reshape(1))[0])
         own = self.world.size * loss if self.world.distributed else loss
         total = own + o.anchor_lambda * anchor
-        return total, {**stats, "loss": global_loss + o.anchor_lambda * float(anchor.detach()), "anchor": float(anchor.detach())}
+        a = float(anchor.detach())
+        return total, {**stats, "loss": global_loss + o.anchor_lambda * a, "anchor": a}
