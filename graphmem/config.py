@@ -22,7 +22,7 @@ the key. Range checks stay in each dataclass's ``__post_init__`` (run by :func:`
 | ``graph`` | :class:`graphmem.graphset.GraphConfig` |
 | ``logger`` | :class:`graphmem.tracking.runs.LoggerConfig` |
 | ``llm`` | :class:`graphmem.llm.client.LLMConfig` |
-| ``trainer`` | :class:`rl.walk.trainer.TrainConfig` (option ``hage``: :class:`rl.reinforce.TrainConfig`) |
+| ``trainer`` | :class:`rl.walk.trainer.TrainConfig` |
 | ``policy`` | each policy's constructor: ``policy/<name>_schema`` (:func:`policy_schema`) |
 
 A policy option also names its class under ``_target_`` (made with ``hydra.utils.instantiate``,
@@ -62,23 +62,11 @@ SCHEMAS: dict[str, str] = {
 }
 """Config group -> ``module:class`` of its schema dataclass."""
 
-OPTION_SCHEMAS: dict[tuple[str, str], str] = {
-    ("trainer", "hage_schema"): "rl.reinforce:TrainConfig",
-}
-"""(group, name) -> ``module:class`` of a schema for options of a group that configure another class
-(``configs/trainer/hage.yaml``: HAGE's flat trainer, as ``scripts/head_to_head.py`` trains it)."""
-
 
 def schema_class(group: str) -> type:
     """The dataclass that is the schema of config group ``group``."""
     module, name = SCHEMAS[group].split(":")
     return getattr(import_module(module), name)
-
-
-def option_schema_class(group: str, name: str) -> type:
-    """The schema dataclass of a group's option ``name``: :data:`OPTION_SCHEMAS`'s, else the group's."""
-    module, cls = OPTION_SCHEMAS.get((group, name), SCHEMAS[group]).split(":")
-    return getattr(import_module(module), cls)
 
 
 def schema_node(cls: type) -> DictConfig:
@@ -93,14 +81,11 @@ def schema_node(cls: type) -> DictConfig:
 
 
 def register_schemas(store: ConfigStore | None = None) -> None:
-    """Store every schema of :data:`SCHEMAS` as ``<group>/schema``, those of :data:`OPTION_SCHEMAS` under
-    their names and every registered policy's as ``policy/<name>_schema``; register the
-    ``policy_name`` resolver (idempotent)."""
+    """Store every schema of :data:`SCHEMAS` as ``<group>/schema`` and every registered policy's as
+    ``policy/<name>_schema``; register the ``policy_name`` resolver (idempotent)."""
     store = store or ConfigStore.instance()
     for group in SCHEMAS:
         store.store(group=group, name=SCHEMA_NAME, node=schema_node(schema_class(group)), provider="graphmem")
-    for (group, name), path in OPTION_SCHEMAS.items():
-        store.store(group=group, name=name, node=schema_node(option_schema_class(group, name)), provider="graphmem")
     for name, cls in policy_schemas().items():
         store.store(group="policy", name=name, node=schema_node(cls), provider="graphmem")
     OmegaConf.register_new_resolver(POLICY_RESOLVER, policy_label, replace=True)

@@ -22,8 +22,9 @@ from graphmem.synthetic import make_synthetic_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from references import REFERENCES  # noqa: E402
 from script_loader import load_script  # noqa: E402
+
+from graphmem.eval.references import REFERENCES  # noqa: E402
 
 
 def compose_cfg(name: str, overrides: list[str]):

@@ -49,13 +49,13 @@ def make_queries(graph: MemoryGraph, num: int, noise: float, seed: int) -> list[
 
 
 def bench_policy(name: str, graph: MemoryGraph, seed: int, device: str = "cpu", **kwargs) -> TraversalPolicy:
-    """A registered policy on ``device``; ``router`` and ``gnn`` get untrained modules sized for ``graph``
-    (timings do not depend on the weights)."""
+    """A registered policy on ``device``; ``router`` (the walk) and ``gnn`` get untrained modules sized
+    for ``graph`` (timings do not depend on the weights)."""
     torch.manual_seed(seed)
     if name == "router":
-        from models.router import QueryRouter
+        from models.walk_scorer import ScorerConfig, WalkScorer
 
-        kwargs["router"] = QueryRouter(graph.dim, num_relations=len(graph.relations))
+        kwargs["scorer"] = WalkScorer(ScorerConfig(dim=graph.dim))
     elif name == "gnn":
         from models.gnn_reader import GNNReader
 

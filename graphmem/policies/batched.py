@@ -88,17 +88,6 @@ def rank_in_group(group: Tensor, num_groups: int = 0) -> tuple[Tensor, Tensor]:
     return rank, counts
 
 
-def ragged_block(rows: Tensor, num_rows: int) -> Tensor:
-    """``[num_rows, L]`` positions into ``rows`` laid out per row in their given order, ``-1`` padded.
-
-    Item ``i`` lands in row ``rows[i]`` after the earlier items of that row; ``L`` is the largest row count.
-    """
-    col, counts = rank_in_group(rows, num_rows)
-    block = torch.full((num_rows, int(counts.max()) if rows.numel() else 0), -1, dtype=torch.long, device=rows.device)
-    block[rows, col] = torch.arange(rows.numel(), device=rows.device)
-    return block
-
-
 def compact_left(values: Tensor, *others: Tensor, keep: Tensor | None = None) -> tuple[Tensor, ...]:
     """Move the real entries of each row of ``values`` (``keep``, default ``values >= 0``) to the
     front (order kept), drop columns with none; ``others`` (same shape) are permuted alike."""

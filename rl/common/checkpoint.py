@@ -1,16 +1,14 @@
 """Router checkpoints: plain tensors and containers only, written atomically, loaded with ``weights_only``.
 
-A checkpoint is one ``torch.save``'d dict holding the router, intent and edge-feature state dicts
-with their constructor configs, the optimizers, the moving-average baseline, every RNG state
-(Python, NumPy, torch CPU/CUDA, the sampling generator), the epoch, the train config, the
-training history, the best validation score, and a fingerprint of the graphs the edge features
-belong to. Loading never unpickles code (``torch.load(weights_only=True)``); a checkpoint for
-other graphs or another architecture is refused with a message naming the difference.
+A checkpoint is one ``torch.save``'d dict (``kind: walk``, written by :class:`rl.walk.trainer.WalkTrainer`)
+holding the walk scorer's config and state dict, the optimizer, the moving-average baseline, every RNG
+state (Python, NumPy, torch CPU/CUDA, the sampling generator), the phase and epoch, the train config,
+the training history, the best validation score and the run's id. Loading never unpickles code
+(``torch.load(weights_only=True)``); a checkpoint of another run is refused with a message naming both.
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,7 +17,6 @@ import numpy as np
 import torch
 
 from graphmem.errors import InputError
-from graphmem.graph import MemoryGraph
 from graphmem.io import atomic_write
 
 FORMAT = "graphmem-router-checkpoint-v1"
@@ -27,17 +24,6 @@ FORMAT = "graphmem-router-checkpoint-v1"
 
 class CheckpointError(RuntimeError, InputError):
     """A checkpoint that cannot be used here (unsafe, corrupted, or for other graphs/architecture)."""
-
-
-def graph_fingerprint(graphs: Mapping[str, MemoryGraph]) -> str:
-    """SHA-256 over each graph's name, node ids, edge index and edge types, in the given order."""
-    h = hashlib.sha256()
-    for name, g in graphs.items():
-        h.update(name.encode())
-        h.update("\x00".join(g.node_ids).encode())
-        h.update(g.edge_index.contiguous().numpy().tobytes())
-        h.update(g.edge_type.contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
@@ -75,17 +61,12 @@ def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> Path:
 
 def load_checkpoint(
     path: str | Path,
-    fingerprint: str | None = None,
-    architecture: Mapping[str, Any] | None = None,
     map_location: str | torch.device = "cpu",
     run_id: str | None = None,
 ) -> dict[str, Any]:
     """Load and check a checkpoint.
 
     Args:
-        fingerprint: expected :func:`graph_fingerprint` of the graphs (default: not checked).
-        architecture: expected ``{"router_config": ..., "intent_config": ..., "edge_init": ...}``
-            (default: not checked).
         run_id: the run the checkpoint must belong to (:mod:`rl.common.run_folder`) (default: not checked).
     """
     path = Path(path)
@@ -97,16 +78,6 @@ def load_checkpoint(
         raise CheckpointError(f"{path}: refused to load (not a plain-tensor checkpoint or corrupted): {err}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a {FORMAT} file")
-    if fingerprint is not None and state.get("fingerprint") != fingerprint:
-        raise CheckpointError(
-            f"{path}: trained on other graphs (fingerprint {str(state.get('fingerprint'))[:12]}..., "
-            f"these graphs {fingerprint[:12]}...; graphs in the checkpoint: {state.get('edge_names')})"
-        )
     if run_id and state.get("run_id") != run_id:
         raise CheckpointError(f"{path}: written by run {state.get('run_id')!r}, not by this run {run_id!r}")
-    for key, want in (architecture or {}).items():
-        if state.get(key) != want:
-            raise CheckpointError(
-                f"{path}: architecture differs in {key!r}: checkpoint {state.get(key)!r}, expected {want!r}"
-            )
     return state

@@ -29,7 +29,7 @@ from graphmem.synthetic import make_synthetic_graph
 from rl.common.seeding import deterministic_algorithms
 from rl.walk.trainer import TrainConfig, WalkTrainer
 
-DEFAULT_TRAINER = Path(__file__).resolve().parents[1] / "configs" / "trainer" / "default.yaml"
+DEFAULT_TRAINER = Path(__file__).resolve().parents[2] / "configs" / "trainer" / "default.yaml"
 
 
 def default_trainer() -> dict[str, Any]:

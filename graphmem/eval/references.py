@@ -7,7 +7,8 @@ policy-specific ones) require ``policy.retrieve_batch`` to give exactly these re
 included, for every registered policy; a new policy registers its oracle with :func:`reference`.
 
 :func:`make_test_policy` builds any registered policy for a test, with small untrained modules for
-the constructor parameters that need one (a router, a reader).
+the constructor parameters that need one (a walk scorer, a reader). ``scripts/benchmark.py`` times
+these as the per-query baseline of every policy's batched code.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies import POLICIES, Budget, Query, Retrieval, TraversalPolicy
 from graphmem.policies.batched import load_under_budget
 from graphmem.policies.ppr import hop_distance, transition_matrix
-from graphmem.policies.ranking import cosine_matrix
+from graphmem.policies.ranking import cosine_matrix, query_matrix
 from graphmem.policies.selectors import validate_entries
 from graphmem.policies.tables import node_id_rank, unit_embeddings
 from graphmem.policies.uniform_bfs import _signed, neighbor_priority, query_seed
@@ -41,10 +42,10 @@ def reference(name: str) -> Callable[[Reference], Reference]:
     return wrap
 
 
-def _router(dim: int, relations: int):
-    from models.router import QueryRouter
+def _scorer(dim: int, relations: int):
+    from models.walk_scorer import ScorerConfig, WalkScorer
 
-    return QueryRouter(dim, num_relations=relations, hidden=8)
+    return WalkScorer(ScorerConfig(dim=dim, hidden=8))
 
 
 def _reader(dim: int, relations: int):
@@ -54,7 +55,7 @@ def _reader(dim: int, relations: int):
 
 
 # Untrained modules for constructor parameters that need a model, by parameter name.
-MODULES = {"router": _router, "reader": _reader}
+MODULES = {"scorer": _scorer, "reader": _reader}
 
 
 def make_test_policy(name: str, dim: int = 16, relations: int = 4, **kwargs) -> TraversalPolicy:
@@ -191,73 +192,84 @@ def ppr(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
 # ---------------------------------------------------------------------------- learned walks
 @reference("router")
 def router(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieval:
-    """The router's walk over this query's candidate edges with Python lists and sets.
+    """The best-first walk of :mod:`graphmem.policies.walk` for one query, with a Python list as its pool.
 
-    ``cos(q, x)`` of sources and targets is read from the query's row of :func:`cosine_matrix`, the
-    values the batched walk reuses from the embedding entry selector: on graphs with exact ties
-    (hashing embeddings) an elementwise dot product rounds differently and would break them apart.
+    The pool holds the entries (in entry order), then the out-pairs of every loaded node that may
+    still grow (depth below ``max_hops``), in load order and pair order, each scored once by the
+    policy's scorer when pushed. A step loads the open candidate with the highest score (the first
+    in pool order on ties) unless the stop head's logit is higher; a candidate is open when its
+    target is not loaded, its parent has fewer than ``top_k_neighbors`` children and its target
+    fits the token budget.
     """
-    dev = policy.device
+    from graphmem.policies.walk import Candidates, walk_tables
+    from models.edge_encoder import pair_table
+
+    dev, scorer = policy.device, policy.scorer
     entries = entries_of(policy, graph, query, budget)
-    _, m = policy._modulation(graph, [query])
-    cos_q = cosine_matrix(graph, [query], dev)[0]
-    x = unit_embeddings(graph).to(dev)
-    etype, eattr = graph.edge_type.to(dev), policy._edge_attr(graph).to(dev)
+    residual = scorer.edges.residual
+    rows = None if residual is None else residual.edge_rows([graph.name], [graph.num_edges])
+    tables = walk_tables(unit_embeddings(graph), graph.node_tokens(), pair_table(graph), rows, device=dev)
+    q = query_matrix(graph, [query]).to(dev)
+    ctx = scorer.prepare(tables, q, torch.tensor([entries], dtype=torch.long, device=dev).reshape(1, -1))
+    rowptr, dst, pair_edge = (t.tolist() for t in (tables.pairs.rowptr, tables.pairs.dst, tables.pairs.edge))
     tokens = graph.node_tokens().tolist()
-    loaded, scores, traversed, considered = [], [], [], []
-    used = depth = 0
 
-    def fits(v: int) -> bool:
-        return len(loaded) < budget.max_nodes and used + tokens[v] <= budget.max_tokens
+    def scored(parent: int, children: list[int], pairs: list[int], depth: int, order: list[int]) -> list[float]:
+        def t(v):
+            return torch.tensor(v, dtype=torch.long, device=dev)
 
-    visited, frontier = set(entries), []
-    for v in entries:
-        if fits(v):
-            loaded.append(v)
-            scores.append(0.0)
-            frontier.append(v)
-            used += tokens[v]
-    for hop in range(1, budget.max_hops + 1):
-        if not frontier or budget.top_k_neighbors == 0:
-            break
-        seg, cand, source, target = [], [], [], []
-        for j, v in enumerate(frontier):
-            out = graph.out_edges(v)
-            considered.extend(out.tolist())
-            fresh = [(e, u) for e, u in zip(out.tolist(), graph.edge_index[1, out].tolist()) if u not in visited]
-            seg.extend([j] * len(fresh))
-            cand.extend(e for e, _ in fresh)
-            source.extend([v] * len(fresh))
-            target.extend(u for _, u in fresh)
-        if not cand:
-            break
-        edges = torch.tensor(cand, dtype=torch.long, device=dev)
-        cos = cos_q[target]
-        sims = (
-            torch.stack([cos_q[source], cos, (x[source] * x[target]).sum(-1)], -1)
-            if policy.router.similarities
-            else None
+        cand = Candidates(
+            t([0] * len(children)),
+            t([parent] * len(children)),
+            t(children),
+            t(pairs),
+            t([depth] * len(children)),
+            t(order),
         )
-        zeros = torch.zeros(len(cand), dtype=torch.long, device=dev)
         with torch.no_grad():
-            s = policy.router.score(m, eattr[edges], etype[edges], zeros, cos, sims)
-        keep = policy._keep(s, torch.tensor(seg, device=dev), zeros, budget).tolist()
-        s = s.tolist()
-        visited.update(target[k] for k in keep)
-        reached, frontier = set(), []
-        for k in keep:
-            v = target[k]
-            if v in reached:  # reached over two edges this hop: loaded once, best edge first
+            return scorer.score(ctx, cand).tolist()
+
+    # pool rows: [node, parent slot (-1: entry), pair (-1: entry), depth, score]
+    pool = [
+        [v, -1, -1, 0, s]
+        for v, s in zip(entries, scored(-1, entries, [-1] * len(entries), 0, list(range(len(entries)))))
+    ]
+    loaded, depths, scores, traversed, considered, children = [], [], [], [], [], []
+    used = 0
+    while len(loaded) < budget.max_nodes:
+        best = None
+        for i, (v, slot, _, _, s) in enumerate(pool):
+            if v in loaded or (slot >= 0 and children[slot] >= budget.top_k_neighbors):
                 continue
-            reached.add(v)
-            if fits(v):
-                loaded.append(v)
-                scores.append(s[k])
-                traversed.append(cand[k])
-                frontier.append(v)
-                used += tokens[v]
-                depth = hop
-    return Retrieval(loaded, entries, considered, traversed, used, depth, scores=scores)
+            if used + tokens[v] > budget.max_tokens or (best is not None and s <= pool[best][4]):
+                continue
+            best = i
+        if best is None:
+            break
+        with torch.no_grad():
+            stop = scorer.stop_logit(
+                ctx, torch.tensor([pool[best][4]], device=dev), torch.tensor([len(loaded)], device=dev), budget
+            )
+        if stop is not None and float(stop[0]) > pool[best][4]:
+            break
+        v, slot, pair, depth, s = pool[best]
+        if slot >= 0:
+            children[slot] += 1
+            traversed.append(pair_edge[pair])
+        loaded.append(v)
+        depths.append(depth)
+        scores.append(s)
+        children.append(0)
+        used += tokens[v]
+        if depth < budget.max_hops and budget.top_k_neighbors > 0:
+            considered.extend(graph.out_edges(v).tolist())
+            pids = list(range(rowptr[v], rowptr[v + 1]))
+            if pids:
+                kids = [dst[p] for p in pids]
+                pos = len(loaded) - 1
+                for p, u, su in zip(pids, kids, scored(v, kids, pids, depth + 1, [pos] * len(pids))):
+                    pool.append([u, pos, p, depth + 1, su])
+    return Retrieval(loaded, entries, considered, traversed, used, max(depths, default=0), scores=scores)
 
 
 def walk_and_load(graph: MemoryGraph, entries: list[int], scores: torch.Tensor, budget: Budget) -> Retrieval:
