@@ -22,7 +22,12 @@ training part of every fold.
 
     python scripts/train.py -m hydra/launcher=joblib trainer.run.seed=0,1,2        # a local parallel sweep
 
-The walk trainer runs in one process.
+Data parallel (:mod:`rl.walk.parallel`): each rank walks its slice of every global batch
+(``trainer.optim.batch_size`` questions over all ranks), DDP averages the gradients, rank 0 logs the
+W&B run, writes the checkpoints and the results and evaluates; the checkpoint is the one process's
+at the same global batch, to float rounding (docs/distributed.md; SLURM: ``hydra/launcher=slurm``).
+
+    torchrun --nproc_per_node=2 scripts/train.py trainer.run.device=cpu              # 2 gloo ranks
 """
 
 from __future__ import annotations
@@ -131,8 +136,6 @@ def output_dir(cfg: DictConfig) -> Path:
 
 def run(cfg: DictConfig) -> dict[str, Any] | None:
     world = init_from_env(str(cfg.trainer.run.device))
-    if world.distributed:
-        raise ValueError("scripts/train.py trains the walk in one process; run it without torchrun")
     out = output_dir(cfg)
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
@@ -196,6 +199,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
     per_fold, records, curves = [], [], {}
     test_rows: dict[str, list[dict]] = {}
     started = time.perf_counter()
+    rank_device = world.device(resolve_device((base.get("run") or {}).get("device", "auto")))
     logger_cfg = cfg.logger if world.is_main else {"backend": "none"}
     group = experiment_group("train", gs.dataset)
     location = graphset_location(cfg)
@@ -219,7 +223,10 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
         test_q = test_set.questions
         fold_metrics: dict[str, dict[str, float]] = {}
         for name, overrides in variants.items():
-            tc = TrainConfig.merged(base, overrides, checkpoint_dir=str(out / f"fold{k}" / name), run_id=folder.run_id)
+            here = {"device": str(rank_device)} if world.distributed else {}  # this rank's GPU
+            tc = TrainConfig.merged(
+                base, overrides, checkpoint_dir=str(out / f"fold{k}" / name), run_id=folder.run_id, **here
+            )
             run_config = {**OmegaConf.to_container(cfg, resolve=True), "fold": k, "variant": name}
             tracker = make_tracker(
                 logger_cfg, run_config, out_dir=out, name=f"fold{k}-{name}", job_type="train", group=group
@@ -228,7 +235,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
                 tracker.use_artifact(graphset_input)
             epochs = sum(n for _, n, _ in tc.phases())
             bar = ProgressLogger(epochs, desc=f"fold {k} {name}", disable=not cfg.progress)
-            logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar)
+            logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar) if world.is_main else None
             t0 = time.perf_counter()
             selector = cfg.policy.get("entry_selector", "embedding")
             trainer = WalkTrainer(tc, train_graphs, train_q, train_e, val_q, val_e, budget, logger, selector)
@@ -236,6 +243,8 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             train_s = time.perf_counter() - t0
             bar.close()
             curves.setdefault(name, {})[k] = result.history
+            if not world.is_main:  # rank 0 tests and reports
+                continue
             policy = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=selector)
             res = evaluate_policy(policy, test_set, budget, progress=False)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}

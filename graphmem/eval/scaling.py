@@ -52,7 +52,7 @@ def bench_policy(name: str, graph: MemoryGraph, seed: int, device: str = "cpu", 
     """A registered policy on ``device``; ``router`` (the walk) and ``gnn`` get untrained modules sized
     for ``graph`` (timings do not depend on the weights)."""
     torch.manual_seed(seed)
-    if name == "router":
+    if name == "router" and not kwargs.get("checkpoint"):  # a trained walk when given, else a fresh one
         from models.walk_scorer import ScorerConfig, WalkScorer
 
         kwargs["scorer"] = WalkScorer(ScorerConfig(dim=graph.dim))

@@ -26,7 +26,7 @@ from graphmem.policies.batched import csr_positions
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.tables import unit_embeddings
-from graphmem.policies.walk import walk, walk_tables, walk_trace
+from graphmem.policies.walk import walk, walk_one, walk_tables, walk_trace
 from models.edge_encoder import pair_table
 from models.walk_scorer import WalkScorer
 
@@ -71,19 +71,27 @@ class RouterPolicy(TraversalPolicy):
         if scorer is None:
             raise ValueError("RouterPolicy needs a checkpoint or a walk scorer")
         self.scorer = scorer.to(self.device).eval()
+        self._weights = (*self.scorer.parameters(), *self.scorer.buffers())  # what the static tensors depend on
 
     def traverse(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
         """The budget-aware walk for all queries at once."""
         return self._best_first(scope, entries, budget)
 
     def _best_first(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
-        """:func:`graphmem.policies.walk.walk` (greedy) over ``scope.graph``; the considered edges are the out-edges
-        of every loaded node the walk could expand (depth below ``max_hops``)."""
+        """:func:`graphmem.policies.walk.walk` (greedy) over ``scope.graph`` (one query:
+        :func:`~graphmem.policies.walk.walk_one`, the same walk without the batch's masks); the considered
+        edges are the out-edges of every loaded node the walk could expand (depth below ``max_hops``). The
+        scorer's query-independent tensors (:meth:`~models.walk_scorer.WalkScorer.static`) are computed
+        once per graph and weights."""
         graph, dev = scope.graph, scope.device
-        tables = self._walk_tables(scope)
+        tables, static = self._walk_tables(scope)
         q = query_matrix(graph, scope.queries).to(dev)
-        ep = walk(tables, self.scorer, q, entries, budget)
-        tr = walk_trace(ep, tables, budget)
+        with torch.no_grad():
+            ctx = self.scorer.prepare(tables, q, entries[:, : budget.max_entries].to(dev), static)
+        if q.shape[0] == 1:
+            tr = walk_one(tables, self.scorer, q, entries, budget, ctx)
+        else:
+            tr = walk_trace(walk(tables, self.scorer, q, entries, budget, ctx=ctx), tables, budget)
         rowptr, perm = graph.csr()
         seg, pos = csr_positions(rowptr.to(dev), tr.expanded_node)
         considered = (tr.expanded_query[seg], perm.to(dev)[pos])
@@ -92,20 +100,27 @@ class RouterPolicy(TraversalPolicy):
         return RetrievalBatch(entries, tr.tokens, tr.query, tr.node, tr.depth, considered, traversed, tr.score)
 
     def _walk_tables(self, scope: Scope):
-        """:class:`graphmem.policies.walk.WalkTables` of ``scope.graph`` (cached on it) with the rows of the scorer's
-        per-edge residual table for the graphs it holds (by name and edge count)."""
-        graph, residual = scope.graph, self.scorer.edges.residual
+        """:class:`graphmem.policies.walk.WalkTables` of ``scope.graph`` (cached on it) with the rows of the
+        scorer's per-edge residual table for the graphs it holds (by name and edge count), and the scorer's
+        :meth:`~models.walk_scorer.WalkScorer.static` tensors of them (cached on the graph while its
+        tensors and the scorer's weights are unchanged)."""
+        graph, scorer = scope.graph, self.scorer
+        residual = scorer.edges.residual
 
         def build():
             return walk_tables(unit_embeddings(graph), graph.node_tokens(), pair_table(graph), device=self.device)
 
-        tables = graph.cached(
-            f"policies.walk_tables:{self.device}",
-            build,
-            (graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps),
-        )
-        if residual is None:
-            return tables
-        parts = scope.batch.graphs
-        rows = residual.edge_rows([g.name for g in parts], [g.num_edges for g in parts]).to(self.device)
-        return walk_tables(tables.x, tables.tokens, tables.pairs, rows)
+        deps = (graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps)
+        tables = graph.cached(f"policies.walk_tables:{self.device}", build, deps)
+        if residual is not None:
+            parts = scope.batch.graphs
+            rows = residual.edge_rows([g.name for g in parts], [g.num_edges for g in parts]).to(self.device)
+            tables = walk_tables(tables.x, tables.tokens, tables.pairs, rows)
+
+        def static():
+            with torch.no_grad():
+                return scorer.static(tables)
+
+        names = ",".join(g.name or "" for g in scope.batch.graphs) if residual is not None else ""
+        key = f"policies.walk_static:{self.device}:{id(scorer)}:{names}"
+        return tables, graph.cached(key, static, (*deps, *self._weights))

@@ -20,17 +20,30 @@ Gold rows enter here only (rewards and positives), never the walk or the scorer.
       L_PG = -(1/B) Σ_{b, t} log π(a_t | s_t) A_t  -  c_H mean H(π(· | s_t))
 
 * HAGE's MDP (:class:`HageMDP`) as a selectable objective on episodes of the same walk and scorer.
+
+Every batch mean above (over supervised steps, episodes, acted steps, and the baseline's means)
+takes its sums and counts through ``reduce``: the identity in one process; under data parallelism
+a sum over the ranks (:meth:`rl.common.distributed.World.all_reduce_sum`), so each rank's loss is
+its share of the one-process loss of the whole batch and the baselines stay equal on every rank.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from graphmem.policies.base import Budget
 from graphmem.policies.walk import CandidateScorer, WalkEpisodes, WalkTables, rescore, step_log_probs, step_logits
+
+Reduce = Callable[[Tensor], Tensor]
+
+
+def local(t: Tensor) -> Tensor:
+    """The ``reduce`` of one process: the tensor itself."""
+    return t
 
 
 def walk_rewards(ep: WalkEpisodes, gold: Tensor, node_cost: float = 0.0) -> Tensor:
@@ -81,19 +94,22 @@ def imitation_loss(
     tables: WalkTables,
     budget: Budget,
     temperature: float,
+    reduce: Reduce = local,
 ) -> tuple[Tensor, Tensor]:
-    """``(L_SL, number of supervised steps)`` (module docstring), with gradients through the scorer."""
+    """``(L_SL, number of supervised steps)`` (module docstring; both over ``reduce``), with gradients
+    through the scorer."""
     positive = oracle_positives(ep, gold, tables, budget)
     logits = step_logits(scorer, ctx, ep, budget, rescore(scorer, ctx, ep)) / temperature
     if logits.shape[-1] > positive.shape[-1]:  # the stop action is never the oracle's choice
         positive = torch.cat([positive, torch.zeros_like(positive[..., :1])], -1)
     supervised = positive.any(-1)
+    count = reduce(supervised.sum().double())
     if not bool(supervised.any()):
-        return logits.sum() * 0.0, supervised.sum()
+        return logits.sum() * 0.0, count
     lg = logits[supervised]
     all_lse = torch.logsumexp(lg, -1)
     pos_lse = torch.logsumexp(lg.masked_fill(~positive[supervised], float("-inf")), -1)
-    return (all_lse - pos_lse).mean(), supervised.sum()
+    return (all_lse - pos_lse).sum() / count.clamp(min=1).to(lg.dtype), count
 
 
 def discounted_returns(rewards: Tensor, acted: Tensor, gamma: float) -> Tensor:
@@ -115,13 +131,15 @@ class MovingBaseline:
     per_step: bool = True
     values: Tensor | None = None
 
-    def advantage(self, returns: Tensor, acted: Tensor) -> Tensor:
-        """``[T, B]`` ``(G_t - b_t)`` on the acted steps (0 elsewhere), then the update of ``b``."""
+    def advantage(self, returns: Tensor, acted: Tensor, reduce: Reduce = local) -> Tensor:
+        """``[T, B]`` ``(G_t - b_t)`` on the acted steps (0 elsewhere), then the update of ``b`` (means over
+        ``reduce``)."""
         mask = acted.float()
         if self.per_step:
             n, total = mask.sum(1), (returns * mask).sum(1)
         else:
             n, total = mask.sum()[None], (returns * mask).sum()[None]
+        n, total = reduce(torch.stack([n, total]).double()).to(returns.dtype)
         mean = total / n.clamp(min=1)
         if self.values is None:
             self.values = mean.detach().clone()
@@ -141,16 +159,20 @@ def reinforce_loss(
     temperature: float,
     gamma: float = 1.0,
     entropy_coef: float = 0.0,
+    reduce: Reduce = local,
 ) -> tuple[Tensor, dict[str, float]]:
     """``L_PG`` (module docstring) for sampled episodes ``ep`` and their rewards ``[T, B]``."""
     acted = ep.acted
     returns = discounted_returns(rewards, acted, gamma)
-    adv = baseline.advantage(returns, acted)
+    adv = baseline.advantage(returns, acted, reduce)
     logp, entropy = step_log_probs(scorer, ctx, ep, budget, temperature)
-    bsz = max(int(acted.shape[1]), 1)
-    pg = -(logp * adv.detach()).sum() / bsz
-    ent = (entropy * acted).sum() / acted.sum().clamp(min=1)
-    stats = {"return": float(rewards.sum(0).mean()), "entropy": float(ent.detach())}
+    sums = reduce(torch.stack([torch.tensor(float(acted.shape[1])), acted.sum().cpu(), rewards.sum().cpu()]).double())
+    bsz, steps, total = (float(x) for x in sums)
+    pg = -(logp * adv.detach()).sum() / max(bsz, 1.0)
+    ent_sum = (entropy * acted).sum()
+    ent = ent_sum / max(steps, 1.0)
+    ent_all = float(reduce(ent_sum.detach().double().reshape(1))[0]) / max(steps, 1.0)
+    stats = {"return": total / max(bsz, 1.0), "entropy": ent_all}
     return pg - entropy_coef * ent, stats
 
 
@@ -228,12 +250,22 @@ class HageMDP:
         return rewards, live
 
     def loss(
-        self, scorer: CandidateScorer, ctx, ep: WalkEpisodes, gold: Tensor, visited: Tensor, baseline, temperature
+        self,
+        scorer: CandidateScorer,
+        ctx,
+        ep: WalkEpisodes,
+        gold: Tensor,
+        visited: Tensor,
+        baseline,
+        temperature,
+        reduce: Reduce = local,
     ) -> tuple[Tensor, dict[str, float]]:
         """REINFORCE on the MDP episodes: ``-(1/M) Σ log π(a_t|s_t) (G_t - b)`` over the live steps."""
         rewards, live = self.rewards(ep, gold, visited)
         returns = discounted_returns(rewards, live, self.gamma)
-        adv = baseline.advantage(returns, live)
+        adv = baseline.advantage(returns, live, reduce)
         logp, _ = step_log_probs(scorer, ctx, ep, self.budget(), temperature)
-        loss = -(logp * adv.detach() * live).sum() / max(int(live.shape[1]), 1)
-        return loss, {"return": float(rewards.sum(0).mean())}
+        sums = reduce(torch.tensor([float(live.shape[1]), float(rewards.sum())], dtype=torch.float64))
+        episodes, total = (float(x) for x in sums)
+        loss = -(logp * adv.detach() * live).sum() / max(episodes, 1.0)
+        return loss, {"return": total / max(episodes, 1.0)}

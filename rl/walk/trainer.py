@@ -14,6 +14,9 @@ Phases run in order: ``imitation`` (``objective.imitation_epochs``), then ``rein
 ``hage_mdp`` (``objective.rl_epochs``), the second starting from the first's best epoch. The model
 kept is the best validation epoch of the last phase that ran (so an SL+RL model is always one
 that policy gradients moved). Sampling noise comes from one generator seeded by ``run.seed``.
+
+Under ``torchrun`` the trainer is data-parallel (:mod:`rl.walk.parallel`): each rank walks its
+slice of every global batch, the gradients are all-reduced by DDP, and rank 0 writes the checkpoints.
 """
 
 from __future__ import annotations
@@ -33,10 +36,12 @@ from graphmem.policies.base import Budget
 from graphmem.policies.walk import walk
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.common.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rl.common.distributed import current_world
 from rl.common.logging import Logger
 from rl.common.seeding import deterministic, seed_everything
 from rl.walk.data import WalkData, walk_data
-from rl.walk.objectives import HageMDP, MovingBaseline, imitation_loss, recall_of, reinforce_loss, walk_rewards
+from rl.walk.objectives import HageMDP, MovingBaseline, recall_of
+from rl.walk.parallel import WalkLoss, batch_noise, summed
 
 OBJECTIVES = ("walk", "hage_mdp")
 
@@ -242,16 +247,33 @@ class WalkTrainer:
         self.mdp = cfg.objective.hage_mdp()
         self.result = TrainResult(self.scorer)
         self.ckpt = Path(cfg.run.checkpoint_dir) if cfg.run.checkpoint_dir else None
+        self.world = current_world()
+        self.loss = WalkLoss(self.scorer, self.train.tables, budget, cfg.objective, self.world)
+        self.model: torch.nn.Module = self.loss
+        if self.world.distributed:  # DDP broadcasts rank 0's weights, then averages the gradients
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = torch.nn.parallel.DistributedDataParallel(
+                self.loss, device_ids=ids, find_unused_parameters=True
+            )
 
     # ------------------------------------------------------------------ rollout: sampled walks
     def rollout(self, rows: torch.Tensor, phase: str) -> Rollout:
+        """Sampled walks of this rank's slice of the global batch ``rows`` (all of it in one process)."""
         d, o = self.train, self.cfg.objective
-        q, entries, gold = d.q[rows], d.entries[rows], d.gold[rows]
+        q, entries, gold = d.q[rows], d.entries[rows][:, : self.budget.max_entries], d.gold[rows]
         if phase != "hage_mdp":
+            noise = batch_noise(d.tables, self.budget, entries.shape[1], len(rows), self.generator)
+            mine = self.world.shard(len(rows), rows.device)
+            q, entries, gold, rows = q[mine], entries[mine], gold[mine], rows[mine]
             ctx = self.scorer.prepare(d.tables, q, entries)
-            ep = walk(d.tables, self.scorer, q, entries, self.budget, True, o.temperature, self.generator, ctx)
+            draws = noise[:, mine.cpu()]
+            ep = walk(d.tables, self.scorer, q, entries, self.budget, True, o.temperature, ctx=ctx, noise=draws)
             return Rollout(rows, ctx, ep, gold)
         row, start, blocked, gold = self.mdp.episodes(entries, gold)
+        noise = batch_noise(d.tables, self.mdp.budget(), 1, len(row), self.generator)
+        span = self.world.shard(len(rows), rows.device)
+        mine = ((row >= span[0]) & (row <= span[-1])).nonzero().flatten() if span.numel() else row[:0]
+        row, start, blocked, gold = row[mine], start[mine], blocked[mine], gold[mine]
         ctx = self.scorer.prepare(d.tables, q[row], start)
         ep = walk(
             d.tables,
@@ -261,54 +283,39 @@ class WalkTrainer:
             self.mdp.budget(),
             True,
             o.temperature,
-            self.generator,
-            ctx,
+            ctx=ctx,
             allow_stop=False,
             blocked=blocked,
+            noise=noise[:, mine.cpu()],
         )
-        return Rollout(rows, ctx, ep, gold, torch.cat([start, blocked], 1))
+        return Rollout(rows[span], ctx, ep, gold, torch.cat([start, blocked], 1))
 
     # ------------------------------------------------------------------ update: loss and one Adam step
     def update(self, batch: Rollout, phase: str) -> dict[str, float]:
-        o, ep = self.cfg.objective, batch.episodes
-        if phase == "imitation":
-            loss, _ = imitation_loss(
-                self.scorer, batch.ctx, ep, batch.gold, self.train.tables, self.budget, o.temperature
-            )
-            stats = {"return": float(recall_of(ep, batch.gold).mean())}
-        elif phase == "reinforce":
-            rewards = walk_rewards(ep, batch.gold, o.node_cost)
-            loss, stats = reinforce_loss(
-                self.scorer, batch.ctx, ep, rewards, self.baseline, self.budget, o.temperature, o.gamma, o.entropy_coef
-            )
-        else:
-            loss, stats = self.mdp.loss(
-                self.scorer, batch.ctx, ep, batch.gold, batch.visited, self.baseline, o.temperature
-            )
-        anchor = self.scorer.anchor_loss(batch.ctx, ep.pool_pair[ep.pool_pair >= 0])
-        total = loss + o.anchor_lambda * anchor
+        """The phase's loss and ``λ_anchor · L_anchor`` (:class:`rl.walk.parallel.WalkLoss`), one Adam step."""
+        total, stats = self.model(batch, phase, self.baseline)
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         if self.cfg.optim.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.scorer.parameters(), self.cfg.optim.max_grad_norm)
         self.optimizer.step()
-        return {**stats, "loss": float(total.detach()), "anchor": float(anchor.detach())}
+        return stats
 
     # ------------------------------------------------------------------ validation: greedy walks
     @torch.no_grad()
     def validate(self, chunk: int = 1024) -> float:
-        """Mean evidence recall of the greedy walk over the validation questions."""
+        """Mean evidence recall of the greedy walk over the validation questions (each rank walks its slice)."""
         d = self.val
         self.scorer.eval()
+        mine = self.world.shard(len(d), d.q.device)
         rec = [
-            recall_of(
-                walk(d.tables, self.scorer, d.q[lo : lo + chunk], d.entries[lo : lo + chunk], self.budget),
-                d.gold[lo : lo + chunk],
-            )
-            for lo in range(0, len(d), chunk)
+            recall_of(walk(d.tables, self.scorer, d.q[r], d.entries[r], self.budget), d.gold[r]).sum()
+            for r in mine.split(chunk)
         ]
         self.scorer.train()
-        return float(torch.cat(rec).mean()) if rec else float("nan")
+        total = torch.stack(rec).sum() if rec else torch.zeros((), device=d.q.device)
+        total = summed(self.world, d.q.device)(total.double())
+        return float(total) / len(d) if len(d) else float("nan")
 
     # ------------------------------------------------------------------ checkpoints
     def state(self, phase: int, epoch: int) -> dict[str, Any]:
@@ -328,7 +335,10 @@ class WalkTrainer:
         }
 
     def save(self, name: str, phase: int, epoch: int) -> Path | None:
-        return None if self.ckpt is None else save_checkpoint(self.ckpt / name, self.state(phase, epoch))
+        """Rank 0 writes ``name`` (the other ranks hold the same state)."""
+        if self.ckpt is None or not self.world.is_main:
+            return None
+        return save_checkpoint(self.ckpt / name, self.state(phase, epoch))
 
     def _resume(self) -> tuple[int, int]:
         """``(phase, next epoch)`` from ``last.pt``, or ``(0, 0)``."""
