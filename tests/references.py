@@ -200,10 +200,11 @@ def hybrid(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieva
     f, ids = policy.fusion, graph.node_ids
     cos = cosine_matrix(graph, [query])[0].tolist()
     lex = hand_bm25(graph, query.text, f.k1, f.b)
-    dense = sorted(range(graph.num_nodes), key=lambda v: (-cos[v], ids[v]))[: f.candidates]
+    depth = f.candidates or budget.max_nodes
+    dense = sorted(range(graph.num_nodes), key=lambda v: (-cos[v], ids[v]))[:depth]
     lexical = sorted((v for v in range(graph.num_nodes) if lex[v] > 0), key=lambda v: (-lex[v], ids[v]))
     fused: dict[int, float] = {}
-    for ranking, w in zip((dense, lexical[: f.candidates]), f.weights):
+    for ranking, w in zip((dense, lexical[:depth]), f.weights):
         for i, v in enumerate(ranking):
             fused[v] = fused.get(v, 0.0) + w / (f.k + i + 1)
     ranked = sorted(fused, key=lambda v: (-fused[v], ids[v]))
