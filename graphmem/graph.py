@@ -83,10 +83,10 @@ class MemoryGraph:
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     node_log: list[tuple] = field(default_factory=list, repr=False, compare=False)
     """Append-only record of node mutations, for structures kept across them (vector indexes):
-    ``("add", first row, count)``, ``("revise", row)`` (a new embedding), ``("remove", rows)``
-    (ascending rows before the removal; later rows shift down)."""
+    ``("add", first row, count)``, ``("revise", row)`` (a new embedding), ``("text", row)`` (a new
+    text), ``("remove", rows)`` (ascending rows before the removal; later rows shift down)."""
     indexes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    """Vector indexes over the node embeddings by name (:mod:`graphmem.vector_index`); unlike the
+    """Vector and BM25 indexes by name (:mod:`graphmem.vector_index`, :mod:`graphmem.lexical`); unlike the
     cache they survive mutations and bring themselves up to date from :attr:`node_log`."""
 
     # ------------------------------------------------------------------ construction
@@ -349,6 +349,7 @@ class MemoryGraph:
             self.node_log.append(("revise", i))
         if text is not None:
             self.texts[i] = text
+            self.node_log.append(("text", i))
         if key is not None:
             self.keys[i] = key
         if metadata is not None:

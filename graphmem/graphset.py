@@ -249,16 +249,19 @@ class GraphSet:
     def load(cls, directory: str | Path) -> GraphSet:
         """Read and verify a set written by :meth:`save` (:func:`graphmem.setformat.read_set`; no encoder needed).
 
-        Vector indexes saved with the set (``indexes/``, ``scripts/build_index.py``) are attached to
-        their graphs (:func:`graphmem.vector_index.attach_indexes`); one built for other node ids or
-        embeddings than its graph's refuses the set.
+        Vector indexes saved with the set (``indexes/``, ``scripts/build_index.py``) and BM25 indexes
+        (``lexical/``, written by every build) are attached to their graphs
+        (:func:`graphmem.vector_index.attach_indexes`, :func:`graphmem.lexical.attach_lexical`); one
+        built for other node ids, embeddings or texts than its graph's, or damaged, refuses the set.
         """
+        from graphmem.lexical import LexicalIndexError, attach_lexical
         from graphmem.vector_index import VectorIndexError, attach_indexes
 
         graphset = read_set(cls, directory)
         try:
             attach_indexes(graphset.graphs, graphset.files)
-        except VectorIndexError as err:
+            attach_lexical(graphset.graphs, graphset.files)
+        except (VectorIndexError, LexicalIndexError) as err:
             raise GraphSetError(str(err)) from None
         return graphset
 
@@ -359,6 +362,7 @@ def reuse_or_build(
     folder's write lock is held from the check to the commit, so two processes never build it at once.
     """
     from graphmem.datasets.paths import data_file
+    from graphmem.lexical import lexical_files
 
     out_dir = Path(out_dir)
     wanted = config_hash(data_cfg, graph_cfg, file_sha256(data_file(data_cfg.file, data_cfg.root)))
@@ -381,7 +385,7 @@ def reuse_or_build(
                 except GraphSetError as err:
                     status = f"rebuilt: the saved set was refused ({err})"
         graphset = build_graphset(data_cfg, graph_cfg, encoder=encoder, progress=progress)
-        graphset.save(out_dir)
+        graphset.save(out_dir, extra_files=lexical_files(graphset.graphs))  # the BM25 index of every graph
         return graphset, status
     finally:
         lock.release()

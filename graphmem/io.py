@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -116,3 +117,46 @@ def load_graph(path: str | Path, name: str | None = None) -> MemoryGraph:
         return graph.validate()
     except GraphError as err:
         raise GraphError(f"{path}: {err}") from None
+
+
+# ---------------------------------------------------------------------------- sealed numpy files
+def array_digest(payload: str, arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 over a JSON payload and every array's name and bytes (in name order)."""
+    h = hashlib.sha256(payload.encode())
+    for name in sorted(arrays):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(arrays[name]).tobytes())
+    return h.hexdigest()
+
+
+def write_sealed(path: str | Path, arrays: dict[str, np.ndarray], key: str, meta: dict[str, Any]) -> Path:
+    """Write ``arrays`` to one safetensors file, atomically, with ``meta`` as JSON under header ``key``
+    and a SHA-256 over both (the form of the index files a graph set keeps beside its graphs)."""
+    from safetensors.numpy import save_file as save_numpy
+
+    payload = json.dumps(meta, sort_keys=True)
+    header = {key: payload, "sha256": array_digest(payload, arrays)}
+    return atomic_write(path, lambda tmp: save_numpy(arrays, str(tmp), metadata=header))
+
+
+def read_sealed(
+    path: str | Path, key: str, names: set[str], what: str, error: type[Exception]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays and meta of a :func:`write_sealed` file; raises ``error`` naming the file when it is
+    unreadable, not a ``what`` file (another header key or array names) or fails its checksum."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file as load_numpy
+
+    path = Path(path)
+    try:
+        arrays = load_numpy(str(path))
+        with safe_open(str(path), framework="numpy") as f:
+            header = f.metadata() or {}
+    except (SafetensorError, OSError) as err:
+        raise error(f"{path}: not a readable {what} file ({err})") from None
+    payload = header.get(key)
+    if payload is None or set(arrays) != names:
+        raise error(f"{path}: not a graphmem {what} file")
+    if header.get("sha256") != array_digest(payload, arrays):
+        raise error(f"{path}: checksum mismatch (the file is damaged or was edited)")
+    return arrays, json.loads(payload)

@@ -37,6 +37,17 @@ def safe_name(name: str) -> str:
     return stem
 
 
+def graph_files(graphs: Mapping[str, Any], files: Mapping[str, Any], folder: str) -> list[tuple[Any, Any]]:
+    """``(graph, path)`` for each of a set's extra ``files`` named ``<folder>/<graph's safe name>/<file>``."""
+    by_stem = {safe_name(name): g for name, g in graphs.items()}
+    out = []
+    for rel, path in files.items():
+        parts = Path(rel).parts
+        if len(parts) == 3 and parts[0] == folder and parts[1] in by_stem:
+            out.append((by_stem[parts[1]], path))
+    return out
+
+
 def question_json(q: Question) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(q).items()}
 

@@ -8,7 +8,8 @@ the new events before each search:
 
 * ``add``: the new rows get fresh slots;
 * ``revise`` (a new embedding): the row's slot dies and the row gets a fresh slot;
-* ``remove``: the rows' slots die and the later rows shift down (``slot_row`` is renumbered).
+* ``remove``: the rows' slots die and the later rows shift down (``slot_row`` is renumbered);
+* ``text`` (a new text, same embedding): nothing changes.
 
 Dead slots (tombstones) stay in the FAISS structure but are excluded from every result through a
 FAISS ID selector; once they exceed ``rebuild_fraction`` of the slots the index is rebuilt. A change
@@ -30,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,6 +231,8 @@ class VectorIndex:
                 if row_slot[row] >= 0:
                     self.slot_row[row_slot[row]] = -1
                 row_slot[row] = -1
+            elif op == "text":  # the embedding is unchanged
+                continue
             elif op == "remove":
                 rows = np.asarray(event[1], dtype=np.int64)
                 if rows.size and (rows.min() < 0 or rows.max() >= row_slot.size):
@@ -297,9 +299,7 @@ class VectorIndex:
     # ------------------------------------------------------------------ files
     def save(self, path: str | Path, graph: MemoryGraph) -> Path:
         """Write the index of ``graph`` (synced first) to one safetensors file, atomically."""
-        from safetensors.numpy import save_file
-
-        from graphmem.io import atomic_write
+        from graphmem.io import write_sealed
 
         self.sync(graph)
         tensors = {"faiss": _faiss().serialize_index(self.index), "slot_row": self.slot_row}
@@ -309,30 +309,16 @@ class VectorIndex:
             "dim": self.dim,
             "graph_fingerprint": graph_fingerprint(graph),
         }
-        payload = json.dumps(meta, sort_keys=True)
-        header = {"graphmem_index": payload, "sha256": _digest(payload, tensors)}
-        return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=header))
+        return write_sealed(path, tensors, "graphmem_index", meta)
 
     @classmethod
     def load(cls, path: str | Path, graph: MemoryGraph) -> VectorIndex:
         """Read an index written by :meth:`save` for ``graph``; a damaged file or one made for
         another graph is refused with an error naming the file."""
-        from safetensors import SafetensorError, safe_open
-        from safetensors.numpy import load_file
+        from graphmem.io import read_sealed
 
         path = Path(path)
-        try:
-            tensors = load_file(str(path))
-            with safe_open(str(path), framework="numpy") as f:
-                header = f.metadata() or {}
-        except (SafetensorError, OSError) as err:
-            raise VectorIndexError(f"{path}: not a readable vector index file ({err})") from None
-        payload = header.get("graphmem_index")
-        if payload is None or set(tensors) != {"faiss", "slot_row"}:
-            raise VectorIndexError(f"{path}: not a graphmem vector index file")
-        if header.get("sha256") != _digest(payload, tensors):
-            raise VectorIndexError(f"{path}: checksum mismatch (the file is damaged or was edited)")
-        meta = json.loads(payload)
+        tensors, meta = read_sealed(path, "graphmem_index", {"faiss", "slot_row"}, "vector index", VectorIndexError)
         if meta.get("format_version") != FORMAT_VERSION:
             raise VectorIndexError(f"{path}: format_version {meta.get('format_version')!r} is not {FORMAT_VERSION}")
         if meta["graph_fingerprint"] != graph_fingerprint(graph):
@@ -343,14 +329,6 @@ class VectorIndex:
             raise VectorIndexError(f"{path}: field 'slot_row' does not match the index ({index.ntotal} vectors)")
         out._mark_synced(graph)
         return out
-
-
-def _digest(payload: str, tensors: Mapping[str, np.ndarray]) -> str:
-    h = hashlib.sha256(payload.encode())
-    for name in sorted(tensors):
-        h.update(name.encode())
-        h.update(np.ascontiguousarray(tensors[name]).tobytes())
-    return h.hexdigest()
 
 
 def _new_index(spec: IndexSpec, dim: int, n: int):
@@ -401,16 +379,10 @@ def index_files(graphs: Mapping[str, MemoryGraph], spec: IndexSpec | None = None
 def attach_indexes(graphs: Mapping[str, MemoryGraph], files: Mapping[str, str | Path]) -> int:
     """Load the index files among a graph set's ``files`` (relative path -> path) into their graphs'
     ``graph.indexes``; returns how many. Each is checked against its graph (:meth:`VectorIndex.load`)."""
-    from graphmem.setformat import safe_name
+    from graphmem.setformat import graph_files
 
-    by_stem = {safe_name(name): g for name, g in graphs.items()}
-    count = 0
-    for rel, path in files.items():
-        parts = Path(rel).parts
-        if len(parts) != 3 or parts[0] != INDEX_DIR or parts[1] not in by_stem:
-            continue
-        graph = by_stem[parts[1]]
+    pairs = graph_files(graphs, files, INDEX_DIR)
+    for graph, path in pairs:
         index = VectorIndex.load(path, graph)
         graph.indexes[index.spec.key] = index
-        count += 1
-    return count
+    return len(pairs)

@@ -1,7 +1,7 @@
 """Traversal policies. Importing this package registers every built-in policy (the one registration
 mechanism: the :func:`register_policy` decorator, run when a policy's module is imported)."""
 
-from graphmem.policies import beta_bfs, dense_topk, gnn, ppr, router, uniform_bfs  # noqa: E402,F401,I001  (register)
+from graphmem.policies import beta_bfs, bm25, dense_topk, gnn, hybrid, ppr, router, uniform_bfs  # noqa: E402,F401,I001  (register)
 from graphmem.policies.base import (
     POLICIES,
     Budget,

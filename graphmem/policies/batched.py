@@ -9,7 +9,7 @@ implementations (``tests/references.py``), trace included.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -18,6 +18,9 @@ from graphmem.csr import csr_positions  # noqa: F401  (re-exported for the polic
 from graphmem.graph import MemoryGraph
 from graphmem.policies.tables import csr
 from graphmem.policies.types import Budget, RetrievalBatch
+
+if TYPE_CHECKING:
+    pass
 
 # expand(rows [M], nodes [M]) -> (targets [M, k], edges [M, k]): the children to push, -1 padded
 ExpandBatch = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
@@ -89,7 +92,7 @@ def compact_left(values: Tensor, *others: Tensor, keep: Tensor | None = None) ->
 
 
 # ---------------------------------------------------------------------------- budget admission
-def load_under_budget(graph: MemoryGraph, ranked: Sequence[int], budget: Budget) -> tuple[list[int], int]:
+def load_under_budget(graph: MemoryGraph, ranked: Iterable[int], budget: Budget) -> tuple[list[int], int]:
     """Load nodes in ``ranked`` order, skipping any that would break the node or token budget."""
     tokens = graph.node_tokens()
     loaded, used, seen = [], 0, set()
@@ -104,6 +107,31 @@ def load_under_budget(graph: MemoryGraph, ranked: Sequence[int], budget: Budget)
             loaded.append(v)
             used += t
     return loaded, used
+
+
+def load_rankings(
+    scope, rankings: Sequence[tuple[Iterable[int], Mapping[int, float]]], budget: Budget
+) -> RetrievalBatch:
+    """Flat retrieval: query ``b`` of ``scope`` loads its ranking (rows of its own graph, best first)
+    with :func:`load_under_budget`; ``rankings[b] = (rows, score of each ranked row)``, a row missing
+    from the scores reporting 0. Entries are the first ``max_entries`` loaded nodes."""
+    dev, queries, loaded, scores, used = scope.device, [], [], [], []
+    for b, (rows, score) in enumerate(rankings):
+        own = scope.batch.graphs[int(scope.comp[b])]
+        picked, tokens = load_under_budget(own, rows, budget)
+        queries += [b] * len(picked)
+        loaded += picked
+        scores += [float(score.get(v, 0.0)) for v in picked]
+        used.append(tokens)
+    query = torch.tensor(queries, dtype=torch.long, device=dev)
+    local = torch.tensor(loaded, dtype=torch.long, device=dev)
+    return RetrievalBatch(
+        budget.max_entries,
+        torch.tensor(used, dtype=torch.long, device=dev),
+        query,
+        local + scope.node_offset[query] if local.numel() else local,
+        scores=torch.tensor(scores, dtype=torch.float32, device=dev),
+    )
 
 
 def greedy_admit(

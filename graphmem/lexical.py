@@ -1,0 +1,367 @@
+"""Okapi BM25 over a graph's node texts: one inverted index per graph, kept in step with its mutations.
+
+Tokenizer (:func:`tokenize`, ``TOKENIZER_NAME``): the text is lowercased (``str.lower``); a token is
+a maximal run of Unicode letters and digits (regex ``[^\\W_]+``: punctuation, whitespace and ``_``
+separate tokens, so ``"don't"`` gives ``don``, ``t`` and ``"2023-05-08"`` gives ``2023``, ``05``,
+``08``); tokens in :data:`STOP_WORDS` (English function words and single letters) are dropped. No
+stemming: ``painting`` and ``paint`` are different terms.
+
+Scoring: rows are node rows, the document of row ``d`` is the token list of its text, ``|d|`` its
+length, ``avgdl`` the mean length over the ``N`` rows and ``df(t)`` the number of rows holding ``t``::
+
+    idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))         (Lucene's non-negative IDF)
+    score(q, d) = sum over distinct t in q of
+                  idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
+
+with ``k1 = 1.5``, ``b = 0.75`` by default. A query term counts once however often it repeats, so
+``max_score(q) = sum_t idf(t) * (k1 + 1)`` over the query's distinct in-vocabulary terms (those held
+by at least one row) bounds every score of ``q`` from above. This is the variant ``bm25s`` calls
+``lucene``; ``scripts/bench_lexical.py`` checks the scores against it and a hand computation.
+
+Storage: the rows' term ids and frequencies in CSR form (``indptr``, ``terms`` sorted within each
+row, ``tf``). :meth:`BM25Index.scores` finds ``tf(t, d)`` by binary search in the sorted keys
+``d * V + t``, so scoring given rows costs ``O(len(rows) * |q| * log nnz)``; :meth:`BM25Index.top_k`
+reads the postings of the query terms only (the rows that hold none score 0 and are not returned).
+Mutations (:meth:`add`, :meth:`revise`, :meth:`remove`) rewrite the arrays and recompute the
+weights lazily, on the next query (``O(nnz)``: ``N`` and ``avgdl`` change every weight).
+
+A graph's index lives in ``graph.indexes`` (:func:`bm25_for`); :meth:`BM25Index.sync` replays the
+graph's :attr:`~graphmem.graph.MemoryGraph.node_log` (``add``, ``text``, ``remove``) before each use,
+and rebuilds when the texts changed in a way the log does not explain. Saved without pickle
+(:meth:`save` / :meth:`load`): one safetensors file with the arrays and the vocabulary (UTF-8,
+newline separated), a header with ``k1``, ``b``, the tokenizer name, a fingerprint of the graph's
+node ids and texts and a SHA-256 over header and arrays; a damaged file or one made for another
+graph is refused with an error naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from graphmem.graph import MemoryGraph
+
+TOKENIZER_NAME = "lower-alnum-stop-v1"
+FORMAT_VERSION = 1
+_WORD = re.compile(r"[^\W_]+")
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just me more most
+    my myself no nor not of off on once only or other our ours ourselves out over own same she should so
+    some such than that the their theirs them themselves then there these they this those through to too
+    under until up very was we were what when where which while who whom why will with would you your
+    yours yourself yourselves b c d e f g h j k l m n o p q r s t u v w x y z""".split()
+)
+
+
+class LexicalIndexError(ValueError):
+    """A BM25 index file or setting is invalid; the message names the file or field."""
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercased runs of letters and digits, stop words dropped (module docstring)."""
+    return [t for t in _WORD.findall(text.lower()) if t not in STOP_WORDS]
+
+
+def text_fingerprint(graph: MemoryGraph) -> str:
+    """SHA-256 of the node ids and texts in row order: which graph a BM25 index is for."""
+    h = hashlib.sha256()
+    for nid, text in zip(graph.node_ids, graph.texts):
+        h.update(nid.encode() + b"\x1f" + text.encode() + b"\x1e")
+    return h.hexdigest()
+
+
+class BM25Index:
+    """BM25 over rows of texts (see module docstring). Build with :meth:`build` or :func:`bm25_for`."""
+
+    def __init__(self, tokens: list[str], indptr: np.ndarray, terms: np.ndarray, tf: np.ndarray, k1: float, b: float):
+        if not (isinstance(k1, (int, float)) and k1 >= 0) or not (isinstance(b, (int, float)) and 0 <= b <= 1):
+            raise LexicalIndexError(f"BM25Index: need k1 >= 0 and 0 <= b <= 1, got k1={k1!r}, b={b!r}")
+        self.k1, self.b = float(k1), float(b)
+        self.tokens = list(tokens)
+        self.vocab = {t: i for i, t in enumerate(self.tokens)}
+        self.indptr, self.terms, self.tf = indptr.astype(np.int64), terms.astype(np.int64), tf.astype(np.int64)
+        self._derived: dict[str, np.ndarray] | None = None
+        self._mark: tuple | None = None  # (log length, texts list) when last synced with a graph
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def build(cls, texts: Sequence[str], k1: float = 1.5, b: float = 0.75) -> BM25Index:
+        """Index ``texts`` (row ``i`` = ``texts[i]``)."""
+        out = cls([], np.zeros(1, dtype=np.int64), np.empty(0, np.int64), np.empty(0, np.int64), k1, b)
+        out.add(texts)
+        return out
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.indptr.size - 1)
+
+    def _encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted distinct term ids of ``text`` (new tokens join the vocabulary) and their counts."""
+        ids = []
+        for t in tokenize(text):
+            if t not in self.vocab:
+                self.vocab[t] = len(self.tokens)
+                self.tokens.append(t)
+            ids.append(self.vocab[t])
+        terms, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
+        return terms, counts.astype(np.int64)
+
+    def _assemble(self, source: Sequence[int], fresh: Mapping[int, str]) -> None:
+        """New rows: row ``i`` is old row ``source[i]``, or the text ``fresh[i]`` where ``source[i] < 0``."""
+        terms, tf, lengths = [], [], []
+        for i, old in enumerate(source):
+            if old >= 0:
+                lo, hi = self.indptr[old], self.indptr[old + 1]
+                t, c = self.terms[lo:hi], self.tf[lo:hi]
+            else:
+                t, c = self._encode(fresh[i])
+            terms.append(t)
+            tf.append(c)
+            lengths.append(t.size)
+        self.indptr = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+        self.terms = np.concatenate(terms) if terms else np.empty(0, np.int64)
+        self.tf = np.concatenate(tf) if tf else np.empty(0, np.int64)
+        self._derived = None
+
+    # ------------------------------------------------------------------ mutations
+    def add(self, texts: Sequence[str]) -> None:
+        """Append one row per text."""
+        n = self.num_rows
+        self._assemble(list(range(n)) + [-1] * len(texts), {n + j: t for j, t in enumerate(texts)})
+
+    def revise(self, row: int, text: str) -> None:
+        """Replace the text of ``row``."""
+        self._check_rows([row], "revise")
+        self._assemble([-1 if i == row else i for i in range(self.num_rows)], {row: text})
+
+    def remove(self, rows: Sequence[int]) -> None:
+        """Delete ``rows``; later rows shift down (as :meth:`MemoryGraph.remove_nodes`)."""
+        self._check_rows(rows, "remove")
+        drop = set(int(r) for r in rows)
+        self._assemble([i for i in range(self.num_rows) if i not in drop], {})
+
+    def _check_rows(self, rows: Sequence[int], what: str) -> None:
+        bad = [int(r) for r in rows if not 0 <= int(r) < self.num_rows]
+        if bad:
+            raise LexicalIndexError(f"BM25Index.{what}: row {bad[0]} is not one of {self.num_rows} rows")
+
+    # ------------------------------------------------------------------ derived arrays
+    def _d(self) -> dict[str, np.ndarray]:
+        """Per-term IDF, per-entry BM25 weight, sorted row-term keys and postings (rebuilt after a mutation)."""
+        if self._derived is None:
+            n, v = self.num_rows, len(self.tokens)
+            row = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))
+            df = np.bincount(self.terms, minlength=v)
+            length = np.bincount(row, weights=self.tf, minlength=n)
+            avgdl = float(length.mean()) if n and length.sum() else 1.0
+            idf = np.log1p((n - df + 0.5) / (df + 0.5))
+            norm = self.k1 * (1.0 - self.b + self.b * length / avgdl)
+            weight = idf[self.terms] * self.tf * (self.k1 + 1.0) / (self.tf + norm[row])
+            order = np.argsort(self.terms, kind="stable")
+            self._derived = {
+                "df": df,
+                "idf": idf,
+                "weight": weight,
+                "keys": row * max(v, 1) + self.terms,  # ascending: CSR order is (row, term)
+                "post_ptr": np.concatenate([[0], np.cumsum(df)]),
+                "post_row": row[order],
+                "post_weight": weight[order],
+            }
+        return self._derived
+
+    def _query_terms(self, query: str) -> np.ndarray:
+        """Distinct in-vocabulary term ids of ``query`` (held by at least one row), ascending."""
+        df = self._d()["df"]
+        ids = {self.vocab[t] for t in tokenize(query) if t in self.vocab}
+        return np.asarray(sorted(i for i in ids if df[i] > 0), dtype=np.int64)
+
+    # ------------------------------------------------------------------ queries
+    def idf(self, token: str) -> float:
+        """``idf(token)`` (module docstring); 0 for a token no row holds."""
+        i = self.vocab.get(token)
+        d = self._d()
+        return float(d["idf"][i]) if i is not None and d["df"][i] > 0 else 0.0
+
+    def max_score(self, query: str) -> float:
+        """``sum_t idf(t) * (k1 + 1)`` over the distinct in-vocabulary terms of ``query``: above every score."""
+        return float(self._d()["idf"][self._query_terms(query)].sum() * (self.k1 + 1.0))
+
+    def scores(self, query: str, rows: Tensor) -> Tensor:
+        """BM25 scores of ``query`` for the given ``rows`` (any shape; ``-1`` padding scores 0), float32.
+
+        Costs ``O(rows.numel() * |q| * log nnz)``: no pass over the other rows.
+        """
+        r = torch.as_tensor(rows).detach().cpu().numpy().astype(np.int64)
+        if r.size and int(r.max()) >= self.num_rows:
+            raise LexicalIndexError(f"BM25Index.scores: row {int(r.max())} is not one of {self.num_rows} rows")
+        q, d = self._query_terms(query), self._d()
+        out = np.zeros(r.shape, dtype=np.float64)
+        if q.size and r.size and d["keys"].size:
+            keys = np.maximum(r, 0)[..., None] * max(len(self.tokens), 1) + q
+            pos = np.minimum(np.searchsorted(d["keys"], keys), d["keys"].size - 1)
+            hit = (d["keys"][pos] == keys) & (r >= 0)[..., None]
+            out = np.where(hit, d["weight"][pos], 0.0).sum(-1)
+        return torch.from_numpy(out.astype(np.float32))
+
+    def rank(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, scores)`` of every row holding a query term, by (score desc, row asc)."""
+        q, d = self._query_terms(query), self._d()
+        if not q.size:
+            return np.empty(0, np.int64), np.empty(0, np.float64)
+        ptr = d["post_ptr"]
+        pos = np.concatenate([np.arange(ptr[t], ptr[t + 1]) for t in q])
+        rows, inverse = np.unique(d["post_row"][pos], return_inverse=True)
+        score = np.bincount(inverse, weights=d["post_weight"][pos], minlength=rows.size)
+        order = np.lexsort((rows, -score))
+        return rows[order], score[order]
+
+    def top_k(self, queries: Sequence[str], k: int) -> tuple[Tensor, Tensor]:
+        """``(scores [Q, k] float32, rows [Q, k] long)``: each query's ``k`` best rows by (score desc,
+        row asc); rows that hold no query term are left out, so a row list may end in ``-1`` rows
+        with ``-inf`` scores."""
+        scores = torch.full((len(queries), k), float("-inf"))
+        rows = torch.full((len(queries), k), -1, dtype=torch.long)
+        for i, query in enumerate(queries):
+            r, s = self.rank(query)
+            m = min(k, r.size)
+            rows[i, :m] = torch.from_numpy(r[:m])
+            scores[i, :m] = torch.from_numpy(s[:m].astype(np.float32))
+        return scores, rows
+
+    # ------------------------------------------------------------------ keeping up with a graph
+    def _mark_synced(self, graph: MemoryGraph) -> None:
+        self._mark = (len(graph.node_log), graph.texts, list(graph.texts))
+
+    def sync(self, graph: MemoryGraph) -> None:
+        """Replay the graph's node mutations since the last sync: ``add`` and ``text`` events index
+        the rows' current texts, ``remove`` drops rows, and a kept row whose text is no longer the
+        one indexed (a texts list assigned directly) is indexed anew; a log that does not explain
+        the graph's rows rebuilds the index. While the log and the texts list are those of the last
+        sync nothing is checked: edit texts through :meth:`MemoryGraph.revise_node`."""
+        mark = self._mark
+        if mark is not None and mark[0] == len(graph.node_log) and mark[1] is graph.texts:
+            if self.num_rows == graph.num_nodes:
+                return
+        source = self._replay(graph)
+        if source is None:
+            fresh = BM25Index.build(graph.texts, self.k1, self.b)
+            self.tokens, self.vocab = fresh.tokens, fresh.vocab
+            self.indptr, self.terms, self.tf, self._derived = fresh.indptr, fresh.terms, fresh.tf, None
+        else:
+            seen = mark[2]
+            source = [s if s >= 0 and seen[s] == graph.texts[i] else -1 for i, s in enumerate(source)]
+            if source != list(range(self.num_rows)):
+                self._assemble(source, {i: graph.texts[i] for i, s in enumerate(source) if s < 0})
+        self._mark_synced(graph)
+
+    def _replay(self, graph: MemoryGraph) -> list[int] | None:
+        """Old row (or -1: index anew) of every current row of ``graph``, from its log; ``None``
+        when the log does not explain the graph's rows."""
+        if self._mark is None or self._mark[0] > len(graph.node_log) or len(self._mark[2]) != self.num_rows:
+            return None
+        source = list(range(self.num_rows))
+        for event in graph.node_log[self._mark[0] :]:
+            op = event[0]
+            if op == "add" and event[1] == len(source):
+                source += [-1] * event[2]
+            elif op == "text" and 0 <= event[1] < len(source):
+                source[event[1]] = -1
+            elif op == "remove" and all(0 <= r < len(source) for r in event[1]):
+                drop = set(event[1])
+                source = [s for i, s in enumerate(source) if i not in drop]
+            elif op != "revise":  # a new embedding only
+                return None
+        return source if len(source) == graph.num_nodes == len(graph.texts) else None
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | Path, graph: MemoryGraph) -> Path:
+        """Write the index of ``graph`` (synced first) to one safetensors file, atomically."""
+        from graphmem.io import write_sealed
+
+        self.sync(graph)
+        tensors = {
+            "indptr": self.indptr,
+            "terms": self.terms,
+            "tf": self.tf,
+            "vocab": np.frombuffer("\n".join(self.tokens).encode(), dtype=np.uint8).copy(),
+        }
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "tokenizer": TOKENIZER_NAME,
+            "k1": self.k1,
+            "b": self.b,
+            "graph_fingerprint": text_fingerprint(graph),
+        }
+        return write_sealed(path, tensors, "graphmem_bm25", meta)
+
+    @classmethod
+    def load(cls, path: str | Path, graph: MemoryGraph) -> BM25Index:
+        """Read an index written by :meth:`save` for ``graph``; a damaged file, another tokenizer's
+        or one made for another graph is refused with an error naming the file."""
+        from graphmem.io import read_sealed
+
+        path = Path(path)
+        names = {"indptr", "terms", "tf", "vocab"}
+        tensors, meta = read_sealed(path, "graphmem_bm25", names, "BM25 index", LexicalIndexError)
+        for key, want in (("format_version", FORMAT_VERSION), ("tokenizer", TOKENIZER_NAME)):
+            if meta.get(key) != want:
+                raise LexicalIndexError(f"{path}: {key} {meta.get(key)!r} is not {want!r}; rebuild the graph set")
+        if meta.get("graph_fingerprint") != text_fingerprint(graph):
+            raise LexicalIndexError(f"{path}: the index was built for another graph (node ids or texts differ)")
+        vocab = tensors["vocab"].tobytes().decode().split("\n") if tensors["vocab"].size else []
+        out = cls(vocab, tensors["indptr"], tensors["terms"], tensors["tf"], meta["k1"], meta["b"])
+        if out.num_rows != graph.num_nodes or (out.terms.size and int(out.terms.max()) >= len(vocab)):
+            raise LexicalIndexError(f"{path}: arrays do not match the graph ({graph.num_nodes} nodes)")
+        out._mark_synced(graph)
+        return out
+
+
+def index_key(k1: float = 1.5, b: float = 0.75) -> str:
+    """Name of a BM25 index in :attr:`MemoryGraph.indexes`."""
+    return f"bm25-k1-{k1:g}-b-{b:g}"
+
+
+def bm25_for(graph: MemoryGraph, k1: float = 1.5, b: float = 0.75) -> BM25Index:
+    """The graph's BM25 index from ``graph.indexes`` (built on first use), synced with the graph."""
+    index = graph.indexes.get(index_key(k1, b))
+    if index is None:
+        index = graph.indexes[index_key(k1, b)] = BM25Index.build(graph.texts, k1, b)
+        index._mark_synced(graph)
+    index.sync(graph)
+    return index
+
+
+# ---------------------------------------------------------------------------- with a graph set
+LEXICAL_DIR = "lexical"
+
+
+def lexical_files(graphs: Mapping[str, MemoryGraph], k1: float = 1.5, b: float = 0.75) -> dict[str, Any]:
+    """``{lexical/<safe name>/<key>.safetensors: write(path)}`` for every graph: the form in which a
+    graph set takes further files to list, checksum and commit with its graphs."""
+    from graphmem.setformat import safe_name
+
+    return {
+        f"{LEXICAL_DIR}/{safe_name(name)}/{index_key(k1, b)}.safetensors": (
+            lambda path, g=g: bm25_for(g, k1, b).save(path, g)
+        )
+        for name, g in graphs.items()
+    }
+
+
+def attach_lexical(graphs: Mapping[str, MemoryGraph], files: Mapping[str, str | Path]) -> int:
+    """Load the BM25 files among a graph set's ``files`` into their graphs' ``graph.indexes``; returns how many."""
+    from graphmem.setformat import graph_files
+
+    pairs = graph_files(graphs, files, LEXICAL_DIR)
+    for graph, path in pairs:
+        index = BM25Index.load(path, graph)
+        graph.indexes[index_key(index.k1, index.b)] = index
+    return len(pairs)
