@@ -235,7 +235,7 @@ class PersonalizedPageRank(TraversalPolicy):
         method: ``"push"`` (local forward push, bounded per query) or ``"power"`` (global power
             iteration, the oracle) (default: ``"push"``).
         epsilon: push residual threshold: ``u`` is pushed while ``r_u >= epsilon * max(out-degree, 1)``
-            (default: ``1e-5``).
+            (default: ``3e-4``).
         tol: power iteration: per-column L1 stopping tolerance (default: ``1e-8``).
         max_iter: most power iterations, or push rounds (default: ``200``).
         relation_weights: multiplier per relation name (default: ``None``, all 1).
@@ -252,7 +252,7 @@ class PersonalizedPageRank(TraversalPolicy):
         self,
         alpha: float = 0.15,
         method: str = "push",
-        epsilon: float = 1e-5,
+        epsilon: float = 3e-4,
         tol: float = 1e-8,
         max_iter: int = 200,
         relation_weights: dict[str, float] | None = None,
