@@ -142,7 +142,7 @@ def push_retrieval(
     """The ``ppr`` retrievals from :func:`forward_push`: for entry rows ``entries`` ``[B, K]`` (``-1``
     padded, restart uniform over each row's entries), the pushed nodes (``p > 0``) within ``max_hops``
     hops of an entry (:func:`~graphmem.policies.subgraph.ball` over the positive-strength edges) by
-    ``(-p, id_rank)``, loaded with :func:`~graphmem.policies.batched.greedy_admit`. Edges considered: the
+    ``(-p, id_rank)``, loaded by :func:`_admit_windows`. Edges considered: the
     out-edges of the loaded nodes; traversed: those between two loaded nodes of the same query."""
     b, n, dev = entries.shape[0], table.rowptr.numel() - 1, entries.device
     q, slot = (entries >= 0).nonzero(as_tuple=True)
@@ -162,9 +162,7 @@ def push_retrieval(
     width = int(counts.max()) if cq.numel() else 0
     slots = torch.full((b, width), -1, dtype=torch.long, device=dev)
     slots[cq, col] = torch.arange(cq.numel(), device=dev)
-    valid = slots >= 0
-    zero = torch.zeros(b, dtype=torch.long, device=dev)
-    admit, used, _ = greedy_admit(tokens[cv[slots.clamp(min=0)]], valid, zero, zero, budget)
+    admit, used = _admit_windows(slots, tokens[cv], budget)
     taken = slots[admit]  # row-major: per query, in load order
     lq, lv = cq[taken], cv[taken]
     seg, edges = csr_values(*out_csr, lv)
@@ -172,3 +170,26 @@ def push_retrieval(
     loaded_keys, _ = torch.sort(lq * n + lv)
     hit, _ = lookup(loaded_keys, eq * n + edge_dst[edges])
     return RetrievalBatch(entries, used, lq, lv, cd[taken], (eq, edges), (eq[hit], edges[hit]), cp[taken])
+
+
+def _admit_windows(slots: Tensor, tokens: Tensor, budget: Budget) -> tuple[Tensor, Tensor]:
+    """:func:`~graphmem.policies.batched.greedy_admit` of the ranked candidates ``slots`` ``[B, W]``
+    (indices into ``tokens``, ``-1`` padded at the end of each row), read in windows: the first
+    ``max_nodes`` places, then four times as many each round, a row taking another window only while
+    it is below ``max_nodes``, its last window held candidates only and its smallest candidate still
+    fits. Returns ``(admitted [B, W] bool, used tokens [B])``."""
+    (b, width), dev = slots.shape, slots.device
+    admitted = torch.zeros(b, width, dtype=torch.bool, device=dev)
+    used = torch.zeros(b, dtype=torch.long, device=dev)
+    count = torch.zeros(b, dtype=torch.long, device=dev)
+    smallest = int(tokens.min()) if tokens.numel() else 0
+    rows, start, stop = torch.arange(b, device=dev), 0, min(width, budget.max_nodes)
+    while rows.numel() and start < width:
+        block = slots[rows, start:stop]
+        valid = block >= 0
+        admit, used_r, count_r = greedy_admit(tokens[block.clamp(min=0)], valid, used[rows], count[rows], budget)
+        admitted[rows, start:stop] = admit
+        used[rows], count[rows] = used_r, count_r
+        rows = rows[(count_r < budget.max_nodes) & valid[:, -1] & (used_r + smallest <= budget.max_tokens)]
+        start, stop = stop, min(width, 4 * stop)
+    return admitted, used
