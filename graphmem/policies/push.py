@@ -95,36 +95,37 @@ def forward_push(
     order = torch.argsort(seed_key)
     seed_key, seed_w = seed_key[order], weight[order].double()
     seed_ptr = torch.searchsorted(seed_key // n, torch.arange(num_queries + 1, device=dev))
-    key, r = seed_key, seed_w.clone()
+    key, qry, node, r = seed_key, seed_key // n, seed_key % n, seed_w.clone()
     p = torch.zeros_like(r)
     rows_read = torch.zeros(num_queries, dtype=torch.float64, device=dev)
     rounds = 0
     while rounds < max_rounds:
-        v = key % n
-        active = r >= epsilon * table.cost[v]
+        active = r >= epsilon * table.cost[node]
         if not bool(active.any()):
             break
         rounds += 1
-        ak, ar = key[active], r[active]
-        aq, av = ak // n, ak % n
+        aq, av, ar = qry[active], node[active], r[active]
         p = p + alpha * torch.where(active, r, 0.0)
         r = r.masked_fill(active, 0.0)
         rows_read.index_add_(0, aq, table.cost[av])
         mass = (1.0 - alpha) * ar
         seg, pos = csr_positions(table.rowptr, av)
-        new_key, new_r = [aq[seg] * n + table.col[pos]], [mass[seg] * table.prob[pos]]
+        new_q, new_v, new_r = [aq[seg]], [table.col[pos]], [mass[seg] * table.prob[pos]]
         dangling = table.rowptr[av + 1] == table.rowptr[av]
         if bool(dangling.any()):  # mass of a dangling node returns to its query's restart vector
             dq, dm = aq[dangling], mass[dangling]
             seg, at = csr_positions(seed_ptr, dq)
-            new_key.append(seed_key[at])
+            new_q.append(dq[seg])
+            new_v.append(seed_key[at] - dq[seg] * n)
             new_r.append(dm[seg] * seed_w[at])
-        key, inverse = torch.unique(torch.cat([key, *new_key]), return_inverse=True)
+        all_q, all_v = torch.cat([qry, *new_q]), torch.cat([node, *new_v])
+        key, inverse = torch.unique(all_q * n + all_v, return_inverse=True)
+        qry = torch.empty_like(key).scatter_(0, inverse, all_q)
+        node = torch.empty_like(key).scatter_(0, inverse, all_v)
         r = torch.zeros(key.numel(), dtype=torch.float64, device=dev).index_add_(0, inverse, torch.cat([r, *new_r]))
         p = torch.zeros_like(r).index_add_(0, inverse[: p.numel()], p)
-    q = key // n
-    mass = torch.zeros(num_queries, dtype=torch.float64, device=dev).index_add_(0, q, r)
-    return PushResult(q, key % n, p, r, mass, rounds, rows_read)
+    mass = torch.zeros(num_queries, dtype=torch.float64, device=dev).index_add_(0, qry, r)
+    return PushResult(qry, node, p, r, mass, rounds, rows_read)
 
 
 def push_retrieval(

@@ -52,17 +52,26 @@ def ball(
     """
     keys = torch.unique(query * num_nodes + node)
     dist = torch.zeros_like(keys)
-    frontier = keys
+    fq, fv = keys // num_nodes, keys % num_nodes
     for h in range(1, radius + 1):
-        if frontier.numel() == 0:
+        if fv.numel() == 0:
             break
-        seg, pos = csr_positions(rowptr, frontier % num_nodes)
-        reached = torch.unique((frontier // num_nodes)[seg] * num_nodes + col[pos])
-        frontier = reached[~torch.isin(reached, keys)]
-        keys, dist = torch.cat([keys, frontier]), torch.cat([dist, torch.full_like(frontier, h)])
+        seg, pos = csr_positions(rowptr, fv)
+        rq, rv = fq[seg], col[pos]
+        reached, first = _first_of_each(rq * num_nodes + rv)
+        new = ~torch.isin(reached, keys)
+        fq, fv = rq[first[new]], rv[first[new]]
+        keys, dist = torch.cat([keys, reached[new]]), torch.cat([dist, torch.full_like(fv, h)])
     order = torch.argsort(keys)
     keys, dist = keys[order], dist[order]
     return keys // num_nodes, keys % num_nodes, dist
+
+
+def _first_of_each(keys: Tensor) -> tuple[Tensor, Tensor]:
+    """``(distinct sorted keys, position in keys of one occurrence of each)``."""
+    distinct, inverse = torch.unique(keys, return_inverse=True)
+    first = torch.empty_like(distinct).scatter_(0, inverse, torch.arange(keys.numel(), device=keys.device))
+    return distinct, first
 
 
 def lookup(sorted_keys: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
