@@ -15,8 +15,11 @@ With ``neighbourhood`` (the default) training runs on the neighbourhoods the ``g
 of its entries (every node the walk can score), the reader runs on a batch of subgraphs, one per
 question, holding every edge incident to a node within ``L - 1`` undirected hops of ``C``
 (:func:`graphmem.policies.subgraph.query_subgraphs`, so each candidate's score is its full-graph
-score), and the losses compare the candidates only (gold outside ``C`` cannot be loaded). Without
-it, every node of the graph is scored and compared, as one full-graph pass per batch.
+score; where the subgraphs would cover most of a small graph, one shared full-graph pass gives the
+same scores cheaper, :func:`candidate_scores`), and the losses compare the candidates only (gold
+outside ``C`` cannot be loaded). Without it, every node of the graph is scored and compared. The
+validation recall is that of the policy's walk either way (``method: ball`` and ``full`` load the
+same nodes).
 
 The reported metric is evidence recall of the ``gnn`` policy's walk under a :class:`Budget`
 (``|loaded ∩ gold| / |gold|``, averaged over questions). It is computed for all queries of a graph
@@ -80,7 +83,7 @@ class GNNTrainConfig:
     device: str = "cpu"
     """where the reader trains"""
     neighbourhood: bool = True
-    """train and validate on the neighbourhoods the policy reads (module docstring); false: full-graph passes"""
+    """train on the neighbourhoods the policy reads, losses over its candidates (module docstring); false: every node"""
 
 
 @dataclass
@@ -159,10 +162,16 @@ def _batch_scores(reader: GNNReader, ex: ReaderExample, rows: list[int], device)
 
 
 def candidate_scores(
-    reader: GNNReader, ex: ReaderExample, rows: list[int], budget: Budget, device
+    reader: GNNReader, ex: ReaderExample, rows: list[int], budget: Budget, device, max_share: float = 0.5
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(query [C], node [C], scores [C])``: the reader's scores of the candidates of questions ``rows``
-    (batch positions ``0 .. len(rows) - 1``), from one pass over their batch of subgraphs (module docstring)."""
+    (batch positions ``0 .. len(rows) - 1``), from one pass over their batch of subgraphs (module docstring).
+
+    The subgraphs give each candidate its full-graph score, so where together they hold more than
+    ``max_share * B * E`` edges (``B`` questions over ``E`` edges: the neighbourhoods cover most of
+    a small graph) the candidates' scores are read from one full-graph pass with ``B`` columns instead,
+    which shares the edges among the questions: the same scores, at less cost.
+    """
     g, n = ex.graph, ex.graph.num_nodes
     pairs = [(b, v) for b, i in enumerate(rows) for v in ex.entries[i][: budget.max_entries]]
     query = torch.tensor([b for b, _ in pairs], dtype=torch.long, device=device)
@@ -171,6 +180,8 @@ def candidate_scores(
     hops = budget.max_hops if budget.top_k_neighbors > 0 else 0
     cq, cn, _ = ball(rowptr, g.edge_index[1].to(device)[perm], query, node, hops, n)
     sub = query_subgraphs(g, cq, cn, reader.config.num_layers)
+    if sub.edge.numel() > max_share * len(rows) * g.num_edges:
+        return cq, cn, _batch_scores(reader, ex, rows, device)[cq, cn]
     start, _ = lookup(torch.unique(query * n + node), sub.query * n + sub.node)
     return cq, cn, ball_scores(reader, g, ex.query_embeddings[rows].to(device), sub, start)
 
@@ -312,7 +323,7 @@ def train_reader(
             total += loss.item()
         row = {"epoch": epoch, "loss": total / max(len(batches), 1), "train_s": time.perf_counter() - t0}
         if val:
-            row["val_recall"] = evidence_recall(reader, val, budget, cfg.device, cfg.eval_chunk, cfg.neighbourhood)
+            row["val_recall"] = evidence_recall(reader, val, budget, cfg.device, cfg.eval_chunk)
             if row["val_recall"] > best_val:
                 best_val, best_state = (
                     row["val_recall"],

@@ -99,3 +99,30 @@ def test_ball_work_per_query_does_not_grow_with_the_graph():
         read.append(sum(edges))
         assert sum(edges) < 0.2 * g.num_edges or n == 10_000
     assert read[1] <= 1.5 * read[0]
+
+
+def test_training_scores_candidates_as_the_full_pass_does():
+    """The subgraph batch and the shared full-graph pass give the candidates the same scores and the
+    same loss; the candidates are the nodes within max_hops out-edge hops of the entries."""
+    from rl.gnn_train import GNNTrainConfig, ReaderExample, candidate_loss, candidate_scores
+
+    torch.manual_seed(3)
+    g = random_graph(n=400, seed=7, extra_edges=500)
+    reader = GNNReader(input_dim=8, hidden_dim=5, num_layers=2)
+    entries = [[0, 9], [31], [77, 5, 200]]
+    ex = ReaderExample(g, torch.randn(3, 8), entries, [[1, 2], [3], [4, 5]])
+    budget = Budget(max_entries=3, max_hops=2)
+    rows = [0, 1, 2]
+    q1, n1, sub_scores = candidate_scores(reader, ex, rows, budget, "cpu", max_share=float("inf"))
+    q2, n2, full_scores = candidate_scores(reader, ex, rows, budget, "cpu", max_share=0.0)
+    assert torch.equal(q1, q2) and torch.equal(n1, n2)
+    assert torch.allclose(sub_scores, full_scores, atol=1e-5)
+    assert n1.numel() < 3 * g.num_nodes
+    out = {int(v) for v in g.edge_index[1, g.edge_index[0] == 31]}
+    assert out <= set(n1[q1 == 1].tolist())  # one hop out of the entry
+    cfg = GNNTrainConfig()
+    loss_sub = candidate_loss(cfg, q1, n1, sub_scores, ex, rows)
+    loss_full = candidate_loss(cfg, q2, n2, full_scores, ex, rows)
+    assert torch.allclose(loss_sub, loss_full, atol=1e-5) and bool(torch.isfinite(loss_sub))
+    loss_sub.backward()
+    assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in reader.parameters())
