@@ -47,7 +47,7 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget
 from graphmem.policies.gnn import BallScores, batched_walk
-from graphmem.policies.subgraph import ball, lookup, query_subgraphs
+from graphmem.policies.subgraph import ball, lookup, query_subgraphs, undirected_csr
 from graphmem.policies.tables import csr
 from models.gnn_reader import GNNReader, ReaderConfig, ball_scores, start_mask
 from rl.seeding import deterministic
@@ -167,10 +167,11 @@ def candidate_scores(
     """``(query [C], node [C], scores [C])``: the reader's scores of the candidates of questions ``rows``
     (batch positions ``0 .. len(rows) - 1``), from one pass over their batch of subgraphs (module docstring).
 
-    The subgraphs give each candidate its full-graph score, so where together they hold more than
-    ``max_share * B * E`` edges (``B`` questions over ``E`` edges: the neighbourhoods cover most of
-    a small graph) the candidates' scores are read from one full-graph pass with ``B`` columns instead,
-    which shares the edges among the questions: the same scores, at less cost.
+    The subgraphs give each candidate its full-graph score, so where the ``L - 1``-balls around the
+    candidates hold more than ``max_share * B * N`` nodes together (``B`` questions over ``N`` nodes:
+    the neighbourhoods cover most of a small graph) the candidates' scores are read from one
+    full-graph pass with ``B`` columns instead, which shares the edges among the questions: the same
+    scores, at less cost.
     """
     g, n = ex.graph, ex.graph.num_nodes
     pairs = [(b, v) for b, i in enumerate(rows) for v in ex.entries[i][: budget.max_entries]]
@@ -179,9 +180,12 @@ def candidate_scores(
     rowptr, perm = csr(g, device)
     hops = budget.max_hops if budget.top_k_neighbors > 0 else 0
     cq, cn, _ = ball(rowptr, g.edge_index[1].to(device)[perm], query, node, hops, n)
-    sub = query_subgraphs(g, cq, cn, reader.config.num_layers)
-    if sub.edge.numel() > max_share * len(rows) * g.num_edges:
+    layers = reader.config.num_layers
+    urowptr, unbr, _ = undirected_csr(g, device)
+    inner = ball(urowptr, unbr, cq, cn, layers - 1, n)[1] if layers > 0 else cn
+    if inner.numel() > max_share * len(rows) * n:  # the subgraphs would cover most of the graph
         return cq, cn, _batch_scores(reader, ex, rows, device)[cq, cn]
+    sub = query_subgraphs(g, cq, cn, layers)
     start, _ = lookup(torch.unique(query * n + node), sub.query * n + sub.node)
     return cq, cn, ball_scores(reader, g, ex.query_embeddings[rows].to(device), sub, start)
 
