@@ -7,7 +7,8 @@
 Each ``--pair NAME FIRST SECOND`` names two ``scripts/evaluate.py`` output folders over the same
 questions. For each pair the file holds both runs' overall evidence recall, the paired difference
 (second - first) with its bootstrap CI and paired t-test p-value over the ``overall`` questions
-(:func:`scripts.compare_selectors.compare`), the share of questions whose loaded lists are identical, and each run's served latency (p50 / p95 ms, each
+(:func:`scripts.compare_selectors.compare`), the share of questions whose loaded lists are identical,
+and each run's served latency (p50 / p95 ms, each
 question served alone) and batched questions/s from its ``results.json``. ``--command`` records
 how the runs were made.
 """

@@ -115,7 +115,9 @@ def fields(r):
     ids=["tight-tokens", "wide", "few-nodes", "entries-only"],
 )
 @pytest.mark.parametrize(
-    "method,columns", [("power", 1), ("power", 7), ("power", None), ("push", None)], ids=["block1", "block7", "one-block", "push"]
+    "method,columns",
+    [("power", 1), ("power", 7), ("power", None), ("push", None)],
+    ids=["block1", "block7", "one-block", "push"],
 )
 @pytest.mark.parametrize(
     "kwargs", [{}, {"relation_weights": {"entity": 0.0}, "use_posterior": False}], ids=["default", "no-entity"]

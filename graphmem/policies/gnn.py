@@ -26,7 +26,8 @@ induction every node within ``L - l`` hops of ``T`` has its full-graph state aft
 the readout at ``v`` reads ``h_v^{(L)}``, ``x_v`` and ``q``. So every score the walk reads equals
 the full-graph pass (up to float summation order), and the policy loads what ``method: full`` (one
 reader pass over every node) loads. The work per query is the edges around at most
-``max_entries * (1 + D + k D + ... )`` nodes (``D`` the largest out-degree), not ``N``. The policy sees only the graph, the :class:`Query` and the :class:`Budget`.
+``max_entries * (1 + D + k D + ... )`` nodes (``D`` the largest out-degree), not ``N``.
+The policy sees only the graph, the :class:`Query` and the :class:`Budget`.
 
 Steps 3-4 are :func:`batched_walk`, tensor ops over the whole batch (what :meth:`GNNPolicy.traverse`
 and the reader's validation in :mod:`rl.gnn_train` run); the tests check it against a per-query

@@ -311,7 +311,9 @@ class PersonalizedPageRank(TraversalPolicy):
             return power_iteration(self.operators(scope), restart, self.alpha, self.tol, self.max_iter)
         node, col = restart.nonzero(as_tuple=True)
         b = restart.shape[1]
-        res = forward_push(self.push_table(scope), col, node, restart[node, col], b, self.alpha, self.epsilon, self.max_iter)
+        res = forward_push(
+            self.push_table(scope), col, node, restart[node, col], b, self.alpha, self.epsilon, self.max_iter
+        )
         out = torch.zeros_like(restart)
         out[res.node, res.query] = res.p
         return out

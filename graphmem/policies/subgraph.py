@@ -81,9 +81,7 @@ def lookup(sorted_keys: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
     return found, pos
 
 
-def incident_edges(
-    rowptr: Tensor, edge: Tensor, query: Tensor, node: Tensor, num_edges: int
-) -> tuple[Tensor, Tensor]:
+def incident_edges(rowptr: Tensor, edge: Tensor, query: Tensor, node: Tensor, num_edges: int) -> tuple[Tensor, Tensor]:
     """``(query, edge)``: the distinct edges of :func:`undirected_csr` rows ``node``, per query, sorted."""
     seg, pos = csr_positions(rowptr, node)
     keys = torch.unique(query[seg] * max(num_edges, 1) + edge[pos])
