@@ -111,7 +111,7 @@ def _configured(walk: str, overrides: list[str], tmp_path: Path):
     cfg.pop("name")
     if walk == "gnn":
         from models.gnn_reader import GNNReader
-        from rl.gnn_train import save_checkpoint
+        from rl.gnn.train import save_checkpoint
 
         cfg["checkpoint"] = str(save_checkpoint(GNNReader(input_dim=8), tmp_path / "reader.pt"))
     if walk == "router":

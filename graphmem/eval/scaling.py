@@ -17,8 +17,9 @@ dim 64) is built, and for every variant (a policy with its settings, e.g. ``beta
 * ``setup_s``: the first call (per-graph tables); the vector index build is timed separately per size
   (``index_build_s``, ``index_mb``) since all ANN variants of a size share the graph's index.
 
-Growth (largest size over smallest, and each size over the smallest) is reported for every variant:
-the bounded ones and those whose cost grows with ``N`` (``ppr``, ``gnn``) alike.
+Growth (largest size over smallest, and each size over the smallest) is reported for every variant.
+``ppr`` (forward push) and ``gnn`` (the reader on the walk's neighbourhoods) are bounded per query
+like the traversals; with exact entry selection every variant still reads all ``N`` embeddings.
 """
 
 from __future__ import annotations

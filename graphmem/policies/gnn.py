@@ -13,7 +13,21 @@ For a batch of queries over one graph:
    :func:`~graphmem.policies.batched.load_under_budget` (node and token limits).
 
 So the loaded set obeys the same entry, fan-out, hop, node and token limits as every other
-policy. The policy sees only the graph, the :class:`Query` and the :class:`Budget`.
+policy.
+
+``method: ball`` (the default) never runs the reader over the whole graph. The walk reads the scores
+of the entries and, at hop ``d``, of the out-neighbours of its depth-``d - 1`` frontier; before each
+hop the reader runs once, over a disjoint union of one subgraph per query
+(:func:`~graphmem.policies.subgraph.query_subgraphs`): for the nodes ``T`` whose scores the hop reads
+and are not yet known, every edge incident to a node within ``L - 1`` undirected hops of ``T``
+(``L`` = the reader's layers). A node's state after ``l`` layers depends only on the states of its
+neighbours (along and against each edge) after ``l - 1`` layers and its own in-edges, so by
+induction every node within ``L - l`` hops of ``T`` has its full-graph state after ``l`` layers;
+the readout at ``v`` reads ``h_v^{(L)}``, ``x_v`` and ``q``. So every score the walk reads equals
+the full-graph pass (up to float summation order), and the policy loads what ``method: full`` (one
+reader pass over every node) loads. The work per query is the edges around at most
+``max_entries * (1 + D + k D + ... )`` nodes (``D`` the largest out-degree), not ``N``.
+The policy sees only the graph, the :class:`Query` and the :class:`Budget`.
 
 Steps 3-4 are :func:`batched_walk`, tensor ops over the whole batch (what :meth:`GNNPolicy.traverse`
 and the reader's validation in :mod:`rl.gnn.train` run); the tests check it against a per-query
@@ -36,6 +50,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import compact_left, csr_values, greedy_admit, rank_in_group
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
+from graphmem.policies.subgraph import lookup, query_subgraphs
 from graphmem.policies.tables import csr, dense_rows, distinct_neighbors, node_id_rank, token_counts
 from graphmem.policies.types import Query
 
@@ -53,8 +68,10 @@ class GNNPolicy(TraversalPolicy):
         query_chunk: queries scored per forward pass, bounding memory to
             ``E * query_chunk * H`` floats (default: 64).
         device: where the reader runs: ``"cpu"``, ``"cuda"``, ``"auto"`` (default: ``"cpu"``).
-        pack_queries: in :meth:`retrieve_graphs`, graphs with at most this many queries share
-            one packed reader pass over their union; the others run alone (default: ``8``).
+        pack_queries: ``method: full``, in :meth:`retrieve_graphs`: graphs with at most this many queries
+            share one packed reader pass over their union; the others run alone (default: ``8``).
+        method: ``"ball"`` (reader on the neighbourhoods the walk reads, exact; module docstring) or
+            ``"full"`` (one reader pass over every node of the graph) (default: ``"ball"``).
     """
 
     def __init__(
@@ -65,9 +82,13 @@ class GNNPolicy(TraversalPolicy):
         query_chunk: int = 64,
         device: str | torch.device = "cpu",
         pack_queries: int = 8,
+        method: str = "ball",
     ):
         from models.gnn_reader import GNNReader
 
+        if method not in ("ball", "full"):
+            raise ValueError(f"method must be 'ball' or 'full', got {method!r}")
+        self.method = method
         self.device = resolve_device(device)
         if (reader is None) == (checkpoint is None):
             raise ValueError("GNNPolicy needs exactly one of `reader` or `checkpoint`")
@@ -97,6 +118,9 @@ class GNNPolicy(TraversalPolicy):
     def traverse(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
         """Reader scores (one graph: :meth:`score`; a graph batch: :meth:`packed_scores`), then :func:`batched_walk`."""
         rows = [[v for v in r if v >= 0] for r in entries.tolist()]
+        if self.method == "ball":
+            source = BallScores(self.reader, scope.graph, scope.queries, rows, scope.device)
+            return batched_walk(scope.graph, rows, source, budget).result(entries)
         if scope.num_graphs == 1:
             scores = self.score(scope.graph, scope.queries, rows)
         else:
@@ -224,8 +248,72 @@ class WalkBatch:
         return edges, degree[self.visited].sum(1)
 
 
-def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: Tensor, budget: Budget) -> WalkBatch:
-    """Steps 3-4 of the module docstring for ``B`` queries at once; ``scores`` is ``[B, N]``.
+class DenseScores:
+    """Scores of every node, ``[B, N]``: the full-graph reader pass (``method: full``), or any given scores."""
+
+    def __init__(self, scores: Tensor):
+        self.neg_scores = torch.cat([-scores, scores.new_full((scores.shape[0], 1), math.nan)], 1)  # [B, N + 1]
+
+    def need(self, nodes: Tensor) -> None:
+        """Nothing to compute: every node is scored."""
+
+    def negated(self, nodes: Tensor) -> Tensor:
+        """``-score`` of ``nodes`` ``[B, M]`` (NaN at padding ``N``)."""
+        return self.neg_scores.gather(1, nodes)
+
+
+class BallScores:
+    """Reader scores computed on demand on each query's neighbourhood (``method: ball``, module docstring).
+
+    :meth:`need` scores the ``(query, node)`` pairs not scored yet, with one reader pass over the
+    disjoint union of their subgraphs (:func:`~graphmem.policies.subgraph.query_subgraphs` with
+    ``radius = L``), in the packed layout of :class:`~models.gnn_reader.GNNReader` (one column;
+    each node holds the query of its part). Known scores are sorted keys ``query * N + node``.
+    """
+
+    def __init__(self, reader, graph: MemoryGraph, queries: Sequence[Query], entries: list[list[int]], device):
+        self.reader, self.graph, self.device = reader, graph, torch.device(device)
+        self.query = torch.stack([q.embedding.float().flatten() for q in queries]).to(self.device)
+        pairs = [(b, v) for b, row in enumerate(entries) for v in row]
+        n = graph.num_nodes
+        self.entry_keys = torch.tensor(sorted({b * n + v for b, v in pairs}), dtype=torch.long, device=self.device)
+        self.keys = torch.empty(0, dtype=torch.long, device=self.device)
+        self.values = torch.empty(0, device=self.device)
+
+    @torch.no_grad()
+    def need(self, nodes: Tensor) -> None:
+        """Score the real nodes (``< N``) of ``nodes`` ``[B, M]`` not scored yet."""
+        from models.gnn_reader import ball_scores
+
+        n = self.graph.num_nodes
+        rows = torch.arange(nodes.shape[0], device=self.device)[:, None].expand_as(nodes)
+        real = nodes < n
+        keys = torch.unique(rows[real] * n + nodes[real])
+        keys = keys[~torch.isin(keys, self.keys)]
+        if keys.numel() == 0:
+            return
+        sub = query_subgraphs(self.graph, keys // n, keys % n, self.reader.config.num_layers)
+        start, _ = lookup(self.entry_keys, sub.query * n + sub.node)
+        values = ball_scores(self.reader, self.graph, self.query, sub, start)
+        self.keys, order = torch.sort(torch.cat([self.keys, keys]))
+        self.values = torch.cat([self.values, values.to(self.values.dtype)])[order]
+
+    def negated(self, nodes: Tensor) -> Tensor:
+        """``-score`` of ``nodes`` ``[B, M]`` (NaN at padding ``N``); every real node was :meth:`need` -ed."""
+        n = self.graph.num_nodes
+        rows = torch.arange(nodes.shape[0], device=self.device)[:, None].expand_as(nodes)
+        found, pos = lookup(self.keys, rows * n + nodes)
+        if not bool(found[nodes < n].all()):
+            raise RuntimeError("BallScores: a score was read before it was computed")
+        return torch.where(found & (nodes < n), -self.values[pos] if self.values.numel() else 0.0, math.nan)
+
+
+def batched_walk(
+    graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: Tensor | DenseScores, budget: Budget
+) -> WalkBatch:
+    """Steps 3-4 of the module docstring for ``B`` queries at once; ``scores`` is ``[B, N]``, or an
+    object with ``need(nodes)`` (called with every node the next hop reads, before it reads them) and
+    ``negated(nodes) -> -scores`` (``[B, M]``; NaN at padding ``N``), as :class:`BallScores`.
 
     With tensor ops over the batch: at each hop
     ``d <= max_hops``, frontier node ``u`` (in frontier order) admits its ``top_k_neighbors``
@@ -233,36 +321,38 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
     nodes are ranked the same way and loaded while ``|loaded| < max_nodes`` and a node's tokens fit
     what is left of ``max_tokens`` (a node that does not fit is skipped), admitted by
     :func:`~graphmem.policies.batched.greedy_admit`. The only Python loop runs over frontier
-    slots, bounded by the budget, never over queries.
+    slots, bounded by the budget, never over queries. The reached nodes are kept as a ``[B, R]``
+    list (``R`` bounded by the budget), so the walk allocates nothing of size ``N`` per query.
     ``entries`` are used as given (callers truncate them to ``max_entries``). Runs on the device
-    of ``scores``.
+    of the scores.
     """
-    bsz, n, dev = len(entries), graph.num_nodes, scores.device
+    source = DenseScores(scores) if isinstance(scores, Tensor) else scores
+    bsz, n = len(entries), graph.num_nodes
+    dev = source.neg_scores.device if isinstance(source, DenseScores) else source.device
     nbr_table, edge_table = neighbor_table(graph, dev)
     node_tokens = token_counts(graph, dev)
     rank = torch.cat([node_id_rank(graph, dev), torch.tensor([n], device=dev)])  # padding ranks last
-    # sort keys are -score with NaN at padding: an ascending stable sort puts padding last and
-    # breaks score ties by column order
-    neg_scores = torch.cat([-scores, scores.new_full((bsz, 1), math.nan)], 1)  # [B, N + 1]
     frontier = _entry_frontier(entries, n, dev)  # [B, F]
-    reached = torch.zeros(bsz, n + 1, dtype=torch.bool, device=dev)
-    reached[:, n] = True  # padding is never free
-    reached.scatter_(1, frontier, True)
+    reached = frontier  # [B, R]; padding n is never free
     nodes, parents, depths, visited = [frontier], [torch.full_like(frontier, -1)], [torch.zeros_like(frontier)], []
     k = budget.top_k_neighbors
-    for d in range(1, budget.max_hops + 1 if k > 0 else 1):
+    hops = budget.max_hops if k > 0 else 0
+    source.need(torch.cat([frontier, nbr_table[frontier].flatten(1)], 1) if hops else frontier)
+    for d in range(1, hops + 1):
         if frontier.shape[1] == 0:
             break
+        if d > 1:
+            source.need(nbr_table[frontier].flatten(1))
         visited.append(frontier)
         admitted, via = [], []
         for u in frontier.unbind(1):
             nbr = nbr_table[u]  # [B, D]
-            free = ~reached.gather(1, nbr)
-            key = neg_scores.gather(1, nbr).masked_fill(~free, math.nan)
+            free = (nbr < n) & ~(nbr[:, :, None] == reached[:, None, :]).any(2)
+            key = source.negated(nbr).masked_fill(~free, math.nan)
             top = torch.sort(key, dim=1, stable=True).indices[:, :k]
             ok = free.gather(1, top)
             chosen = nbr.gather(1, top).masked_fill(~ok, n)
-            reached.scatter_(1, chosen, True)
+            reached = torch.cat([reached, chosen], 1)
             admitted.append(chosen)
             via.append(edge_table[u].gather(1, top).masked_fill(~ok, -1))
         frontier = torch.cat(admitted, 1)
@@ -273,18 +363,17 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
     nodes, parents, depths = torch.cat(nodes, 1), torch.cat(parents, 1), torch.cat(depths, 1)
 
     order = torch.argsort(rank[nodes], dim=1, stable=True)
-    order = order.gather(1, torch.sort(neg_scores.gather(1, nodes.gather(1, order)), dim=1, stable=True).indices)
+    order = order.gather(1, torch.sort(source.negated(nodes.gather(1, order)), dim=1, stable=True).indices)
     ranked = nodes.gather(1, order)
     tokens = torch.cat([node_tokens, node_tokens.new_zeros(1)])[ranked]
     zero = torch.zeros(bsz, dtype=torch.long, device=dev)
     taken, used, _ = greedy_admit(tokens, ranked < n, zero, zero, budget)
-    padded_scores = torch.cat([scores, scores.new_zeros(bsz, 1)], 1)
     return WalkBatch(
         ranked=ranked,
         taken=taken,
         depth=depths.gather(1, order),
         parent_edge=parents.gather(1, order),
-        scores=padded_scores.gather(1, ranked),
+        scores=torch.where(ranked < n, -source.negated(ranked), 0.0),
         loaded_tokens=used,
         visited=torch.cat(visited, 1) if visited else torch.empty(bsz, 0, dtype=torch.long, device=dev),
         num_nodes=n,

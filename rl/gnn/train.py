@@ -10,6 +10,17 @@ and retrieval see the same start states. Two losses are available:
   ``L = mean_v [ -w_v (y_v log \\sigma(s_v) + (1 - y_v) log(1 - \\sigma(s_v))) ]``,
   ``w_v = pos_weight`` if ``y_v = 1`` else 1.
 
+With ``neighbourhood`` (the default) training runs on the neighbourhoods the ``gnn`` policy reads
+(``method: ball``): each question's candidates ``C`` are the nodes within ``max_hops`` out-edge hops
+of its entries (every node the walk can score), the reader runs on a batch of subgraphs, one per
+question, holding every edge incident to a node within ``L - 1`` undirected hops of ``C``
+(:func:`graphmem.policies.subgraph.query_subgraphs`, so each candidate's score is its full-graph
+score; where the subgraphs would cover most of a small graph, one shared full-graph pass gives the
+same scores cheaper, :func:`candidate_scores`), and the losses compare the candidates only (gold
+outside ``C`` cannot be loaded). Without it, every node of the graph is scored and compared. The
+validation recall is that of the policy's walk either way (``method: ball`` and ``full`` load the
+same nodes).
+
 The reported metric is evidence recall of the ``gnn`` policy's walk under a :class:`Budget`
 (``|loaded ∩ gold| / |gold|``, averaged over questions). It is computed for all queries of a graph
 at once: one batched reader forward (``eval_chunk`` queries at a time) and
@@ -24,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -34,8 +46,10 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget
-from graphmem.policies.gnn import batched_walk
-from models.gnn_reader import GNNReader, ReaderConfig, start_mask
+from graphmem.policies.gnn import BallScores, batched_walk
+from graphmem.policies.subgraph import ball, lookup, query_subgraphs, undirected_csr
+from graphmem.policies.tables import csr
+from models.gnn_reader import GNNReader, ReaderConfig, ball_scores, start_mask
 from rl.common.seeding import deterministic
 from rl.common.splits import conversation_folds
 
@@ -68,6 +82,8 @@ class GNNTrainConfig:
     """fixes initialization and example order"""
     device: str = "cpu"
     """where the reader trains"""
+    neighbourhood: bool = True
+    """train on the neighbourhoods the policy reads, losses over its candidates (module docstring); false: every node"""
 
 
 @dataclass
@@ -145,6 +161,54 @@ def _batch_scores(reader: GNNReader, ex: ReaderExample, rows: list[int], device)
     )
 
 
+def candidate_scores(
+    reader: GNNReader, ex: ReaderExample, rows: list[int], budget: Budget, device, max_share: float = 0.5
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(query [C], node [C], scores [C])``: the reader's scores of the candidates of questions ``rows``
+    (batch positions ``0 .. len(rows) - 1``), from one pass over their batch of subgraphs (module docstring).
+
+    The subgraphs give each candidate its full-graph score, so where the ``L - 1``-balls around the
+    candidates hold more than ``max_share * B * N`` nodes together (``B`` questions over ``N`` nodes:
+    the neighbourhoods cover most of a small graph) the candidates' scores are read from one
+    full-graph pass with ``B`` columns instead, which shares the edges among the questions: the same
+    scores, at less cost.
+    """
+    g, n = ex.graph, ex.graph.num_nodes
+    pairs = [(b, v) for b, i in enumerate(rows) for v in ex.entries[i][: budget.max_entries]]
+    query = torch.tensor([b for b, _ in pairs], dtype=torch.long, device=device)
+    node = torch.tensor([v for _, v in pairs], dtype=torch.long, device=device)
+    rowptr, perm = csr(g, device)
+    hops = budget.max_hops if budget.top_k_neighbors > 0 else 0
+    cq, cn, _ = ball(rowptr, g.edge_index[1].to(device)[perm], query, node, hops, n)
+    layers = reader.config.num_layers
+    urowptr, unbr, _ = undirected_csr(g, device)
+    inner = ball(urowptr, unbr, cq, cn, layers - 1, n)[1] if layers > 0 else cn
+    if inner.numel() > max_share * len(rows) * n:  # the subgraphs would cover most of the graph
+        return cq, cn, _batch_scores(reader, ex, rows, device)[cq, cn]
+    sub = query_subgraphs(g, cq, cn, layers)
+    start, _ = lookup(torch.unique(query * n + node), sub.query * n + sub.node)
+    return cq, cn, ball_scores(reader, g, ex.query_embeddings[rows].to(device), sub, start)
+
+
+def candidate_loss(
+    cfg: GNNTrainConfig, query: Tensor, node: Tensor, scores: Tensor, ex: ReaderExample, rows: list[int]
+) -> Tensor:
+    """The configured loss over each question's candidates, laid out as ``[B, C_max]`` rows (padding
+    is neither positive nor negative)."""
+    n = ex.graph.num_nodes
+    gold = torch.tensor(sorted({b * n + v for b, i in enumerate(rows) for v in ex.gold[i]}), dtype=torch.long)
+    positive, _ = lookup(gold.to(query.device), query * n + node)
+    if cfg.loss != "ranking":
+        return weighted_bce_loss(scores[None], positive[None], cfg.pos_weight)
+    counts = torch.bincount(query, minlength=len(rows))
+    col = torch.arange(query.numel(), device=query.device) - (torch.cumsum(counts, 0) - counts)[query]
+    mat = scores.new_full((len(rows), int(counts.max())), -math.inf)
+    pos = torch.zeros(mat.shape, dtype=torch.bool, device=query.device)
+    mat = mat.index_put((query, col), scores)
+    pos[query, col] = positive
+    return ranking_loss(mat, pos)
+
+
 # ---------------------------------------------------------------------- evaluation
 def gold_mask(ex: ReaderExample) -> Tensor:
     """``[B, N]`` bool, True at each question's gold rows."""
@@ -154,23 +218,39 @@ def gold_mask(ex: ReaderExample) -> Tensor:
     return mask
 
 
-def walk_recall(ex: ReaderExample, scores: Tensor, budget: Budget) -> Tensor:
+def walk_recall(ex: ReaderExample, scores, budget: Budget) -> Tensor:
     """``[B]`` evidence recall ``|loaded ∩ gold| / |gold|`` of the batched walk ranked by ``scores``."""
     gold = gold_mask(ex)
     entries = [list(e)[: budget.max_entries] for e in ex.entries]
-    loaded = batched_walk(ex.graph, entries, scores, budget).loaded_mask()
+    loaded = batched_walk(ex.graph, entries, scores, budget).loaded_mask().cpu()
     return (loaded & gold).sum(1).float() / gold.sum(1).clamp(min=1).float()
 
 
 @torch.no_grad()
 def evidence_recall(
-    reader: GNNReader, examples: Sequence[ReaderExample], budget: Budget, device: str = "cpu", chunk: int = 256
+    reader: GNNReader,
+    examples: Sequence[ReaderExample],
+    budget: Budget,
+    device: str = "cpu",
+    chunk: int = 256,
+    neighbourhood: bool = False,
 ) -> float:
-    """Mean ``|loaded ∩ gold| / |gold|`` of the ``gnn`` walk under ``budget`` over all questions."""
+    """Mean ``|loaded ∩ gold| / |gold|`` of the ``gnn`` walk under ``budget`` over all questions: with
+    ``neighbourhood``, scored as ``method: ball`` scores (the same walk and loaded sets up to float
+    summation order), else by one full-graph pass per ``chunk`` questions."""
+    from graphmem.policies.base import Query
+
     reader.eval()
     total, count = 0.0, 0
     for ex in examples:
         rows = list(range(len(ex.gold)))
+        if neighbourhood:
+            queries = [Query(str(i), "", ex.query_embeddings[i]) for i in rows]
+            entries = [list(e)[: budget.max_entries] for e in ex.entries]
+            source = BallScores(reader, ex.graph, queries, entries, device)
+            total += float(walk_recall(ex, source, budget).sum())
+            count += len(rows)
+            continue
         scores = torch.cat(
             [_batch_scores(reader, ex, rows[lo : lo + chunk], device).cpu() for lo in range(0, len(rows), chunk)]
         )
@@ -226,23 +306,26 @@ def train_reader(
     for epoch in epochs:
         reader.train()
         rng.shuffle(batches)
-        total = 0.0
+        total, t0 = 0.0, time.perf_counter()
         for k, rows in batches:
             ex = train[k]
-            scores = _batch_scores(reader, ex, rows, device)
-            positive = torch.zeros_like(scores, dtype=torch.bool)
-            for b, i in enumerate(rows):
-                positive[b, ex.gold[i]] = True
-            loss = (
-                ranking_loss(scores, positive)
-                if cfg.loss == "ranking"
-                else weighted_bce_loss(scores, positive, cfg.pos_weight)
-            )
+            if cfg.neighbourhood:
+                loss = candidate_loss(cfg, *candidate_scores(reader, ex, rows, budget, device), ex, rows)
+            else:
+                scores = _batch_scores(reader, ex, rows, device)
+                positive = torch.zeros_like(scores, dtype=torch.bool)
+                for b, i in enumerate(rows):
+                    positive[b, ex.gold[i]] = True
+                loss = (
+                    ranking_loss(scores, positive)
+                    if cfg.loss == "ranking"
+                    else weighted_bce_loss(scores, positive, cfg.pos_weight)
+                )
             opt.zero_grad()
             loss.backward()
             opt.step()
             total += loss.item()
-        row = {"epoch": epoch, "loss": total / max(len(batches), 1)}
+        row = {"epoch": epoch, "loss": total / max(len(batches), 1), "train_s": time.perf_counter() - t0}
         if val:
             row["val_recall"] = evidence_recall(reader, val, budget, cfg.device, cfg.eval_chunk)
             if row["val_recall"] > best_val:
