@@ -60,21 +60,35 @@ def render(results_dir: Path) -> str:
     """The whole page: the prose, the served latencies before and after, the scale sweep."""
     results_dir = Path(results_dir)
     out = [PROSE.rstrip(), "", "## Served latency on pooled MuSiQue", ""]
-    runs = [(n, results_dir / f) for n, f in (("before", "serve_latency_before.json"), ("after", "serve_latency.json"))]
+    runs = [
+        (n, results_dir / f)
+        for n, f in (("this branch", "serve_latency.json"), ("before", "serve_latency_before.json"))
+    ]
     runs = [(n, json.loads(p.read_text())) for n, p in runs if p.is_file()]
     for name, payload in runs:
-        out.append(f"* {name}: `{payload['command']}`")
+        out.append(f"* {name}: `{payload['command']}`" + (f" ({payload['code']})" if payload.get("code") else ""))
     out += [
         "",
         "One query at a time, entry selection included, one thread; each question's fastest of the command's",
-        "repeats. Wall time includes waits for a core on a shared machine (load average at the start); CPU",
-        "time is the serving thread's own.",
+        "repeats. `router_batched` is the same scorer served as before `walk_one` (the batched walk with",
+        "`B = 1`, per-graph tensors recomputed per call), interleaved question by question with `router` and",
+        "`beta_bfs` in the same run. Wall time includes waits for a core on a shared machine (load average at",
+        "the start); CPU time is the serving thread's own.",
         "",
         "| run | policy | questions | p50 ms | p95 ms | CPU p50 ms | CPU p95 ms | load average |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for name, payload in runs:
         out += _served(name, payload)
+    if runs and "router_p50_over_router_batched" in runs[0][1]:
+        r = runs[0][1]
+        out += [
+            "",
+            f"In the same run: router p50 over router_batched {r['router_p50_over_router_batched']:.2f} (wall), "
+            f"{r['router_cpu_p50_over_router_batched']:.2f} (CPU); over beta_bfs {r['router_p50_over_beta_bfs']:.2f} "
+            f"(wall), {r['router_cpu_p50_over_beta_bfs']:.2f} (CPU). Same loaded nodes: "
+            f"{r['router_loads_what_router_batched_loads']}.",
+        ]
     path = results_dir / "serving_scaling.json"
     if path.is_file():
         payload = json.loads(path.read_text())

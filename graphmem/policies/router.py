@@ -84,20 +84,23 @@ class RouterPolicy(TraversalPolicy):
         scorer's query-independent tensors (:meth:`~models.walk_scorer.WalkScorer.static`) are computed
         once per graph and weights."""
         graph, dev = scope.graph, scope.device
-        tables, static = self._walk_tables(scope)
-        q = query_matrix(graph, scope.queries).to(dev)
-        with torch.no_grad():
-            ctx = self.scorer.prepare(tables, q, entries[:, : budget.max_entries].to(dev), static)
-        if q.shape[0] == 1:
-            tr = walk_one(tables, self.scorer, q, entries, budget, ctx)
-        else:
-            tr = walk_trace(walk(tables, self.scorer, q, entries, budget, ctx=ctx), tables, budget)
+        tables, tr = self._trace(scope, entries, budget)
         rowptr, perm = graph.csr()
         seg, pos = csr_positions(rowptr.to(dev), tr.expanded_node)
         considered = (tr.expanded_query[seg], perm.to(dev)[pos])
         moved = tr.edge >= 0
         traversed = (tr.query[moved], tr.edge[moved])
         return RetrievalBatch(entries, tr.tokens, tr.query, tr.node, tr.depth, considered, traversed, tr.score)
+
+    def _trace(self, scope: Scope, entries: Tensor, budget: Budget):
+        """``(tables, WalkTrace)`` of the greedy walk of the scope's queries."""
+        tables, static = self._walk_tables(scope)
+        q = query_matrix(scope.graph, scope.queries).to(scope.device)
+        with torch.no_grad():
+            ctx = self.scorer.prepare(tables, q, entries[:, : budget.max_entries].to(scope.device), static)
+        if q.shape[0] == 1:
+            return tables, walk_one(tables, self.scorer, q, entries, budget, ctx)
+        return tables, walk_trace(walk(tables, self.scorer, q, entries, budget, ctx=ctx), tables, budget)
 
     def _walk_tables(self, scope: Scope):
         """:class:`graphmem.policies.walk.WalkTables` of ``scope.graph`` (cached on it) with the rows of the
