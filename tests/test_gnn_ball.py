@@ -1,5 +1,6 @@
 """The GNN reader on the walk's neighbourhoods against the full-graph pass, and its per-query work."""
 
+import math
 import sys
 from pathlib import Path
 
@@ -7,7 +8,8 @@ import pytest
 import torch
 
 from graphmem.policies.base import Budget, Query
-from graphmem.policies.gnn import GNNPolicy
+from graphmem.policies.batched import pad_rows
+from graphmem.policies.gnn import BallScores, GNNPolicy, batched_walk
 from graphmem.policies.subgraph import ball, lookup, query_subgraphs, undirected_csr
 from graphmem.synthetic import make_synthetic_graph
 from models.gnn_reader import GNNReader, ball_scores
@@ -65,9 +67,17 @@ def test_ball_policy_loads_what_the_full_pass_loads(budget, layers):
     queries = queries_near(g, 12, seed=1)
     ball = GNNPolicy(reader=reader, method="ball").retrieve_batch(g, queries, budget)
     full = GNNPolicy(reader=reader, method="full").retrieve_batch(g, queries, budget)
-    for a, b in zip(ball, full):
+    rows = [r.entries for r in full]
+    never_full = BallScores(reader, g, queries, rows, "cpu", full_share=math.inf)  # subgraphs only
+    walk = batched_walk(g, rows, never_full, budget).result(pad_rows(rows)).split()
+    for a, b, c in zip(ball, full, walk):
         assert {**retrieval_fields(a), "scores": None} == {**retrieval_fields(b), "scores": None}
-        assert a.scores == pytest.approx(b.scores, abs=1e-5)
+        assert {**retrieval_fields(c), "scores": None, "wall_time_s": None} == {
+            **retrieval_fields(b),
+            "scores": None,
+            "wall_time_s": None,
+        }
+        assert a.scores == pytest.approx(b.scores, abs=1e-5) and c.scores == pytest.approx(b.scores, abs=1e-5)
     if budget.max_hops and budget.top_k_neighbors:
         assert any(len(r.loaded) > len(r.entries) for r in full)
 

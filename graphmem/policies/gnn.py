@@ -26,7 +26,9 @@ induction every node within ``L - l`` hops of ``T`` has its full-graph state aft
 the readout at ``v`` reads ``h_v^{(L)}``, ``x_v`` and ``q``. So every score the walk reads equals
 the full-graph pass (up to float summation order), and the policy loads what ``method: full`` (one
 reader pass over every node) loads. The work per query is the edges around at most
-``max_entries * (1 + D + k D + ... )`` nodes (``D`` the largest out-degree), not ``N``.
+``max_entries * (1 + D + k D + ... )`` nodes (``D`` the largest out-degree), not ``N``. Where those
+neighbourhoods already cover most of a small graph, the queries share full-graph passes instead
+(:class:`BallScores`): the same scores, cheaper there.
 The policy sees only the graph, the :class:`Query` and the :class:`Budget`.
 
 Steps 3-4 are :func:`batched_walk`, tensor ops over the whole batch (what :meth:`GNNPolicy.traverse`
@@ -50,7 +52,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import compact_left, csr_values, greedy_admit, rank_in_group
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
-from graphmem.policies.subgraph import lookup, query_subgraphs
+from graphmem.policies.subgraph import ball, lookup, query_subgraphs, undirected_csr
 from graphmem.policies.tables import csr, dense_rows, distinct_neighbors, node_id_rank, token_counts
 from graphmem.policies.types import Query
 
@@ -119,7 +121,7 @@ class GNNPolicy(TraversalPolicy):
         """Reader scores (one graph: :meth:`score`; a graph batch: :meth:`packed_scores`), then :func:`batched_walk`."""
         rows = [[v for v in r if v >= 0] for r in entries.tolist()]
         if self.method == "ball":
-            source = BallScores(self.reader, scope.graph, scope.queries, rows, scope.device)
+            source = BallScores(self.reader, scope.graph, scope.queries, rows, scope.device, chunk=self.query_chunk)
             return batched_walk(scope.graph, rows, source, budget).result(entries)
         if scope.num_graphs == 1:
             scores = self.score(scope.graph, scope.queries, rows)
@@ -268,11 +270,25 @@ class BallScores:
     :meth:`need` scores the ``(query, node)`` pairs not scored yet, with one reader pass over the
     disjoint union of their subgraphs (:func:`~graphmem.policies.subgraph.query_subgraphs` with
     ``radius = L``), in the packed layout of :class:`~models.gnn_reader.GNNReader` (one column;
-    each node holds the query of its part). Known scores are sorted keys ``query * N + node``.
+    each node holds the query of its part). A query whose targets' ``L - 1``-ball already holds more
+    than ``full_share`` of the graph's nodes (a small graph) is scored by the full-graph pass instead,
+    ``chunk`` such queries sharing one pass: the same scores, with the edges shared among the queries
+    (so its cost stays within ``1 / full_share`` times its ball). Known scores are sorted keys
+    ``query * N + node``.
     """
 
-    def __init__(self, reader, graph: MemoryGraph, queries: Sequence[Query], entries: list[list[int]], device):
+    def __init__(
+        self,
+        reader,
+        graph: MemoryGraph,
+        queries: Sequence[Query],
+        entries: list[list[int]],
+        device,
+        full_share: float = 0.5,
+        chunk: int = 64,
+    ):
         self.reader, self.graph, self.device = reader, graph, torch.device(device)
+        self.full_share, self.chunk, self.entries = float(full_share), int(chunk), entries
         self.query = torch.stack([q.embedding.float().flatten() for q in queries]).to(self.device)
         pairs = [(b, v) for b, row in enumerate(entries) for v in row]
         n = graph.num_nodes
@@ -285,18 +301,43 @@ class BallScores:
         """Score the real nodes (``< N``) of ``nodes`` ``[B, M]`` not scored yet."""
         from models.gnn_reader import ball_scores
 
-        n = self.graph.num_nodes
+        n, layers = self.graph.num_nodes, self.reader.config.num_layers
         rows = torch.arange(nodes.shape[0], device=self.device)[:, None].expand_as(nodes)
         real = nodes < n
         keys = torch.unique(rows[real] * n + nodes[real])
         keys = keys[~torch.isin(keys, self.keys)]
         if keys.numel() == 0:
             return
-        sub = query_subgraphs(self.graph, keys // n, keys % n, self.reader.config.num_layers)
-        start, _ = lookup(self.entry_keys, sub.query * n + sub.node)
-        values = ball_scores(self.reader, self.graph, self.query, sub, start)
+        query, node = keys // n, keys % n
+        rowptr, nbr, _ = undirected_csr(self.graph, self.device)
+        inner = ball(rowptr, nbr, query, node, layers - 1, n)[0] if layers > 0 else query
+        dense = torch.bincount(inner, minlength=len(self.entries)) > self.full_share * n
+        values = torch.empty(keys.numel(), device=self.device)
+        on_full = dense[query]
+        if bool(on_full.any()):
+            values[on_full] = self._full_pass(query[on_full], node[on_full])
+        if not bool(on_full.all()):
+            sub = query_subgraphs(self.graph, query[~on_full], node[~on_full], layers)
+            start, _ = lookup(self.entry_keys, sub.query * n + sub.node)
+            values[~on_full] = ball_scores(self.reader, self.graph, self.query, sub, start).to(values.dtype)
         self.keys, order = torch.sort(torch.cat([self.keys, keys]))
-        self.values = torch.cat([self.values, values.to(self.values.dtype)])[order]
+        self.values = torch.cat([self.values, values])[order]
+
+    def _full_pass(self, query: Tensor, node: Tensor) -> Tensor:
+        """Scores at ``(query, node)`` from full-graph passes over the distinct queries, ``chunk`` at a time."""
+        from models.gnn_reader import start_mask
+
+        g, dev = self.graph, self.device
+        x, ei, et, ea = (t.to(dev) for t in (g.embeddings, g.edge_index, g.edge_type, g.edge_attr))
+        distinct, row = torch.unique(query, return_inverse=True)
+        out = torch.empty(query.numel(), device=dev)
+        for lo in range(0, distinct.numel(), self.chunk):
+            part = distinct[lo : lo + self.chunk]
+            start = start_mask([self.entries[b] for b in part.tolist()], g.num_nodes, device=dev)
+            scores = self.reader(x, ei, et, ea, self.query[part], start)  # [b, N]
+            sel = (row >= lo) & (row < lo + part.numel())
+            out[sel] = scores[row[sel] - lo, node[sel]]
+        return out
 
     def negated(self, nodes: Tensor) -> Tensor:
         """``-score`` of ``nodes`` ``[B, M]`` (NaN at padding ``N``); every real node was :meth:`need` -ed."""
