@@ -119,15 +119,20 @@ class Bm25s:
         return [t for t in dict.fromkeys(query) if t in vocab]
 
     def top(self, query: list[str], k: int) -> list[int]:
-        scores = self.all_scores(query, len(self.docs))
-        order = sorted(range(len(scores)), key=lambda v: (-scores[v], v))[:k]
-        return [v for v in order if scores[v] > 0]
+        scores = self._scores(query)
+        top = np.argpartition(-scores, k)[:k] if scores.size > k else np.arange(scores.size)
+        order = top[np.lexsort((top, -scores[top]))]
+        return [int(v) for v in order if scores[v] > 0]
+
+    def _scores(self, query: list[str]) -> np.ndarray:
+        ids = self._ids(query)
+        return self.model.get_scores(ids) if ids else np.zeros(len(self.docs))
 
     def all_scores(self, query: list[str], n: int) -> list[float]:
-        return self.model.get_scores(self._ids(query)).tolist() if self._ids(query) else [0.0] * n
+        return self._scores(query).tolist()
 
     def given_rows(self, query: list[str], rows: np.ndarray) -> np.ndarray:
-        return np.asarray(self.all_scores(query, len(self.docs)))[rows]  # a pass over every row
+        return self._scores(query)[rows]  # a pass over every row
 
     def add(self, docs: list[list[str]]) -> None:
         self.build(self.docs + docs)  # no incremental indexing: a rebuild

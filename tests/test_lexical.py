@@ -162,3 +162,20 @@ def test_built_sets_carry_their_bm25_index_and_refuse_a_damaged_one(tmp_path):
     with pytest.raises(GraphSetError) as err:
         GraphSet.load(tmp_path / "set")
     assert path.name in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("query", ["zebra", "zebra common", "common"])
+def test_ranking_reads_sparse_and_dense_postings_alike(query):
+    texts = [f"common filler {i}" for i in range(97)] + ["zebra one", "zebra zebra two", "zebra common"]
+    index = BM25Index.build(texts)
+    every = index.scores(query, torch.arange(len(texts))).double()
+    want = sorted((r for r in range(len(texts)) if every[r] > 0), key=lambda r: (-every[r].item(), r))
+    rows, scores = index.rank(query)
+    assert rows.tolist() == want and scores.tolist() == pytest.approx(every[want].tolist(), rel=1e-6)
+    assert index.rank(query, 2)[0].tolist() == want[:2]
+    assert index.top_k([query], 3)[1][0].tolist() == (want + [-1, -1, -1])[:3]
+
+
+def test_top_k_ties_at_the_cut_go_by_row():
+    index = BM25Index.build(["red apple"] * 3 + ["red"])
+    assert index.top_k(["red apple"], 2)[1].tolist() == [[0, 1]]
