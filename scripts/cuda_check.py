@@ -1,4 +1,4 @@
-"""The CUDA proof, as one prepared run on a machine with a GPU (issue 19, item 5).
+"""The CUDA proof, as one prepared run on a machine with a GPU.
 
 Stages, each written to ``<out>/cuda_check.json`` as soon as it ends (an interrupted run keeps the
 stages it finished), each under its own time limit:

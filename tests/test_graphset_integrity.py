@@ -1,7 +1,7 @@
 """A saved graph set is one unit: damaged, swapped or inconsistent files are refused, naming the file.
 
-Issue 17, item 2: flipped bytes in the query embeddings, NaN query rows and a graph file copied
-over another's were all accepted and scored.
+Flipped bytes in the query embeddings, NaN query rows and a graph file copied over another's
+must each be refused before anything is scored.
 """
 
 import json
