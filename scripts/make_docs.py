@@ -57,6 +57,11 @@ def outputs(package: str, results: Path, docs: Path, readme: Path) -> dict[Path,
     return pages
 
 
+def shown(path: Path) -> Path:
+    """``path`` relative to the repository when it is inside it."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is out of date")
@@ -73,11 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     stale = [p for p, text in wanted.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
     if args.check:
         for path in stale:
-            print(f"out of date: {path} (run python scripts/make_docs.py)")
+            print(f"out of date: {shown(path)} (run python scripts/make_docs.py)")
         return 1 if stale else 0
     for path in stale:
         atomic_write(path, lambda tmp, text=wanted[path]: tmp.write_text(text, encoding="utf-8"))
-        print(f"wrote {path}")
+        print(f"wrote {shown(path)}")
     return 0
 
 
