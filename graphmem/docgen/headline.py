@@ -17,6 +17,7 @@ from graphmem.docgen.sources import field, load_results, markdown_table, p_value
 
 RESULTS = "learned_vs_hybrid_locomo.json"
 METRIC = "evidence_recall"
+DATASETS = {"locomo": "LoCoMo", "hotpotqa": "HotpotQA", "musique": "MuSiQue"}
 COMMAND = """\
 for k in 0 1 2 3 4; do
   python scripts/train_gnn.py graphset=outputs/graphs/locomo split.fold=$k \\
@@ -89,12 +90,13 @@ def render_headline(results_dir: Path) -> str:
             for c in paired
         ],
     )
-    n_boot = paired[0].get("n_boot", "–") if paired else "–"
-    budget = _budget(field(payload, path, "budget"))
+    n_boot = f"{paired[0]['n_boot']:,}" if paired and "n_boot" in paired[0] else "–"
+    budget, dataset = _budget(field(payload, path, "budget")), field(payload, path, "dataset")
     return "\n".join(
         [
-            f"{field(payload, path, 'dataset')}, {len(folds)} fold(s) by conversation, budget {budget}: evidence "
-            "recall on each fold's test conversations (categories 1–4), mean ± std over folds (ddof = 1).",
+            f"{DATASETS.get(dataset, dataset)}, {len(folds)} fold(s) by conversation, budget {budget}: evidence "
+            f"recall on each fold's test graphs{' (categories 1–4)' if dataset == 'locomo' else ''}, mean ± std over "
+            "folds (ddof = 1).",
             "",
             table,
             "",
