@@ -10,8 +10,10 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from graphmem.docgen.headline import RESULTS, render_headline
+from graphmem.docgen.sources import ResultsFileError
 from graphmem.eval.stats import compare_policies, fold_summary
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -148,3 +150,11 @@ def test_the_headline_shows_every_fold_the_mean_and_std_and_the_trained_walks_pa
         assert row in text and f"| {c.n} |" in text
     assert "| gnn − dense_topk" not in text  # only the trained variants' comparisons
     assert "python scripts/train.py cv.folds=null" in text
+
+
+def test_a_results_file_missing_a_field_is_refused_naming_the_field(tmp_path):
+    payload, _, _ = train_payload(folds=2)
+    del payload["records"][1]["fold"]
+    (tmp_path / RESULTS).write_text(json.dumps(payload))
+    with pytest.raises(ResultsFileError, match=r"learned_vs_hybrid_locomo.json: missing field 'records.1.fold'"):
+        render_headline(tmp_path)

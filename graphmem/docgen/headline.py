@@ -59,12 +59,12 @@ def render_headline(results_dir: Path) -> str:
         )
     summary, records = field(payload, path, "summary"), field(payload, path, "records")
     folds = [int(k) for k in field(payload, path, "folds")]
-    trained = list(dict.fromkeys(r["policy"] for r in records if "trainer" in r))
-    per_fold: dict[tuple[str, int], float | None] = {
-        (r["policy"], int(r["fold"])): field(r, path, "test").get(METRIC) for r in records
-    }
+    rec = [{k: field(payload, path, "records", i, k) for k in ("policy", "fold", "test")} for i in range(len(records))]
+    trained = list(dict.fromkeys(r["policy"] for r, raw in zip(rec, records) if "trainer" in raw))
+    per_fold = {(r["policy"], int(r["fold"])): r["test"].get(METRIC) for r in rec}
     others = sorted(
-        (p for p in summary if p not in trained), key=lambda p: -(field(summary, path, p, METRIC, "mean") or 0.0)
+        (p for p in summary if p not in trained),
+        key=lambda p: -(field(payload, path, "summary", p, METRIC, "mean") or 0.0),
     )
     rows = []
     for policy in trained + others:
@@ -73,24 +73,22 @@ def render_headline(results_dir: Path) -> str:
         rows.append(
             [name]
             + ["–" if v is None else f"{v:.3f}" for v in cells]
-            + [_mean_std(field(summary, path, policy, METRIC)), f"{payload.get('questions', {}).get(policy, '–'):,}"]
+            + [
+                _mean_std(field(payload, path, "summary", policy, METRIC)),
+                f"{payload.get('questions', {}).get(policy, '–'):,}",
+            ]
         )
     table = markdown_table(["policy", *(f"fold {k}" for k in folds), "mean ± std", "test questions"], rows)
-    paired = [c for c in field(payload, path, "paired") if c.get("metric") == METRIC and c.get("policy") in trained]
-    diffs = markdown_table(
-        ["paired difference", "Δ recall", "95% CI", "p", "n"],
-        [
-            [
-                f"{c['policy']} − {c['reference']}",
-                f"{c['mean_diff']:+.3f}",
-                f"[{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]",
-                p_value(c["p_value"]),
-                f"{c['n']:,}",
-            ]
-            for c in paired
-        ],
-    )
-    n_boot = f"{paired[0]['n_boot']:,}" if paired and "n_boot" in paired[0] else "–"
+    comparisons = field(payload, path, "paired")
+    paired = [i for i, c in enumerate(comparisons) if c.get("metric") == METRIC and c.get("policy") in trained]
+    diff_rows, keys = [], ("policy", "reference", "mean_diff", "ci_low", "ci_high", "p_value", "n")
+    for i in paired:
+        policy, reference, diff, low, high, p, n = (field(payload, path, "paired", i, k) for k in keys)
+        diff_rows.append(
+            [f"{policy} − {reference}", f"{diff:+.3f}", f"[{low:+.3f}, {high:+.3f}]", p_value(p), f"{n:,}"]
+        )
+    diffs = markdown_table(["paired difference", "Δ recall", "95% CI", "p", "n"], diff_rows)
+    n_boot = f"{comparisons[paired[0]]['n_boot']:,}" if paired and "n_boot" in comparisons[paired[0]] else "–"
     budget, dataset = _budget(field(payload, path, "budget")), field(payload, path, "dataset")
     return "\n".join(
         [
