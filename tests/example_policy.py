@@ -1,4 +1,4 @@
-"""The worked example of the README: a new traversal policy is its algorithm, nothing else.
+"""The worked example of docs/policies.md: a new traversal policy is its algorithm, nothing else.
 
 ``cosine_bfs`` is GraphMemory's Algorithm 1 with the neighbors of a loaded node ranked by cosine
 to the query instead of by the Beta posterior mean, an ablation of the learned evidence. It is

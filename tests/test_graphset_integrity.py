@@ -1,5 +1,8 @@
-"""A saved graph set is one unit: damaged, swapped or inconsistent files are refused, naming the file
-(flipped bytes in the query embeddings, NaN query rows, a graph file copied over another's)."""
+"""A saved graph set is one unit: damaged, swapped or inconsistent files are refused, naming the file.
+
+Flipped bytes in the query embeddings, NaN query rows and a graph file copied over another's
+must each be refused before anything is scored.
+"""
 
 import json
 import shutil
