@@ -43,6 +43,7 @@ from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, sca
 from graphmem.eval.report import full_report, paired_table, results_payload, table_data, write_json
 from graphmem.eval.stats import PairedComparison, compare_policies
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet
+from graphmem.paths import check_name, run_path
 from graphmem.plots import plot_recall_vs_budget, plot_retrieval, sweep_values
 from graphmem.policies import POLICIES, Budget, TraversalPolicy
 from graphmem.tracking import (
@@ -99,6 +100,8 @@ def plan_run(cfg: DictConfig) -> Plan:
         names = [*names, reference]  # the paired statistics need the reference's per-question rows
     if len(set(names)) != len(names):
         raise ConfigError(f"policies listed twice: {names}")
+    for n in names:
+        check_name("policies", n)
     configs = {n: policy_config(n, cfg.get("policy")) for n in names}
     for n, config in configs.items():
         try:
@@ -151,7 +154,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             main_result if b == plan.budget else budget_sweep(policy, gs, [b], progress=cfg.progress)[0]
             for b in plan.sweep
         ]
-        write_jsonl(results[-1].rows, out / f"questions_{name}.jsonl")
+        write_jsonl(results[-1].rows, run_path(out, f"questions_{name}.jsonl"))
         if qa_settings is not None:
             qa_results[name] = _run_qa(qa_settings, gs, main_result, out, cfg.progress, qa_shared)
 
@@ -311,7 +314,7 @@ def _run_qa(settings, gs: GraphSet, result: EvalResult, out: Path, progress: boo
     shared["intents"] = components[2]  # the intent source (and its encoder) is built once per run
     loaded = {row["qid"]: row["loaded"] for row in result.rows}
     qa = evaluate_qa(settings, gs, loaded, policy=result.policy, components=components, progress=progress)
-    write_rows(qa, out / f"qa_{result.policy}.jsonl")
+    write_rows(qa, run_path(out, f"qa_{check_name('policies', result.policy)}.jsonl"))
     log.info("%s", "\n".join(summary_lines(qa)))
     return qa
 
