@@ -294,7 +294,7 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     from graphmem.build.entities import make_entity_extractor
     from graphmem.build.units import load_units
     from graphmem.datasets.paths import data_file
-    from graphmem.embed import CachedEncoder, make_encoder
+    from graphmem.embed import CachedEncoder, encoder_fingerprint, make_encoder
 
     extractor = make_entity_extractor(graph_cfg.entity_extractor)
     path = data_file(data_cfg.file, data_cfg.root)
@@ -342,6 +342,8 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
         "config_hash": config_hash(data_cfg, graph_cfg, data_sha),
         "builder_version": BUILDER_VERSION,
         "encoder": encoder.name,
+        "encoder_fingerprint": encoder_fingerprint(encoder),
+        "embedding_dim": int(embeddings.shape[1]),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     return GraphSet(
