@@ -196,7 +196,6 @@ class CachedEncoder:
 
     def _load_index(self) -> dict[bytes, Tensor]:
         if self._index is None:
-
             self._index = {}
             shards = sorted(self.dir.glob("shard-*.safetensors"))
             for shard in shards:

@@ -30,6 +30,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.checkpoint import check_policies
 from graphmem.cli import (
     ConfigError,
     guard_argv,
@@ -136,6 +137,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     gs = load_graphset(cfg, asdict(plan.data), asdict(plan.graph))
     gs = restrict_graphs(gs, cfg.get("graphs"), cfg.get("graphs_part") or "test")
+    check_policies(plan.policies, gs)  # trained on this encoder and embedding size; not on these graphs
     log.info("%s", "\n".join(gs.report.lines()))
     log.info("%d graphs, %d questions (%.1fs to load)", len(gs.graphs), len(gs.questions), time.perf_counter() - t0)
     question = _plot_question(cfg, gs)

@@ -41,6 +41,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import (
     METRICS,
     guard_argv,
@@ -236,7 +237,8 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar)
             t0 = time.perf_counter()
             selector = cfg.policy.get("entry_selector", "embedding")
-            trainer = WalkTrainer(tc, train_graphs, train_q, train_e, val_q, val_e, budget, logger, selector)
+            inputs = checkpoint_inputs(gs, split.train, split.val)
+            trainer = WalkTrainer(tc, train_graphs, train_q, train_e, val_q, val_e, budget, logger, selector, inputs)
             result = trainer.learn()
             train_s = time.perf_counter() - t0
             bar.close()

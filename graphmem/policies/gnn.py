@@ -26,12 +26,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from os import PathLike
-from pathlib import Path
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
+from graphmem.checkpoint import require_checkpoint
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import compact_left, csr_values, greedy_admit, rank_in_group
@@ -55,6 +55,8 @@ class GNNPolicy(TraversalPolicy):
         device: where the reader runs: ``"cpu"``, ``"cuda"``, ``"auto"`` (default: ``"cpu"``).
         pack_queries: in :meth:`retrieve_graphs`, graphs with at most this many queries share
             one packed reader pass over their union; the others run alone (default: ``8``).
+        strict_split: refuse, rather than warn about, graph sets holding graphs the checkpoint
+            was trained or selected on (:func:`graphmem.checkpoint.check_inputs`) (default: ``False``).
     """
 
     def __init__(
@@ -65,15 +67,20 @@ class GNNPolicy(TraversalPolicy):
         query_chunk: int = 64,
         device: str | torch.device = "cpu",
         pack_queries: int = 8,
+        strict_split: bool = False,
     ):
         from models.gnn_reader import GNNReader
 
         self.device = resolve_device(device)
         if (reader is None) == (checkpoint is None):
             raise ValueError("GNNPolicy needs exactly one of `reader` or `checkpoint`")
-        if checkpoint is not None and not Path(checkpoint).is_file():
-            raise ValueError(f"gnn checkpoint {str(checkpoint)!r} not found (train one with scripts/train_gnn.py)")
-        self.reader = reader if reader is not None else GNNReader.from_checkpoint(str(checkpoint))
+        self.checkpoint_path, self.strict_split, self.trained_inputs = checkpoint, bool(strict_split), None
+        if checkpoint is not None:
+            require_checkpoint(checkpoint)
+            state = torch.load(str(checkpoint), map_location="cpu", weights_only=True)
+            self.trained_inputs = state.get("inputs") if isinstance(state, dict) else None
+            reader = GNNReader.from_checkpoint(state)
+        self.reader = reader
         self.reader = self.reader.to(self.device).eval()
         self.entry_selector = make_entry_selector(entry_selector)
         self.query_chunk = int(query_chunk)

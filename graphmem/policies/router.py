@@ -39,6 +39,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from graphmem.checkpoint import require_checkpoint
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_positions, greedy_admit, ragged_block, segment_topk
@@ -59,10 +60,9 @@ DENSE_COSINE_FACTOR = 16
 
 def read_router_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
     """``torch.load(path, weights_only=True)`` of a router checkpoint; pickled code is refused."""
+    require_checkpoint(path)
     try:
         state = torch.load(str(path), map_location=map_location, weights_only=True)
-    except FileNotFoundError:
-        raise
     except Exception as err:  # the unpickler refuses anything but tensors and plain containers
         raise ValueError(f"{path}: refused to load checkpoint (not a plain-tensor checkpoint): {err}") from None
     if not isinstance(state, dict):
@@ -92,6 +92,8 @@ class RouterPolicy(TraversalPolicy):
         device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (cuda when available) (default: ``"auto"``).
         entry_selector: registered selector name or instance (default: ``"embedding"``).
         intent_provider: supplies intent weights when the intent kind is ``external``.
+        strict_split: refuse, rather than warn about, graph sets holding graphs the checkpoint
+            was trained or selected on (:func:`graphmem.checkpoint.check_inputs`) (default: ``False``).
 
     ``search`` and ``beam_width`` apply to HAGE's walk; the budget-aware walk is best-first.
     """
@@ -108,12 +110,15 @@ class RouterPolicy(TraversalPolicy):
         device: str = "auto",
         entry_selector: SelectorSpec = "embedding",
         intent_provider: IntentProvider | None = None,
+        strict_split: bool = False,
     ):
         if search not in ("greedy", "beam"):
             raise ValueError(f"search {search!r} is not 'greedy' or 'beam'")
         self.device = resolve_device(device)
         self.entry_selector = make_entry_selector(entry_selector)
         state = read_router_checkpoint(checkpoint, self.device) if checkpoint is not None else None
+        self.checkpoint_path, self.strict_split = checkpoint, bool(strict_split)
+        self.trained_inputs = None if state is None else state.get("inputs")
         if state is not None and state.get("kind") == "walk":
             scorer = WalkScorer.from_checkpoint(state["scorer"])
         self.scorer = None if scorer is None else scorer.to(self.device).eval()
