@@ -75,3 +75,16 @@ def test_a_policy_named_like_a_path_is_one_error_line(tmp_path):
         "evaluate.py", "policies=[../x]", f"graphset={tmp_path / 'no-set'}", f"out_dir={tmp_path}/o", tmp_path=tmp_path
     )
     assert "policies='../x' cannot be used" in _error_line(proc)
+
+
+def test_a_fresh_run_never_moves_files_reached_through_a_symlink_out_of_its_folder(tmp_path):
+    from rl.run_folder import open_run_folder
+
+    out, victim = tmp_path / "out", tmp_path / "victim" / "router"
+    out.mkdir()
+    victim.mkdir(parents=True)
+    (victim / "best.pt").write_bytes(b"theirs")
+    (out / "fold0").symlink_to(victim.parent)
+    with pytest.raises(PathNameError, match="outside out_dir"):
+        open_run_folder(out, {"a": 1}, resume=False, artifacts=("fold*/*/best.pt",))
+    assert (victim / "best.pt").read_bytes() == b"theirs"
