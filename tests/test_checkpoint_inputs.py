@@ -1,8 +1,6 @@
 """Checkpoints know their inputs: encoder, embedding size, graph set and training split (graphmem.checkpoint)."""
 
 import logging
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ from graphmem.policies.gnn import GNNPolicy
 from graphmem.policies.router import RouterPolicy
 from models.gnn_reader import GNNReader, ReaderConfig
 from rl.gnn_train import save_checkpoint as save_reader
-from tests import script_runner
+from tests.one_line_errors import error_line, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = DataConfig(name="hotpotqa", limit=6)
@@ -131,30 +129,24 @@ def test_a_gnn_checkpoint_records_and_checks_its_inputs(trained):
         check_policies({"gnn": policy}, sets["other_384"])
 
 
-def _evaluate(*overrides, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [sys.executable, "scripts/evaluate.py", *overrides, f"hydra.run.dir={tmp_path / 'h'}", "logger=none"]
-    return script_runner.run(cmd, cwd=ROOT, env=env, timeout=300)
-
-
-def _error(proc):
-    assert proc.returncode == 2, proc.stdout[-1500:] + proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return errors[0]
-
-
 @pytest.mark.parametrize("policy", ["router", "gnn"])
 def test_a_missing_checkpoint_is_one_error_line_naming_the_key_and_path(tmp_path, policy):
     missing = tmp_path / "nope.pt"
-    proc = _evaluate(f"policy={policy}", f"policy.checkpoint={missing}", f"out_dir={tmp_path / 'o'}", tmp_path=tmp_path)
-    assert f"policy.checkpoint='{missing}': no such checkpoint file" in _error(proc)
+    proc = run_script(
+        "evaluate.py",
+        f"policy={policy}",
+        f"policy.checkpoint={missing}",
+        f"out_dir={tmp_path / 'o'}",
+        tmp_path=tmp_path,
+    )
+    assert f"policy.checkpoint='{missing}': no such checkpoint file" in error_line(proc)
 
 
 def test_evaluate_refuses_a_router_on_a_128d_set_in_one_line(trained, tmp_path):
     tmp, _, _, best = trained
-    proc = _evaluate(
+    proc = run_script(
+        "evaluate.py",
         f"graphset={tmp / 'c'}", "policy=router", f"policy.checkpoint={best}", "graph.encoder=hashing",
         f"out_dir={tmp_path / 'o'}", tmp_path=tmp_path,
     )  # fmt: skip
-    assert "trained on 384-d embeddings" in _error(proc)
+    assert "trained on 384-d embeddings" in error_line(proc)

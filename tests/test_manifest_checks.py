@@ -5,7 +5,6 @@ import errno
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from safetensors.torch import load_file, save_file
 import graphmem.setformat
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet, reuse_or_build
 from graphmem.setstore import GraphSetError, content_sha256, file_sha256
-from tests import script_runner
+from tests.one_line_errors import error_line, run_script
 from tests.small_sets import saved_locomo_set
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,25 +111,12 @@ def test_a_set_of_the_previous_format_is_refused_with_a_rebuild_hint(saved):
         GraphSet.load(saved)
 
 
-def _script(script, *args, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [sys.executable, f"scripts/{script}", *args, f"hydra.run.dir={tmp_path / 'hydra'}", "logger=none"]
-    return script_runner.run(cmd, cwd=ROOT, env=env, timeout=300)
-
-
-def _error(proc):
-    assert proc.returncode == 2, proc.stdout[-1500:] + proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return errors[0]
-
-
 def test_a_manifest_that_is_not_json_is_one_line_naming_the_file(saved, tmp_path):
     (saved / "manifest.json").write_text("not json at all")
-    proc = _script(
+    proc = run_script(
         "evaluate.py", f"graphset={saved}", "policies=[dense_topk]", f"out_dir={tmp_path / 'o'}", tmp_path=tmp_path
     )
-    assert f"{saved / 'manifest.json'}: not valid JSON" in _error(proc)
+    assert f"{saved / 'manifest.json'}: not valid JSON" in error_line(proc)
 
 
 def _build_args(tmp_path):
@@ -146,8 +132,8 @@ def _build_args(tmp_path):
 
 
 def test_an_unknown_plot_graph_is_refused_before_the_set_is_committed(tmp_path):
-    proc = _script("build_graph.py", *_build_args(tmp_path), "plot_graph=nope", tmp_path=tmp_path)
-    assert "plot_graph='nope' is not a graph of this set" in _error(proc)
+    proc = run_script("build_graph.py", *_build_args(tmp_path), "plot_graph=nope", tmp_path=tmp_path)
+    assert "plot_graph='nope' is not a graph of this set" in error_line(proc)
     assert not list((tmp_path / "sets").rglob("manifest.json")) and not list((tmp_path / "sets").rglob("gen-*"))
 
 

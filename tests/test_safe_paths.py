@@ -1,28 +1,13 @@
 """Names from a config never put a file outside the run's out_dir (graphmem.paths)."""
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from graphmem.paths import PathNameError, check_name, inside, run_path
-from tests import script_runner
+from tests.one_line_errors import error_line, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _run(script, *overrides, tmp_path):
-    cmd = [sys.executable, f"scripts/{script}", *overrides, f"hydra.run.dir={tmp_path / 'hydra'}", "logger=none"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    return script_runner.run(cmd, cwd=ROOT, env=env, timeout=300)
-
-
-def _error_line(proc):
-    assert proc.returncode == 2, proc.stdout[-1500:] + proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return errors[0]
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", ".hidden", "", "-rf", "x" * 121, "a\x00b"])
@@ -58,7 +43,7 @@ def test_a_variant_named_like_a_path_cannot_overwrite_another_runs_checkpoint(tm
     (configs / "escape.yaml").write_text(
         "# @package _global_\nvariants:\n  ../../victim/fold0/router: {}\n", encoding="utf-8"
     )
-    proc = _run(
+    proc = run_script(
         "train.py",
         "+experiment=escape",
         f"hydra.searchpath=[file://{tmp_path / 'configs'}]",
@@ -66,15 +51,15 @@ def test_a_variant_named_like_a_path_cannot_overwrite_another_runs_checkpoint(tm
         f"graphset={tmp_path / 'no-set'}",  # refused before the set is read
         tmp_path=tmp_path,
     )
-    assert "variants='../../victim/fold0/router' cannot be used" in _error_line(proc)
+    assert "variants='../../victim/fold0/router' cannot be used" in error_line(proc)
     assert (victim / "best.pt").read_bytes() == b"the other run's checkpoint"
 
 
-def test_a_policy_named_like_a_path_is_one_error_line(tmp_path):
-    proc = _run(
+def test_a_policy_named_like_a_path_is_oneerror_line(tmp_path):
+    proc = run_script(
         "evaluate.py", "policies=[../x]", f"graphset={tmp_path / 'no-set'}", f"out_dir={tmp_path}/o", tmp_path=tmp_path
     )
-    assert "policies='../x' cannot be used" in _error_line(proc)
+    assert "policies='../x' cannot be used" in error_line(proc)
 
 
 def test_a_fresh_run_never_moves_files_reached_through_a_symlink_out_of_its_folder(tmp_path):
