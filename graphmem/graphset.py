@@ -3,14 +3,16 @@
 On disk (no pickle), one unit committed by its manifest (:mod:`graphmem.setstore`)::
 
     <dir>/manifest.json                    dataset, config hash, provenance, questions, load report,
-                                           graphs (name -> file, info), and every file's SHA-256
-    <dir>/gen-<id>/queries.safetensors     query_embeddings [Q, D], aligned with manifest questions
+                                           graphs (name -> file, info), every file's SHA-256 and
+                                           the SHA-256 of its own content
+    <dir>/gen-<id>/queries.safetensors     query_embeddings [Q, D], bound to the manifest's ordered questions
     <dir>/gen-<id>/graphs/<safe name>.safetensors   one MemoryGraph each, saved under its name
 
 :meth:`GraphSet.load` checks every listed file against its checksum, each graph's name and info
-against its manifest entry, and the query embeddings for shape, dimension and finiteness before
-anything is used. It imports neither the encoder nor sentence-transformers, so saved sets load
-on machines without the text stack.
+against its manifest entry, the manifest's own checksum, and the query embeddings for shape,
+dimension, finiteness, non-zero rows and their binding to the questions before anything is
+used. It imports neither the encoder nor sentence-transformers, so saved sets load on machines
+without the text stack.
 """
 
 from __future__ import annotations

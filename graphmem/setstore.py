@@ -202,9 +202,12 @@ class SetWriter:
         except Exception as err:
             if not _no_space(err):
                 raise
-            before = "the previous set is intact" if (self.directory / MANIFEST).is_file() else "nothing was committed"
-            raise GraphSetError(f"{path}: no space left on device while writing the set; {before}") from None
+            raise GraphSetError(f"{path}: {self._full_disk()}") from None
         return self._record(rel)
+
+    def _full_disk(self) -> str:
+        before = "the previous set is intact" if (self.directory / MANIFEST).is_file() else "nothing was committed"
+        return f"no space left on device while writing the set; {before} (free space and build again)"
 
     def keep(self, stored: str) -> str:
         """Carry the committed file ``stored`` (a path the current manifest lists) into this generation."""
@@ -230,7 +233,12 @@ class SetWriter:
         record = json.loads(json.dumps(record, ensure_ascii=False))  # as a reader will see it (str keys, lists)
         record[CONTENT] = content_sha256(record)
         text = json.dumps(record, ensure_ascii=False, indent=1)
-        atomic_write(self.directory / MANIFEST, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        try:
+            atomic_write(self.directory / MANIFEST, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        except OSError as err:
+            if not _no_space(err):
+                raise
+            raise GraphSetError(f"{self.directory / MANIFEST}: {self._full_disk()}") from None
         _fsync_dir(self.directory)
         self._committed = True
         self._drop_old(previous)
