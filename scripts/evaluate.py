@@ -40,6 +40,7 @@ from graphmem.cli import (
     restrict_graphs,
     run_or_exit,
 )
+from graphmem.errors import InputError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
 from graphmem.eval.report import full_report, paired_table, results_payload, table_data, write_json
 from graphmem.eval.stats import PairedComparison, compare_policies
@@ -115,6 +116,8 @@ def plan_run(cfg: DictConfig) -> Plan:
             if cfg.get("device"):
                 config["device"] = cfg.device
             policies[n] = make_configured_policy(config)
+        except InputError:
+            raise
         except Exception as err:  # noqa: BLE001 - any constructor failure is a config problem here
             raise ConfigError(f"policy {n!r} cannot be constructed from its config: {err}") from None
     out_dir = cfg.get("out_dir")
