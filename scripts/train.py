@@ -46,6 +46,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import (
     METRICS,
     guard_argv,
@@ -61,6 +62,7 @@ from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
 from graphmem.graphset import GraphSet, check_configs, open_train_graphset, union
 from graphmem.io import atomic_write
+from graphmem.paths import check_name, run_path
 from graphmem.plots import plot_learning_curves
 from graphmem.policies import POLICIES, Budget
 from graphmem.policies.router import RouterPolicy
@@ -141,6 +143,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
     for name, overrides in variants.items():  # reject impossible settings before any work
+        check_name("variants", name)
         TrainConfig.merged(base, overrides)
     stats = stats_config(cfg)
     reference = stats.get("reference")
@@ -151,6 +154,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         raise ValueError(f"train_extra=true, but data {cfg.data.name!r} lists no train_files")
     baselines = {}
     for name in baseline_names:
+        check_name("baselines", name)
         try:
             POLICIES.resolve(name)
         except ValueError:
@@ -160,6 +164,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         except (OSError, TypeError, ValueError, KeyError) as err:
             raise ValueError(f"baseline {name!r} cannot be built from its policy config: {err}") from None
     for name in fold_baseline_config(cfg):
+        check_name("fold_baselines", name)
         POLICIES.resolve(name)
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
         raise ValueError(
@@ -224,9 +229,8 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
         fold_metrics: dict[str, dict[str, float]] = {}
         for name, overrides in variants.items():
             here = {"device": str(rank_device)} if world.distributed else {}  # this rank's GPU
-            tc = TrainConfig.merged(
-                base, overrides, checkpoint_dir=str(out / f"fold{k}" / name), run_id=folder.run_id, **here
-            )
+            ckpt_dir = run_path(out, f"fold{k}", name)
+            tc = TrainConfig.merged(base, overrides, checkpoint_dir=str(ckpt_dir), run_id=folder.run_id, **here)
             run_config = {**OmegaConf.to_container(cfg, resolve=True), "fold": k, "variant": name}
             tracker = make_tracker(
                 logger_cfg, run_config, out_dir=out, name=f"fold{k}-{name}", job_type="train", group=group
@@ -238,7 +242,8 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar) if world.is_main else None
             t0 = time.perf_counter()
             selector = cfg.policy.get("entry_selector", "embedding")
-            trainer = WalkTrainer(tc, train_graphs, train_q, train_e, val_q, val_e, budget, logger, selector)
+            inputs = checkpoint_inputs(gs, split.train, split.val)
+            trainer = WalkTrainer(tc, train_graphs, train_q, train_e, val_q, val_e, budget, logger, selector, inputs)
             result = trainer.learn()
             train_s = time.perf_counter() - t0
             bar.close()
@@ -322,7 +327,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     for name, rows in test_rows.items():
-        write_jsonl(rows, out / f"questions_{name}.jsonl")
+        write_jsonl(rows, run_path(out, f"questions_{name}.jsonl"))
     if curves:
         plot_learning_curves(curves, out / "learning_curves.png", title=f"{gs.dataset}: {len(folds)} fold(s)")
     with make_tracker(logger_cfg, cfg, out_dir=out, name="summary", job_type="evaluate", group=group) as tracker:

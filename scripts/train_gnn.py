@@ -25,8 +25,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import guard_argv, load_graphset, run_or_exit, set_threads
-from graphmem.graphset import check_configs
+from graphmem.graphset import GraphSet, check_configs
 from graphmem.io import atomic_write
 from graphmem.lockfile import FileLock, LockBusyError, describe
 from graphmem.policies.base import Budget
@@ -100,7 +101,8 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
             if examples:
                 metrics[f"{part}_recall_gnn"] = evidence_recall(reader, examples, budget, chunk=train_cfg.eval_chunk)
                 metrics[f"{part}_recall_cosine_walk"] = cosine_walk_recall(examples, budget)
-        save_checkpoint(reader, cfg.checkpoint, train_cfg, metrics, run_id=run_id)
+        inputs = checkpoint_inputs(gs, parts["train"], parts["val"])
+        save_checkpoint(reader, cfg.checkpoint, train_cfg, metrics, run_id=run_id, inputs=inputs)
         split_file = write_split(parts, cfg.checkpoint, run_id)
         out_dir.mkdir(parents=True, exist_ok=True)
         payload = {

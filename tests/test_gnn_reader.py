@@ -278,7 +278,8 @@ def test_graph_split_is_a_conversation_fold():
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    from graphmem.checkpoint import CheckpointError
     from graphmem.policies.gnn import GNNPolicy
 
-    with pytest.raises(ValueError, match="not found"):
+    with pytest.raises(CheckpointError, match=r"policy.checkpoint='.*no-reader.pt': no such checkpoint file"):
         GNNPolicy(checkpoint=tmp_path / "no-reader.pt")

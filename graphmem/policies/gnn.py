@@ -42,12 +42,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from os import PathLike
-from pathlib import Path
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
+from graphmem.checkpoint import require_checkpoint
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import compact_left, csr_values, greedy_admit, rank_in_group
@@ -74,6 +74,8 @@ class GNNPolicy(TraversalPolicy):
             share one packed reader pass over their union; the others run alone (default: ``8``).
         method: ``"ball"`` (reader on the neighbourhoods the walk reads, exact; module docstring) or
             ``"full"`` (one reader pass over every node of the graph) (default: ``"ball"``).
+        strict_split: refuse, rather than warn about, graph sets holding graphs the checkpoint
+            was trained or selected on (:func:`graphmem.checkpoint.check_inputs`) (default: ``False``).
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class GNNPolicy(TraversalPolicy):
         device: str | torch.device = "cpu",
         pack_queries: int = 8,
         method: str = "ball",
+        strict_split: bool = False,
     ):
         from models.gnn_reader import GNNReader
 
@@ -94,9 +97,13 @@ class GNNPolicy(TraversalPolicy):
         self.device = resolve_device(device)
         if (reader is None) == (checkpoint is None):
             raise ValueError("GNNPolicy needs exactly one of `reader` or `checkpoint`")
-        if checkpoint is not None and not Path(checkpoint).is_file():
-            raise ValueError(f"gnn checkpoint {str(checkpoint)!r} not found (train one with scripts/train_gnn.py)")
-        self.reader = reader if reader is not None else GNNReader.from_checkpoint(str(checkpoint))
+        self.checkpoint_path, self.strict_split, self.trained_inputs = checkpoint, bool(strict_split), None
+        if checkpoint is not None:
+            require_checkpoint(checkpoint)
+            state = torch.load(str(checkpoint), map_location="cpu", weights_only=True)
+            self.trained_inputs = state.get("inputs") if isinstance(state, dict) else None
+            reader = GNNReader.from_checkpoint(state)
+        self.reader = reader
         self.reader = self.reader.to(self.device).eval()
         self.entry_selector = make_entry_selector(entry_selector)
         self.query_chunk = int(query_chunk)

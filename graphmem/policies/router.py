@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from graphmem.checkpoint import require_checkpoint
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_positions
 from graphmem.policies.ranking import query_matrix
@@ -33,10 +34,9 @@ from models.walk_scorer import WalkScorer
 
 def read_router_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
     """``torch.load(path, weights_only=True)`` of a router checkpoint; pickled code is refused."""
+    require_checkpoint(path)
     try:
         state = torch.load(str(path), map_location=map_location, weights_only=True)
-    except FileNotFoundError:
-        raise
     except Exception as err:  # the unpickler refuses anything but tensors and plain containers
         raise ValueError(f"{path}: refused to load checkpoint (not a plain-tensor checkpoint): {err}") from None
     if not isinstance(state, dict):
@@ -55,6 +55,8 @@ class RouterPolicy(TraversalPolicy):
         scorer: a :class:`~models.walk_scorer.WalkScorer` to walk with, instead of a checkpoint.
         device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (cuda when available) (default: ``"auto"``).
         entry_selector: registered selector name or instance (default: ``"embedding"``).
+        strict_split: refuse, rather than warn about, graph sets holding graphs the checkpoint
+            was trained or selected on (:func:`graphmem.checkpoint.check_inputs`) (default: ``False``).
     """
 
     def __init__(
@@ -63,11 +65,15 @@ class RouterPolicy(TraversalPolicy):
         scorer: WalkScorer | None = None,
         device: str = "auto",
         entry_selector: SelectorSpec = "embedding",
+        strict_split: bool = False,
     ):
         self.device = resolve_device(device)
         self.entry_selector = make_entry_selector(entry_selector)
-        if checkpoint is not None:
-            scorer = WalkScorer.from_checkpoint(read_router_checkpoint(checkpoint, self.device)["scorer"])
+        state = read_router_checkpoint(checkpoint, self.device) if checkpoint is not None else None
+        self.checkpoint_path, self.strict_split = checkpoint, bool(strict_split)
+        self.trained_inputs = None if state is None else state.get("inputs")
+        if state is not None:
+            scorer = WalkScorer.from_checkpoint(state["scorer"])
         if scorer is None:
             raise ValueError("RouterPolicy needs a checkpoint or a walk scorer")
         self.scorer = scorer.to(self.device).eval()

@@ -16,14 +16,11 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from graphmem.errors import InputError
+from graphmem.checkpoint import CheckpointError
 from graphmem.io import atomic_write
 
 FORMAT = "graphmem-router-checkpoint-v1"
-
-
-class CheckpointError(RuntimeError, InputError):
-    """A checkpoint that cannot be used here (unsafe, corrupted, or for other graphs/architecture)."""
+__all__ = ["CheckpointError", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
 
 
 def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 from graphmem.errors import InputError
 from graphmem.io import atomic_write
 from graphmem.lockfile import FileLock, LockBusyError, describe
+from graphmem.paths import inside
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ def open_run_folder(
         if lock.stale:
             log.warning("%s: took over the stale lock of %s, which is no longer running", path, describe(lock.stale))
         previous = _read_record(path)
-        found = sorted({str(p.relative_to(path)) for pattern in artifacts for p in path.glob(pattern)})
+        found = sorted({str(inside(path, p).relative_to(path)) for pattern in artifacts for p in path.glob(pattern)})
         if resume and previous is not None:
             differ = differing_keys(previous.get("config") or {}, config, ignore)
             if differ:

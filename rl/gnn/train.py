@@ -345,8 +345,10 @@ def save_checkpoint(
     cfg: GNNTrainConfig | None = None,
     metrics: dict | None = None,
     run_id: str | None = None,
+    inputs: dict | None = None,
 ) -> Path:
-    """Write ``reader.checkpoint()`` (plus training settings and the run id) atomically; loads with ``weights_only``."""
+    """Write ``reader.checkpoint()`` (plus training settings, the run id and the
+    :func:`graphmem.checkpoint.checkpoint_inputs` record) atomically; loads with ``weights_only``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ckpt = reader.checkpoint()
@@ -356,6 +358,8 @@ def save_checkpoint(
         ckpt["metrics_json"] = json.dumps(metrics)
     if run_id is not None:
         ckpt["run_id"] = run_id
+    if inputs is not None:
+        ckpt["inputs"] = inputs
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(ckpt, tmp)
     tmp.replace(path)
@@ -363,9 +367,9 @@ def save_checkpoint(
 
 
 def load_reader(path: str | Path) -> GNNReader:
-    """:meth:`GNNReader.from_checkpoint` of a file, any failure a :class:`~rl.common.checkpoint.CheckpointError`
+    """:meth:`GNNReader.from_checkpoint` of a file, any failure a :class:`~graphmem.checkpoint.CheckpointError`
     naming it."""
-    from rl.common.checkpoint import CheckpointError
+    from graphmem.checkpoint import CheckpointError
 
     if not Path(path).is_file():
         raise CheckpointError(f"{path}: reader checkpoint not found (train one with scripts/train_gnn.py)")

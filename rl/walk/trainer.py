@@ -228,8 +228,10 @@ class WalkTrainer:
         budget: Budget = Budget(),
         logger: Logger | None = None,
         entry_selector="embedding",
+        inputs: Mapping[str, Any] | None = None,
     ):
         self.cfg, self.budget, self.logger = cfg, budget, logger
+        self.inputs = dict(inputs or {})  # graphmem.checkpoint.checkpoint_inputs, stored in every checkpoint
         self.device = resolve_device(cfg.run.device)
         seed_everything(cfg.run.seed)
         if cfg.objective.rl == "hage_mdp" and cfg.objective.rl_epochs and cfg.model.stop:
@@ -322,6 +324,7 @@ class WalkTrainer:
         return {
             "kind": "walk",
             "run_id": self.cfg.run.run_id,
+            "inputs": self.inputs,
             "scorer": self.scorer.checkpoint(),
             "config": asdict(self.cfg),
             "budget": asdict(self.budget),
