@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import guard_argv, load_graphset, run_or_exit, set_threads
-from graphmem.graphset import GraphSet, check_configs
+from graphmem.graphset import check_configs
 from graphmem.io import atomic_write
 from graphmem.lockfile import FileLock, LockBusyError, describe
 from graphmem.policies.base import Budget
