@@ -259,3 +259,12 @@ def restrict_graphs(gs, graphs: str | Sequence[str] | None, part: str = "test"):
         questions=[gs.questions[i] for i in keep],
         query_embeddings=gs.query_embeddings[keep],
     )
+
+
+def set_threads(cfg) -> int:
+    """``torch.set_num_threads(min(cfg.threads, cpu count))``; ``threads: null`` keeps torch's default."""
+    import torch
+
+    if cfg.get("threads"):
+        torch.set_num_threads(max(1, min(int(cfg.threads), os.cpu_count() or 1)))
+    return torch.get_num_threads()

@@ -22,7 +22,7 @@ the key. Range checks stay in each dataclass's ``__post_init__`` (run by :func:`
 | ``graph`` | :class:`graphmem.graphset.GraphConfig` |
 | ``logger`` | :class:`graphmem.tracking.runs.LoggerConfig` |
 | ``llm`` | :class:`graphmem.llm.client.LLMConfig` |
-| ``trainer`` | :class:`rl.walk.trainer.TrainConfig` |
+| ``trainer`` | :class:`rl.walk.trainer.TrainConfig` (added by :mod:`rl.walk` when it is imported) |
 | ``policy`` | each policy's constructor: ``policy/<name>_schema`` (:func:`policy_schema`) |
 
 A policy option also names its class under ``_target_`` (made with ``hydra.utils.instantiate``,
@@ -58,15 +58,21 @@ SCHEMAS: dict[str, str] = {
     "graph": "graphmem.graphset:GraphConfig",
     "logger": "graphmem.tracking.runs:LoggerConfig",
     "llm": "graphmem.llm.client:LLMConfig",
-    "trainer": "rl.walk.trainer:TrainConfig",
 }
-"""Config group -> ``module:class`` of its schema dataclass."""
+"""Config group -> ``module:class`` of its schema dataclass (the trainers add theirs: :func:`add_schema`)."""
 
 
 def schema_class(group: str) -> type:
     """The dataclass that is the schema of config group ``group``."""
     module, name = SCHEMAS[group].split(":")
     return getattr(import_module(module), name)
+
+
+def add_schema(group: str, cls: type) -> None:
+    """Make ``cls`` the schema of ``group`` and store it: how a package above ``graphmem`` types its
+    own group (:mod:`rl.walk` the ``trainer`` group) without ``graphmem`` importing it."""
+    SCHEMAS[group] = f"{cls.__module__}:{cls.__qualname__}"
+    ConfigStore.instance().store(group=group, name=SCHEMA_NAME, node=schema_node(cls), provider="graphmem")
 
 
 def schema_node(cls: type) -> DictConfig:

@@ -33,8 +33,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphmem.policies.base import Budget
-from graphmem.policies.batched import csr_positions
+from graphmem.budget import Budget
+from graphmem.csr import csr_positions
 from models.edge_encoder import EDGE_FEATURE_DIM, EDGE_MODES, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
 

@@ -1,8 +1,5 @@
-"""A saved graph set is one unit: damaged, swapped or inconsistent files are refused, naming the file.
-
-Issue 17, item 2: flipped bytes in the query embeddings, NaN query rows and a graph file copied
-over another's were all accepted and scored.
-"""
+"""A saved graph set is one unit: damaged, swapped or inconsistent files are refused, naming the file
+(flipped bytes in the query embeddings, NaN query rows, a graph file copied over another's)."""
 
 import json
 import shutil

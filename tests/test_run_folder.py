@@ -1,4 +1,4 @@
-"""A run owns its folder: one live run at a time, resume only with the same config, one run id (issue 17, item 3)."""
+"""A run owns its folder: one live run at a time, resume only with the same config, one run id."""
 
 import json
 import os

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
+from graphmem.csr import csr_positions  # noqa: F401  (re-exported for the policies)
 from graphmem.graph import MemoryGraph
 from graphmem.policies.tables import csr
 from graphmem.policies.types import Budget, RetrievalBatch
@@ -23,16 +24,6 @@ ExpandBatch = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
 # ---------------------------------------------------------------------------- ragged helpers
-def csr_positions(rowptr: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
-    """The concatenated CSR rows of ``nodes`` ``[K]``: ``(seg [C], pos [C])``, ``seg`` indexing
-    ``nodes`` and ``pos`` the positions ``rowptr[v] .. rowptr[v+1]-1`` of each row, in order."""
-    start = rowptr[nodes]
-    deg = rowptr[nodes + 1] - start
-    seg = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
-    first = torch.cumsum(deg, 0) - deg
-    return seg, torch.arange(seg.numel(), device=nodes.device) - first[seg] + start[seg]
-
-
 def csr_values(rowptr: Tensor, values: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
     """:func:`csr_positions` read through ``values``: ``(seg [C], values[pos] [C])`` (e.g. with
     ``values = perm`` of :meth:`MemoryGraph.csr`, the out-edges of ``nodes``)."""

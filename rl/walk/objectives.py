@@ -194,12 +194,19 @@ class HageMDP:
     """
 
     max_hops: int = 5
+    """H_max: steps before an episode times out"""
     hit_reward: float = 10.0
+    """R_hit: reward per newly reached gold node"""
     step_penalty: float = 0.05
+    """λ_step: cost of every step"""
     timeout_penalty: float = 1.0
+    """λ_timeout: extra cost when H_max is hit with gold left unreached"""
     starts_per_question: int = 2
+    """episodes per question, one from each of its best entries"""
     gamma: float = 0.99
+    """return discount"""
     baseline_beta: float = 0.99
+    """decay of the one moving-average baseline over all steps"""
 
     def budget(self) -> Budget:
         return Budget(
