@@ -10,7 +10,7 @@ from pathlib import Path
 PROSE = """# Serving the learned walk
 
 At question time the router policy (`graphmem/policies/router.py`) serves one query with
-`graphmem.policies.walk.walk_one`: the greedy walk that training samples, with the candidate pool
+`graphmem.policies.walk_one.walk_one`: the greedy walk that training samples, with the candidate pool
 as a max-heap instead of the batch's `[1, P]` masks. A closed candidate (target loaded, parent out
 of children, tokens that no longer fit) never opens again, so the best open candidate is the heap's
 top after popping closed ones; each step is one pop and one `score` call on the new node's
