@@ -5,7 +5,7 @@ Every question of the set is served alone, as an agent calls the policy (``retri
 threads, by three policies *interleaved* question by question (each question's fastest of
 ``--repeats`` calls per policy), so a load that changes during the run weighs on all alike:
 
-* ``router``: the router policy as it serves (:func:`graphmem.policies.walk.walk_one`, the scorer's
+* ``router``: the router policy as it serves (:func:`graphmem.policies.walk_one.walk_one`, the scorer's
   per-graph tensors cached);
 * ``router_batched``: the same scorer through the batched training walk with ``B = 1`` and the
   per-graph tensors recomputed per call (how the router served one query before ``walk_one``);

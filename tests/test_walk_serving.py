@@ -1,4 +1,4 @@
-"""The served walk (one query at a time: graphmem.policies.walk.walk_one, with the scorer's per-graph
+"""The served walk (one query at a time: graphmem.policies.walk_one.walk_one, with the scorer's per-graph
 tensors cached by the router policy) loads what the batched training walk (graphmem.policies.walk.walk,
 nothing cached) loads, on every question of a real pooled MuSiQue graph; the cache follows the weights."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 PROSE = """# Serving the learned walk
 
 At question time the router policy (`graphmem/policies/router.py`) serves one query with
-`graphmem.policies.walk.walk_one`: the greedy walk that training samples, with the candidate pool
+`graphmem.policies.walk_one.walk_one`: the greedy walk that training samples, with the candidate pool
 as a max-heap instead of the batch's `[1, P]` masks. A closed candidate (target loaded, parent out
 of children, tokens that no longer fit) never opens again, so the best open candidate is the heap's
 top after popping closed ones; each step is one pop and one `score` call on the new node's
@@ -45,7 +45,7 @@ def _scaling(payload: dict) -> list[str]:
                 continue
             lines.append(
                 f"| {size['nodes']} | {name} | {r['end_to_end_p50_ms']:.2f} | {r['end_to_end_p95_ms']:.2f} | "
-                f"{r['end_to_end_cpu_p50_ms']:.2f} | {r['end_to_end_cpu_p95_ms']:.2f} | {r['entry_recall_at_k']} |"
+                f"{r['end_to_end_cpu_p50_ms']:.2f} | {r['end_to_end_cpu_p95_ms']:.2f} | {r['entry_recall_at_k']:.4f} |"
             )
     growth = payload.get("growth") or {}
     if growth:
@@ -92,7 +92,9 @@ def render(results_dir: Path) -> str:
     path = results_dir / "serving_scaling.json"
     if path.is_file():
         payload = json.loads(path.read_text())
+        load = [", ".join(f"{x:.1f}" for x in payload[k]) for k in ("load_average_at_start", "load_average_at_end")]
         out += ["", "## Scale sweep", "", f"Command: `{payload['command']}`", ""]
+        out += [f"Load average at the start: {load[0]}; at the end: {load[1]} (2 cores, shared).", ""]
         out += [
             "Synthetic graphs (dim 64, average degree 8), 200 queries served one at a time (fastest of 3),",
             "the walk freshly initialised (its cost does not depend on the weights); `+ann`: HNSW entries.",

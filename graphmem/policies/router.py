@@ -27,7 +27,8 @@ from graphmem.policies.batched import csr_positions
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.tables import unit_embeddings
-from graphmem.policies.walk import walk, walk_one, walk_tables, walk_trace
+from graphmem.policies.walk import walk, walk_tables, walk_trace
+from graphmem.policies.walk_one import walk_one
 from models.edge_encoder import pair_table
 from models.walk_scorer import WalkScorer
 
@@ -85,7 +86,7 @@ class RouterPolicy(TraversalPolicy):
 
     def _best_first(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
         """:func:`graphmem.policies.walk.walk` (greedy) over ``scope.graph`` (one query:
-        :func:`~graphmem.policies.walk.walk_one`, the same walk without the batch's masks); the considered
+        :func:`~graphmem.policies.walk_one.walk_one`, the same walk without the batch's masks); the considered
         edges are the out-edges of every loaded node the walk could expand (depth below ``max_hops``). The
         scorer's query-independent tensors (:meth:`~models.walk_scorer.WalkScorer.static`) are computed
         once per graph and weights."""
