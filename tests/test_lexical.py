@@ -2,12 +2,11 @@
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from graphmem.eval.references import okapi
 from graphmem.graph import MemoryGraph
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet, GraphSetError, reuse_or_build
 from graphmem.lexical import (
@@ -19,9 +18,6 @@ from graphmem.lexical import (
     lexical_files,
     tokenize,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
-from references import okapi  # noqa: E402
 
 DOCS = ["the cat sat on the mat", "dog dog barks", "a cat and a dog", "quiet evening"]
 

@@ -1,6 +1,5 @@
 """The bm25 and hybrid policies and the hybrid entry selector: lexical matches, fusion, graph batches, configs."""
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -9,13 +8,11 @@ from omegaconf import OmegaConf
 
 from graphmem.cli import make_configured_policy
 from graphmem.config import compose
+from graphmem.eval.references import REFERENCES
 from graphmem.graph import MemoryGraph
 from graphmem.policies import Budget, Query, make_entry_selector, make_policy
 from graphmem.policies.hybrid import HybridEntrySelector, rrf
 from graphmem.synthetic import make_synthetic_graph
-
-sys.path.insert(0, str(Path(__file__).parent))
-from references import REFERENCES  # noqa: E402
 
 WALKS = ["beta_bfs", "ppr", "uniform_bfs", "router", "gnn"]
 WORDS = "apple river stone cloud garden lamp violin harbor meadow pepper".split()
