@@ -221,7 +221,8 @@ def policy_config(name: str, selected: Any = None) -> dict[str, Any]:
 def make_configured_policy(config: Mapping[str, Any]):
     """``hydra.utils.instantiate`` of a :func:`policy_config`: the class at ``_target_`` (a
     registered name or a dotted path to a :class:`~graphmem.policies.TraversalPolicy` subclass)
-    with the other keys, checked first against its constructor (``ValueError`` naming the key).
+    with the other keys, checked first against its constructor (``ValueError`` naming the key) and
+    for an existing ``checkpoint`` file (:class:`graphmem.checkpoint.CheckpointError` naming it).
     The policy reports under :func:`graphmem.config.policy_label` of its target."""
     import hydra
 
@@ -230,6 +231,10 @@ def make_configured_policy(config: Mapping[str, Any]):
 
     kwargs = {k: v for k, v in config.items() if k != "_target_"}
     cls = POLICIES.check(config["_target_"], kwargs)
+    if isinstance(kwargs.get("checkpoint"), (str, os.PathLike)):
+        from graphmem.checkpoint import require_checkpoint
+
+        require_checkpoint(kwargs["checkpoint"])  # one line naming the key, not Hydra's wrapped error
     policy = hydra.utils.instantiate({"_target_": f"{cls.__module__}.{cls.__qualname__}", **kwargs}, _convert_="all")
     label = policy_label(config["_target_"])
     if policy.name != label:
@@ -259,3 +264,12 @@ def restrict_graphs(gs, graphs: str | Sequence[str] | None, part: str = "test"):
         questions=[gs.questions[i] for i in keep],
         query_embeddings=gs.query_embeddings[keep],
     )
+
+
+def set_threads(cfg) -> int:
+    """``torch.set_num_threads(min(cfg.threads, cpu count))``; ``threads: null`` keeps torch's default."""
+    import torch
+
+    if cfg.get("threads"):
+        torch.set_num_threads(max(1, min(int(cfg.threads), os.cpu_count() or 1)))
+    return torch.get_num_threads()

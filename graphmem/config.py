@@ -22,7 +22,7 @@ the key. Range checks stay in each dataclass's ``__post_init__`` (run by :func:`
 | ``graph`` | :class:`graphmem.graphset.GraphConfig` |
 | ``logger`` | :class:`graphmem.tracking.runs.LoggerConfig` |
 | ``llm`` | :class:`graphmem.llm.client.LLMConfig` |
-| ``trainer`` | :class:`rl.walk_trainer.TrainConfig` (option ``hage``: :class:`rl.reinforce.TrainConfig`) |
+| ``trainer`` | :class:`rl.walk.trainer.TrainConfig` (added by :mod:`rl.walk` when it is imported) |
 | ``policy`` | each policy's constructor: ``policy/<name>_schema`` (:func:`policy_schema`) |
 
 A policy option also names its class under ``_target_`` (made with ``hydra.utils.instantiate``,
@@ -58,15 +58,8 @@ SCHEMAS: dict[str, str] = {
     "graph": "graphmem.graphset:GraphConfig",
     "logger": "graphmem.tracking.runs:LoggerConfig",
     "llm": "graphmem.llm.client:LLMConfig",
-    "trainer": "rl.walk_trainer:TrainConfig",
 }
-"""Config group -> ``module:class`` of its schema dataclass."""
-
-OPTION_SCHEMAS: dict[tuple[str, str], str] = {
-    ("trainer", "hage_schema"): "rl.reinforce:TrainConfig",
-}
-"""(group, name) -> ``module:class`` of a schema for options of a group that configure another class
-(``configs/trainer/hage.yaml``: HAGE's flat trainer, as ``scripts/head_to_head.py`` trains it)."""
+"""Config group -> ``module:class`` of its schema dataclass (the trainers add theirs: :func:`add_schema`)."""
 
 
 def schema_class(group: str) -> type:
@@ -75,10 +68,11 @@ def schema_class(group: str) -> type:
     return getattr(import_module(module), name)
 
 
-def option_schema_class(group: str, name: str) -> type:
-    """The schema dataclass of a group's option ``name``: :data:`OPTION_SCHEMAS`'s, else the group's."""
-    module, cls = OPTION_SCHEMAS.get((group, name), SCHEMAS[group]).split(":")
-    return getattr(import_module(module), cls)
+def add_schema(group: str, cls: type) -> None:
+    """Make ``cls`` the schema of ``group`` and store it: how a package above ``graphmem`` types its
+    own group (:mod:`rl.walk` the ``trainer`` group) without ``graphmem`` importing it."""
+    SCHEMAS[group] = f"{cls.__module__}:{cls.__qualname__}"
+    ConfigStore.instance().store(group=group, name=SCHEMA_NAME, node=schema_node(cls), provider="graphmem")
 
 
 def schema_node(cls: type) -> DictConfig:
@@ -93,14 +87,11 @@ def schema_node(cls: type) -> DictConfig:
 
 
 def register_schemas(store: ConfigStore | None = None) -> None:
-    """Store every schema of :data:`SCHEMAS` as ``<group>/schema``, those of :data:`OPTION_SCHEMAS` under
-    their names and every registered policy's as ``policy/<name>_schema``; register the
-    ``policy_name`` resolver (idempotent)."""
+    """Store every schema of :data:`SCHEMAS` as ``<group>/schema`` and every registered policy's as
+    ``policy/<name>_schema``; register the ``policy_name`` resolver (idempotent)."""
     store = store or ConfigStore.instance()
     for group in SCHEMAS:
         store.store(group=group, name=SCHEMA_NAME, node=schema_node(schema_class(group)), provider="graphmem")
-    for (group, name), path in OPTION_SCHEMAS.items():
-        store.store(group=group, name=name, node=schema_node(option_schema_class(group, name)), provider="graphmem")
     for name, cls in policy_schemas().items():
         store.store(group="policy", name=name, node=schema_node(cls), provider="graphmem")
     OmegaConf.register_new_resolver(POLICY_RESOLVER, policy_label, replace=True)

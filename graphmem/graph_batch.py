@@ -6,7 +6,6 @@ per-query loop. :func:`graph_batch` stacks graphs ``G_0 .. G_{C-1}`` into one
 edge ids ``edge_ptr[c] .. edge_ptr[c+1]-1``, both in their original order), so a walk never leaves
 its component. What a policy must add is the query's *scope*: entry selection and any ranking
 of nodes look at the query's own component only (see :class:`graphmem.policies.scope.Scope`).
-The traversal MDP of :mod:`rl.mdp` walks the same union type, with global node and edge ids.
 
 The union keeps, per component, the order of node ids (ids are prefixed with the component
 index), the CSR order of out-edges and the node token counts, so a retrieval over the union,

@@ -3,14 +3,16 @@
 On disk (no pickle), one unit committed by its manifest (:mod:`graphmem.setstore`)::
 
     <dir>/manifest.json                    dataset, config hash, provenance, questions, load report,
-                                           graphs (name -> file, info), and every file's SHA-256
-    <dir>/gen-<id>/queries.safetensors     query_embeddings [Q, D], aligned with manifest questions
+                                           graphs (name -> file, info), every file's SHA-256 and
+                                           the SHA-256 of its own content
+    <dir>/gen-<id>/queries.safetensors     query_embeddings [Q, D], bound to the manifest's ordered questions
     <dir>/gen-<id>/graphs/<safe name>.safetensors   one MemoryGraph each, saved under its name
 
 :meth:`GraphSet.load` checks every listed file against its checksum, each graph's name and info
-against its manifest entry, and the query embeddings for shape, dimension and finiteness before
-anything is used. It imports neither the encoder nor sentence-transformers, so saved sets load
-on machines without the text stack.
+against its manifest entry, the manifest's own checksum, and the query embeddings for shape,
+dimension, finiteness, non-zero rows and their binding to the questions before anything is
+used. It imports neither the encoder nor sentence-transformers, so saved sets load on machines
+without the text stack.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import Tensor
@@ -120,7 +122,7 @@ class GraphConfig:
     temporal_tau: float = 4.0
     """decay (in positions) of the temporal-proximity feature exp(-(gap - 1) / tau)."""
     entity_extractor: str = "offline"
-    """registered entity extractor name (see graphmem.build.entities)."""
+    """registered entity extractor name (see graphmem.builders.entities)."""
     entity_fanout: int = 3
     """each mention of an entity links to at most this many later mentions."""
     entity_max_share: float = 0.1
@@ -213,7 +215,7 @@ class GraphSet:
         return [Query(qid=q.qid, text=q.text, embedding=self.query_embeddings[i]) for i, q in enumerate(self.questions)]
 
     def check(self, where: str = "GraphSet") -> GraphSet:
-        """Refuse an empty set and query embeddings that are not ``[Q, D]`` finite floats of the graphs' ``D``."""
+        """Refuse an empty set, a repeated question id, and query rows not finite non-zero ``[Q, D]`` floats."""
         if not self.graphs or not self.questions:
             raise GraphSetError(f"{where}: {len(self.graphs)} graphs and {len(self.questions)} questions (empty set)")
         emb = self.query_embeddings
@@ -229,6 +231,17 @@ class GraphSet:
                 f"{where}: {len(bad)} query embedding rows hold inf or NaN, first row {bad[0]} "
                 f"(question {self.questions[bad[0]].qid!r})"
             )
+        zero = (emb == 0).all(dim=1).nonzero().flatten().tolist()
+        if zero:
+            raise GraphSetError(
+                f"{where}: {len(zero)} query embedding rows are all zero (no direction to rank by), first row "
+                f"{zero[0]} (question {self.questions[zero[0]].qid!r})"
+            )
+        seen: set[str] = set()
+        for q in self.questions:
+            if q.qid in seen:
+                raise GraphSetError(f"{where}: question id {q.qid!r} occurs more than once")
+            seen.add(q.qid)
         return self
 
     def save(self, directory: str | Path, extra_files: Mapping[str, Any] | None = None) -> Path:
@@ -283,10 +296,10 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
 
     from tqdm.auto import tqdm
 
-    from graphmem.build.entities import make_entity_extractor
-    from graphmem.build.units import load_units
+    from graphmem.builders.entities import make_entity_extractor
+    from graphmem.builders.units import load_units
     from graphmem.datasets.paths import data_file
-    from graphmem.embed import CachedEncoder, make_encoder
+    from graphmem.embed import CachedEncoder, encoder_fingerprint, make_encoder
 
     extractor = make_entity_extractor(graph_cfg.entity_extractor)
     path = data_file(data_cfg.file, data_cfg.root)
@@ -334,6 +347,8 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
         "config_hash": config_hash(data_cfg, graph_cfg, data_sha),
         "builder_version": BUILDER_VERSION,
         "encoder": encoder.name,
+        "encoder_fingerprint": encoder_fingerprint(encoder),
+        "embedding_dim": int(embeddings.shape[1]),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     return GraphSet(
@@ -355,11 +370,14 @@ def reuse_or_build(
     encoder=None,
     progress: bool = True,
     force: bool = False,
+    check: Callable[[GraphSet], None] | None = None,
 ) -> tuple[GraphSet, str]:
     """The set saved in ``out_dir`` when its config hash matches and it verifies, else a new build saved there.
 
     Returns the set and what happened: ``"reused"``, ``"built"`` or ``"rebuilt: <why>"``. The
     folder's write lock is held from the check to the commit, so two processes never build it at once.
+    ``check(graphset)`` runs on a new build before it is committed (and on a reused set): raising
+    there leaves the folder as it was (default: none).
     """
     from graphmem.datasets.paths import data_file
     from graphmem.lexical import lexical_files
@@ -379,12 +397,16 @@ def reuse_or_build(
             if manifest.get("config_hash") == wanted and not force:
                 try:
                     graphset = GraphSet.load(out_dir)
+                    if check is not None:
+                        check(graphset)
                     if generation_of(manifest):  # what a killed build left behind is unreferenced
                         drop_unreferenced(out_dir, generation_of(manifest))
                     return graphset, "reused"
                 except GraphSetError as err:
                     status = f"rebuilt: the saved set was refused ({err})"
         graphset = build_graphset(data_cfg, graph_cfg, encoder=encoder, progress=progress)
+        if check is not None:
+            check(graphset)
         graphset.save(out_dir, extra_files=lexical_files(graphset.graphs))  # the BM25 index of every graph
         return graphset, status
     finally:

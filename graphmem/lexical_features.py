@@ -39,15 +39,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from graphmem.csr import csr_positions
 from graphmem.lexical import bm25_for, tokenize
-
-
-def csr_positions(rowptr: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
-    """:func:`graphmem.policies.batched.csr_positions` (imported on use: the policies import this module)."""
-    from graphmem.policies.batched import csr_positions as positions
-
-    return positions(rowptr, nodes)
-
 
 FEATURES = ("bm25", "rare", "name", "number", "date")
 NUM_LEXICAL_FEATURES = len(FEATURES)
@@ -258,6 +251,16 @@ def lexical_inputs(graphs: Sequence, texts: Sequence[Sequence[str]], device=None
     queries = QueryTerms.concat([query_terms(t[1], x) for t, x in zip(tables, texts)])
     out = Lexical(nodes, queries)
     return out if device is None else out.to(device)
+
+
+def scope_lexical(scope) -> Lexical:
+    """The lexical inputs of a :class:`~graphmem.policies.base.Scope`'s queries, each on its own graph,
+    over the scope's union (its graphs' tables concatenated)."""
+    texts, start = [], 0
+    for c in scope.counts:
+        texts.append([x.text for x in scope.queries[start : start + c]])
+        start += c
+    return lexical_inputs(scope.batch.graphs, texts, scope.device)
 
 
 # ---------------------------------------------------------------------- features

@@ -2,14 +2,18 @@
 
 :func:`write_set` commits one generation through :class:`graphmem.setstore.SetWriter`: each graph
 under its name (:func:`graphmem.io.save_graph`), the query embeddings, any extra files, then the
-manifest (``manifest_version`` 2) with the set's fields, its provenance, ``graphs`` = name ->
-{file, info}, ``queries`` and the checksum of every file.
+manifest (``manifest_version`` 3) with the set's fields, its provenance, ``graphs`` = name ->
+{file, info}, ``queries``, the checksum of every file and of the manifest's own content. The
+query embeddings carry, in their file's header, ``qids_sha256`` (:func:`question_binding`) over
+the ordered (question id, graph) pairs their rows belong to.
 
 :func:`read_set` refuses, with :class:`graphmem.setstore.GraphSetError` naming the file:
-a manifest of another version or without its fields; a listed file that is missing or whose size
+a manifest of another version (an older set: rebuild it), without its fields, with a field of the
+wrong type, or whose content differs from its checksum; a listed file that is missing or whose size
 or SHA-256 differs; a graph file that holds another graph (its saved name) or whose info differs
 from its manifest entry; query embeddings that are not finite ``[Q, D]`` floats with the graphs'
-``D``; an empty set.
+``D``, with all-zero rows, or bound to other questions or another order than the manifest's;
+duplicate question ids; an empty set.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from typing import Any, Mapping
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.graph import GraphError
 from graphmem.io import load_graph, save_graph
-from graphmem.setstore import GraphSetError, SetWriter, file_sha256, read_manifest, verify_files
+from graphmem.setstore import GraphSetError, SetWriter, file_sha256, read_manifest, verify_content, verify_files
 
-MANIFEST_VERSION = 2  # 2: every file listed with its checksum, committed by the manifest (graphmem.setstore)
+MANIFEST_VERSION = 3  # 2: every file listed with its checksum; 3: the manifest's own checksum, bound query rows
+_FIELDS = {"dataset": str, "graphs": dict, "queries": str, "questions": list, "report": dict, "files": dict}
+_JSON = {str: "string", dict: "object", list: "array"}
 _LOCATION = ("path", "manifest_sha256")  # provenance fields that describe where a set lies, not what it is
 
 
@@ -46,6 +52,11 @@ def graph_files(graphs: Mapping[str, Any], files: Mapping[str, Any], folder: str
         if len(parts) == 3 and parts[0] == folder and parts[1] in by_stem:
             out.append((by_stem[parts[1]], path))
     return out
+
+
+def question_binding(questions) -> str:
+    """SHA-256 over the ordered ``qid<TAB>graph`` lines of ``questions``: what the query rows are bound to."""
+    return hashlib.sha256("\n".join(f"{q.qid}\t{q.graph}" for q in questions).encode("utf-8")).hexdigest()
 
 
 def question_json(q: Question) -> dict:
@@ -77,7 +88,8 @@ def write_set(gs, directory: str | Path, extra_files: Mapping[str, Any] | None =
             rel = w.write(f"graphs/{stem}.safetensors", lambda tmp, g=graph, n=name: save_graph(g, tmp, name=n))
             graphs[name] = {"file": rel, "info": graph.info}
         emb = {"query_embeddings": gs.query_embeddings.float().contiguous()}
-        queries = w.write("queries.safetensors", lambda tmp: save_file(emb, str(tmp)))
+        binding = {"qids_sha256": question_binding(gs.questions)}
+        queries = w.write("queries.safetensors", lambda tmp: save_file(emb, str(tmp), metadata=binding))
         extra = {rel: w.write(rel, write) for rel, write in (extra_files or {}).items()}
         w.commit(
             {
@@ -112,6 +124,7 @@ def read_set(cls, directory: str | Path):
 
 
 def _read(cls, directory: Path, manifest: dict | None):
+    from safetensors import safe_open
     from safetensors.torch import load_file
 
     where = directory / "manifest.json"
@@ -119,14 +132,21 @@ def _read(cls, directory: Path, manifest: dict | None):
         raise GraphSetError(f"{directory}: no manifest.json (build the set with scripts/build_graph.py)")
     version = manifest.get("manifest_version")
     if version != MANIFEST_VERSION:
-        hint = " (an older set without per-file checksums)" if version == 1 else ""
+        older = isinstance(version, int) and version < MANIFEST_VERSION
+        hint = " (the set predates the current format: no checksum of its own content or of its query rows)"
         raise GraphSetError(
-            f"{where}: manifest_version {version!r} is not {MANIFEST_VERSION}{hint}; rebuild it with "
-            "scripts/build_graph.py force=true"
+            f"{where}: manifest_version {version!r} is not {MANIFEST_VERSION}{hint if older else ''}; rebuild it "
+            "with scripts/build_graph.py force=true"
         )
-    missing = [k for k in ("dataset", "graphs", "queries", "questions", "report", "files") if k not in manifest]
+    verify_content(directory, manifest)
+    missing = [k for k in _FIELDS if k not in manifest]
     if missing:
         raise GraphSetError(f"{where}: missing fields {missing}")
+    for key, kind in _FIELDS.items():
+        if not isinstance(manifest[key], kind):
+            raise GraphSetError(
+                f"{where}: field '{key}' must be a JSON {_JSON[kind]}, got {type(manifest[key]).__name__}"
+            )
     paths = verify_files(directory, manifest)
     graphs = {}
     for name, entry in manifest["graphs"].items():
@@ -144,10 +164,13 @@ def _read(cls, directory: Path, manifest: dict | None):
         graphs[name] = graph
     if manifest["queries"] not in paths:
         raise GraphSetError(f"{where}: field 'queries' must name a file listed under 'files'")
+    queries = paths[manifest["queries"]]
     try:
-        emb = load_file(str(paths[manifest["queries"]]))["query_embeddings"]
+        emb = load_file(str(queries))["query_embeddings"]
+        with safe_open(str(queries), framework="pt") as f:
+            bound = (f.metadata() or {}).get("qids_sha256")
     except Exception as err:  # noqa: BLE001 - safetensors raises several types for a bad file
-        raise GraphSetError(f"{paths[manifest['queries']]}: no readable query_embeddings tensor ({err})") from None
+        raise GraphSetError(f"{queries}: no readable query_embeddings tensor ({err})") from None
     try:
         gs = cls(
             dataset=manifest["dataset"],
@@ -162,4 +185,10 @@ def _read(cls, directory: Path, manifest: dict | None):
         )
     except (TypeError, ValueError) as err:
         raise GraphSetError(f"{where}: {err}") from None
-    return gs.check(str(directory))
+    gs.check(str(directory))
+    if bound != question_binding(gs.questions):
+        raise GraphSetError(
+            f"{queries}: its rows belong to other questions or another order than {where} field 'questions' "
+            "lists (questions reordered, replaced or moved to another graph); rebuild the set"
+        )
+    return gs

@@ -14,8 +14,13 @@ files of earlier generations. A crash in phase 1 leaves the previous manifest an
 lists untouched (the unreferenced folder is removed by the next commit); a crash after the commit
 leaves the new set whole. Files the manifest does not list are never read and never removed.
 
-Reading (:func:`read_manifest`, :func:`verify_files`) refuses, naming the file, a manifest that
-is not UTF-8 JSON, and any listed file that is missing, of another size or another checksum.
+The manifest carries ``content_sha256``, the SHA-256 of its own canonical content (every other
+field, keys sorted, :func:`content_sha256`), so an edited question, evidence list or graph entry
+is caught as surely as a changed file.
+
+Reading (:func:`read_manifest`, :func:`verify_files`, :func:`verify_content`) refuses, naming the
+file, a manifest that is not UTF-8 JSON or whose content differs from its checksum, and any
+listed file that is missing, of another size or another checksum.
 
 Other parts of a set (a vector index per graph, ...) go through :meth:`SetWriter.write` at save
 time, or :func:`add_files` later: either way they are listed, checksummed and committed like the
@@ -24,6 +29,7 @@ graphs, and :attr:`graphmem.graphset.GraphSet.files` gives their verified paths 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -41,6 +47,7 @@ from graphmem.lockfile import FileLock, describe
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+CONTENT = "content_sha256"
 LOCK = ".write.lock"
 GENERATION_PREFIX = "gen-"
 
@@ -56,6 +63,13 @@ def file_sha256(path: str | Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _no_space(err: BaseException) -> bool:
+    """A full disk or quota, as an ``OSError`` or as a writer's own error carrying the OS message."""
+    if isinstance(err, OSError):
+        return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "No space left on device" in str(err) or "os error 28" in str(err)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -83,6 +97,22 @@ def read_manifest(directory: str | Path) -> dict[str, Any] | None:
     if not isinstance(manifest, dict):
         raise GraphSetError(f"{path}: must hold a JSON object, got {type(manifest).__name__}")
     return manifest
+
+
+def content_sha256(manifest: Mapping[str, Any]) -> str:
+    """SHA-256 of the manifest's canonical JSON (sorted keys, no spaces), its own ``content_sha256`` left out."""
+    body = {k: v for k, v in manifest.items() if k != CONTENT}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def verify_content(directory: str | Path, manifest: Mapping[str, Any]) -> None:
+    """Refuse a manifest whose content differs from its ``content_sha256`` (edited or corrupted)."""
+    if manifest.get(CONTENT) != content_sha256(manifest):
+        raise GraphSetError(
+            f"{Path(directory) / MANIFEST}: content differs from its checksum (field '{CONTENT}'): edited or "
+            "corrupted after the set was saved; rebuild the set with scripts/build_graph.py force=true"
+        )
 
 
 def verify_files(directory: str | Path, manifest: Mapping[str, Any]) -> dict[str, Path]:
@@ -164,11 +194,20 @@ class SetWriter:
         if stored in self.files:
             raise ValueError(f"SetWriter.write: {rel!r} is written twice")
         path = self.directory / stored
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write(path)
-        with open(path, "rb+") as f:
-            os.fsync(f.fileno())
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(path)
+            with open(path, "rb+") as f:
+                os.fsync(f.fileno())
+        except Exception as err:
+            if not _no_space(err):
+                raise
+            raise GraphSetError(f"{path}: {self._full_disk()}") from None
         return self._record(rel)
+
+    def _full_disk(self) -> str:
+        before = "the previous set is intact" if (self.directory / MANIFEST).is_file() else "nothing was committed"
+        return f"no space left on device while writing the set; {before} (free space and build again)"
 
     def keep(self, stored: str) -> str:
         """Carry the committed file ``stored`` (a path the current manifest lists) into this generation."""
@@ -189,9 +228,17 @@ class SetWriter:
             previous = None
         for folder in {Path(rel).parent for rel in self.files} | {Path(self.generation)}:
             _fsync_dir(self.directory / folder)
-        record = {**manifest, "files": dict(sorted(self.files.items()))}
+        record = {k: v for k, v in manifest.items() if k != CONTENT}
+        record["files"] = dict(sorted(self.files.items()))
+        record = json.loads(json.dumps(record, ensure_ascii=False))  # as a reader will see it (str keys, lists)
+        record[CONTENT] = content_sha256(record)
         text = json.dumps(record, ensure_ascii=False, indent=1)
-        atomic_write(self.directory / MANIFEST, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        try:
+            atomic_write(self.directory / MANIFEST, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        except OSError as err:
+            if not _no_space(err):
+                raise
+            raise GraphSetError(f"{self.directory / MANIFEST}: {self._full_disk()}") from None
         _fsync_dir(self.directory)
         self._committed = True
         self._drop_old(previous)
@@ -242,6 +289,7 @@ def add_files(directory: str | Path, files: Mapping[str, Callable[[Path], None]]
         manifest = read_manifest(directory)
         if manifest is None:
             raise GraphSetError(f"{directory}: no {MANIFEST}; save the set before adding files to it")
+        verify_content(directory, manifest)
         verify_files(directory, manifest)
         old_extra = dict(manifest.get("extra_files") or {})
         replaced = {old_extra[rel] for rel in files if rel in old_extra}

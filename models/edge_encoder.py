@@ -1,6 +1,6 @@
 """Inductive edge features: ``e_ij`` computed from what every memory graph has, shared across graphs.
 
-HAGE's per-edge table (:class:`models.edge_features.EdgeFeatures`) holds one free row per edge of
+HAGE's per-edge table (``edge_mode="table"``, :class:`PerEdgeResidual`) holds one free row per edge of
 the training graphs, so nothing it learns reaches a graph it was not trained on. Here an edge
 ``i -> j`` (all parallel edges of one node pair together: a *pair*) is described by
 

@@ -320,3 +320,15 @@ def start_mask(
     queries = torch.tensor([b for b, rows in enumerate(entries) for _ in rows], dtype=torch.long, device=device)
     mask[queries, torch.tensor([v for rows in entries for v in rows], dtype=torch.long, device=device)] = 1.0
     return mask
+
+
+def ball_scores(reader: GNNReader, graph, query: Tensor, sub, start: Tensor) -> Tensor:
+    """Scores of the targets of ``sub`` (:class:`~graphmem.policies.subgraph.QuerySubgraphs`): one
+    packed pass of ``reader`` over the union of its per-query subgraphs, one column, each node holding
+    its part's query; ``query`` ``[B, D]``; ``start`` ``[M]`` bool, the entries of each part."""
+    x = graph.embeddings.to(query.device)[sub.node]
+    q = query.to(x.dtype)
+    cosine = (F.normalize(x, dim=-1) * F.normalize(q, dim=-1)[sub.query]).sum(1, keepdim=True)  # [M, 1]
+    ei, et, ea = sub.edge_index, graph.edge_type.to(x.device)[sub.edge], graph.edge_attr.to(x.device)[sub.edge]
+    out = reader(x, ei, et, ea, q, start.to(x.dtype)[None], sub.query[None], cosine)
+    return out[0, sub.target]

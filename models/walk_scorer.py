@@ -36,15 +36,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from graphmem.budget import Budget
+from graphmem.csr import csr_positions
 from graphmem.lexical_features import NUM_LEXICAL_FEATURES, Lexical, pair_features
-from graphmem.policies.base import Budget
-from graphmem.policies.batched import csr_positions
 from models.edge_encoder import EDGE_FEATURE_DIM, EDGE_MODES, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
 
 NUM_SIMILARITY_FEATURES = 8
 INTENTS = ("prototype", "head", "uniform")
-DENSE_COSINE_LIMIT = 1 << 22  # B x N up to which cos(q, x_v) is one matmul per batch
+DENSE_COSINE_LIMIT = 1 << 22  # B x N up to which cos(q, x_v) is one matmul per batch ...
+DENSE_COSINE_NODES = 1 << 17  # ... on graphs up to this size (above: gathered rows, cost bounded by the walk)
 NUM_PATH_FEATURES = 6
 ORDER_SCALE = 12
 
@@ -90,10 +91,13 @@ class ScorerConfig:
 class _Context:
     """Per-batch precomputation: unit queries, their modulations and low-rank projections."""
 
-    def __init__(self, tables, q_unit: Tensor, ref: Tensor, m: Tensor, qa, xb, px, delta, cos, lexical=None):
+    def __init__(
+        self, tables, q_unit: Tensor, ref: Tensor, m: Tensor, qa, xb, px, delta, cos, pair_e=None, lexical=None
+    ):
         self.tables, self.q, self.ref, self.m = tables, q_unit, ref, m
         self.qa, self.xb, self.px, self.delta, self.cos = qa, xb, px, delta, cos
-        self.lexical = lexical
+        self.pair_e = pair_e  # [P, 4] e of every pair, when precomputed (question time)
+        self.lexical = lexical  # the queries' lexical inputs (graphmem.lexical_features.Lexical), or None
 
     def cosine(self, query: Tensor, nodes: Tensor) -> Tensor:
         """``[C]`` ``cos(q, x_v)`` of query rows and nodes: a lookup in the dense ``[B, N]`` table
@@ -137,11 +141,28 @@ class WalkScorer(nn.Module):
         self.stop_bias = nn.Parameter(torch.tensor(-1.0)) if cfg.stop else None
 
     # ------------------------------------------------------------------ CandidateScorer
-    def prepare(self, tables, q: Tensor, entries: Tensor, lexical: Lexical | None = None) -> _Context:
+    def static(self, tables) -> dict[str, Tensor | None]:
+        """The query-independent part of :meth:`prepare` over ``tables``: ``B x̂`` and ``P x̂`` of every node,
+        the residual ``δ`` and the edge features ``e`` of every pair. At question time the weights are
+        fixed, so this is computed once per graph (and cached by the policy) instead of once per batch.
+        The lexical features ``λ_qv`` depend on the query: they come with :meth:`prepare`'s ``lexical``."""
+        st = self.static_nodes(tables)
+        every = torch.arange(tables.pairs.num_pairs, device=tables.x.device)
+        return {**st, "pair_e": self.edges(tables.pairs, every, st["px"], st["delta"])[0]}
+
+    def prepare(
+        self,
+        tables,
+        q: Tensor,
+        entries: Tensor,
+        lexical: Lexical | None = None,
+        static: dict[str, Tensor | None] | None = None,
+    ) -> _Context:
         """Unit queries ``q̂``, their entries' best cosine ``c*``, modulations ``m(q)`` and the projections
-        ``A q̂``, ``B x̂`` (every node of ``tables``: query-independent); ``lexical``: the queries' terms and
-        the node table of ``tables``' graph (:func:`graphmem.lexical_features.lexical_inputs`), required
-        when the scorer uses lexical features."""
+        ``A q̂``, ``B x̂`` (every node of ``tables``: query-independent, taken from ``static`` — :meth:`static`
+        of these tables — when given); ``lexical``: the queries' terms and the node table of ``tables``'
+        graph (:func:`graphmem.lexical_features.lexical_inputs`), required when the scorer uses lexical
+        features."""
         if self.config.lexical and lexical is None:
             raise ValueError("WalkScorer(lexical=True) needs the queries' lexical inputs (graphmem.lexical_features)")
         if lexical is not None and len(lexical.queries) != q.shape[0]:
@@ -153,22 +174,27 @@ class WalkScorer(nn.Module):
         ref = torch.where(real.any(1), ref, torch.zeros_like(ref))
         pi = self.intent(qn)
         m = EDGE_FEATURE_DIM * pi + self.modulator(torch.cat([qn, pi], -1))
-        qa = xb = None
-        if self.config.rank:
-            qa, xb = self.query_proj(qn), self.node_proj(tables.x)
-        px, delta = self.edges.node_projection(tables.x), self.edges.pair_delta(tables.pairs, tables.edge_rows)
-        cos = qn @ tables.x.T if qn.shape[0] * tables.num_nodes <= DENSE_COSINE_LIMIT else None
+        st = static if static is not None else {**self.static_nodes(tables), "pair_e": None}
+        qa = self.query_proj(qn) if self.config.rank else None
+        n = tables.num_nodes
+        cos = qn @ tables.x.T if qn.shape[0] * n <= DENSE_COSINE_LIMIT and n <= DENSE_COSINE_NODES else None
         lexical = lexical.to(qn.device) if self.config.lexical else None
-        return _Context(tables, qn, ref, m, qa, xb, px, delta, cos, lexical)
+        return _Context(tables, qn, ref, m, qa, st["xb"], st["px"], st["delta"], cos, st["pair_e"], lexical)
+
+    def static_nodes(self, tables) -> dict[str, Tensor | None]:
+        """``B x̂``, ``P x̂`` and ``δ`` of :meth:`static` (what a training batch recomputes, with gradients)."""
+        xb = self.node_proj(tables.x) if self.config.rank else None
+        px, delta = self.edges.node_projection(tables.x), self.edges.pair_delta(tables.pairs, tables.edge_rows)
+        return {"xb": xb, "px": px, "delta": delta}
 
     def score(self, ctx: _Context, cand) -> Tensor:
-        """``s_uv`` ``[C]`` (module docstring) of :class:`rl.walk.Candidates`."""
+        """``s_uv`` ``[C]`` (module docstring) of :class:`graphmem.policies.walk.Candidates`."""
         x, ref = ctx.tables.x, ctx.ref[cand.query]
         entry = cand.is_entry
         cos_v = ctx.cosine(cand.query, cand.child)
         cos_u = torch.where(entry, ref, ctx.cosine(cand.query, cand.parent.clamp(min=0)))
         p = cand.pair.clamp(min=0)
-        e, _ = self.edges(ctx.tables.pairs, p, ctx.px, ctx.delta)
+        e = ctx.pair_e[p] if ctx.pair_e is not None else self.edges(ctx.tables.pairs, p, ctx.px, ctx.delta)[0]
         inner = (~entry).to(x.dtype)[:, None]
         e, raw = e * inner, ctx.tables.pairs.raw[p] * inner
         cos_uv = raw[:, EDGE_FEATURE_DIM + 1]  # p_s of the pair

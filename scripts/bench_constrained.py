@@ -1,6 +1,6 @@
 """Compare constrained-decoding libraries over transformers: validity, ms/token, setup time.
 
-The measurement behind the choice of llguidance (README, "LLMs"). The candidates are not project
+The measurement behind the choice of llguidance (docs/llm.md). The candidates are not project
 dependencies; install each into its own folder and put them on PYTHONPATH, e.g.
 
     pip install --no-deps --target /tmp/cd/xgrammar xgrammar==0.2.9 apache-tvm-ffi
@@ -25,7 +25,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsP
 
 from graphmem.llm.local import load_model
 from graphmem.llm.schemas import Curation, Reflection, parse_structured
-from rl.grpo_writer import byte_tokenizer
+from rl.writer.grpo import byte_tokenizer
 
 REFL = {
     "type": "object",

@@ -3,23 +3,32 @@
     python scripts/bench_train.py                       # CPU, writes outputs/benchmark/train_episodes.json
     python scripts/bench_train.py --device cpu,cuda --batch 4096   # both devices in one run, with ratios
 
-The measurement is :func:`rl.throughput.training_throughput`, which times the step of the trainer
-``scripts/train.py`` runs (:class:`rl.walk_trainer.WalkTrainer`: ``rollout`` then ``update``, with
+The measurement is :func:`rl.walk.throughput.training_throughput`, which times the step of the trainer
+``scripts/train.py`` runs (:class:`rl.walk.trainer.WalkTrainer`: ``rollout`` then ``update``, with
 ``configs/trainer/default.yaml``), each phase (imitation, reinforce) on its own; ``scripts/benchmark.py``
 runs it too. With several devices each is measured in turn and every later device gets its batched
 episodes/s (of the reinforce phase) over the first's.
+
+    python scripts/bench_train.py --ranks 1,2 --out docs/results/distributed_throughput.json
+
+``--ranks`` measures data parallelism instead (:func:`rl.walk.parallel_throughput.data_parallel_throughput`):
+the reinforce step at the same global batch under ``torchrun`` with each rank count (CPU, gloo), one
+job after the other in this run, with each count's questions/s over the first's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 
 from graphmem.cli import check_device
-from rl.throughput import training_throughput
+from graphmem.io import atomic_write
+from rl.walk.parallel_throughput import data_parallel_throughput
+from rl.walk.throughput import training_throughput
 
 
 def main() -> None:
@@ -34,8 +43,23 @@ def main() -> None:
         help="a device, or several separated by commas (the first is the reference)",
     )
     ap.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
+    ap.add_argument("--ranks", default="", help="data parallelism: rank counts separated by commas, e.g. 1,2")
+    ap.add_argument("--steps", type=int, default=8, help="with --ranks: timed steps per rank count")
     ap.add_argument("--out", default="outputs/benchmark/train_episodes.json")
     args = ap.parse_args()
+    if args.ranks:
+        try:
+            ranks = [int(r) for r in args.ranks.split(",")]
+        except ValueError:
+            ap.error(f"--ranks must be integers separated by commas, got {args.ranks!r}")
+        if not ranks or min(ranks) < 1:
+            ap.error(f"--ranks must be positive, got {args.ranks!r}")
+        out = Path(args.out)
+        result = data_parallel_throughput(ranks, args.nodes, args.dim, args.batch, args.steps)
+        result["command"] = "python " + " ".join(sys.argv)
+        print(json.dumps(result, indent=1))
+        atomic_write(out, lambda tmp: tmp.write_text(json.dumps(result, indent=1)))
+        return
     devices = [d.strip() for d in args.device.split(",") if d.strip()]
     try:
         for d in devices:

@@ -2,7 +2,7 @@
 
 For every graph and policy it measures, on the same graph and queries in the same run:
 
-* the per-query reference loop (the policy's oracle in ``tests/references.py``, once per query; a
+* the per-query reference loop (the policy's oracle in :mod:`graphmem.eval.references`, once per query; a
   policy without one: ``retrieve``, its batched code for one query), the batched code called once per
   query (``retrieve_batch([q])``) and the batched form over all queries (``retrieve_batch``), as
   milliseconds per query, queries per second and the ratios ``batched_over_loop`` (vs the
@@ -36,7 +36,6 @@ import json
 import logging
 import resource
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -57,8 +56,6 @@ from graphmem.policies import Budget, Query, Scope
 from graphmem.synthetic import make_synthetic_graph
 from graphmem.tracking import describe_artifact, experiment_group, make_tracker, use_graphset
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"
-
 log = logging.getLogger("benchmark")
 warnings.filterwarnings("ignore", message="Sparse")
 
@@ -67,14 +64,10 @@ build_policy = bench_policy  # a registered policy; router and gnn with untraine
 
 
 def reference_loop(policy, graph, budget):
-    """One query's per-query reference, ``fn(query)``: the policy's oracle from ``tests/references.py``
+    """One query's per-query reference, ``fn(query)``: the policy's oracle from :mod:`graphmem.eval.references`
     when registered there, else ``policy.retrieve`` (its batched code for one query)."""
-    if str(TESTS) not in sys.path:
-        sys.path.insert(0, str(TESTS))
-    try:
-        from references import REFERENCES
-    except ImportError:  # a checkout without the tests
-        REFERENCES = {}
+    from graphmem.eval.references import REFERENCES
+
     ref = REFERENCES.get(policy.name)
     if ref is None:
         return lambda q: policy.retrieve(graph, q, budget)
@@ -357,9 +350,9 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
 
 def train_benchmark(cfg: DictConfig) -> dict:
     """Router training episodes/s of the walk trainer's step (``rollout`` + ``update``) at batch 1 and
-    batched, per phase (:func:`rl.throughput.training_throughput`), on ``device`` and each of
+    batched, per phase (:func:`rl.walk.throughput.training_throughput`), on ``device`` and each of
     ``compare_devices``, with each one's batched rate (reinforce phase) over the main device's."""
-    from rl.throughput import training_throughput
+    from rl.walk.throughput import training_throughput
 
     t = cfg.train
     runs = {}

@@ -19,7 +19,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import guard_argv, run_or_exit
+from graphmem.cli import ConfigError, guard_argv, run_or_exit
 from graphmem.graph import MemoryGraph
 from graphmem.graphset import check_configs, graphset_dir, reuse_or_build
 from graphmem.tracking import experiment_group, graphset_artifact, make_tracker
@@ -111,7 +111,9 @@ def build(cfg: DictConfig) -> dict:
     out_dir = graphset_dir(to_absolute_path(cfg.graphset_dir), data_cfg, graph_cfg)
     run_dir = Path(to_absolute_path(cfg.out_dir) if cfg.get("out_dir") else HydraConfig.get().runtime.output_dir)
     start = time.perf_counter()
-    graphset, status = reuse_or_build(data_cfg, graph_cfg, out_dir, progress=cfg.progress, force=cfg.force)
+    graphset, status = reuse_or_build(
+        data_cfg, graph_cfg, out_dir, progress=cfg.progress, force=cfg.force, check=lambda gs: check_plot(cfg, gs)
+    )
     if status == "reused":
         log.info(
             "reused the saved graph set in %s (config hash matches, every file verified; force=true rebuilds)", out_dir
@@ -157,6 +159,19 @@ def build(cfg: DictConfig) -> dict:
     }
     _track(cfg, run_dir, graphset.dataset, out_dir, status, summary, per_graph, png)
     return summary
+
+
+def check_plot(cfg: DictConfig, graphset) -> None:
+    """Refuse a ``plot_graph`` / ``plot_node`` the set does not have, before the set is committed."""
+    if not cfg.plot:
+        return
+    name = cfg.plot_graph or next(iter(graphset.graphs))
+    if name not in graphset.graphs:
+        raise ConfigError(
+            f"plot_graph={name!r} is not a graph of this set; its graphs: {list(graphset.graphs)[:5]} ..."
+        )
+    if cfg.plot_node is not None and str(cfg.plot_node) not in graphset.graphs[name].node_ids:
+        raise ConfigError(f"plot_node={cfg.plot_node!r} is not a node of graph {name!r}")
 
 
 def _track(cfg, run_dir: Path, dataset: str, out_dir: Path, status: str, summary, per_graph, png) -> None:

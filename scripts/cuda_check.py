@@ -1,10 +1,10 @@
-"""The CUDA proof, as one prepared run on a machine with a GPU (issue 19, item 5).
+"""The CUDA proof, as one prepared run on a machine with a GPU.
 
 Stages, each written to ``<out>/cuda_check.json`` as soon as it ends (an interrupted run keeps the
 stages it finished), each under its own time limit:
 
-a. ``tests``: the GPU-relevant tests (device placement, batched policies, graph batches, rollouts,
-   the distributed trainer, readers) with ``pytest -m "not slow"``;
+a. ``tests``: the GPU-relevant tests (device placement, batched policies, graph batches, the walk
+   trainer, readers) with ``pytest -m "not slow"``;
 b. ``benchmark``: every policy's batched evaluation and the router's training step on CPU and on CUDA,
    same graphs and queries (``scripts/benchmark.py device=cpu compare_devices=[cuda]``, whose JSON holds
    both devices' figures and ``speedup_over_main_device``);
@@ -40,8 +40,8 @@ GPU_TESTS = (
     "tests/test_device.py",
     "tests/test_policies.py",
     "tests/test_graph_batch.py",
-    "tests/test_rl.py",
-    "tests/test_distributed.py",
+    "tests/test_walk_trainer.py",
+    "tests/test_walk_router.py",
     "tests/test_gnn_reader.py",
     "tests/test_router.py",
 )
@@ -78,7 +78,7 @@ def stage_commands(stage: str, args) -> list[list[str]]:
                 "scripts/train.py",
                 "+experiment=hage_full",
                 f"graphset={graphs}/locomo",
-                f"trainer.device={dev}",
+                f"trainer.run.device={dev}",
                 "logger=none",
                 "progress=false",
                 f"out_dir={out}/hage_full",
@@ -86,7 +86,7 @@ def stage_commands(stage: str, args) -> list[list[str]]:
         ]
     if stage == "parity":
         # the router is compared with the first checkpoint the hage_full stage wrote (gnn needs a reader
-        # checkpoint from train_gnn.py: its device parity is left to the tests of stage a)
+        # checkpoint from train_gnn.py: its device parity is left to the tests stage)
         names = [p for p in POLICIES if p not in ("router", "gnn")]
         ckpt = sorted((out / "hage_full").rglob("best.pt"))
         router = ["policy=router", f"policy.checkpoint={ckpt[0]}"] if ckpt else []

@@ -30,6 +30,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.checkpoint import check_policies
 from graphmem.cli import (
     ConfigError,
     guard_argv,
@@ -39,10 +40,12 @@ from graphmem.cli import (
     restrict_graphs,
     run_or_exit,
 )
+from graphmem.errors import InputError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
 from graphmem.eval.report import full_report, paired_table, results_payload, table_data, write_json
 from graphmem.eval.stats import PairedComparison, compare_policies
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet
+from graphmem.paths import check_name, run_path
 from graphmem.plots import plot_recall_vs_budget, plot_retrieval, sweep_values
 from graphmem.policies import POLICIES, Budget, TraversalPolicy
 from graphmem.tracking import (
@@ -99,6 +102,8 @@ def plan_run(cfg: DictConfig) -> Plan:
         names = [*names, reference]  # the paired statistics need the reference's per-question rows
     if len(set(names)) != len(names):
         raise ConfigError(f"policies listed twice: {names}")
+    for n in names:
+        check_name("policies", n)
     configs = {n: policy_config(n, cfg.get("policy")) for n in names}
     for n, config in configs.items():
         try:
@@ -111,6 +116,8 @@ def plan_run(cfg: DictConfig) -> Plan:
             if cfg.get("device"):
                 config["device"] = cfg.device
             policies[n] = make_configured_policy(config)
+        except InputError:
+            raise
         except Exception as err:  # noqa: BLE001 - any constructor failure is a config problem here
             raise ConfigError(f"policy {n!r} cannot be constructed from its config: {err}") from None
     out_dir = cfg.get("out_dir")
@@ -133,6 +140,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     gs = load_graphset(cfg, asdict(plan.data), asdict(plan.graph))
     gs = restrict_graphs(gs, cfg.get("graphs"), cfg.get("graphs_part") or "test")
+    check_policies(plan.policies, gs)  # trained on this encoder and embedding size; not on these graphs
     log.info("%s", "\n".join(gs.report.lines()))
     log.info("%d graphs, %d questions (%.1fs to load)", len(gs.graphs), len(gs.questions), time.perf_counter() - t0)
     question = _plot_question(cfg, gs)
@@ -151,7 +159,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             main_result if b == plan.budget else budget_sweep(policy, gs, [b], progress=cfg.progress)[0]
             for b in plan.sweep
         ]
-        write_jsonl(results[-1].rows, out / f"questions_{name}.jsonl")
+        write_jsonl(results[-1].rows, run_path(out, f"questions_{name}.jsonl"))
         if qa_settings is not None:
             qa_results[name] = _run_qa(qa_settings, gs, main_result, out, cfg.progress, qa_shared)
 
@@ -311,7 +319,7 @@ def _run_qa(settings, gs: GraphSet, result: EvalResult, out: Path, progress: boo
     shared["intents"] = components[2]  # the intent source (and its encoder) is built once per run
     loaded = {row["qid"]: row["loaded"] for row in result.rows}
     qa = evaluate_qa(settings, gs, loaded, policy=result.policy, components=components, progress=progress)
-    write_rows(qa, out / f"qa_{result.policy}.jsonl")
+    write_rows(qa, run_path(out, f"qa_{check_name('policies', result.policy)}.jsonl"))
     log.info("%s", "\n".join(summary_lines(qa)))
     return qa
 

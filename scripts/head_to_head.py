@@ -7,16 +7,17 @@ Three traversal policies are evaluated on the same held-out questions under one 
 * ``beta_bfs_uniform`` — Algorithm 1 with every counter at ``S = F = 0`` (all weights 1/2);
 * ``beta_bfs_learned`` — Algorithm 1 after oracle evidence learning (:mod:`graphmem.feedback`) on
   copies of the graphs, one sequential pass over the training questions;
-* ``router`` — the REINFORCE router (:mod:`rl.reinforce`) trained on the same training questions,
-  selected on the validation questions.
+* ``router`` — the learned walk (:class:`rl.walk.trainer.WalkTrainer`, the ``trainer`` config:
+  imitation warm start, then REINFORCE; ``trainer.objective.rl=hage_mdp`` for HAGE's MDP) trained
+  on the same training questions, selected on the validation questions.
 
 Two protocols:
 
-* ``conversation`` — train / validation / test conversations (:func:`rl.splits.conversation_folds`).
+* ``conversation`` — train / validation / test conversations (:func:`rl.common.splits.conversation_folds`).
   Beta counters live on edges of the training graphs, so nothing learned reaches a test graph:
   ``beta_bfs_learned`` equals ``beta_bfs_uniform`` there by construction (reported, with the
   counter mass on test graphs as a check).
-* ``within`` — questions split inside each conversation (:func:`rl.splits.within_conversation_split`):
+* ``within`` — questions split inside each conversation (:func:`rl.common.splits.within_conversation_split`):
   training questions of a conversation update that conversation's counters, its held-out
   questions are evaluated.
 
@@ -29,7 +30,7 @@ and after, with the number of counter updates and labels.
 
 Learning curves: with ``N`` shuffled training questions (one order shared by both learners), the
 learners see the first ``round(f · N)`` for each ``f`` in ``fractions``; Beta learns incrementally,
-the router is retrained from scratch on each prefix (``f = 0``: its initialisation). Writes
+the router is retrained from scratch on each prefix (``f = 0``: its initialisation, the cosine walk). Writes
 ``results.json``, ``results.md`` and ``recall_vs_examples.png`` in ``out_dir``. Tracked
 (:mod:`graphmem.tracking`) as one ``train`` run per (protocol, learner), its test figures drawn
 against the training examples seen, and a ``summary`` run holding the table and the results artifact.
@@ -52,6 +53,7 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import METRICS, guard_argv, load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy
+from graphmem.eval.stats import compare_policies
 from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
@@ -65,8 +67,8 @@ from graphmem.tracking import (
     graphset_location,
     make_tracker,
 )
-from rl.reinforce import TrainConfig, train
-from rl.splits import conversation_folds, within_conversation_split
+from rl.common.splits import conversation_folds, within_conversation_split
+from rl.walk.trainer import TrainConfig, WalkTrainer
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +108,20 @@ def counter_mass(graphs: dict, names) -> float:
 
 
 def evaluate(
-    policy, gs: GraphSet, graphs: dict, questions: list, embeddings: torch.Tensor, budget: Budget
+    policy,
+    gs: GraphSet,
+    graphs: dict,
+    questions: list,
+    embeddings: torch.Tensor,
+    budget: Budget,
+    rows: list | None = None,
 ) -> dict[str, Any]:
+    """The policy's overall metrics on ``questions``; its per-question rows are put in ``rows`` when given."""
     view = GraphSet(gs.dataset, graphs, questions, embeddings, gs.report)
-    return {m: evaluate_policy(policy, view, budget, progress=False).overall.get(m) for m in METRICS}
+    result = evaluate_policy(policy, view, budget, progress=False)
+    if rows is not None:
+        rows[:] = result.rows
+    return {m: result.overall.get(m) for m in METRICS}
 
 
 def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[str, Any]:
@@ -136,18 +148,20 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
         g.S.zero_(), g.F.zero_(), g.invalidate()
     beta = BetaBFS(entry_selector=cfg.entry_selector)
     oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
-    stats, seen, curve_beta = EvidenceStats(), 0, []
+    stats, seen, curve_beta, test_rows = EvidenceStats(), 0, [], {"beta_bfs_uniform": [], "beta_bfs_learned": []}
     for n in counts:
         t0 = time.perf_counter()
         learn_evidence(graphs, train_q[seen:n], train_e[seen:n], beta, budget, oracle, stats)
         seen = n
         row = {
             "examples": n,
-            **evaluate(beta, gs, graphs, test_q, test_e, budget),
+            **evaluate(beta, gs, graphs, test_q, test_e, budget, test_rows["beta_bfs_learned"]),
             "test_counter_mass": counter_mass(graphs, test_graphs),
             "seconds": time.perf_counter() - t0,
         }
         curve_beta.append(row)
+        if n == 0:
+            test_rows["beta_bfs_uniform"] = list(test_rows["beta_bfs_learned"])
         log.info(
             "[%s] beta_bfs after %5d examples: recall %.4f (counter mass on test graphs %.1f)",
             name,
@@ -158,23 +172,19 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
 
     # ------------------------------------------------------------------ router on the same prefixes
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
-    policy_kw = {
-        k: v
-        for k, v in OmegaConf.to_container(cfg.policy, resolve=True).items()
-        if k in ("search", "beam_width", "entry_selector")
-    }
-    curve_router = []
+    selector = OmegaConf.to_container(cfg.policy, resolve=True)["entry_selector"]
+    untrained = {"objective": {"imitation_epochs": 0, "rl_epochs": 0}}
+    curve_router, test_rows["router"] = [], []
     for n in counts:
         t0 = time.perf_counter()
-        tc = TrainConfig(**{**base, "checkpoint_dir": "", "epochs": base["epochs"] if n else 0})
+        tc = TrainConfig.merged(base, {} if n else untrained, checkpoint_dir="", resume=False)
         q, e = (train_q[:n], train_e[:n]) if n else (train_q, train_e)  # n = 0: initialisation only
-        result = train(tc, gs.graphs, q, e, val_q, val_e, budget=budget)
-        router = RouterPolicy(
-            router=result.router, intent=result.intent, edge_features=result.edges, device=tc.device, **policy_kw
-        )
+        trainer = WalkTrainer(tc, gs.graphs, q, e, val_q, val_e, budget=budget, entry_selector=selector)
+        result = trainer.learn()
+        router = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=selector)
         row = {
             "examples": n,
-            **evaluate(router, gs, gs.graphs, test_q, test_e, budget),
+            **evaluate(router, gs, gs.graphs, test_q, test_e, budget, test_rows["router"]),
             "best_epoch": result.best_epoch,
             "val_recall": result.best_score,
             "seconds": time.perf_counter() - t0,
@@ -183,12 +193,28 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
         log.info("[%s] router after %5d examples: recall %.4f (%.0fs)", name, n, row["evidence_recall"], row["seconds"])
 
     table = {"beta_bfs_uniform": curve_beta[0], "beta_bfs_learned": curve_beta[-1], "router": curve_router[-1]}
+    paired = [
+        dataclasses.asdict(c)
+        for ref in ("beta_bfs_uniform", "beta_bfs_learned")
+        for c in compare_policies({ref: test_rows[ref], "router": test_rows["router"]}, ref, ["evidence_recall"])
+    ]
+    for c in paired:
+        log.info(
+            "[%s] router - %s: evidence recall %+.4f [%.4f, %.4f] (n = %d)",
+            name,
+            c["reference"],
+            c["mean_diff"],
+            c["ci_low"],
+            c["ci_high"],
+            c["n"],
+        )
     return {
         "protocol": name,
         "sizes": {k: len(v[0]) for k, v in parts.items()},
         "test_graphs": test_graphs,
         "evidence": stats.to_json(),
         "table": table,
+        "paired": paired,
         "curves": {"beta_bfs": curve_beta, "router": curve_router},
     }
 

@@ -1,4 +1,4 @@
-"""kill -9 an in-place rebuild of a graph set at a random file, then check what is left (issue 17, item 1).
+"""kill -9 an in-place rebuild of a graph set at a random file, then check what is left.
 
     python scripts/kill_rebuild.py --data hotpotqa --runs 5                     # the real HotpotQA set, MiniLM
     python scripts/kill_rebuild.py --data hotpotqa --limit 12 --encoder hashing  # small and fast (the test)

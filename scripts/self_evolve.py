@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -29,15 +28,14 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_gnn import set_threads, split_examples  # noqa: E402  (sibling scripts)
-from train_writer import plot_curve, run_writer  # noqa: E402
-
-from graphmem.cli import guard_argv, load_graphset, restrict_graphs, run_or_exit  # noqa: E402
-from graphmem.graphset import GraphConfig  # noqa: E402
-from graphmem.policies.base import Budget  # noqa: E402
-from rl.gnn_train import GNNTrainConfig, evidence_recall, load_reader, save_checkpoint, train_reader  # noqa: E402
-from rl.grpo_writer import WriterConfig, load_writer, rewrite_graph  # noqa: E402
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.cli import guard_argv, load_graphset, restrict_graphs, run_or_exit, set_threads
+from graphmem.graphset import GraphConfig
+from graphmem.policies.base import Budget
+from rl.gnn.split import split_examples
+from rl.gnn.train import GNNTrainConfig, evidence_recall, load_reader, save_checkpoint, train_reader
+from rl.writer.grpo import WriterConfig, load_writer, rewrite_graph
+from rl.writer.run import plot_curve, run_writer
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@
     python scripts/train.py +experiment=hage_full             # HAGE's setting: per-edge table, HAGE's MDP, 200 epochs
     python scripts/train.py +experiment=ablation              # every ablation variant over 5 folds, one table
 
-For each fold (splits by conversation, :mod:`rl.splits`) and each variant (trainer overrides,
-``part -> key -> value``), :class:`rl.walk_trainer.WalkTrainer` trains the router on the training
+For each fold (splits by conversation, :mod:`rl.common.splits`) and each variant (trainer overrides,
+``part -> key -> value``), :class:`rl.walk.trainer.WalkTrainer` trains the router on the training
 conversations (imitation warm start, then REINFORCE on the walk or on HAGE's MDP), selects it on
 the validation conversations, and it is evaluated once on the test conversations, next to the
 baselines, under the same budget. ``fold_baselines`` adds policies whose config differs per fold
@@ -22,7 +22,12 @@ training part of every fold.
 
     python scripts/train.py -m hydra/launcher=joblib trainer.run.seed=0,1,2        # a local parallel sweep
 
-The walk trainer runs in one process (``torchrun`` data parallelism is :mod:`rl.reinforce`'s).
+Data parallel (:mod:`rl.walk.parallel`): each rank walks its slice of every global batch
+(``trainer.optim.batch_size`` questions over all ranks), DDP averages the gradients, rank 0 logs the
+W&B run, writes the checkpoints and the results and evaluates; the checkpoint is the one process's
+at the same global batch, to float rounding (docs/distributed.md; SLURM: ``hydra/launcher=slurm``).
+
+    torchrun --nproc_per_node=2 scripts/train.py trainer.run.device=cpu              # 2 gloo ranks
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import (
     METRICS,
     guard_argv,
@@ -57,6 +63,7 @@ from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
 from graphmem.graphset import GraphSet, check_configs, open_train_graphset, union
 from graphmem.io import atomic_write
+from graphmem.paths import check_name, run_path
 from graphmem.plots import plot_learning_curves, plot_recall_vs_budget
 from graphmem.policies import POLICIES, Budget
 from graphmem.policies.router import RouterPolicy
@@ -69,11 +76,11 @@ from graphmem.tracking import (
     log_question_tables,
     make_tracker,
 )
-from rl.distributed import init_from_env, shutdown
-from rl.logging import MultiLogger, PrintLogger, ProgressLogger, TrackerLogger
-from rl.run_folder import open_run_folder_on_main
-from rl.splits import check_fraction, conversation_folds
-from rl.walk_trainer import TrainConfig, WalkTrainer
+from rl.common.distributed import init_from_env, shutdown
+from rl.common.logging import MultiLogger, PrintLogger, ProgressLogger, TrackerLogger
+from rl.common.run_folder import open_run_folder_on_main
+from rl.common.splits import check_fraction, conversation_folds
+from rl.walk.trainer import TrainConfig, WalkTrainer
 
 ARTIFACTS = (
     "results.json",
@@ -86,7 +93,7 @@ ARTIFACTS = (
     "tracking",
     "wandb",
 )
-"""What a run writes in its folder (rl.run_folder moves an earlier run's aside)."""
+"""What a run writes in its folder (rl.common.run_folder moves an earlier run's aside)."""
 
 log = logging.getLogger(__name__)
 
@@ -168,13 +175,12 @@ def output_dir(cfg: DictConfig) -> Path:
 
 def run(cfg: DictConfig) -> dict[str, Any] | None:
     world = init_from_env(str(cfg.trainer.run.device))
-    if world.distributed:
-        raise ValueError("scripts/train.py trains the walk in one process; run it without torchrun")
     out = output_dir(cfg)
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
     for name, overrides in variants.items():  # reject impossible settings before any work
+        check_name("variants", name)
         TrainConfig.merged(base, overrides)
     stats = stats_config(cfg)
     reference = stats.get("reference")
@@ -185,6 +191,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         raise ValueError(f"train_extra=true, but data {cfg.data.name!r} lists no train_files")
     baselines = {}
     for name in baseline_names:
+        check_name("baselines", name)
         try:
             POLICIES.resolve(name)
         except ValueError:
@@ -194,6 +201,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         except (OSError, TypeError, ValueError, KeyError) as err:
             raise ValueError(f"baseline {name!r} cannot be built from its policy config: {err}") from None
     for name in fold_baseline_config(cfg):
+        check_name("fold_baselines", name)
         POLICIES.resolve(name)
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
         raise ValueError(
@@ -241,6 +249,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             level.extend({"fold": k, **row} for row in evaluate_policy(policy, test_set, b, progress=False).rows)
 
     started = time.perf_counter()
+    rank_device = world.device(resolve_device((base.get("run") or {}).get("device", "auto")))
     logger_cfg = cfg.logger if world.is_main else {"backend": "none"}
     group = experiment_group("train", gs.dataset)
     location = graphset_location(cfg)
@@ -264,7 +273,9 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
         test_q = test_set.questions
         fold_metrics: dict[str, dict[str, float]] = {}
         for name, overrides in variants.items():
-            tc = TrainConfig.merged(base, overrides, checkpoint_dir=str(out / f"fold{k}" / name), run_id=folder.run_id)
+            here = {"device": str(rank_device)} if world.distributed else {}  # this rank's GPU
+            ckpt_dir = run_path(out, f"fold{k}", name)
+            tc = TrainConfig.merged(base, overrides, checkpoint_dir=str(ckpt_dir), run_id=folder.run_id, **here)
             run_config = {**OmegaConf.to_container(cfg, resolve=True), "fold": k, "variant": name}
             tracker = make_tracker(
                 logger_cfg, run_config, out_dir=out, name=f"fold{k}-{name}", job_type="train", group=group
@@ -273,14 +284,17 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
                 tracker.use_artifact(graphset_input)
             epochs = sum(n for _, n, _ in tc.phases())
             bar = ProgressLogger(epochs, desc=f"fold {k} {name}", disable=not cfg.progress)
-            logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar)
+            logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar) if world.is_main else None
             t0 = time.perf_counter()
             selector = cfg.policy.get("entry_selector", "embedding")
-            trainer = WalkTrainer(tc, train_graphs, train_q, train_e, val_q, val_e, budget, logger, selector)
+            inputs = checkpoint_inputs(gs, split.train, split.val)
+            trainer = WalkTrainer(tc, train_graphs, train_q, train_e, val_q, val_e, budget, logger, selector, inputs)
             result = trainer.learn()
             train_s = time.perf_counter() - t0
             bar.close()
             curves.setdefault(name, {})[k] = result.history
+            if not world.is_main:  # rank 0 tests and reports
+                continue
             policy = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=selector)
             res = evaluate_policy(policy, test_set, budget, progress=False)
             sweep(name, policy, test_set)
@@ -383,14 +397,14 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     for name, rows in test_rows.items():
-        write_jsonl(rows, out / f"questions_{name}.jsonl")
+        write_jsonl(rows, run_path(out, f"questions_{name}.jsonl"))
     for name, levels in sweep_rows.items():  # the node sweep's rows: what a merge of fold runs needs
         rows = [
             {k: r.get(k) for k in ("fold", "qid", "category", "metrics")} | {"max_nodes": n}
             for n, level in levels.items()
             for r in level
         ]
-        write_jsonl(rows, out / f"node_sweep_{name}.jsonl")
+        write_jsonl(rows, run_path(out, f"node_sweep_{name}.jsonl"))
     if curves:
         plot_learning_curves(curves, out / "learning_curves.png", title=f"{gs.dataset}: {len(folds)} fold(s)")
     with make_tracker(logger_cfg, cfg, out_dir=out, name="summary", job_type="evaluate", group=group) as tracker:

@@ -3,8 +3,8 @@
     python scripts/train_gnn.py data=locomo graphset=outputs/graphs/locomo checkpoint=runs/gnn/locomo.pt
     python scripts/train_gnn.py data=hotpotqa graphset=outputs/graphs/hotpotqa checkpoint=runs/gnn/hotpotqa.pt
 
-Splits the graph set by graph with fold ``split.fold`` of :func:`rl.splits.conversation_folds`
-(the router's split for the same settings), trains with ``rl.gnn_train.train_reader`` (best epoch
+Splits the graph set by graph with fold ``split.fold`` of :func:`rl.common.splits.conversation_folds`
+(the router's split for the same settings), trains with ``rl.gnn.train.train_reader`` (best epoch
 on validation), writes the checkpoint, ``<checkpoint>.split.json`` (the graph names of each part,
 which ``scripts/evaluate.py graphs=<file>`` reads to evaluate on the test graphs only) and
 ``results.json`` (train/val/test recall of the reader and of the cosine-ranked walk under the same
@@ -17,66 +17,36 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import guard_argv, load_graphset, run_or_exit
-from graphmem.graphset import GraphSet, check_configs
+from graphmem.checkpoint import checkpoint_inputs
+from graphmem.cli import guard_argv, load_graphset, run_or_exit, set_threads
+from graphmem.graphset import check_configs
 from graphmem.io import atomic_write
 from graphmem.lockfile import FileLock, LockBusyError, describe
 from graphmem.policies.base import Budget
 from graphmem.tracking import experiment_group, graphset_location, make_tracker, use_graphset
-from rl.checkpoint import CheckpointError
-from rl.gnn_train import (
+from rl.common.checkpoint import CheckpointError
+from rl.common.logging import TrackerLogger
+from rl.common.run_folder import RunFolderError, open_run_folder
+from rl.common.splits import check_fraction
+from rl.gnn.split import split_examples, write_split
+from rl.gnn.train import (
     GNNTrainConfig,
     cosine_walk_recall,
     evidence_recall,
-    examples_from_graphset,
-    graph_split,
     load_reader,
     save_checkpoint,
     train_reader,
 )
-from rl.logging import TrackerLogger
-from rl.run_folder import RunFolderError, open_run_folder
-from rl.splits import check_fraction
 
 log = logging.getLogger(__name__)
-
-
-def set_threads(cfg: DictConfig) -> int:
-    """``torch.set_num_threads(min(cfg.threads, cpu count))``; ``threads: null`` keeps torch's default."""
-    if cfg.get("threads"):
-        torch.set_num_threads(max(1, min(int(cfg.threads), os.cpu_count() or 1)))
-    return torch.get_num_threads()
-
-
-def split_parts(gs: GraphSet, split_cfg) -> dict[str, list[str]]:
-    return graph_split(
-        list(gs.graphs), k=split_cfg.k, fold=split_cfg.fold, seed=split_cfg.seed, val_fraction=split_cfg.val_fraction
-    )
-
-
-def split_examples(gs: GraphSet, split_cfg, budget: Budget) -> tuple[dict, dict]:
-    parts = split_parts(gs, split_cfg)
-    examples = {}
-    for name, graphs in parts.items():
-        keep = set(graphs)
-        examples[name] = examples_from_graphset(gs, [i for i, q in enumerate(gs.questions) if q.graph in keep], budget)
-    return parts, examples
-
-
-def write_split(parts: dict[str, list[str]], checkpoint: str | Path, run_id: str | None = None) -> Path:
-    path = Path(str(checkpoint) + ".split.json")
-    text = json.dumps({**parts, **({"run_id": run_id} if run_id else {})}, indent=1)
-    return atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 @hydra.main(config_path="../configs", config_name="gnn", version_base="1.3")
@@ -131,7 +101,8 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
             if examples:
                 metrics[f"{part}_recall_gnn"] = evidence_recall(reader, examples, budget, chunk=train_cfg.eval_chunk)
                 metrics[f"{part}_recall_cosine_walk"] = cosine_walk_recall(examples, budget)
-        save_checkpoint(reader, cfg.checkpoint, train_cfg, metrics, run_id=run_id)
+        inputs = checkpoint_inputs(gs, parts["train"], parts["val"])
+        save_checkpoint(reader, cfg.checkpoint, train_cfg, metrics, run_id=run_id, inputs=inputs)
         split_file = write_split(parts, cfg.checkpoint, run_id)
         out_dir.mkdir(parents=True, exist_ok=True)
         payload = {

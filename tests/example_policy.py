@@ -1,4 +1,4 @@
-"""The worked example of the README: a new traversal policy is its algorithm, nothing else.
+"""The worked example of docs/policies.md: a new traversal policy is its algorithm, nothing else.
 
 ``cosine_bfs`` is GraphMemory's Algorithm 1 with the neighbors of a loaded node ranked by cosine
 to the query instead of by the Beta posterior mean, an ablation of the learned evidence. It is
@@ -9,10 +9,10 @@ builds and times its results. ``conftest.py`` imports this module, so every regi
 """
 
 import torch
-from references import bounded_bfs, distinct_targets, entries_of, reference
 from torch import Tensor
 
 from graphmem.device import resolve_device
+from graphmem.eval.references import bounded_bfs, distinct_targets, entries_of, reference
 from graphmem.policies import Budget, RetrievalBatch, Scope, TraversalPolicy, make_entry_selector, register_policy
 from graphmem.policies.batched import csr_positions, level_bfs, rank_in_group, segment_topk
 from graphmem.policies.ranking import cosine_matrix

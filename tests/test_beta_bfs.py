@@ -12,7 +12,7 @@ from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.tokens import count_tokens, serialize_node
 
 sys.path.insert(0, str(Path(__file__).parent))
-from references import REFERENCES  # noqa: E402
+from graphmem.eval.references import REFERENCES  # noqa: E402
 
 
 class Fixed:

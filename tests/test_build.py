@@ -6,11 +6,11 @@ from datetime import timezone
 import pytest
 import torch
 
-from graphmem.build import edges as E
-from graphmem.build.entities import CueEntityExtractor, make_entity_extractor, register_entity_extractor
-from graphmem.build.hotpotqa import build_hotpot_graph
-from graphmem.build.hotpotqa import node_texts as hotpot_texts
-from graphmem.build.locomo import build_locomo_graph, node_texts
+from graphmem.builders import edges as E
+from graphmem.builders.entities import CueEntityExtractor, make_entity_extractor, register_entity_extractor
+from graphmem.builders.hotpotqa import build_hotpot_graph
+from graphmem.builders.hotpotqa import node_texts as hotpot_texts
+from graphmem.builders.locomo import build_locomo_graph, node_texts
 from graphmem.datasets import data_file, load_hotpotqa, load_locomo
 from graphmem.embed import HashingEncoder
 from graphmem.graphset import DataConfig, GraphConfig

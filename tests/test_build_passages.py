@@ -4,8 +4,8 @@ import collections
 
 import pytest
 
-from graphmem.build.entities import CueEntityExtractor
-from graphmem.build.passages import (
+from graphmem.builders.entities import CueEntityExtractor
+from graphmem.builders.passages import (
     Passage,
     build_passage_graph,
     corpus,
@@ -14,8 +14,8 @@ from graphmem.build.passages import (
     node_texts,
     title_mentions,
 )
-from graphmem.build.sentences import split_sentences
-from graphmem.build.units import load_units, pooled_name
+from graphmem.builders.sentences import split_sentences
+from graphmem.builders.units import load_units, pooled_name
 from graphmem.datasets import data_file, load_hotpotqa, load_musique
 from graphmem.embed import HashingEncoder
 from graphmem.graphset import DataConfig, GraphConfig, build_graphset, graphset_dir

@@ -8,13 +8,12 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from graphmem.config import CONFIG_DIR, SCHEMAS, compose, option_schema_class, schema_class, to_object
+from graphmem.config import CONFIG_DIR, SCHEMAS, compose, schema_class, to_object
 from graphmem.graphset import DataConfig, GraphConfig
 from graphmem.llm.client import LLMConfig
 from graphmem.policies.base import Budget
 from graphmem.tracking import LoggerConfig
-from rl import reinforce
-from rl.walk_trainer import TrainConfig
+from rl.walk.trainer import TrainConfig
 from tests import script_runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,11 +39,7 @@ def test_every_option_declares_its_schema_and_composes_to_it(group, option):
     assert declared and declared[-1] == "_self_", f"{group}/{option}.yaml declares no schema"
     cfg = compose(PRIMARY[group], [f"{group}={option}"])
     obj = to_object(cfg[group])
-    assert type(obj) is option_schema_class(group, declared[0])
-
-
-def test_the_hage_trainer_option_is_typed_by_hages_config():
-    assert option_schema_class("trainer", "hage_schema") is reinforce.TrainConfig
+    assert type(obj) is schema_class(group)
 
 
 def test_schema_classes_are_the_project_dataclasses():
@@ -119,7 +114,7 @@ def test_train_refuses_gamma_abc_at_compose_time(tmp_path):
     [
         ("train", ["+experiment=ablation"], TrainConfig),
         ("train", ["+experiment=hage_full"], TrainConfig),
-        ("head_to_head", ["experiment=beta_vs_router"], reinforce.TrainConfig),
+        ("head_to_head", ["experiment=beta_vs_router"], TrainConfig),
         ("writer", ["+experiment=self_evolve"], None),
     ],
 )
@@ -138,7 +133,7 @@ def test_every_policy_option_is_typed_by_its_constructor(option):
 
     cfg = compose("evaluate", [f"policy={option}"])
     assert cfg.policy.name == option and POLICIES.resolve(cfg.policy._target_) is POLICIES[option]
-    typed = {"ppr": ("alpha", "Float"), "dense_topk": ("oversample", "Integer"), "router": ("beam_width", "Integer")}
+    typed = {"ppr": ("alpha", "Float"), "dense_topk": ("oversample", "Integer")}
     if option in typed:
         key, kind = typed[option]
         with pytest.raises(ConfigCompositionException) as info:

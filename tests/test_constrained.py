@@ -23,7 +23,7 @@ from graphmem.llm.schemas import (
     parse_structured,
     response_schema,
 )
-from rl.grpo_writer import load_writer
+from rl.writer.grpo import load_writer
 
 LOADED = ["D1:3", "D1:5", "D2:1"]
 PAIRS = [("D1:3", "D1:5"), ("D1:5", "D2:1")]

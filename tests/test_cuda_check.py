@@ -28,7 +28,7 @@ def test_dry_run_plans_every_stage(tmp_path):
     assert "compare_devices=[cuda]" in stages["benchmark"]["commands"][0]
     assert (
         "+experiment=hage_full" in stages["hage_full"]["commands"][0]
-        and "trainer.device=cuda" in (stages["hage_full"]["commands"][0])
+        and "trainer.run.device=cuda" in (stages["hage_full"]["commands"][0])
     )
     parity = stages["parity"]["commands"]
     assert len(parity) == 4 and sum("device=cuda" in c for c in parity) == 2

@@ -1,4 +1,4 @@
-"""Same seed, same thread count: two ``train.py`` runs log bit-identical numbers (issue 17, item 4).
+"""Same seed, same thread count: two ``train.py`` runs log bit-identical numbers.
 
 The runs are separate processes with different ``PYTHONHASHSEED`` on real LoCoMo conversations
 (big enough that torch splits the backward of indexing over both threads), and every number they

@@ -15,8 +15,9 @@ import torch
 from graphmem.policies import POLICIES, Budget, Query
 
 sys.path.insert(0, str(Path(__file__).parent))
-from references import make_test_policy  # noqa: E402
 from varied_graphs import varied_posterior_graph  # noqa: E402
+
+from graphmem.eval.references import make_test_policy  # noqa: E402
 
 NAMES = sorted(POLICIES)
 

@@ -9,11 +9,11 @@ import torch
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget
+from graphmem.policies.walk import walk
 from graphmem.synthetic import make_bridge_graph
 from models.edge_encoder import EdgeEncoder, build_pair_table, pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
-from rl.objectives import imitation_loss
-from rl.walk import walk
+from rl.walk.objectives import imitation_loss
 from tests.test_walk_objectives import bridge_part
 
 

@@ -1,4 +1,4 @@
-"""The worked example (``example_policy.py``, README "Adding a policy"): a policy written in a test
+"""The worked example (``example_policy.py``, docs/policies.md, "Adding a policy"): a policy written in a test
 file in under 40 lines runs in ``evaluate.py``, as a ``train.py`` baseline and in ``benchmark.py``.
 
 The registry-driven tests cover it without being edited: ``test_policies.py`` (batched == its
@@ -22,8 +22,9 @@ from graphmem.synthetic import make_synthetic_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from references import REFERENCES  # noqa: E402
 from script_loader import load_script  # noqa: E402
+
+from graphmem.eval.references import REFERENCES  # noqa: E402
 
 
 def compose_cfg(name: str, overrides: list[str]):
@@ -50,7 +51,7 @@ def test_the_example_is_an_algorithm_in_under_40_lines_registered_with_its_oracl
     assert len(lines) < 40, len(lines)
     assert POLICIES["cosine_bfs"] is CosineBFS and "cosine_bfs" in REFERENCES
     assert {"retrieve", "retrieve_batch", "retrieve_graphs"}.isdisjoint(vars(CosineBFS))  # the base class's
-    assert inspect.getsource(CosineBFS) in (ROOT / "README.md").read_text()  # the README shows this very code
+    assert inspect.getsource(CosineBFS) in (ROOT / "docs" / "policies.md").read_text()  # the guide shows this code
 
 
 def test_the_example_runs_in_evaluate(tmp_path):

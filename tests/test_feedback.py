@@ -17,7 +17,7 @@ from graphmem.policies.base import Budget, Query
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.synthetic import make_synthetic_graph
 from graphmem.tracking import read_runs
-from rl.splits import within_conversation_split
+from rl.common.splits import within_conversation_split
 
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_script  # noqa: E402
@@ -194,8 +194,9 @@ def test_head_to_head_smoke_on_synthetic_graphs(tmp_path):
                 f"graphset={gs_dir}",
                 f"out_dir={tmp_path / 'out'}",
                 "cv.k=3",
-                "trainer.epochs=1",
-                "trainer.batch_size=8",
+                "trainer.objective.imitation_epochs=1",
+                "trainer.objective.rl_epochs=1",
+                "trainer.optim.batch_size=8",
                 "fractions=[0,0.5,1.0]",
                 "progress=false",
             ],
@@ -208,6 +209,12 @@ def test_head_to_head_smoke_on_synthetic_graphs(tmp_path):
     assert conv["table"]["beta_bfs_learned"]["evidence_recall"] == conv["table"]["beta_bfs_uniform"]["evidence_recall"]
     assert within["curves"]["beta_bfs"][-1]["test_counter_mass"] > 0 and within["evidence"]["examples"] > 0
     assert [c["examples"] for c in within["curves"]["router"]] == [0, 9, 18]
+    assert [c["reference"] for c in within["paired"]] == ["beta_bfs_uniform", "beta_bfs_learned"]
+    for c in within["paired"]:  # paired on every test question, router minus the Beta variant
+        assert c["n"] == within["sizes"]["test"]
+        assert c["mean_diff"] == pytest.approx(
+            within["table"]["router"]["evidence_recall"] - within["table"][c["reference"]]["evidence_recall"]
+        )
     assert float(GraphSet.load(gs_dir).graphs["conv-0"].S.sum()) == 0.0  # the saved set is untouched
     assert (tmp_path / "out" / "recall_vs_examples.png").read_bytes()[:4] == b"\x89PNG"
     assert "beta_bfs_learned" in (tmp_path / "out" / "results.md").read_text()

@@ -15,11 +15,11 @@ from graphmem.policies.batched import pad_rows
 from graphmem.policies.gnn import GNNPolicy, batched_walk
 from graphmem.policies.selectors import EmbeddingEntrySelector
 from models.gnn_reader import GatedRelationalConv, GNNReader, start_mask
-from rl.gnn_train import GNNTrainConfig, ReaderExample, evidence_recall, graph_split, save_checkpoint, train_reader
-from rl.splits import conversation_folds
+from rl.common.splits import conversation_folds
+from rl.gnn.train import GNNTrainConfig, ReaderExample, evidence_recall, graph_split, save_checkpoint, train_reader
 
 sys.path.insert(0, str(Path(__file__).parent))
-from references import REFERENCES, walk_and_load  # noqa: E402
+from graphmem.eval.references import REFERENCES, walk_and_load  # noqa: E402
 
 
 def toy_conv():
@@ -278,7 +278,8 @@ def test_graph_split_is_a_conversation_fold():
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    from graphmem.checkpoint import CheckpointError
     from graphmem.policies.gnn import GNNPolicy
 
-    with pytest.raises(ValueError, match="not found"):
+    with pytest.raises(CheckpointError, match=r"policy.checkpoint='.*no-reader.pt': no such checkpoint file"):
         GNNPolicy(checkpoint=tmp_path / "no-reader.pt")

@@ -1,7 +1,7 @@
 """A saved graph set is one unit: damaged, swapped or inconsistent files are refused, naming the file.
 
-Issue 17, item 2: flipped bytes in the query embeddings, NaN query rows and a graph file copied
-over another's were all accepted and scored.
+Flipped bytes in the query embeddings, NaN query rows and a graph file copied over another's
+must each be refused before anything is scored.
 """
 
 import json
@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from graphmem.graphset import GraphSet, file_sha256
-from graphmem.setstore import GraphSetError, add_files
+from graphmem.setstore import GraphSetError, add_files, content_sha256
 from tests.small_sets import saved_locomo_set
 
 
@@ -38,6 +38,7 @@ def _restamp(directory, path):
     rel = str(path.relative_to(directory))
     if rel in manifest.get("files", {}):
         manifest["files"][rel] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
+        manifest["content_sha256"] = content_sha256(manifest)
         manifest_path.write_text(json.dumps(manifest))
 
 
@@ -98,7 +99,7 @@ def test_a_set_without_checksums_is_refused_with_a_rebuild_hint(saved):
     manifest = json.loads((saved / "manifest.json").read_text())
     manifest["manifest_version"] = 1
     (saved / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(GraphSetError, match=r"without per-file checksums\); rebuild it"):
+    with pytest.raises(GraphSetError, match=r"predates the current format.*\); rebuild it"):
         GraphSet.load(saved)
 
 

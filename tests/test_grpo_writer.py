@@ -9,7 +9,8 @@ import torch
 from graphmem.graph import MemoryGraph
 from graphmem.graphset import GraphConfig
 from models.gnn_reader import GNNReader
-from rl.grpo_writer import (
+from rl.writer.format import anchor_map, format_score, parse_triples, repetition_rate, well_formed
+from rl.writer.grpo import (
     ReaderReward,
     WriterConfig,
     WriterTask,
@@ -22,7 +23,6 @@ from rl.grpo_writer import (
     tasks_from_graph,
     train_writer,
 )
-from rl.writer_format import anchor_map, format_score, parse_triples, repetition_rate, well_formed
 
 BUDGET = {"max_entries": 1, "top_k_neighbors": 1, "max_hops": 1, "max_nodes": 2}
 
@@ -175,10 +175,10 @@ def test_rewrite_graph_batched_generation_keeps_nodes():
     assert int((many.edge_type == temporal).sum()) == 1
 
 
-# ---------------------------------------------------------------------- warm start (rl/writer_sft.py)
+# ---------------------------------------------------------------------- warm start (rl/writer/sft.py)
 def test_silver_triples_join_fragments_that_share_an_entity():
-    from graphmem.build.entities import make_entity_extractor
-    from rl.writer_sft import silver_triples
+    from graphmem.builders.entities import make_entity_extractor
+    from rl.writer.sft import silver_triples
 
     task = make_task()
     task.texts = ["We saw Alice meet Bob in Paris.", "Then Bob flew to Rome.", "We heard Carol sing.", "it was fine"]
@@ -197,8 +197,8 @@ def test_warm_start_teaches_the_format_on_held_out_tasks(tmp_path):
     """SFT on silver lines makes greedy outputs of *unseen* tasks well-formed (none were before)."""
     import random
 
-    from graphmem.build.entities import make_entity_extractor
-    from rl.writer_sft import SFTConfig, warm_start, well_formed_fraction
+    from graphmem.builders.entities import make_entity_extractor
+    from rl.writer.sft import SFTConfig, warm_start, well_formed_fraction
 
     names = ["Alice", "Bob", "Carol", "Dan", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jo"]
     verbs = ["met", "saw", "called", "helped"]

@@ -1,4 +1,4 @@
-"""Every input error before work, in one line naming the file, record or field, exit 2 (issue 17, items 6 and 7)."""
+"""Every input error before work, in one line naming the file, record or field, exit 2."""
 
 import json
 import os
@@ -14,7 +14,7 @@ from graphmem.cli import preflight
 from graphmem.datasets.hotpotqa import load_hotpotqa
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
-from rl.splits import conversation_folds, within_conversation_split
+from rl.common.splits import conversation_folds, within_conversation_split
 from tests import script_runner
 from tests.small_sets import saved_locomo_set
 
@@ -180,7 +180,7 @@ def test_an_api_key_env_naming_no_set_variable_is_warned_about(tmp_path):
 
 
 def test_results_record_the_graph_sets_own_provenance(small_set, tmp_path):
-    """Issue 17, item 7: with graphset=, results.json names the file the set was built from, not data.* defaults."""
+    """With graphset=, results.json names the file the set was built from, not data.* defaults."""
     proc = _run(
         "evaluate.py",
         f"graphset={small_set}",

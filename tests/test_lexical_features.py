@@ -15,12 +15,12 @@ from graphmem.graph import MemoryGraph
 from graphmem.lexical import bm25_for
 from graphmem.lexical_features import dense_features, lexical_inputs, pair_features, query_kinds
 from graphmem.policies import Budget, make_policy
+from graphmem.policies.walk import walk
 from models.edge_encoder import EDGE_FEATURE_DIM, NUM_PAIR_FEATURES
 from models.gnn_reader import GNNReader
 from models.walk_scorer import NUM_PATH_FEATURES, NUM_SIMILARITY_FEATURES, ScorerConfig, WalkScorer
-from rl.walk import walk
-from rl.walk_data import walk_data
-from rl.walk_trainer import TrainConfig, WalkTrainer
+from rl.walk.data import walk_data
+from rl.walk.trainer import TrainConfig, WalkTrainer
 from tests.test_no_gold_leak import _policy_view, graphset, scrambled
 
 TEXTS = ["Paris in May", "Caroline paints 3 cats", "Caroline visited Paris"]

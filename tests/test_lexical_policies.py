@@ -1,6 +1,5 @@
 """The bm25 and hybrid policies and the hybrid entry selector: lexical matches, fusion, graph batches, configs."""
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -9,13 +8,11 @@ from omegaconf import OmegaConf
 
 from graphmem.cli import make_configured_policy
 from graphmem.config import compose
+from graphmem.eval.references import REFERENCES
 from graphmem.graph import MemoryGraph
 from graphmem.policies import Budget, Query, make_entry_selector, make_policy
 from graphmem.policies.hybrid import HybridEntrySelector, rrf
 from graphmem.synthetic import make_synthetic_graph
-
-sys.path.insert(0, str(Path(__file__).parent))
-from references import REFERENCES  # noqa: E402
 
 WALKS = ["beta_bfs", "ppr", "uniform_bfs", "router", "gnn"]
 WORDS = "apple river stone cloud garden lamp violin harbor meadow pepper".split()
@@ -111,7 +108,7 @@ def _configured(walk: str, overrides: list[str], tmp_path: Path):
     cfg.pop("name")
     if walk == "gnn":
         from models.gnn_reader import GNNReader
-        from rl.gnn_train import save_checkpoint
+        from rl.gnn.train import save_checkpoint
 
         cfg["checkpoint"] = str(save_checkpoint(GNNReader(input_dim=8), tmp_path / "reader.pt"))
     if walk == "router":
@@ -135,3 +132,14 @@ def test_entry_selector_hybrid_composes_with_every_walk(walk, tmp_path):
     assert [r.entries for r in tuned.retrieve_batch(g, queries, budget)] == tuned.entry_selector.select(
         g, queries, budget
     )
+
+
+def test_the_lexical_page_renders_from_its_results_and_names_missing_ones(tmp_path):
+    from graphmem.docgen.lexical import render
+
+    empty = render(tmp_path)
+    assert "`lexical_baselines.json` is missing" in empty and "`lexical_library_bench.json` is missing" in empty
+    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    page = render(results)
+    for name in ("lexical_library_bench.json", "lexical_baselines.json", "lexical_baselines_walks.json"):
+        assert ((results / name).is_file()) == (f"`{name}` is missing" not in page)

@@ -109,7 +109,7 @@ def test_entity_extractor_failure_gives_empty_sets():
 
 
 def test_entity_extractor_registered_by_name():
-    from graphmem.build.entities import ENTITY_EXTRACTORS, make_entity_extractor
+    from graphmem.builders.entities import ENTITY_EXTRACTORS, make_entity_extractor
 
     assert ENTITY_EXTRACTORS["llm"] is LLMEntityExtractor
     made = make_entity_extractor("llm", config={"model": "gpt-4o-mini", "mock_response": '{"entities": ["X1"]}'})

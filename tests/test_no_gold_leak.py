@@ -22,7 +22,8 @@ from graphmem.synthetic import make_synthetic_graph
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pytest  # noqa: E402
-from references import make_test_policy  # noqa: E402
+
+from graphmem.eval.references import make_test_policy  # noqa: E402
 
 DIM = 16
 GOLD_FIELDS = ("answer", "evidence", "category", "dangling_evidence", "support_titles", "support_chain")

@@ -21,8 +21,9 @@ from graphmem.policies.uniform_bfs import UniformBFS
 from graphmem.synthetic import make_synthetic_graph
 
 sys.path.insert(0, str(Path(__file__).parent))
-from references import REFERENCES, make_test_policy  # noqa: E402
 from varied_graphs import varied_posterior_graph  # noqa: E402
+
+from graphmem.eval.references import REFERENCES, make_test_policy  # noqa: E402
 
 NAMES = sorted(POLICIES)
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,13 +167,13 @@ def test_policy_yaml_matches_the_constructor(path, tmp_path):
     assert plain <= listed, f"{path.name} does not list {sorted(plain - listed)}"
     if cfg.get("checkpoint"):  # a reader checkpoint that exists here
         from models.gnn_reader import GNNReader
-        from rl.gnn_train import save_checkpoint
+        from rl.gnn.train import save_checkpoint
 
         cfg["checkpoint"] = str(save_checkpoint(GNNReader(input_dim=8), tmp_path / "reader.pt"))
-    elif "router" in params:
-        from models.router import QueryRouter
+    elif "scorer" in params:
+        from models.walk_scorer import ScorerConfig, WalkScorer
 
-        cfg["router"] = QueryRouter(8)
+        cfg["scorer"] = WalkScorer(ScorerConfig(dim=8))
     built = make_configured_policy({"_target_": target, **cfg})
     assert built.name == name and isinstance(built, POLICIES[name])
 

@@ -11,8 +11,9 @@ from graphmem.policies import Budget, Query
 from graphmem.policies.ppr import PersonalizedPageRank, transition_matrix
 
 sys.path.insert(0, str(Path(__file__).parent))
-from references import REFERENCES  # noqa: E402
 from varied_graphs import varied_posterior_graph  # noqa: E402
+
+from graphmem.eval.references import REFERENCES  # noqa: E402
 
 
 def small_graph(dangling: bool) -> MemoryGraph:
@@ -48,7 +49,7 @@ def dense_reference(g: MemoryGraph, restart: torch.Tensor, alpha: float, rho: di
 @pytest.mark.parametrize("alpha,rho", [(0.15, {}), (0.3, {"semantic": 2.0, "entity": 0.0})])
 def test_power_iteration_matches_dense_solve(dangling, alpha, rho):
     g = small_graph(dangling)
-    policy = PersonalizedPageRank(alpha=alpha, relation_weights=rho)
+    policy = PersonalizedPageRank(alpha=alpha, relation_weights=rho, method="power")
     restarts = torch.zeros(6, 3, dtype=torch.float64)
     restarts[0, 0] = 1.0
     restarts[[3, 5], 1] = 0.5
@@ -69,7 +70,7 @@ def test_no_dangling_matches_textbook_formula():
     r = torch.zeros(6, dtype=torch.float64)
     r[2] = 1.0
     ref = torch.linalg.solve(torch.eye(6, dtype=torch.float64) - 0.85 * dense_pt, 0.15 * r)
-    p = PersonalizedPageRank().scores(g, r[:, None])[:, 0]
+    p = PersonalizedPageRank(method="power").scores(g, r[:, None])[:, 0]
     assert torch.allclose(p, ref, atol=1e-6, rtol=0)
 
 
@@ -114,14 +115,18 @@ def fields(r):
     ],
     ids=["tight-tokens", "wide", "few-nodes", "entries-only"],
 )
-@pytest.mark.parametrize("columns", [1, 7, None], ids=["block1", "block7", "one-block"])
+@pytest.mark.parametrize(
+    "method,columns",
+    [("power", 1), ("power", 7), ("power", None), ("push", None)],
+    ids=["block1", "block7", "one-block", "push"],
+)
 @pytest.mark.parametrize(
     "kwargs", [{}, {"relation_weights": {"entity": 0.0}, "use_posterior": False}], ids=["default", "no-entity"]
 )
-def test_batched_equals_per_query_reference(topic_graph, topic_queries, budget, columns, kwargs):
+def test_batched_equals_per_query_reference(topic_graph, topic_queries, budget, method, columns, kwargs):
     n = topic_graph.num_nodes
     block = {} if columns is None else {"max_block_elements": columns * n + n - 1}
-    policy = PersonalizedPageRank(**kwargs, **block)
+    policy = PersonalizedPageRank(**kwargs, **block, method=method)
     single = [REFERENCES["ppr"](policy, topic_graph, q, budget) for q in topic_queries]
     batched = policy.retrieve_batch(topic_graph, topic_queries, budget)
     assert [fields(r) for r in batched] == [fields(r) for r in single]
@@ -131,11 +136,12 @@ def test_batched_equals_per_query_reference(topic_graph, topic_queries, budget, 
         assert any(len(r.loaded) < budget.max_nodes for r in single)  # some node was skipped for tokens
 
 
-def test_scores_do_not_depend_on_block_composition(topic_graph):
+@pytest.mark.parametrize("method", ["power", "push"])
+def test_scores_do_not_depend_on_block_composition(topic_graph, method):
     restarts = torch.zeros(topic_graph.num_nodes, 9, dtype=torch.float64)
     for j in range(9):
         restarts[torch.arange(j, j + 1 + j % 3), j] = 1.0 / (1 + j % 3)
-    policy = PersonalizedPageRank()
+    policy = PersonalizedPageRank(method=method)
     block = policy.scores(topic_graph, restarts)
     for j in range(9):
         assert torch.equal(policy.scores(topic_graph, restarts[:, j : j + 1])[:, 0], block[:, j])
@@ -147,5 +153,9 @@ def test_invalid_arguments():
         PersonalizedPageRank(alpha=0.0)
     with pytest.raises(ValueError, match="max_block_elements"):
         PersonalizedPageRank(max_block_elements=0)
+    with pytest.raises(ValueError, match="method"):
+        PersonalizedPageRank(method="exact")
+    with pytest.raises(ValueError, match="epsilon"):
+        PersonalizedPageRank(epsilon=0.0)
     with pytest.raises(ValueError, match="unknown relation"):
         transition_matrix(small_graph(False), {"friendship": 1.0})

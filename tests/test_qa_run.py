@@ -76,7 +76,7 @@ def test_abstentions_and_judge_failures_are_counted():
 
 
 def test_failed_answer_calls_are_reported_as_failed_and_left_out_of_the_means(monkeypatch):
-    """Issue 17, item 5: a failed call is counted as failed, not averaged in as F1 = EM = 0."""
+    """A failed call is counted as failed, not averaged in as F1 = EM = 0."""
     gs = graphset(["Paris"] * 10, [4] * 10)
     real = litellm.completion
 

@@ -16,7 +16,7 @@ from graphmem.cli import run_or_exit
 from graphmem.config import compose
 from graphmem.graph import GraphError, MemoryGraph
 from graphmem.io import SCHEMA_VERSION, _digest, load_graph
-from rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rl.common.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tests import script_runner
 from tests.script_loader import load_script
 
@@ -90,7 +90,7 @@ def test_missing_graph_file_says_how_to_make_it(tmp_path):
 
 
 def test_corrupted_and_foreign_checkpoints_are_refused(tmp_path):
-    good = save_checkpoint(tmp_path / "good.pt", {"router": {"w": torch.ones(2)}, "fingerprint": "abc"})
+    good = save_checkpoint(tmp_path / "good.pt", {"scorer": {"w": torch.ones(2)}, "run_id": "abc"})
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(os.urandom(256))
     with pytest.raises(CheckpointError, match="refused to load"):
@@ -99,8 +99,8 @@ def test_corrupted_and_foreign_checkpoints_are_refused(tmp_path):
     cut.write_bytes(good.read_bytes()[:100])
     with pytest.raises(CheckpointError, match="refused to load"):
         load_checkpoint(cut)
-    with pytest.raises(CheckpointError, match="trained on other graphs"):
-        load_checkpoint(good, fingerprint="xyz")
+    with pytest.raises(CheckpointError, match="written by run 'abc'"):
+        load_checkpoint(good, run_id="xyz")
     plain = tmp_path / "plain.pt"
     torch.save({"weights": torch.ones(1)}, str(plain))
     with pytest.raises(CheckpointError, match="not a"):

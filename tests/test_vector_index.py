@@ -151,10 +151,10 @@ def test_policy_with_ann_entries_finds_a_node_added_after_the_index(policy, key)
     g = make_synthetic_graph(1500, dim=16, seed=10)
     kwargs = {key: {"name": "ann", "min_nodes": 0}}
     if policy == "router":
-        from models.router import QueryRouter
+        from models.walk_scorer import ScorerConfig, WalkScorer
 
         torch.manual_seed(0)
-        kwargs["router"] = QueryRouter(16, num_relations=len(g.relations))
+        kwargs["scorer"] = WalkScorer(ScorerConfig(dim=16))
         kwargs["device"] = "cpu"
     p = make_policy(policy, **kwargs)
     q = Query("q", "where did I put the keys", torch.nn.functional.normalize(torch.randn(16), dim=0))

@@ -1,4 +1,4 @@
-"""The budget-aware best-first walk (rl/walk.py): a hand-computed toy walk, budget invariants on
+"""The budget-aware best-first walk (graphmem/policies/walk.py): a hand-computed toy walk, budget invariants on
 random graphs, batching, and the log-probabilities the objectives train on."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import torch
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget
+from graphmem.policies.walk import step_log_probs, walk, walk_tables, walk_trace
 from graphmem.synthetic import make_synthetic_graph
 from models.edge_encoder import pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
-from rl.walk import step_log_probs, walk, walk_tables, walk_trace
 
 
 class NodeValueScorer:

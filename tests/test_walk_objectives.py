@@ -1,4 +1,4 @@
-"""Objectives on walk episodes (rl/objectives.py): rewards and oracle positives by hand, and a toy
+"""Objectives on walk episodes (rl/walk/objectives.py): rewards and oracle positives by hand, and a toy
 task that only a budget-aware walk can solve, learned by imitation and by REINFORCE alone."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from graphmem.policies.base import Budget
+from graphmem.policies.walk import walk, walk_tables
 from graphmem.synthetic import make_bridge_graph
 from models.edge_encoder import pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
-from rl.objectives import (
+from rl.walk.objectives import (
     HageMDP,
     MovingBaseline,
     discounted_returns,
@@ -20,7 +21,6 @@ from rl.objectives import (
     reinforce_loss,
     walk_rewards,
 )
-from rl.walk import walk, walk_tables
 from tests.test_walk import TOY_BUDGET, VALUES, NodeValueScorer, tables_of, toy_graph
 
 # one entry, two children per node, three nodes: a level-by-level walk fills the cap with the

@@ -1,5 +1,5 @@
 """The router policy with a walk scorer (graphmem/policies/router.py): what it loads is what the
-trained walk (rl/walk.py) loads, on one graph, over a graph batch, and from a trainer checkpoint."""
+trained walk (graphmem/policies/walk.py) loads, on one graph, over a graph batch, and from a trainer checkpoint."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import torch
 
 from graphmem.datasets.types import Question
 from graphmem.policies import Budget, Query, make_policy
+from graphmem.policies.walk import walk
 from graphmem.synthetic import make_synthetic_graph
 from models.walk_scorer import ScorerConfig, WalkScorer
-from rl.walk import walk
-from rl.walk_data import walk_data
+from rl.walk.data import walk_data
 from tests.test_walk_trainer import BUDGET, bridge_set, config, trainer
 
 WIDE = Budget(max_entries=3, top_k_neighbors=2, max_hops=2, max_nodes=8, max_tokens=2500)

@@ -1,4 +1,4 @@
-"""The walk trainer (rl/walk_trainer.py): it learns the bridge task of graphs it never saw, with each
+"""The walk trainer (rl/walk/trainer.py): it learns the bridge task of graphs it never saw, with each
 objective; same seed, same run; a resumed run equals an uninterrupted one; configs are checked."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import torch
 
 from graphmem.datasets.types import Question
 from graphmem.policies.base import Budget
+from graphmem.policies.walk import walk
 from graphmem.synthetic import make_bridge_graph
-from rl.walk import walk
-from rl.walk_data import walk_data
-from rl.walk_trainer import TrainConfig, WalkTrainer
+from rl.walk.data import walk_data
+from rl.walk.trainer import TrainConfig, WalkTrainer
 
 BUDGET = Budget(max_entries=1, top_k_neighbors=2, max_hops=2, max_nodes=3)
 

@@ -10,7 +10,8 @@ import torch
 from graphmem.config import compose
 from graphmem.graphset import GraphSet
 from models.gnn_reader import GNNReader
-from rl.gnn_train import save_checkpoint
+from rl.gnn.train import save_checkpoint
+from rl.writer.run import moving_mean
 from tests.script_loader import load_script
 from tests.small_sets import saved_locomo_set
 
@@ -107,4 +108,4 @@ def test_self_evolve_rebuilds_with_the_trained_writer_under_the_fanout_caps(trai
 
 
 def test_reward_curve_moving_mean():
-    assert load_script("train_writer").moving_mean([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert moving_mean([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]

@@ -17,8 +17,9 @@ dim 64) is built, and for every variant (a policy with its settings, e.g. ``beta
 * ``setup_s``: the first call (per-graph tables); the vector index build is timed separately per size
   (``index_build_s``, ``index_mb``) since all ANN variants of a size share the graph's index.
 
-Growth (largest size over smallest, and each size over the smallest) is reported for every variant:
-the bounded ones and those whose cost grows with ``N`` (``ppr``, ``gnn``) alike.
+Growth (largest size over smallest, and each size over the smallest) is reported for every variant.
+``ppr`` (forward push) and ``gnn`` (the reader on the walk's neighbourhoods) are bounded per query
+like the traversals; with exact entry selection every variant still reads all ``N`` embeddings.
 """
 
 from __future__ import annotations
@@ -49,13 +50,13 @@ def make_queries(graph: MemoryGraph, num: int, noise: float, seed: int) -> list[
 
 
 def bench_policy(name: str, graph: MemoryGraph, seed: int, device: str = "cpu", **kwargs) -> TraversalPolicy:
-    """A registered policy on ``device``; ``router`` and ``gnn`` get untrained modules sized for ``graph``
-    (timings do not depend on the weights)."""
+    """A registered policy on ``device``; ``router`` (the walk) and ``gnn`` get untrained modules sized
+    for ``graph`` (timings do not depend on the weights)."""
     torch.manual_seed(seed)
-    if name == "router":
-        from models.router import QueryRouter
+    if name == "router" and not kwargs.get("checkpoint"):  # a trained walk when given, else a fresh one
+        from models.walk_scorer import ScorerConfig, WalkScorer
 
-        kwargs["router"] = QueryRouter(graph.dim, num_relations=len(graph.relations))
+        kwargs["scorer"] = WalkScorer(ScorerConfig(dim=graph.dim))
     elif name == "gnn":
         from models.gnn_reader import GNNReader
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from graphmem.build.entities import register_entity_extractor
+from graphmem.builders.entities import register_entity_extractor
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.llm.prompts import block, make_nonce, render
 from graphmem.llm.schemas import CausalJudgement, EventExtraction

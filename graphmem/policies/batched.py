@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from graphmem.csr import csr_positions  # noqa: F401  (re-exported for the policies)
 from graphmem.graph import MemoryGraph
 from graphmem.policies.tables import csr
 from graphmem.policies.types import Budget, RetrievalBatch
@@ -26,16 +27,6 @@ ExpandBatch = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
 # ---------------------------------------------------------------------------- ragged helpers
-def csr_positions(rowptr: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
-    """The concatenated CSR rows of ``nodes`` ``[K]``: ``(seg [C], pos [C])``, ``seg`` indexing
-    ``nodes`` and ``pos`` the positions ``rowptr[v] .. rowptr[v+1]-1`` of each row, in order."""
-    start = rowptr[nodes]
-    deg = rowptr[nodes + 1] - start
-    seg = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
-    first = torch.cumsum(deg, 0) - deg
-    return seg, torch.arange(seg.numel(), device=nodes.device) - first[seg] + start[seg]
-
-
 def csr_values(rowptr: Tensor, values: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
     """:func:`csr_positions` read through ``values``: ``(seg [C], values[pos] [C])`` (e.g. with
     ``values = perm`` of :meth:`MemoryGraph.csr`, the out-edges of ``nodes``)."""
@@ -89,17 +80,6 @@ def rank_in_group(group: Tensor, num_groups: int = 0) -> tuple[Tensor, Tensor]:
     rank = torch.empty_like(group)
     rank[order] = torch.arange(group.numel(), device=group.device) - (torch.cumsum(counts, 0) - counts)[group[order]]
     return rank, counts
-
-
-def ragged_block(rows: Tensor, num_rows: int) -> Tensor:
-    """``[num_rows, L]`` positions into ``rows`` laid out per row in their given order, ``-1`` padded.
-
-    Item ``i`` lands in row ``rows[i]`` after the earlier items of that row; ``L`` is the largest row count.
-    """
-    col, counts = rank_in_group(rows, num_rows)
-    block = torch.full((num_rows, int(counts.max()) if rows.numel() else 0), -1, dtype=torch.long, device=rows.device)
-    block[rows, col] = torch.arange(rows.numel(), device=rows.device)
-    return block
 
 
 def compact_left(values: Tensor, *others: Tensor, keep: Tensor | None = None) -> tuple[Tensor, ...]:

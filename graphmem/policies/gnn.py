@@ -13,10 +13,26 @@ For a batch of queries over one graph:
    :func:`~graphmem.policies.batched.load_under_budget` (node and token limits).
 
 So the loaded set obeys the same entry, fan-out, hop, node and token limits as every other
-policy. The policy sees only the graph, the :class:`Query` and the :class:`Budget`.
+policy.
+
+``method: ball`` (the default) never runs the reader over the whole graph. The walk reads the scores
+of the entries and, at hop ``d``, of the out-neighbours of its depth-``d - 1`` frontier; before each
+hop the reader runs once, over a disjoint union of one subgraph per query
+(:func:`~graphmem.policies.subgraph.query_subgraphs`): for the nodes ``T`` whose scores the hop reads
+and are not yet known, every edge incident to a node within ``L - 1`` undirected hops of ``T``
+(``L`` = the reader's layers). A node's state after ``l`` layers depends only on the states of its
+neighbours (along and against each edge) after ``l - 1`` layers and its own in-edges, so by
+induction every node within ``L - l`` hops of ``T`` has its full-graph state after ``l`` layers;
+the readout at ``v`` reads ``h_v^{(L)}``, ``x_v`` and ``q``. So every score the walk reads equals
+the full-graph pass (up to float summation order), and the policy loads what ``method: full`` (one
+reader pass over every node) loads. The work per query is the edges around at most
+``max_entries * (1 + D + k D + ... )`` nodes (``D`` the largest out-degree), not ``N``. Where those
+neighbourhoods already cover most of a small graph, the queries share full-graph passes instead
+(:class:`BallScores`): the same scores, cheaper there.
+The policy sees only the graph, the :class:`Query` and the :class:`Budget`.
 
 Steps 3-4 are :func:`batched_walk`, tensor ops over the whole batch (what :meth:`GNNPolicy.traverse`
-and the reader's validation in :mod:`rl.gnn_train` run); the tests check it against a per-query
+and the reader's validation in :mod:`rl.gnn.train` run); the tests check it against a per-query
 Python walk. Over a graph batch the reader scores the queries packed (the ``pack_queries`` hint):
 column ``j`` holds the ``j``-th query of every graph, and no message crosses graphs.
 """
@@ -26,17 +42,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from os import PathLike
-from pathlib import Path
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
+from graphmem.checkpoint import require_checkpoint
 from graphmem.graph import MemoryGraph
 from graphmem.lexical_features import NUM_LEXICAL_FEATURES, dense_features, lexical_inputs
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import compact_left, csr_values, greedy_admit, rank_in_group
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
+from graphmem.policies.subgraph import ball, lookup, query_subgraphs, undirected_csr
 from graphmem.policies.tables import csr, dense_rows, distinct_neighbors, node_id_rank, token_counts
 from graphmem.policies.types import Query
 
@@ -47,15 +64,19 @@ class GNNPolicy(TraversalPolicy):
 
     Args:
         reader: a trained :class:`models.gnn_reader.GNNReader` (default: None).
-        checkpoint: path to a checkpoint written by ``rl.gnn_train`` or
+        checkpoint: path to a checkpoint written by ``rl.gnn.train`` or
             :meth:`GNNReader.checkpoint`, read with ``weights_only=True`` (default: None).
         entry_selector: a registered entry-selector name, or an object with
             ``select(graph, queries, budget) -> list[list[int]]`` (default: ``"embedding"``).
         query_chunk: queries scored per forward pass, bounding memory to
             ``E * query_chunk * H`` floats (default: 64).
         device: where the reader runs: ``"cpu"``, ``"cuda"``, ``"auto"`` (default: ``"cpu"``).
-        pack_queries: in :meth:`retrieve_graphs`, graphs with at most this many queries share
-            one packed reader pass over their union; the others run alone (default: ``8``).
+        pack_queries: ``method: full``, in :meth:`retrieve_graphs`: graphs with at most this many queries
+            share one packed reader pass over their union; the others run alone (default: ``8``).
+        method: ``"ball"`` (reader on the neighbourhoods the walk reads, exact; module docstring) or
+            ``"full"`` (one reader pass over every node of the graph) (default: ``"ball"``).
+        strict_split: refuse, rather than warn about, graph sets holding graphs the checkpoint
+            was trained or selected on (:func:`graphmem.checkpoint.check_inputs`) (default: ``False``).
     """
 
     def __init__(
@@ -66,15 +87,24 @@ class GNNPolicy(TraversalPolicy):
         query_chunk: int = 64,
         device: str | torch.device = "cpu",
         pack_queries: int = 8,
+        method: str = "ball",
+        strict_split: bool = False,
     ):
         from models.gnn_reader import GNNReader
 
+        if method not in ("ball", "full"):
+            raise ValueError(f"method must be 'ball' or 'full', got {method!r}")
+        self.method = method
         self.device = resolve_device(device)
         if (reader is None) == (checkpoint is None):
             raise ValueError("GNNPolicy needs exactly one of `reader` or `checkpoint`")
-        if checkpoint is not None and not Path(checkpoint).is_file():
-            raise ValueError(f"gnn checkpoint {str(checkpoint)!r} not found (train one with scripts/train_gnn.py)")
-        self.reader = reader if reader is not None else GNNReader.from_checkpoint(str(checkpoint))
+        self.checkpoint_path, self.strict_split, self.trained_inputs = checkpoint, bool(strict_split), None
+        if checkpoint is not None:
+            require_checkpoint(checkpoint)
+            state = torch.load(str(checkpoint), map_location="cpu", weights_only=True)
+            self.trained_inputs = state.get("inputs") if isinstance(state, dict) else None
+            reader = GNNReader.from_checkpoint(state)
+        self.reader = reader
         self.reader = self.reader.to(self.device).eval()
         self.entry_selector = make_entry_selector(entry_selector)
         self.query_chunk = int(query_chunk)
@@ -104,6 +134,9 @@ class GNNPolicy(TraversalPolicy):
     def traverse(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
         """Reader scores (one graph: :meth:`score`; a graph batch: :meth:`packed_scores`), then :func:`batched_walk`."""
         rows = [[v for v in r if v >= 0] for r in entries.tolist()]
+        if self.method == "ball":
+            source = BallScores(self.reader, scope.graph, scope.queries, rows, scope.device, chunk=self.query_chunk)
+            return batched_walk(scope.graph, rows, source, budget).result(entries)
         if scope.num_graphs == 1:
             scores = self.score(scope.graph, scope.queries, rows)
         else:
@@ -236,8 +269,111 @@ class WalkBatch:
         return edges, degree[self.visited].sum(1)
 
 
-def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: Tensor, budget: Budget) -> WalkBatch:
-    """Steps 3-4 of the module docstring for ``B`` queries at once; ``scores`` is ``[B, N]``.
+class DenseScores:
+    """Scores of every node, ``[B, N]``: the full-graph reader pass (``method: full``), or any given scores."""
+
+    def __init__(self, scores: Tensor):
+        self.neg_scores = torch.cat([-scores, scores.new_full((scores.shape[0], 1), math.nan)], 1)  # [B, N + 1]
+
+    def need(self, nodes: Tensor) -> None:
+        """Nothing to compute: every node is scored."""
+
+    def negated(self, nodes: Tensor) -> Tensor:
+        """``-score`` of ``nodes`` ``[B, M]`` (NaN at padding ``N``)."""
+        return self.neg_scores.gather(1, nodes)
+
+
+class BallScores:
+    """Reader scores computed on demand on each query's neighbourhood (``method: ball``, module docstring).
+
+    :meth:`need` scores the ``(query, node)`` pairs not scored yet, with one reader pass over the
+    disjoint union of their subgraphs (:func:`~graphmem.policies.subgraph.query_subgraphs` with
+    ``radius = L``), in the packed layout of :class:`~models.gnn_reader.GNNReader` (one column;
+    each node holds the query of its part). A query whose targets' ``L - 1``-ball already holds more
+    than ``full_share`` of the graph's nodes (a small graph) is scored by the full-graph pass instead,
+    ``chunk`` such queries sharing one pass: the same scores, with the edges shared among the queries
+    (so its cost stays within ``1 / full_share`` times its ball). Known scores are sorted keys
+    ``query * N + node``.
+    """
+
+    def __init__(
+        self,
+        reader,
+        graph: MemoryGraph,
+        queries: Sequence[Query],
+        entries: list[list[int]],
+        device,
+        full_share: float = 0.5,
+        chunk: int = 64,
+    ):
+        self.reader, self.graph, self.device = reader, graph, torch.device(device)
+        self.full_share, self.chunk, self.entries = float(full_share), int(chunk), entries
+        self.query = torch.stack([q.embedding.float().flatten() for q in queries]).to(self.device)
+        pairs = [(b, v) for b, row in enumerate(entries) for v in row]
+        n = graph.num_nodes
+        self.entry_keys = torch.tensor(sorted({b * n + v for b, v in pairs}), dtype=torch.long, device=self.device)
+        self.keys = torch.empty(0, dtype=torch.long, device=self.device)
+        self.values = torch.empty(0, device=self.device)
+
+    @torch.no_grad()
+    def need(self, nodes: Tensor) -> None:
+        """Score the real nodes (``< N``) of ``nodes`` ``[B, M]`` not scored yet."""
+        from models.gnn_reader import ball_scores
+
+        n, layers = self.graph.num_nodes, self.reader.config.num_layers
+        rows = torch.arange(nodes.shape[0], device=self.device)[:, None].expand_as(nodes)
+        real = nodes < n
+        keys = torch.unique(rows[real] * n + nodes[real])
+        keys = keys[~torch.isin(keys, self.keys)]
+        if keys.numel() == 0:
+            return
+        query, node = keys // n, keys % n
+        rowptr, nbr, _ = undirected_csr(self.graph, self.device)
+        inner = ball(rowptr, nbr, query, node, layers - 1, n)[0] if layers > 0 else query
+        dense = torch.bincount(inner, minlength=len(self.entries)) > self.full_share * n
+        values = torch.empty(keys.numel(), device=self.device)
+        on_full = dense[query]
+        if bool(on_full.any()):
+            values[on_full] = self._full_pass(query[on_full], node[on_full])
+        if not bool(on_full.all()):
+            sub = query_subgraphs(self.graph, query[~on_full], node[~on_full], layers)
+            start, _ = lookup(self.entry_keys, sub.query * n + sub.node)
+            values[~on_full] = ball_scores(self.reader, self.graph, self.query, sub, start).to(values.dtype)
+        self.keys, order = torch.sort(torch.cat([self.keys, keys]))
+        self.values = torch.cat([self.values, values])[order]
+
+    def _full_pass(self, query: Tensor, node: Tensor) -> Tensor:
+        """Scores at ``(query, node)`` from full-graph passes over the distinct queries, ``chunk`` at a time."""
+        from models.gnn_reader import start_mask
+
+        g, dev = self.graph, self.device
+        x, ei, et, ea = (t.to(dev) for t in (g.embeddings, g.edge_index, g.edge_type, g.edge_attr))
+        distinct, row = torch.unique(query, return_inverse=True)
+        out = torch.empty(query.numel(), device=dev)
+        for lo in range(0, distinct.numel(), self.chunk):
+            part = distinct[lo : lo + self.chunk]
+            start = start_mask([self.entries[b] for b in part.tolist()], g.num_nodes, device=dev)
+            scores = self.reader(x, ei, et, ea, self.query[part], start)  # [b, N]
+            sel = (row >= lo) & (row < lo + part.numel())
+            out[sel] = scores[row[sel] - lo, node[sel]]
+        return out
+
+    def negated(self, nodes: Tensor) -> Tensor:
+        """``-score`` of ``nodes`` ``[B, M]`` (NaN at padding ``N``); every real node was :meth:`need` -ed."""
+        n = self.graph.num_nodes
+        rows = torch.arange(nodes.shape[0], device=self.device)[:, None].expand_as(nodes)
+        found, pos = lookup(self.keys, rows * n + nodes)
+        if not bool(found[nodes < n].all()):
+            raise RuntimeError("BallScores: a score was read before it was computed")
+        return torch.where(found & (nodes < n), -self.values[pos] if self.values.numel() else 0.0, math.nan)
+
+
+def batched_walk(
+    graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: Tensor | DenseScores, budget: Budget
+) -> WalkBatch:
+    """Steps 3-4 of the module docstring for ``B`` queries at once; ``scores`` is ``[B, N]``, or an
+    object with ``need(nodes)`` (called with every node the next hop reads, before it reads them) and
+    ``negated(nodes) -> -scores`` (``[B, M]``; NaN at padding ``N``), as :class:`BallScores`.
 
     With tensor ops over the batch: at each hop
     ``d <= max_hops``, frontier node ``u`` (in frontier order) admits its ``top_k_neighbors``
@@ -245,36 +381,38 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
     nodes are ranked the same way and loaded while ``|loaded| < max_nodes`` and a node's tokens fit
     what is left of ``max_tokens`` (a node that does not fit is skipped), admitted by
     :func:`~graphmem.policies.batched.greedy_admit`. The only Python loop runs over frontier
-    slots, bounded by the budget, never over queries.
+    slots, bounded by the budget, never over queries. The reached nodes are kept as a ``[B, R]``
+    list (``R`` bounded by the budget), so the walk allocates nothing of size ``N`` per query.
     ``entries`` are used as given (callers truncate them to ``max_entries``). Runs on the device
-    of ``scores``.
+    of the scores.
     """
-    bsz, n, dev = len(entries), graph.num_nodes, scores.device
+    source = DenseScores(scores) if isinstance(scores, Tensor) else scores
+    bsz, n = len(entries), graph.num_nodes
+    dev = source.neg_scores.device if isinstance(source, DenseScores) else source.device
     nbr_table, edge_table = neighbor_table(graph, dev)
     node_tokens = token_counts(graph, dev)
     rank = torch.cat([node_id_rank(graph, dev), torch.tensor([n], device=dev)])  # padding ranks last
-    # sort keys are -score with NaN at padding: an ascending stable sort puts padding last and
-    # breaks score ties by column order
-    neg_scores = torch.cat([-scores, scores.new_full((bsz, 1), math.nan)], 1)  # [B, N + 1]
     frontier = _entry_frontier(entries, n, dev)  # [B, F]
-    reached = torch.zeros(bsz, n + 1, dtype=torch.bool, device=dev)
-    reached[:, n] = True  # padding is never free
-    reached.scatter_(1, frontier, True)
+    reached = frontier  # [B, R]; padding n is never free
     nodes, parents, depths, visited = [frontier], [torch.full_like(frontier, -1)], [torch.zeros_like(frontier)], []
     k = budget.top_k_neighbors
-    for d in range(1, budget.max_hops + 1 if k > 0 else 1):
+    hops = budget.max_hops if k > 0 else 0
+    source.need(torch.cat([frontier, nbr_table[frontier].flatten(1)], 1) if hops else frontier)
+    for d in range(1, hops + 1):
         if frontier.shape[1] == 0:
             break
+        if d > 1:
+            source.need(nbr_table[frontier].flatten(1))
         visited.append(frontier)
         admitted, via = [], []
         for u in frontier.unbind(1):
             nbr = nbr_table[u]  # [B, D]
-            free = ~reached.gather(1, nbr)
-            key = neg_scores.gather(1, nbr).masked_fill(~free, math.nan)
+            free = (nbr < n) & ~(nbr[:, :, None] == reached[:, None, :]).any(2)
+            key = source.negated(nbr).masked_fill(~free, math.nan)
             top = torch.sort(key, dim=1, stable=True).indices[:, :k]
             ok = free.gather(1, top)
             chosen = nbr.gather(1, top).masked_fill(~ok, n)
-            reached.scatter_(1, chosen, True)
+            reached = torch.cat([reached, chosen], 1)
             admitted.append(chosen)
             via.append(edge_table[u].gather(1, top).masked_fill(~ok, -1))
         frontier = torch.cat(admitted, 1)
@@ -285,18 +423,17 @@ def batched_walk(graph: MemoryGraph, entries: Sequence[Sequence[int]], scores: T
     nodes, parents, depths = torch.cat(nodes, 1), torch.cat(parents, 1), torch.cat(depths, 1)
 
     order = torch.argsort(rank[nodes], dim=1, stable=True)
-    order = order.gather(1, torch.sort(neg_scores.gather(1, nodes.gather(1, order)), dim=1, stable=True).indices)
+    order = order.gather(1, torch.sort(source.negated(nodes.gather(1, order)), dim=1, stable=True).indices)
     ranked = nodes.gather(1, order)
     tokens = torch.cat([node_tokens, node_tokens.new_zeros(1)])[ranked]
     zero = torch.zeros(bsz, dtype=torch.long, device=dev)
     taken, used, _ = greedy_admit(tokens, ranked < n, zero, zero, budget)
-    padded_scores = torch.cat([scores, scores.new_zeros(bsz, 1)], 1)
     return WalkBatch(
         ranked=ranked,
         taken=taken,
         depth=depths.gather(1, order),
         parent_edge=parents.gather(1, order),
-        scores=padded_scores.gather(1, ranked),
+        scores=torch.where(ranked < n, -source.negated(ranked), 0.0),
         loaded_tokens=used,
         visited=torch.cat(visited, 1) if visited else torch.empty(bsz, 0, dtype=torch.long, device=dev),
         num_nodes=n,

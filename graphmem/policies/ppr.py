@@ -1,5 +1,10 @@
 """Personalized PageRank from the entry nodes over the typed, evidence-weighted graph.
 
+``method: push`` (the default) computes it by forward push with residual threshold ``epsilon``
+(:mod:`graphmem.policies.push`: work per query at most ``1 / (alpha epsilon)`` CSR rows, whatever
+the graph's size; estimate ``p`` with ``0 <= pi_v - p_v <= ||r||_1 < epsilon sum_{u: r_u > 0} d_u``).
+``method: power`` runs the global power iteration below, over every edge of the graph: the oracle.
+
 Edge strength ``a_e = rho_{type(e)} * w_e`` with relation weight ``rho`` and posterior mean
 ``w_e = (S_e + 1) / (S_e + F_e + 2)`` (GraphMemory eq. 19; ``w_e = 1`` if ``use_posterior`` is
 off). The row-stochastic transition is
@@ -15,7 +20,8 @@ i.e. dangling mass returns to the restart vector, so every iterate sums to one a
 point solves ``(I - (1 - alpha)(P^T + r 1_D^T)) p = alpha r``. Each query column stops when
 ``||p_{t+1} - p_t||_1 < tol`` (or after ``max_iter``). Nodes within ``max_hops`` of an entry and
 with ``p > 0`` are then loaded by decreasing ``p`` (ties by string id) under the budget;
-``top_k_neighbors`` does not apply.
+``top_k_neighbors`` does not apply. With ``push`` the candidates are the pushed nodes (``p > 0``)
+within ``max_hops`` (a bounded breadth-first ball), ranked and loaded the same way.
 
 Queries are batched as ``[N, B]`` column blocks with ``N * B <= max_block_elements``. A column's
 PPR vector does not depend on the other columns of its block, bit for bit: every sum over nodes
@@ -40,6 +46,7 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_values, greedy_admit, rank_in_group
+from graphmem.policies.push import PushTable, forward_push, push_retrieval, push_table
 from graphmem.policies.ranking import topk_by_score
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.tables import csr, edge_targets, node_id_rank, token_counts
@@ -225,11 +232,15 @@ class PersonalizedPageRank(TraversalPolicy):
 
     Args:
         alpha: restart probability (default: ``0.15``).
-        tol: per-column L1 stopping tolerance (default: ``1e-8``).
-        max_iter: most iterations (default: ``200``).
+        method: ``"push"`` (local forward push, bounded per query) or ``"power"`` (global power
+            iteration, the oracle) (default: ``"push"``).
+        epsilon: push residual threshold: ``u`` is pushed while ``r_u >= epsilon * max(out-degree, 1)``
+            (default: ``3e-4``).
+        tol: power iteration: per-column L1 stopping tolerance (default: ``1e-8``).
+        max_iter: most power iterations, or push rounds (default: ``200``).
         relation_weights: multiplier per relation name (default: ``None``, all 1).
         use_posterior: multiply edge strength by the posterior mean (default: ``True``).
-        max_block_elements: most entries ``N * B`` of one block of query columns; a batch is cut
+        max_block_elements: power iteration: most entries ``N * B`` of one block of query columns; a batch is cut
             into blocks of ``max(1, max_block_elements // N)`` columns (default: ``2**21``).
         entry_selector: entry selector name or instance (default: ``"embedding"``).
         device: where the iteration runs (default: ``"cpu"``).
@@ -240,6 +251,8 @@ class PersonalizedPageRank(TraversalPolicy):
     def __init__(
         self,
         alpha: float = 0.15,
+        method: str = "push",
+        epsilon: float = 3e-4,
         tol: float = 1e-8,
         max_iter: int = 200,
         relation_weights: dict[str, float] | None = None,
@@ -253,6 +266,11 @@ class PersonalizedPageRank(TraversalPolicy):
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         if max_block_elements < 1 or max_iter < 1:
             raise ValueError("max_block_elements and max_iter must be >= 1")
+        if method not in ("push", "power"):
+            raise ValueError(f"method must be 'push' or 'power', got {method!r}")
+        if not epsilon > 0.0:
+            raise ValueError(f"epsilon must be > 0, got {epsilon}")
+        self.method, self.epsilon = method, float(epsilon)
         self.device = resolve_device(device)
         self.alpha, self.tol, self.max_iter = float(alpha), float(tol), int(max_iter)
         self.relation_weights = dict(relation_weights or {})
@@ -274,14 +292,50 @@ class PersonalizedPageRank(TraversalPolicy):
             scope.device,
         )
 
+    def push_table(self, scope: Scope) -> PushTable:
+        """The :class:`~graphmem.policies.push.PushTable` of ``scope.graph`` (cached)."""
+        graph = scope.graph
+        name = f"policies.ppr_push:{sorted(self.relation_weights.items())}:{self.use_posterior}"
+        return graph.cached(
+            name,
+            lambda: push_table(transition_matrix(graph, self.relation_weights, self.use_posterior)[0], graph.num_nodes),
+            (graph.edge_index, graph.edge_type, graph.S, graph.F),
+            scope.device,
+        )
+
     def scores(self, graph: MemoryGraph, restart: Tensor) -> Tensor:
-        """``[N, B]`` float64 PPR vectors for restart columns ``restart`` (each summing to 1), on its device."""
-        ops = self.operators(Scope.single(graph, [], restart.device))
-        return power_iteration(ops, restart, self.alpha, self.tol, self.max_iter)
+        """``[N, B]`` float64 PPR vectors for restart columns ``restart`` (each summing to 1), on its device:
+        the push estimates (scattered into dense columns) or the power iteration, by ``method``."""
+        scope = Scope.single(graph, [], restart.device)
+        if self.method == "power":
+            return power_iteration(self.operators(scope), restart, self.alpha, self.tol, self.max_iter)
+        node, col = restart.nonzero(as_tuple=True)
+        b = restart.shape[1]
+        res = forward_push(
+            self.push_table(scope), col, node, restart[node, col], b, self.alpha, self.epsilon, self.max_iter
+        )
+        out = torch.zeros_like(restart)
+        out[res.node, res.query] = res.p
+        return out
 
     def traverse(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
         """Queries packed into columns, one per graph each (a single graph: one query per column),
-        cut into blocks of ``max(1, max_block_elements // N)`` columns, each block one :meth:`_block`."""
+        cut into blocks of ``max(1, max_block_elements // N)`` columns, each block one :meth:`_block`;
+        with ``push``, all queries at once by :func:`~graphmem.policies.push.push_retrieval`."""
+        if self.method == "push":
+            dev = scope.device
+            return push_retrieval(
+                self.push_table(scope),
+                entries,
+                budget,
+                self.alpha,
+                self.epsilon,
+                self.max_iter,
+                node_id_rank(scope.graph, dev),
+                token_counts(scope.graph, dev),
+                csr(scope.graph, dev),
+                edge_targets(scope.graph, dev),
+            )
         column, counts = rank_in_group(scope.comp, scope.num_graphs)
         ops = self.operators(scope)
         width = max(1, self.max_block_elements // scope.graph.num_nodes)

@@ -1,0 +1,104 @@
+"""``docs/serving.md``: served latency of the learned walk, from ``docs/results/serve_latency*.json``
+(``scripts/bench_serve.py``, before and after the question-time path) and ``docs/results/serving_scaling.json``
+(``scripts/benchmark.py +suite=scaling``, the walk beside beta_bfs at each graph size)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PROSE = """# Serving the learned walk
+
+At question time the router policy (`graphmem/policies/router.py`) serves one query with
+`graphmem.policies.walk_one.walk_one`: the greedy walk that training samples, with the candidate pool
+as a max-heap instead of the batch's `[1, P]` masks. A closed candidate (target loaded, parent out
+of children, tokens that no longer fit) never opens again, so the best open candidate is the heap's
+top after popping closed ones; each step is one pop and one `score` call on the new node's
+out-pairs. The scorer's query-independent tensors (node projections, every pair's edge features,
+`WalkScorer.static`) are computed once per graph and weights and cached on the graph (invalidated
+when the graph or the weights change), and `cos(q, x)` is gathered per candidate instead of one
+`[B, N]` product on graphs above 2^17 nodes, so a query's cost is bounded by the budget and the
+degrees. `tests/test_walk_serving.py` checks that the served walk loads what the batched training
+walk loads (same nodes, depths and traversed edges) on every question of the pooled MuSiQue set.
+"""
+
+
+def _served(name: str, payload: dict) -> list[str]:
+    load = ", ".join(f"{x:.1f}" for x in payload["load_average_at_start"])
+    out = []
+    for policy, r in payload["policies"].items():
+        out.append(
+            f"| {name} | {policy} | {payload['questions']} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | "
+            f"{r['cpu']['p50_ms']:.2f} | {r['cpu']['p95_ms']:.2f} | {load} |"
+        )
+    return out
+
+
+def _scaling(payload: dict) -> list[str]:
+    lines = [
+        "| nodes | variant | p50 ms | p95 ms | CPU p50 ms | CPU p95 ms | entry recall |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for size in payload["sizes"].values():
+        for name, r in size["policies"].items():
+            if "skipped" in r:
+                continue
+            lines.append(
+                f"| {size['nodes']} | {name} | {r['end_to_end_p50_ms']:.2f} | {r['end_to_end_p95_ms']:.2f} | "
+                f"{r['end_to_end_cpu_p50_ms']:.2f} | {r['end_to_end_cpu_p95_ms']:.2f} | {r['entry_recall_at_k']:.4f} |"
+            )
+    growth = payload.get("growth") or {}
+    if growth:
+        lines += ["", "| variant | p50 largest / smallest | CPU p50 largest / smallest |", "|---|---:|---:|"]
+        for name, g in growth.items():
+            wall, cpu = g["p50_largest_over_smallest"], g["cpu_p50_largest_over_smallest"]
+            lines.append(f"| {name} | {wall:.2f} | {cpu:.2f} |")
+    return lines
+
+
+def render(results_dir: Path) -> str:
+    """The whole page: the prose, the served latencies before and after, the scale sweep."""
+    results_dir = Path(results_dir)
+    out = [PROSE.rstrip(), "", "## Served latency on pooled MuSiQue", ""]
+    runs = [
+        (n, results_dir / f)
+        for n, f in (("this branch", "serve_latency.json"), ("before", "serve_latency_before.json"))
+    ]
+    runs = [(n, json.loads(p.read_text())) for n, p in runs if p.is_file()]
+    for name, payload in runs:
+        out.append(f"* {name}: `{payload['command']}`" + (f" ({payload['code']})" if payload.get("code") else ""))
+    out += [
+        "",
+        "One query at a time, entry selection included, one thread; each question's fastest of the command's",
+        "repeats. `router_batched` is the same scorer served as before `walk_one` (the batched walk with",
+        "`B = 1`, per-graph tensors recomputed per call), interleaved question by question with `router` and",
+        "`beta_bfs` in the same run. Wall time includes waits for a core on a shared machine (load average at",
+        "the start); CPU time is the serving thread's own.",
+        "",
+        "| run | policy | questions | p50 ms | p95 ms | CPU p50 ms | CPU p95 ms | load average |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, payload in runs:
+        out += _served(name, payload)
+    if runs and "router_p50_over_router_batched" in runs[0][1]:
+        r = runs[0][1]
+        out += [
+            "",
+            f"In the same run: router p50 over router_batched {r['router_p50_over_router_batched']:.2f} (wall), "
+            f"{r['router_cpu_p50_over_router_batched']:.2f} (CPU); over beta_bfs {r['router_p50_over_beta_bfs']:.2f} "
+            f"(wall), {r['router_cpu_p50_over_beta_bfs']:.2f} (CPU). Same loaded nodes: "
+            f"{r['router_loads_what_router_batched_loads']}.",
+        ]
+    path = results_dir / "serving_scaling.json"
+    if path.is_file():
+        payload = json.loads(path.read_text())
+        load = [", ".join(f"{x:.1f}" for x in payload[k]) for k in ("load_average_at_start", "load_average_at_end")]
+        out += ["", "## Scale sweep", "", f"Command: `{payload['command']}`", ""]
+        out += [f"Load average at the start: {load[0]}; at the end: {load[1]} (2 cores, shared).", ""]
+        out += [
+            "Synthetic graphs (dim 64, average degree 8), 200 queries served one at a time (fastest of 3),",
+            "the walk freshly initialised (its cost does not depend on the weights); `+ann`: HNSW entries.",
+            "",
+        ]
+        out += _scaling(payload)
+    return "\n".join(out) + "\n"

@@ -1,0 +1,56 @@
+"""Reading results files and writing markdown tables, shared by the renderers (not a page: no ``render``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from graphmem.errors import InputError
+
+
+class ResultsFileError(InputError, ValueError):
+    """A results file under docs/results/ that cannot be read or lacks a field a renderer needs."""
+
+
+def load_results(results_dir: Path, name: str) -> dict[str, Any] | None:
+    """The JSON object in ``results_dir / name``; ``None`` when the file does not exist."""
+    path = Path(results_dir) / name
+    if not path.is_file():
+        return None
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ResultsFileError(f"{path}: not a readable JSON file: {err}") from None
+    if not isinstance(payload, dict):
+        raise ResultsFileError(f"{path}: expected a JSON object, got {type(payload).__name__}")
+    return payload
+
+
+def field(payload: Any, path: Path, *keys: str | int) -> Any:
+    """``payload[k1][k2]...``, or an error naming the file and the missing field (``a.b.c``)."""
+    value = payload
+    for i, key in enumerate(keys):
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            name = ".".join(str(k) for k in keys[: i + 1])
+            raise ResultsFileError(f"{path}: missing field {name!r}") from None
+    return value
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub table: the first column left-aligned, the others right-aligned."""
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
+    ]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def p_value(p: float | None) -> str:
+    """A p-value as the project's tables print it: ``<1e-4`` below 1e-4, else four decimals."""
+    if p is None or math.isnan(p):
+        return "–"
+    return "<1e-4" if p < 1e-4 else f"{p:.4f}"

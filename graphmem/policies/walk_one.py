@@ -1,0 +1,119 @@
+"""The greedy walk of :func:`graphmem.policies.walk.walk` for one query, as the router serves it.
+
+:func:`~graphmem.policies.walk.walk` keeps a batch's candidate pool as ``[B, P]`` tensors and masks
+it at every step; one query at question time needs none of that. :func:`walk_one` keeps the pool
+as a max-heap of scores and loads exactly what the batched walk loads (same candidates, same
+``scorer.score`` calls, the same tie order), at one heap pop and one ``score`` call per step.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from graphmem.budget import Budget
+from graphmem.policies.walk import Candidates, CandidateScorer, WalkTables, WalkTrace
+
+
+def walk_one(
+    tables: WalkTables,
+    scorer: CandidateScorer,
+    q: Tensor,
+    entries: Tensor,
+    budget: Budget,
+    ctx: Any = None,
+    lexical: Any = None,
+) -> WalkTrace:
+    """The greedy walk of :func:`~graphmem.policies.walk.walk` for one query (``q`` ``[1, D]``, ``entries``
+    ``[1, E]``), as its :class:`WalkTrace`: the question-time path, with the pool as a heap instead of
+    ``[1, P]`` masks.
+
+    It loads what :func:`walk` loads (``sample=False``, no ``blocked``): a candidate's score is computed
+    once, when it is pushed, by the same ``scorer.score`` call on the same candidates; and every reason a
+    candidate is closed (target loaded, parent out of children, tokens that no longer fit) lasts, since
+    loads, children and tokens only grow. So the best open candidate is the top of a max-heap after
+    popping the closed ones, ties going to the earlier pool slot as ``argmax`` does, and the walk stops
+    when the stop logit beats it. Per step: one heap pop and one ``score`` call on the new node's
+    out-pairs, without the ``[1, P]`` mask work of the batched loop. ``ctx`` and ``lexical`` are those of
+    :func:`~graphmem.policies.walk.walk` (the query's lexical inputs reach ``scorer.prepare`` the same way).
+    """
+    with torch.no_grad():
+        entries = entries[:, : budget.max_entries].to(q.device)
+        if ctx is None:
+            given = () if lexical is None else (lexical,)  # scorers that read no text take none
+            ctx = scorer.prepare(tables, q, entries, *given)
+        return _walk_one(tables, scorer, q, entries, budget, ctx)
+
+
+def _walk_one(tables, scorer, q, entries, budget, ctx):
+    dev = q.device
+    pairs, tokens, top_k = tables.pairs, tables.tokens, budget.top_k_neighbors
+    col = (entries[0] >= 0).nonzero().flatten()
+    ent = entries[0, col]
+    none = torch.full_like(col, -1)
+    s = scorer.score(ctx, Candidates(0 * col, none, ent, none, 0 * col, col))
+    # pool slot -> (target, pair, depth, parent's load slot, tokens of the target); entries keep their columns
+    pool = {c: (v, -1, 0, -1, k) for c, v, k in zip(col.tolist(), ent.tolist(), tokens[ent].tolist())}
+    heap = [(-x, c) for x, c in zip(s.tolist(), col.tolist())]
+    heapq.heapify(heap)
+    width = entries.shape[1]
+    loaded, seen, children = [], set(), []  # loaded: (node, depth, pair, score)
+    used, expanded = 0, []
+    for count in range(budget.max_nodes):
+        while heap:  # drop the closed candidates on top: they never open again
+            neg, a = heap[0]
+            v, _, _, parent, k = pool[a]
+            if v in seen or (parent >= 0 and children[parent] >= top_k) or used + k > budget.max_tokens:
+                heapq.heappop(heap)
+                continue
+            break
+        if not heap:
+            break
+        best = torch.tensor([-neg], dtype=s.dtype, device=dev)
+        stop = scorer.stop_logit(ctx, best, torch.tensor([count], device=dev), budget)
+        if stop is not None and bool(stop[0] > best[0]):  # argmax over [candidates, stop]: ties to a candidate
+            break
+        heapq.heappop(heap)
+        v, pair, depth, parent, k = pool[a]
+        loaded.append((v, depth, pair, -neg))
+        seen.add(v)
+        children.append(0)
+        if parent >= 0:
+            children[parent] += 1
+        used += k
+        if top_k <= 0 or depth >= budget.max_hops:
+            continue
+        expanded.append(v)
+        lo, hi = pairs.rowptr[v : v + 2].tolist()
+        if hi == lo:
+            continue
+        pid = torch.arange(lo, hi, device=dev)
+        child = pairs.dst[lo:hi]
+        deg = hi - lo
+        same = lambda x: torch.full((deg,), x, dtype=torch.long, device=dev)  # noqa: E731
+        s_new = scorer.score(ctx, Candidates(same(0), same(v), child, pid, same(depth + 1), same(count)))
+        for j, (c, x, kc) in enumerate(zip(child.tolist(), s_new.tolist(), tokens[child].tolist())):
+            pool[width + j] = (c, lo + j, depth + 1, count, kc)
+            if c not in seen:
+                heapq.heappush(heap, (-x, width + j))
+        width += deg
+    long = dict(dtype=torch.long, device=dev)
+    node = torch.tensor([r[0] for r in loaded], **long)
+    pair = torch.tensor([r[2] for r in loaded], **long)
+    edge = torch.where(pair >= 0, pairs.edge[pair.clamp(min=0)], -1)
+    score = torch.tensor([r[3] for r in loaded], dtype=s.dtype, device=dev)
+    zeros = lambda n: torch.zeros(n, **long)  # noqa: E731
+    depth = torch.tensor([r[1] for r in loaded], **long)
+    return WalkTrace(
+        zeros(len(loaded)),
+        node,
+        depth,
+        edge,
+        score,
+        zeros(len(expanded)),
+        torch.tensor(expanded, **long),
+        torch.tensor([used], **long),
+    )

@@ -1,0 +1,226 @@
+"""A run owns its output folder: one live run at a time, and one run id on everything it writes.
+
+    <out>/.run.lock    held by the live run (graphmem.lockfile: a dead run's lock is stale and taken over)
+    <out>/run.json     run id, start time, the config its results depend on, the graph set's config hash
+
+:func:`open_run_folder` refuses (:class:`RunFolderError`, one line):
+
+* a folder held by another live run, naming it (run id, pid, host, since);
+* ``resume`` when the stored config differs from this one in any key but the run-length and
+  bookkeeping keys (:data:`IGNORED`: epochs, resume, checkpoint period, logger, paths, ...),
+  naming each differing key with both values; also ``resume`` over results or checkpoints that
+  no ``run.json`` describes.
+
+A fresh run (no ``resume``) into a folder holding an earlier run's files gets a new id and moves
+those files (the ``artifacts`` patterns) into ``<out>/replaced-<old id>/``, so nothing of the old
+run is mixed with or reported as the new one. A resumed run keeps its id. The trainer writes the
+id into ``last.pt`` and ``best.pt`` (and refuses checkpoints of another run), the script into its
+results.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from graphmem.errors import InputError
+from graphmem.io import atomic_write
+from graphmem.lockfile import FileLock, LockBusyError, describe
+from graphmem.paths import inside
+
+log = logging.getLogger(__name__)
+
+LOCK, RECORD = ".run.lock", "run.json"
+IGNORED = (
+    "*.epochs",
+    "*_epochs",
+    "*.resume",
+    "*.checkpoint_every",
+    "*.checkpoint_dir",
+    "*.run_id",
+    "logger",
+    "logger.*",
+    "progress",
+    "out_dir",
+    "graphset",
+    "graphset_dir",
+    "checkpoint",
+    "threads",
+    "data.root",
+    "graph.cache_dir",
+    "hydra",
+    "hydra.*",
+)
+"""Keys (``fnmatch`` patterns over dotted paths) a resumed run may change: run length and bookkeeping.
+The graph set is compared by its config hash (:meth:`RunFolder.check_graphset`), not its path."""
+
+
+class RunFolderError(RuntimeError, InputError):
+    """The run may not use this folder (held by a live run, or resumed with another config)."""
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": leaf}`` for every leaf of nested mappings (lists are leaves)."""
+    if not isinstance(value, Mapping):
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def differing_keys(stored: Mapping[str, Any], given: Mapping[str, Any], ignore: Sequence[str] = IGNORED) -> list[str]:
+    """``"key: stored X, given Y"`` for every leaf that differs, keys matching ``ignore`` left out."""
+    a, b = flatten(stored), flatten(given)
+    keys = sorted(k for k in set(a) | set(b) if not any(fnmatch.fnmatchcase(k, p) for p in ignore))
+    missing = object()
+    return [
+        f"{k}: stored {a.get(k, '(absent)')!r}, given {b.get(k, '(absent)')!r}"
+        for k in keys
+        if a.get(k, missing) != b.get(k, missing)
+    ]
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class RunFolder:
+    """An open run folder: its path, the run id, whether it resumed, and the held lock."""
+
+    path: Path
+    run_id: str
+    resumed: bool
+    record: dict[str, Any] = field(default_factory=dict)
+    lock: FileLock | None = None
+
+    def _write(self) -> None:
+        text = json.dumps(self.record, indent=1, default=str)
+        atomic_write(self.path / RECORD, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+    def check_graphset(self, config_hash: str) -> None:
+        """A resumed run must train on the graph set it started on; a fresh run records it (rank 0 only)."""
+        if self.lock is None:
+            return
+        stored = self.record.get("graphset_config_hash")
+        if self.resumed and stored and stored != config_hash:
+            raise RunFolderError(
+                f"{self.path}: resume refused: run {self.run_id} trained on the graph set with config hash "
+                f"{stored[:12]}..., this one has {config_hash[:12]}..."
+            )
+        self.record["graphset_config_hash"] = config_hash
+        self._write()
+
+    def close(self) -> None:
+        """Release the folder (the record stays)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def __enter__(self) -> RunFolder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_run_folder(
+    path: str | Path,
+    config: Mapping[str, Any],
+    resume: bool,
+    artifacts: Sequence[str] = ("results.json", "results.md"),
+    ignore: Sequence[str] = IGNORED,
+) -> RunFolder:
+    """Take ``path`` for a run of ``config`` (module docstring); close the returned folder when done.
+
+    Args:
+        config: the run's resolved config (plain mappings).
+        resume: continue the run recorded in the folder.
+        artifacts: glob patterns (relative to ``path``) of the files a run writes: an earlier run's
+            are moved aside on a fresh start, and their presence without a record refuses a resume.
+        ignore: keys a resumed run may change (default: :data:`IGNORED`).
+    """
+    path = Path(path)
+    run_id = new_run_id()
+    lock = FileLock(path / LOCK, {"run_id": run_id})
+    try:
+        lock.acquire()
+    except LockBusyError as err:
+        raise RunFolderError(
+            f"out_dir {path} is in use by {describe(err.holder)}; wait for it to finish or choose another out_dir"
+        ) from None
+    try:
+        if lock.stale:
+            log.warning("%s: took over the stale lock of %s, which is no longer running", path, describe(lock.stale))
+        previous = _read_record(path)
+        found = sorted({str(inside(path, p).relative_to(path)) for pattern in artifacts for p in path.glob(pattern)})
+        if resume and previous is not None:
+            differ = differing_keys(previous.get("config") or {}, config, ignore)
+            if differ:
+                raise RunFolderError(
+                    f"{path}: resume refused: the config differs from run {previous.get('run_id')}'s in "
+                    + "; ".join(differ)
+                )
+            run_id = previous["run_id"]
+            lock.note(run_id=run_id)
+            record = {**previous, "resumed_at": [*previous.get("resumed_at", []), time.time()]}
+            folder = RunFolder(path, run_id, True, record, lock)
+        elif resume and found:
+            raise RunFolderError(
+                f"{path}: resume refused: {', '.join(found[:3])} belong to no recorded run (no {RECORD}); "
+                "start a fresh run there or choose another out_dir"
+            )
+        else:
+            found += [RECORD] if previous is not None else []
+            if found:
+                aside = path / f"replaced-{(previous or {}).get('run_id', 'unrecorded')}"
+                for rel in found:
+                    (aside / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.move(str(path / rel), str(aside / rel))
+                log.warning(
+                    "%s: an earlier run's files moved to %s (trainer.resume=true continues a run instead)", path, aside
+                )
+            record = {"run_id": run_id, "started": time.time(), "config": dict(config)}
+            folder = RunFolder(path, run_id, False, record, lock)
+        folder._write()
+        return folder
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    file = path / RECORD
+    if not file.is_file():
+        return None
+    try:
+        record = json.loads(file.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RunFolderError(f"{file}: not readable JSON ({err}); move it away to start a fresh run") from None
+    if not isinstance(record, dict) or not record.get("run_id"):
+        raise RunFolderError(f"{file}: no field 'run_id'; move it away to start a fresh run")
+    return record
+
+
+def open_run_folder_on_main(world, path: str | Path, config: Mapping[str, Any], resume: bool, device=None, **kw):
+    """:func:`open_run_folder` on rank 0 of ``world``; every rank gets its run id or its refusal."""
+    folder, refusal = None, None
+    if world.is_main:
+        try:
+            folder = open_run_folder(path, config, resume, **kw)
+        except RunFolderError as err:
+            refusal = str(err)
+    refusal, run_id, resumed = world.broadcast_object(
+        (refusal, folder and folder.run_id, folder is not None and folder.resumed), device
+    )
+    if refusal:
+        raise RunFolderError(refusal)
+    return folder or RunFolder(Path(path), run_id, resumed)

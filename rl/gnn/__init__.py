@@ -1,0 +1,1 @@
+"""Supervised training of the GNN reader (the ``gnn`` policy) on gold evidence."""

@@ -1,0 +1,117 @@
+"""Training and validation data of the walk: the graphs' union as :class:`~graphmem.policies.walk.WalkTables` and,
+per question, its query embedding, entry rows and gold rows (rows of the union).
+
+Entries come from the entry selector the policy uses at question time, each question's from its
+own graph; gold rows are the question's resolvable evidence (used by rewards and positives only).
+Questions without a gold node or without entries are dropped and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from graphmem.datasets.types import Question
+from graphmem.graph import MemoryGraph
+from graphmem.graph_batch import GraphBatch
+from graphmem.lexical_features import Lexical, lexical_inputs
+from graphmem.policies.base import Budget, Query
+from graphmem.policies.selectors import make_entry_selector
+from graphmem.policies.tables import unit_embeddings
+from graphmem.policies.walk import WalkTables, walk_tables
+from models.edge_encoder import PerEdgeResidual, pair_table
+
+
+@dataclass
+class WalkData:
+    """Questions over a union of graphs, as tensors (``-1`` padded rows of the union).
+
+    Attributes:
+        tables: the union's :class:`WalkTables`.
+        names: the graphs of the union, in order.
+        node_ptr: ``[C + 1]`` the union rows of graph ``c`` are ``node_ptr[c]:node_ptr[c+1]``.
+        q: ``[Q, D]`` query embeddings.
+        entries: ``[Q, E]`` entry rows.
+        gold: ``[Q, G]`` gold rows.
+        qids: question ids, aligned with the rows.
+        dropped: questions left out (no gold node in their graph, or no entries).
+        lexical: the questions' lexical inputs over the union (rows aligned), from their texts only.
+    """
+
+    tables: WalkTables
+    names: list[str]
+    node_ptr: Tensor
+    q: Tensor
+    entries: Tensor
+    gold: Tensor
+    qids: list[str]
+    dropped: int = 0
+    lexical: Lexical | None = None
+
+    def __len__(self) -> int:
+        return len(self.qids)
+
+    def to(self, device: str | torch.device) -> WalkData:
+        t = self.tables
+        tables = walk_tables(t.x, t.tokens, t.pairs, t.edge_rows, device)
+        moved = (x.to(device) for x in (self.q, self.entries, self.gold))
+        lexical = None if self.lexical is None else self.lexical.to(device)
+        return WalkData(tables, self.names, self.node_ptr, *moved, self.qids, self.dropped, lexical)
+
+    def local_rows(self, rows: Tensor, graph: int) -> list[int]:
+        """Union rows of graph number ``graph`` as that graph's own rows (``-1`` padding dropped)."""
+        off = int(self.node_ptr[graph])
+        return [int(v) - off for v in rows.tolist() if v >= 0]
+
+
+def padded(rows: Sequence[Sequence[int]]) -> Tensor:
+    """``[len(rows), longest]`` long, ``-1`` padded."""
+    width = max([len(r) for r in rows] + [1])
+    return torch.tensor([list(r) + [-1] * (width - len(r)) for r in rows], dtype=torch.long).view(len(rows), width)
+
+
+def walk_data(
+    graphs: Mapping[str, MemoryGraph],
+    questions: Sequence[Question],
+    embeddings: Tensor,
+    budget: Budget,
+    entry_selector="embedding",
+    residual: PerEdgeResidual | None = None,
+) -> WalkData:
+    """:class:`WalkData` of ``questions`` (embeddings ``[Q, D]`` aligned) over the graphs they are asked on.
+
+    ``residual`` (HAGE's per-edge table) gives the union's edges their rows in that table.
+    """
+    selector = make_entry_selector(entry_selector)
+    names = sorted({q.graph for q in questions})
+    batch = GraphBatch.from_graphs([graphs[n] for n in names])
+    union = batch.graph
+    edge_rows = None
+    if residual is not None:
+        edge_rows = residual.edge_rows(names, [graphs[n].num_edges for n in names])
+    tables = walk_tables(unit_embeddings(union), union.node_tokens(), pair_table(union), edge_rows)
+    by_graph: dict[str, list[int]] = {}
+    for i, q in enumerate(questions):
+        by_graph.setdefault(q.graph, []).append(i)
+    keep, entries, gold, dropped, texts = [], [], [], 0, []
+    for c, name in enumerate(names):
+        graph, off = graphs[name], int(batch.node_ptr[c])
+        idx = by_graph[name]
+        queries = [Query(questions[i].qid, questions[i].text, embeddings[i]) for i in idx]
+        texts.append([])
+        for i, picked in zip(idx, selector.select(graph, queries, budget)):
+            rows = [graph.index_of(e) for e in dict.fromkeys(questions[i].evidence) if graph.has_node(e)]
+            if not rows or not picked:
+                dropped += 1
+                continue
+            keep.append(i)
+            texts[-1].append(questions[i].text)
+            entries.append([v + off for v in list(picked)[: budget.max_entries]])
+            gold.append([v + off for v in rows])
+    q = embeddings[torch.tensor(keep, dtype=torch.long)].float() if keep else embeddings[:0].float()
+    qids = [questions[i].qid for i in keep]
+    lexical = lexical_inputs([graphs[n] for n in names], texts)
+    return WalkData(tables, names, batch.node_ptr, q, padded(entries), padded(gold), qids, dropped, lexical)

@@ -1,0 +1,424 @@
+"""Training the walk router: imitation warm start, then REINFORCE on walk episodes (or HAGE's MDP).
+
+The episode is the question-time retrieval (:mod:`graphmem.policies.walk`) under the evaluation budget; the
+objectives are those of :mod:`rl.walk.objectives`. One epoch, as Stable-Baselines3 splits
+``collect_rollouts`` from ``train``:
+
+    for rows in batches of training questions:
+        batch = trainer.rollout(rows)          # sampled walks, no gradient
+        stats = trainer.update(batch)          # the phase's loss + λ_anchor · L_anchor, one Adam step
+    val = trainer.validate()                   # greedy walks on the validation questions
+    trainer.save("last.pt"); best epoch -> "best.pt"
+
+Phases run in order: ``imitation`` (``objective.imitation_epochs``), then ``reinforce`` on the walk or
+``hage_mdp`` (``objective.rl_epochs``), the second starting from the first's best epoch. The model
+kept is the best validation epoch of the last phase that ran (so an SL+RL model is always one
+that policy gradients moved). Sampling noise comes from one generator seeded by ``run.seed``.
+
+Under ``torchrun`` the trainer is data-parallel (:mod:`rl.walk.parallel`): each rank walks its
+slice of every global batch, the gradients are all-reduced by DDP, and rank 0 writes the checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from graphmem.datasets.types import Question
+from graphmem.device import resolve_device
+from graphmem.graph import MemoryGraph
+from graphmem.policies.base import Budget
+from graphmem.policies.walk import walk
+from models.walk_scorer import ScorerConfig, WalkScorer
+from rl.common.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rl.common.distributed import current_world
+from rl.common.logging import Logger
+from rl.common.seeding import deterministic, seed_everything
+from rl.walk.data import WalkData, walk_data
+from rl.walk.objectives import HageMDP, MovingBaseline, recall_of
+from rl.walk.parallel import WalkLoss, batch_noise, summed
+
+OBJECTIVES = ("walk", "hage_mdp")
+
+
+def _checked(obj, positive=(), non_negative=(), choices=None) -> None:
+    """Refuse non-numbers, non-positive ``positive`` fields, negative ``non_negative`` fields and values
+    outside ``choices``, naming the field."""
+    for name in positive + non_negative:
+        v = getattr(obj, name)
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and (v > 0 if name in positive else v >= 0)
+        if not ok:
+            raise ValueError(f"{type(obj).__name__}.{name} must be {'> 0' if name in positive else '>= 0'}, got {v!r}")
+    for name, allowed in (choices or {}).items():
+        if getattr(obj, name) not in allowed:
+            raise ValueError(f"{type(obj).__name__}.{name} must be one of {allowed}, got {getattr(obj, name)!r}")
+
+
+@dataclass
+class ObjectiveConfig:
+    """What is optimised (mirrored by ``configs/trainer/default.yaml: objective``)."""
+
+    rl: str = "walk"
+    """policy-gradient episodes: walk (the question-time walk) or hage_mdp (HAGE's MDP)"""
+    imitation_epochs: int = 10
+    """epochs of the supervised warm start (imitation of oracle walks); 0 = RL only"""
+    rl_epochs: int = 6
+    """epochs of REINFORCE after the warm start; 0 = supervised only"""
+    temperature: float = 0.1
+    """τ of the sampling policy softmax(s / τ) (and of the imitation loss)"""
+    node_cost: float = 0.0
+    """walk reward: cost per loaded node (what the stop head trades recall against)"""
+    gamma: float = 1.0
+    """walk reward discount"""
+    baseline_beta: float = 0.9
+    """decay β of the moving-average baseline"""
+    entropy_coef: float = 0.0
+    """entropy bonus c_H of the walk objective"""
+    anchor_lambda: float = 1.0
+    """λ_anchor of the pull of learned edge features to their Phase-1 values"""
+    mdp: dict[str, Any] = field(default_factory=dict)
+    """HageMDP overrides (max_hops, hit_reward, step_penalty, timeout_penalty, starts_per_question, gamma)"""
+
+    def __post_init__(self) -> None:
+        _checked(
+            self,
+            ("temperature",),
+            ("imitation_epochs", "rl_epochs", "node_cost", "entropy_coef", "anchor_lambda"),
+            {"rl": OBJECTIVES},
+        )
+        if not 0 <= self.gamma <= 1 or not 0 <= self.baseline_beta <= 1:
+            raise ValueError("ObjectiveConfig.gamma and baseline_beta must lie in [0, 1]")
+        self.hage_mdp()  # unknown MDP keys fail here
+
+    def hage_mdp(self) -> HageMDP:
+        return HageMDP(**self.mdp)
+
+
+@dataclass
+class OptimConfig:
+    """Adam settings."""
+
+    lr: float = 3e-3
+    """learning rate of the imitation phase"""
+    rl_lr: float = 3e-4
+    """learning rate of the policy-gradient phase"""
+    weight_decay: float = 0.0
+    """L2 weight decay"""
+    max_grad_norm: float = 1.0
+    """gradient clipping (0 = off)"""
+    batch_size: int = 64
+    """questions per optimizer step"""
+
+    def __post_init__(self) -> None:
+        _checked(self, ("lr", "rl_lr", "batch_size"), ("weight_decay", "max_grad_norm"))
+
+
+@dataclass
+class RunConfig:
+    """Seed, device, validation and checkpoints."""
+
+    seed: int = 0
+    """fixes initialisation, question order and sampling"""
+    device: str = "auto"
+    """cpu, cuda or auto"""
+    eval_every: int = 1
+    """epochs between validations (the last epoch of a phase is always validated)"""
+    checkpoint_dir: str = ""
+    """where last.pt / best.pt go ('' = none)"""
+    resume: bool = False
+    """continue from checkpoint_dir/last.pt"""
+    run_id: str = ""
+    """the run's id (rl.common.run_folder), written into last.pt / best.pt; another run's checkpoints are refused"""
+
+    def __post_init__(self) -> None:
+        _checked(self, ("eval_every",), ("seed",))
+
+
+@dataclass
+class TrainConfig:
+    """The trainer's settings: ``model`` (:class:`ScorerConfig`), ``objective``, ``optim``, ``run``."""
+
+    model: ScorerConfig = field(default_factory=ScorerConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> TrainConfig:
+        """From nested dicts (the Hydra group); unknown keys are an error naming the part."""
+        parts = {"model": ScorerConfig, "objective": ObjectiveConfig, "optim": OptimConfig, "run": RunConfig}
+        unknown = sorted(set(values) - set(parts))
+        if unknown:
+            raise ValueError(f"trainer: unknown parts {unknown}; known: {sorted(parts)}")
+        built = {}
+        for name, kind in parts.items():
+            given = dict(values.get(name) or {})
+            fields = {f.name for f in dataclasses.fields(kind)}
+            bad = sorted(set(given) - fields)
+            if bad:
+                raise ValueError(f"trainer.{name}: unknown keys {bad}; known: {sorted(fields)}")
+            built[name] = kind(**given)
+        return cls(**built)
+
+    @classmethod
+    def merged(cls, base: Mapping[str, Any], overrides: Mapping[str, Any] = {}, **run: Any) -> TrainConfig:
+        """``base`` with a variant's ``overrides`` (``part -> key -> value``) and ``run`` fields on top."""
+        parts = {name: dict(value or {}) for name, value in base.items()}
+        for name, value in overrides.items():
+            if not isinstance(value, Mapping):
+                raise ValueError(f"trainer override {name!r} must be a mapping of a part's keys, got {value!r}")
+            parts[name] = {**parts.get(name, {}), **value}
+        parts["run"] = {**parts.get("run", {}), **run}
+        return cls.from_mapping(parts)
+
+    def phases(self) -> list[tuple[str, int, float]]:
+        """``(phase, epochs, learning rate)`` in order, phases without epochs left out."""
+        o = self.objective
+        rl = "reinforce" if o.rl == "walk" else "hage_mdp"
+        out = [("imitation", o.imitation_epochs, self.optim.lr), (rl, o.rl_epochs, self.optim.rl_lr)]
+        return [p for p in out if p[1] > 0]
+
+
+@dataclass
+class Rollout:
+    """Sampled walks of one batch of questions (everything the update needs)."""
+
+    rows: torch.Tensor
+    ctx: Any
+    episodes: Any
+    gold: torch.Tensor
+    visited: torch.Tensor | None = None  # HAGE's MDP: the nodes visited at the start
+
+
+@dataclass
+class TrainResult:
+    scorer: WalkScorer
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_epoch: int = -1
+    best_phase: str = ""
+    best_score: float = float("nan")
+
+
+class WalkTrainer:
+    """Trains a :class:`WalkScorer` on the questions of ``graphs`` (module docstring).
+
+    Args:
+        cfg: a :class:`TrainConfig`.
+        graphs: graphs by name (every question's graph must be there).
+        questions, embeddings: training questions and their ``[Q, D]`` query embeddings.
+        val_questions, val_embeddings: validation questions (model selection) (default: none).
+        budget: the evaluation budget every walk runs under (default: GraphMemory's).
+        logger: receives one row per epoch (default: none).
+        entry_selector: the policy's entry selector (default: ``"embedding"``).
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        graphs: Mapping[str, MemoryGraph],
+        questions: Sequence[Question],
+        embeddings: torch.Tensor,
+        val_questions: Sequence[Question] = (),
+        val_embeddings: torch.Tensor | None = None,
+        budget: Budget = Budget(),
+        logger: Logger | None = None,
+        entry_selector="embedding",
+        inputs: Mapping[str, Any] | None = None,
+    ):
+        self.cfg, self.budget, self.logger = cfg, budget, logger
+        self.inputs = dict(inputs or {})  # graphmem.checkpoint.checkpoint_inputs, stored in every checkpoint
+        self.device = resolve_device(cfg.run.device)
+        seed_everything(cfg.run.seed)
+        if cfg.objective.rl == "hage_mdp" and cfg.objective.rl_epochs and cfg.model.stop:
+            cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, stop=False))  # the MDP never stops
+            self.cfg = cfg
+        train_graphs = {q.graph: graphs[q.graph] for q in questions}
+        residual = train_graphs if cfg.model.edge_mode == "table" or cfg.model.edge_residual else None
+        self.scorer = WalkScorer(dataclasses.replace(cfg.model, dim=int(embeddings.shape[1])), residual).to(self.device)
+        table = self.scorer.edges.residual
+        self.train = walk_data(graphs, questions, embeddings, budget, entry_selector, table).to(self.device)
+        self.val: WalkData | None = None
+        if val_questions:
+            self.val = walk_data(graphs, val_questions, val_embeddings, budget, entry_selector, table).to(self.device)
+        self.generator = torch.Generator().manual_seed(cfg.run.seed)
+        self.mdp = cfg.objective.hage_mdp()
+        self.result = TrainResult(self.scorer)
+        self.ckpt = Path(cfg.run.checkpoint_dir) if cfg.run.checkpoint_dir else None
+        self.world = current_world()
+        self.loss = WalkLoss(self.scorer, self.train.tables, budget, cfg.objective, self.world)
+        self.model: torch.nn.Module = self.loss
+        if self.world.distributed:  # DDP broadcasts rank 0's weights, then averages the gradients
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = torch.nn.parallel.DistributedDataParallel(
+                self.loss, device_ids=ids, find_unused_parameters=True
+            )
+
+    # ------------------------------------------------------------------ rollout: sampled walks
+    def rollout(self, rows: torch.Tensor, phase: str) -> Rollout:
+        """Sampled walks of this rank's slice of the global batch ``rows`` (all of it in one process)."""
+        d, o = self.train, self.cfg.objective
+        q, entries, gold = d.q[rows], d.entries[rows][:, : self.budget.max_entries], d.gold[rows]
+        if phase != "hage_mdp":
+            noise = batch_noise(d.tables, self.budget, entries.shape[1], len(rows), self.generator)
+            mine = self.world.shard(len(rows), rows.device)
+            q, entries, gold, rows = q[mine], entries[mine], gold[mine], rows[mine]
+            ctx = self.scorer.prepare(d.tables, q, entries, d.lexical[rows])  # this rank's rows' lexical inputs
+            draws = noise[:, mine.cpu()]
+            ep = walk(d.tables, self.scorer, q, entries, self.budget, True, o.temperature, ctx=ctx, noise=draws)
+            return Rollout(rows, ctx, ep, gold)
+        row, start, blocked, gold = self.mdp.episodes(entries, gold)
+        noise = batch_noise(d.tables, self.mdp.budget(), 1, len(row), self.generator)
+        span = self.world.shard(len(rows), rows.device)
+        mine = ((row >= span[0]) & (row <= span[-1])).nonzero().flatten() if span.numel() else row[:0]
+        row, start, blocked, gold = row[mine], start[mine], blocked[mine], gold[mine]
+        ctx = self.scorer.prepare(d.tables, q[row], start, d.lexical[rows[row]])
+        ep = walk(
+            d.tables,
+            self.scorer,
+            q[row],
+            start,
+            self.mdp.budget(),
+            True,
+            o.temperature,
+            ctx=ctx,
+            allow_stop=False,
+            blocked=blocked,
+            noise=noise[:, mine.cpu()],
+        )
+        return Rollout(rows[span], ctx, ep, gold, torch.cat([start, blocked], 1))
+
+    # ------------------------------------------------------------------ update: loss and one Adam step
+    def update(self, batch: Rollout, phase: str) -> dict[str, float]:
+        """The phase's loss and ``λ_anchor · L_anchor`` (:class:`rl.walk.parallel.WalkLoss`), one Adam step."""
+        total, stats = self.model(batch, phase, self.baseline)
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        if self.cfg.optim.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.scorer.parameters(), self.cfg.optim.max_grad_norm)
+        self.optimizer.step()
+        return stats
+
+    # ------------------------------------------------------------------ validation: greedy walks
+    @torch.no_grad()
+    def validate(self, chunk: int = 1024) -> float:
+        """Mean evidence recall of the greedy walk over the validation questions (each rank walks its slice)."""
+        d = self.val
+        self.scorer.eval()
+        mine = self.world.shard(len(d), d.q.device)
+        rec = [
+            recall_of(
+                walk(d.tables, self.scorer, d.q[r], d.entries[r], self.budget, lexical=d.lexical[r]), d.gold[r]
+            ).sum()
+            for r in mine.split(chunk)
+        ]
+        self.scorer.train()
+        total = torch.stack(rec).sum() if rec else torch.zeros((), device=d.q.device)
+        total = summed(self.world, d.q.device)(total.double())
+        return float(total) / len(d) if len(d) else float("nan")
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self, phase: int, epoch: int) -> dict[str, Any]:
+        return {
+            "kind": "walk",
+            "run_id": self.cfg.run.run_id,
+            "inputs": self.inputs,
+            "scorer": self.scorer.checkpoint(),
+            "config": asdict(self.cfg),
+            "budget": asdict(self.budget),
+            "phase": phase,
+            "epoch": epoch,
+            "optimizer": self.optimizer.state_dict(),
+            "baseline": None if self.baseline.values is None else self.baseline.values.cpu(),
+            "history": self.result.history,
+            "best": [self.result.best_phase, self.result.best_epoch, self.result.best_score],
+            "rng": rng_state(self.generator),
+        }
+
+    def save(self, name: str, phase: int, epoch: int) -> Path | None:
+        """Rank 0 writes ``name`` (the other ranks hold the same state)."""
+        if self.ckpt is None or not self.world.is_main:
+            return None
+        return save_checkpoint(self.ckpt / name, self.state(phase, epoch))
+
+    def _resume(self) -> tuple[int, int]:
+        """``(phase, next epoch)`` from ``last.pt``, or ``(0, 0)``."""
+        path = None if self.ckpt is None else self.ckpt / "last.pt"
+        if not (self.cfg.run.resume and path is not None and path.is_file()):
+            return 0, 0
+        st = load_checkpoint(path, map_location=self.device, run_id=self.cfg.run.run_id)
+        self.scorer.load_state_dict(st["scorer"]["state_dict"])
+        self._start_phase(st["phase"])
+        self.optimizer.load_state_dict(st["optimizer"])
+        self.baseline.values = None if st["baseline"] is None else st["baseline"].to(self.device)
+        self.result.history = list(st["history"])
+        self.result.best_phase, self.result.best_epoch, self.result.best_score = st["best"]
+        set_rng_state(st["rng"], self.generator)
+        return st["phase"], st["epoch"] + 1
+
+    def _start_phase(self, index: int) -> None:
+        """A fresh Adam at the phase's learning rate and a fresh baseline (HAGE's: one value, its β)."""
+        phase, _, lr = self.cfg.phases()[index]
+        self.optimizer = torch.optim.Adam(self.scorer.parameters(), lr=lr, weight_decay=self.cfg.optim.weight_decay)
+        if phase == "hage_mdp":
+            self.baseline = MovingBaseline(self.mdp.baseline_beta, per_step=False)
+        else:
+            self.baseline = MovingBaseline(self.cfg.objective.baseline_beta)
+
+    def _best_state(self, current: dict | None) -> dict | None:
+        """The best epoch's weights: kept in memory, or read back from ``best.pt`` after a resume."""
+        if current is None and self.ckpt is not None and (self.ckpt / "best.pt").is_file():
+            best = load_checkpoint(self.ckpt / "best.pt", map_location=self.device, run_id=self.cfg.run.run_id)
+            return best["scorer"]["state_dict"]
+        return current
+
+    # ------------------------------------------------------------------ the loop
+    @deterministic
+    def learn(self) -> TrainResult:
+        """Every phase's epochs (module docstring), under torch's deterministic algorithms; the best
+        validation epoch of the last phase is loaded into :attr:`scorer` and returned with the history."""
+        phases = self.cfg.phases()
+        start_phase, start_epoch = self._resume()
+        best_state = None
+        for p, (phase, epochs, _) in enumerate(phases):
+            if p < start_phase:
+                continue
+            if p > start_phase or start_epoch == 0:
+                best_state = self._best_state(best_state) if p > 0 else None
+                if best_state is not None:  # RL starts from the warm start's best epoch
+                    self.scorer.load_state_dict(best_state)
+                self._start_phase(p)
+                self.result.best_score, best_state = float("nan"), None
+            for epoch in range(start_epoch if p == start_phase else 0, epochs):
+                t0, rows = time.perf_counter(), []
+                perm = torch.randperm(len(self.train), generator=self.generator).to(self.device)
+                for lo in range(0, len(self.train), self.cfg.optim.batch_size):
+                    rows.append(self.update(self.rollout(perm[lo : lo + self.cfg.optim.batch_size], phase), phase))
+                row = {
+                    "phase": phase,
+                    "epoch": epoch,
+                    "seconds": time.perf_counter() - t0,
+                    **{k: sum(r[k] for r in rows) / len(rows) for k in rows[0]},
+                }
+                improved = False
+                if self.val is not None and ((epoch + 1) % self.cfg.run.eval_every == 0 or epoch + 1 == epochs):
+                    row["val_recall"] = self.validate()
+                    improved = not (row["val_recall"] <= self.result.best_score)  # first validation: NaN best
+                    if improved:
+                        self.result.best_phase, self.result.best_epoch = phase, epoch
+                        self.result.best_score = row["val_recall"]
+                        best_state = {k: v.detach().clone() for k, v in self.scorer.state_dict().items()}
+                        self.save("best.pt", p, epoch)
+                self.result.history.append(row)
+                if self.logger is not None:
+                    self.logger.log(row, step=len(self.result.history) - 1)
+                self.save("last.pt", p, epoch)
+            start_epoch = 0
+        best_state = self._best_state(best_state)
+        if best_state is not None:
+            self.scorer.load_state_dict(best_state)
+        return self.result

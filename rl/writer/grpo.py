@@ -1,0 +1,416 @@
+"""A memory writer trained with GRPO on a reader-aware reward (SAGE §4.1).
+
+The writer is a causal LM. For a *task* — a window of memory fragments plus the questions whose
+gold evidence falls inside it — it writes entity–relation triples with source anchors, one per
+line: ``(head | relation | tail) [Fi]``, citing the fragment by its position label in the prompt
+(mapped back to its id in code, :mod:`rl.writer.format`). The triples become a graph over the fragments
+(:func:`graph_from_triples`: fragments that share an entity are joined by ``entity`` edges in both
+directions); a frozen GNN reader (policy ``gnn``) retrieves ``P_k(q, G)`` for every question under
+a :class:`Budget`. The reward of one completion is
+
+* ``r_rec = |P_k ∩ D+| / |D+|`` and ``r_pre = |P_k ∩ D+| / |P_k|`` averaged over the task's questions,
+  ``r_task = (α r_rec + β r_pre) / (α + β)``;
+* ``ρ_rep = (|T| - |uniq(T)|) / |T|`` over the parsed triples ``T`` (normalised case and spaces),
+  giving :func:`task_reward` ``= r_task - λ_rep ρ_rep``;
+* :func:`format_score` ``r_fmt`` = mean over non-empty lines of a line credit: 1 for a triple that
+  cites a label ``F1 .. Fk`` of the task, ``c`` (``format_partial``) for a triple with another
+  anchor, ``c / 2`` for ``(head | relation | tail)`` without an anchor, 0 otherwise; weighted by
+  ``λ_fmt`` through trl's ``reward_weights``. The partial credits give a group of completions that
+  are all off-format a reward spread, so GRPO's group-normalised advantage is not zero.
+
+The deducibility and answer-F1 terms (γ, δ), which need an LLM judge, are not implemented.
+Training is trl's ``GRPOTrainer`` with the clipped objective (``loss_type="grpo"``), offline on CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from graphmem.builders.edges import replace_entity_edges
+from graphmem.eval.stats import paired_comparison
+from graphmem.graph import MemoryGraph
+from graphmem.graphset import GraphConfig
+from graphmem.policies.base import Budget, Query
+from graphmem.policies.gnn import GNNPolicy
+from rl.writer.format import format_score, parse_triples, render_prompt, repetition_rate, well_formed
+from rl.writer.model import byte_tokenizer, load_writer  # noqa: F401  (byte_tokenizer: re-exported)
+
+
+@dataclass
+class WriterConfig:
+    """Settings of :func:`train_writer` (mirrored by ``configs/writer.yaml``)."""
+
+    model: str = "tiny"
+    """'tiny' (random tiny Llama, byte tokenizer), 'smollm2' (local SmolLM2-135M gguf) or a local HF folder"""
+    tiny_hidden: int = 64
+    """hidden width of the random tiny Llama (its MLP is 2x, heads of width 16)"""
+    tiny_layers: int = 3
+    """layers of the random tiny Llama"""
+    reader_checkpoint: str | None = None
+    """frozen reader checkpoint (from scripts/train_gnn.py)"""
+    fragments_per_task: int = 8
+    """memory fragments shown in one prompt"""
+    max_fragment_chars: int = 200
+    """fragment text is cut to this many characters in the prompt"""
+    alpha: float = 1.0
+    """weight of evidence recall in r_task"""
+    beta: float = 1.0
+    """weight of evidence precision in r_task"""
+    lambda_rep: float = 0.5
+    """penalty on the repetition rate of duplicate triples"""
+    lambda_fmt: float = 0.2
+    """weight of the format reward"""
+    format_partial: float = 0.5
+    """line credit c of a triple whose anchor is not a fragment of the task (c/2 without an anchor)"""
+    reader_budget: dict = field(
+        default_factory=lambda: {"max_entries": 2, "top_k_neighbors": 2, "max_hops": 2, "max_nodes": 4}
+    )
+    """Budget the frozen reader retrieves under (k = max_nodes)"""
+    max_steps: int = 20
+    """GRPO optimizer steps"""
+    batch_size: int = 4
+    """completions per step (per_device_train_batch_size)"""
+    num_generations: int = 4
+    """completions per prompt (the GRPO group)"""
+    max_completion_length: int = 96
+    """new tokens per completion"""
+    learning_rate: float = 1e-5
+    """writer learning rate"""
+    kl_beta: float = 0.0
+    """KL coefficient to the reference model"""
+    epsilon: float = 0.2
+    """PPO-style clip range of the GRPO objective"""
+    num_iterations: int = 1
+    """GRPO updates per generation batch (clipping acts when > 1)"""
+    temperature: float = 1.0
+    """sampling temperature"""
+    chat_template: bool = False
+    """wrap each prompt as one user turn of the tokenizer's chat template (for instruct models)"""
+    seed: int = 0
+    """fixes the model init (tiny), data order and sampling"""
+    output_dir: str = "outputs/writer"
+    """trainer output folder"""
+    report_to: str = "none"
+    """TRL/transformers ``report_to`` (``wandb``: reward, its parts and the well-formed share per step)"""
+
+
+@dataclass
+class WriterTask:
+    """Fragments of one window and the questions whose gold evidence lies in it (gold: reward only)."""
+
+    task_id: str
+    fragment_ids: list[str]
+    texts: list[str]
+    embeddings: Tensor
+    query_embeddings: Tensor
+    gold: list[list[str]]
+
+    def prompt(self, max_chars: int = 200) -> str:
+        """:func:`rl.writer.format.render_prompt`: fragments labelled ``[F1] .. [Fk]``, never their ids."""
+        return render_prompt(self.texts, max_chars)
+
+
+def tasks_from_graph(
+    graph: MemoryGraph, name: str, query_embeddings: Tensor, evidence: Sequence[Sequence[str]], fragments_per_task: int
+) -> list[WriterTask]:
+    """Windows of consecutive nodes; a question joins each window holding some of its gold nodes."""
+    tasks = []
+    for lo in range(0, graph.num_nodes, fragments_per_task):
+        rows = list(range(lo, min(lo + fragments_per_task, graph.num_nodes)))
+        ids = [graph.node_ids[r] for r in rows]
+        inside = set(ids)
+        picked = [(k, [e for e in ev if e in inside]) for k, ev in enumerate(evidence)]
+        picked = [(k, g) for k, g in picked if g]
+        if picked:
+            tasks.append(
+                WriterTask(
+                    f"{name}@{lo}",
+                    ids,
+                    [graph.texts[r] for r in rows],
+                    graph.embeddings[rows],
+                    query_embeddings[[k for k, _ in picked]].float(),
+                    [g for _, g in picked],
+                )
+            )
+    return tasks
+
+
+def tasks_from_graphset(graphset, question_indices: Sequence[int], fragments_per_task: int) -> list[WriterTask]:
+    """:func:`tasks_from_graph` over every graph of a ``GraphSet`` for the given questions."""
+    by_graph: dict[str, list[int]] = {}
+    for i in question_indices:
+        by_graph.setdefault(graphset.questions[i].graph, []).append(i)
+    tasks = []
+    for name in sorted(by_graph):
+        idx = by_graph[name]
+        tasks += tasks_from_graph(
+            graphset.graphs[name],
+            name,
+            graphset.query_embeddings[idx],
+            [graphset.questions[i].evidence for i in idx],
+            fragments_per_task,
+        )
+    return tasks
+
+
+# ---------------------------------------------------------------------- graph building
+def entity_edges(
+    triples: Sequence[tuple[str, str, str, str]], fragment_ids: Sequence[str]
+) -> tuple[list[int], list[int]]:
+    """Both directions between every pair of distinct fragments that mention a common entity."""
+    row = {f: i for i, f in enumerate(fragment_ids)}
+    mentions: dict[str, set[int]] = {}
+    for head, _, tail, anchor in triples:
+        for entity in (head, tail):
+            mentions.setdefault(entity, set()).add(row[anchor])
+    pairs = {(a, b) for rows in mentions.values() for a in rows for b in rows if a != b}
+    src, dst = zip(*sorted(pairs)) if pairs else ((), ())
+    return list(src), list(dst)
+
+
+def graph_from_triples(triples, fragment_ids: Sequence[str], texts: Sequence[str], embeddings: Tensor) -> MemoryGraph:
+    """A graph whose nodes are the fragments and whose edges are :func:`entity_edges`."""
+    g = MemoryGraph.empty(int(embeddings.shape[1]))
+    g.add_nodes(list(fragment_ids), list(texts), embeddings.float())
+    src, dst = entity_edges(triples, fragment_ids)
+    if src:
+        g.add_edges(src, dst, "entity")
+    return g
+
+
+def triple_entities(triples, fragment_ids: Sequence[str]) -> list[set[str]]:
+    """Per fragment, the heads and tails of the triples anchored to it."""
+    row = {f: i for i, f in enumerate(fragment_ids)}
+    out: list[set[str]] = [set() for _ in fragment_ids]
+    for head, _, tail, anchor in triples:
+        out[row[anchor]] |= {head, tail}
+    return out
+
+
+def rewrite_entity_edges(graph: MemoryGraph, triples, cfg: GraphConfig) -> MemoryGraph:
+    """A copy of ``graph`` whose ``entity`` edges are those the triples imply, joined by the builders'
+    rule and caps (:func:`graphmem.builders.edges.replace_entity_edges`), not as a clique per entity."""
+    return replace_entity_edges(graph, triple_entities(triples, graph.node_ids), cfg)
+
+
+# ---------------------------------------------------------------------- rewards
+class ReaderReward:
+    """Scores completions of :class:`WriterTask` prompts with a frozen reader (module docstring)."""
+
+    def __init__(self, tasks: Sequence[WriterTask], reader, cfg: WriterConfig):
+        self.tasks = {t.task_id: t for t in tasks}
+        self.policy = GNNPolicy(reader=reader)
+        self.budget = Budget(**cfg.reader_budget)
+        self.cfg = cfg
+        self.records: list[dict] = []
+
+    def components(self, completion: str, task_id: str) -> dict[str, float]:
+        """``r_rec, r_pre, r_task, rho_rep, r_fmt`` for one completion."""
+        task = self.tasks[task_id]
+        triples, _, _ = parse_triples(completion, task.fragment_ids)
+        graph = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings)
+        queries = [Query(f"{task_id}#{k}", "", e) for k, e in enumerate(task.query_embeddings)]
+        rec = pre = 0.0
+        for got, gold in zip(self.policy.retrieve_batch(graph, queries, self.budget), task.gold):
+            hit = len(set(got.loaded_ids(graph)) & set(gold))
+            rec += hit / len(gold)
+            pre += hit / len(got.loaded) if got.loaded else 0.0
+        rec, pre = rec / len(task.gold), pre / len(task.gold)
+        a, b = self.cfg.alpha, self.cfg.beta
+        return {
+            "r_rec": rec,
+            "r_pre": pre,
+            "r_task": (a * rec + b * pre) / (a + b),
+            "rho_rep": repetition_rate(triples),
+            "r_fmt": format_score(completion, task.fragment_ids, self.cfg.format_partial),
+        }
+
+    def task_reward(self, prompts, completions, task_id, trainer_state=None, **_) -> list[float]:
+        """``r_task - λ_rep ρ_rep`` per completion (trl reward-function signature).
+
+        Each completion's reward parts are also appended to :attr:`records` with its task and the
+        GRPO step it was sampled for (``trainer_state.global_step + 1``).
+        """
+        step = trainer_state.global_step + 1 if trainer_state is not None else None
+        out = []
+        for c, t in zip(completions, task_id):
+            text = _text(c)
+            parts = self.components(text, t)
+            out.append(parts["r_task"] - self.cfg.lambda_rep * parts["rho_rep"])
+            self.records.append(
+                {
+                    "step": step,
+                    "task_id": t,
+                    "task": out[-1],
+                    "format": parts["r_fmt"],
+                    "well_formed": float(well_formed(text, self.tasks[t].fragment_ids)),
+                }
+            )
+        return out
+
+    def format_reward(self, prompts, completions, task_id, **_) -> list[float]:
+        """``r_fmt`` per completion (trl reward-function signature)."""
+        return [
+            format_score(_text(c), self.tasks[t].fragment_ids, self.cfg.format_partial)
+            for c, t in zip(completions, task_id)
+        ]
+
+    def well_formed(self, prompts, completions, task_id, **_) -> list[float]:
+        """1 for a completion whose every non-empty line is an anchored triple of its task, else 0.
+
+        Given weight 0, so it only makes trl log the well-formed share of each step.
+        """
+        return [float(well_formed(_text(c), self.tasks[t].fragment_ids)) for c, t in zip(completions, task_id)]
+
+
+def _text(completion) -> str:
+    if isinstance(completion, list):  # conversational completions: [{"role", "content"}]
+        return "".join(m.get("content", "") for m in completion)
+    return str(completion)
+
+
+# ---------------------------------------------------------------------- training
+def _prompt(task: WriterTask, cfg: WriterConfig):
+    """The task prompt: plain text, or one user message when ``cfg.chat_template``."""
+    text = task.prompt(cfg.max_fragment_chars)
+    return [{"role": "user", "content": text}] if cfg.chat_template else text
+
+
+def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=None, tokenizer=None):
+    """Run GRPO; returns ``(trainer, history, records)``: one dict of logged metrics per step, and
+    one of reward parts per sampled completion (:meth:`ReaderReward.task_reward`)."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    if model is None:
+        model, tokenizer = load_writer(cfg.model, cfg.seed, cfg.tiny_hidden, cfg.tiny_layers)
+    reward = ReaderReward(tasks, reader, cfg)
+    data = Dataset.from_list([{"prompt": _prompt(t, cfg), "task_id": t.task_id} for t in tasks])
+    args = GRPOConfig(
+        output_dir=cfg.output_dir,
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        learning_rate=cfg.learning_rate,
+        beta=cfg.kl_beta,
+        epsilon=cfg.epsilon,
+        loss_type="grpo",
+        num_iterations=cfg.num_iterations,
+        temperature=cfg.temperature,
+        reward_weights=[1.0, cfg.lambda_fmt, 0.0],
+        logging_steps=1,
+        save_strategy="no",
+        report_to=cfg.report_to,
+        use_cpu=True,
+        bf16=False,
+        seed=cfg.seed,
+        disable_tqdm=True,
+    )
+    history: list[dict] = []
+
+    class Record(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "reward" in logs:
+                history.append({"step": state.global_step, **logs})
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[reward.task_reward, reward.format_reward, reward.well_formed],
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[Record()],
+    )
+    trainer.train()
+    return trainer, history, reward.records
+
+
+def quarter_comparison(records: Sequence[dict], lambda_fmt: float) -> dict[str, dict | None]:
+    """Last quarter of the GRPO steps against the first, paired by task.
+
+    For each task sampled in both quarters, its mean reward over the completions of the last
+    ``T // 4`` steps minus the mean over the first ``T // 4`` (``T`` the last step) — so a change in
+    which prompts a quarter happened to draw is not counted as learning. Per part: ``reward`` =
+    ``task + λ_fmt · format`` (the trained reward), ``task``, ``format``, ``well_formed``; each a
+    :func:`graphmem.eval.stats.paired_comparison` (mean difference, bootstrap 95 % CI, paired-t p,
+    ``n`` tasks), ``None`` with fewer than two tasks in both quarters or under four steps.
+    """
+    parts = ("reward", "task", "format", "well_formed")
+    last = max((r["step"] for r in records if r["step"] is not None), default=0)
+    q = last // 4
+    rows: dict[tuple[str, str], list[dict]] = {}  # (quarter, task) -> its completions
+    for r in records:
+        if q and r["step"] is not None and (r["step"] <= q or r["step"] > last - q):
+            rows.setdefault(("first" if r["step"] <= q else "last", r["task_id"]), []).append(r)
+    means = {side: {part: {} for part in parts} for side in ("first", "last")}
+    for (side, task), rs in rows.items():
+        for part in parts:
+            values = [r["task"] + lambda_fmt * r["format"] if part == "reward" else r[part] for r in rs]
+            means[side][part][task] = sum(values) / len(values)
+    out: dict[str, dict | None] = {}
+    for part in parts:
+        cmp = paired_comparison("last_quarter", means["last"][part], "first_quarter", means["first"][part], part)
+        out[part] = None if cmp is None else cmp.to_json()
+    return out
+
+
+@torch.no_grad()
+def generate_completions(
+    model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig, batch_size: int = 8
+) -> list[str]:
+    """Greedy completion text of every task, ``batch_size`` prompts per ``generate`` call (left padding)."""
+    model.eval()
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    out = []
+    try:
+        for lo in range(0, len(tasks), batch_size):
+            part = tasks[lo : lo + batch_size]
+            texts = [_prompt(t, cfg) for t in part]
+            if cfg.chat_template:
+                texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in texts]
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not cfg.chat_template)
+            gen = model.generate(
+                **enc, max_new_tokens=cfg.max_completion_length, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+            out += [tokenizer.decode(row, skip_special_tokens=True) for row in gen[:, enc["input_ids"].shape[1] :]]
+    finally:
+        tokenizer.padding_side = side
+    return out
+
+
+def write_triples(
+    model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig, batch_size: int = 8
+) -> list[tuple[str, str, str, str]]:
+    """Greedy triples for every task; used to rebuild graphs after a writer update."""
+    texts = generate_completions(model, tokenizer, tasks, cfg, batch_size)
+    return [triple for t, text in zip(tasks, texts) for triple in parse_triples(text, t.fragment_ids)[0]]
+
+
+def rewrite_graph(
+    model, tokenizer, graph: MemoryGraph, cfg: WriterConfig, graph_cfg: GraphConfig, batch_size: int = 8
+) -> tuple[MemoryGraph, int]:
+    """Let the writer annotate every window of ``graph``.
+
+    Returns the graph with its entity edges rebuilt from the triples (:func:`rewrite_entity_edges`,
+    ``graph_cfg``'s fan-out caps) and the triple count.
+    """
+    k = cfg.fragments_per_task
+    windows = [
+        WriterTask(
+            f"w{lo}",
+            graph.node_ids[lo : lo + k],
+            graph.texts[lo : lo + k],
+            graph.embeddings[lo : lo + k],
+            torch.empty(0, graph.dim),
+            [],
+        )
+        for lo in range(0, graph.num_nodes, k)
+    ]
+    triples = write_triples(model, tokenizer, windows, cfg, batch_size)
+    return rewrite_entity_edges(graph, triples, graph_cfg), len(triples)

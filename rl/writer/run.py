@@ -1,0 +1,129 @@
+"""Runs of the writer on a graph set: the tasks of a split's part, GRPO with its reward summary
+(:func:`run_writer`), the warm start measured before and after (:func:`run_warm_start`) and the
+reward curve (:func:`plot_curve`); used by ``scripts/train_writer.py`` and ``scripts/self_evolve.py``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from graphmem.builders.entities import make_entity_extractor
+from rl.gnn.split import split_parts
+from rl.writer.grpo import WriterConfig, load_writer, quarter_comparison, tasks_from_graphset, train_writer
+from rl.writer.sft import SFTConfig, warm_start, well_formed_fraction
+
+log = logging.getLogger(__name__)
+
+REWARD_KEYS = (
+    "reward",
+    "reward_std",
+    "rewards/task_reward/mean",
+    "rewards/format_reward/mean",
+    "rewards/well_formed/mean",
+    "completions/mean_length",
+)
+
+
+def quarter_means(curve: list[dict], key: str = "reward") -> dict[str, float | None]:
+    """Mean of ``key`` over the first and the last quarter of the steps."""
+    values = [c[key] for c in curve if key in c]
+    q = len(values) // 4
+    if q == 0:
+        return {"first_quarter": None, "last_quarter": None}
+    return {"first_quarter": sum(values[:q]) / q, "last_quarter": sum(values[-q:]) / q}
+
+
+def writer_tasks(gs, cfg: DictConfig, wcfg: WriterConfig, part: str = "train", limit: int | None = None):
+    """Seeded windows of the ``part`` graphs (at most ``limit``, default ``cfg.max_tasks``) and the split."""
+    parts = split_parts(gs, cfg.split)
+    keep = set(parts[part])
+    tasks = tasks_from_graphset(gs, [i for i, q in enumerate(gs.questions) if q.graph in keep], wcfg.fragments_per_task)
+    random.Random(wcfg.seed).shuffle(tasks)
+    return tasks[: cfg.max_tasks if limit is None else limit], parts
+
+
+def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, tokenizer=None):
+    """GRPO of the writer (``model`` or ``wcfg.model``) on the training tasks; ``(trainer, result, records)``
+    with the per-completion reward records of :func:`rl.writer.grpo.train_writer`."""
+    tasks, parts = writer_tasks(gs, cfg, wcfg)
+    t0 = time.perf_counter()
+    trainer, history, records = train_writer(tasks, reader, wcfg, model=model, tokenizer=tokenizer)
+    curve = [{k: h[k] for k in ("step",) + REWARD_KEYS if k in h} for h in history]
+    return (
+        trainer,
+        {
+            "tasks": len(tasks),
+            "split": parts,
+            "seconds": round(time.perf_counter() - t0, 2),
+            "reward_quarters": quarter_means(curve),
+            "quarters_by_task": quarter_comparison(records, wcfg.lambda_fmt),
+            "curve": curve,
+        },
+        records,
+    )
+
+
+def run_warm_start(gs, cfg: DictConfig, wcfg: WriterConfig, sft: SFTConfig):
+    """Load the writer, measure well-formed output on validation tasks, warm-start it, measure again."""
+    model, tokenizer = load_writer(wcfg.model, wcfg.seed, wcfg.tiny_hidden, wcfg.tiny_layers)
+    held_out, _ = writer_tasks(gs, cfg, wcfg, "val", sft.eval_tasks)
+    result: dict = {
+        "eval_tasks": len(held_out),
+        "well_formed_before": well_formed_fraction(model, tokenizer, held_out, wcfg),
+    }
+    if sft.enabled:
+        tasks, _ = writer_tasks(gs, cfg, wcfg, "train", cfg.sft_tasks)
+        extractor = make_entity_extractor(cfg.graph.entity_extractor)
+        t0 = time.perf_counter()
+        model, losses = warm_start(model, tokenizer, tasks, extractor, wcfg, sft)
+        result |= {"tasks": len(tasks), "seconds": round(time.perf_counter() - t0, 1), "loss": losses}
+        result["well_formed_after"] = well_formed_fraction(model, tokenizer, held_out, wcfg)
+    log.info("warm start: well-formed %s", json.dumps({k: v for k, v in result.items() if k.startswith("well")}))
+    return model, tokenizer, result
+
+
+def moving_mean(values: list[float], window: int) -> list[float]:
+    """Mean of the last ``window`` values at each position (fewer at the start)."""
+    return [sum(values[max(0, i + 1 - window) : i + 1]) / (i + 1 - max(0, i + 1 - window)) for i in range(len(values))]
+
+
+def plot_curve(curve: list[dict], path: Path, title: str, window: int = 8) -> Path:
+    """Per GRPO step: the mean reward (thin, ± its std across completions) and, bold, its moving mean
+    over ``window`` steps; the task and format parts and the well-formed share as moving means."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [c["step"] for c in curve]
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    reward = [c["reward"] for c in curve]
+    std = [c.get("reward_std", 0.0) for c in curve]
+    ax.plot(steps, reward, color="C0", linewidth=0.7, alpha=0.5, label="reward (task + λ_fmt·format), per step")
+    ax.fill_between(steps, [r - s for r, s in zip(reward, std)], [r + s for r, s in zip(reward, std)], alpha=0.1)
+    ax.plot(steps, moving_mean(reward, window), color="C0", linewidth=2.2, label=f"reward, mean of {window} steps")
+    for color, (key, label) in zip(
+        ("C1", "C2", "C3"),
+        (
+            ("rewards/task_reward/mean", "r_task − λ_rep·ρ_rep"),
+            ("rewards/format_reward/mean", "r_fmt"),
+            ("rewards/well_formed/mean", "well-formed share"),
+        ),
+    ):
+        if all(key in c for c in curve):
+            values = moving_mean([c[key] for c in curve], window)
+            ax.plot(steps, values, color=color, linestyle="--", label=f"{label}, mean of {window} steps")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("reward")
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, format="png")
+    plt.close(fig)
+    return path

@@ -1,0 +1,138 @@
+"""The GNN reader on the walk's neighbourhoods against the full-graph pass, and its per-query work."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphmem.policies.base import Budget, Query
+from graphmem.policies.batched import pad_rows
+from graphmem.policies.gnn import BallScores, GNNPolicy, batched_walk
+from graphmem.policies.subgraph import ball, lookup, query_subgraphs, undirected_csr
+from graphmem.synthetic import make_synthetic_graph
+from models.gnn_reader import GNNReader, ball_scores
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_gnn_reader import random_graph, retrieval_fields  # noqa: E402
+
+
+def queries_near(graph, num, seed):
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.randint(0, graph.num_nodes, (num,), generator=gen)
+    emb = graph.embeddings[rows] + 0.3 * torch.randn(num, graph.dim, generator=gen)
+    return [Query(f"q{i}", "text", emb[i]) for i in range(num)]
+
+
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_targets_have_their_full_graph_scores_at_radius_L_only(layers):
+    torch.manual_seed(layers)
+    g = random_graph(n=300, seed=layers, extra_edges=450)
+    reader = GNNReader(input_dim=8, hidden_dim=6, num_layers=layers).eval()
+    q = torch.randn(4, 8)
+    entries = [[0, 5], [7], [11, 3, 40], [99]]
+    full = reader.score_graph(g, q, entries).detach()
+    gen = torch.Generator().manual_seed(0)
+    rowptr, nbr, _ = undirected_csr(g)
+    seeds = torch.tensor([v for row in entries for v in row])
+    owner = torch.tensor([b for b, row in enumerate(entries) for _ in row])
+    bq, bn, bd = ball(rowptr, nbr, owner, seeds, layers, g.num_nodes)
+    near = [bn[(bq == b) & (bd == layers)][:3] for b in range(4)]  # exactly L hops from an entry
+    target = torch.cat([torch.cat([torch.randint(0, g.num_nodes, (3,), generator=gen), t]) for t in near])
+    query = torch.cat([torch.full((3 + t.numel(),), b) for b, t in enumerate(near)])
+    entry_keys = torch.tensor(sorted({b * g.num_nodes + v for b, row in enumerate(entries) for v in row}))
+    err = {}
+    for radius in (layers - 1, layers):
+        sub = query_subgraphs(g, query, target, radius)
+        start, _ = lookup(entry_keys, sub.query * g.num_nodes + sub.node)
+        with torch.no_grad():
+            got = ball_scores(reader, g, q, sub, start)
+        err[radius] = float((got - full[query, target]).abs().max())
+        parts = torch.bincount(sub.query[sub.edge_index[0]], minlength=4)
+        assert bool((parts < g.num_edges).any())  # a real restriction of the graph
+    assert err[layers] < 1e-5
+    assert err[layers - 1] > 20 * max(err[layers], 1e-7)  # one hop less changes some score: the radius is needed
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [Budget(), Budget(top_k_neighbors=3, max_hops=3, max_nodes=20), Budget(max_hops=0), Budget(top_k_neighbors=0)],
+)
+@pytest.mark.parametrize("layers", [1, 2])
+def test_ball_policy_loads_what_the_full_pass_loads(budget, layers):
+    torch.manual_seed(0)
+    g = random_graph(n=200, seed=4, extra_edges=700)
+    reader = GNNReader(input_dim=8, hidden_dim=5, num_layers=layers)
+    queries = queries_near(g, 12, seed=1)
+    ball = GNNPolicy(reader=reader, method="ball").retrieve_batch(g, queries, budget)
+    full = GNNPolicy(reader=reader, method="full").retrieve_batch(g, queries, budget)
+    rows = [r.entries for r in full]
+    never_full = BallScores(reader, g, queries, rows, "cpu", full_share=math.inf)  # subgraphs only
+    walk = batched_walk(g, rows, never_full, budget).result(pad_rows(rows)).split()
+    for a, b, c in zip(ball, full, walk):
+        assert {**retrieval_fields(a), "scores": None} == {**retrieval_fields(b), "scores": None}
+        assert {**retrieval_fields(c), "scores": None, "wall_time_s": None} == {
+            **retrieval_fields(b),
+            "scores": None,
+            "wall_time_s": None,
+        }
+        assert a.scores == pytest.approx(b.scores, abs=1e-5) and c.scores == pytest.approx(b.scores, abs=1e-5)
+    if budget.max_hops and budget.top_k_neighbors:
+        assert any(len(r.loaded) > len(r.entries) for r in full)
+
+
+def test_ball_work_per_query_does_not_grow_with_the_graph():
+    """Edges read by the ball reader for one batch of queries on graphs of 10^4 and 10^5 nodes
+    (same degree): about the same, and a vanishing share of the graph."""
+    budget = Budget()
+    read = []
+    for n in (10_000, 100_000):
+        g = make_synthetic_graph(n, avg_degree=6.0, dim=8, seed=0)
+        reader = GNNReader(input_dim=8, hidden_dim=4, num_relations=len(g.relations))
+        policy = GNNPolicy(reader=reader)
+        edges = []
+        import graphmem.policies.gnn as gnn_module
+
+        original = gnn_module.query_subgraphs
+
+        def counting(*args, **kwargs):
+            sub = original(*args, **kwargs)
+            edges.append(sub.edge.numel())
+            return sub
+
+        gnn_module.query_subgraphs = counting
+        try:
+            policy.retrieve_batch(g, queries_near(g, 8, seed=2), budget)
+        finally:
+            gnn_module.query_subgraphs = original
+        read.append(sum(edges))
+        assert sum(edges) < 0.2 * g.num_edges or n == 10_000
+    assert read[1] <= 1.5 * read[0]
+
+
+def test_training_scores_candidates_as_the_full_pass_does():
+    """The subgraph batch and the shared full-graph pass give the candidates the same scores and the
+    same loss; the candidates are the nodes within max_hops out-edge hops of the entries."""
+    from rl.gnn.train import GNNTrainConfig, ReaderExample, candidate_loss, candidate_scores
+
+    torch.manual_seed(3)
+    g = random_graph(n=400, seed=7, extra_edges=500)
+    reader = GNNReader(input_dim=8, hidden_dim=5, num_layers=2)
+    entries = [[0, 9], [31], [77, 5, 200]]
+    ex = ReaderExample(g, torch.randn(3, 8), entries, [[1, 2], [3], [4, 5]])
+    budget = Budget(max_entries=3, max_hops=2)
+    rows = [0, 1, 2]
+    q1, n1, sub_scores = candidate_scores(reader, ex, rows, budget, "cpu", max_share=float("inf"))
+    q2, n2, full_scores = candidate_scores(reader, ex, rows, budget, "cpu", max_share=0.0)
+    assert torch.equal(q1, q2) and torch.equal(n1, n2)
+    assert torch.allclose(sub_scores, full_scores, atol=1e-5)
+    assert n1.numel() < 3 * g.num_nodes
+    out = {int(v) for v in g.edge_index[1, g.edge_index[0] == 31]}
+    assert out <= set(n1[q1 == 1].tolist())  # one hop out of the entry
+    cfg = GNNTrainConfig()
+    loss_sub = candidate_loss(cfg, q1, n1, sub_scores, ex, rows)
+    loss_full = candidate_loss(cfg, q2, n2, full_scores, ex, rows)
+    assert torch.allclose(loss_sub, loss_full, atol=1e-5) and bool(torch.isfinite(loss_sub))
+    loss_sub.backward()
+    assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in reader.parameters())
