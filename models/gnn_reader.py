@@ -322,13 +322,15 @@ def start_mask(
     return mask
 
 
-def ball_scores(reader: GNNReader, graph, query: Tensor, sub, start: Tensor) -> Tensor:
+def ball_scores(reader: GNNReader, graph, query: Tensor, sub, start: Tensor, lexical: Tensor | None = None) -> Tensor:
     """Scores of the targets of ``sub`` (:class:`~graphmem.policies.subgraph.QuerySubgraphs`): one
     packed pass of ``reader`` over the union of its per-query subgraphs, one column, each node holding
-    its part's query; ``query`` ``[B, D]``; ``start`` ``[M]`` bool, the entries of each part."""
+    its part's query; ``query`` ``[B, D]``; ``start`` ``[M]`` bool, the entries of each part; ``lexical``
+    ``[M, F]`` the lexical features ``φ`` of each part's query and node (required with ``config.lexical``)."""
     x = graph.embeddings.to(query.device)[sub.node]
     q = query.to(x.dtype)
     cosine = (F.normalize(x, dim=-1) * F.normalize(q, dim=-1)[sub.query]).sum(1, keepdim=True)  # [M, 1]
     ei, et, ea = sub.edge_index, graph.edge_type.to(x.device)[sub.edge], graph.edge_attr.to(x.device)[sub.edge]
-    out = reader(x, ei, et, ea, q, start.to(x.dtype)[None], sub.query[None], cosine)
+    phi = None if lexical is None else lexical.to(x.device)[None]  # [1, M, F]: the packed layout's one column
+    out = reader(x, ei, et, ea, q, start.to(x.dtype)[None], sub.query[None], cosine, phi)
     return out[0, sub.target]

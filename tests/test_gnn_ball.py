@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from graphmem.lexical_features import dense_features, lexical_inputs, pair_features
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.batched import pad_rows
 from graphmem.policies.gnn import BallScores, GNNPolicy, batched_walk
@@ -19,20 +20,39 @@ from test_gnn_reader import random_graph, retrieval_fields  # noqa: E402
 
 
 def queries_near(graph, num, seed):
+    """Queries near random nodes, their text naming the node's number (random_graph's texts are
+    "memory <i> word word ...", so the lexical features single out nodes)."""
     gen = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, graph.num_nodes, (num,), generator=gen)
     emb = graph.embeddings[rows] + 0.3 * torch.randn(num, graph.dim, generator=gen)
-    return [Query(f"q{i}", "text", emb[i]) for i in range(num)]
+    return [Query(f"q{i}", f"Which memory has word {int(rows[i])}?", emb[i]) for i in range(num)]
 
 
-@pytest.mark.parametrize("layers", [1, 2, 3])
-def test_targets_have_their_full_graph_scores_at_radius_L_only(layers):
+def lexical_reader(reader: GNNReader) -> GNNReader:
+    """``reader`` with its lexical weight λ randomised (it starts at 0), so φ moves the scores directly too."""
+    with torch.no_grad():
+        reader.lexical_weight.copy_(
+            torch.randn(reader.lexical_weight.shape, generator=torch.Generator().manual_seed(5))
+        )
+    return reader
+
+
+# with lexical features (read at the readout only, whatever the depth), one and two layers
+@pytest.mark.parametrize("layers,lexical", [(1, False), (2, False), (3, False), (1, True), (2, True)])
+def test_targets_have_their_full_graph_scores_at_radius_L_only(layers, lexical):
     torch.manual_seed(layers)
     g = random_graph(n=300, seed=layers, extra_edges=450)
-    reader = GNNReader(input_dim=8, hidden_dim=6, num_layers=layers).eval()
+    reader = GNNReader(input_dim=8, hidden_dim=6, num_layers=layers, lexical=lexical).eval()
     q = torch.randn(4, 8)
     entries = [[0, 5], [7], [11, 3, 40], [99]]
-    full = reader.score_graph(g, q, entries).detach()
+    lex = lexical_inputs([g], [[f"memory {v} word" for v in (5, 7, 40, 99)]]) if lexical else None
+    phi_full = None
+    if lexical:  # the full pass reads the same per-pair features as the subgraphs (so the reader alone is compared)
+        lexical_reader(reader)
+        every = torch.arange(4).repeat_interleave(g.num_nodes), torch.arange(g.num_nodes).repeat(4)
+        phi_full = pair_features(lex, *every).view(4, g.num_nodes, -1)
+        assert torch.allclose(phi_full, dense_features(lex), atol=1e-6) and bool((phi_full > 0).any())
+    full = reader.score_graph(g, q, entries, lexical=phi_full).detach()
     gen = torch.Generator().manual_seed(0)
     rowptr, nbr, _ = undirected_csr(g)
     seeds = torch.tensor([v for row in entries for v in row])
@@ -46,8 +66,9 @@ def test_targets_have_their_full_graph_scores_at_radius_L_only(layers):
     for radius in (layers - 1, layers):
         sub = query_subgraphs(g, query, target, radius)
         start, _ = lookup(entry_keys, sub.query * g.num_nodes + sub.node)
+        phi = None if lex is None else pair_features(lex, sub.query, sub.node)  # each part's query and node
         with torch.no_grad():
-            got = ball_scores(reader, g, q, sub, start)
+            got = ball_scores(reader, g, q, sub, start, phi)
         err[radius] = float((got - full[query, target]).abs().max())
         parts = torch.bincount(sub.query[sub.edge_index[0]], minlength=4)
         assert bool((parts < g.num_edges).any())  # a real restriction of the graph
@@ -59,11 +80,13 @@ def test_targets_have_their_full_graph_scores_at_radius_L_only(layers):
     "budget",
     [Budget(), Budget(top_k_neighbors=3, max_hops=3, max_nodes=20), Budget(max_hops=0), Budget(top_k_neighbors=0)],
 )
-@pytest.mark.parametrize("layers", [1, 2])
-def test_ball_policy_loads_what_the_full_pass_loads(budget, layers):
+@pytest.mark.parametrize("layers,lexical", [(1, False), (2, False), (1, True), (2, True)])
+def test_ball_policy_loads_what_the_full_pass_loads(budget, layers, lexical):
     torch.manual_seed(0)
     g = random_graph(n=200, seed=4, extra_edges=700)
-    reader = GNNReader(input_dim=8, hidden_dim=5, num_layers=layers)
+    reader = GNNReader(input_dim=8, hidden_dim=5, num_layers=layers, lexical=lexical)
+    if lexical:
+        lexical_reader(reader)
     queries = queries_near(g, 12, seed=1)
     ball = GNNPolicy(reader=reader, method="ball").retrieve_batch(g, queries, budget)
     full = GNNPolicy(reader=reader, method="full").retrieve_batch(g, queries, budget)
@@ -111,16 +134,22 @@ def test_ball_work_per_query_does_not_grow_with_the_graph():
     assert read[1] <= 1.5 * read[0]
 
 
-def test_training_scores_candidates_as_the_full_pass_does():
+@pytest.mark.parametrize("lexical", [False, True])
+def test_training_scores_candidates_as_the_full_pass_does(lexical):
     """The subgraph batch and the shared full-graph pass give the candidates the same scores and the
-    same loss; the candidates are the nodes within max_hops out-edge hops of the entries."""
+    same loss (with the lexical features too); the candidates are the nodes within max_hops out-edge
+    hops of the entries."""
     from rl.gnn.train import GNNTrainConfig, ReaderExample, candidate_loss, candidate_scores
 
     torch.manual_seed(3)
     g = random_graph(n=400, seed=7, extra_edges=500)
-    reader = GNNReader(input_dim=8, hidden_dim=5, num_layers=2)
+    reader = GNNReader(input_dim=8, hidden_dim=5, num_layers=2, lexical=lexical)
+    if lexical:
+        lexical_reader(reader)
     entries = [[0, 9], [31], [77, 5, 200]]
-    ex = ReaderExample(g, torch.randn(3, 8), entries, [[1, 2], [3], [4, 5]])
+    terms = lexical_inputs([g], [["memory 1 and 2", "memory 3", "memory 4 or 5"]]) if lexical else None
+    phi = None if terms is None else dense_features(terms)
+    ex = ReaderExample(g, torch.randn(3, 8), entries, [[1, 2], [3], [4, 5]], lexical=phi, terms=terms)
     budget = Budget(max_entries=3, max_hops=2)
     rows = [0, 1, 2]
     q1, n1, sub_scores = candidate_scores(reader, ex, rows, budget, "cpu", max_share=float("inf"))
@@ -136,3 +165,25 @@ def test_training_scores_candidates_as_the_full_pass_does():
     assert torch.allclose(loss_sub, loss_full, atol=1e-5) and bool(torch.isfinite(loss_sub))
     loss_sub.backward()
     assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in reader.parameters())
+
+
+def test_neighbourhood_recall_reads_the_lexical_features_as_the_full_pass():
+    """The reader's validation recall scored on neighbourhoods (each example's lexical inputs, `terms`)
+    equals the full-graph one; without the inputs a lexical reader is refused, not scored without them."""
+    from rl.gnn.train import ReaderExample, evidence_recall
+
+    g = random_graph(n=300, seed=9, extra_edges=600)
+    reader = lexical_reader(GNNReader(input_dim=8, hidden_dim=5, num_layers=2, lexical=True))
+    queries = queries_near(g, 10, seed=3)
+    terms = lexical_inputs([g], [[q.text for q in queries]])
+    gen = torch.Generator().manual_seed(2)
+    src = g.edge_index[0].unique()  # entries with out-edges, gold one hop out of the first and one anywhere
+    entries = src[torch.randint(0, src.numel(), (10, 3), generator=gen)].tolist()
+    gold = [[int(g.edge_index[1, g.edge_index[0] == row[0]][0]), 7 * b] for b, row in enumerate(entries)]
+    emb = torch.stack([q.embedding for q in queries])
+    ex = ReaderExample(g, emb, entries, gold, lexical=dense_features(terms), terms=terms)
+    budget = Budget(max_entries=3, top_k_neighbors=2, max_hops=2, max_nodes=10)
+    full = evidence_recall(reader, [ex], budget)
+    assert evidence_recall(reader, [ex], budget, neighbourhood=True) == full and full > 0
+    with pytest.raises(ValueError, match="terms"):
+        evidence_recall(reader, [ReaderExample(g, emb, entries, gold, lexical=ex.lexical)], budget, neighbourhood=True)

@@ -49,7 +49,14 @@ from torch import Tensor
 
 from graphmem.checkpoint import require_checkpoint
 from graphmem.graph import MemoryGraph
-from graphmem.lexical_features import NUM_LEXICAL_FEATURES, dense_features, lexical_inputs
+from graphmem.lexical_features import (
+    NUM_LEXICAL_FEATURES,
+    Lexical,
+    dense_features,
+    lexical_inputs,
+    pair_features,
+    scope_lexical,
+)
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import compact_left, csr_values, greedy_admit, rank_in_group
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
@@ -135,7 +142,10 @@ class GNNPolicy(TraversalPolicy):
         """Reader scores (one graph: :meth:`score`; a graph batch: :meth:`packed_scores`), then :func:`batched_walk`."""
         rows = [[v for v in r if v >= 0] for r in entries.tolist()]
         if self.method == "ball":
-            source = BallScores(self.reader, scope.graph, scope.queries, rows, scope.device, chunk=self.query_chunk)
+            lexical = scope_lexical(scope) if self.reader.config.lexical else None  # each query on its own graph
+            source = BallScores(
+                self.reader, scope.graph, scope.queries, rows, scope.device, chunk=self.query_chunk, lexical=lexical
+            )
             return batched_walk(scope.graph, rows, source, budget).result(entries)
         if scope.num_graphs == 1:
             scores = self.score(scope.graph, scope.queries, rows)
@@ -293,7 +303,10 @@ class BallScores:
     than ``full_share`` of the graph's nodes (a small graph) is scored by the full-graph pass instead,
     ``chunk`` such queries sharing one pass: the same scores, with the edges shared among the queries
     (so its cost stays within ``1 / full_share`` times its ball). Known scores are sorted keys
-    ``query * N + node``.
+    ``query * N + node``. A reader with lexical features reads them as the full pass does: ``lexical``
+    (the queries' :class:`~graphmem.lexical_features.Lexical` inputs; default: from the queries' texts)
+    gives each subgraph node the features of its part's query
+    (:func:`~graphmem.lexical_features.pair_features`, work bounded by the subgraphs).
     """
 
     def __init__(
@@ -305,8 +318,12 @@ class BallScores:
         device,
         full_share: float = 0.5,
         chunk: int = 64,
+        lexical: Lexical | None = None,
     ):
         self.reader, self.graph, self.device = reader, graph, torch.device(device)
+        if reader.config.lexical and lexical is None:
+            lexical = lexical_inputs([graph], [[q.text for q in queries]])
+        self.lexical = None if not reader.config.lexical else lexical.to(self.device)
         self.full_share, self.chunk, self.entries = float(full_share), int(chunk), entries
         self.query = torch.stack([q.embedding.float().flatten() for q in queries]).to(self.device)
         pairs = [(b, v) for b, row in enumerate(entries) for v in row]
@@ -338,7 +355,8 @@ class BallScores:
         if not bool(on_full.all()):
             sub = query_subgraphs(self.graph, query[~on_full], node[~on_full], layers)
             start, _ = lookup(self.entry_keys, sub.query * n + sub.node)
-            values[~on_full] = ball_scores(self.reader, self.graph, self.query, sub, start).to(values.dtype)
+            phi = None if self.lexical is None else pair_features(self.lexical, sub.query, sub.node)
+            values[~on_full] = ball_scores(self.reader, self.graph, self.query, sub, start, phi).to(values.dtype)
         self.keys, order = torch.sort(torch.cat([self.keys, keys]))
         self.values = torch.cat([self.values, values])[order]
 
@@ -353,7 +371,8 @@ class BallScores:
         for lo in range(0, distinct.numel(), self.chunk):
             part = distinct[lo : lo + self.chunk]
             start = start_mask([self.entries[b] for b in part.tolist()], g.num_nodes, device=dev)
-            scores = self.reader(x, ei, et, ea, self.query[part], start)  # [b, N]
+            phi = None if self.lexical is None else dense_features(self.lexical, part)
+            scores = self.reader(x, ei, et, ea, self.query[part], start, lexical=phi)  # [b, N]
             sel = (row >= lo) & (row < lo + part.numel())
             out[sel] = scores[row[sel] - lo, node[sel]]
         return out

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graphmem.graph import MemoryGraph
-from graphmem.lexical_features import dense_features, lexical_inputs
+from graphmem.lexical_features import Lexical, dense_features, lexical_inputs
 from graphmem.policies.base import Budget
 from graphmem.policies.gnn import BallScores, batched_walk
 from graphmem.policies.subgraph import ball, lookup, query_subgraphs, undirected_csr
@@ -91,8 +91,9 @@ class GNNTrainConfig:
 
 @dataclass
 class ReaderExample:
-    """Queries over one graph with their entries and gold rows (gold is used by the loss only), and
-    the lexical features ``[B, N, F]`` of the query texts and the nodes."""
+    """Queries over one graph with their entries and gold rows (gold is used by the loss only), the
+    lexical features ``[B, N, F]`` of the query texts and the nodes, and the lexical inputs they come
+    from (``terms``, what the neighbourhood scores of :class:`~graphmem.policies.gnn.BallScores` read)."""
 
     graph: MemoryGraph
     query_embeddings: Tensor
@@ -100,6 +101,7 @@ class ReaderExample:
     gold: list[list[int]]
     qids: list[str] = field(default_factory=list)
     lexical: Tensor | None = None
+    terms: Lexical | None = None
 
 
 def examples_from_graphset(
@@ -133,8 +135,9 @@ def examples_from_graphset(
                 Query(graphset.questions[i].qid, graphset.questions[i].text, emb[k]) for k, (i, _) in enumerate(part)
             ]
             entries = [list(e)[: budget.max_entries] for e in entry_selector.select(graph, queries, budget)]
-            lexical = dense_features(lexical_inputs([graph], [[q.text for q in queries]]))
-            out.append(ReaderExample(graph, emb, entries, [g for _, g in part], [q.qid for q in queries], lexical))
+            terms = lexical_inputs([graph], [[q.text for q in queries]])
+            gold, qids = [g for _, g in part], [q.qid for q in queries]
+            out.append(ReaderExample(graph, emb, entries, gold, qids, dense_features(terms), terms))
     return out
 
 
@@ -154,10 +157,14 @@ def weighted_bce_loss(scores: Tensor, positive: Tensor, pos_weight: float) -> Te
     return F.binary_cross_entropy_with_logits(scores, target, weight=weight)
 
 
+def _check_lexical(reader: GNNReader, ex: ReaderExample, field: str = "lexical") -> None:
+    if reader.config.lexical and getattr(ex, field) is None:
+        raise ValueError(f"graph {ex.graph.name!r}: the reader reads lexical features, its example has no {field}")
+
+
 def _batch_scores(reader: GNNReader, ex: ReaderExample, rows: list[int], device) -> Tensor:
     g = ex.graph
-    if reader.config.lexical and ex.lexical is None:
-        raise ValueError(f"graph {g.name!r}: the reader reads lexical features, its example has none")
+    _check_lexical(reader, ex)
     start = start_mask([ex.entries[i] for i in rows], g.num_nodes, device=device)
     return reader(
         g.embeddings.to(device),
@@ -196,7 +203,11 @@ def candidate_scores(
         return cq, cn, _batch_scores(reader, ex, rows, device)[cq, cn]
     sub = query_subgraphs(g, cq, cn, layers)
     start, _ = lookup(torch.unique(query * n + node), sub.query * n + sub.node)
-    return cq, cn, ball_scores(reader, g, ex.query_embeddings[rows].to(device), sub, start)
+    phi = None
+    if reader.config.lexical:  # each subgraph node's features with its part's query, as the full pass reads them
+        _check_lexical(reader, ex)
+        phi = ex.lexical[torch.tensor(rows, dtype=torch.long)[sub.query.cpu()], sub.node.cpu()].to(device)
+    return cq, cn, ball_scores(reader, g, ex.query_embeddings[rows].to(device), sub, start, phi)
 
 
 def candidate_loss(
@@ -256,7 +267,8 @@ def evidence_recall(
         if neighbourhood:
             queries = [Query(str(i), "", ex.query_embeddings[i]) for i in rows]
             entries = [list(e)[: budget.max_entries] for e in ex.entries]
-            source = BallScores(reader, ex.graph, queries, entries, device)
+            _check_lexical(reader, ex, "terms")
+            source = BallScores(reader, ex.graph, queries, entries, device, lexical=ex.terms)
             total += float(walk_recall(ex, source, budget).sum())
             count += len(rows)
             continue
