@@ -1,13 +1,17 @@
 """The served walk (one query at a time: graphmem.policies.walk_one.walk_one, with the scorer's per-graph
 tensors cached by the router policy) loads what the batched training walk (graphmem.policies.walk.walk,
-nothing cached) loads, on every question of a real pooled MuSiQue graph; the cache follows the weights."""
+nothing cached) loads, on every question of a real pooled MuSiQue graph, with and without the lexical
+features of query and node text (computed per query, never cached); the cache follows the weights."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
 
 from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+from graphmem.lexical_features import NUM_LEXICAL_FEATURES
 from graphmem.policies import Budget, make_policy
 from graphmem.policies.walk import walk, walk_trace
 from rl.walk.data import walk_data
@@ -26,7 +30,7 @@ def pooled(tmp_path_factory):
 def batched_reference(gs, scorer, budget):
     """qid -> (loaded rows, depths, traversed edges) of the batched walk over all questions at once."""
     d = walk_data(gs.graphs, gs.questions, gs.query_embeddings, budget)
-    tr = walk_trace(walk(d.tables, scorer, d.q, d.entries, budget), d.tables, budget)
+    tr = walk_trace(walk(d.tables, scorer, d.q, d.entries, budget, lexical=d.lexical), d.tables, budget)
     out = {qid: ([], [], []) for qid in d.qids}
     for b, v, depth, e in zip(tr.query.tolist(), tr.node.tolist(), tr.depth.tolist(), tr.edge.tolist()):
         rows, depths, edges = out[d.qids[b]]
@@ -46,13 +50,23 @@ def served(policy, gs, budget):
     return out
 
 
+def without_lexical_weights(scorer):
+    """A copy of ``scorer`` whose structural head ignores the lexical features (their input columns zeroed)."""
+    other = copy.deepcopy(scorer)
+    with torch.no_grad():
+        other.head[0].weight[:, -NUM_LEXICAL_FEATURES:] = 0.0
+    return other
+
+
 @pytest.mark.parametrize("budget", BUDGETS)
-@pytest.mark.parametrize("stop", [True, False])
-def test_served_walk_loads_what_the_training_walk_loads_on_pooled_musique(pooled, budget, stop):
+@pytest.mark.parametrize("stop,lexical", [(True, True), (False, True), (True, False), (False, False)])
+def test_served_walk_loads_what_the_training_walk_loads_on_pooled_musique(pooled, budget, stop, lexical):
     (graph,) = pooled.graphs.values()
     assert graph.num_nodes > 500 and len(pooled.questions) >= 50
-    scorer = perturbed_scorer(graph.dim, seed=1 if stop else 0, rank=4, stop=stop)
+    scorer = perturbed_scorer(graph.dim, seed=1 if stop else 0, rank=4, stop=stop, lexical=lexical)
     want = batched_reference(pooled, scorer, budget)
+    if lexical:  # the lexical features decide some walks, so serving them wrongly would show
+        assert want != batched_reference(pooled, without_lexical_weights(scorer), budget)
     policy = make_policy("router", scorer=scorer, device="cpu")
     got = served(policy, pooled, budget)
     assert set(want) == set(got) and len(want) >= 45
