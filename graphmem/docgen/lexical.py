@@ -26,7 +26,8 @@ INTRO = """# Lexical baselines: BM25 and hybrid retrieval
 The retrieval a practitioner reaches for first, on the same graphs and budget as every other policy
 (12 nodes, 2,500 tokens): `bm25` ranks the nodes of the query's graph by Okapi BM25 of their texts
 (nodes sharing no term with the query last, by id, so the budget is always used), `hybrid` fuses
-that ranking with the dense (cosine) one by reciprocal rank, and `entry_selector=hybrid` gives any walk (`beta_bfs`, `ppr`, `uniform_bfs`, `router`, `gnn`) the first fused nodes as entries.
+that ranking with the dense (cosine) one by reciprocal rank, and `entry_selector=hybrid` gives any walk
+(`beta_bfs`, `ppr`, `uniform_bfs`, `router`, `gnn`) the first fused nodes as entries.
 
 ```bash
 python scripts/evaluate.py data=locomo 'policies=[dense_topk,bm25,hybrid]'
