@@ -168,7 +168,7 @@ def render(results_dir: Path) -> str:
         "",
         "### Training on the same neighbourhoods",
         "",
-        "`rl/gnn_train.py` (`train.neighbourhood: true`, the default) scores each question's candidates",
+        "`rl/gnn/train.py` (`train.neighbourhood: true`, the default) scores each question's candidates",
         "(the nodes within `max_hops` out-edge hops of its entries: every node the walk can score) from a",
         "batch of subgraphs, one per question, and the losses compare the candidates only. Where the",
         "candidates' balls cover most of a small graph, one full-graph pass shared by the batch gives the",
