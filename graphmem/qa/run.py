@@ -323,6 +323,16 @@ def evaluate_qa(
     return result
 
 
+def qa_failure(result: QAResult) -> str | None:
+    """Why ``result`` measured nothing: every answer call failed, or every judge call did; else ``None``."""
+    s = result.summary.get("overall") or {}
+    if s.get("n") and not s.get("answered"):
+        return f"all {s['n']} answer calls failed ({result.info.get('answer_model')})"
+    if s.get("judge_failures") and not s.get("judged"):
+        return f"all {s['judge_failures']} judge calls failed ({result.info.get('judge_model')})"
+    return None
+
+
 def summary_lines(result: QAResult) -> list[str]:
     """A printable summary: one line per group, then models and failures."""
     lines = [
