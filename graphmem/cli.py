@@ -171,7 +171,8 @@ def guard_argv(argv: list[str] | None = None) -> None:
         key = key.lstrip("+~")
         if "${" in value:  # an interpolation: resolved, and checked, by preflight inside the run
             continue
-        if looks_like_key(value) or (key.endswith("api_key_env") and value not in ("", "null") and not is_variable_name(value)):
+        named = key.endswith("api_key_env") and value not in ("", "null")
+        if looks_like_key(value) or (named and not is_variable_name(value)):
             print(
                 f"error: {key}: the value looks like an API key; export the key as an environment variable and "
                 "give the variable's name to api_key_env instead (nothing was written)",
@@ -187,7 +188,7 @@ def check_out_dir(path: str | Path, key: str = "out_dir") -> Path:
         if folder.exists():
             if not folder.is_dir():
                 what = "is" if folder == path else f"lies under {folder}, which is"
-                raise ConfigError(f"{key}={path} {what} an existing file, not a folder: choose a folder for the outputs")
+                raise ConfigError(f"{key}={path} {what} an existing file, not a folder: choose a folder for outputs")
             break
     return path
 

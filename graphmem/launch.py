@@ -64,7 +64,7 @@ def check_command_line(
             name = next(it, name)
         elif arg.startswith("--config-name="):
             name = arg.split("=", 1)[1]
-        elif arg in ("-cp", "--config-path", "-cd", "--config-dir") or arg.startswith(("--config-path", "--config-dir")):
+        elif arg in ("-cp", "-cd") or arg.startswith(("--config-path", "--config-dir")):
             return  # another config source: the checks inside the run still apply
         elif not arg.startswith("-"):
             overrides.append(arg)

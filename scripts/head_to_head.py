@@ -50,11 +50,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import METRICS, guard_argv, load_graphset, run_or_exit
+from graphmem.cli import METRICS, load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy
 from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
+from graphmem.launch import check_command_line
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.router import RouterPolicy
@@ -381,5 +382,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("head_to_head")  # every job's config composed and checked before Hydra writes .hydra/
     main()

@@ -33,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_gnn import set_threads, split_examples  # noqa: E402  (sibling scripts)
 from train_writer import plot_curve, run_writer  # noqa: E402
 
-from graphmem.cli import guard_argv, load_graphset, restrict_graphs, run_or_exit  # noqa: E402
+from graphmem.cli import load_graphset, restrict_graphs, run_or_exit  # noqa: E402
 from graphmem.graphset import GraphConfig  # noqa: E402
+from graphmem.launch import check_command_line  # noqa: E402
 from graphmem.policies.base import Budget  # noqa: E402
 from rl.gnn_train import GNNTrainConfig, evidence_recall, load_reader, save_checkpoint, train_reader  # noqa: E402
 from rl.grpo_writer import WriterConfig, load_writer, rewrite_graph  # noqa: E402
@@ -128,5 +129,5 @@ def run(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("writer")  # every job's config composed and checked before Hydra writes .hydra/
     main()

@@ -43,7 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import (
     METRICS,
-    guard_argv,
+    check_out_dir,
     load_graphset,
     make_configured_policy,
     policy_config,
@@ -56,6 +56,7 @@ from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
 from graphmem.graphset import GraphSet, check_configs, open_train_graphset, union
 from graphmem.io import atomic_write
+from graphmem.launch import check_command_line
 from graphmem.plots import plot_learning_curves
 from graphmem.policies import POLICIES, Budget
 from graphmem.policies.router import RouterPolicy
@@ -129,15 +130,18 @@ def output_dir(cfg: DictConfig) -> Path:
     return Path(hydra.utils.to_absolute_path(cfg.out_dir))
 
 
-def run(cfg: DictConfig) -> dict[str, Any] | None:
-    world = init_from_env(str(cfg.trainer.run.device))
-    if world.distributed:
-        raise ValueError("scripts/train.py trains the walk in one process; run it without torchrun")
-    out = output_dir(cfg)
+def check(cfg: DictConfig):
+    """Every setting checked before any work: the run folder, budget, variants, baselines, folds, data/graph."""
+    out = check_out_dir(output_dir(cfg))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
-    for name, overrides in variants.items():  # reject impossible settings before any work
+    for name, overrides in variants.items():
+        if not isinstance(overrides, dict):
+            raise ValueError(
+                f"variants.{name} must be a mapping of trainer overrides ({{}} for none), got {overrides!r}; "
+                f"~variants.{name} drops the variant"
+            )
         TrainConfig.merged(base, overrides)
     stats = stats_config(cfg)
     reference = stats.get("reference")
@@ -164,6 +168,14 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         )
     check_fraction("cv.val_fraction", cfg.cv.val_fraction)
     check_configs(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True))
+    return out, budget, base, variants, baselines
+
+
+def run(cfg: DictConfig) -> dict[str, Any] | None:
+    world = init_from_env(str(cfg.trainer.run.device))
+    if world.distributed:
+        raise ValueError("scripts/train.py trains the walk in one process; run it without torchrun")
+    out, budget, base, variants, baselines = check(cfg)
     run_cfg = base.get("run") or {}
     device = world.device(resolve_device(run_cfg.get("device", "auto")))
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -344,5 +356,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("train", lambda cfg: check(cfg)[0])  # every job's config, before Hydra writes .hydra/
     main()

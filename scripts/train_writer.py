@@ -35,10 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_gnn import set_threads, split_parts  # noqa: E402  (sibling script: shared split)
 
 from graphmem.build.entities import make_entity_extractor  # noqa: E402
-from graphmem.cli import guard_argv, load_graphset, run_or_exit  # noqa: E402
+from graphmem.cli import load_graphset, run_or_exit  # noqa: E402
 from graphmem.eval.harness import write_jsonl  # noqa: E402
 from graphmem.eval.report import write_json  # noqa: E402
 from graphmem.io import atomic_write  # noqa: E402
+from graphmem.launch import check_command_line  # noqa: E402
 from graphmem.tracking import experiment_group  # noqa: E402
 from rl.gnn_train import load_reader  # noqa: E402
 from rl.grpo_writer import (  # noqa: E402
@@ -216,5 +217,5 @@ def run(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("writer")  # every job's config composed and checked before Hydra writes .hydra/
     main()
