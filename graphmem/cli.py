@@ -181,6 +181,17 @@ def guard_argv(argv: list[str] | None = None) -> None:
             sys.exit(2)
 
 
+def check_int(cfg: Any, key: str, minimum: int | None = None) -> int:
+    """The integer at dotted ``key`` of ``cfg``; ``ConfigError`` naming the key when it is none (or < ``minimum``)."""
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, key)
+    if not isinstance(value, int) or isinstance(value, bool) or (minimum is not None and value < minimum):
+        bound = "" if minimum is None else f" >= {minimum}"
+        raise ConfigError(f"{key} must be an integer{bound}, got {value!r}")
+    return value
+
+
 def check_out_dir(path: str | Path, key: str = "out_dir") -> Path:
     """``path`` as the folder of a run's outputs; :class:`ConfigError` when it, or a folder above it, is a file."""
     path = Path(path)

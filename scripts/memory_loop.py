@@ -41,7 +41,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import check_out_dir, load_graphset, run_or_exit
+from graphmem.cli import check_int, check_out_dir, load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
@@ -126,10 +126,8 @@ def beta_recall(gs: GraphSet, name: str, graph, idx: list[int], budget: Budget) 
 def check(cfg: DictConfig) -> Path:
     """Refuse an impossible config before any work; returns the run's folder."""
     out = check_out_dir(hydra.utils.to_absolute_path(cfg.out_dir))
-    for key in ("n_questions", "max_consecutive_failures"):
-        value = cfg.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if key == "n_questions" else 0):
-            raise ValueError(f"{key} must be an integer >= {1 if key == 'n_questions' else 0}, got {value!r}")
+    check_int(cfg, "n_questions", 1)
+    check_int(cfg, "max_consecutive_failures", 0)
     LLMConfig.from_dict(OmegaConf.to_container(cfg.llm, resolve=True))
     Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     if cfg.entry_selector != "llm":

@@ -43,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import (
     METRICS,
+    check_int,
     check_out_dir,
     load_graphset,
     make_configured_policy,
@@ -162,6 +163,7 @@ def check(cfg: DictConfig):
             raise ValueError(f"baseline {name!r} cannot be built from its policy config: {err}") from None
     for name in fold_baseline_config(cfg):
         POLICIES.resolve(name)
+    check_int(cfg, "cv.k"), check_int(cfg, "cv.seed")
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
         raise ValueError(
             f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}"
