@@ -65,11 +65,12 @@ def test_values_shaped_unlike_a_variable_name_are_keys(value):
     assert not is_variable_name(value)
 
 
-def test_a_hex_key_given_as_api_key_env_is_refused_before_hydra_and_written_nowhere(small_set, tmp_path):
+def test_a_hex_key_given_as_api_key_env_is_refused_before_hydra_and_written_nowhere(tmp_path):
+    missing = f"graphset={tmp_path / 'missing'}"  # a run that got past the check stops at once, having written
     runs = [
-        ("evaluate.py", "qa.enabled=true", f"qa.answer.llm.api_key_env={HEX_KEY}", f"graphset={small_set}"),
-        ("memory_loop.py", "llm.api_key_env=${oc.env:GM_TEST_HIDDEN}", f"graphset={small_set}"),
-        ("train.py", "+llm=openai", f"llm.api_key_env={HEX_KEY.upper()}", f"graphset={small_set}"),
+        ("evaluate.py", "qa.enabled=true", f"qa.answer.llm.api_key_env={HEX_KEY}", missing),
+        ("memory_loop.py", "llm.api_key_env=${oc.env:GM_TEST_HIDDEN}", missing),
+        ("train.py", "+llm=openai", f"llm.api_key_env={HEX_KEY.upper()}", missing),
     ]
     for script, *args in runs:
         proc = _run(script, *args, f"out_dir={tmp_path / 'out'}", tmp_path=tmp_path, GM_TEST_HIDDEN=HEX_KEY.upper())
