@@ -14,7 +14,8 @@ Every script runs its work through :func:`run_or_exit`, which first checks the w
 
 :func:`guard_argv` runs before Hydra parses the command line, so an override whose value looks
 like a key is refused before Hydra writes it to ``.hydra/overrides.yaml`` or W&B records the
-command line.
+command line; :func:`graphmem.launch.check_command_line` calls it, then composes and checks every
+job's config (:func:`preflight` and the script's own checks) before Hydra starts the first.
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     plan = plan_run(cfg)
     qa_settings = _qa_settings(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)
-    with open_run_folder(plan.out_dir, config, resume=False, artifacts=ARTIFACTS) as folder:
+    with open_run_folder(plan.out_dir, config, resume=False, artifacts=ARTIFACTS, resume_hint=None) as folder:
         return _evaluate(cfg, plan, qa_settings, folder.run_id)
 
 
