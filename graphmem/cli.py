@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from graphmem.errors import InputError
+from graphmem.errors import InputError, NothingMeasuredError
 
 _KEY_PREFIXES = ("sk-", "sk_", "rk_", "hf_", "ghp_", "gho_", "ghs_", "github_pat_", "glpat-", "xox", "AKIA", "AIza")
 _VARIABLE_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
@@ -208,13 +208,17 @@ def check_out_dir(path: str | Path, key: str = "out_dir") -> Path:
 def run_or_exit(run: Callable[[Any], Any], cfg: Any, errors: tuple[type[BaseException], ...] = ()) -> Any:
     """:func:`preflight`, then ``run(cfg)``; an input error prints one ``error: ...`` line and exits with status 2.
 
-    Input errors are ``ValueError``, ``KeyError``, :class:`graphmem.errors.InputError` and ``errors``.
+    Input errors are ``ValueError``, ``KeyError``, :class:`graphmem.errors.InputError` and ``errors``;
+    a :class:`graphmem.errors.NothingMeasuredError` (every LLM call failed) exits with status 3.
     Scripts check their whole config before any work, so config errors arrive before anything is
     loaded; data, graph, checkpoint and run-folder errors name the file, record or field.
     """
     try:
         preflight(cfg)
         return run(cfg)
+    except NothingMeasuredError as err:
+        print(f"error: {' '.join(line.strip() for line in str(err).splitlines())}", file=sys.stderr)
+        sys.exit(3)
     except (ValueError, KeyError, InputError, *errors) as err:
         message = str(err).strip().splitlines() or [type(err).__name__]
         print(f"error: {' '.join(line.strip() for line in message)}", file=sys.stderr)

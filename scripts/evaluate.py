@@ -24,7 +24,6 @@ exit status 3 and no ``results.json``.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ from graphmem.cli import (
     restrict_graphs,
     run_or_exit,
 )
+from graphmem.errors import NothingMeasuredError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
 from graphmem.eval.report import full_report, paired_table, results_payload, table_data, write_json
 from graphmem.eval.stats import PairedComparison, compare_policies
@@ -76,7 +76,6 @@ ARTIFACTS = (
     "wandb",
 )
 """What a run writes in its folder: a fresh run moves an earlier run's aside (rl.run_folder)."""
-EXIT_FAILURES = 3  # every answer call of a QA run failed
 
 __all__ = ["ConfigError", "evaluate", "plan_run", "restrict_graphs"]
 
@@ -184,8 +183,7 @@ def _evaluate(cfg: DictConfig, plan: Plan, qa_settings, run_id: str) -> dict[str
             qa_results[name] = _run_qa(qa_settings, gs, main_result, out, cfg.progress, qa_shared)
             failed = _qa_failure(qa_results[name])
             if failed:  # the endpoint is not answering: stop, with no results.json to read as a result
-                print(f"error: QA of {name}: {failed}; no results.json written", file=sys.stderr)
-                sys.exit(EXIT_FAILURES)
+                raise NothingMeasuredError(f"QA of {name}: {failed}; no results.json written")
 
     paired = _paired(cfg, plan, results)
     report = full_report(results, paired) + (_qa_report(qa_results) if qa_results else "")

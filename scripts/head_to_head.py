@@ -51,6 +51,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import METRICS, load_graphset, run_or_exit
+from graphmem.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy
 from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from graphmem.graphset import GraphSet
@@ -237,6 +238,8 @@ def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[
             "seconds": round(time.perf_counter() - t0, 1),
         }
         if client is not None:
+            if failed := client.all_calls_failed():  # counters never moved: before = after is no measurement
+                raise NothingMeasuredError(f"feedback source llm: {failed}")
             rows[source]["llm"] = {"model": client.model, "local_substitute": client.is_local_substitute}
             rows[source]["llm_failures"] = client.failure_summary()["by_role_kind"]
         log.info(

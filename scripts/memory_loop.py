@@ -214,11 +214,9 @@ def _run(cfg: DictConfig, out: Path, run_id: str) -> dict[str, Any]:
         usage = client.usage_report()
         failures = client.failure_summary()
         n_failed = sum(r["failed"] is not None for r in rows)
-        calls = usage["total"].get("calls", 0)
         if not stopped and rows and n_failed == len(rows):
             stopped = f"every one of the {len(rows)} examples failed"
-        elif not stopped and calls and usage["total"].get("failures", 0) >= calls:
-            stopped = f"every one of the {calls} LLM calls failed"
+        stopped = stopped or client.all_calls_failed()
         ran = idx[: len(rows)]  # before and after on the same questions: those the loop ran
         summary = {
             "run_id": run_id,

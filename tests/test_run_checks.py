@@ -12,6 +12,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from graphmem.cli import is_variable_name, run_or_exit
+from graphmem.errors import NothingMeasuredError
+from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.lockfile import FileLock
 from tests import script_runner
 from tests.script_loader import load_script
@@ -198,3 +200,21 @@ def test_impossible_values_are_one_line_errors_before_any_work(small_set, tmp_pa
     proc = _run(script, *args, tmp_path=tmp_path)
     assert message in _error(proc)
     assert not (tmp_path / "hydra").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_client_whose_every_call_failed_says_so_and_the_script_exits_3(capsys):
+    messages = [{"role": "user", "content": "Which city?"}]
+    dead = LLMClient(LLMConfig(model="gpt-4o-mini", mock_response="litellm.RateLimitError", max_retries=0))
+    assert dead.all_calls_failed() is None  # no call made yet: nothing to say
+    assert dead.complete("reflector", messages) is None and dead.complete("reflector", messages) is None
+    assert dead.all_calls_failed() == "all 2 calls to gpt-4o-mini failed"
+    alive = LLMClient(LLMConfig(model="gpt-4o-mini", mock_response="Paris", max_retries=0))
+    assert alive.complete("reflector", messages).text == "Paris" and alive.all_calls_failed() is None
+
+    def feedback_run(cfg):
+        raise NothingMeasuredError(f"feedback source llm: {dead.all_calls_failed()}")
+
+    with pytest.raises(SystemExit) as stop:
+        run_or_exit(feedback_run, {})
+    assert stop.value.code == 3
+    assert capsys.readouterr().err == "error: feedback source llm: all 2 calls to gpt-4o-mini failed\n"
