@@ -7,13 +7,15 @@ Every script runs its work through :func:`run_or_exit`, which first checks the w
 
 * every ``device`` (and ``*_devices`` list) must exist here: ``cuda`` needs CUDA, ``cuda:3`` four
   GPUs, ``mps`` Apple's backend;
-* every ``api_key_env`` must be the name of an environment variable, not a key: a value that
-  looks like a key is refused (and scrubbed from Hydra's ``.hydra`` dumps); a name that no set
-  variable has gets a warning.
+* every ``api_key_env`` must be the name of an environment variable, not a key (:func:`is_variable_name`:
+  upper-case letters, digits and ``_``, words of at most 20 characters, at most 4 digits); any other
+  value is refused as a key, in a message that does not repeat it (and scrubbed from Hydra's
+  ``.hydra`` dumps); a name that no set variable has gets a warning.
 
 :func:`guard_argv` runs before Hydra parses the command line, so an override whose value looks
 like a key is refused before Hydra writes it to ``.hydra/overrides.yaml`` or W&B records the
-command line.
+command line; :func:`graphmem.launch.check_command_line` calls it, then composes and checks every
+job's config (:func:`preflight` and the script's own checks) before Hydra starts the first.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from graphmem.errors import InputError
+from graphmem.errors import InputError, NothingMeasuredError
 
 _KEY_PREFIXES = ("sk-", "sk_", "rk_", "hf_", "ghp_", "gho_", "ghs_", "github_pat_", "glpat-", "xox", "AKIA", "AIza")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VARIABLE_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 # the test-set metrics the training and comparison scripts tabulate
@@ -49,6 +51,20 @@ def looks_like_key(value: Any) -> bool:
         return True
     mixed = re.search(r"[a-z]", v) and re.search(r"[A-Z]", v) and re.search(r"[0-9]", v)
     return len(v) >= 32 and bool(re.fullmatch(r"[A-Za-z0-9_\-.]+", v)) and bool(mixed)
+
+
+def is_variable_name(value: Any) -> bool:
+    """True for a conventional environment-variable name such as ``OPENAI_API_KEY``, the only values
+    ``api_key_env`` accepts.
+
+    The name is ``[A-Z_][A-Z0-9_]*`` of at most 64 characters, no ``_``-separated word is longer than
+    20 characters, and it holds at most 4 digits. Keys fail these: they mix lower case in
+    (``sk-...``, lower-case hex), or run 32+ characters without a separator, or are dense in digits
+    (upper-case hex or base32: a 32-character hex key holds about 20 digits).
+    """
+    if not isinstance(value, str) or not _VARIABLE_NAME.fullmatch(value) or looks_like_key(value):
+        return False
+    return max(len(word) for word in value.split("_")) <= 20 and sum(c.isdigit() for c in value) <= 4
 
 
 def check_device(value: Any, key: str) -> None:
@@ -78,10 +94,11 @@ def check_api_key_env(value: Any, key: str) -> str | None:
     """Refuse an ``api_key_env`` holding a key; return a warning when it names no set variable."""
     if value in (None, ""):
         return None
-    if looks_like_key(value) or not _ENV_NAME.fullmatch(str(value)):
+    if not is_variable_name(value):
         raise ValueError(
-            f"{key} must name the environment variable that holds the key (e.g. OPENAI_API_KEY), and this value "
-            "looks like a key itself: export it as a variable instead (the value was not written anywhere)"
+            f"{key} must name the environment variable that holds the key (an upper-case name such as "
+            "OPENAI_API_KEY), and this value looks like a key itself: export it as a variable instead "
+            "(the value was not written anywhere)"
         )
     if not os.environ.get(str(value)):
         return f"warning: {key}={value} names no set environment variable: calls to that model go without a key"
@@ -99,8 +116,9 @@ def _leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix, value
 
 
-def preflight(cfg: Any) -> list[str]:
-    """Check every device and ``api_key_env`` in ``cfg`` (module docstring); returns the warnings printed."""
+def preflight(cfg: Any, quiet: bool = False) -> list[str]:
+    """Check every device and ``api_key_env`` in ``cfg`` (module docstring); returns the warnings
+    (printed unless ``quiet``)."""
     try:
         from omegaconf import DictConfig, OmegaConf
     except ImportError:  # pragma: no cover - hydra-core is a core dependency
@@ -122,7 +140,8 @@ def preflight(cfg: Any) -> list[str]:
                 raise
             if warning:
                 warnings.append(warning)
-                print(warning, file=sys.stderr)
+                if not quiet:
+                    print(warning, file=sys.stderr)
     return warnings
 
 
@@ -153,7 +172,8 @@ def guard_argv(argv: list[str] | None = None) -> None:
         key = key.lstrip("+~")
         if "${" in value:  # an interpolation: resolved, and checked, by preflight inside the run
             continue
-        if looks_like_key(value) or (key.endswith("api_key_env") and value and not _ENV_NAME.fullmatch(value)):
+        named = key.endswith("api_key_env") and value not in ("", "null")
+        if looks_like_key(value) or (named and not is_variable_name(value)):
             print(
                 f"error: {key}: the value looks like an API key; export the key as an environment variable and "
                 "give the variable's name to api_key_env instead (nothing was written)",
@@ -162,16 +182,43 @@ def guard_argv(argv: list[str] | None = None) -> None:
             sys.exit(2)
 
 
+def check_int(cfg: Any, key: str, minimum: int | None = None) -> int:
+    """The integer at dotted ``key`` of ``cfg``; ``ConfigError`` naming the key when it is none (or < ``minimum``)."""
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, key)
+    if not isinstance(value, int) or isinstance(value, bool) or (minimum is not None and value < minimum):
+        bound = "" if minimum is None else f" >= {minimum}"
+        raise ConfigError(f"{key} must be an integer{bound}, got {value!r}")
+    return value
+
+
+def check_out_dir(path: str | Path, key: str = "out_dir") -> Path:
+    """``path`` as the folder of a run's outputs; :class:`ConfigError` when it, or a folder above it, is a file."""
+    path = Path(path)
+    for folder in (path, *path.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                what = "is" if folder == path else f"lies under {folder}, which is"
+                raise ConfigError(f"{key}={path} {what} an existing file, not a folder: choose a folder for outputs")
+            break
+    return path
+
+
 def run_or_exit(run: Callable[[Any], Any], cfg: Any, errors: tuple[type[BaseException], ...] = ()) -> Any:
     """:func:`preflight`, then ``run(cfg)``; an input error prints one ``error: ...`` line and exits with status 2.
 
-    Input errors are ``ValueError``, ``KeyError``, :class:`graphmem.errors.InputError` and ``errors``.
+    Input errors are ``ValueError``, ``KeyError``, :class:`graphmem.errors.InputError` and ``errors``;
+    a :class:`graphmem.errors.NothingMeasuredError` (every LLM call failed) exits with status 3.
     Scripts check their whole config before any work, so config errors arrive before anything is
     loaded; data, graph, checkpoint and run-folder errors name the file, record or field.
     """
     try:
         preflight(cfg)
         return run(cfg)
+    except NothingMeasuredError as err:
+        print(f"error: {' '.join(line.strip() for line in str(err).splitlines())}", file=sys.stderr)
+        sys.exit(3)
     except (ValueError, KeyError, InputError, *errors) as err:
         message = str(err).strip().splitlines() or [type(err).__name__]
         print(f"error: {' '.join(line.strip() for line in message)}", file=sys.stderr)

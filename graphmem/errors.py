@@ -4,9 +4,14 @@ Config values, data files, graph sets, checkpoints and run folders that cannot b
 error of their own type (``GraphSetError``, ``CheckpointError``, ``RunFolderError``, ...) that also
 derives from :class:`InputError`. :func:`graphmem.cli.run_or_exit` prints such an error as one
 ``error: ...`` line naming the file, record or field, and exits with status 2; any other
-exception is a bug and keeps its traceback.
+exception is a bug and keeps its traceback. A run that worked but measured nothing (every call to
+an LLM failed) raises :class:`NothingMeasuredError`: one ``error:`` line and exit status 3.
 """
 
 
 class InputError(Exception):
     """A problem with what the run was given (config, data, graph, checkpoint, folder), not with the code."""
+
+
+class NothingMeasuredError(RuntimeError):
+    """The run could not measure what it is for (e.g. every LLM call failed); scripts exit with status 3."""

@@ -46,11 +46,12 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import guard_argv, run_or_exit
+from graphmem.cli import run_or_exit
 from graphmem.device import resolve_device
 from graphmem.eval.scaling import bench_policy, make_queries, scaling_sweep
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
+from graphmem.launch import check_command_line
 from graphmem.peak_memory import PeakMemory
 from graphmem.policies import Budget, Query, Scope
 from graphmem.synthetic import make_synthetic_graph
@@ -572,5 +573,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("benchmark")  # every job's config composed and checked before Hydra writes .hydra/
     main()

@@ -19,9 +19,10 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import ConfigError, guard_argv, run_or_exit
+from graphmem.cli import ConfigError, run_or_exit
 from graphmem.graph import MemoryGraph
 from graphmem.graphset import check_configs, graphset_dir, reuse_or_build
+from graphmem.launch import check_command_line
 from graphmem.tracking import experiment_group, graphset_artifact, make_tracker
 
 log = logging.getLogger(__name__)
@@ -193,5 +194,5 @@ def _track(cfg, run_dir: Path, dataset: str, out_dir: Path, status: str, summary
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("build_graph")  # every job's config composed and checked before Hydra writes .hydra/
     main()

@@ -18,8 +18,9 @@ import torch
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import guard_argv, run_or_exit
+from graphmem.cli import run_or_exit
 from graphmem.graphset import GraphSet
+from graphmem.launch import check_command_line
 from graphmem.setstore import add_files
 from graphmem.vector_index import IndexSpec, VectorIndexError, index_files, index_for
 
@@ -52,5 +53,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("build_index")  # every job's config composed and checked before Hydra writes .hydra/
     main()

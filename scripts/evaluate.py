@@ -11,10 +11,14 @@ Every table carries paired per-question statistics against ``stats.reference`` (
 ``dense_topk``, evaluated too when not listed): mean difference, bootstrap CI and paired t-test
 p-value (:mod:`graphmem.eval.stats`).
 
-Writes into the run directory (``out_dir``, default Hydra's): ``results.json``, ``results.md``,
-``questions_<policy>.jsonl`` and ``budget_sweep.png``; tracks the tables and files through
+Writes into the run directory (``out_dir``, default Hydra's), which the run owns
+(:mod:`rl.common.run_folder`: a live run's folder is refused, an earlier run's files are moved into
+``replaced-<run id>/``, ``run.json`` and ``results.json`` carry the run id): ``results.json``,
+``results.md``, ``questions_<policy>.jsonl`` and ``budget_sweep.png``; tracks the tables and files through
 :mod:`graphmem.tracking` (W&B offline by default). The whole config is checked before any
-graph is loaded or built.
+graph is loaded or built, for every job of a ``-m`` sweep before the first starts
+(:mod:`graphmem.launch`). In QA mode, a policy whose every answer call failed stops the run with
+exit status 3 and no ``results.json``.
 """
 
 from __future__ import annotations
@@ -33,18 +37,19 @@ import graphmem.config  # noqa: F401  (registers the config-group schemas before
 from graphmem.checkpoint import check_policies
 from graphmem.cli import (
     ConfigError,
-    guard_argv,
+    check_out_dir,
     load_graphset,
     make_configured_policy,
     policy_config,
     restrict_graphs,
     run_or_exit,
 )
-from graphmem.errors import InputError
+from graphmem.errors import InputError, NothingMeasuredError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
 from graphmem.eval.report import full_report, paired_table, results_payload, table_data, write_json
 from graphmem.eval.stats import PairedComparison, compare_policies
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet
+from graphmem.launch import check_command_line
 from graphmem.paths import check_name, run_path
 from graphmem.plots import plot_recall_vs_budget, plot_retrieval, sweep_values
 from graphmem.policies import POLICIES, Budget, TraversalPolicy
@@ -58,8 +63,21 @@ from graphmem.tracking import (
     use_graphset,
 )
 from graphmem.tracking.artifacts import artifact_name
+from rl.common.run_folder import open_run_folder
 
 log = logging.getLogger(__name__)
+
+ARTIFACTS = (
+    "results.json",
+    "results.md",
+    "questions_*.jsonl",
+    "qa_*.jsonl",
+    "budget_sweep.png",
+    "question_*.png",
+    "tracking",
+    "wandb",
+)
+"""What a run writes in its folder: a fresh run moves an earlier run's aside (rl.common.run_folder)."""
 
 __all__ = ["ConfigError", "evaluate", "plan_run", "restrict_graphs"]
 
@@ -92,7 +110,9 @@ def plan_run(cfg: DictConfig) -> Plan:
         raise ConfigError(f"invalid budget: {err}") from None
     if cfg.get("latency", "served") not in ("served", "batch"):
         raise ConfigError(f"latency must be 'served' or 'batch', got {cfg.get('latency')!r}")
-    names = list(cfg.policies) if cfg.get("policies") else [cfg.policy.name]
+    names = list(cfg.policies) if cfg.get("policies") is not None else [cfg.policy.name]
+    if not names:
+        raise ConfigError("policies=[] lists no policy: name at least one, or policies=null for the `policy` group")
     stats = cfg.get("stats") or {}
     reference = stats.get("reference")
     n_boot, level = stats.get("n_boot", 10_000), stats.get("level", 0.95)
@@ -127,16 +147,22 @@ def plan_run(cfg: DictConfig) -> Plan:
         if not HydraConfig.initialized():
             raise ConfigError("out_dir is not set and no Hydra run directory exists")
         out_dir = HydraConfig.get().runtime.output_dir
-    return Plan(data, graph, budget, sweep, policies, Path(out_dir), reference or None, configs)
+    out_dir = check_out_dir(hydra.utils.to_absolute_path(str(out_dir)))
+    return Plan(data, graph, budget, sweep, policies, out_dir, reference or None, configs)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
-    """Run the evaluation described by ``cfg`` and return the ``results.json`` payload."""
+    """Run the evaluation described by ``cfg`` in its own run folder and return the ``results.json`` payload."""
     plan = plan_run(cfg)
     qa_settings = _qa_settings(cfg)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    with open_run_folder(plan.out_dir, config, resume=False, artifacts=ARTIFACTS, resume_hint=None) as folder:
+        return _evaluate(cfg, plan, qa_settings, folder.run_id)
+
+
+def _evaluate(cfg: DictConfig, plan: Plan, qa_settings, run_id: str) -> dict[str, Any]:
     torch.manual_seed(int(cfg.seed))
     out = plan.out_dir
-    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     gs = load_graphset(cfg, asdict(plan.data), asdict(plan.graph))
     gs = restrict_graphs(gs, cfg.get("graphs"), cfg.get("graphs_part") or "test")
@@ -162,6 +188,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         write_jsonl(results[-1].rows, run_path(out, f"questions_{name}.jsonl"))
         if qa_settings is not None:
             qa_results[name] = _run_qa(qa_settings, gs, main_result, out, cfg.progress, qa_shared)
+            failed = _qa_failure(qa_results[name])
+            if failed:  # the endpoint is not answering: stop, with no results.json to read as a result
+                raise NothingMeasuredError(f"QA of {name}: {failed}; no results.json written")
 
     paired = _paired(cfg, plan, results)
     report = full_report(results, paired) + (_qa_report(qa_results) if qa_results else "")
@@ -177,6 +206,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "graph": gs.provenance.get("graph"),
         "load_report": gs.report.lines(),
         "seed": int(cfg.seed),
+        "run_id": run_id,
         "reference": plan.reference,
         "policy_configs": plan.policy_configs,
     }
@@ -324,6 +354,12 @@ def _run_qa(settings, gs: GraphSet, result: EvalResult, out: Path, progress: boo
     return qa
 
 
+def _qa_failure(result) -> str | None:
+    from graphmem.qa.run import qa_failure
+
+    return qa_failure(result)
+
+
 def _qa_report(qa_results: dict[str, Any]) -> str:
     lines = [
         "",
@@ -410,5 +446,6 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    # every job's config checked before Hydra writes .hydra/ or the first job starts
+    check_command_line("evaluate", lambda cfg: plan_run(cfg).out_dir, errors=(ConfigError,))
     main()

@@ -51,12 +51,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import METRICS, guard_argv, load_graphset, run_or_exit
+from graphmem.cli import METRICS, load_graphset, run_or_exit
+from graphmem.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import compare_policies
 from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
+from graphmem.launch import check_command_line
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.router import RouterPolicy
@@ -262,6 +264,8 @@ def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[
             "seconds": round(time.perf_counter() - t0, 1),
         }
         if client is not None:
+            if failed := client.all_calls_failed():  # counters never moved: before = after is no measurement
+                raise NothingMeasuredError(f"feedback source llm: {failed}")
             rows[source]["llm"] = {"model": client.model, "local_substitute": client.is_local_substitute}
             rows[source]["llm_failures"] = client.failure_summary()["by_role_kind"]
         log.info(
@@ -407,5 +411,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("head_to_head")  # every job's config composed and checked before Hydra writes .hydra/
     main()

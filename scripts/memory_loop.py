@@ -10,8 +10,9 @@ influence trace, and only then receives feedback on the prediction; the Reflecto
 update the Beta counters (eq. 21) and the Curator's validated edits change the graph, which is
 validated after every edit. The graph is a copy: the saved graph set is not modified.
 
-Beta BFS (embedding entries) evidence recall on the same questions is measured on the graph
-before the loop and after it. Prints the counts of calls, schema-valid replies per role, tokens,
+Beta BFS (embedding entries) evidence recall is measured on the saved graph (before) and on the
+evolved copy (after), both over the questions the loop ran (all ``n_questions`` unless it stopped
+early). Prints the counts of calls, schema-valid replies per role, tokens,
 applied transitions and edits, and discarded items, and writes one JSON line per example
 (``trace.jsonl``) and the totals (``summary.json``) in ``out_dir``. Tracked as one ``evaluate``
 run (:mod:`graphmem.tracking`): per-example counts against the example number, the totals in the
@@ -19,7 +20,10 @@ run summary, one row per example in a table, the graph set as input and the file
 
 Failures are loud: an example whose retrieval or generation call failed stops there, and after
 ``max_consecutive_failures`` failed examples in a row the run stops, writes what it has, prints
-the failure summary and exits with status 3.
+the failure summary and exits with status 3; so does a run in which every example failed, or
+every LLM call did, however few ran. The run owns ``out_dir`` (:mod:`rl.common.run_folder`): a live
+run's folder is refused, an earlier run's files are moved into ``replaced-<run id>/``, and
+``run.json`` and ``summary.json`` carry the run id.
 """
 
 from __future__ import annotations
@@ -37,16 +41,18 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import guard_argv, load_graphset, run_or_exit
+from graphmem.cli import check_int, check_out_dir, load_graphset, run_or_exit
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
+from graphmem.launch import check_command_line
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.memory_loop import ExampleRecord, MemoryLoop
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.selectors import make_entry_selector
 from graphmem.tracking import describe_artifact, experiment_group, graphset_location, make_tracker, use_graphset
+from rl.common.run_folder import open_run_folder
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,8 @@ def feedback_note(answer: str | None) -> Any:
 
 
 EXIT_FAILURES = 3
+ARTIFACTS = ("trace.jsonl", "summary.json", "tracking", "wandb")
+"""What a run writes in its folder: a fresh run moves an earlier run's aside (rl.common.run_folder)."""
 
 
 def record_json(rec: ExampleRecord, question_text: str, elapsed: float) -> dict[str, Any]:
@@ -115,9 +123,27 @@ def beta_recall(gs: GraphSet, name: str, graph, idx: list[int], budget: Budget) 
     return evaluate_policy(BetaBFS(), view, budget, progress=False).overall.get("evidence_recall")
 
 
+def check(cfg: DictConfig) -> Path:
+    """Refuse an impossible config before any work; returns the run's folder."""
+    out = check_out_dir(hydra.utils.to_absolute_path(cfg.out_dir))
+    check_int(cfg, "n_questions", 1)
+    check_int(cfg, "max_consecutive_failures", 0)
+    LLMConfig.from_dict(OmegaConf.to_container(cfg.llm, resolve=True))
+    Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    if cfg.entry_selector != "llm":
+        make_entry_selector(cfg.entry_selector)
+    return out
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
-    out = Path(hydra.utils.to_absolute_path(cfg.out_dir))
-    out.mkdir(parents=True, exist_ok=True)
+    """The loop in its own run folder (a live run's folder is refused, an earlier run's files moved aside)."""
+    out = check(cfg)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    with open_run_folder(out, config, resume=False, artifacts=ARTIFACTS, resume_hint=None) as folder:
+        return _run(cfg, out, folder.run_id)
+
+
+def _run(cfg: DictConfig, out: Path, run_id: str) -> dict[str, Any]:
     gs: GraphSet = load_graphset(cfg)
     name = cfg.graph_name or sorted(gs.graphs)[0]
     if name not in gs.graphs:
@@ -151,7 +177,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     )
     loop = MemoryLoop(client, BetaBFS(entry_selector=selector), embed=embed, budget=budget, max_tokens=max_tokens)
     nodes0, edges0 = graph.num_nodes, graph.num_edges
-    recall_before = beta_recall(gs, name, graph, idx, budget)
     log.info("graph %s: %d nodes, %d edges; %d questions; model %s", name, nodes0, edges0, len(idx), client.model)
     group = experiment_group("evaluate", gs.dataset)
     with make_tracker(cfg.logger, cfg, out, name=f"memory_loop-{name}", job_type="evaluate", group=group) as tracker:
@@ -188,11 +213,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         graph.validate()
         usage = client.usage_report()
         failures = client.failure_summary()
+        n_failed = sum(r["failed"] is not None for r in rows)
+        if not stopped and rows and n_failed == len(rows):
+            stopped = f"every one of the {len(rows)} examples failed"
+        stopped = stopped or client.all_calls_failed()
+        ran = idx[: len(rows)]  # before and after on the same questions: those the loop ran
         summary = {
+            "run_id": run_id,
             "graph": name,
             "questions": len(idx),
             "examples_run": len(rows),
-            "examples_failed": sum(r["failed"] is not None for r in rows),
+            "examples_failed": n_failed,
             "stopped_early": stopped,
             "loop_wall_s": round(wall, 1),
             "model": usage["model"],
@@ -210,8 +241,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "edits": dict(ops),
             "graph_checks": sum(r["graph_checks"] for r in rows),
             "beta_bfs_recall": {
-                "before": recall_before,
-                "after": beta_recall(gs, name, graph, idx[: len(rows)], budget),
+                "questions": len(ran),
+                "before": beta_recall(gs, name, gs.graphs[name], ran, budget),
+                "after": beta_recall(gs, name, graph, ran, budget),
             },
             "discarded": dict(discarded),
             "client_failures": failures["by_role_kind"],
@@ -255,5 +287,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("memory_loop", check)  # every job's config, before Hydra writes .hydra/
     main()

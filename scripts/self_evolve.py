@@ -29,8 +29,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import guard_argv, load_graphset, restrict_graphs, run_or_exit, set_threads
+from graphmem.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
 from graphmem.graphset import GraphConfig
+from graphmem.launch import check_command_line
 from graphmem.policies.base import Budget
 from rl.gnn.split import split_examples
 from rl.gnn.train import GNNTrainConfig, evidence_recall, load_reader, save_checkpoint, train_reader
@@ -126,5 +127,5 @@ def run(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("writer")  # every job's config composed and checked before Hydra writes .hydra/
     main()

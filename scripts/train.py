@@ -49,7 +49,8 @@ import graphmem.config  # noqa: F401  (registers the config-group schemas before
 from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import (
     METRICS,
-    guard_argv,
+    check_int,
+    check_out_dir,
     load_graphset,
     make_configured_policy,
     policy_config,
@@ -63,6 +64,7 @@ from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
 from graphmem.graphset import GraphSet, check_configs, open_train_graphset, union
 from graphmem.io import atomic_write
+from graphmem.launch import check_command_line
 from graphmem.paths import check_name, run_path
 from graphmem.plots import plot_learning_curves, plot_recall_vs_budget
 from graphmem.policies import POLICIES, Budget
@@ -173,14 +175,19 @@ def output_dir(cfg: DictConfig) -> Path:
     return Path(hydra.utils.to_absolute_path(cfg.out_dir))
 
 
-def run(cfg: DictConfig) -> dict[str, Any] | None:
-    world = init_from_env(str(cfg.trainer.run.device))
-    out = output_dir(cfg)
+def check(cfg: DictConfig):
+    """Every setting checked before any work: the run folder, budget, variants, baselines, folds, data/graph."""
+    out = check_out_dir(output_dir(cfg))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
-    for name, overrides in variants.items():  # reject impossible settings before any work
+    for name, overrides in variants.items():
         check_name("variants", name)
+        if not isinstance(overrides, dict):
+            raise ValueError(
+                f"variants.{name} must be a mapping of trainer overrides ({{}} for none), got {overrides!r}; "
+                f"~variants.{name} drops the variant"
+            )
         TrainConfig.merged(base, overrides)
     stats = stats_config(cfg)
     reference = stats.get("reference")
@@ -203,12 +210,19 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     for name in fold_baseline_config(cfg):
         check_name("fold_baselines", name)
         POLICIES.resolve(name)
+    check_int(cfg, "cv.k"), check_int(cfg, "cv.seed")
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
         raise ValueError(
             f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}"
         )
     check_fraction("cv.val_fraction", cfg.cv.val_fraction)
     check_configs(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True))
+    return out, budget, base, variants, baselines
+
+
+def run(cfg: DictConfig) -> dict[str, Any] | None:
+    world = init_from_env(str(cfg.trainer.run.device))
+    out, budget, base, variants, baselines = check(cfg)
     run_cfg = base.get("run") or {}
     device = world.device(resolve_device(run_cfg.get("device", "auto")))
     config = OmegaConf.to_container(cfg, resolve=True)
@@ -435,5 +449,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("train", lambda cfg: check(cfg)[0])  # every job's config, before Hydra writes .hydra/
     main()

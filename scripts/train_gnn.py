@@ -26,9 +26,10 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.checkpoint import checkpoint_inputs
-from graphmem.cli import guard_argv, load_graphset, run_or_exit, set_threads
+from graphmem.cli import load_graphset, run_or_exit, set_threads
 from graphmem.graphset import check_configs
 from graphmem.io import atomic_write
+from graphmem.launch import check_command_line
 from graphmem.lockfile import FileLock, LockBusyError, describe
 from graphmem.policies.base import Budget
 from graphmem.tracking import experiment_group, graphset_location, make_tracker, use_graphset
@@ -129,5 +130,5 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("gnn")  # every job's config composed and checked before Hydra writes .hydra/
     main()

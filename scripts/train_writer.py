@@ -28,10 +28,11 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import guard_argv, load_graphset, run_or_exit, set_threads
+from graphmem.cli import load_graphset, run_or_exit, set_threads
 from graphmem.eval.harness import write_jsonl
 from graphmem.eval.report import write_json
 from graphmem.io import atomic_write
+from graphmem.launch import check_command_line
 from graphmem.tracking import experiment_group
 from rl.gnn.train import load_reader
 from rl.writer.grpo import WriterConfig
@@ -95,5 +96,5 @@ def run(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    guard_argv()  # before Hydra writes the overrides to .hydra/
+    check_command_line("writer")  # every job's config composed and checked before Hydra writes .hydra/
     main()

@@ -8,13 +8,14 @@ import torch
 from hydra import compose, initialize_config_dir
 from script_loader import load_script
 
+import rl.walk  # noqa: F401  (adds the trainer schema before Hydra composes train)
 from graphmem.checkpoint import CheckpointError, check_policies
 from graphmem.embed import CachedEncoder, HashingEncoder
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet, build_graphset
 from graphmem.policies.gnn import GNNPolicy
 from graphmem.policies.router import RouterPolicy
 from models.gnn_reader import GNNReader, ReaderConfig
-from rl.gnn_train import save_checkpoint as save_reader
+from rl.gnn.train import save_checkpoint as save_reader
 from tests.one_line_errors import error_line, run_script
 
 ROOT = Path(__file__).resolve().parents[1]

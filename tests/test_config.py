@@ -91,8 +91,8 @@ def test_script_refuses_a_wrong_type_before_any_work(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "scripts/evaluate.py", "budget.max_hops=two", f"out_dir={tmp_path / 'o'}"]
     proc = script_runner.run(cmd, cwd=ROOT, env=env, timeout=120)
-    assert proc.returncode == 1
-    assert "budget.max_hops=two" in proc.stderr and "could not be converted to Integer" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1  # one line, before Hydra runs anything
+    assert proc.stderr.startswith("error: budget.max_hops=two") and "could not be converted to Integer" in proc.stderr
     assert not (tmp_path / "o").exists()
 
 
@@ -100,12 +100,11 @@ def test_train_refuses_gamma_abc_at_compose_time(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "scripts/train.py", "trainer.objective.gamma=abc", f"out_dir={tmp_path / 'o'}"]
     proc = script_runner.run(cmd, cwd=ROOT, env=env, timeout=120)
-    assert proc.returncode == 1
-    assert "Error merging override trainer.objective.gamma=abc" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.startswith("error: trainer.objective.gamma=abc: ")
     assert "Value 'abc' of type 'str' could not be converted to Float" in proc.stderr
     assert not (tmp_path / "o").exists()  # refused before the script ran
     flat = script_runner.run(cmd[:2] + ["trainer.gamma=abc", cmd[3]], cwd=ROOT, env=env, timeout=120)
-    assert flat.returncode == 1 and "Could not override 'trainer.gamma'" in flat.stderr  # not a key of the schema
+    assert flat.returncode == 2 and "Could not override 'trainer.gamma'" in flat.stderr  # not a key of the schema
     assert not (tmp_path / "o").exists()
 
 

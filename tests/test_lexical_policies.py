@@ -112,9 +112,9 @@ def _configured(walk: str, overrides: list[str], tmp_path: Path):
 
         cfg["checkpoint"] = str(save_checkpoint(GNNReader(input_dim=8), tmp_path / "reader.pt"))
     if walk == "router":
-        from models.router import QueryRouter
+        from models.walk_scorer import ScorerConfig, WalkScorer
 
-        cfg["router"] = QueryRouter(8)
+        cfg["scorer"] = WalkScorer(ScorerConfig(dim=8, hidden=8))
     return make_configured_policy(cfg)
 
 

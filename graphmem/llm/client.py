@@ -397,6 +397,13 @@ class LLMClient:
             "total": total,
         }
 
+    def all_calls_failed(self) -> str | None:
+        """``"all N calls to <model> failed"`` when calls were made and every one failed, else ``None``."""
+        with self._lock:
+            calls = sum(u.calls for u in self._usage.values())
+            failed = sum(u.failures for u in self._usage.values())
+        return f"all {calls} calls to {self.config.model} failed" if calls and failed >= calls else None
+
     def failure_summary(self) -> dict[str, Any]:
         """Failures by role and kind, with the last few (redacted) messages."""
         with self._lock:

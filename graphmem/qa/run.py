@@ -19,7 +19,9 @@ question whose rule is not ``abstention``), one group per category, ``unanswerab
 (abstention-rule questions, reported apart) and ``all``. Each group: ``n`` questions, of which
 ``answered`` and ``answer_failures``; means **over answered questions** of ``f1``, ``em``,
 ``abstention_rate`` and ``latency_s`` (and its p95), ``judge`` (mean over judged answered
-questions) with ``judged`` and ``judge_failures``; summed ``tokens`` and ``cost_usd``.
+questions) with ``judged`` and ``judge_failures``; summed ``tokens`` and ``cost_usd``. A run in
+which every answer call, or every judge call, failed measured nothing (:func:`qa_failure`): the
+scripts stop with a non-zero exit status instead of reporting it.
 """
 
 from __future__ import annotations
@@ -321,6 +323,17 @@ def evaluate_qa(
         }
     )
     return result
+
+
+def qa_failure(result: QAResult) -> str | None:
+    """Why ``result`` measured nothing: every answer call failed, or every judge call did; else ``None``."""
+    rows = result.rows
+    if rows and all(r["answer_failed"] for r in rows):
+        return f"all {len(rows)} answer calls failed ({result.info.get('answer_model')})"
+    judged = [r["judge_detail"] for r in rows if r["judge_detail"] is not None]
+    if judged and all(v["score"] is None for v in judged):
+        return f"all {len(judged)} judge calls failed ({result.info.get('judge_model')})"
+    return None
 
 
 def summary_lines(result: QAResult) -> list[str]:

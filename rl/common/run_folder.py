@@ -138,6 +138,7 @@ def open_run_folder(
     resume: bool,
     artifacts: Sequence[str] = ("results.json", "results.md"),
     ignore: Sequence[str] = IGNORED,
+    resume_hint: str | None = "trainer.resume=true continues a run instead",
 ) -> RunFolder:
     """Take ``path`` for a run of ``config`` (module docstring); close the returned folder when done.
 
@@ -147,6 +148,8 @@ def open_run_folder(
         artifacts: glob patterns (relative to ``path``) of the files a run writes: an earlier run's
             are moved aside on a fresh start, and their presence without a record refuses a resume.
         ignore: keys a resumed run may change (default: :data:`IGNORED`).
+        resume_hint: how to resume instead, said when an earlier run's files are moved aside
+            (``None`` for a run that cannot resume).
     """
     path = Path(path)
     run_id = new_run_id()
@@ -185,9 +188,8 @@ def open_run_folder(
                 for rel in found:
                     (aside / rel).parent.mkdir(parents=True, exist_ok=True)
                     shutil.move(str(path / rel), str(aside / rel))
-                log.warning(
-                    "%s: an earlier run's files moved to %s (trainer.resume=true continues a run instead)", path, aside
-                )
+                hint = f" ({resume_hint})" if resume_hint else ""
+                log.warning("%s: an earlier run's files moved to %s%s", path, aside, hint)
             record = {"run_id": run_id, "started": time.time(), "config": dict(config)}
             folder = RunFolder(path, run_id, False, record, lock)
         folder._write()
