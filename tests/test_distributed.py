@@ -12,6 +12,7 @@ files written (rank 0 only).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -107,8 +108,25 @@ def test_torchrun_two_ranks_write_the_one_process_checkpoint(tmp_path):
     assert abs(test["ddp"] - test["one"]) < 1e-6
 
 
+def perturbed(t):
+    """``t`` with its scorer's weights randomised (zero-initialised layers included), so the walks read the
+    lexical features of their questions."""
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for p in t.scorer.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    return t
+
+
+def other_questions_lexical(t):
+    """The rollouts' lexical inputs moved one question on (each row reads another question's terms)."""
+    lex = t.train.lexical
+    t.train.lexical = dataclasses.replace(lex, queries=lex.queries[torch.roll(torch.arange(len(lex.queries)), 1)])
+    return lex
+
+
 def test_each_rank_walks_its_rows_of_the_batch_walk():
-    t = trainer(config(run={"device": "cpu"}))
+    t = perturbed(trainer(config(run={"device": "cpu"})))
     rows = torch.arange(len(t.train))[: 2 * (len(t.train) // 2) - 1]  # odd: slices of unequal size
     state = t.generator.get_state()
     whole = t.rollout(rows, "reinforce").episodes
@@ -124,5 +142,36 @@ def test_each_rank_walks_its_rows_of_the_batch_walk():
     # and the draws are what sampled them: other noise walks otherwise
     d = t.train
     noise = batch_noise(d.tables, t.budget, d.entries.shape[1], len(rows), torch.Generator().manual_seed(99))
-    other = walk(d.tables, t.scorer, d.q[rows], d.entries[rows], t.budget, True, 1.0, noise=noise)
+    other = walk(
+        d.tables, t.scorer, d.q[rows], d.entries[rows], t.budget, True, 1.0, noise=noise, lexical=d.lexical[rows]
+    )
     assert not torch.equal(other.loaded, whole.loaded)
+    # ... and each row's lexical inputs are its question's: another question's walk otherwise
+    t.world = World(0, 1)
+    own = other_questions_lexical(t)
+    t.generator.set_state(state)
+    moved = t.rollout(rows, "reinforce").episodes
+    assert not torch.allclose(moved.scores, whole.scores, equal_nan=True)  # (small walks: the actions may agree)
+    t.train.lexical = own
+
+
+def test_each_rank_walks_its_rows_of_the_hage_mdp_episodes():
+    """HAGE's MDP episodes of a batch, split over two ranks (each preparing its episodes with their
+    questions' lexical inputs), are the episodes of the whole batch."""
+    t = perturbed(trainer(config(run={"device": "cpu"}, objective={"rl": "hage_mdp"})))
+    assert t.scorer.config.lexical
+    rows = torch.arange(len(t.train))[: 2 * (len(t.train) // 2) - 1]
+    state = t.generator.get_state()
+    whole = t.rollout(rows, "hage_mdp").episodes
+    own = other_questions_lexical(t)  # the features of other questions walk otherwise: the slices must be right
+    t.generator.set_state(state)
+    assert not torch.equal(t.rollout(rows, "hage_mdp").episodes.action, whole.action)
+    t.train.lexical = own
+    parts = []
+    for rank in range(2):
+        t.world = World(rank, 2)
+        t.generator.set_state(state)
+        parts.append(t.rollout(rows, "hage_mdp").episodes)
+    assert all(p.loaded.shape[0] > 0 for p in parts)
+    assert torch.equal(torch.cat([p.loaded for p in parts]), whole.loaded)
+    assert torch.equal(torch.cat([p.action for p in parts], 1), whole.action)
