@@ -23,7 +23,9 @@ and are not yet known, every edge incident to a node within ``L - 1`` undirected
 (``L`` = the reader's layers). A node's state after ``l`` layers depends only on the states of its
 neighbours (along and against each edge) after ``l - 1`` layers and its own in-edges, so by
 induction every node within ``L - l`` hops of ``T`` has its full-graph state after ``l`` layers;
-the readout at ``v`` reads ``h_v^{(L)}``, ``x_v`` and ``q``. So every score the walk reads equals
+the readout at ``v`` reads ``h_v^{(L)}``, ``x_v``, ``q`` and, with a lexical reader, the lexical features of
+``q`` and ``v`` (:func:`~graphmem.lexical_features.pair_features`, the values the full pass reads from
+:func:`~graphmem.lexical_features.dense_features`). So every score the walk reads equals
 the full-graph pass (up to float summation order), and the policy loads what ``method: full`` (one
 reader pass over every node) loads. The work per query is the edges around at most
 ``max_entries * (1 + D + k D + ... )`` nodes (``D`` the largest out-degree), not ``N``. Where those

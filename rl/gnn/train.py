@@ -17,7 +17,8 @@ question, holding every edge incident to a node within ``L - 1`` undirected hops
 (:func:`graphmem.policies.subgraph.query_subgraphs`, so each candidate's score is its full-graph
 score; where the subgraphs would cover most of a small graph, one shared full-graph pass gives the
 same scores cheaper, :func:`candidate_scores`), and the losses compare the candidates only (gold
-outside ``C`` cannot be loaded). Without it, every node of the graph is scored and compared. The
+outside ``C`` cannot be loaded); a lexical reader reads each subgraph node's features from the example's
+``[B, N, F]`` table, as the full pass does. Without it, every node of the graph is scored and compared. The
 validation recall is that of the policy's walk either way (``method: ball`` and ``full`` load the
 same nodes).
 
