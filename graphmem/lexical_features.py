@@ -46,6 +46,7 @@ FEATURES = ("bm25", "rare", "name", "number", "date")
 NUM_LEXICAL_FEATURES = len(FEATURES)
 KINDS = FEATURES[1:]
 RARE_FRACTION = 0.02
+CPU = torch.device("cpu")  # where the tables are built (from the BM25 index's arrays), whatever the default device
 MONTHS = frozenset(
     "january february march april may june july august september october november december "
     "jan feb mar apr jun jul aug sep sept oct nov dec".split()
@@ -88,7 +89,7 @@ class NodeTerms:
         """The table of a disjoint union of graphs (nodes in the order of ``parts``)."""
         if len(parts) == 1:
             return parts[0]
-        sizes = torch.tensor([int(p.term.numel()) for p in parts])
+        sizes = torch.tensor([int(p.term.numel()) for p in parts], device=parts[0].term.device)
         offsets = torch.cumsum(sizes, 0) - sizes
         rowptr = torch.cat([parts[0].rowptr[:1]] + [p.rowptr[1:] + int(o) for p, o in zip(parts, offsets)])
         return NodeTerms(rowptr, torch.cat([p.term for p in parts]), torch.cat([p.weight for p in parts]))
@@ -174,12 +175,12 @@ def _node_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
     k1, b = index.k1, index.b
     indptr, terms, tf = (torch.from_numpy(a.copy()) for a in (index.indptr, index.terms, index.tf))
     n = int(indptr.numel()) - 1
-    row = torch.repeat_interleave(torch.arange(n), indptr.diff())
-    length = torch.zeros(n, dtype=torch.float64).index_add_(0, row, tf.double())
+    row = torch.repeat_interleave(torch.arange(n, device=CPU), indptr.diff())
+    length = torch.zeros(n, dtype=torch.float64, device=CPU).index_add_(0, row, tf.double())
     avgdl = float(length.mean()) if n and float(length.sum()) else 1.0
     tf = tf.double()
     weight = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length[row] / avgdl))
-    ids = torch.tensor([token_id(t) for t in index.tokens], dtype=torch.long)
+    ids = torch.tensor([token_id(t) for t in index.tokens], dtype=torch.long, device=CPU)
     df = torch.bincount(terms, minlength=len(index.tokens)).tolist()
     lexicon = GraphLexicon(index, {t: d for t, d in zip(index.tokens, df)}, n)
     return NodeTerms(indptr, ids[terms] if terms.numel() else terms, weight.float()), lexicon
@@ -232,15 +233,15 @@ def query_terms(lexicon: GraphLexicon, texts: Sequence[str]) -> QueryTerms:
         norms.append([x if x > 0 else 1.0 for x in total])
         rows.append((toks, values))
     width = max([len(t) for t, _ in rows] + [1])
-    term = torch.zeros(len(rows), width, dtype=torch.long)
-    valid = torch.zeros(len(rows), width, dtype=torch.bool)
-    value = torch.zeros(len(rows), width, NUM_LEXICAL_FEATURES)
+    term = torch.zeros(len(rows), width, dtype=torch.long, device=CPU)
+    valid = torch.zeros(len(rows), width, dtype=torch.bool, device=CPU)
+    value = torch.zeros(len(rows), width, NUM_LEXICAL_FEATURES, device=CPU)
     for i, (toks, values) in enumerate(rows):
         if toks:
-            term[i, : len(toks)] = torch.tensor([token_id(t) for t in toks])
+            term[i, : len(toks)] = torch.tensor([token_id(t) for t in toks], device=CPU)
             valid[i, : len(toks)] = True
-            value[i, : len(toks)] = torch.tensor(values)
-    norm = torch.tensor(norms, dtype=torch.float32).view(len(rows), NUM_LEXICAL_FEATURES)
+            value[i, : len(toks)] = torch.tensor(values, device=CPU)
+    norm = torch.tensor(norms, dtype=torch.float32, device=CPU).view(len(rows), NUM_LEXICAL_FEATURES)
     return QueryTerms(term, valid, value, norm)
 
 
