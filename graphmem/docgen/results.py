@@ -129,7 +129,8 @@ def paired_table(paired: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
 
 
 def train_section(run: Mapping[str, Any], title: str, metrics: Sequence[str], focus: Sequence[str]) -> str:
-    parts = [f"## {title}", "", "```bash", run.get("command", "(command not recorded)"), "```", ""]
+    commands = [c for c in (run.get("runs_command"), run.get("command", "(command not recorded)")) if c]
+    parts = [f"## {title}", "", "```bash", *commands, "```", ""]
     for m in metrics:
         if not per_fold(run, m):
             continue
