@@ -15,8 +15,9 @@ length, ``avgdl`` the mean length over the ``N`` rows and ``df(t)`` the number o
 
 with ``k1 = 1.5``, ``b = 0.75`` by default. A query term counts once however often it repeats, so
 ``max_score(q) = sum_t idf(t) * (k1 + 1)`` over the query's distinct in-vocabulary terms (those held
-by at least one row) bounds every score of ``q`` from above. This is the variant ``bm25s`` calls
-``lucene``; ``scripts/bench_lexical.py`` checks the scores against it and a hand computation.
+by at least one row) bounds every score of ``q`` from above. ``bm25s``'s ``lucene`` variant gives these
+scores divided by ``k1 + 1`` (the same ranking); ``scripts/bench_lexical.py`` checks both against a hand
+computation.
 
 Storage: the rows' term ids and frequencies in CSR form (``indptr``, ``terms`` sorted within each
 row, ``tf``). :meth:`BM25Index.scores` finds ``tf(t, d)`` by binary search in the sorted keys
@@ -114,39 +115,47 @@ class BM25Index:
         terms, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
         return terms, counts.astype(np.int64)
 
-    def _assemble(self, source: Sequence[int], fresh: Mapping[int, str]) -> None:
+    def _assemble(self, source: Sequence[int] | np.ndarray, fresh: Mapping[int, str]) -> None:
         """New rows: row ``i`` is old row ``source[i]``, or the text ``fresh[i]`` where ``source[i] < 0``."""
-        terms, tf, lengths = [], [], []
-        for i, old in enumerate(source):
-            if old >= 0:
-                lo, hi = self.indptr[old], self.indptr[old + 1]
-                t, c = self.terms[lo:hi], self.tf[lo:hi]
-            else:
-                t, c = self._encode(fresh[i])
-            terms.append(t)
-            tf.append(c)
-            lengths.append(t.size)
-        self.indptr = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
-        self.terms = np.concatenate(terms) if terms else np.empty(0, np.int64)
-        self.tf = np.concatenate(tf) if tf else np.empty(0, np.int64)
-        self._derived = None
+        src = np.asarray(source, dtype=np.int64).reshape(-1)
+        old_len = np.diff(self.indptr)
+        new_rows = np.flatnonzero(src < 0)
+        encoded = [self._encode(fresh[int(i)]) for i in new_rows]
+        lengths = np.where(src >= 0, old_len[np.maximum(src, 0)] if old_len.size else 0, 0)
+        lengths[new_rows] = [t.size for t, _ in encoded]
+        indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        terms, tf = np.empty(int(indptr[-1]), np.int64), np.empty(int(indptr[-1]), np.int64)
+        kept = np.flatnonzero(src >= 0)
+        if kept.size:  # copy the kept rows' entries in one gather
+            span = lengths[kept]
+            seg = np.repeat(np.arange(kept.size), span)
+            off = np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span, span)
+            terms[indptr[kept][seg] + off] = self.terms[self.indptr[src[kept]][seg] + off]
+            tf[indptr[kept][seg] + off] = self.tf[self.indptr[src[kept]][seg] + off]
+        for i, (t, c) in zip(new_rows.tolist(), encoded):
+            terms[indptr[i] : indptr[i + 1]], tf[indptr[i] : indptr[i + 1]] = t, c
+        self.indptr, self.terms, self.tf, self._derived = indptr, terms, tf, None
 
     # ------------------------------------------------------------------ mutations
     def add(self, texts: Sequence[str]) -> None:
         """Append one row per text."""
         n = self.num_rows
-        self._assemble(list(range(n)) + [-1] * len(texts), {n + j: t for j, t in enumerate(texts)})
+        source = np.concatenate([np.arange(n), np.full(len(texts), -1)])
+        self._assemble(source, {n + j: t for j, t in enumerate(texts)})
 
     def revise(self, row: int, text: str) -> None:
         """Replace the text of ``row``."""
         self._check_rows([row], "revise")
-        self._assemble([-1 if i == row else i for i in range(self.num_rows)], {row: text})
+        source = np.arange(self.num_rows)
+        source[row] = -1
+        self._assemble(source, {row: text})
 
     def remove(self, rows: Sequence[int]) -> None:
         """Delete ``rows``; later rows shift down (as :meth:`MemoryGraph.remove_nodes`)."""
         self._check_rows(rows, "remove")
-        drop = set(int(r) for r in rows)
-        self._assemble([i for i in range(self.num_rows) if i not in drop], {})
+        keep = np.ones(self.num_rows, dtype=bool)
+        keep[np.asarray(rows, dtype=np.int64)] = False
+        self._assemble(np.flatnonzero(keep), {})
 
     def _check_rows(self, rows: Sequence[int], what: str) -> None:
         bad = [int(r) for r in rows if not 0 <= int(r) < self.num_rows]
@@ -211,16 +220,27 @@ class BM25Index:
             out = np.where(hit, d["weight"][pos], 0.0).sum(-1)
         return torch.from_numpy(out.astype(np.float32))
 
-    def rank(self, query: str) -> tuple[np.ndarray, np.ndarray]:
-        """``(rows, scores)`` of every row holding a query term, by (score desc, row asc)."""
+    def rank(self, query: str, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, scores)`` of the rows holding a query term, by (score desc, row asc); the first ``k`` only
+        when given. Reads the postings of the query terms only (accumulated densely when they are many)."""
         q, d = self._query_terms(query), self._d()
         if not q.size:
             return np.empty(0, np.int64), np.empty(0, np.float64)
         ptr = d["post_ptr"]
-        pos = np.concatenate([np.arange(ptr[t], ptr[t + 1]) for t in q])
-        rows, inverse = np.unique(d["post_row"][pos], return_inverse=True)
-        score = np.bincount(inverse, weights=d["post_weight"][pos], minlength=rows.size)
-        order = np.lexsort((rows, -score))
+        counts = ptr[q + 1] - ptr[q]
+        pos = np.repeat(ptr[q] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        if pos.size * 8 > self.num_rows:  # long postings: one dense accumulation over the rows
+            acc = np.bincount(d["post_row"][pos], weights=d["post_weight"][pos], minlength=self.num_rows)
+            rows = np.flatnonzero(acc > 0)
+            score = acc[rows]
+        else:
+            rows, inverse = np.unique(d["post_row"][pos], return_inverse=True)
+            score = np.bincount(inverse, weights=d["post_weight"][pos], minlength=rows.size)
+        if k is not None and k < rows.size:  # keep every row tied with the k-th, then order and cut
+            kth = np.partition(score, score.size - k)[score.size - k]
+            top = score >= kth
+            rows, score = rows[top], score[top]
+        order = np.lexsort((rows, -score))[:k]
         return rows[order], score[order]
 
     def top_k(self, queries: Sequence[str], k: int) -> tuple[Tensor, Tensor]:
@@ -230,10 +250,9 @@ class BM25Index:
         scores = torch.full((len(queries), k), float("-inf"))
         rows = torch.full((len(queries), k), -1, dtype=torch.long)
         for i, query in enumerate(queries):
-            r, s = self.rank(query)
-            m = min(k, r.size)
-            rows[i, :m] = torch.from_numpy(r[:m])
-            scores[i, :m] = torch.from_numpy(s[:m].astype(np.float32))
+            r, s = self.rank(query, k)
+            rows[i, : r.size] = torch.from_numpy(r)
+            scores[i, : r.size] = torch.from_numpy(s.astype(np.float32))
         return scores, rows
 
     # ------------------------------------------------------------------ keeping up with a graph
@@ -258,7 +277,7 @@ class BM25Index:
         else:
             seen = mark[2]
             source = [s if s >= 0 and seen[s] == graph.texts[i] else -1 for i, s in enumerate(source)]
-            if source != list(range(self.num_rows)):
+            if source != list(range(self.num_rows)) or self.num_rows != graph.num_nodes:
                 self._assemble(source, {i: graph.texts[i] for i, s in enumerate(source) if s < 0})
         self._mark_synced(graph)
 

@@ -161,25 +161,28 @@ def dense_topk(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retr
     return Retrieval(loaded, loaded[: budget.max_entries], loaded_tokens=used, scores=[scores[v] for v in loaded])
 
 
-def hand_bm25(graph: MemoryGraph, text: str, k1: float, b: float) -> list[float]:
-    """Okapi BM25 (Lucene IDF) of ``text`` to every node, term by term over the tokenized texts."""
+def okapi(docs: list[list[str]], query: list[str], k1: float = 1.5, b: float = 0.75) -> list[float]:
+    """Okapi BM25 with Lucene's IDF of the distinct terms of ``query`` to every token list of ``docs``, term by term."""
     import math
 
-    from graphmem.lexical import tokenize
-
-    docs = [tokenize(t) for t in graph.texts]
-    n, avgdl = len(docs), (sum(map(len, docs)) / len(docs)) or 1.0
-    df = {t: sum(t in set(d) for d in docs) for t in set(tokenize(text))}
+    n, avgdl = len(docs), (sum(map(len, docs)) / max(len(docs), 1)) or 1.0
     out = []
     for d in docs:
         s = 0.0
-        for t, f in df.items():
-            tf = d.count(t)
-            if f and tf:
-                idf = math.log(1 + (n - f + 0.5) / (f + 0.5))
+        for t in set(query):
+            df, tf = sum(t in x for x in docs), d.count(t)
+            if df and tf:
+                idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
                 s += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(d) / avgdl))
         out.append(s)
     return out
+
+
+def hand_bm25(graph: MemoryGraph, text: str, k1: float, b: float) -> list[float]:
+    """:func:`okapi` of ``text`` to every node text of ``graph``, both tokenized."""
+    from graphmem.lexical import tokenize
+
+    return okapi([tokenize(t) for t in graph.texts], tokenize(text), k1, b)
 
 
 @reference("bm25")
@@ -197,10 +200,11 @@ def hybrid(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieva
     f, ids = policy.fusion, graph.node_ids
     cos = cosine_matrix(graph, [query])[0].tolist()
     lex = hand_bm25(graph, query.text, f.k1, f.b)
-    dense = sorted(range(graph.num_nodes), key=lambda v: (-cos[v], ids[v]))[: f.candidates]
+    depth = f.candidates or budget.max_nodes
+    dense = sorted(range(graph.num_nodes), key=lambda v: (-cos[v], ids[v]))[:depth]
     lexical = sorted((v for v in range(graph.num_nodes) if lex[v] > 0), key=lambda v: (-lex[v], ids[v]))
     fused: dict[int, float] = {}
-    for ranking, w in zip((dense, lexical[: f.candidates]), f.weights):
+    for ranking, w in zip((dense, lexical[:depth]), f.weights):
         for i, v in enumerate(ranking):
             fused[v] = fused.get(v, 0.0) + w / (f.k + i + 1)
     ranked = sorted(fused, key=lambda v: (-fused[v], ids[v]))

@@ -2,6 +2,8 @@
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +20,9 @@ from graphmem.lexical import (
     tokenize,
 )
 
+sys.path.insert(0, str(Path(__file__).parent))
+from references import okapi  # noqa: E402
+
 DOCS = ["the cat sat on the mat", "dog dog barks", "a cat and a dog", "quiet evening"]
 
 
@@ -26,23 +31,6 @@ def text_graph(texts, dim: int = 4) -> MemoryGraph:
     gen = torch.Generator().manual_seed(0)
     g.add_nodes([f"n{i}" for i in range(len(texts))], list(texts), torch.randn(len(texts), dim, generator=gen))
     return g
-
-
-def hand_bm25(docs: list[list[str]], query: list[str], k1: float = 1.5, b: float = 0.75) -> list[float]:
-    """Okapi BM25 with Lucene's IDF, written out term by term."""
-    n, avgdl = len(docs), sum(len(d) for d in docs) / len(docs)
-    out = []
-    for d in docs:
-        s = 0.0
-        for t in set(query):
-            df = sum(t in x for x in docs)
-            if df == 0:
-                continue
-            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-            tf = d.count(t)
-            s += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(d) / avgdl))
-        out.append(s)
-    return out
 
 
 def test_tokenizer_lowercases_splits_on_non_alphanumerics_and_drops_stop_words():
@@ -67,7 +55,7 @@ def test_scores_match_a_hand_computed_case():
     assert index.idf("dog") == pytest.approx(math.log(2))
     got = index.scores("dog cat cat", torch.arange(4))
     assert got[1].item() == pytest.approx(math.log(2) * 5 / 3.725, rel=1e-6)
-    assert got.tolist() == pytest.approx(hand_bm25(toks, ["dog", "cat", "cat"]), rel=1e-6)
+    assert got.tolist() == pytest.approx(okapi(toks, ["dog", "cat", "cat"]), rel=1e-6)
     assert index.max_score("dog cat cat unknownword") == pytest.approx(2 * math.log(2) * 2.5)
     assert (got < index.max_score("dog cat")).all()
     assert index.idf("unknownword") == 0.0
@@ -174,3 +162,20 @@ def test_built_sets_carry_their_bm25_index_and_refuse_a_damaged_one(tmp_path):
     with pytest.raises(GraphSetError) as err:
         GraphSet.load(tmp_path / "set")
     assert path.name in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("query", ["zebra", "zebra common", "common"])
+def test_ranking_reads_sparse_and_dense_postings_alike(query):
+    texts = [f"common filler {i}" for i in range(97)] + ["zebra one", "zebra zebra two", "zebra common"]
+    index = BM25Index.build(texts)
+    every = index.scores(query, torch.arange(len(texts))).double()
+    want = sorted((r for r in range(len(texts)) if every[r] > 0), key=lambda r: (-every[r].item(), r))
+    rows, scores = index.rank(query)
+    assert rows.tolist() == want and scores.tolist() == pytest.approx(every[want].tolist(), rel=1e-6)
+    assert index.rank(query, 2)[0].tolist() == want[:2]
+    assert index.top_k([query], 3)[1][0].tolist() == (want + [-1, -1, -1])[:3]
+
+
+def test_top_k_ties_at_the_cut_go_by_row():
+    index = BM25Index.build(["red apple"] * 3 + ["red"])
+    assert index.top_k(["red apple"], 2)[1].tolist() == [[0, 1]]

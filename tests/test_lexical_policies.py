@@ -135,3 +135,14 @@ def test_entry_selector_hybrid_composes_with_every_walk(walk, tmp_path):
     assert [r.entries for r in tuned.retrieve_batch(g, queries, budget)] == tuned.entry_selector.select(
         g, queries, budget
     )
+
+
+def test_the_lexical_page_renders_from_its_results_and_names_missing_ones(tmp_path):
+    from graphmem.docgen.lexical import render
+
+    empty = render(tmp_path)
+    assert "`lexical_baselines.json` is missing" in empty and "`lexical_library_bench.json` is missing" in empty
+    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    page = render(results)
+    for name in ("lexical_library_bench.json", "lexical_baselines.json", "lexical_baselines_walks.json"):
+        assert ((results / name).is_file()) == (f"`{name}` is missing" not in page)
