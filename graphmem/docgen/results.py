@@ -42,6 +42,10 @@ frequency at most max(1, 0.02 N)), capitalised names, numbers and dates the node
 computed for the candidates only, from a per-graph token table, never from gold. `router_nolex`
 is the same walk with `model.lexical=false`.
 
+Every figure here was measured with the hybrid policy and selector fusing each ranking's top 100
+nodes (`candidates: 100`, its default then); the default is now `budget.max_nodes` (`docs/lexical.md`),
+so rerunning the commands below measures against that fusion instead.
+
 Budget: 6 entries, top-2 neighbours, 2 hops, 12 nodes, 2,500 tokens unless a table says otherwise.
 Per fold: the test part's mean; mean ± std over folds (ddof = 1). Paired: per-question differences
 over all folds' test questions (LoCoMo's adversarial category left out), 95% percentile-bootstrap CI
