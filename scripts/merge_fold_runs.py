@@ -109,6 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--also", nargs="*", default=["dense_topk", "ppr", "gnn"])
     p.add_argument("--n-boot", type=int, default=10_000)
     p.add_argument("--plot", type=Path, default=None, help="PNG of evidence recall against the node budget")
+    p.add_argument(
+        "--plot-extra",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="runs of the same folds whose other policies join the plot",
+    )
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     try:
@@ -119,18 +126,21 @@ def main(argv: list[str] | None = None) -> int:
     payload = {"command": " ".join([".venv/bin/python scripts/merge_fold_runs.py", *(argv or sys.argv[1:])]), **payload}
     atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str) + "\n"))
     if args.plot is not None and payload["node_sweep"]:
-        plot_sweep(args.folders, args.plot, payload)
+        plot_sweep(args.folders, args.plot, payload, args.plot_extra)
     print(f"{args.out}: folds {payload['folds']}, {len(payload['paired'])} paired comparisons")
     return 0
 
 
-def plot_sweep(folders: list[Path], path: Path, payload: dict) -> None:
+def plot_sweep(folders: list[Path], path: Path, payload: dict, extra: list[Path] = ()) -> None:
     from graphmem.eval.metrics import in_overall
     from graphmem.plots import plot_recall_vs_budget
 
     values: dict[str, dict[int, list[float]]] = {}
-    for f in folders:
+    own = {p.stem.removeprefix("node_sweep_") for f in folders for p in f.glob("node_sweep_*.jsonl")}
+    for f in [*folders, *extra]:
         for p in sorted(f.glob("node_sweep_*.jsonl")):
+            if f in extra and p.stem.removeprefix("node_sweep_") in own:
+                continue
             for r in read_jsonl(p):
                 v = r["metrics"].get("evidence_recall")
                 if v is not None and in_overall(r.get("category", "")):

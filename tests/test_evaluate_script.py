@@ -148,7 +148,8 @@ def test_script_smoke_on_one_locomo_conversation(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| overall |" in proc.stdout and "adversarial" in proc.stdout
     saved = json.loads((out / "results.json").read_text())
-    assert saved["meta"]["graphs"] == 1 and set(saved["policies"]) == {"beta_bfs", "dense_topk", "uniform_bfs"}
+    listed = {"beta_bfs", "dense_topk", "uniform_bfs"}
+    assert saved["meta"]["graphs"] == 1 and set(saved["policies"]) == listed | {"hybrid"}  # + the reference
     assert (out / "budget_sweep.png").is_file()
 
 

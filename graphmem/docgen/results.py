@@ -42,6 +42,10 @@ frequency at most max(1, 0.02 N)), capitalised names, numbers and dates the node
 computed for the candidates only, from a per-graph token table, never from gold. `router_nolex`
 is the same walk with `model.lexical=false`.
 
+Every figure here was measured with the hybrid policy and selector fusing each ranking's top 100
+nodes (`candidates: 100`, its default then); the default is now `budget.max_nodes` (`docs/lexical.md`),
+so rerunning the commands below measures against that fusion instead.
+
 Budget: 6 entries, top-2 neighbours, 2 hops, 12 nodes, 2,500 tokens unless a table says otherwise.
 Per fold: the test part's mean; mean ± std over folds (ddof = 1). Paired: per-question differences
 over all folds' test questions (LoCoMo's adversarial category left out), 95% percentile-bootstrap CI
@@ -129,7 +133,8 @@ def paired_table(paired: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
 
 
 def train_section(run: Mapping[str, Any], title: str, metrics: Sequence[str], focus: Sequence[str]) -> str:
-    parts = [f"## {title}", "", "```bash", run.get("command", "(command not recorded)"), "```", ""]
+    commands = [c for c in (run.get("runs_command"), run.get("command", "(command not recorded)")) if c]
+    parts = [f"## {title}", "", "```bash", *commands, "```", ""]
     for m in metrics:
         if not per_fold(run, m):
             continue
@@ -143,11 +148,17 @@ def train_section(run: Mapping[str, Any], title: str, metrics: Sequence[str], fo
     return "\n".join(parts)
 
 
-def sweep_section(run: Mapping[str, Any], image: str) -> str:
+def sweep_section(run: Mapping[str, Any], image: str, extra: Mapping[str, Any] | None = None) -> str:
+    """The node-budget table of ``run``, with the policies of ``extra`` (a run of the same folds) it lacks."""
     sweep = run.get("node_sweep")
     if not sweep:
         return ""
-    curves = sweep["curves"]
+    curves = dict(sweep["curves"])
+    more = (extra or {}).get("node_sweep") or {}
+    curves.update({p: c for p, c in (more.get("curves") or {}).items() if p not in curves})
+    paired_by_level = {n: list(cs) for n, cs in sweep["paired"].items()}
+    for n, cs in (more.get("paired") or {}).items():
+        paired_by_level.setdefault(n, []).extend(c for c in cs if c["policy"] not in sweep["curves"])
     levels = sorted({int(n) for c in curves.values() for n in c})
     rows = []
     for p in _policies(curves):
@@ -170,7 +181,7 @@ def sweep_section(run: Mapping[str, Any], image: str) -> str:
         f"![evidence recall against the node budget]({image})",
         "",
     ]
-    paired = [c for n in levels for c in (sweep["paired"].get(str(n)) or []) if c["policy"] in ("router", "gnn")]
+    paired = [c for n in levels for c in (paired_by_level.get(str(n)) or []) if c["policy"] in ("router", "gnn")]
     if paired:
         rows = [
             [
@@ -182,7 +193,7 @@ def sweep_section(run: Mapping[str, Any], image: str) -> str:
                 _p(c["p_value"]),
             ]
             for n in levels
-            for c in (sweep["paired"].get(str(n)) or [])
+            for c in (paired_by_level.get(str(n)) or [])
             if c["policy"] in ("router", "gnn")
         ]
         parts += ["Paired at each level:", "", _table(["nodes", "comparison", "n", "Δ", "95% CI", "p"], rows), ""]
@@ -226,8 +237,9 @@ def render(results_dir: Path) -> str:
                 locomo, "LoCoMo: 5 folds by conversation", ("evidence_recall", "all_evidence_hit"), ("router", "gnn")
             )
         )
-        parts.append(sweep_section(locomo, "recall_at_nodes_locomo.png"))
     gnn = _load(results_dir / "learned_vs_hybrid_locomo_gnn.json")
+    if locomo is not None:
+        parts.append(sweep_section(locomo, "recall_at_nodes_locomo.png", gnn))
     if gnn is not None:
         parts.append(
             train_section(
