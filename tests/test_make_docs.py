@@ -5,6 +5,7 @@ changed, skips a renderer module without ``render``, and names an unreadable res
 """
 
 import json
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -86,7 +87,7 @@ def test_a_page_whose_results_file_changed_is_stale_and_a_module_without_render_
 
 
 def test_an_unreadable_results_file_or_missing_markers_is_one_error_line(tmp_path, capsys):
-    (tmp_path / "results").mkdir()
+    shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "results", tmp_path / "results")  # every page's
     (tmp_path / "results" / RESULTS).write_text('{"summary": ')
     (tmp_path / "README.md").write_text(README)
     assert make_docs.main(["--check", *args(tmp_path, "graphmem.docgen")]) == 2

@@ -12,9 +12,10 @@ A missing file is said so on the page.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from graphmem.docgen.sources import read_json
 
 SWEEP_VARIANTS = ("beta_bfs+ann", "ppr+ann", "gnn+ann", "router+ann", "beta_bfs", "ppr", "gnn", "router")
 
@@ -24,7 +25,7 @@ def _section(results_dir: Path, name: str, table, *args) -> list[str]:
     path = Path(results_dir) / name
     if not path.is_file():
         return [f"({name} not present: not measured)"]
-    return table(json.loads(path.read_text(encoding="utf-8")), *args)
+    return table(read_json(path), *args)
 
 
 def _ms(value: float | None) -> str:

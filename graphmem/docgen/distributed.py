@@ -3,8 +3,9 @@ launcher), with the measured throughput of ``docs/results/distributed_throughput
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from graphmem.docgen.sources import read_json
 
 PROSE = """# Data-parallel training
 
@@ -87,7 +88,7 @@ def render(results_dir: Path) -> str:
     if not path.is_file():
         out.append("Not measured yet: `python scripts/bench_train.py --ranks 1,2 --out " + str(path) + "`.")
     else:
-        out += _throughput(json.loads(path.read_text()))
+        out += _throughput(read_json(path))
         out += [
             "",
             "Both rank counts ran in one benchmark run, one after the other, on the same machine. Wall time",

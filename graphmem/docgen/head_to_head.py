@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from graphmem.docgen.sources import read_json
 
 METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
 
@@ -38,7 +39,7 @@ def _paired(payload: dict) -> list[str]:
 
 
 def render(results_dir: Path) -> str:
-    walk = json.loads((results_dir / "head_to_head.json").read_text())
+    walk = read_json(results_dir / "head_to_head.json")
     sizes = ", ".join(
         f"{r['protocol']}: {r['sizes']['train']} train / {r['sizes']['val']} val / {r['sizes']['test']} test"
         for r in walk["results"]
@@ -69,7 +70,7 @@ def render(results_dir: Path) -> str:
     ]
     earlier = results_dir / "head_to_head_hop_level.json"
     if earlier.is_file():
-        hop = json.loads(earlier.read_text())
+        hop = read_json(earlier)
         out += [
             "",
             f"The same command before the router became the walk ({hop['router']}) gave, on the same",

@@ -7,9 +7,9 @@ Renders ``docs/results/lexical_library_bench.json`` (``scripts/bench_lexical.py`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from graphmem.docgen.sources import read_json
 from graphmem.lexical import STOP_WORDS, TOKENIZER_NAME
 
 METRICS = {"evidence_recall": "evidence recall", "all_evidence_hit": "all-evidence hit"}
@@ -83,7 +83,7 @@ def _diff(c: dict | None) -> str:
 
 def _load(results_dir: Path, name: str) -> dict | None:
     path = Path(results_dir) / name
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return read_json(path) if path.is_file() else None
 
 
 def _library(bench: dict | None) -> list[str]:

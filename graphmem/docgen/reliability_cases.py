@@ -6,8 +6,9 @@ Renders every ``docs/results/reliability_*.json`` (sorted by name), each
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from graphmem.docgen.sources import read_json
 
 TITLES = {"sets": "Sets, caches and checkpoints", "runs": "Run folders and run configs"}
 
@@ -27,7 +28,7 @@ def render(results_dir: Path) -> str:
         "work where the input is a config); temporary folders are shown as `<tmp>`.",
     ]
     for path in sorted(Path(results_dir).glob("reliability_*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
         topic = path.stem.removeprefix("reliability_")
         lines += ["", f"## {TITLES.get(topic, topic.replace('_', ' ').capitalize())}", ""]
         lines += [f"Made by `{data['command']}` ({path.name}).", ""]

@@ -13,10 +13,10 @@ Rendered from the files of ``docs/results/``:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from graphmem.docgen.sources import read_json
 from graphmem.eval.stats import fold_std
 
 LABELS = {
@@ -73,7 +73,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 
 def _load(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_json(path) if path.is_file() else None
 
 
 def _policies(names: Iterable[str]) -> list[str]:

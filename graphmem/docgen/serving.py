@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from graphmem.docgen.sources import read_json
 
 PROSE = """# Serving the learned walk
 
@@ -64,7 +65,7 @@ def render(results_dir: Path) -> str:
         (n, results_dir / f)
         for n, f in (("this branch", "serve_latency.json"), ("before", "serve_latency_before.json"))
     ]
-    runs = [(n, json.loads(p.read_text())) for n, p in runs if p.is_file()]
+    runs = [(n, read_json(p)) for n, p in runs if p.is_file()]
     for name, payload in runs:
         out.append(f"* {name}: `{payload['command']}`" + (f" ({payload['code']})" if payload.get("code") else ""))
     out += [
@@ -91,7 +92,7 @@ def render(results_dir: Path) -> str:
         ]
     path = results_dir / "serving_scaling.json"
     if path.is_file():
-        payload = json.loads(path.read_text())
+        payload = read_json(path)
         load = [", ".join(f"{x:.1f}" for x in payload[k]) for k in ("load_average_at_start", "load_average_at_end")]
         out += ["", "## Scale sweep", "", f"Command: `{payload['command']}`", ""]
         out += [f"Load average at the start: {load[0]}; at the end: {load[1]} (2 cores, shared).", ""]

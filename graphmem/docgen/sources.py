@@ -17,8 +17,12 @@ class ResultsFileError(InputError, ValueError):
 def load_results(results_dir: Path, name: str) -> dict[str, Any] | None:
     """The JSON object in ``results_dir / name``; ``None`` when the file does not exist."""
     path = Path(results_dir) / name
-    if not path.is_file():
-        return None
+    return read_json(path) if path.is_file() else None
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``, or an error naming the file."""
+    path = Path(path)
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
