@@ -5,8 +5,8 @@ Rendered from the files of ``docs/results/``:
 * ``learned_vs_hybrid_<dataset>.json``: a ``scripts/train.py`` run (5 folds by conversation or
   question graph), its ``results.json`` plus the ``command`` that made it (``_locomo_gnn``: the GNN
   reader of each fold, from ``scripts/train_gnn.py``, tested beside hybrid on the same folds);
-* ``lexical_ablation_<name>.json``: ``scripts/paired_from_run.py`` comparisons of the walk with and
-  without lexical features, and ``lexical_ablation_<name>_run.json``, the run they come from;
+* ``lexical_ablation_<name>.json``: paired comparisons of the walk with and without lexical features, and
+  the run they come from (its ``run`` key names that results file; default ``lexical_ablation_<name>_run.json``);
 * ``learned_vs_hybrid_transfer_<set>.json``: a ``scripts/evaluate.py`` run of a walk trained on
   LoCoMo on another set, its ``results.json`` plus the ``command``.
 """
@@ -42,9 +42,9 @@ frequency at most max(1, 0.02 N)), capitalised names, numbers and dates the node
 computed for the candidates only, from a per-graph token table, never from gold. `router_nolex`
 is the same walk with `model.lexical=false`.
 
-Every figure here was measured with the hybrid policy and selector fusing each ranking's top 100
-nodes (`candidates: 100`, its default then); the default is now `budget.max_nodes` (`docs/lexical.md`),
-so rerunning the commands below measures against that fusion instead.
+The hybrid policy and selector fuse each ranking's top `budget.max_nodes` nodes (their default
+`candidates: null`, chosen on the HotpotQA training sample: `docs/lexical.md`). The GNN reader
+starts from dense entries and was trained for 8 epochs per fold.
 
 Budget: 6 entries, top-2 neighbours, 2 hops, 12 nodes, 2,500 tokens unless a table says otherwise.
 Per fold: the test part's mean; mean ± std over folds (ddof = 1). Paired: per-question differences
@@ -254,9 +254,10 @@ def render(results_dir: Path) -> str:
     for path in sorted(results_dir.glob("lexical_ablation_*.json")):
         if path.stem.endswith("_run"):
             continue
-        run = _load(path.with_name(path.stem + "_run.json"))
+        paired = _load(path)
+        run = _load(path.with_name(paired.get("run") or path.stem + "_run.json"))
         name = path.stem.removeprefix("lexical_ablation_").replace("_", " ")
-        parts.append(ablation_section(_load(path), run, f"Ablation: the walk without lexical features ({name})"))
+        parts.append(ablation_section(paired, run, f"Ablation: the walk without lexical features ({name})"))
     hotpot = _load(results_dir / "learned_vs_hybrid_hotpotqa.json")
     if hotpot is not None:
         parts.append(
@@ -272,7 +273,11 @@ def render(results_dir: Path) -> str:
         )
     transfer = sorted(results_dir.glob("learned_vs_hybrid_transfer_*.json"))
     if transfer:
-        parts.append("## Transfer: the walk trained on LoCoMo, on MuSiQue and pooled HotpotQA\n")
+        parts.append(
+            "## Transfer: walks trained on LoCoMo (fold 0) or on HotpotQA (fold 0, `_hotpotqa_walk`), on sets they "
+            "never saw\n\nThe pooled HotpotQA set holds the HotpotQA walk's training questions, so that walk is "
+            "not evaluated there.\n"
+        )
         for path in transfer:
             name = path.stem.removeprefix("learned_vs_hybrid_transfer_")
             parts.append(
