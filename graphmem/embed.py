@@ -126,7 +126,7 @@ def make_encoder(name: str, **kwargs) -> Encoder:
     return ENCODERS[name](**kwargs)
 
 
-PROBE = "The quick brown fox met Caroline at the support group on 7 May 2023, because she asked."
+PROBE = "The quick brown fox met a friend at the library on 7 May 2023, because she asked."
 
 
 def files_fingerprint(folder: Path) -> str:
