@@ -98,8 +98,9 @@ def render(results_dir: Path) -> str:
         out += [f"Load average at the start: {load[0]}; at the end: {load[1]} (2 cores, shared).", ""]
         out += [
             "Synthetic graphs (dim 64, average degree 8), 200 queries served one at a time (fastest of 3),",
-            "the walk freshly initialised and without lexical features (its cost does not depend on the weights;",
-            "the lexical features add their cost per candidate, measured above on pooled MuSiQue); `+ann`: HNSW entries.",
+            "the walk freshly initialised and without lexical features (its cost does not depend on the",
+            "weights; the lexical features add their cost per candidate, measured above on pooled MuSiQue);",
+            "`+ann`: HNSW entries.",
             "",
         ]
         out += _scaling(payload)
