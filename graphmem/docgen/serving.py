@@ -61,10 +61,7 @@ def render(results_dir: Path) -> str:
     """The whole page: the prose, the served latencies before and after, the scale sweep."""
     results_dir = Path(results_dir)
     out = [PROSE.rstrip(), "", "## Served latency on pooled MuSiQue", ""]
-    runs = [
-        (n, results_dir / f)
-        for n, f in (("now", "serve_latency.json"), ("before", "serve_latency_before.json"))
-    ]
+    runs = [(n, results_dir / f) for n, f in (("now", "serve_latency.json"), ("before", "serve_latency_before.json"))]
     runs = [(n, read_json(p)) for n, p in runs if p.is_file()]
     for name, payload in runs:
         out.append(f"* {name}: `{payload['command']}`" + (f" ({payload['code']})" if payload.get("code") else ""))
