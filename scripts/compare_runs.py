@@ -7,7 +7,7 @@
 Each ``--pair NAME FIRST SECOND`` names two ``scripts/evaluate.py`` output folders over the same
 questions. For each pair the file holds both runs' overall evidence recall, the paired difference
 (second - first) with its bootstrap CI and paired t-test p-value over the ``overall`` questions
-(:func:`scripts.compare_selectors.compare`), the share of questions whose loaded lists are identical,
+(:func:`graphmem.eval.runs.compare_runs`), the share of questions whose loaded lists are identical,
 and each run's served latency (p50 / p95 ms, each
 question served alone) and batched questions/s from its ``results.json``. ``--command`` records
 how the runs were made.
@@ -20,10 +20,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_selectors import compare, read_rows  # noqa: E402
-
-from graphmem.eval.report import write_json  # noqa: E402
+from graphmem.eval.metrics import in_overall
+from graphmem.eval.report import write_json
+from graphmem.eval.runs import compare_runs, question_rows
 
 
 def run_summary(out_dir: Path, policy: str) -> dict:
@@ -55,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, first, second in args.pair:
         a, b = Path(first), Path(second)
         pairs[name] = {"first": run_summary(a, args.policy), "second": run_summary(b, args.policy)}
-        pairs[name]["paired"] = compare(a, b, args.policy)
-        rows_a, rows_b = read_rows(a, args.policy), read_rows(b, args.policy)
+        pairs[name]["paired"] = compare_runs(a, b, args.policy)
+        rows_a, rows_b = (
+            {r["qid"]: r for r in question_rows(d, args.policy) if in_overall(r["category"])} for d in (a, b)
+        )
         same = sum(rows_a[q]["loaded"] == rows_b[q]["loaded"] for q in rows_a)
         pairs[name]["identical_loaded_share"] = same / max(len(rows_a), 1)
     payload = {"policy": args.policy, "pairs": pairs, "command": args.command or " ".join(sys.argv)}

@@ -14,33 +14,16 @@ are refused.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 from graphmem.errors import InputError
+from graphmem.eval.runs import node_sweep_payload, read_jsonl
 from graphmem.eval.stats import compare_policies, fold_summary
 from graphmem.io import atomic_write
 
 METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
-
-
-def _train_module():
-    spec = importlib.util.spec_from_file_location("train_script", Path(__file__).with_name("train.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise InputError(f"{path}:{i}: not a JSON line ({err.msg})") from None
-    return rows
 
 
 def merge(folders: list[Path], also: list[str], n_boot: int) -> dict:
@@ -86,7 +69,7 @@ def merge(folders: list[Path], also: list[str], n_boot: int) -> dict:
     node_sweep = None
     if sweep:
         budgets = next((run["node_sweep"]["budgets"] for run in runs if run.get("node_sweep")), [])
-        node_sweep = {"budgets": budgets, **_train_module().node_sweep_payload(sweep, reference, n_boot, seed)}
+        node_sweep = {"budgets": budgets, **node_sweep_payload(sweep, reference, n_boot, seed)}
     return {
         "dataset": first["dataset"],
         "graphset": first.get("graphset"),

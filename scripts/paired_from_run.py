@@ -18,21 +18,9 @@ from pathlib import Path
 
 from graphmem.errors import InputError
 from graphmem.eval.metrics import in_overall
+from graphmem.eval.runs import question_rows
 from graphmem.eval.stats import STAT_METRICS, compare_policies
 from graphmem.io import atomic_write
-
-
-def read_rows(folder: Path, policy: str) -> list[dict]:
-    path = folder / f"questions_{policy}.jsonl"
-    if not path.is_file():
-        raise InputError(f"{path}: no question file for policy {policy!r} in this run")
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise InputError(f"{path}:{i}: not a JSON line ({err.msg})") from None
-    return rows
 
 
 def fold_means(rows: list[dict], metric: str) -> dict[int, float]:
@@ -54,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     try:
-        rows = {name: read_rows(args.folder, name) for name in (args.policy, args.reference)}
+        rows = {name: question_rows(args.folder, name) for name in (args.policy, args.reference)}
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

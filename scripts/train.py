@@ -61,6 +61,7 @@ from graphmem.device import resolve_device
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.report import fold_markdown, paired_table
+from graphmem.eval.runs import node_sweep_payload
 from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
 from graphmem.graphset import GraphSet, check_configs, open_train_graphset, union
 from graphmem.io import atomic_write
@@ -135,31 +136,6 @@ def node_budgets(cfg: DictConfig, budget: Budget) -> list[Budget]:
         dataclasses.replace(budget, **{**over, "max_nodes": int(n), "max_entries": min(budget.max_entries, int(n))})
         for n in sweep.get("levels") or []
     ]
-
-
-def node_sweep_payload(rows: dict[str, dict[int, list[dict]]], reference: str | None, n_boot: int, seed: int) -> dict:
-    """Per policy and level: mean evidence recall over the overall group, its 95% bootstrap interval and n;
-    per level, every policy against ``reference`` (paired)."""
-    from graphmem.eval.metrics import in_overall
-    from graphmem.eval.stats import bootstrap_ci
-
-    curves: dict[str, dict[int, dict]] = {}
-    paired: dict[int, list[dict]] = {}
-    for policy, levels in rows.items():
-        for n, level_rows in levels.items():
-            vals = [
-                float(r["metrics"]["evidence_recall"])
-                for r in level_rows
-                if in_overall(r.get("category", "")) and r["metrics"].get("evidence_recall") is not None
-            ]
-            lo, hi = bootstrap_ci(vals, n_boot=n_boot, seed=seed) if vals else (None, None)
-            curves.setdefault(policy, {})[n] = {"mean": sum(vals) / max(len(vals), 1), "ci95": [lo, hi], "n": len(vals)}
-    if reference in rows:
-        for n in rows[reference]:
-            at = {p: levels[n] for p, levels in rows.items() if n in levels}
-            comps = compare_policies(at, reference, metrics=("evidence_recall",), n_boot=n_boot, seed=seed)
-            paired[n] = [c.to_json() for c in comps]
-    return {"curves": curves, "paired": paired}
 
 
 def question_counts(rows: dict[str, list[dict]]) -> dict[str, int]:

@@ -1,0 +1,90 @@
+"""Reading the files of finished runs: per-question JSONL rows, paired comparisons of two runs, node-sweep curves.
+
+``scripts/evaluate.py`` and ``scripts/train.py`` write ``questions_<policy>.jsonl`` (one JSON object per
+question: ``qid``, ``category``, ``metrics``, ``trace``; ``fold`` in training runs). The assembling scripts
+(``merge_fold_runs.py``, ``paired_from_run.py``, ``compare_runs.py``, ``compare_selectors.py``) read them here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from graphmem.errors import InputError
+from graphmem.eval.metrics import in_overall
+from graphmem.eval.stats import bootstrap_ci, compare_policies, paired_comparison
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of ``path``, one per non-empty line; a bad line is an error naming file and line."""
+    path = Path(path)
+    rows = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise InputError(f"{path}:{i}: not a JSON line ({err.msg})") from None
+    return rows
+
+
+def question_rows(out_dir: Path, policy: str) -> list[dict]:
+    """``out_dir/questions_<policy>.jsonl``, or an error saying the run holds no such file."""
+    path = Path(out_dir) / f"questions_{policy}.jsonl"
+    if not path.is_file():
+        raise InputError(f"{path}: no question file for policy {policy!r} in this run (scripts/evaluate.py writes it)")
+    return read_jsonl(path)
+
+
+def compare_runs(first: Path, second: Path, policy: str, metric: str = "evidence_recall") -> dict[str, Any]:
+    """``policy`` in two runs over the same questions (``overall`` group): means, second − first with its
+    bootstrap CI and paired t-test p (:func:`graphmem.eval.stats.paired_comparison`), n, and the share of
+    entry slots the two runs agree on."""
+    a, b = ({r["qid"]: r for r in question_rows(d, policy) if in_overall(r["category"])} for d in (first, second))
+    if set(a) != set(b):
+        raise InputError(f"{first} and {second} hold different questions ({len(set(a) ^ set(b))} differ)")
+    cmp = paired_comparison(
+        "second",
+        {q: r["metrics"][metric] for q, r in b.items()},
+        "first",
+        {q: r["metrics"][metric] for q, r in a.items()},
+        metric,
+    )
+    slots = sum(len(r["trace"]["entries"]) for r in a.values())
+    same = sum(len(set(a[q]["trace"]["entries"]) & set(b[q]["trace"]["entries"])) for q in a)
+    return {
+        "policy": policy,
+        "metric": metric,
+        "n": cmp.n,
+        "first": cmp.reference_mean,
+        "second": cmp.mean,
+        "diff": cmp.mean_diff,
+        "ci": [cmp.ci_low, cmp.ci_high],
+        "p": cmp.p_value,
+        "entry_agreement": same / max(slots, 1),
+        "entry_slots": slots,
+    }
+
+
+def node_sweep_payload(rows: dict[str, dict[int, list[dict]]], reference: str | None, n_boot: int, seed: int) -> dict:
+    """Per policy and node budget: mean evidence recall over the overall group, its 95% bootstrap interval
+    and n; per budget, every policy against ``reference`` (paired)."""
+    curves: dict[str, dict[int, dict]] = {}
+    paired: dict[int, list[dict]] = {}
+    for policy, levels in rows.items():
+        for n, level_rows in levels.items():
+            vals = [
+                float(r["metrics"]["evidence_recall"])
+                for r in level_rows
+                if in_overall(r.get("category", "")) and r["metrics"].get("evidence_recall") is not None
+            ]
+            lo, hi = bootstrap_ci(vals, n_boot=n_boot, seed=seed) if vals else (None, None)
+            curves.setdefault(policy, {})[n] = {"mean": sum(vals) / max(len(vals), 1), "ci95": [lo, hi], "n": len(vals)}
+    if reference in rows:
+        for n in rows[reference]:
+            at = {p: levels[n] for p, levels in rows.items() if n in levels}
+            comps = compare_policies(at, reference, metrics=("evidence_recall",), n_boot=n_boot, seed=seed)
+            paired[n] = [c.to_json() for c in comps]
+    return {"curves": curves, "paired": paired}
