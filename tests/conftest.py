@@ -19,3 +19,4 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import example_policy  # noqa: E402,F401
 
 import graphmem.config  # noqa: E402,F401  (registers the config-group schemas; tests compose configs)
+import rl.walk  # noqa: E402,F401  (adds the trainer schema: tests compose train without loading its script)
