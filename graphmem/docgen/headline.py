@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from graphmem.docgen.sources import field, load_results, markdown_table, p_value
+from graphmem.docgen.sources import field, load_results, p_value
+from graphmem.eval.report import markdown_grid
 
 RESULTS = "learned_vs_hybrid_locomo.json"
 METRIC = "evidence_recall"
@@ -78,7 +79,7 @@ def render_headline(results_dir: Path) -> str:
                 f"{payload.get('questions', {}).get(policy, '–'):,}",
             ]
         )
-    table = markdown_table(["policy", *(f"fold {k}" for k in folds), "mean ± std", "test questions"], rows)
+    table = markdown_grid(["policy", *(f"fold {k}" for k in folds), "mean ± std", "test questions"], rows)
     comparisons = field(payload, path, "paired")
     paired = [i for i, c in enumerate(comparisons) if c.get("metric") == METRIC and c.get("policy") in trained]
     diff_rows, keys = [], ("policy", "reference", "mean_diff", "ci_low", "ci_high", "p_value", "n")
@@ -87,7 +88,7 @@ def render_headline(results_dir: Path) -> str:
         diff_rows.append(
             [f"{policy} − {reference}", f"{diff:+.3f}", f"[{low:+.3f}, {high:+.3f}]", p_value(p), f"{n:,}"]
         )
-    diffs = markdown_table(["paired difference", "Δ recall", "95% CI", "p", "n"], diff_rows)
+    diffs = markdown_grid(["paired difference", "Δ recall", "95% CI", "p", "n"], diff_rows)
     n_boot = f"{comparisons[paired[0]]['n_boot']:,}" if paired and "n_boot" in comparisons[paired[0]] else "–"
     budget, dataset = _budget(field(payload, path, "budget")), field(payload, path, "dataset")
     return "\n".join(

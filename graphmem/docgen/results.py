@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from graphmem.docgen.sources import read_json
+from graphmem.docgen.sources import p_value, read_json
+from graphmem.eval.report import markdown_grid
 from graphmem.eval.stats import fold_std
 
 LABELS = {
@@ -57,21 +58,6 @@ def _f(x: Any, fmt: str = ".3f") -> str:
     return "–" if x is None else format(float(x), fmt)
 
 
-def _p(p: float | None) -> str:
-    if p is None:
-        return "–"
-    return "<1e-4" if p < 1e-4 else f"{p:.4f}"
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    lines = [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
-    ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def _load(path: Path) -> dict[str, Any] | None:
     return read_json(path) if path.is_file() else None
 
@@ -101,7 +87,7 @@ def fold_table(run: Mapping[str, Any], metric: str) -> str:
         std = fold_std(real)
         mean = sum(real) / len(real) if real else None
         rows.append([f"`{p}`", *(_f(x) for x in xs), f"{_f(mean)} ± {_f(std)}"])
-    return _table(["policy", *(f"fold {k}" for k in folds), "mean ± std"], rows)
+    return markdown_grid(["policy", *(f"fold {k}" for k in folds), "mean ± std"], rows)
 
 
 def wins(run: Mapping[str, Any], metric: str, policy: str, reference: str) -> str:
@@ -124,12 +110,12 @@ def paired_table(paired: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
             _f(c["reference_mean"]),
             f"**{c['mean_diff']:+.3f}**",
             f"[{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]",
-            _p(c["p_value"]),
+            p_value(c["p_value"]),
         ]
         for c in paired
         if c["metric"] in metrics
     ]
-    return _table(["comparison", "metric", "n", "policy", "reference", "Δ", "95% CI", "p"], rows)
+    return markdown_grid(["comparison", "metric", "n", "policy", "reference", "Δ", "95% CI", "p"], rows)
 
 
 def train_section(run: Mapping[str, Any], title: str, metrics: Sequence[str], focus: Sequence[str]) -> str:
@@ -176,7 +162,7 @@ def sweep_section(run: Mapping[str, Any], image: str, extra: Mapping[str, Any] |
         f"top-{b['top_k_neighbors']} neighbours, {b['max_hops']} hops; the walk was trained at 12 nodes. "
         "Mean evidence recall over all folds' test questions, 95% bootstrap interval.",
         "",
-        _table(["policy", *(f"{n} nodes" for n in levels)], rows),
+        markdown_grid(["policy", *(f"{n} nodes" for n in levels)], rows),
         "",
         f"![evidence recall against the node budget]({image})",
         "",
@@ -190,13 +176,18 @@ def sweep_section(run: Mapping[str, Any], image: str, extra: Mapping[str, Any] |
                 str(c["n"]),
                 f"**{c['mean_diff']:+.3f}**",
                 f"[{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]",
-                _p(c["p_value"]),
+                p_value(c["p_value"]),
             ]
             for n in levels
             for c in (paired_by_level.get(str(n)) or [])
             if c["policy"] in ("router", "gnn")
         ]
-        parts += ["Paired at each level:", "", _table(["nodes", "comparison", "n", "Δ", "95% CI", "p"], rows), ""]
+        parts += [
+            "Paired at each level:",
+            "",
+            markdown_grid(["nodes", "comparison", "n", "Δ", "95% CI", "p"], rows),
+            "",
+        ]
     return "\n".join(parts)
 
 
@@ -220,7 +211,7 @@ def eval_section(run: Mapping[str, Any], title: str, metrics: Sequence[str]) -> 
         overall = (pol[p].get("summary") or {}).get("overall") or {}
         rows.append([f"`{p}`", str(overall.get("n", "–")), *(_f(overall.get(m)) for m in metrics)])
     parts = [f"### {title}", "", "```bash", run.get("command", ""), "```", ""]
-    parts += [_table(["policy", "n", *(LABELS.get(m, m) for m in metrics)], rows), ""]
+    parts += [markdown_grid(["policy", "n", *(LABELS.get(m, m) for m in metrics)], rows), ""]
     paired = [c for c in run.get("paired", []) if c["policy"] == "router"]
     if paired:
         parts += [paired_table(paired, metrics), ""]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from graphmem.errors import InputError
 
@@ -42,15 +42,6 @@ def field(payload: Any, path: Path, *keys: str | int) -> Any:
             name = ".".join(str(k) for k in keys[: i + 1])
             raise ResultsFileError(f"{path}: missing field {name!r}") from None
     return value
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A GitHub table: the first column left-aligned, the others right-aligned."""
-    lines = [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
-    ]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def p_value(p: float | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from graphmem.eval.harness import EvalResult, sweep_curve
 from graphmem.eval.stats import PairedComparison, comparisons_markdown
@@ -45,7 +45,8 @@ def _count(s: Mapping[str, Any]) -> str:
     return f"{s['n']}" + (f" ({s['n_no_gold']} no gold)" if s["n_no_gold"] else "")
 
 
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def markdown_grid(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A GitHub table: the first column left-aligned, the others right-aligned."""
     lines = [
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
@@ -75,7 +76,7 @@ def markdown_table(result: EvalResult) -> str:
         f"**{result.policy}** on {result.dataset} — budget: {b.max_entries} entries, top-{b.top_k_neighbors} "
         f"neighbours, {b.max_hops} hops, {b.max_nodes} nodes, {b.max_tokens} tokens"
     )
-    return title + "\n\n" + _markdown(header, rows) + "\n\n" + _latency_note([result])
+    return title + "\n\n" + markdown_grid(header, rows) + "\n\n" + _latency_note([result])
 
 
 def _latency_note(results: Sequence[EvalResult]) -> str:
@@ -100,7 +101,7 @@ def comparison_table(results: Sequence[EvalResult], group: str = "overall") -> s
         + [_fmt(r.info.get("batched_questions_per_s"), "{:.0f}")]
         for r in present
     ]
-    return f"{group}:\n\n" + _markdown(header, rows) + "\n\n" + _latency_note(present)
+    return f"{group}:\n\n" + markdown_grid(header, rows) + "\n\n" + _latency_note(present)
 
 
 def category_recall_table(results: Sequence[EvalResult]) -> str:
@@ -112,7 +113,7 @@ def category_recall_table(results: Sequence[EvalResult]) -> str:
         [r.policy] + [_fmt(r.summary[g]["evidence_recall"], "{:.3f}") if g in r.summary else "–" for g in groups]
         for r in results
     ]
-    return "evidence recall by group:\n\n" + _markdown(["policy"] + groups, rows)
+    return "evidence recall by group:\n\n" + markdown_grid(["policy"] + groups, rows)
 
 
 def full_report(results: Sequence[EvalResult], paired: Sequence[PairedComparison] = ()) -> str:
