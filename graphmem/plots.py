@@ -67,7 +67,10 @@ def phase_starts(rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
 def plot_learning_curves(
     curves: Mapping[str, Mapping[Any, Sequence[Mapping[str, Any]]]],
     path: str | Path,
-    keys: Sequence[tuple[str, str]] = (("return", "training return"), ("val_recall", "validation evidence recall")),
+    keys: Sequence[tuple[str, str]] = (
+        ("return", "training return"),
+        ("val_return", "validation return (greedy walk)"),
+    ),
     title: str | None = None,
 ) -> Path:
     """One panel per metric in ``keys`` against the epoch, counted across the trainer's phases (the

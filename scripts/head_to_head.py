@@ -188,7 +188,7 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
             "examples": n,
             **evaluate(router, gs, gs.graphs, test_q, test_e, budget, test_rows["router"]),
             "best_epoch": result.best_epoch,
-            "val_recall": result.best_score,
+            "val_return": result.best_score,
             "seconds": time.perf_counter() - t0,
         }
         curve_router.append(row)

@@ -290,7 +290,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             sweep(name, policy, test_set)
             fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
             tracker.update_summary(
-                {"best_epoch": result.best_epoch, "val/best_recall": result.best_score, "train_wall_s": train_s}
+                {"best_epoch": result.best_epoch, "val/best_return": result.best_score, "train_wall_s": train_s}
                 | {f"test/{m}": v for m, v in fold_metrics[name].items()}
             )
             log_question_tables(tracker, [res], prefix=f"test_questions/fold{k}")
@@ -306,7 +306,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
                     "policy": name,
                     "best_phase": result.best_phase,
                     "best_epoch": result.best_epoch,
-                    "val_recall": result.best_score,
+                    "val_return": result.best_score,
                     "dropped_train_questions": trainer.train.dropped,
                     "train_wall_s": round(train_s, 2),
                     "test": res.overall,

@@ -102,7 +102,7 @@ def test_torchrun_two_ranks_write_the_one_process_checkpoint(tmp_path):
         assert moved > 1000 * TOLERANCE  # training moved the weights far beyond the tolerance
         for got, want in zip(ddp["history"], one["history"]):  # the same sampled walks, epoch by epoch
             assert got["phase"] == want["phase"] and got["epoch"] == want["epoch"]
-            assert abs(got["return"] - want["return"]) < 1e-6 and abs(got["val_recall"] - want["val_recall"]) < 1e-6
+            assert abs(got["return"] - want["return"]) < 1e-6 and abs(got["val_return"] - want["val_return"]) < 1e-6
         assert len(ddp["history"]) == len(one["history"]) == (2 if file == "last.pt" else len(ddp["history"]))
     test = {name: r["summary"]["router"]["evidence_recall"]["mean"] for name, r in results.items()}
     assert abs(test["ddp"] - test["one"]) < 1e-6

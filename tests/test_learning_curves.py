@@ -5,9 +5,9 @@ from __future__ import annotations
 from graphmem.plots import phase_starts, plot_learning_curves
 
 HISTORY = [
-    {"phase": "imitation", "epoch": 0, "return": 0.4, "val_recall": 0.5},
+    {"phase": "imitation", "epoch": 0, "return": 0.4, "val_return": 0.5},
     {"phase": "imitation", "epoch": 1, "return": 0.5},
-    {"phase": "reinforce", "epoch": 0, "return": 0.6, "val_recall": 0.55},
+    {"phase": "reinforce", "epoch": 0, "return": 0.6, "val_return": 0.55},
 ]
 
 

@@ -60,7 +60,7 @@ def test_plots_write_pngs(tmp_path):
         graph, "Which nodes?", ["d", "g"], {"one": TRACE, "two": {**TRACE, "loaded": ["a", "g"]}}, tmp_path / "r.png"
     )
     _png(tmp_path / "r.png")
-    rows = [{"epoch": e, "return": -1 + 0.1 * e, "val_recall": 0.3 + 0.01 * e} for e in range(5)]
+    rows = [{"epoch": e, "return": -1 + 0.1 * e, "val_return": 0.3 + 0.01 * e} for e in range(5)]
     plot_learning_curves({"router": {0: rows, 1: rows[:3]}, "fixed": {0: rows}}, tmp_path / "c.png")
     _png(tmp_path / "c.png")
     values = {"p": {250: [0.0, 1.0], 500: [1.0, 1.0, 0.5]}, "q": {250: [], 500: [0.5]}}

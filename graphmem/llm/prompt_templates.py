@@ -137,3 +137,19 @@ TEMPLATES["qa_judge"] = {
         'reference? Reply with {"score": <0 to 1>, "reason": "<short>"}.'
     ),
 }
+
+# A reward of the walk trainer: do the loaded records suffice to give the reference answer?
+TEMPLATES["walk_judge"] = {
+    "system": (
+        "You judge retrieved memory records. Decide whether the records below contain the information needed "
+        "to give the reference answer to the question. "
+        + _DATA_RULE.replace("$tag", "record")
+        + " 1.0 means the records state or directly imply the reference answer, 0.0 that they do not help, "
+        "values in between that they hold part of it. "
+        'Reply with one JSON object only: {"score": <number from 0 to 1>, "reason": "<short>"}.'
+    ),
+    "user": (
+        "$memory_block\n$question_block\n$reference_block\nDo the records suffice to give the reference answer? "
+        'Reply with {"score": <0 to 1>, "reason": "<short>"}.'
+    ),
+}

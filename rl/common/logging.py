@@ -14,7 +14,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 log = logging.getLogger("rl.train")
 
-VALIDATION_KEYS = {"val_recall": "val/recall"}
+VALIDATION_KEYS = {"val_recall": "val/recall", "val_return": "val/return"}
 """Trainer row keys that are validation figures, and their tracked names (the rest go under ``train/``)."""
 
 
@@ -33,7 +33,7 @@ class PrintLogger:
 
     def __init__(
         self,
-        keys: Sequence[str] = ("epoch", "return", "success", "loss", "val_recall"),
+        keys: Sequence[str] = ("epoch", "return", "success", "loss", "val_recall", "val_return"),
         every: int = 1,
         prefix: str = "",
     ):
@@ -55,7 +55,11 @@ class ProgressLogger:
     """
 
     def __init__(
-        self, total: int, desc: str = "train", keys: Sequence[str] = ("return", "val_recall"), disable: bool = False
+        self,
+        total: int,
+        desc: str = "train",
+        keys: Sequence[str] = ("return", "val_recall", "val_return"),
+        disable: bool = False,
     ):
         from tqdm.auto import tqdm
 

@@ -3,7 +3,9 @@ per question, its query embedding, entry rows and gold rows (rows of the union).
 
 Entries come from the entry selector the policy uses at question time, each question's from its
 own graph; gold rows are the question's resolvable evidence (used by rewards and positives only).
-Questions without a gold node or without entries are dropped and counted.
+With ``reward="answer"`` or ``"judge"`` the evidence is never read: the gold rows are empty and
+the answer's tokens (:class:`rl.walk.rewards.AnswerTargets`) are kept instead. Questions without
+entries, or without a gold node (evidence) or an answer token (answer, judge), are dropped and counted.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from graphmem.policies.selectors import make_entry_selector
 from graphmem.policies.tables import unit_embeddings
 from graphmem.policies.walk import WalkTables, walk_tables
 from models.edge_encoder import PerEdgeResidual, pair_table
+from rl.walk.rewards import REWARDS, AnswerTargets, answer_targets, answer_tokens
 
 
 @dataclass
@@ -39,6 +42,8 @@ class WalkData:
         qids: question ids, aligned with the rows.
         dropped: questions left out (no gold node in their graph, or no entries).
         lexical: the questions' lexical inputs over the union (rows aligned), from their texts only.
+        answers: the answer tokens each node holds (``reward`` answer or judge), else ``None``.
+        kept: the index of each row's question in the questions given.
     """
 
     tables: WalkTables
@@ -50,6 +55,8 @@ class WalkData:
     qids: list[str]
     dropped: int = 0
     lexical: Lexical | None = None
+    answers: AnswerTargets | None = None
+    kept: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.qids)
@@ -59,7 +66,8 @@ class WalkData:
         tables = walk_tables(t.x, t.tokens, t.pairs, t.edge_rows, device)
         moved = (x.to(device) for x in (self.q, self.entries, self.gold))
         lexical = None if self.lexical is None else self.lexical.to(device)
-        return WalkData(tables, self.names, self.node_ptr, *moved, self.qids, self.dropped, lexical)
+        answers = None if self.answers is None else self.answers.to(device)
+        return WalkData(tables, self.names, self.node_ptr, *moved, self.qids, self.dropped, lexical, answers, self.kept)
 
     def local_rows(self, rows: Tensor, graph: int) -> list[int]:
         """Union rows of graph number ``graph`` as that graph's own rows (``-1`` padding dropped)."""
@@ -80,11 +88,16 @@ def walk_data(
     budget: Budget,
     entry_selector="embedding",
     residual: PerEdgeResidual | None = None,
+    reward: str = "evidence",
 ) -> WalkData:
     """:class:`WalkData` of ``questions`` (embeddings ``[Q, D]`` aligned) over the graphs they are asked on.
 
-    ``residual`` (HAGE's per-edge table) gives the union's edges their rows in that table.
+    ``residual`` (HAGE's per-edge table) gives the union's edges their rows in that table; ``reward``
+    (:data:`rl.walk.rewards.REWARDS`) decides whether the evidence or the answer is read (module docstring).
     """
+    if reward not in REWARDS:
+        raise ValueError(f"walk_data: reward must be one of {REWARDS}, got {reward!r}")
+    labels = reward == "evidence"
     selector = make_entry_selector(entry_selector)
     names = sorted({q.graph for q in questions})
     batch = GraphBatch.from_graphs([graphs[n] for n in names])
@@ -96,22 +109,30 @@ def walk_data(
     by_graph: dict[str, list[int]] = {}
     for i, q in enumerate(questions):
         by_graph.setdefault(q.graph, []).append(i)
-    keep, entries, gold, dropped, texts = [], [], [], 0, []
+    keep, entries, gold, dropped, texts, graph_of = [], [], [], 0, [], []
     for c, name in enumerate(names):
         graph, off = graphs[name], int(batch.node_ptr[c])
         idx = by_graph[name]
         queries = [Query(questions[i].qid, questions[i].text, embeddings[i]) for i in idx]
         texts.append([])
         for i, picked in zip(idx, selector.select(graph, queries, budget)):
-            rows = [graph.index_of(e) for e in dict.fromkeys(questions[i].evidence) if graph.has_node(e)]
-            if not rows or not picked:
+            if labels:
+                rows = [graph.index_of(e) for e in dict.fromkeys(questions[i].evidence) if graph.has_node(e)]
+            else:
+                rows = []
+            if not picked or not (rows if labels else answer_tokens(questions[i].answer)):
                 dropped += 1
                 continue
             keep.append(i)
+            graph_of.append(c)
             texts[-1].append(questions[i].text)
             entries.append([v + off for v in list(picked)[: budget.max_entries]])
             gold.append([v + off for v in rows])
     q = embeddings[torch.tensor(keep, dtype=torch.long)].float() if keep else embeddings[:0].float()
     qids = [questions[i].qid for i in keep]
-    lexical = lexical_inputs([graphs[n] for n in names], texts)
-    return WalkData(tables, names, batch.node_ptr, q, padded(entries), padded(gold), qids, dropped, lexical)
+    members = [graphs[n] for n in names]
+    lexical = lexical_inputs(members, texts)
+    answers = None if labels else answer_targets(members, batch.node_ptr, [questions[i] for i in keep], graph_of)
+    return WalkData(
+        tables, names, batch.node_ptr, q, padded(entries), padded(gold), qids, dropped, lexical, answers, keep
+    )

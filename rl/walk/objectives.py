@@ -19,6 +19,22 @@ Gold rows enter here only (rewards and positives), never the walk or the scorer.
       G_t = Σ_{k ≥ t} γ^{k-t} r_k,   b_t ← β b_t + (1 - β) mean_b G_t,   A_t = G_t - b_t
       L_PG = -(1/B) Σ_{b, t} log π(a_t | s_t) A_t  -  c_H mean H(π(· | s_t))
 
+  (``B`` walks; other rewards: :mod:`rl.walk.rewards`).
+* A group-relative baseline (RLOO; GRPO's group without its std scaling): each question is walked
+  ``K`` times and walk ``i`` of a group is measured against the mean of the other ``K - 1``,
+
+      A_{i,t} = G_{i,t} - (1 / (K - 1)) Σ_{j ≠ i} G_{j,t}
+
+  which depends on no action of walk ``i``, so the estimator stays unbiased (:class:`LeaveOneOut`).
+* PPO-clip: the batch's walks, advantages ``A`` and log-probabilities ``log π_old`` are kept and the
+  loss is minimised for several epochs, with ``ρ_t = π(a_t | s_t) / π_old(a_t | s_t)``,
+
+      L_PPO = -(1/B) Σ_{b, t} min(ρ_t A_t, clip(ρ_t, 1 - ε, 1 + ε) A_t)
+              + β_KL (1/B) Σ_{b, t} [(ρ_t - 1) - log ρ_t]  -  c_H mean H(π(· | s_t))
+
+  the middle term the non-negative estimator of KL(π_old || π). At ``ρ = 1`` (the first epoch)
+  its gradient is REINFORCE's with the same advantages (:func:`ppo_loss`).
+
 * HAGE's MDP (:class:`HageMDP`) as a selectable objective on episodes of the same walk and scorer.
 
 Every batch mean above (over supervised steps, episodes, acted steps, and the baseline's means)
@@ -37,6 +53,7 @@ from torch import Tensor
 
 from graphmem.policies.base import Budget
 from graphmem.policies.walk import CandidateScorer, WalkEpisodes, WalkTables, rescore, step_log_probs, step_logits
+from rl.walk.rewards import evidence_rewards
 
 Reduce = Callable[[Tensor], Tensor]
 
@@ -48,10 +65,7 @@ def local(t: Tensor) -> Tensor:
 
 def walk_rewards(ep: WalkEpisodes, gold: Tensor, node_cost: float = 0.0) -> Tensor:
     """``[T, B]`` rewards ``r_t`` (module docstring); ``gold`` is ``[B, G]`` rows, ``-1`` padded."""
-    loaded = ep.loaded.T  # [T, B]
-    n_gold = (gold >= 0).sum(1).clamp(min=1).float()
-    hit = ((loaded[..., None] == gold[None]) & (gold[None] >= 0)).any(-1) & (loaded >= 0)
-    return hit.float() / n_gold[None] - node_cost * (loaded >= 0).float()
+    return evidence_rewards(ep, gold) - node_cost * (ep.loaded.T >= 0).float()
 
 
 def recall_of(ep: WalkEpisodes, gold: Tensor) -> Tensor:
@@ -147,6 +161,55 @@ class MovingBaseline:
         adv = (returns - b) * mask
         self.values = torch.where(n > 0, self.beta * self.values + (1 - self.beta) * mean.detach(), self.values)
         return adv
+
+
+@dataclass
+class LeaveOneOut:
+    """The group-relative baseline (module docstring): the walks of a batch come in groups of ``group``
+    consecutive columns, the walks of one question."""
+
+    group: int
+
+    def advantage(self, returns: Tensor, acted: Tensor, reduce: Reduce = local) -> Tensor:
+        """``[T, B]`` ``G_{i,t} - mean_{j ≠ i} G_{j,t}`` on the acted steps (0 elsewhere)."""
+        k = self.group
+        if k < 2 or returns.shape[1] % k:
+            raise ValueError(f"LeaveOneOut: {returns.shape[1]} walks do not form groups of {k} >= 2")
+        g = returns.view(returns.shape[0], -1, k)
+        others = (g.sum(-1, keepdim=True) - g) / (k - 1)
+        return (g - others).view_as(returns) * acted.float()
+
+
+def ppo_loss(
+    scorer: CandidateScorer,
+    ctx,
+    ep: WalkEpisodes,
+    advantage: Tensor,
+    old_logp: Tensor | None,
+    budget: Budget,
+    temperature: float,
+    clip: float = 0.2,
+    kl_coef: float = 0.0,
+    entropy_coef: float = 0.0,
+    reduce: Reduce = local,
+) -> tuple[Tensor, dict[str, float], Tensor]:
+    """``(L_PPO, stats, log π)`` (module docstring) of recorded walks ``ep`` with fixed ``advantage``
+    ``[T, B]``; ``old_logp`` ``None`` takes ``π_old`` as the current policy (the first epoch)."""
+    acted = ep.acted
+    logp, entropy = step_log_probs(scorer, ctx, ep, budget, temperature)
+    old = logp.detach() if old_logp is None else old_logp
+    log_ratio = (logp - old).masked_fill(~acted, 0.0)
+    ratio = log_ratio.exp()
+    surrogate = torch.minimum(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage) * acted
+    kl = ((ratio - 1) - log_ratio) * acted
+    sums = reduce(torch.stack([torch.tensor(float(acted.shape[1])), acted.sum().cpu()]).double())
+    bsz, steps = (max(float(x), 1.0) for x in sums)
+    ent = (entropy * acted).sum() / steps
+    loss = -surrogate.sum() / bsz + kl_coef * kl.sum() / bsz - entropy_coef * ent
+    clipped = ((ratio - 1).abs() > clip) & acted
+    extra = reduce(torch.stack([kl.sum(), clipped.sum().float(), (entropy * acted).sum()]).detach().double().cpu())
+    stats = {"kl": float(extra[0]) / bsz, "clip_fraction": float(extra[1]) / steps, "entropy": float(extra[2]) / steps}
+    return loss, stats, logp.detach()
 
 
 def reinforce_loss(

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from graphmem.policies.base import Budget
 from graphmem.policies.walk import WalkTables, pool_width
 from rl.common.distributed import World
-from rl.walk.objectives import HageMDP, MovingBaseline, imitation_loss, recall_of, reinforce_loss, walk_rewards
+from rl.walk.objectives import HageMDP, discounted_returns, imitation_loss, ppo_loss, recall_of, reinforce_loss
 
 
 def batch_noise(tables: WalkTables, budget: Budget, entries: int, rows: int, generator: torch.Generator) -> Tensor:
@@ -71,7 +71,7 @@ class WalkLoss(nn.Module):
         self.mdp: HageMDP = objective.hage_mdp()
         self.reduce = summed(world, tables.x.device)
 
-    def forward(self, batch, phase: str, baseline: MovingBaseline) -> tuple[Tensor, dict[str, Any]]:
+    def forward(self, batch, phase: str, baseline) -> tuple[Tensor, dict[str, Any]]:
         o, ep, reduce = self.objective, batch.episodes, self.reduce
         if phase == "imitation":
             loss, _ = imitation_loss(
@@ -80,13 +80,33 @@ class WalkLoss(nn.Module):
             recall = recall_of(ep, batch.gold)
             total, n = (float(x) for x in reduce(torch.stack([recall.sum(), torch.tensor(float(len(recall)))])))
             stats = {"return": total / max(n, 1.0)}
+        elif phase == "reinforce" and o.estimator == "ppo":
+            if batch.advantage is None:  # fixed for the batch's epochs, as π_old
+                batch.advantage = baseline.advantage(
+                    discounted_returns(batch.rewards, ep.acted, o.gamma), ep.acted, reduce
+                )
+            loss, stats, logp = ppo_loss(
+                self.scorer,
+                batch.ctx,
+                ep,
+                batch.advantage,
+                batch.old_logp,
+                self.budget,
+                o.temperature,
+                o.clip,
+                o.kl_coef,
+                o.entropy_coef,
+                reduce,
+            )
+            batch.old_logp = logp if batch.old_logp is None else batch.old_logp
+            n, total = (float(x) for x in reduce(torch.tensor([float(ep.acted.shape[1]), float(batch.rewards.sum())])))
+            stats["return"] = total / max(n, 1.0)
         elif phase == "reinforce":
-            rewards = walk_rewards(ep, batch.gold, o.node_cost)
             loss, stats = reinforce_loss(
                 self.scorer,
                 batch.ctx,
                 ep,
-                rewards,
+                batch.rewards,
                 baseline,
                 self.budget,
                 o.temperature,

@@ -1,14 +1,20 @@
-"""Training the walk router: imitation warm start, then REINFORCE on walk episodes (or HAGE's MDP).
+"""Training the walk router: imitation warm start, then policy gradients on walk episodes (or HAGE's MDP).
 
 The episode is the question-time retrieval (:mod:`graphmem.policies.walk`) under the evaluation budget; the
-objectives are those of :mod:`rl.walk.objectives`. One epoch, as Stable-Baselines3 splits
-``collect_rollouts`` from ``train``:
+rewards are those of :mod:`rl.walk.rewards` (``objective.reward``: evidence, answer or judge, minus the
+node and token costs), the losses those of :mod:`rl.walk.objectives`. One epoch, as Stable-Baselines3
+splits ``collect_rollouts`` from ``train``:
 
     for rows in batches of training questions:
-        batch = trainer.rollout(rows)          # sampled walks, no gradient
+        batch = trainer.rollout(rows)          # sampled walks (group_size per question) and their rewards
         stats = trainer.update(batch)          # the phase's loss + λ_anchor · L_anchor, one Adam step
-    val = trainer.validate()                   # greedy walks on the validation questions
+                                               # (ppo_epochs steps on the same walks for PPO)
+    val = trainer.validate()                   # greedy walks on the validation questions: mean return
     trainer.save("last.pt"); best epoch -> "best.pt"
+
+The estimator (``objective.estimator``) is REINFORCE with a moving-average baseline, REINFORCE with the
+group's leave-one-out baseline, or PPO-clip. Validation scores the objective itself, so a run from the
+answer or judge reward selects its epoch without an evidence label.
 
 Phases run in order: ``imitation`` (``objective.imitation_epochs``), then ``reinforce`` on the walk or
 ``hage_mdp`` (``objective.rl_epochs``), the second starting from the first's best epoch. The model
@@ -32,6 +38,7 @@ import torch
 from graphmem.datasets.types import Question
 from graphmem.device import resolve_device
 from graphmem.graph import MemoryGraph
+from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.policies.base import Budget
 from graphmem.policies.walk import walk
 from models.walk_scorer import ScorerConfig, WalkScorer
@@ -40,10 +47,12 @@ from rl.common.distributed import current_world
 from rl.common.logging import Logger
 from rl.common.seeding import deterministic, seed_everything
 from rl.walk.data import WalkData, walk_data
-from rl.walk.objectives import HageMDP, MovingBaseline, recall_of
+from rl.walk.objectives import HageMDP, LeaveOneOut, MovingBaseline
 from rl.walk.parallel import WalkLoss, batch_noise, summed
+from rl.walk.rewards import REWARDS, JudgeReward, costs, evidence_rewards, judge_reward
 
 OBJECTIVES = ("walk", "hage_mdp")
+ESTIMATORS = ("moving_average", "leave_one_out", "ppo")
 
 
 def _checked(obj, positive=(), non_negative=(), choices=None) -> None:
@@ -69,10 +78,26 @@ class ObjectiveConfig:
     """epochs of the supervised warm start (imitation of oracle walks); 0 = RL only"""
     rl_epochs: int = 6
     """epochs of REINFORCE after the warm start; 0 = supervised only"""
+    reward: str = "evidence"
+    """walk reward (rl.walk.rewards): evidence (gold evidence), answer (answer tokens in the loaded text) or
+    judge (an LLM's verdict); answer and judge read no evidence label"""
     temperature: float = 0.1
     """τ of the sampling policy softmax(s / τ) (and of the imitation loss)"""
     node_cost: float = 0.0
     """walk reward: cost per loaded node (what the stop head trades recall against)"""
+    token_cost: float = 0.0
+    """walk reward: cost per loaded token"""
+    estimator: str = "moving_average"
+    """policy-gradient estimator: moving_average (REINFORCE, per-step moving baseline), leave_one_out
+    (REINFORCE, group-relative baseline over group_size walks) or ppo (PPO-clip)"""
+    group_size: int = 1
+    """walks per question in a batch (leave_one_out: >= 2; ppo: its baseline is leave-one-out when >= 2)"""
+    ppo_epochs: int = 4
+    """ppo: optimizer steps on each batch of walks"""
+    clip: float = 0.2
+    """ppo: ε of the ratio clipping"""
+    kl_coef: float = 0.0
+    """ppo: β_KL of the KL(π_old || π) penalty"""
     gamma: float = 1.0
     """walk reward discount"""
     baseline_beta: float = 0.9
@@ -83,17 +108,30 @@ class ObjectiveConfig:
     """λ_anchor of the pull of learned edge features to their Phase-1 values"""
     mdp: dict[str, Any] = field(default_factory=dict)
     """HageMDP overrides (max_hops, hit_reward, step_penalty, timeout_penalty, starts_per_question, gamma)"""
+    judge: dict[str, Any] = field(default_factory=dict)
+    """reward judge: graphmem.llm.client.LLMConfig fields (default: the local model, no cache)"""
 
     def __post_init__(self) -> None:
         _checked(
             self,
-            ("temperature",),
-            ("imitation_epochs", "rl_epochs", "node_cost", "entropy_coef", "anchor_lambda"),
-            {"rl": OBJECTIVES},
+            ("temperature", "group_size", "ppo_epochs", "clip"),
+            ("imitation_epochs", "rl_epochs", "node_cost", "token_cost", "entropy_coef", "anchor_lambda", "kl_coef"),
+            {"rl": OBJECTIVES, "reward": REWARDS, "estimator": ESTIMATORS},
         )
         if not 0 <= self.gamma <= 1 or not 0 <= self.baseline_beta <= 1:
             raise ValueError("ObjectiveConfig.gamma and baseline_beta must lie in [0, 1]")
+        if self.estimator == "leave_one_out" and self.group_size < 2:
+            raise ValueError(f"ObjectiveConfig.estimator=leave_one_out needs group_size >= 2, got {self.group_size}")
+        if self.reward != "evidence" and (self.imitation_epochs or self.rl == "hage_mdp"):
+            raise ValueError(
+                f"ObjectiveConfig.reward={self.reward} reads no evidence label, but imitation and hage_mdp need "
+                "them: set imitation_epochs=0 and rl=walk"
+            )
         self.hage_mdp()  # unknown MDP keys fail here
+        try:
+            LLMConfig.from_dict(self.judge)
+        except ValueError as err:
+            raise ValueError(f"ObjectiveConfig.judge: {err}") from None
 
     def hage_mdp(self) -> HageMDP:
         return HageMDP(**self.mdp)
@@ -186,13 +224,19 @@ class TrainConfig:
 
 @dataclass
 class Rollout:
-    """Sampled walks of one batch of questions (everything the update needs)."""
+    """Sampled walks of one batch of questions (everything the update needs); ``rows`` holds each walk's
+    question row (a question walked ``group_size`` times appears that many times, consecutively)."""
 
     rows: torch.Tensor
     ctx: Any
     episodes: Any
     gold: torch.Tensor
     visited: torch.Tensor | None = None  # HAGE's MDP: the nodes visited at the start
+    rewards: torch.Tensor | None = None  # [T, B] the walk rewards (rl.walk.rewards)
+    q: torch.Tensor | None = None  # what the scorer's context is prepared from (PPO's later epochs)
+    entries: torch.Tensor | None = None
+    advantage: torch.Tensor | None = None  # PPO: fixed at the first epoch
+    old_logp: torch.Tensor | None = None
 
 
 @dataclass
@@ -241,10 +285,18 @@ class WalkTrainer:
         residual = train_graphs if cfg.model.edge_mode == "table" or cfg.model.edge_residual else None
         self.scorer = WalkScorer(dataclasses.replace(cfg.model, dim=int(embeddings.shape[1])), residual).to(self.device)
         table = self.scorer.edges.residual
-        self.train = walk_data(graphs, questions, embeddings, budget, entry_selector, table).to(self.device)
+        kind = cfg.objective.reward
+        self.train = walk_data(graphs, questions, embeddings, budget, entry_selector, table, kind).to(self.device)
         self.val: WalkData | None = None
         if val_questions:
-            self.val = walk_data(graphs, val_questions, val_embeddings, budget, entry_selector, table).to(self.device)
+            val = walk_data(graphs, val_questions, val_embeddings, budget, entry_selector, table, kind)
+            self.val = val.to(self.device)
+        self.judges: dict[str, JudgeReward] = {}
+        if kind == "judge":
+            client = LLMClient(LLMConfig.from_dict(cfg.objective.judge))
+            for name, data, qs in (("train", self.train, questions), ("val", self.val, val_questions)):
+                if data is not None:
+                    self.judges[name] = judge_reward(client, graphs, data.names, [qs[i] for i in data.kept])
         self.generator = torch.Generator().manual_seed(cfg.run.seed)
         self.mdp = cfg.objective.hage_mdp()
         self.result = TrainResult(self.scorer)
@@ -260,17 +312,22 @@ class WalkTrainer:
 
     # ------------------------------------------------------------------ rollout: sampled walks
     def rollout(self, rows: torch.Tensor, phase: str) -> Rollout:
-        """Sampled walks of this rank's slice of the global batch ``rows`` (all of it in one process)."""
+        """Sampled walks of this rank's slice of the global batch ``rows`` (all of it in one process), each
+        question walked ``group_size`` times in the policy-gradient phase, with their rewards."""
         d, o = self.train, self.cfg.objective
         q, entries, gold = d.q[rows], d.entries[rows][:, : self.budget.max_entries], d.gold[rows]
         if phase != "hage_mdp":
-            noise = batch_noise(d.tables, self.budget, entries.shape[1], len(rows), self.generator)
+            k = o.group_size if phase == "reinforce" else 1
+            noise = batch_noise(d.tables, self.budget, entries.shape[1], len(rows) * k, self.generator)
             mine = self.world.shard(len(rows), rows.device)
-            q, entries, gold, rows = q[mine], entries[mine], gold[mine], rows[mine]
+            walks = (mine[:, None] * k + torch.arange(k, device=rows.device)).flatten()
+            rows = rows[mine].repeat_interleave(k)
+            q, entries, gold = d.q[rows], d.entries[rows][:, : self.budget.max_entries], d.gold[rows]
             ctx = self.scorer.prepare(d.tables, q, entries, d.lexical[rows])  # this rank's rows' lexical inputs
-            draws = noise[:, mine.cpu()]
+            draws = noise[:, walks.cpu()]
             ep = walk(d.tables, self.scorer, q, entries, self.budget, True, o.temperature, ctx=ctx, noise=draws)
-            return Rollout(rows, ctx, ep, gold)
+            rewards = self.rewards(d, ep, rows, "train") if phase == "reinforce" else None
+            return Rollout(rows, ctx, ep, gold, rewards=rewards, q=q, entries=entries)
         row, start, blocked, gold = self.mdp.episodes(entries, gold)
         noise = batch_noise(d.tables, self.mdp.budget(), 1, len(row), self.generator)
         span = self.world.shard(len(rows), rows.device)
@@ -293,26 +350,47 @@ class WalkTrainer:
         return Rollout(rows[span], ctx, ep, gold, torch.cat([start, blocked], 1))
 
     # ------------------------------------------------------------------ update: loss and one Adam step
+    def rewards(self, data: WalkData, ep, rows: torch.Tensor, split: str) -> torch.Tensor:
+        """``[T, B]`` the objective's reward of each step minus its costs (:mod:`rl.walk.rewards`)."""
+        o = self.cfg.objective
+        if o.reward == "evidence":
+            gained = evidence_rewards(ep, data.gold[rows])
+        elif o.reward == "answer":
+            gained = data.answers.rewards(ep, rows)
+        else:
+            gained = self.judges[split].rewards(ep, rows)
+        return gained - costs(ep, data.tables, o.node_cost, o.token_cost)
+
     def update(self, batch: Rollout, phase: str) -> dict[str, float]:
-        """The phase's loss and ``λ_anchor · L_anchor`` (:class:`rl.walk.parallel.WalkLoss`), one Adam step."""
-        total, stats = self.model(batch, phase, self.baseline)
-        self.optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        if self.cfg.optim.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.scorer.parameters(), self.cfg.optim.max_grad_norm)
-        self.optimizer.step()
-        return stats
+        """The phase's loss and ``λ_anchor · L_anchor`` (:class:`rl.walk.parallel.WalkLoss`), one Adam step
+        (``ppo_epochs`` of them on the same walks for PPO)."""
+        steps = self.cfg.objective.ppo_epochs if phase == "reinforce" and self.cfg.objective.estimator == "ppo" else 1
+        first: dict[str, float] = {}
+        for step in range(steps):
+            if step:  # the first pass's graph is freed by its backward
+                batch.ctx = self.scorer.prepare(
+                    self.train.tables, batch.q, batch.entries, self.train.lexical[batch.rows]
+                )
+            total, stats = self.model(batch, phase, self.baseline)
+            self.optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            if self.cfg.optim.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.scorer.parameters(), self.cfg.optim.max_grad_norm)
+            self.optimizer.step()
+            first = first or stats
+        return {**first, **{k: stats[k] for k in ("kl", "clip_fraction") if k in stats}}
 
     # ------------------------------------------------------------------ validation: greedy walks
     @torch.no_grad()
     def validate(self, chunk: int = 1024) -> float:
-        """Mean evidence recall of the greedy walk over the validation questions (each rank walks its slice)."""
+        """Mean return of the greedy walk over the validation questions under the objective's reward and
+        costs (each rank walks its slice): the evidence recall for ``reward=evidence`` without costs."""
         d = self.val
         self.scorer.eval()
         mine = self.world.shard(len(d), d.q.device)
         rec = [
-            recall_of(
-                walk(d.tables, self.scorer, d.q[r], d.entries[r], self.budget, lexical=d.lexical[r]), d.gold[r]
+            self.rewards(
+                d, walk(d.tables, self.scorer, d.q[r], d.entries[r], self.budget, lexical=d.lexical[r]), r, "val"
             ).sum()
             for r in mine.split(chunk)
         ]
@@ -333,7 +411,7 @@ class WalkTrainer:
             "phase": phase,
             "epoch": epoch,
             "optimizer": self.optimizer.state_dict(),
-            "baseline": None if self.baseline.values is None else self.baseline.values.cpu(),
+            "baseline": None if getattr(self.baseline, "values", None) is None else self.baseline.values.cpu(),
             "history": self.result.history,
             "best": [self.result.best_phase, self.result.best_epoch, self.result.best_score],
             "rng": rng_state(self.generator),
@@ -354,20 +432,26 @@ class WalkTrainer:
         self.scorer.load_state_dict(st["scorer"]["state_dict"])
         self._start_phase(st["phase"])
         self.optimizer.load_state_dict(st["optimizer"])
-        self.baseline.values = None if st["baseline"] is None else st["baseline"].to(self.device)
+        if isinstance(self.baseline, MovingBaseline):
+            self.baseline.values = None if st["baseline"] is None else st["baseline"].to(self.device)
         self.result.history = list(st["history"])
         self.result.best_phase, self.result.best_epoch, self.result.best_score = st["best"]
         set_rng_state(st["rng"], self.generator)
         return st["phase"], st["epoch"] + 1
 
     def _start_phase(self, index: int) -> None:
-        """A fresh Adam at the phase's learning rate and a fresh baseline (HAGE's: one value, its β)."""
+        """A fresh Adam at the phase's learning rate and a fresh baseline (HAGE's: one value, its β; the
+        group's leave-one-out mean when a question is walked ``group_size >= 2`` times)."""
         phase, _, lr = self.cfg.phases()[index]
+        o = self.cfg.objective
         self.optimizer = torch.optim.Adam(self.scorer.parameters(), lr=lr, weight_decay=self.cfg.optim.weight_decay)
+        self.baseline: MovingBaseline | LeaveOneOut
         if phase == "hage_mdp":
             self.baseline = MovingBaseline(self.mdp.baseline_beta, per_step=False)
+        elif o.estimator == "leave_one_out" or (o.estimator == "ppo" and o.group_size > 1):
+            self.baseline = LeaveOneOut(o.group_size)
         else:
-            self.baseline = MovingBaseline(self.cfg.objective.baseline_beta)
+            self.baseline = MovingBaseline(o.baseline_beta)
 
     def _best_state(self, current: dict | None) -> dict | None:
         """The best epoch's weights: kept in memory, or read back from ``best.pt`` after a resume."""
@@ -406,11 +490,11 @@ class WalkTrainer:
                 }
                 improved = False
                 if self.val is not None and ((epoch + 1) % self.cfg.run.eval_every == 0 or epoch + 1 == epochs):
-                    row["val_recall"] = self.validate()
-                    improved = not (row["val_recall"] <= self.result.best_score)  # first validation: NaN best
+                    row["val_return"] = self.validate()
+                    improved = not (row["val_return"] <= self.result.best_score)  # first validation: NaN best
                     if improved:
                         self.result.best_phase, self.result.best_epoch = phase, epoch
-                        self.result.best_score = row["val_recall"]
+                        self.result.best_score = row["val_return"]
                         best_state = {k: v.detach().clone() for k, v in self.scorer.state_dict().items()}
                         self.save("best.pt", p, epoch)
                 self.result.history.append(row)
