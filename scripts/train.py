@@ -311,6 +311,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
                     "train_wall_s": round(train_s, 2),
                     "test": res.overall,
                     "trainer": dataclasses.asdict(tc),
+                    "history": result.history,
                 }
             )
         if not world.is_main:
