@@ -116,3 +116,11 @@ def test_trainer_learns_the_bridge_with_each_estimator(objective):
     assert unseen_recall(result.scorer) >= 0.9
     if objective["estimator"] == "ppo":
         assert all("clip_fraction" in r for r in result.history)
+
+
+def test_policy_gradient_phase_temperature():
+    o = config(objective={"temperature": 0.1, "rl_temperature": 1.0}).objective
+    assert (o.tau("imitation"), o.tau("reinforce"), o.tau("hage_mdp")) == (0.1, 1.0, 1.0)
+    assert config().objective.tau("reinforce") == 0.5  # unset: the one temperature
+    with pytest.raises(ValueError, match="rl_temperature"):
+        config(objective={"rl_temperature": 0.0})

@@ -73,10 +73,9 @@ class WalkLoss(nn.Module):
 
     def forward(self, batch, phase: str, baseline) -> tuple[Tensor, dict[str, Any]]:
         o, ep, reduce = self.objective, batch.episodes, self.reduce
+        tau = o.tau(phase)
         if phase == "imitation":
-            loss, _ = imitation_loss(
-                self.scorer, batch.ctx, ep, batch.gold, self.tables, self.budget, o.temperature, reduce
-            )
+            loss, _ = imitation_loss(self.scorer, batch.ctx, ep, batch.gold, self.tables, self.budget, tau, reduce)
             recall = recall_of(ep, batch.gold)
             total, n = (float(x) for x in reduce(torch.stack([recall.sum(), torch.tensor(float(len(recall)))])))
             stats = {"return": total / max(n, 1.0)}
@@ -92,7 +91,7 @@ class WalkLoss(nn.Module):
                 batch.advantage,
                 batch.old_logp,
                 self.budget,
-                o.temperature,
+                tau,
                 o.clip,
                 o.kl_coef,
                 o.entropy_coef,
@@ -109,15 +108,13 @@ class WalkLoss(nn.Module):
                 batch.rewards,
                 baseline,
                 self.budget,
-                o.temperature,
+                tau,
                 o.gamma,
                 o.entropy_coef,
                 reduce,
             )
         else:
-            loss, stats = self.mdp.loss(
-                self.scorer, batch.ctx, ep, batch.gold, batch.visited, baseline, o.temperature, reduce
-            )
+            loss, stats = self.mdp.loss(self.scorer, batch.ctx, ep, batch.gold, batch.visited, baseline, tau, reduce)
         touched = torch.zeros(self.tables.pairs.num_pairs, dtype=torch.float64, device=ep.pool_pair.device)
         touched[ep.pool_pair[ep.pool_pair >= 0]] = 1.0
         pairs = (reduce(touched) > 0).nonzero().flatten()  # the pairs of the whole batch

@@ -83,6 +83,9 @@ class ObjectiveConfig:
     judge (an LLM's verdict); answer and judge read no evidence label"""
     temperature: float = 0.1
     """τ of the sampling policy softmax(s / τ) (and of the imitation loss)"""
+    rl_temperature: float | None = None
+    """τ of the policy-gradient phase (None = temperature): a warm-started walk explores its stop action only
+    when τ leaves it a chance"""
     node_cost: float = 0.0
     """walk reward: cost per loaded node (what the stop head trades recall against)"""
     token_cost: float = 0.0
@@ -118,6 +121,8 @@ class ObjectiveConfig:
             ("imitation_epochs", "rl_epochs", "node_cost", "token_cost", "entropy_coef", "anchor_lambda", "kl_coef"),
             {"rl": OBJECTIVES, "reward": REWARDS, "estimator": ESTIMATORS},
         )
+        if self.rl_temperature is not None:
+            _checked(self, ("rl_temperature",))
         if not 0 <= self.gamma <= 1 or not 0 <= self.baseline_beta <= 1:
             raise ValueError("ObjectiveConfig.gamma and baseline_beta must lie in [0, 1]")
         if self.estimator == "leave_one_out" and self.group_size < 2:
@@ -135,6 +140,10 @@ class ObjectiveConfig:
 
     def hage_mdp(self) -> HageMDP:
         return HageMDP(**self.mdp)
+
+    def tau(self, phase: str) -> float:
+        """The temperature of ``phase``: ``rl_temperature`` in the policy-gradient phases when it is set."""
+        return self.temperature if phase == "imitation" or self.rl_temperature is None else self.rl_temperature
 
 
 @dataclass
@@ -325,7 +334,7 @@ class WalkTrainer:
             q, entries, gold = d.q[rows], d.entries[rows][:, : self.budget.max_entries], d.gold[rows]
             ctx = self.scorer.prepare(d.tables, q, entries, d.lexical[rows])  # this rank's rows' lexical inputs
             draws = noise[:, walks.cpu()]
-            ep = walk(d.tables, self.scorer, q, entries, self.budget, True, o.temperature, ctx=ctx, noise=draws)
+            ep = walk(d.tables, self.scorer, q, entries, self.budget, True, o.tau(phase), ctx=ctx, noise=draws)
             rewards = self.rewards(d, ep, rows, "train") if phase == "reinforce" else None
             return Rollout(rows, ctx, ep, gold, rewards=rewards, q=q, entries=entries)
         row, start, blocked, gold = self.mdp.episodes(entries, gold)
@@ -341,7 +350,7 @@ class WalkTrainer:
             start,
             self.mdp.budget(),
             True,
-            o.temperature,
+            o.tau(phase),
             ctx=ctx,
             allow_stop=False,
             blocked=blocked,
