@@ -114,9 +114,7 @@ class BetaBFS(TraversalPolicy):
         return self._generators[key]
 
 
-def top_children(
-    graph: MemoryGraph, nodes: Tensor, score: Callable[[Tensor], Tensor], k: int
-) -> tuple[Tensor, Tensor]:
+def top_children(graph: MemoryGraph, nodes: Tensor, score: Callable[[Tensor], Tensor], k: int) -> tuple[Tensor, Tensor]:
     """``([M, k] target, [M, k] edge)``: the first ``k`` distinct out-neighbors of each of ``nodes``
     ``[M]`` by decreasing ``score(edges)`` of the pair's best edge, ties by target string id;
     ``edge`` is that best edge (lowest id among equals); ``-1`` where a node has fewer. With the
