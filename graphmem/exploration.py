@@ -262,8 +262,9 @@ def compare_rankings(
 
 
 def plot_rounds(result: Mapping[str, Any], path) -> None:
-    """Served recall per round and held-out recall after each round, one line per learner with its
-    95 % bootstrap band (the single Thompson seeds are left out when their average is shown)."""
+    """Top: served recall per round and held-out recall after each round, one line per learner with
+    its 95 % bootstrap band; bottom: each learner minus ``mean`` per question, with the paired 95 %
+    bootstrap CI. The single Thompson seeds are left out when their average is shown."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -271,21 +272,34 @@ def plot_rounds(result: Mapping[str, Any], path) -> None:
 
     learners = result["learners"]
     shown = [n for n in learners if not (n.startswith("thompson_s") and "thompson" in learners)]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, kind, title in (
-        (axes[0], "served", f"served while learning ({result['stream_questions']} stream questions)"),
-        (axes[1], "heldout", f"held out, posterior mean ({result['heldout_questions']} questions)"),
-    ):
-        for name in shown:
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.4), sharex="col")
+    titles = {
+        "served": f"served while learning ({result['stream_questions']} stream questions)",
+        "heldout": f"held out, posterior mean ({result['heldout_questions']} questions)",
+    }
+    for col, kind in enumerate(("served", "heldout")):
+        top, bottom = axes[0, col], axes[1, col]
+        for i, name in enumerate(shown):
+            colour = f"C{i}"
             pts = [p for p in learners[name][kind] if p["recall"] is not None]
             x = [p["round"] for p in pts]
-            ax.plot(x, [p["recall"] for p in pts], "o-", label=name, ms=3)
-            ax.fill_between(x, [p["ci_low"] for p in pts], [p["ci_high"] for p in pts], alpha=0.15)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("feedback round")
-        ax.set_ylabel("evidence recall")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+            top.plot(x, [p["recall"] for p in pts], "o-", color=colour, label=name, ms=3)
+            top.fill_between(x, [p["ci_low"] for p in pts], [p["ci_high"] for p in pts], color=colour, alpha=0.12)
+            diffs = [c for c in result["paired"][kind] if c["policy"] == name and c["round"] != "all"]
+            if diffs:
+                x = [c["round"] for c in diffs]
+                bottom.plot(x, [c["mean_diff"] for c in diffs], "o-", color=colour, label=f"{name} − mean", ms=3)
+                lo, hi = [c["ci_low"] for c in diffs], [c["ci_high"] for c in diffs]
+                bottom.fill_between(x, lo, hi, color=colour, alpha=0.12)
+        top.set_title(titles[kind], fontsize=9)
+        top.set_ylabel("evidence recall (95% band)")
+        bottom.axhline(0.0, color="black", lw=0.6)
+        bottom.set_ylabel("paired Δ recall vs mean (95% CI)")
+        bottom.set_xlabel("feedback round")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+            ax.xaxis.get_major_locator().set_params(integer=True)
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
