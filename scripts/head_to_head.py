@@ -63,7 +63,7 @@ from graphmem.cli import METRICS, load_graphset, run_or_exit
 from graphmem.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import compare_policies
-from graphmem.exploration import compare_rankings, plot_rounds
+from graphmem.exploration import compare_rankings, make_learners, plot_rounds, round_bounds
 from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
@@ -386,6 +386,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    if (ex := cfg.exploration).rankings:  # the exploration settings are checked before anything is loaded
+        make_learners(list(ex.rankings), list(ex.thompson_seeds), list(ex.ucb_c)), round_bounds(0, ex.rounds)
     gs = load_graphset(cfg)
     feedback = run_feedback_sources(gs, cfg, budget) if cfg.feedback.sources else None
     exploration = run_exploration(gs, cfg, budget, out) if cfg.exploration.rankings else None
