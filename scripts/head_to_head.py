@@ -49,6 +49,7 @@ import dataclasses
 import json
 import logging
 import random
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -318,7 +319,7 @@ def run_exploration(gs: GraphSet, cfg: DictConfig, budget: Budget, out: Path) ->
     for c in result["paired"]["served"] + result["paired"]["heldout"]:
         log.info("[exploration] %s - mean, round %s: %+.4f [%+.4f, %+.4f] (n = %d)", *(c[k] for k in PAIRED_LOG))
     payload = {
-        "command": " ".join(["python scripts/head_to_head.py", *sys.argv[1:]]),
+        "command": " ".join(["python scripts/head_to_head.py", *map(shlex.quote, sys.argv[1:])]),
         "dataset": gs.dataset,
         "protocol": "within",
         "budget": dataclasses.asdict(budget),
