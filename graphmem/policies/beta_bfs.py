@@ -93,8 +93,9 @@ class BetaBFS(TraversalPolicy):
     def edge_scores(self, graph: MemoryGraph, edges: Tensor) -> Tensor:
         """``[C]`` score of each edge of ``edges`` under :attr:`ranking` (module docstring); each
         call makes new Thompson draws."""
-        alpha = graph.S.to(edges.device)[edges].double() + 1.0
-        beta = graph.F.to(edges.device)[edges].double() + 1.0
+        deps = (graph.S, graph.F)
+        counters = graph.cached("policies.beta_counters", lambda: torch.stack(deps).double(), deps, edges.device)
+        alpha, beta = counters[0, edges] + 1.0, counters[1, edges] + 1.0
         total = alpha + beta
         if self.ranking == "thompson":
             gen = self.generator(edges.device)
