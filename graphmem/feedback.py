@@ -216,6 +216,7 @@ def learn_evidence(
     config: OracleConfig = OracleConfig(),
     stats: EvidenceStats | None = None,
     reflector: LLMReflector | None = None,
+    served: list[tuple[Question, Retrieval]] | None = None,
 ) -> EvidenceStats:
     """One sequential pass of Retrieve -> Reflect -> eq. 21 over ``questions`` (in order).
 
@@ -229,6 +230,8 @@ def learn_evidence(
         stats: totals to continue (default: new).
         reflector: label with this LLM Reflector (feedback: the reference answer) instead of the
             oracle (default: the oracle).
+        served: when given, ``(question, retrieval)`` of every example is appended to it, in order
+            (the retrievals served while learning, for online recall).
 
     Each retrieval sees the counters left by the previous examples, as in GraphMemory's loop.
     """
@@ -239,6 +242,8 @@ def learn_evidence(
         graph = graphs[question.graph]
         query = Query(question.qid, question.text, embeddings[i])
         retrieval = policy.retrieve(graph, query, budget)
+        if served is not None:
+            served.append((question, retrieval))
         # ---- gold is read here, after the retrieval of this example has returned
         gold = {g for g in question.evidence if graph.has_node(g)}
         if not gold or (reflector is not None and not question.answer):

@@ -28,6 +28,13 @@ training questions, Beta BFS learns from the oracle Reflector and from the LLM R
 with the counters at zero; evidence recall on that graph's held-out questions is reported before
 and after, with the number of counter updates and labels.
 
+Exploration (``exploration.rankings``, e.g. ``[mean, ucb, thompson]``): on the ``within`` split,
+Beta BFS learners that rank by the posterior mean, a UCB or a Thompson draw learn from the same
+shuffled stream of training questions in ``exploration.rounds`` chunks
+(:mod:`graphmem.exploration`); per round the recall of the retrievals they served and the
+held-out recall with the posterior mean, paired against ``mean``. Writes ``exploration.json`` and
+``exploration_rounds.png`` in ``out_dir``.
+
 Learning curves: with ``N`` shuffled training questions (one order shared by both learners), the
 learners see the first ``round(f · N)`` for each ``f`` in ``fractions``; Beta learns incrementally,
 the router is retrained from scratch on each prefix (``f = 0``: its initialisation, the cosine walk). Writes
@@ -42,6 +49,8 @@ import dataclasses
 import json
 import logging
 import random
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +64,7 @@ from graphmem.cli import METRICS, load_graphset, run_or_exit
 from graphmem.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import compare_policies
+from graphmem.exploration import compare_rankings, make_learners, plot_rounds, round_bounds
 from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
@@ -73,6 +83,7 @@ from rl.common.splits import conversation_folds, within_conversation_split
 from rl.walk.trainer import TrainConfig, WalkTrainer
 
 log = logging.getLogger(__name__)
+PAIRED_LOG = ("policy", "round", "mean_diff", "ci_low", "ci_high", "n")
 
 
 def pick(gs: GraphSet, qids) -> tuple[list, torch.Tensor]:
@@ -280,6 +291,46 @@ def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[
     return {"graph": name, "train_questions": len(questions), "test_questions": len(test_q), "sources": rows}
 
 
+def run_exploration(gs: GraphSet, cfg: DictConfig, budget: Budget, out: Path) -> dict[str, Any]:
+    """Mean vs UCB vs Thompson Beta BFS on one feedback stream (module docstring)."""
+    ex, t0 = cfg.exploration, time.perf_counter()
+    parts = protocol_parts(gs, "within", cfg)
+    (train_q, train_e), heldout = parts["train"], parts["test"]
+    order = list(range(len(train_q)))
+    random.Random(cfg.seed).shuffle(order)  # the stream: one order for every learner
+
+    def progress(name: str, run: dict) -> None:
+        log.info("[exploration] %s: labels %s (%.0fs)", name, run["evidence"]["labels"], run["seconds"])
+
+    stream = ([train_q[i] for i in order], train_e[order])
+    oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
+    kwargs = {"rounds": ex.rounds, "thompson_seeds": list(ex.thompson_seeds), "ucb_c": list(ex.ucb_c), "oracle": oracle}
+    result = compare_rankings(
+        gs.graphs,
+        stream,
+        heldout,
+        budget,
+        gs.dataset,
+        list(ex.rankings),
+        entry_selector=cfg.entry_selector,
+        log=progress,
+        **kwargs,
+    )
+    for c in result["paired"]["served"] + result["paired"]["heldout"]:
+        log.info("[exploration] %s - mean, round %s: %+.4f [%+.4f, %+.4f] (n = %d)", *(c[k] for k in PAIRED_LOG))
+    payload = {
+        "command": " ".join(["python scripts/head_to_head.py", *map(shlex.quote, sys.argv[1:])]),
+        "dataset": gs.dataset,
+        "protocol": "within",
+        "budget": dataclasses.asdict(budget),
+        "wall_seconds": round(time.perf_counter() - t0),
+        **result,
+    }
+    atomic_write(out / "exploration.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1)))
+    plot_rounds(payload, out / "exploration_rounds.png")
+    return payload
+
+
 def feedback_markdown(fb: dict[str, Any]) -> str:
     lines = [
         f"Feedback sources on {fb['graph']}: {fb['train_questions']} training / {fb['test_questions']} test questions",
@@ -336,8 +387,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    if (ex := cfg.exploration).rankings:  # the exploration settings are checked before anything is loaded
+        make_learners(list(ex.rankings), list(ex.thompson_seeds), list(ex.ucb_c)), round_bounds(0, ex.rounds)
     gs = load_graphset(cfg)
     feedback = run_feedback_sources(gs, cfg, budget) if cfg.feedback.sources else None
+    exploration = run_exploration(gs, cfg, budget, out) if cfg.exploration.rankings else None
     results = [run_protocol(p, gs, cfg, budget) for p in cfg.protocols]
     table = markdown(results) if results else ""
     if feedback is not None:
@@ -348,6 +402,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "budget": dataclasses.asdict(budget),
         "results": results,
         "feedback_sources": feedback,
+        "exploration": exploration,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
