@@ -30,6 +30,46 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+def read_fold_runs(folders: list[Path]) -> list[dict[str, Any]]:
+    """The ``results.json`` of each folder (``scripts/train.py`` runs of disjoint folds), in order. A folder
+    without a readable one, a run whose dataset, budget or reference differs from the first's, or one that
+    repeats a fold already read is an error naming the folder."""
+    runs, folds = [], set()
+    for f in folders:
+        path = Path(f) / "results.json"
+        if not path.is_file():
+            raise InputError(f"{path}: no results.json (the run did not finish)")
+        try:
+            run = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise InputError(f"{path}: not a readable JSON file: {err}") from None
+        missing = [k for k in ("dataset", "budget", "folds", "records") if k not in run]
+        if missing:
+            raise InputError(f"{path}: missing field(s) {missing} (not a results.json of scripts/train.py)")
+        if runs and (run["dataset"] != runs[0]["dataset"] or run["budget"] != runs[0]["budget"]):
+            raise InputError(f"{f}: dataset or budget differs from {folders[0]}")
+        if runs and run.get("reference") != runs[0].get("reference"):
+            raise InputError(f"{f}: reference {run.get('reference')!r} differs from {runs[0].get('reference')!r}")
+        shared = folds & set(run["folds"])
+        if shared:
+            raise InputError(f"{f}: fold(s) {sorted(shared)} already merged from another run")
+        folds |= set(run["folds"])
+        runs.append(run)
+    return runs
+
+
+def fold_rows(folders: list[Path], kind: str, policy: str) -> list[dict]:
+    """The rows of ``<kind>_<policy>.jsonl`` (``kind``: ``questions`` or ``node_sweep``) of every folder, in
+    order; a folder without the file is an error naming it."""
+    rows = []
+    for f in folders:
+        path = Path(f) / f"{kind}_{policy}.jsonl"
+        if not path.is_file():
+            raise InputError(f"{path}: missing ({policy!r} has no {kind} rows in this run)")
+        rows += read_jsonl(path)
+    return rows
+
+
 def question_rows(out_dir: Path, policy: str) -> list[dict]:
     """``out_dir/questions_<policy>.jsonl``, or an error saying the run holds no such file."""
     path = Path(out_dir) / f"questions_{policy}.jsonl"
