@@ -166,13 +166,14 @@ def main(argv: list[str] | None = None) -> int:
         message = f"a record or row lacks the field {err}" if isinstance(err, KeyError) else str(err)
         print(f"error: {' '.join(message.split())}", file=sys.stderr)
         return 2
-    payload = {"command": " ".join([".venv/bin/python scripts/cost_curve.py", *(argv or sys.argv[1:])]), **payload}
-    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(payload, indent=1) + "\n"))
-    if args.plot is not None:
+    command = " ".join([".venv/bin/python scripts/cost_curve.py", *(argv or sys.argv[1:])])
+    payload = {"command": command, **payload, "plot": None if args.plot is None else str(args.plot)}
+    if args.plot is not None:  # the picture first: the results file is written last, when all went well
         from graphmem.plots import plot_recall_tokens
 
         title = f"{payload['dataset']}: recall against loaded tokens, folds {payload['folds']} (test questions)"
         plot_recall_tokens(payload, args.plot, title=title)
+    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(payload, indent=1) + "\n"))
     print(f"{args.out}: {len(payload['cost_variants'])} cost variant(s) against {args.fixed!r}")
     return 0
 
