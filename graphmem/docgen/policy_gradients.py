@@ -104,8 +104,10 @@ def labels_section(payload: dict, variants: dict[str, dict]) -> list[str]:
     if not names:
         return out + ["No variant of this run trained from the answer or judge reward."]
     out += [
-        "Variants trained from a reward that reads no evidence label, against the embedding baseline "
-        "(`dense_topk`) and the strongest simple baseline (`hybrid`), on evidence recall:",
+        "Variants trained from a reward that reads no evidence label (their epoch is selected on the same "
+        "reward on the validation conversations, so no evidence label enters their training or selection), "
+        "against the embedding baseline (`dense_topk`) and the strongest simple baseline (`hybrid`), on "
+        "evidence recall (measured with the labels, on the test questions):",
         "",
     ]
     rows, lines = [], []
@@ -121,11 +123,8 @@ def labels_section(payload: dict, variants: dict[str, dict]) -> list[str]:
             if c is None:
                 lines.append(f"* `{v}` vs `{ref}`: no paired comparison in the file.")
             else:
-                lines.append(
-                    f"* `{v}` vs `{ref}`: "
-                    + verdict(c["ci_low"], c["ci_high"], f"higher recall than `{ref}`", f"lower recall than `{ref}`")
-                    + f" (Δ {c['mean_diff']:+.3f}, n = {c['n']})."
-                )
+                what = verdict(c["ci_low"], c["ci_high"], "higher recall", "lower recall")
+                lines.append(f"* `{v}` vs `{ref}` (Δ {c['mean_diff']:+.3f}, n = {c['n']}): {what}.")
     header = ["variant", "reward", "estimator", "phases", "vs", "recall", "reference", "Δ", "95% CI", "p", "n"]
     return out + [markdown_grid(header, rows), "", *lines]
 
@@ -209,7 +208,7 @@ def cost_section(cost: dict | None) -> list[str]:
         pt, vs = v["point"], v["vs_fixed"]
         r, t = vs["recall"], vs["tokens"]
         rows.append(
-            [f"{v['token_cost']:g}", f"`{v['variant']}`", str(pt["n"])]
+            [f"{v['token_cost']:g}", f"`{v['variant']}`", "yes" if v.get("stop") else "no", str(pt["n"])]
             + [f"{pt['tokens']['mean']:.0f} {_ci(*pt['tokens']['ci95'], 0, '')}"]
             + [f"{pt['recall']['mean']:.3f} {_ci(*pt['recall']['ci95'], 3, '')}"]
             + [f"{r['mean_diff']:+.3f} {_ci(r['ci_low'], r['ci_high'])}", p_value(r["p_value"])]
@@ -219,7 +218,7 @@ def cost_section(cost: dict | None) -> list[str]:
         saves = verdict(*t["saving_ci95"], "fewer", "more")
         loses = verdict(r["ci_low"], r["ci_high"], "higher", "lower")
         lines.append(f"* λ = {v['token_cost']:g} against `{fixed}`: tokens: {saves}; recall: {loses}.")
-    header = ["λ", "variant", "n", "tokens [95% CI]", "recall [95% CI]", "Δ recall vs fixed [CI]", "p"]
+    header = ["λ", "variant", "learned stop", "n", "tokens [95% CI]", "recall [95% CI]", "Δ recall vs fixed [CI]", "p"]
     out += [markdown_grid(header + ["token saving [CI]", "n pairs", f"`{fixed}` tokens to reach"], rows), ""]
     out += lines
     if cost.get("plot"):
@@ -245,7 +244,7 @@ def cost_section(cost: dict | None) -> list[str]:
 def curves_section(variants: dict[str, dict]) -> list[str]:
     out = ["## Learning curves", ""]
     if not variants or not all(rows for i in variants.values() for rows in i["history"].values()):
-        return out + ["The records hold no per-epoch history, so there are no learning curves for this run."]
+        return out + ["The records hold no per-epoch history, so there are no learning curves for this run.", ""]
     out += [
         "Training return and validation return per epoch (a thin line per fold, the mean over folds in bold; "
         f"written by `{CURVES_COMMAND}`).",
@@ -267,7 +266,7 @@ def selected_epochs(payload: dict) -> list[str]:
     ]
     if not rows:
         return []
-    header = ["variant", "fold", "selected epoch (phase: epoch)", "its validation return"]
+    header = ["variant", "fold", "selected epoch (phase: epoch)", "validation return (of its own reward)"]
     return ["The epoch each fold selected on its validation conversations:", "", markdown_grid(header, rows)]
 
 
