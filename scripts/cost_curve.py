@@ -30,12 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from graphmem.errors import InputError
-from graphmem.eval.runs import fold_rows, read_fold_runs
+from graphmem.eval.runs import fold_rows, read_fold_runs, run_overrides, shell_word
 from graphmem.eval.stats import paired_comparison
 from graphmem.eval.tradeoff import curve, paired_token_ratio, point, question_values, tokens_to_reach
 from graphmem.io import atomic_write
-
-TRAINING_KEYS = ("graphset", "cv", "budget", "baselines", "variants", "node_sweep", "stats", "out_dir")
 
 
 def variant_settings(records: list[dict], name: str) -> dict[str, Any]:
@@ -66,13 +64,25 @@ def sweep_levels(rows: list[dict]) -> dict[int, list[dict]]:
     return out
 
 
-def training_configs(folders: list[Path], runs: list[dict]) -> list[dict]:
-    """What each fold run was given (its ``run.json`` config: graph set, folds, variants, ...): the page's commands."""
+def training_commands(folders: list[Path], runs: list[dict]) -> list[dict]:
+    """Each fold run's ``scripts/train.py`` command: the overrides that turn the repository's default train
+    config (with the run's ``data``) into the config its ``run.json`` recorded; ``None`` without a run.json."""
+    from omegaconf import OmegaConf
+
+    import rl.walk  # noqa: F401  (adds the trainer schema, as train.py composes)
+    from graphmem.config import CONFIG_DIR, compose
+
     out = []
     for f, run in zip(folders, runs):
-        path = Path(f) / "run.json"
-        config = json.loads(path.read_text(encoding="utf-8")).get("config", {}) if path.is_file() else {}
-        out.append({"folder": str(f), "run_id": run.get("run_id")} | {k: config.get(k) for k in TRAINING_KEYS})
+        path, command = Path(f) / "run.json", None
+        if path.is_file():
+            config = json.loads(path.read_text(encoding="utf-8")).get("config") or {}
+            data = (config.get("data") or {}).get("name")
+            chosen = [f"data={data}"] if data and (CONFIG_DIR / "data" / f"{data}.yaml").is_file() else []
+            default = OmegaConf.to_container(compose("train", chosen), resolve=True)
+            words = chosen + run_overrides(config, default)
+            command = " ".join([".venv/bin/python scripts/train.py", *map(shell_word, words)])
+        out.append({"folder": str(f), "run_id": run.get("run_id"), "command": command})
     return out
 
 
@@ -146,7 +156,7 @@ def tradeoff(folders: list[Path], fixed: str, pattern: str, n_boot: int) -> dict
         "curves": curves,
         "points": {p: point(v, n_boot) for p, v in values.items()},
         "cost_variants": variants,
-        "training": training_configs(folders, runs),
+        "training": training_commands(folders, runs),
         "n_boot": n_boot,
     }
 

@@ -3,6 +3,11 @@
 import json
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+import rl.walk  # noqa: F401  (the trainer schema)
+from graphmem.config import compose
+
 BUDGET = {"max_entries": 6, "top_k_neighbors": 2, "max_hops": 2, "max_nodes": 12, "max_tokens": 2500}
 SWEEP_BUDGETS = [{**BUDGET, "max_tokens": 1000000, "max_hops": 3, "max_nodes": n, "max_entries": 2} for n in (2, 4)]
 
@@ -68,8 +73,8 @@ def write_fold(folder: Path, fold: int, policies: dict, sweeps: dict, trainers: 
         "node_sweep": {"budgets": SWEEP_BUDGETS, "curves": {}, "paired": {}},
     }
     (folder / "results.json").write_text(json.dumps(payload))
-    config = {"graphset": "/sets/locomo", "cv": {"folds": [fold]}, "baselines": ["dense_topk"], "out_dir": str(folder)}
-    config |= {"variants": {"router": {}, "cost_0.001": {"objective": {"token_cost": 0.001}}}, "node_sweep": {}}
+    overrides = ["graphset=/sets/locomo", f"cv.folds=[{fold}]", "+variants.cost_0p001={objective: {token_cost: 0.001}}"]
+    config = OmegaConf.to_container(compose("train", [*overrides, f"out_dir={folder}"]), resolve=True)
     (folder / "run.json").write_text(json.dumps({"run_id": f"run{fold}", "config": config}))
     return folder
 
@@ -90,8 +95,8 @@ def two_folds(root: Path, extra_variants: dict | None = None) -> list[Path]:
     extra_variants = extra_variants or {}
     folders = []
     for k in (0, 1):
-        policies = {"router": ROUTER[k], "cost_0.001": COST[k], "dense_topk": DENSE[k], "hybrid": DENSE[k]}
-        trainers = {"router": trainer(), "cost_0.001": trainer(token_cost=0.001)}
+        policies = {"router": ROUTER[k], "cost_0p001": COST[k], "dense_topk": DENSE[k], "hybrid": DENSE[k]}
+        trainers = {"router": trainer(), "cost_0p001": trainer(token_cost=0.001)}
         for name, (cfg, values) in extra_variants.items():
             policies[name], trainers[name] = values[k], cfg
         sweeps = {"router": ROUTER_SWEEP[k], "dense_topk": DENSE_SWEEP[k], "hybrid": DENSE_SWEEP[k]}

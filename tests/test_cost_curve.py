@@ -32,7 +32,7 @@ def test_means_interpolation_and_paired_ratio(tmp_path):
     lo, hi = sweep[0]["recall"]["ci95"]
     assert 0.25 <= lo < 0.375 < hi <= 0.5
     (cost,) = payload["cost_variants"]
-    assert cost["variant"] == "cost_0.001" and cost["token_cost"] == 0.001
+    assert cost["variant"] == "cost_0p001" and cost["token_cost"] == 0.001
     assert cost["point"]["tokens"]["mean"] == 125 and cost["point"]["recall"]["mean"] == 0.625
     vs = cost["vs_fixed"]
     assert vs["recall"]["n"] == 4 and vs["recall"]["mean_diff"] == pytest.approx(-0.125)
@@ -40,7 +40,9 @@ def test_means_interpolation_and_paired_ratio(tmp_path):
     assert vs["tokens"]["saving_ci95"] == pytest.approx([0.5, 0.5])  # half on every question: every resample
     # recall .625 lies halfway between the sweep's .375 (100 tokens) and .875 (300 tokens)
     assert vs["fixed_tokens_to_reach"] == {"tokens": 200.0, "between": [2, 4], "status": "interpolated"}
-    assert payload["training"][0]["graphset"] == "/sets/locomo"
+    command = payload["training"][1]["command"]  # what the run recorded, as overrides of the default config
+    assert command.startswith(".venv/bin/python scripts/train.py data=locomo ") and "graphset=/sets/locomo" in command
+    assert "'cv.folds=[1]'" in command and "'++variants.cost_0p001={objective: {token_cost: 0.001}}'" in command
 
 
 def test_ratio_interval_and_reach_outside_the_sweep():
@@ -73,19 +75,42 @@ def test_refuses_missing_and_inconsistent_runs(tmp_path, capsys):
     run = Path(folders[1]) / "results.json"
     payload = json.loads(run.read_text())
     for r in payload["records"]:
-        if r["policy"] == "cost_0.001":
+        if r["policy"] == "cost_0p001":
             r["trainer"] = trainer(token_cost=0.01)
     run.write_text(json.dumps(payload))
-    assert "'cost_0.001': its trainer settings differ between folds" in error(capsys, [*folders, "--out", out])
+    assert "'cost_0p001': its trainer settings differ between folds" in error(capsys, [*folders, "--out", out])
     for r in payload["records"]:
-        if r["policy"] == "cost_0.001":
+        if r["policy"] == "cost_0p001":
             r["trainer"] = trainer(token_cost=0.001)
     run.write_text(json.dumps(payload | {"node_sweep": None}))
     assert "no node sweep" in error(capsys, [*folders, "--out", out])
     run.write_text(json.dumps(payload))
     (Path(folders[1]) / "questions_dense_topk.jsonl").unlink()
     assert "questions_dense_topk.jsonl: missing" in error(capsys, [*folders, "--out", out])
-    payload["records"] = [r for r in payload["records"] if r["policy"] != "cost_0.001"]
+    payload["records"] = [r for r in payload["records"] if r["policy"] != "cost_0p001"]
     run.write_text(json.dumps(payload))
     assert "trained on folds [0]" in error(capsys, [*folders, "--out", out])
     assert not Path(out).exists()
+
+
+def test_training_command_overrides_compose_back_to_the_recorded_config():
+    from omegaconf import OmegaConf
+
+    import rl.walk  # noqa: F401  (the trainer schema)
+    from graphmem.config import compose
+    from graphmem.eval.runs import run_overrides
+
+    given = [
+        "cv.folds=[3]",
+        "trainer.objective.rl_epochs=2",
+        "logger=none",
+        "node_sweep.levels=[2,6]",
+        "+variants.cost_1e3={objective: {token_cost: 0.001, estimator: leave_one_out, group_size: 4}}",
+        "~variants.router",
+        "out_dir=/runs/a b",
+    ]
+    recorded = OmegaConf.to_container(compose("train", given), resolve=True)
+    default = OmegaConf.to_container(compose("train"), resolve=True)
+    overrides = run_overrides(recorded, default)
+    assert "~variants.router" in overrides and 'out_dir="/runs/a b"' in overrides
+    assert OmegaConf.to_container(compose("train", overrides), resolve=True) == recorded

@@ -35,12 +35,13 @@ def test_page_from_fabricated_runs(tmp_path):
     assert "| `router` | SL+RL | moving_average | 1 | 0.750 ± 0.354 (2) |" in page
     assert "| `rl_loo` | RL | leave_one_out | 4 | 0.625 ± 0.177 (2) |" in page and "+0.125" in page
     # (c) the cost variant's point, the paired saving and the interpolated tokens of the fixed walk
-    assert "| 0.001 | `cost_0.001` | yes | 4 | 125 [" in page and "+50.0% [+50.0%, +50.0%]" in page
+    assert "| 0.001 | `cost_0p001` | yes | 4 | 125 [" in page and "+50.0% [+50.0%, +50.0%]" in page
     assert "200 (between 2 and 4 nodes)" in page and "![recall against loaded tokens](c.png)" in page
     # (d) one learning-curve picture per group present, (e) the commands of every step
     for group in ("sl_rl", "rl_only", "answer", "cost"):
         assert f"![{group}](policy_gradients_{group}.png)" in page
-    assert f"out_dir={folders[1]}" in page and "'++variants.cost_0.001={objective: {token_cost: 0.001}}'" in page
+    assert f"out_dir={folders[1]}" in page and "'++variants.cost_0p001={objective: {token_cost: 0.001}}'" in page
+    assert "'cv.folds=[1]'" in page
     assert "scripts/merge_fold_runs.py" in page and "scripts/cost_curve.py" in page and "Not run yet" not in page
 
 

@@ -7,9 +7,7 @@ runs), and nothing else; a file not present is named on the page in place of its
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any
 
 from graphmem.docgen.sources import field, load_results, p_value
 from graphmem.eval.report import markdown_grid
@@ -271,43 +269,19 @@ def selected_epochs(payload: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- (e) commands
-def hydra_value(v: Any) -> str:
-    """``v`` in Hydra's override grammar (flow mappings and lists, bare words, quoted other strings)."""
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {hydra_value(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, list):
-        return "[" + ", ".join(hydra_value(x) for x in v) + "]"
-    if isinstance(v, bool) or v is None:
-        return {True: "true", False: "false", None: "null"}[v]
-    if isinstance(v, str) and not re.fullmatch(r"[A-Za-z_][\w\-./]*", v):
-        return '"' + v.replace('"', '\\"') + '"'
-    return str(v)
-
-
-def train_command(t: dict) -> str:
-    """The ``scripts/train.py`` command of one fold run, from the settings its ``run.json`` recorded."""
-    parts = [".venv/bin/python scripts/train.py", f"graphset={t['graphset']}", f"'cv.folds={t['cv']['folds']}'"]
-    parts += ["logger=none", f"'baselines={hydra_value(t['baselines'])}'"]
-    parts += [f"budget.{k}={hydra_value(v)}" for k, v in (t.get("budget") or {}).items()]
-    sweep = t.get("node_sweep") or {}
-    if sweep.get("levels"):
-        parts += [f"'node_sweep.levels={hydra_value(sweep['levels'])}'"]
-        parts += [f"node_sweep.budget.{k}={hydra_value(v)}" for k, v in (sweep.get("budget") or {}).items()]
-    parts += [f"'++variants.{k}={hydra_value(v)}'" for k, v in (t.get("variants") or {}).items()]
-    return " \\\n    ".join(parts + [f"out_dir={t['out_dir']}"])
-
-
 def commands_section(merged: dict | None, cost: dict | None) -> list[str]:
     out = ["## Reproduce", ""]
-    trainings = [t for t in (cost or {}).get("training", []) if t.get("graphset") and t.get("cv")]
+    trainings = [t for t in (cost or {}).get("training", []) if t.get("command")]
     if trainings:
         out += [
-            "Training, one run per fold (graph set, folds, baselines, budget, node sweep and variants as each run "
-            "recorded them in its `run.json`; its other settings are there too):",
+            "Training, one run per fold (each run's `run.json` config written as overrides of the default "
+            "`configs/train.yaml`):",
             "",
             "```bash",
+            *(t["command"] for t in trainings),
+            "```",
+            "",
         ]
-        out += [train_command(t) for t in trainings] + ["```", ""]
     else:
         out += [
             "Training, one `scripts/train.py` run per fold `k` with every variant and a node sweep, e.g.:",
@@ -316,7 +290,7 @@ def commands_section(merged: dict | None, cost: dict | None) -> list[str]:
             ".venv/bin/python scripts/train.py graphset=<locomo set> 'cv.folds=[k]' \\",
             "    'node_sweep.levels=[2,4,8,12,16]' \\",
             "    '+variants.sl={objective: {rl_epochs: 0}}' \\",
-            "    '+variants.cost_0.001={objective: {token_cost: 0.001}}' out_dir=<runs>/locomo_fold<k>",
+            "    '+variants.cost_0p001={objective: {token_cost: 0.001}}' out_dir=<runs>/locomo_fold<k>",
             "```",
             "",
         ]

@@ -8,6 +8,7 @@ question: ``qid``, ``category``, ``metrics``, ``trace``; ``fold`` in training ru
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,40 @@ def node_sweep_payload(rows: dict[str, dict[int, list[dict]]], reference: str | 
             comps = compare_policies(at, reference, metrics=("evidence_recall",), n_boot=n_boot, seed=seed)
             paired[n] = [c.to_json() for c in comps]
     return {"curves": curves, "paired": paired}
+
+
+def hydra_value(v: Any) -> str:
+    """``v`` in Hydra's override grammar: flow mappings and lists, ``true``/``false``/``null``, numbers, bare
+    words, and other strings (or strings that would read as another type) in double quotes."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {hydra_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(hydra_value(x) for x in v) + "]"
+    if isinstance(v, bool) or v is None:
+        return {True: "true", False: "false", None: "null"}[v]
+    if isinstance(v, str):
+        bare = re.fullmatch(r"[A-Za-z_/][\w\-./]*", v) and v.lower() not in ("true", "false", "null", "inf", "nan")
+        return v if bare else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(v)
+
+
+def run_overrides(recorded: Any, default: Any, prefix: str = "") -> list[str]:
+    """The Hydra overrides that turn the ``default`` config into the ``recorded`` one (both plain dicts, e.g.
+    a run's ``run.json`` ``config`` and the composed defaults): ``key=value`` for a changed value, ``++key=value``
+    for a key the default lacks, ``~key`` for one the run lacks; mappings compared key by key."""
+    if isinstance(recorded, dict) and isinstance(default, dict):
+        out = []
+        for k, v in recorded.items():
+            path = f"{prefix}{k}"
+            if k not in default:
+                out.append(f"++{path}={hydra_value(v)}")
+            else:
+                out += run_overrides(v, default[k], f"{path}.")
+        out += [f"~{prefix}{k}" for k in default if k not in recorded]
+        return out
+    return [] if recorded == default else [f"{prefix.rstrip('.')}={hydra_value(recorded)}"]
+
+
+def shell_word(word: str) -> str:
+    """``word`` as one shell word: as is when plain, else in single quotes."""
+    return word if re.fullmatch(r"[\w\-./=+:,@%]+", word) else "'" + word.replace("'", "'\\''") + "'"
