@@ -383,7 +383,7 @@ def plot_recall_tokens(payload: Mapping[str, Any], path: str | Path, title: str 
         ax.plot([p[0] for p in pts], [p[1] for p in pts], color="#d62728", lw=1.6, ls="--")
         for v, (x, y, xerr, yerr) in zip(cost, pts):
             ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="D", ms=5, color="#d62728", capsize=2)
-            ax.annotate(f"λ={v['token_cost']:g}", (x, y), textcoords="offset points", xytext=(5, -11), fontsize=8)
+            ax.annotate(f"λ={v['token_cost']:g}", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
         ax.plot([], [], "D--", color="#d62728", label="token cost λ, learned stop (run's budget)")
     ax.set_xlabel("mean loaded tokens per question (95% CI)")
     ax.set_ylabel("mean evidence recall (95% CI)")

@@ -1,9 +1,13 @@
 """docs/policy_gradients.md from fabricated fold runs (merged and cost files), learning_curves.py, and absent files."""
 
+import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from graphmem.docgen import policy_gradients
+from graphmem.docgen.sources import ResultsFileError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fold_runs import COST, DENSE, ROUTER, trainer, two_folds  # noqa: E402
@@ -57,6 +61,16 @@ def test_learning_curves_script(tmp_path, capsys):
     capsys.readouterr()
     assert curves.main([*folders, "--out-dir", str(tmp_path / "other")]) == 2
     assert "has no history" in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
+def test_a_malformed_results_file_is_named(tmp_path):
+    out, _ = results(tmp_path)
+    path = out / policy_gradients.COST
+    payload = json.loads(path.read_text())
+    del payload["cost_variants"][0]["vs_fixed"]
+    path.write_text(json.dumps(payload))
+    with pytest.raises(ResultsFileError, match="cost_aware_locomo.json"):
+        policy_gradients.render(out)
 
 
 def test_absent_results_say_not_run(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import field, load_results, p_value
+from graphmem.docgen.sources import ResultsFileError, field, load_results, p_value
 from graphmem.eval.report import markdown_grid
 from graphmem.eval.variants import GROUPS, trained_variants
 
@@ -178,7 +178,9 @@ def estimators_section(payload: dict, variants: dict[str, dict]) -> list[str]:
 def _reach(r: dict) -> str:
     if r["status"] == "interpolated":
         return f"{r['tokens']:.0f} (between {r['between'][0]} and {r['between'][1]} nodes)"
-    return "below its smallest sweep level" if r["status"] == "below_sweep" else "not reached on its sweep"
+    if r["status"] == "below_sweep":
+        return "below its smallest sweep level's recall"
+    return "not reached on its sweep (above its largest level's recall)"
 
 
 def cost_section(cost: dict | None) -> list[str]:
@@ -308,6 +310,16 @@ def commands_section(merged: dict | None, cost: dict | None) -> list[str]:
 
 def render(results_dir: Path) -> str:
     merged, cost = load_results(results_dir, MERGED), load_results(results_dir, COST)
+    try:
+        return page(results_dir, merged, cost)
+    except (KeyError, TypeError, IndexError) as err:
+        names = [n for n, payload in ((MERGED, merged), (COST, cost)) if payload is not None]
+        raise ResultsFileError(
+            f"{Path(results_dir)}/{' or '.join(names)}: a field is missing or malformed ({err!r})"
+        ) from None
+
+
+def page(results_dir: Path, merged: dict | None, cost: dict | None) -> str:
     out = [INTRO]
     absent = _missing(MERGED, "scripts/merge_fold_runs.py")
     if merged is None:
@@ -315,7 +327,8 @@ def render(results_dir: Path) -> str:
     else:
         path = Path(results_dir) / MERGED
         variants = trained_variants(field(merged, path, "records"), str(path))
-        field(merged, path, "summary")
+        for key in ("summary", "dataset", "folds", "budget"):
+            field(merged, path, key)
         q = merged.get("questions", {})
         out += [
             f"Dataset `{merged['dataset']}`, folds {merged['folds']}, budget {_budget(merged['budget'])}; "
