@@ -7,6 +7,8 @@
 * :func:`plot_retrieval` — one question, two (or more) policies side by side: entries, the nodes
   loaded (numbered in load order), the edges walked as arrows coloured by relation, and the gold
   evidence, found or missed, laid out hop by hop (:func:`retrieval_columns`).
+* :func:`plot_recall_tokens` — mean recall against mean loaded tokens: node-sweep curves with 95 % bands
+  and the token-cost variants' points (``scripts/cost_curve.py``).
 
 Every function writes a PNG and returns its path; matplotlib is imported on first use (Agg).
 """
@@ -345,3 +347,48 @@ def plot_retrieval(
     fig.suptitle(title or textwrap.fill(f"Q: {question}", 140), fontsize=11)
     fig.subplots_adjust(left=0.01, right=0.99, top=1 - 0.9 / fig.get_figheight(), bottom=0.75 / fig.get_figheight())
     return _save(fig, path, dpi=110)
+
+
+# ---------------------------------------------------------------------------- recall vs tokens
+def plot_recall_tokens(payload: Mapping[str, Any], path: str | Path, title: str | None = None) -> Path:
+    """Mean evidence recall (y) against mean loaded tokens (x) from ``scripts/cost_curve.py``'s payload: each
+    node-sweep curve (``curves``: policy -> points, one per ``max_nodes``) with its 95 % recall band, the
+    fixed-budget walk's point at the run's budget, and the cost variants' points (``cost_variants``) joined
+    in order of λ, with 95 % error bars on both axes, each labelled with its λ."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.6, 5.2), constrained_layout=True)
+    colours = plt.get_cmap("tab10")
+    fixed = payload["fixed"]["variant"]
+    for i, (policy, points) in enumerate(payload["curves"].items()):
+        xs = [p["tokens"]["mean"] for p in points]
+        ys = [p["recall"]["mean"] for p in points]
+        n = points[-1]["n"] if points else 0
+        lw = 2.2 if policy == fixed else 1.2
+        label = f"{policy}, node sweep (n={n})" + (" — fixed-budget walk" if policy == fixed else "")
+        ax.plot(xs, ys, marker="o", ms=3.5, lw=lw, color=colours(i % 10), label=label)
+        lo, hi = [p["recall"]["ci95"][0] for p in points], [p["recall"]["ci95"][1] for p in points]
+        ax.fill_between(xs, lo, hi, color=colours(i % 10), alpha=0.15, lw=0)
+
+    def bars(p):
+        x, y = p["tokens"], p["recall"]
+        xerr = [[x["mean"] - x["ci95"][0]], [x["ci95"][1] - x["mean"]]]
+        yerr = [[y["mean"] - y["ci95"][0]], [y["ci95"][1] - y["mean"]]]
+        return x["mean"], y["mean"], xerr, yerr
+
+    x, y, xerr, yerr = bars(payload["points"][fixed])
+    ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="*", ms=11, color="black", label=f"{fixed} at the run's budget")
+    cost = payload["cost_variants"]
+    if cost:
+        pts = [bars(v["point"]) for v in cost]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], color="#d62728", lw=1.6, ls="--")
+        for v, (x, y, xerr, yerr) in zip(cost, pts):
+            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="D", ms=5, color="#d62728", capsize=2)
+            ax.annotate(f"λ={v['token_cost']:g}", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+        ax.plot([], [], "D--", color="#d62728", label="token cost λ, learned stop (run's budget)")
+    ax.set_xlabel("mean loaded tokens per question (95% CI)")
+    ax.set_ylabel("mean evidence recall (95% CI)")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7.5, loc="lower right")
+    fig.suptitle(title or "recall against loaded tokens", fontsize=10)
+    return _save(fig, path)

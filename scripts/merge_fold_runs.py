@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from graphmem.errors import InputError
-from graphmem.eval.runs import node_sweep_payload, read_jsonl
+from graphmem.eval.runs import node_sweep_payload, read_fold_runs, read_jsonl
 from graphmem.eval.stats import compare_policies, fold_summary
 from graphmem.io import atomic_write
 
@@ -27,23 +27,9 @@ METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
 
 
 def merge(folders: list[Path], also: list[str], n_boot: int) -> dict:
-    runs = []
-    for f in folders:
-        path = f / "results.json"
-        if not path.is_file():
-            raise InputError(f"{path}: no results.json (the run did not finish)")
-        runs.append(json.loads(path.read_text()))
+    runs = read_fold_runs(folders)
     first = runs[0]
-    folds: list[int] = []
-    for f, run in zip(folders, runs):
-        if run["dataset"] != first["dataset"] or run["budget"] != first["budget"]:
-            raise InputError(f"{f}: dataset or budget differs from {folders[0]}")
-        if run.get("reference") != first.get("reference"):
-            raise InputError(f"{f}: reference {run.get('reference')!r} differs from {first.get('reference')!r}")
-        shared = set(folds) & set(run["folds"])
-        if shared:
-            raise InputError(f"{f}: fold(s) {sorted(shared)} already merged from another run")
-        folds += list(run["folds"])
+    folds = [k for run in runs for k in run["folds"]]
     records = [r for run in runs for r in run["records"]]
     per_fold: dict[int, dict[str, dict]] = {}
     for r in records:

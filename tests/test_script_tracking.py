@@ -84,8 +84,8 @@ def _check_ablation_runs(runs: list[dict]) -> None:
     for r in train:
         epochs = [row["epoch"] for row in r["history"] if "epoch" in row]
         assert epochs == [0, 1], (r["name"], epochs)
-        assert all("val/recall" in row for row in r["history"] if "epoch" in row), r["name"]
-        assert "test/evidence_recall" in r["summary"] and "val/best_recall" in r["summary"]
+        assert all("val/return" in row for row in r["history"] if "epoch" in row), r["name"]
+        assert "test/evidence_recall" in r["summary"] and "val/best_return" in r["summary"]
 
 
 def test_train_ablation_offline_one_wandb_run_per_fold_and_variant(tmp_path):

@@ -8,6 +8,7 @@ question: ``qid``, ``category``, ``metrics``, ``trace``; ``fold`` in training ru
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,46 @@ def read_jsonl(path: Path) -> list[dict]:
             rows.append(json.loads(line))
         except json.JSONDecodeError as err:
             raise InputError(f"{path}:{i}: not a JSON line ({err.msg})") from None
+    return rows
+
+
+def read_fold_runs(folders: list[Path]) -> list[dict[str, Any]]:
+    """The ``results.json`` of each folder (``scripts/train.py`` runs of disjoint folds), in order. A folder
+    without a readable one, a run whose dataset, budget or reference differs from the first's, or one that
+    repeats a fold already read is an error naming the folder."""
+    runs, folds = [], set()
+    for f in folders:
+        path = Path(f) / "results.json"
+        if not path.is_file():
+            raise InputError(f"{path}: no results.json (the run did not finish)")
+        try:
+            run = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise InputError(f"{path}: not a readable JSON file: {err}") from None
+        missing = [k for k in ("dataset", "budget", "folds", "records") if k not in run]
+        if missing:
+            raise InputError(f"{path}: missing field(s) {missing} (not a results.json of scripts/train.py)")
+        if runs and (run["dataset"] != runs[0]["dataset"] or run["budget"] != runs[0]["budget"]):
+            raise InputError(f"{f}: dataset or budget differs from {folders[0]}")
+        if runs and run.get("reference") != runs[0].get("reference"):
+            raise InputError(f"{f}: reference {run.get('reference')!r} differs from {runs[0].get('reference')!r}")
+        shared = folds & set(run["folds"])
+        if shared:
+            raise InputError(f"{f}: fold(s) {sorted(shared)} already merged from another run")
+        folds |= set(run["folds"])
+        runs.append(run)
+    return runs
+
+
+def fold_rows(folders: list[Path], kind: str, policy: str) -> list[dict]:
+    """The rows of ``<kind>_<policy>.jsonl`` (``kind``: ``questions`` or ``node_sweep``) of every folder, in
+    order; a folder without the file is an error naming it."""
+    rows = []
+    for f in folders:
+        path = Path(f) / f"{kind}_{policy}.jsonl"
+        if not path.is_file():
+            raise InputError(f"{path}: missing ({policy!r} has no {kind} rows in this run)")
+        rows += read_jsonl(path)
     return rows
 
 
@@ -88,3 +129,40 @@ def node_sweep_payload(rows: dict[str, dict[int, list[dict]]], reference: str | 
             comps = compare_policies(at, reference, metrics=("evidence_recall",), n_boot=n_boot, seed=seed)
             paired[n] = [c.to_json() for c in comps]
     return {"curves": curves, "paired": paired}
+
+
+def hydra_value(v: Any) -> str:
+    """``v`` in Hydra's override grammar: flow mappings and lists, ``true``/``false``/``null``, numbers, bare
+    words, and other strings (or strings that would read as another type) in double quotes."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {hydra_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(hydra_value(x) for x in v) + "]"
+    if isinstance(v, bool) or v is None:
+        return {True: "true", False: "false", None: "null"}[v]
+    if isinstance(v, str):
+        bare = re.fullmatch(r"[A-Za-z_/][\w\-./]*", v) and v.lower() not in ("true", "false", "null", "inf", "nan")
+        return v if bare else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(v)
+
+
+def run_overrides(recorded: Any, default: Any, prefix: str = "") -> list[str]:
+    """The Hydra overrides that turn the ``default`` config into the ``recorded`` one (both plain dicts, e.g.
+    a run's ``run.json`` ``config`` and the composed defaults): ``key=value`` for a changed value, ``++key=value``
+    for a key the default lacks, ``~key`` for one the run lacks; mappings compared key by key."""
+    if isinstance(recorded, dict) and isinstance(default, dict):
+        out = []
+        for k, v in recorded.items():
+            path = f"{prefix}{k}"
+            if k not in default:
+                out.append(f"++{path}={hydra_value(v)}")
+            else:
+                out += run_overrides(v, default[k], f"{path}.")
+        out += [f"~{prefix}{k}" for k in default if k not in recorded]
+        return out
+    return [] if recorded == default else [f"{prefix.rstrip('.')}={hydra_value(recorded)}"]
+
+
+def shell_word(word: str) -> str:
+    """``word`` as one shell word: as is when plain, else in single quotes."""
+    return word if re.fullmatch(r"[\w\-./=+:,@%]+", word) else "'" + word.replace("'", "'\\''") + "'"
