@@ -1,7 +1,7 @@
 """A family of memory graphs where the relation of an edge, not cosine, decides which neighbour holds the evidence.
 
 Each graph is one conversation: a chain of ``events`` nodes in time order (one session,
-``position`` = order, timestamps ``t0 + 600 s · i``, alternating speakers). Its edges, inserted in
+``position`` = order, timestamps ``600 s · i``, alternating speakers). Its edges, inserted in
 both directions as the builders insert them:
 
 * ``temporal``: ``i <-> i + 1`` (the chain);

@@ -28,6 +28,7 @@ from typing import Any
 
 import hydra
 import numpy as np
+import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
@@ -92,13 +93,30 @@ def command_line() -> str:
     return " ".join(["python scripts/relation_family.py", *(shlex.quote(o) for o in overrides)])
 
 
-def family_set(cfg: DictConfig, seed: int) -> GraphSet:
-    """The family of ``seed`` as a :class:`GraphSet` (what the harness and :func:`restrict_graphs` take)."""
+def family_set(cfg: DictConfig, seed: int) -> tuple[GraphSet, torch.Tensor]:
+    """The family of ``seed`` as a :class:`GraphSet` (what the harness and :func:`restrict_graphs` take) and its
+    ``[kinds, D]`` intent directions."""
     fam = make_relation_family(**OmegaConf.to_container(cfg.family, resolve=True), seed=seed)
     report = LoadReport(
         source=f"make_relation_family(seed={seed})", records=len(fam.graphs), questions=len(fam.questions)
     )
-    return GraphSet("relation_family", fam.graphs, fam.questions, fam.query_embeddings, report)
+    return GraphSet("relation_family", fam.graphs, fam.questions, fam.query_embeddings, report), fam.intents
+
+
+def intent_readout(gs: GraphSet, intents: torch.Tensor) -> dict[str, float]:
+    """How legible the intent is in the query embeddings of ``gs``: the share of questions whose nearest intent
+    direction ``argmax_k q · u_k`` (the generator's own directions, which no policy sees) is their kind, and is
+    their kind's relation (next / previous, effect / cause merged)."""
+    kinds = list(KINDS)
+    relations = sorted({r for r, _, _ in KINDS.values()})
+    relation = torch.tensor([relations.index(KINDS[k][0]) for k in kinds])
+    own = torch.tensor([kinds.index(q.category) for q in gs.questions])
+    nearest = (gs.query_embeddings @ intents.T).argmax(1)
+    return {
+        "kind_accuracy": float((nearest == own).float().mean()),
+        "relation_accuracy": float((relation[nearest] == relation[own]).float().mean()),
+        "n": len(gs.questions),
+    }
 
 
 def neighbour_cosines(gs: GraphSet) -> dict[str, float]:
@@ -127,15 +145,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     started = time.perf_counter()
     rows: dict[str, list[dict]] = {}  # policy -> test rows of every seed
     per_seed: list[dict[str, dict[str, float]]] = []
-    records, splits, cosines = [], [], []
+    records, splits, cosines, readout = [], [], [], []
     for seed in cfg.seeds:
-        gs = family_set(cfg, seed)
+        gs, intents = family_set(cfg, seed)
         split = conversation_folds(list(gs.graphs), k=cfg.split.k, seed=seed, val_fraction=cfg.split.val_fraction)
         split = split[cfg.split.fold]
         train, val, test = (restrict_graphs(gs, part) for part in (split.train, split.val, split.test))
         splits.append({"seed": seed, **{p: len(getattr(split, p)) for p in ("train", "val", "test")}})
         splits[-1] |= {f"{p}_questions": len(s.questions) for p, s in (("train", train), ("val", val), ("test", test))}
         cosines.append({"seed": seed, **neighbour_cosines(test)})
+        readout.append({"seed": seed, **intent_readout(test, intents)})
         policies: dict[str, Any] = {}
         for name, overrides in variants.items():
             tc = TrainConfig.merged(base, overrides, seed=seed)
@@ -162,7 +181,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                     "model": dataclasses.asdict(tc.model),
                 }
             )
-            log.info("seed %d %s: best %s epoch %d, val recall %.3f", seed, name, *list(records[-1].values())[2:5])
+            log.info(
+                "seed %d %s: best %s epoch %d, val recall %.3f",
+                *(seed, name, result.best_phase, result.best_epoch, result.best_score),
+            )
             policies[name] = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=cfg.entry_selector)
         if cfg.cosine_walk:
             scorer = WalkScorer(ScorerConfig(dim=gs.graphs[split.test[0]].dim))
@@ -177,7 +199,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         per_seed.append(fold_metrics)
         log.info("seed %d test recall: %s", seed, {p: round(m[METRIC], 3) for p, m in fold_metrics.items()})
     payload, paired = assemble(cfg, rows, per_seed, budget, variants)
-    payload |= {"records": records, "splits": splits, "neighbour_cosine": cosines}
+    payload |= {"records": records, "splits": splits, "neighbour_cosine": cosines, "intent_readout": readout}
     payload["wall_s"] = round(time.perf_counter() - started, 2)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, lambda tmp: tmp.write_text(json.dumps(payload, indent=1) + "\n"))

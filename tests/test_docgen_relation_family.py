@@ -46,6 +46,7 @@ def results():
             {"seed": 0, "gold_mean": 0.41, "gold_std": 0.1, "other_mean": 0.42, "other_std": 0.1, "gold_n": 40,
              "other_n": 160}
         ],
+        "intent_readout": [{"seed": 0, "kind_accuracy": 0.9, "relation_accuracy": 0.95, "n": 40}],
         "wall_s": 12.0,
     }  # fmt: skip
 
@@ -62,6 +63,8 @@ def test_render_tables_and_verdicts(tmp_path):
     assert "`full` against `no_intent`: Δ = +0.050 [-0.010, +0.110], n = 400: no difference resolved" in page
     assert "`full` against `bm25`" not in page  # verdict lines are for the variants only
     assert "gold neighbour 0.410 ± 0.100 (n = 40)" in page
+    assert "for 0.900 of the test questions" in page and "between 0.800 and 0.900 per kind" in page
+    assert "**Learned edge features" not in page  # no such variant in this file
 
 
 def test_render_without_results_and_with_a_missing_field(tmp_path):

@@ -126,6 +126,7 @@ def test_script_end_to_end_on_a_tiny_family(tmp_path):
         "trainer.objective.rl_epochs=1",
         "trainer.optim.batch_size=8",
         "heuristics=[beta_bfs,dense_topk]",
+        *(f"~variants.{v}" for v in ("no_learned_edges", "neither", "intent_head_only")),
         "n_boot=100",
         f"out={out}",
     ]
@@ -133,7 +134,8 @@ def test_script_end_to_end_on_a_tiny_family(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["command"].startswith("python scripts/relation_family.py") and "seeds=[0,1]" in res["command"]
-    policies = [*res["variants"], "cosine_walk", "beta_bfs", "dense_topk"]
+    policies = ["full", "no_intent", "no_query_weighting", "cosine_walk", "beta_bfs", "dense_topk"]
+    assert list(res["variants"]) == policies[:3]
     assert list(res["questions"]) == policies
     test_n = sum(s["test_questions"] for s in res["splits"])
     assert all(n == test_n for n in res["questions"].values()) and test_n > 0
@@ -147,6 +149,10 @@ def test_script_end_to_end_on_a_tiny_family(tmp_path):
     assert set(paired) == set(policies) - {"full"} and all(c["policy"] == "full" for c in paired.values())
     assert all(c["n"] == test_n and c["ci_low"] <= c["mean_diff"] <= c["ci_high"] for c in paired.values())
     assert {r["variant"] for r in res["records"]} == set(res["variants"])
+    assert [r["seed"] for r in res["intent_readout"]] == [0, 1]
+    assert all(
+        0 <= r["relation_accuracy"] <= 1 and r["kind_accuracy"] <= r["relation_accuracy"] for r in res["intent_readout"]
+    )
 
 
 @pytest.mark.parametrize(
