@@ -67,6 +67,18 @@ def test_render_tables_and_verdicts(tmp_path):
     assert "**Learned edge features" not in page  # no such variant in this file
 
 
+def test_render_the_untyped_section_when_its_file_exists(tmp_path):
+    (tmp_path / "relation_family.json").write_text(json.dumps(results()))
+    assert "## Untyped links" not in relation_family.render(tmp_path)
+    untyped = results() | {"command": "python scripts/relation_family.py family.typed=false"}
+    untyped["per_seed"] = {**untyped["per_seed"], "full": [0.6, 0.7]}
+    (tmp_path / "relation_family_untyped.json").write_text(json.dumps(untyped))
+    page = relation_family.render(tmp_path)
+    section = page[page.index("## Untyped links") :]
+    assert "python scripts/relation_family.py family.typed=false" in section
+    assert "### Evidence recall on the test conversations" in section and "| **full** | 0.600 | 0.700 |" in section
+
+
 def test_render_without_results_and_with_a_missing_field(tmp_path):
     assert "Not measured yet" in relation_family.render(tmp_path)
     broken = results()

