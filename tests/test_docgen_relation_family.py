@@ -71,12 +71,17 @@ def test_render_the_untyped_section_when_its_file_exists(tmp_path):
     (tmp_path / "relation_family.json").write_text(json.dumps(results()))
     assert "## Untyped links" not in relation_family.render(tmp_path)
     untyped = results() | {"command": "python scripts/relation_family.py family.typed=false"}
+    untyped["family"] = {**untyped["family"], "typed": False, "link_strength": 2.5}
     untyped["per_seed"] = {**untyped["per_seed"], "full": [0.6, 0.7]}
     (tmp_path / "relation_family_untyped.json").write_text(json.dumps(untyped))
     page = relation_family.render(tmp_path)
     section = page[page.index("## Untyped links") :]
     assert "python scripts/relation_family.py family.typed=false" in section
-    assert "### Evidence recall on the test conversations" in section and "| **full** | 0.600 | 0.700 |" in section
+    assert (
+        "The link strength (2.5)" in section
+        and "### Evidence recall on the test conversations" in section
+        and "| **full** | 0.600 | 0.700 |" in section
+    )
 
 
 def test_render_without_results_and_with_a_missing_field(tmp_path):
