@@ -37,6 +37,16 @@ def test_untyped_family_hides_the_relation_from_labels_and_phase1_scores():
         assert float(g.edge_attr_init[:, 2:].abs().sum()) == 0.0  # no causal or entity score
     for g in typed.graphs.values():
         assert len(set(g.edge_type.tolist())) == 4 and float(g.edge_attr_init[:, 2:].sum()) > 0
+
+    def block_agreement(fam):  # share of linked pairs whose largest block of x_i ⊙ x_j is their relation's
+        hits = []
+        for name, g in fam.graphs.items():
+            for r, relation in enumerate(g.relations):
+                for a, b in fam.links[name][relation]:
+                    hits.append(int((g.embeddings[a] * g.embeddings[b]).view(4, -1).sum(1).argmax()) == r)
+        return np.mean(hits)
+
+    assert block_agreement(untyped) > 0.7 and block_agreement(typed) < 0.45  # the contents say the relation
     with pytest.raises(ValueError, match="multiple of 4"):
         make_relation_family(num_graphs=1, dim=30, link_strength=1.0)
 
