@@ -300,8 +300,9 @@ def _content_only(res: dict, path: Path) -> list[str]:
 def render(results_dir: Path) -> str:
     path = Path(results_dir) / RESULTS
     res = load_results(results_dir, RESULTS)
-    variants = markdown_grid(
-        ["variant", "overrides", "what the scorer keeps"], [[f"`{n}`", o, k] for n, o, k in VARIANTS]
+    variants = "\n".join(
+        ["| variant | overrides | what the scorer keeps |", "|---|---|---|"]
+        + [f"| `{n}` | {o} | {k} |" for n, o, k in VARIANTS]
     )
     out = [INTRO.format(variants=variants).rstrip(), ""]
     if res is None:
