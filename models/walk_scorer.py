@@ -5,6 +5,7 @@ For a query ``q`` (unit ``q̂``), its relation intent ``π(q)``, the best cosine
 (:class:`models.edge_encoder.EdgeEncoder`) and raw pair features ``a_uv``:
 
     m(q)   = R · π(q) + g([q̂ ; π(q)])                          modulation (HAGE), g: MLP, last layer zero-init
+             (``modulation=False``: m(q) = R · π(q), the intent alone)
     σ_uv   = [cos(q, x_u), cos(q, x_v), cos(x_u, x_v), cos(q, x_u) - c*, cos(q, x_v) - c*,
               max_w cos(q, x_w) - c*, mean_w cos(q, x_w) - c*, max_w cos(q, x_w) - cos(q, x_v)]
              over the out-neighbours w of v (what loading v would open: a one-step look-ahead)
@@ -70,6 +71,9 @@ class ScorerConfig:
     """add HAGE's per-edge table as a residual on the training graphs' edges (inductive mode)"""
     intent: str = "head"
     """relation intent: prototype, head, uniform (no intent)"""
+    modulation: bool = True
+    """the query's own modulation g([q̂ ; π(q)]) in m(q) (False: m(q) = R · π(q); with intent=uniform nothing
+    in the scorer weighs the edge features by the query)"""
     stop: bool = True
     """whether the walk has a learned stop action"""
     lexical: bool = True
@@ -84,6 +88,9 @@ class ScorerConfig:
                 raise ValueError(f"ScorerConfig.{name} must be a non-negative integer, got {getattr(self, name)!r}")
         if self.edge_mode not in EDGE_MODES:
             raise ValueError(f"edge encoder mode {self.edge_mode!r} is not one of {EDGE_MODES}")
+        for name in ("modulation", "stop", "lexical", "edge_residual"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ScorerConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if self.intent not in INTENTS:
             raise ValueError(f"ScorerConfig.intent must be one of {INTENTS}, got {self.intent!r}")
 
@@ -125,9 +132,11 @@ class WalkScorer(nn.Module):
         r = EDGE_FEATURE_DIM
         self.edges = EdgeEncoder(cfg.dim, cfg.edge_mode, cfg.edge_hidden, cfg.edge_rank, residual_graphs)
         self.intent = RelationIntent(cfg.dim, kind=cfg.intent, num_relations=r)
-        self.modulator = nn.Sequential(nn.Linear(cfg.dim + r, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, r))
-        nn.init.zeros_(self.modulator[2].weight)
-        nn.init.zeros_(self.modulator[2].bias)
+        self.modulator = None
+        if cfg.modulation:
+            self.modulator = nn.Sequential(nn.Linear(cfg.dim + r, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, r))
+            nn.init.zeros_(self.modulator[2].weight)
+            nn.init.zeros_(self.modulator[2].bias)
         if cfg.rank:
             self.query_proj = nn.Linear(cfg.dim, cfg.rank, bias=False)  # A
             self.node_proj = nn.Linear(cfg.dim, cfg.rank, bias=False)  # B
@@ -173,7 +182,9 @@ class WalkScorer(nn.Module):
         ref = cos_e.masked_fill(~real, float("-inf")).max(1).values
         ref = torch.where(real.any(1), ref, torch.zeros_like(ref))
         pi = self.intent(qn)
-        m = EDGE_FEATURE_DIM * pi + self.modulator(torch.cat([qn, pi], -1))
+        m = EDGE_FEATURE_DIM * pi
+        if self.modulator is not None:
+            m = m + self.modulator(torch.cat([qn, pi], -1))
         st = static if static is not None else {**self.static_nodes(tables), "pair_e": None}
         qa = self.query_proj(qn) if self.config.rank else None
         n = tables.num_nodes

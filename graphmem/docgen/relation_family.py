@@ -1,0 +1,332 @@
+"""docs/relation_family.md: the walk's edge features and relation intent on memory where the relation of an
+edge, not cosine, names the evidence; rendered from ``docs/results/relation_family.json`` and, when
+present, ``relation_family_untyped.json`` (``scripts/relation_family.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphmem.docgen.sources import field, load_results, p_value
+from graphmem.eval.report import markdown_grid
+
+RESULTS = "relation_family.json"
+UNTYPED_RESULTS = "relation_family_untyped.json"
+VARIANTS = (
+    ("full", "—", "learned inductive edge features `e = e0 + f(a, Px ⊙ Px)`, intent head `π(q)`, "
+     "modulation `m(q) = 4 π(q) + g([q ; π(q)])`"),
+    ("no_intent", "`model.intent=uniform`", "`π = 1/4`; the modulation `g` still reads the query"),
+    ("no_learned_edges", "`model.edge_mode=phase1`", "`e = e0`, the graph's own Phase-1 features, static"),
+    ("neither", "both", "static `e0`, no intent head, `g`"),
+    ("intent_head_only", "`model.modulation=false`", "`m(q) = 4 π(q)`: the query reaches the edges through `π` alone"),
+    ("no_query_weighting", "`model.intent=uniform model.modulation=false`",
+     "`m = 1`: nothing weighs the edges by the question"),
+)  # fmt: skip
+"""the variants of configs/relation_family.yaml: name, trainer overrides, what the scorer keeps"""
+
+INTRO = """# Relation-typed memory: when the edge's relation, not cosine, names the evidence
+
+A memory of events linked by what happened next, what caused what, who took part and what was
+alike answers questions that dense retrieval cannot: "what happened right after X?" is asked about
+X, but the answer's text need not resemble the question at all. This page measures the learned
+walk on such memory, and which of its parts carry the answer.
+
+**The family** (`graphmem/synthetic_relations.py`, `make_relation_family`). Each conversation is
+a chain of events (one session, timestamps in order) with four kinds of edges, inserted in both
+directions as the builders insert them: `temporal` between consecutive events, and `causal`,
+`entity` and `semantic` as three random perfect matchings (each event has one partner per relation;
+the earlier event of a causal pair is the cause), so every event has four or five neighbours. All
+node embeddings of a conversation scatter around one centre, so **the cosine of a neighbour to the
+question has one distribution whatever relation links it** (measured below). Phase-1 edge features
+are the builders' (`graphmem.builders.edges.phase1_features`): temporal proximity, cosine, causal
+confidence, entity overlap; they name an edge's relation, not its direction. A question asks for
+one relation out of an anchor event — `next`, `previous` (temporal, later or earlier), `effect`,
+`cause` (causal, from the cause or from the effect), `entity`, `semantic` — in its wording and in
+its embedding `q = normalize(x_anchor + s · u_kind + noise)`, with `u_kind` one intent direction
+per question kind. The embedding entry selector finds the anchor; the gold is the one neighbour
+the kind names, held on the question only, never in the graph.
+
+**The budget is one relational hop**: one entry (the anchor), one child of it, two nodes in all. A
+policy scores 1 on a question when its second node is the gold neighbour: a blind pick among the
+anchor's neighbours scores about 1/5.
+
+**The variants** (`rl.walk.trainer.WalkTrainer`: imitation warm start, then REINFORCE on the walk
+with the evidence reward; selected on the validation conversations, tested once), each the `full`
+scorer (`models/walk_scorer.py`) with the overrides listed:
+
+{variants}
+
+"Without learned edge features" is `edge_mode=phase1`: it removes exactly the learned part `f` of
+`e`, keeping what the graph already carries (`e0`, to which the anchor term pulls the learned
+features anyway); `onehot` would also drop the Phase-1 scores, and `table` is learned too (per
+edge, transductive). `cosine_walk` is the untrained scorer (the walk by cosine alone); the
+heuristics run with their own configs (`configs/policy/`).
+"""
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def _spread(s: dict) -> str:
+    if s.get("std") is None:
+        return _pct(s.get("mean"))
+    return f"{s['mean']:.3f} ± {s['std']:.3f}"
+
+
+def _recall_table(res: dict, path: Path) -> str:
+    seeds = field(res, path, "seeds")
+    per_seed, summary, questions = (field(res, path, k) for k in ("per_seed", "summary", "questions"))
+    header = ["policy", *(f"family {s}" for s in seeds), "mean ± std", "test questions"]
+    rows = [
+        [f"**{name}**" if name in res["variants"] else name, *(_pct(v) for v in values), _spread(summary[name])]
+        + [f"{questions[name]:,}"]
+        for name, values in per_seed.items()
+    ]
+    return markdown_grid(header, rows)
+
+
+def _paired_table(res: dict, path: Path) -> str:
+    rows = [
+        [
+            f"{c['policy']} − {c['reference']}",
+            f"{c['mean']:.3f}",
+            f"{c['reference_mean']:.3f}",
+            f"{c['mean_diff']:+.3f}",
+            f"[{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]",
+            p_value(c["p_value"]),
+            f"{c['n']:,}",
+        ]
+        for c in field(res, path, "paired")
+    ]
+    return markdown_grid(["paired difference", "first", "second", "Δ recall", "95% CI", "p", "n"], rows)
+
+
+def _kind_table(res: dict, path: Path) -> str:
+    counts = field(res, path, "kind_questions")
+    kinds = list(counts)
+    rows = [[name, *(_pct(by.get(k)) for k in kinds)] for name, by in field(res, path, "by_kind").items()]
+    return markdown_grid(["policy", *(f"{k} ({counts[k]})" for k in kinds)], rows)
+
+
+def _cosine_lines(res: dict, path: Path) -> list[str]:
+    lines = []
+    for c in field(res, path, "neighbour_cosine"):
+        lines.append(
+            f"- family {c['seed']}: gold neighbour {c['gold_mean']:.3f} ± {c['gold_std']:.3f} "
+            f"(n = {c['gold_n']}), the anchor's other neighbours {c['other_mean']:.3f} ± {c['other_std']:.3f} "
+            f"(n = {c['other_n']})"
+        )
+    return lines
+
+
+def _readout_lines(res: dict, path: Path) -> list[str]:
+    return [
+        f"- family {r['seed']}: the nearest intent direction is the question's kind for {r['kind_accuracy']:.3f} "
+        f"of the {r['n']} test questions, its relation for {r['relation_accuracy']:.3f}"
+        for r in field(res, path, "intent_readout")
+    ]
+
+
+def _diff(c: dict) -> str:
+    return f"{c['mean_diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
+
+
+def _summary(res: dict, path: Path, untyped: bool = False) -> list[str]:
+    """What the measured differences say, sentence by sentence, each only where its comparison was run."""
+    by = {c["reference"]: c for c in field(res, path, "paired")}
+    ref = res["reference"]
+    out = []
+    if "no_query_weighting" in by:
+        c = by["no_query_weighting"]
+        blind = (
+            f" (the untrained cosine walk: {by['cosine_walk']['reference_mean']:.3f})" if "cosine_walk" in by else ""
+        )
+        out.append(
+            f"**The question must weigh the edges.** With no way from the question to the edge features "
+            f"(`no_query_weighting`) the walk can learn one fixed preference over relations and recalls "
+            f"{c['reference_mean']:.3f}{blind}; `{ref}` recalls {c['mean']:.3f} (Δ = {_diff(c)})."
+        )
+    if "no_intent" in by:
+        c, head, blind = by["no_intent"], by.get("intent_head_only"), by.get("no_query_weighting")
+        text = (
+            f"**The intent head is one of two carriers of that weighting.** Without it (`no_intent`) the "
+            f"modulation `g` learns the weighting from the query embedding: Δ = {_diff(c)}, {_verdict(c)}."
+        )
+        if head is not None:
+            kinds = res["by_kind"]["intent_head_only"]
+            worst = sorted(kinds, key=kinds.get)[:2]
+            text += (
+                f" Without `g` the intent head alone (`intent_head_only`: four relation weights, no direction) "
+                f"recalls {head['reference_mean']:.3f} (Δ = {_diff(head)}); its weakest kinds are "
+                + " and ".join(f"`{k}` ({kinds[k]:.3f})" for k in worst)
+                + "."
+            )
+            if blind is not None and c["mean"] > blind["reference_mean"]:
+                share = (head["reference_mean"] - blind["reference_mean"]) / (c["mean"] - blind["reference_mean"])
+                text += f" It recovers {share:.0%} of the gain of `{ref}` over `no_query_weighting`."
+        out.append(text)
+    if "no_learned_edges" in by:
+        c = by["no_learned_edges"]
+        tie = c["ci_low"] <= 0 <= c["ci_high"]
+        head = "are not what this memory needs" if tie else "change recall here"
+        out.append(
+            f"**Learned edge features {head}.** Static Phase-1 features (`no_learned_edges`): Δ = {_diff(c)}, "
+            f"{_verdict(c)}. Relation and direction are written on the edges here, and the raw pair features "
+            f"reach the head `h` in every edge mode; beyond what `h` sees, the learned `f(a, Px ⊙ Px)` adds only "
+            f"what the endpoints' contents say about a link: "
+            + ("a memory of untyped links, the next section." if untyped else "nothing, in this family.")
+        )
+    readout = field(res, path, "intent_readout")
+    if readout:
+        legible = sum(r["kind_accuracy"] for r in readout) / len(readout)
+        kinds = res["by_kind"][ref]
+        out.append(
+            f"**What is left is reading the intent.** The nearest of the generator's own intent directions "
+            f"(which no policy sees) names the question's kind for {legible:.3f} of the test questions (mean over "
+            f"the families); `{ref}`, which learns to read the intent from the training questions, recalls "
+            f"{res['summary'][ref]['mean']:.3f}, between {min(kinds.values()):.3f} and {max(kinds.values()):.3f} "
+            "per kind."
+        )
+    return out
+
+
+def _verdict(c: dict) -> str:
+    if c["ci_low"] > 0:
+        return "higher (the CI lies above 0)"
+    if c["ci_high"] < 0:
+        return "lower (the CI lies below 0)"
+    return "no difference resolved (the CI holds 0)"
+
+
+def _findings(res: dict, path: Path) -> list[str]:
+    """One line per comparison of the reference with another variant, worded from its CI."""
+    variants = list(field(res, path, "variants"))
+    out = []
+    for c in field(res, path, "paired"):
+        if c["reference"] in variants:
+            out.append(
+                f"- `{c['policy']}` against `{c['reference']}`: Δ = {c['mean_diff']:+.3f} "
+                f"[{c['ci_low']:+.3f}, {c['ci_high']:+.3f}], n = {c['n']:,}: {_verdict(c)}."
+            )
+    return out
+
+
+READING = """**What the scorer sees.** The relation multi-hot, the Phase-1 scores and the direction of an
+edge (`sign(t_v - t_u)`, the order in the session) are columns of the raw pair features `a_uv`, which
+enter the structural head `h` in **every** edge mode; and the modulation `g([q ; π(q)])` reads the
+query embedding whatever the intent. So on this family `no_intent`, `no_learned_edges` and `neither`
+see the same information as `full` and can represent the same rule — "follow the edge whose relation
+and direction the question asks for" — and the table shows whether training found it equally well.
+`intent_head_only` and `no_query_weighting` remove the query's way to the edge features step by
+step: the first keeps only the four-way relation intent `π(q)` (which cannot say *later* or
+*earlier*), the second nothing, so it can learn one fixed preference over relations and no more.
+"""
+
+
+def _measured(res: dict, path: Path, level: str = "##") -> list[str]:
+    """The run's command and setting, the cosine check, and the recall, paired and per-kind tables."""
+    fam, budget = field(res, path, "family"), field(res, path, "budget")
+    splits = field(res, path, "splits")
+    s0 = splits[0]
+    return [
+        "```bash",
+        field(res, path, "command"),
+        "```",
+        "",
+        f"{len(splits)} families (seeds {', '.join(str(s['seed']) for s in splits)}), each of "
+        f"{fam['num_graphs']} conversations of {fam['events']} events, {fam['questions_per_graph']} questions "
+        f"per conversation, embeddings of dimension {fam['dim']} (intent weight {fam['intent_strength']}); "
+        f"split by conversation into {s0['train']} train / {s0['val']} validation / {s0['test']} test "
+        f"conversations ({s0['train_questions']} / {s0['val_questions']} / {s0['test_questions']} questions "
+        f"in family {s0['seed']}). Budget: {budget['max_entries']} entry, top-{budget['top_k_neighbors']} "
+        f"neighbour, {budget['max_hops']} hop, {budget['max_nodes']} nodes. "
+        f"{field(res, path, 'wall_s'):.0f} s on one CPU thread.",
+        "",
+        "Cosine of the question to the anchor's neighbours, on the test conversations (mean ± std):",
+        "",
+        *_cosine_lines(res, path),
+        "",
+        f"{level} Evidence recall on the test conversations",
+        "",
+        "Per family, and mean ± std over the families (ddof = 1):",
+        "",
+        _recall_table(res, path),
+        "",
+        f"Paired per question over every family's test questions, `{res['reference']}` minus each other "
+        "policy (10,000-resample percentile bootstrap CI; p of the paired t-test):",
+        "",
+        _paired_table(res, path),
+        "",
+        f"{level} By question kind",
+        "",
+        "Evidence recall per question kind over every family's test questions (questions per kind in brackets):",
+        "",
+        _kind_table(res, path),
+        "",
+    ]
+
+
+UNTYPED = """## Untyped links: where learned edge features matter
+
+The same family with `family.typed=false`: every edge is labelled `semantic` and its Phase-1
+causal and entity scores are 0, as a builder without relation extraction would leave them; instead
+the two nodes of each linked pair share a vector in their relation's block of coordinates
+(`family.link_strength`), so the relation of a causal, entity or semantic edge is written only in
+its nodes' contents, and a temporal edge's in their order. Every neighbour shares one such vector
+with the anchor, so cosine still cannot tell them apart (measured below). Of the scorer's parts only
+the learned edge features see more of the pair's contents than their cosine, through
+`(P x_u) ⊙ (P x_v)`. The link strength ({link}) was chosen on the validation conversations of family 0.
+"""
+
+
+def _content_only(res: dict, path: Path) -> list[str]:
+    """Recall on the kinds whose relation only the nodes' contents tell (all but temporal), per variant."""
+    by_kind, counts = field(res, path, "by_kind"), field(res, path, "kind_questions")
+    kinds = [k for k in counts if k not in ("next", "previous")]
+    if not kinds:
+        return []
+
+    def recall(name: str) -> float:
+        return sum(by_kind[name][k] * counts[k] for k in kinds) / sum(counts[k] for k in kinds)
+
+    cells = ", ".join(f"`{v}` {recall(v):.3f}" for v in res["variants"] if v in by_kind)
+    return [
+        "",
+        f"On the questions whose relation only the nodes' contents tell ({', '.join(kinds)}; telling the temporal "
+        f"neighbours apart but not the other three scores 1/3): {cells}.",
+    ]
+
+
+def render(results_dir: Path) -> str:
+    path = Path(results_dir) / RESULTS
+    res = load_results(results_dir, RESULTS)
+    variants = "\n".join(
+        ["| variant | overrides | what the scorer keeps |", "|---|---|---|"]
+        + [f"| `{n}` | {o} | {k} |" for n, o, k in VARIANTS]
+    )
+    out = [INTRO.format(variants=variants).rstrip(), ""]
+    if res is None:
+        return "\n".join([*out, f"Not measured yet: `python scripts/relation_family.py out={path}`."]) + "\n"
+    out += [
+        "## The run",
+        "",
+        *_measured(res, path),
+        "## Reading",
+        "",
+        *_findings(res, path),
+        "",
+        READING.rstrip(),
+        "",
+        "How legible the intent is in the query embeddings of the test questions:",
+        "",
+        *_readout_lines(res, path),
+        "",
+    ]
+    untyped_path = Path(results_dir) / UNTYPED_RESULTS
+    untyped = load_results(results_dir, UNTYPED_RESULTS)
+    out += [line for text in _summary(res, path, untyped is not None) for line in (text, "")]
+    if untyped is not None:
+        link = field(untyped, untyped_path, "family", "link_strength")
+        out += [UNTYPED.format(link=link).rstrip(), "", *_measured(untyped, untyped_path, "###")]
+        out += _findings(untyped, untyped_path) + _content_only(untyped, untyped_path)
+    return "\n".join(out).rstrip() + "\n"
