@@ -14,7 +14,10 @@ class EntriesOnly(TraversalPolicy):
     """Loads its entries, in the selector's order, under the budget, and walks no edge: the
     entry selector's own recall (the floor every traversal adds to)."""
 
-    def __init__(self, entry_selector: str = "embedding", device: str = "cpu", max_entries: int | None = None):
+    def __init__(
+        self, entry_selector: str = "embedding", device: str = "cpu", max_entries: int | None = None, **_replaced
+    ):
+        # ``_replaced``: the keys of the option it is swapped in for (Beta BFS's ranking, ucb_c, seed)
         self.device = resolve_device(device)
         self.entry_selector = make_entry_selector(entry_selector)
         self.max_entries = max_entries
