@@ -78,3 +78,12 @@ def test_absent_results_say_not_run(tmp_path):
     assert page.count("*Not run yet: `docs/results/policy_gradients_locomo.json` is not present") == 3
     assert "*Not run yet: `docs/results/cost_aware_locomo.json` is not present" in page
     assert "## Reproduce" in page
+
+
+def test_a_further_merged_run_gets_its_own_estimators_table(tmp_path):
+    out, _ = results(tmp_path)
+    assert "### Also run" not in policy_gradients.render(out)
+    (out / "policy_gradients_locomo_more.json").write_text((out / policy_gradients.MERGED).read_text())
+    page = policy_gradients.render(out)
+    assert "### Also run: `policy_gradients_locomo_more.json`" in page
+    assert page.count("| `rl_loo` | RL | leave_one_out | 4 | 0.625 ± 0.177 (2) |") == 2

@@ -308,6 +308,22 @@ def commands_section(merged: dict | None, cost: dict | None) -> list[str]:
     return out
 
 
+def further_runs(results_dir: Path) -> list[str]:
+    """The estimators table of every further merged run ``policy_gradients_locomo_<name>.json`` (other
+    variants trained on the same folds beside an imitation-only one), each with its merge command."""
+    out = []
+    for path in sorted(results_dir.glob(MERGED.replace(".json", "_*.json"))):
+        extra = load_results(results_dir, path.name)
+        variants = trained_variants(field(extra, path, "records"), str(path))
+        table = estimators_section(extra, variants)[2:]
+        out += [f"### Also run: `{path.name}` (folds {extra['folds']})", "", *table, ""]
+        out += [
+            f"Merged by `scripts/merge_fold_runs.py <fold runs> --also sl --out docs/results/{path.name}`.",
+            "",
+        ]
+    return out
+
+
 def render(results_dir: Path) -> str:
     merged, cost = load_results(results_dir, MERGED), load_results(results_dir, COST)
     try:
@@ -336,6 +352,7 @@ def page(results_dir: Path, merged: dict | None, cost: dict | None) -> str:
             "",
         ]
         out += labels_section(merged, variants) + [""] + estimators_section(merged, variants) + [""]
+        out += further_runs(Path(results_dir))
     out += cost_section(cost) + [""]
     if merged is None:
         out += ["## Learning curves", "", *absent, ""]
