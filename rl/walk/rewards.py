@@ -38,6 +38,7 @@ from graphmem.lexical import tokenize
 from graphmem.llm.client import LLMClient
 from graphmem.llm.prompts import block, make_nonce, render
 from graphmem.policies.walk import WalkEpisodes, WalkTables
+from graphmem.qa.judge import parse_score
 
 REWARDS = ("evidence", "answer", "judge")
 MAX_ANSWER_TOKENS = 62  # answer tokens kept per question (one bit each of an int64 mask)
@@ -111,27 +112,32 @@ class AnswerTargets:
 def answer_targets(
     graphs: Sequence[MemoryGraph], node_ptr: Tensor, questions: Sequence[Question], graph_of: Sequence[int]
 ) -> AnswerTargets:
-    """:class:`AnswerTargets` of ``questions`` (row ``b`` asked on union graph ``graph_of[b]``)."""
-    offers: dict[int, list[set[str]]] = {}
+    """:class:`AnswerTargets` of ``questions`` (row ``b`` asked on union graph ``graph_of[b]``), from one
+    inverted index (token -> union rows of the nodes offering it) per graph."""
+    index: dict[int, dict[str, list[int]]] = {}
     keys, bits, counts = [], [], []
+    n = int(node_ptr[-1])
     for b, (q, c) in enumerate(zip(questions, graph_of)):
         tokens = answer_tokens(q.answer)
         counts.append(len(tokens))
-        if c not in offers:
-            g = graphs[c]
-            offers[c] = [set(tokenize(node_offer(g, v))) for v in range(g.num_nodes)]
-        off = int(node_ptr[c])
-        for v, words in enumerate(offers[c]):
-            m = sum(1 << j for j, t in enumerate(tokens) if t in words)
-            if m:
-                keys.append(b * int(node_ptr[-1]) + off + v)
-                bits.append(m)
+        if c not in index:
+            g, off = graphs[c], int(node_ptr[c])
+            index[c] = {}
+            for v in range(g.num_nodes):
+                for t in set(tokenize(node_offer(g, v))):
+                    index[c].setdefault(t, []).append(off + v)
+        masks: dict[int, int] = {}
+        for j, t in enumerate(tokens):
+            for v in index[c].get(t, ()):
+                masks[v] = masks.get(v, 0) | (1 << j)
+        keys += [b * n + v for v in masks]
+        bits += list(masks.values())
     order = sorted(range(len(keys)), key=keys.__getitem__)
     return AnswerTargets(
         torch.tensor([keys[i] for i in order], dtype=torch.long),
         torch.tensor([bits[i] for i in order], dtype=torch.long),
         torch.tensor(counts, dtype=torch.long),
-        int(node_ptr[-1]),
+        n,
     )
 
 
@@ -168,8 +174,6 @@ class JudgeReward:
 
     def scores(self, ep: WalkEpisodes, rows: Tensor) -> Tensor:
         """``[B]`` the judge's score of each walk's loaded records (0 for a failed call)."""
-        from graphmem.qa.judge import parse_score
-
         batch, todo = [], []
         for b, (r, loaded) in enumerate(zip(rows.tolist(), ep.loaded.tolist())):
             key = (r, tuple(v for v in loaded if v >= 0))
@@ -196,8 +200,6 @@ class JudgeReward:
 
 
 def _usable(text: str) -> str | None:
-    from graphmem.qa.judge import parse_score
-
     return None if parse_score(text) is not None else "no score in [0, 1] in the reply"
 
 
