@@ -98,7 +98,7 @@ class GatedRelationalConv(MessagePassing):
     SUPPORTS_FUSED_EDGE_INDEX: Final[bool] = True
 
     def __init__(self, hidden_dim: int, num_relations: int, edge_dim: int = 4):
-        super().__init__(aggr="mean", node_dim=0)
+        super().__init__(aggr="sum", node_dim=0)  # the 1 / |N^-(i)| of the mean is in the edge weights
         self.hidden_dim = hidden_dim
         self.relation = nn.Parameter(torch.ones(num_relations, hidden_dim))  # z_r
         self.gate_bias = nn.Parameter(torch.zeros(num_relations, hidden_dim))  # beta_r
@@ -107,8 +107,15 @@ class GatedRelationalConv(MessagePassing):
         self.lin_self = nn.Linear(hidden_dim, hidden_dim)  # W_s, c
         nn.init.normal_(self.relation, 1.0, 0.1)
 
-    def forward(self, h: Tensor, edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor) -> Tensor:
+    def forward(
+        self, h: Tensor, edge_index: Tensor, edge_type: Tensor, edge_attr: Tensor, degree: Tensor | None = None
+    ) -> Tensor:
         """``h``: ``[H, N, B]``; returns the new ``[H, N, B]`` states.
+
+        ``degree`` ``[N]``: the in-degree ``|N^-(i)|`` of each node in the graph the edges come from
+        (default: counted over ``edge_index``). A caller that passes only some of a node's in-edges
+        (those whose messages are not zero, :func:`ball_scores`) gives the full count here, so the
+        mean is the full graph's. Each edge's weight carries ``1 / |N^-(i)|`` and the messages are summed.
 
         With more than one query the edges are sorted by target into an
         :class:`~torch_geometric.EdgeIndex` (:func:`sort_by_target`, unless they come so), on
@@ -119,20 +126,25 @@ class GatedRelationalConv(MessagePassing):
         n = h.size(1)
         if h.size(2) > 1 and not (isinstance(edge_index, EdgeIndex) and edge_index.is_sorted_by_col):
             edge_index, edge_type, edge_attr = sort_by_target(edge_index, edge_type, edge_attr, n)
+        target = edge_index[1].as_subclass(Tensor) if isinstance(edge_index, EdgeIndex) else edge_index[1]
+        if degree is None:
+            degree = torch.bincount(target, minlength=n)
         gate = torch.addmm(self.gate_bias.index_select(0, edge_type), edge_attr, self.gate_edge.weight.T).sigmoid_()
         weight = gate * self.relation.index_select(0, edge_type)  # [E, H]
+        weight = weight / degree.index_select(0, target).to(weight.dtype).unsqueeze(1)
         return self.propagate(edge_index, h=h, weight=weight, size=(n, n))
 
     def message(self, h: Tensor, edge_index_j: Tensor, weight: Tensor) -> Tensor:
-        """``m_{e,b} = g_e * z_{r_e} * h_{j,b}``: ``[E, B, H]``. The sources are gathered from the
-        node-major states ``[N, B, H]``, where each edge copies one contiguous row."""
+        """``m_{e,b} / |N^-(i)|`` with ``m_{e,b} = g_e * z_{r_e} * h_{j,b}``: ``[E, B, H]`` (``weight``
+        holds ``g_e z_{r_e} / |N^-(i)|``). The sources are gathered from the node-major states
+        ``[N, B, H]``, where each edge copies one contiguous row."""
         return weight.unsqueeze(1) * h.permute(1, 2, 0).contiguous().index_select(0, edge_index_j)
 
     def aggregate(
         self, inputs: Tensor, index: Tensor, ptr: Tensor | None = None, dim_size: int | None = None
     ) -> Tensor:
-        """The mean message per target, returned channel-major: ``[H, N, B]``."""
-        return scatter(inputs, index, dim=0, dim_size=dim_size, reduce="mean").permute(2, 0, 1)
+        """The sum of the degree-weighted messages per target (the mean message), channel-major: ``[H, N, B]``."""
+        return scatter(inputs, index, dim=0, dim_size=dim_size, reduce="sum").permute(2, 0, 1)
 
     def message_and_aggregate(self, edge_index: EdgeIndex, h: Tensor, weight: Tensor) -> Tensor:
         """The mean messages ``[H, N, B]`` of :meth:`message` and :meth:`aggregate`, without the
@@ -141,8 +153,6 @@ class GatedRelationalConv(MessagePassing):
         ``g_{e,c} z_{r_e,c} / |N^-(i)|`` (an empty bag is 0)."""
         (colptr, src), _ = edge_index.get_csc()
         hid, n, bsz = h.shape
-        in_degree = colptr.diff()
-        target_degree = torch.repeat_interleave(in_degree, in_degree, output_size=src.numel())  # [E]
         # int32 row and bag ids where they fit: half the index memory, and a faster backward sort
         index_dtype = torch.int32 if hid * max(n, src.numel()) < 2**31 else torch.int64
         channel = torch.arange(hid, device=h.device, dtype=index_dtype).unsqueeze(1)  # [H, 1]
@@ -151,7 +161,7 @@ class GatedRelationalConv(MessagePassing):
             h.reshape(hid * n, bsz),  # row c * N + j: h_{c,j,:}
             (colptr[:-1].to(index_dtype) + channel * src.numel()).flatten(),  # bag c * N + i: the in-edges of i
             mode="sum",
-            per_sample_weights=(weight.T / target_degree).flatten(),
+            per_sample_weights=weight.T.flatten(),
         )
         return out.view(hid, n, bsz)
 
@@ -263,6 +273,19 @@ class GNNReader(nn.Module):
         h = self.seed(query, start.to(x.dtype), query_of)  # [H, N, B]
         for layer in self.layers:
             h = layer(h, edge_index, edge_type, edge_attr)
+        return self.readout(h, x, query, query_of, cosine, lexical)
+
+    def readout(
+        self,
+        h: Tensor,
+        x: Tensor,
+        query: Tensor,
+        query_of: Tensor | None = None,
+        cosine: Tensor | None = None,
+        lexical: Tensor | None = None,
+    ) -> Tensor:
+        """Scores ``[B, N]`` from the final states ``h`` ``[H, N, B]`` of nodes ``x`` ``[N, D]`` (the
+        readout of the module docstring; ``query_of``, ``cosine`` and ``lexical`` as in :meth:`forward`)."""
         hid = h.size(0)
         content = (self.node_content.weight @ x.T).unsqueeze(2) * _per_node(
             self.query_content.weight @ query.T, query_of
@@ -309,7 +332,7 @@ def _per_node(per_query: Tensor, query_of: Tensor | None) -> Tensor:
     ``[H, N, B]`` holding at ``(v, b)`` the column of query ``query_of[b, v]``."""
     if query_of is None:
         return per_query.unsqueeze(1)
-    return per_query[:, query_of.T]
+    return per_query.index_select(1, query_of.T.reshape(-1)).view(per_query.size(0), *query_of.T.shape)
 
 
 def start_mask(
@@ -322,15 +345,27 @@ def start_mask(
     return mask
 
 
-def ball_scores(reader: GNNReader, graph, query: Tensor, sub, start: Tensor, lexical: Tensor | None = None) -> Tensor:
-    """Scores of the targets of ``sub`` (:class:`~graphmem.policies.subgraph.QuerySubgraphs`): one
-    packed pass of ``reader`` over the union of its per-query subgraphs, one column, each node holding
-    its part's query; ``query`` ``[B, D]``; ``start`` ``[M]`` bool, the entries of each part; ``lexical``
-    ``[M, F]`` the lexical features ``φ`` of each part's query and node (required with ``config.lexical``)."""
-    x = graph.embeddings.to(query.device)[sub.node]
+def ball_scores(reader: GNNReader, graph, query: Tensor, sub, lexical: Tensor | None = None) -> Tensor:
+    """Scores of the targets of ``sub`` (:class:`~graphmem.policies.subgraph.LayeredSubgraphs`, built for
+    ``reader.config.num_layers`` layers and its ``add_inverse``), equal to the full-graph pass up to float
+    summation order: one packed pass, one column, each node holding its part's query.
+
+    Layer ``l`` runs on the edges of ``sub.layers[l - 1]`` with each node's full in-degree
+    (``sub.degree``): the states it writes at the nodes of ``S_l`` are their full-graph states, and the
+    readout reads the targets only. ``query`` ``[B, D]``; ``lexical`` ``[T, F]`` the lexical features ``φ``
+    of each target's query and node (required with ``config.lexical``)."""
+    if len(sub.layers) != reader.config.num_layers:
+        raise ValueError(f"ball_scores: the parts are built for {len(sub.layers)} layers, the reader has {reader.config.num_layers}")
+    dev = query.device
+    x = graph.embeddings.to(dev)
     q = query.to(x.dtype)
-    cosine = (F.normalize(x, dim=-1) * F.normalize(q, dim=-1)[sub.query]).sum(1, keepdim=True)  # [M, 1]
-    ei, et, ea = sub.edge_index, graph.edge_type.to(x.device)[sub.edge], graph.edge_attr.to(x.device)[sub.edge]
-    phi = None if lexical is None else lexical.to(x.device)[None]  # [1, M, F]: the packed layout's one column
-    out = reader(x, ei, et, ea, q, start.to(x.dtype)[None], sub.query[None], cosine, phi)
-    return out[0, sub.target]
+    edge_type, edge_attr = graph.edge_type.to(dev), graph.edge_attr.to(dev, x.dtype)
+    h = reader.seed(q, sub.seed.to(x.dtype)[None], sub.query[None])  # [H, M, 1]
+    for layer, (edge_index, edge, inverse) in zip(reader.layers, sub.layers):
+        relation = edge_type.index_select(0, edge) + inverse.long() * reader.config.num_relations
+        h = layer(h, edge_index, relation, edge_attr.index_select(0, edge), degree=sub.degree)
+    owner = sub.query.index_select(0, sub.target)
+    xt = x.index_select(0, sub.node.index_select(0, sub.target))
+    cosine = (F.normalize(xt, dim=-1) * F.normalize(q, dim=-1).index_select(0, owner)).sum(1, keepdim=True)  # [T, 1]
+    phi = None if lexical is None else lexical.to(dev)[None]  # [1, T, F]: the packed layout's one column
+    return reader.readout(h.index_select(1, sub.target), xt, q, owner[None], cosine, phi)[0]

@@ -1,6 +1,5 @@
-"""The GNN reader on the walk's neighbourhoods against the full-graph pass, and its per-query work."""
+"""The GNN reader on what its layers read around the walk's nodes, against the full-graph pass, and its per-query work."""
 
-import math
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from graphmem.lexical_features import dense_features, lexical_inputs, pair_featu
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.batched import pad_rows
 from graphmem.policies.gnn import BallScores, GNNPolicy, batched_walk
-from graphmem.policies.subgraph import ball, lookup, query_subgraphs, undirected_csr
+from graphmem.policies.subgraph import layered_subgraphs, relational_rows
 from graphmem.synthetic import make_synthetic_graph
 from models.gnn_reader import GNNReader, ball_scores
 
@@ -37,43 +36,71 @@ def lexical_reader(reader: GNNReader) -> GNNReader:
     return reader
 
 
-# with lexical features (read at the readout only, whatever the depth), one and two layers
-@pytest.mark.parametrize("layers,lexical", [(1, False), (2, False), (3, False), (1, True), (2, True)])
-def test_targets_have_their_full_graph_scores_at_radius_L_only(layers, lexical):
+def looped_graph(n, seed, extra_edges):
+    """:func:`random_graph` with self-loops and a repeated edge added (each edge has a typed inverse)."""
+    g = random_graph(n=n, seed=seed, extra_edges=extra_edges)
+    g.add_edges(torch.tensor([3, 3, 5, 0, 0]), torch.tensor([3, 3, 5, 1, 1]), torch.tensor([0, 2, 1, 3, 3]))
+    return g
+
+
+@pytest.mark.parametrize("inverse", [True, False])
+@pytest.mark.parametrize("incoming", [True, False])
+def test_relational_rows_are_the_edges_and_their_inverses_at_each_node(incoming, inverse):
+    g = looped_graph(40, seed=1, extra_edges=120)
+    src, dst = g.edge_index
+    ids = torch.arange(g.num_edges)
+    rel_src, rel_dst = torch.cat([src, dst]), torch.cat([dst, src])  # every edge, then every inverse
+    rel_edge, rel_flip = torch.cat([ids, ids]), torch.cat([torch.zeros_like(ids), torch.ones_like(ids)]).bool()
+    if not inverse:
+        rel_src, rel_dst, rel_edge, rel_flip = src, dst, ids, torch.zeros_like(ids).bool()
+    nodes = torch.tensor([3, 0, 5, 17, 3])
+    seg, other, edge, flipped = relational_rows(g, nodes, incoming=incoming, inverse=inverse)
+    at, far = (rel_dst, rel_src) if incoming else (rel_src, rel_dst)
+    for k, v in enumerate(nodes.tolist()):
+        mine = seg == k
+        got = sorted(zip(other[mine].tolist(), edge[mine].tolist(), flipped[mine].tolist()))
+        want = sorted(zip(far[at == v].tolist(), rel_edge[at == v].tolist(), rel_flip[at == v].tolist()))
+        assert got == want and (v != 3 or len(got) >= 4)  # node 3 has two loops: each and its inverse
+
+
+# with lexical features (read at the readout only, whatever the depth), one to three layers, with and
+# without inverse edges, on a graph with self-loops and a repeated edge
+@pytest.mark.parametrize(
+    "layers,lexical,inverse",
+    [(1, False, True), (2, False, True), (3, False, True), (2, False, False), (1, True, True), (2, True, True)],
+)
+def test_targets_have_their_full_graph_scores(layers, lexical, inverse):
     torch.manual_seed(layers)
-    g = random_graph(n=300, seed=layers, extra_edges=450)
-    reader = GNNReader(input_dim=8, hidden_dim=6, num_layers=layers, lexical=lexical).eval()
+    g = looped_graph(300, seed=layers, extra_edges=450)
+    reader = GNNReader(input_dim=8, hidden_dim=6, num_layers=layers, lexical=lexical, add_inverse=inverse).eval()
     q = torch.randn(4, 8)
     entries = [[0, 5], [7], [11, 3, 40], [99]]
     lex = lexical_inputs([g], [[f"memory {v} word" for v in (5, 7, 40, 99)]]) if lexical else None
     phi_full = None
-    if lexical:  # the full pass reads the same per-pair features as the subgraphs (so the reader alone is compared)
+    if lexical:  # the full pass reads the same per-pair features as the parts (so the reader alone is compared)
         lexical_reader(reader)
         every = torch.arange(4).repeat_interleave(g.num_nodes), torch.arange(g.num_nodes).repeat(4)
         phi_full = pair_features(lex, *every).view(4, g.num_nodes, -1)
         assert torch.allclose(phi_full, dense_features(lex), atol=1e-6) and bool((phi_full > 0).any())
     full = reader.score_graph(g, q, entries, lexical=phi_full).detach()
     gen = torch.Generator().manual_seed(0)
-    rowptr, nbr, _ = undirected_csr(g)
-    seeds = torch.tensor([v for row in entries for v in row])
-    owner = torch.tensor([b for b, row in enumerate(entries) for _ in row])
-    bq, bn, bd = ball(rowptr, nbr, owner, seeds, layers, g.num_nodes)
-    near = [bn[(bq == b) & (bd == layers)][:3] for b in range(4)]  # exactly L hops from an entry
+    near = [torch.tensor([3, 1]) if b == 2 else torch.tensor(row) + 1 for b, row in enumerate(entries)]
     target = torch.cat([torch.cat([torch.randint(0, g.num_nodes, (3,), generator=gen), t]) for t in near])
     query = torch.cat([torch.full((3 + t.numel(),), b) for b, t in enumerate(near)])
-    entry_keys = torch.tensor(sorted({b * g.num_nodes + v for b, row in enumerate(entries) for v in row}))
-    err = {}
-    for radius in (layers - 1, layers):
-        sub = query_subgraphs(g, query, target, radius)
-        start, _ = lookup(entry_keys, sub.query * g.num_nodes + sub.node)
-        phi = None if lex is None else pair_features(lex, sub.query, sub.node)  # each part's query and node
-        with torch.no_grad():
-            got = ball_scores(reader, g, q, sub, start, phi)
-        err[radius] = float((got - full[query, target]).abs().max())
-        parts = torch.bincount(sub.query[sub.edge_index[0]], minlength=4)
-        assert bool((parts < g.num_edges).any())  # a real restriction of the graph
-    assert err[layers] < 1e-5
-    assert err[layers - 1] > 20 * max(err[layers], 1e-7)  # one hop less changes some score: the radius is needed
+    seeds = torch.tensor(sorted({b * g.num_nodes + v for b, row in enumerate(entries) for v in row}))
+    sub = layered_subgraphs(g, query, target, seeds, layers, inverse)
+    phi = None if lex is None else pair_features(lex, query, target)  # each target's query and node
+    with torch.no_grad():
+        got = ball_scores(reader, g, q, sub, phi)
+        assert float((got - full[query, target]).abs().max()) < 1e-5
+        read = sum(e.numel() for _, e, _ in sub.layers)
+        assert read < 0.5 * layers * g.num_edges  # a real restriction of the graph
+        # the mean over the whole in-degree is needed: over the part's own edges only, some score moves
+        own = torch.bincount(torch.cat([ei[1] for ei, _, _ in sub.layers]), minlength=sub.node.numel())
+        moved = ball_scores(reader, g, q, sub._replace(degree=own.clamp(min=1)), phi)
+        assert float((moved - full[query, target]).abs().max()) > 1e-3
+    with pytest.raises(ValueError, match="layers"):
+        ball_scores(reader, g, q, sub._replace(layers=sub.layers[1:]), phi)
 
 
 @pytest.mark.parametrize(
@@ -91,8 +118,8 @@ def test_ball_policy_loads_what_the_full_pass_loads(budget, layers, lexical):
     ball = GNNPolicy(reader=reader, method="ball").retrieve_batch(g, queries, budget)
     full = GNNPolicy(reader=reader, method="full").retrieve_batch(g, queries, budget)
     rows = [r.entries for r in full]
-    never_full = BallScores(reader, g, queries, rows, "cpu", full_share=math.inf)  # subgraphs only
-    walk = batched_walk(g, rows, never_full, budget).result(pad_rows(rows)).split()
+    parts = BallScores(reader, g, queries, rows, "cpu")
+    walk = batched_walk(g, rows, parts, budget).result(pad_rows(rows)).split()
     for a, b, c in zip(ball, full, walk):
         assert {**retrieval_fields(a), "scores": None} == {**retrieval_fields(b), "scores": None}
         assert {**retrieval_fields(c), "scores": None, "wall_time_s": None} == {
@@ -117,18 +144,18 @@ def test_ball_work_per_query_does_not_grow_with_the_graph():
         edges = []
         import graphmem.policies.gnn as gnn_module
 
-        original = gnn_module.query_subgraphs
+        original = gnn_module.layered_subgraphs
 
         def counting(*args, **kwargs):
             sub = original(*args, **kwargs)
-            edges.append(sub.edge.numel())
+            edges.append(sum(e.numel() for _, e, _ in sub.layers))
             return sub
 
-        gnn_module.query_subgraphs = counting
+        gnn_module.layered_subgraphs = counting
         try:
             policy.retrieve_batch(g, queries_near(g, 8, seed=2), budget)
         finally:
-            gnn_module.query_subgraphs = original
+            gnn_module.layered_subgraphs = original
         read.append(sum(edges))
         assert sum(edges) < 0.2 * g.num_edges or n == 10_000
     assert read[1] <= 1.5 * read[0]
@@ -136,7 +163,7 @@ def test_ball_work_per_query_does_not_grow_with_the_graph():
 
 @pytest.mark.parametrize("lexical", [False, True])
 def test_training_scores_candidates_as_the_full_pass_does(lexical):
-    """The subgraph batch and the shared full-graph pass give the candidates the same scores and the
+    """The layered parts and the shared full-graph pass give the candidates the same scores and the
     same loss (with the lexical features too); the candidates are the nodes within max_hops out-edge
     hops of the entries."""
     from rl.gnn.train import GNNTrainConfig, ReaderExample, candidate_loss, candidate_scores

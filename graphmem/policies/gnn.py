@@ -17,20 +17,20 @@ policy.
 
 ``method: ball`` (the default) never runs the reader over the whole graph. The walk reads the scores
 of the entries and, at hop ``d``, of the out-neighbours of its depth-``d - 1`` frontier; before each
-hop the reader runs once, over a disjoint union of one subgraph per query
-(:func:`~graphmem.policies.subgraph.query_subgraphs`): for the nodes ``T`` whose scores the hop reads
-and are not yet known, every edge incident to a node within ``L - 1`` undirected hops of ``T``
-(``L`` = the reader's layers). A node's state after ``l`` layers depends only on the states of its
-neighbours (along and against each edge) after ``l - 1`` layers and its own in-edges, so by
-induction every node within ``L - l`` hops of ``T`` has its full-graph state after ``l`` layers;
-the readout at ``v`` reads ``h_v^{(L)}``, ``x_v``, ``q`` and, with a lexical reader, the lexical features of
-``q`` and ``v`` (:func:`~graphmem.lexical_features.pair_features`, the values the full pass reads from
-:func:`~graphmem.lexical_features.dense_features`). So every score the walk reads equals
-the full-graph pass (up to float summation order), and the policy loads what ``method: full`` (one
-reader pass over every node) loads. The work per query is the edges around at most
-``max_entries * (1 + D + k D + ... )`` nodes (``D`` the largest out-degree), not ``N``. Where those
-neighbourhoods already cover most of a small graph, the queries share full-graph passes instead
-(:class:`BallScores`): the same scores, cheaper there.
+hop the reader runs once, over a disjoint union of one part per query
+(:func:`~graphmem.policies.subgraph.layered_subgraphs`): for the nodes ``T`` whose scores the hop reads
+and are not yet known, layer ``l`` of ``L`` runs on the relational in-edges of ``S_l`` (``S_L = T``, and
+``S_{l-1}`` adds their sources), and layer 1 on the entries' out-edges into ``S_1`` (before it only
+the entries hold non-zero states, so every other message is zero), each mean taken over the node's
+full in-degree. A node's state after ``l`` layers depends only on the states of its relational
+in-neighbours after ``l - 1`` layers, so by induction every node of ``S_l`` has its full-graph state
+after ``l`` layers; the readout at ``v`` in ``T`` reads ``h_v^{(L)}``, ``x_v``, ``q`` and, with a lexical
+reader, the lexical features of ``q`` and ``v`` (:func:`~graphmem.lexical_features.pair_features`, the
+values the full pass reads from :func:`~graphmem.lexical_features.dense_features`). So every score the
+walk reads equals the full-graph pass (up to float summation order), and the policy loads what
+``method: full`` (one reader pass over every node) loads. The edges read per query are those into the
+``L - 1``-hop neighbourhood of at most ``max_entries * (1 + D + k D + ... )`` nodes (``D`` the largest
+out-degree) and the entries' own, not ``N``.
 The policy sees only the graph, the :class:`Query` and the :class:`Budget`.
 
 Steps 3-4 are :func:`batched_walk`, tensor ops over the whole batch (what :meth:`GNNPolicy.traverse`
@@ -62,7 +62,7 @@ from graphmem.lexical_features import (
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import compact_left, csr_values, greedy_admit, rank_in_group
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
-from graphmem.policies.subgraph import ball, lookup, query_subgraphs, undirected_csr
+from graphmem.policies.subgraph import layered_subgraphs, lookup
 from graphmem.policies.tables import csr, dense_rows, distinct_neighbors, node_id_rank, token_counts
 from graphmem.policies.types import Query
 
@@ -146,7 +146,7 @@ class GNNPolicy(TraversalPolicy):
         if self.method == "ball":
             lexical = scope_lexical(scope) if self.reader.config.lexical else None  # each query on its own graph
             source = BallScores(
-                self.reader, scope.graph, scope.queries, rows, scope.device, chunk=self.query_chunk, lexical=lexical
+                self.reader, scope.graph, scope.queries, rows, scope.device, lexical=lexical
             )
             return batched_walk(scope.graph, rows, source, budget).result(entries)
         if scope.num_graphs == 1:
@@ -276,9 +276,11 @@ class WalkBatch:
         """The out-edges of the visited nodes, concatenated row by row in visiting order (each
         node's edges in :meth:`MemoryGraph.out_edges` order), and ``[B]`` edges per query."""
         rowptr, perm = self.csr
-        degree = torch.cat([rowptr.diff(), rowptr.new_zeros(1)])  # padding N has none
-        _, edges = csr_values(rowptr, perm, self.visited[self.visited < self.num_nodes])  # row-major: per query
-        return edges, degree[self.visited].sum(1)
+        real = self.visited < self.num_nodes
+        _, edges = csr_values(rowptr, perm, self.visited[real])  # row-major: per query
+        v = self.visited.clamp(max=max(self.num_nodes - 1, 0))
+        degree = (rowptr[v + 1] - rowptr[v]).masked_fill(~real, 0)  # padding N has none
+        return edges, degree.sum(1)
 
 
 class DenseScores:
@@ -299,16 +301,13 @@ class BallScores:
     """Reader scores computed on demand on each query's neighbourhood (``method: ball``, module docstring).
 
     :meth:`need` scores the ``(query, node)`` pairs not scored yet, with one reader pass over the
-    disjoint union of their subgraphs (:func:`~graphmem.policies.subgraph.query_subgraphs` with
-    ``radius = L``), in the packed layout of :class:`~models.gnn_reader.GNNReader` (one column;
-    each node holds the query of its part). A query whose targets' ``L - 1``-ball already holds more
-    than ``full_share`` of the graph's nodes (a small graph) is scored by the full-graph pass instead,
-    ``chunk`` such queries sharing one pass: the same scores, with the edges shared among the queries
-    (so its cost stays within ``1 / full_share`` times its ball). Known scores are sorted keys
-    ``query * N + node``. A reader with lexical features reads them as the full pass does: ``lexical``
-    (the queries' :class:`~graphmem.lexical_features.Lexical` inputs; default: from the queries' texts)
-    gives each subgraph node the features of its part's query
-    (:func:`~graphmem.lexical_features.pair_features`, work bounded by the subgraphs).
+    disjoint union of what each query's targets need
+    (:func:`~graphmem.policies.subgraph.layered_subgraphs`, seeded at the query's entries), in the
+    packed layout of :class:`~models.gnn_reader.GNNReader` (one column; each node holds the query of
+    its part). Known scores are sorted keys ``query * N + node``. A reader with lexical features reads
+    them as the full pass does: ``lexical`` (the queries'
+    :class:`~graphmem.lexical_features.Lexical` inputs; default: from the queries' texts) gives each
+    target the features of its query (:func:`~graphmem.lexical_features.pair_features`).
     """
 
     def __init__(
@@ -318,19 +317,16 @@ class BallScores:
         queries: Sequence[Query],
         entries: list[list[int]],
         device,
-        full_share: float = 0.5,
-        chunk: int = 64,
         lexical: Lexical | None = None,
     ):
         self.reader, self.graph, self.device = reader, graph, torch.device(device)
         if reader.config.lexical and lexical is None:
             lexical = lexical_inputs([graph], [[q.text for q in queries]])
         self.lexical = None if not reader.config.lexical else lexical.to(self.device)
-        self.full_share, self.chunk, self.entries = float(full_share), int(chunk), entries
         self.query = torch.stack([q.embedding.float().flatten() for q in queries]).to(self.device)
-        pairs = [(b, v) for b, row in enumerate(entries) for v in row]
         n = graph.num_nodes
-        self.entry_keys = torch.tensor(sorted({b * n + v for b, v in pairs}), dtype=torch.long, device=self.device)
+        keys = sorted({b * n + v for b, row in enumerate(entries) for v in row})
+        self.entry_keys = torch.tensor(keys, dtype=torch.long, device=self.device)
         self.keys = torch.empty(0, dtype=torch.long, device=self.device)
         self.values = torch.empty(0, device=self.device)
 
@@ -339,7 +335,7 @@ class BallScores:
         """Score the real nodes (``< N``) of ``nodes`` ``[B, M]`` not scored yet."""
         from models.gnn_reader import ball_scores
 
-        n, layers = self.graph.num_nodes, self.reader.config.num_layers
+        n, cfg = self.graph.num_nodes, self.reader.config
         rows = torch.arange(nodes.shape[0], device=self.device)[:, None].expand_as(nodes)
         real = nodes < n
         keys = torch.unique(rows[real] * n + nodes[real])
@@ -347,37 +343,11 @@ class BallScores:
         if keys.numel() == 0:
             return
         query, node = keys // n, keys % n
-        rowptr, nbr, _ = undirected_csr(self.graph, self.device)
-        inner = ball(rowptr, nbr, query, node, layers - 1, n)[0] if layers > 0 else query
-        dense = torch.bincount(inner, minlength=len(self.entries)) > self.full_share * n
-        values = torch.empty(keys.numel(), device=self.device)
-        on_full = dense[query]
-        if bool(on_full.any()):
-            values[on_full] = self._full_pass(query[on_full], node[on_full])
-        if not bool(on_full.all()):
-            sub = query_subgraphs(self.graph, query[~on_full], node[~on_full], layers)
-            start, _ = lookup(self.entry_keys, sub.query * n + sub.node)
-            phi = None if self.lexical is None else pair_features(self.lexical, sub.query, sub.node)
-            values[~on_full] = ball_scores(self.reader, self.graph, self.query, sub, start, phi).to(values.dtype)
+        sub = layered_subgraphs(self.graph, query, node, self.entry_keys, cfg.num_layers, cfg.add_inverse)
+        phi = None if self.lexical is None else pair_features(self.lexical, query, node)
+        values = ball_scores(self.reader, self.graph, self.query, sub, phi).to(self.values.dtype)
         self.keys, order = torch.sort(torch.cat([self.keys, keys]))
         self.values = torch.cat([self.values, values])[order]
-
-    def _full_pass(self, query: Tensor, node: Tensor) -> Tensor:
-        """Scores at ``(query, node)`` from full-graph passes over the distinct queries, ``chunk`` at a time."""
-        from models.gnn_reader import start_mask
-
-        g, dev = self.graph, self.device
-        x, ei, et, ea = (t.to(dev) for t in (g.embeddings, g.edge_index, g.edge_type, g.edge_attr))
-        distinct, row = torch.unique(query, return_inverse=True)
-        out = torch.empty(query.numel(), device=dev)
-        for lo in range(0, distinct.numel(), self.chunk):
-            part = distinct[lo : lo + self.chunk]
-            start = start_mask([self.entries[b] for b in part.tolist()], g.num_nodes, device=dev)
-            phi = None if self.lexical is None else dense_features(self.lexical, part)
-            scores = self.reader(x, ei, et, ea, self.query[part], start, lexical=phi)  # [b, N]
-            sel = (row >= lo) & (row < lo + part.numel())
-            out[sel] = scores[row[sel] - lo, node[sel]]
-        return out
 
     def negated(self, nodes: Tensor) -> Tensor:
         """``-score`` of ``nodes`` ``[B, M]`` (NaN at padding ``N``); every real node was :meth:`need` -ed."""
@@ -412,7 +382,7 @@ def batched_walk(
     dev = source.neg_scores.device if isinstance(source, DenseScores) else source.device
     nbr_table, edge_table = neighbor_table(graph, dev)
     node_tokens = token_counts(graph, dev)
-    rank = torch.cat([node_id_rank(graph, dev), torch.tensor([n], device=dev)])  # padding ranks last
+    rank = node_id_rank(graph, dev)
     frontier = _entry_frontier(entries, n, dev)  # [B, F]
     reached = frontier  # [B, R]; padding n is never free
     nodes, parents, depths, visited = [frontier], [torch.full_like(frontier, -1)], [torch.zeros_like(frontier)], []
@@ -443,10 +413,11 @@ def batched_walk(
         depths.append(torch.full_like(frontier, d))
     nodes, parents, depths = torch.cat(nodes, 1), torch.cat(parents, 1), torch.cat(depths, 1)
 
-    order = torch.argsort(rank[nodes], dim=1, stable=True)
+    real = nodes < n
+    order = torch.argsort(torch.where(real, rank[nodes.clamp(max=max(n - 1, 0))], n), dim=1, stable=True)  # padding last
     order = order.gather(1, torch.sort(source.negated(nodes.gather(1, order)), dim=1, stable=True).indices)
     ranked = nodes.gather(1, order)
-    tokens = torch.cat([node_tokens, node_tokens.new_zeros(1)])[ranked]
+    tokens = torch.where(ranked < n, node_tokens[ranked.clamp(max=max(n - 1, 0))], 0)
     zero = torch.zeros(bsz, dtype=torch.long, device=dev)
     taken, used, _ = greedy_admit(tokens, ranked < n, zero, zero, budget)
     return WalkBatch(

@@ -8,10 +8,10 @@ query depends on the neighbourhood it reads and not on the size of the graph.
 * :func:`undirected_csr`: both directions of every edge, ``(rowptr [N+1], nbr [2E], edge [2E])``
   (cached per graph);
 * :func:`ball`: the pairs within ``radius`` hops of each query's seeds, with their hop distance;
-* :func:`incident_edges`: the distinct edges with an endpoint in each query's node set;
-* :func:`query_subgraphs`: the disjoint union, one part per query, of the edges incident to the
-  ``radius``-ball around given target nodes: what a message-passing reader runs on
-  (:mod:`graphmem.policies.gnn`).
+* :func:`relational_rows`: the CSR rows of some nodes read as the edges of the relational graph a
+  message-passing reader runs on (each edge and, optionally, its inverse);
+* :func:`layered_subgraphs`: per query, the nodes and edges each layer of an ``L``-layer reader needs
+  to give target nodes their full-graph states (:mod:`graphmem.policies.gnn`).
 """
 
 from __future__ import annotations
@@ -81,43 +81,108 @@ def lookup(sorted_keys: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
     return found, pos
 
 
-def incident_edges(rowptr: Tensor, edge: Tensor, query: Tensor, node: Tensor, num_edges: int) -> tuple[Tensor, Tensor]:
-    """``(query, edge)``: the distinct edges of :func:`undirected_csr` rows ``node``, per query, sorted."""
-    seg, pos = csr_positions(rowptr, node)
-    keys = torch.unique(query[seg] * max(num_edges, 1) + edge[pos])
-    return keys // max(num_edges, 1), keys % max(num_edges, 1)
+def relational_rows(
+    graph: MemoryGraph, nodes: Tensor, incoming: bool, inverse: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The relational edges at ``nodes`` ``[K]``: ``(seg, other, edge, flipped)``, one row per edge,
+    ``seg`` indexing ``nodes``.
+
+    The relational graph holds every edge ``u -> v`` and, with ``inverse``, its inverse ``v -> u``
+    (``flipped``; a reader gives it relation ``r + R``). With ``incoming`` the rows are the relational
+    in-edges ``other -> nodes[seg]``, else the out-edges ``nodes[seg] -> other``. Read from the
+    :func:`undirected_csr` rows of ``nodes``: an entry there is the edge itself when it points the
+    asked way, else its inverse; a self-loop's two entries are the loop and its inverse.
+    """
+    dev = nodes.device
+    rowptr, nbr, eid = undirected_csr(graph, dev)
+    seg, pos = csr_positions(rowptr, nodes)
+    v, other, edge = nodes[seg], nbr[pos], eid[pos]
+    src = graph.cached("policies.edge_source", lambda: graph.edge_index[0].clone(), (graph.edge_index,), dev)
+    starts_at_v = src.index_select(0, edge) == v
+    flipped = starts_at_v if incoming else ~starts_at_v
+    loop = other == v
+    if bool(loop.any()):  # the second of a loop's two (identical) entries is its inverse
+        prev = (pos - 1).clamp(min=0)
+        second = (pos > rowptr[v]) & (nbr[prev] == other) & (eid[prev] == edge)
+        flipped = torch.where(loop, second, flipped)
+    if not inverse:
+        keep = ~flipped
+        seg, other, edge, flipped = seg[keep], other[keep], edge[keep], flipped[keep]
+    return seg, other, edge, flipped
 
 
-class QuerySubgraphs(NamedTuple):
-    """A disjoint union of one subgraph per query (local rows ``0 .. M-1``).
+def relational_in_degree(graph: MemoryGraph, inverse: bool, device: str | torch.device | None = None) -> Tensor:
+    """``[N]`` in-degree of every node in the relational graph (:func:`relational_rows`): its
+    undirected degree with ``inverse``, else its in-degree. Cached per graph."""
 
-    ``query`` / ``node`` ``[M]``: the query and global node of each local row, sorted by
-    ``(query, node)``; ``edge_index`` ``[2, E']`` local rows of the edges, ``edge`` ``[E']`` their
-    global ids (features are read through them); ``target`` ``[T]``: the local rows of the targets.
+    def build() -> Tensor:
+        if inverse:
+            return undirected_csr(graph)[0].diff()
+        return torch.bincount(graph.edge_index[1], minlength=graph.num_nodes)
+
+    return graph.cached(f"policies.relational_degree.{inverse}", build, (graph.edge_index,), device)
+
+
+class LayeredSubgraphs(NamedTuple):
+    """What an ``L``-layer reader reads to score some ``(query, node)`` targets: one part per query,
+    local rows ``0 .. M-1``.
+
+    ``query`` / ``node`` ``[M]``: each local row's query and global node, sorted by ``(query, node)``;
+    ``seed`` ``[M]`` bool: the row is one of its query's seeds; ``degree`` ``[M]``: the node's in-degree in
+    the whole relational graph; ``layers``: for layer ``l = 1 .. L``, ``(edge_index [2, E_l]`` in local
+    rows, ``edge [E_l]`` global edge ids, ``flipped [E_l]`` bool: the inverse of the edge``)``;
+    ``target`` ``[T]``: the local rows of the targets.
     """
 
     query: Tensor
     node: Tensor
-    edge_index: Tensor
-    edge: Tensor
+    seed: Tensor
+    degree: Tensor
+    layers: list[tuple[Tensor, Tensor, Tensor]]
     target: Tensor
 
 
-def query_subgraphs(graph: MemoryGraph, query: Tensor, target: Tensor, radius: int) -> QuerySubgraphs:
-    """For target pairs ``(query, target)``: per query, the edges incident to the undirected ``radius - 1``-ball
-    around its targets and their endpoints (for ``radius = 0``: the targets alone).
+def layered_subgraphs(
+    graph: MemoryGraph, query: Tensor, target: Tensor, seeds: Tensor, layers: int, inverse: bool = True
+) -> LayeredSubgraphs:
+    """The nodes and edges each layer of an ``L``-layer reader needs so that the targets
+    ``(query, target)`` get their full-graph states, when the states start as zero outside the seeds
+    (``seeds``: sorted keys ``query * N + node``), as a reader seeded at its entries does.
 
-    Every node within ``radius - 1`` hops of a target keeps all its edges, so ``radius`` rounds of
-    message passing along the edges and against them give each target the state of the full graph.
+    ``S_L`` is the targets and ``S_{l-1}`` is ``S_l`` with the sources of the relational in-edges into
+    it, so layer ``l`` needs the in-edges of ``S_l`` (``l >= 2``): by induction every node of ``S_l`` gets
+    its full-graph state after ``l`` layers. Before layer 1 only the seeds hold non-zero states, and a
+    message from a zero state is zero, so layer 1 needs only the seeds' out-edges into ``S_1`` (with each
+    node's full in-degree for the mean). Per query, the edges read are those into ``L - 1`` undirected
+    hops around its targets plus its seeds' own: bounded by the targets and the degrees, not by ``N``.
     """
-    dev, n, e = query.device, graph.num_nodes, graph.num_edges
-    rowptr, nbr, eid = undirected_csr(graph, dev)
-    src, dst = graph.edge_index.to(dev)
-    if radius > 0:
-        bq, bn, _ = ball(rowptr, nbr, query, target, radius - 1, n)
-        eq, edges = incident_edges(rowptr, eid, bq, bn, e)
-    else:
-        eq = edges = torch.empty(0, dtype=torch.long, device=dev)
-    keys = torch.unique(torch.cat([query * n + target, eq * n + src[edges], eq * n + dst[edges]]))
-    local = torch.stack([torch.searchsorted(keys, eq * n + src[edges]), torch.searchsorted(keys, eq * n + dst[edges])])
-    return QuerySubgraphs(keys // n, keys % n, local, edges, torch.searchsorted(keys, query * n + target))
+    dev, n = query.device, graph.num_nodes
+    need = torch.unique(query * n + target)  # S_L
+    stages: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []  # (source key, target key, edge, flipped), layers L..2
+    for _ in range(layers - 1):
+        seg, other, edge, flipped = relational_rows(graph, need % n, incoming=True, inverse=inverse)
+        owner = need[seg] // n
+        stages.append((owner * n + other, need[seg], edge, flipped))
+        need = torch.unique(torch.cat([need, owner * n + other]))  # S_{l-1}
+    present, _ = lookup(torch.unique(need // n), seeds // n)
+    seeds = seeds[present]  # the seeds of the queries asked about
+    if layers > 0:
+        seg, other, edge, flipped = relational_rows(graph, seeds % n, incoming=False, inverse=inverse)
+        dst = seeds[seg] // n * n + other
+        into, _ = lookup(need, dst)
+        stages.append((seeds[seg][into], dst[into], edge[into], flipped[into]))
+    keys = torch.unique(torch.cat([need, seeds]))
+    stages.reverse()  # layer 1 first
+    local = [
+        (torch.stack([torch.searchsorted(keys, s), torch.searchsorted(keys, t)]), edge, flipped)
+        for s, t, edge, flipped in stages
+    ]
+    node = keys % n
+    return LayeredSubgraphs(
+        query=keys // n,
+        node=node,
+        seed=lookup(seeds, keys)[0],
+        degree=relational_in_degree(graph, inverse, dev).index_select(0, node),
+        layers=local,
+        target=torch.searchsorted(keys, query * n + target),
+    )

@@ -12,12 +12,12 @@ and retrieval see the same start states. Two losses are available:
 
 With ``neighbourhood`` (the default) training runs on the neighbourhoods the ``gnn`` policy reads
 (``method: ball``): each question's candidates ``C`` are the nodes within ``max_hops`` out-edge hops
-of its entries (every node the walk can score), the reader runs on a batch of subgraphs, one per
-question, holding every edge incident to a node within ``L - 1`` undirected hops of ``C``
-(:func:`graphmem.policies.subgraph.query_subgraphs`, so each candidate's score is its full-graph
-score; where the subgraphs would cover most of a small graph, one shared full-graph pass gives the
-same scores cheaper, :func:`candidate_scores`), and the losses compare the candidates only (gold
-outside ``C`` cannot be loaded); a lexical reader reads each subgraph node's features from the example's
+of its entries (every node the walk can score), the reader runs once over what its layers need to
+give every candidate its full-graph score, one part per question
+(:func:`graphmem.policies.subgraph.layered_subgraphs`; where those parts would read most of a small
+graph's edges, one shared full-graph pass gives the same scores cheaper, :func:`candidate_scores`), and
+the losses compare the candidates only (gold outside ``C`` cannot be loaded); a lexical reader reads
+each candidate's features from the example's
 ``[B, N, F]`` table, as the full pass does. Without it, every node of the graph is scored and compared. The
 validation recall is that of the policy's walk either way (``method: ball`` and ``full`` load the
 same nodes).
@@ -49,7 +49,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.lexical_features import Lexical, dense_features, lexical_inputs
 from graphmem.policies.base import Budget
 from graphmem.policies.gnn import BallScores, batched_walk
-from graphmem.policies.subgraph import ball, lookup, query_subgraphs, undirected_csr
+from graphmem.policies.subgraph import ball, layered_subgraphs, lookup
 from graphmem.policies.tables import csr
 from models.gnn_reader import GNNReader, ReaderConfig, ball_scores, start_mask
 from rl.common.seeding import deterministic
@@ -179,36 +179,35 @@ def _batch_scores(reader: GNNReader, ex: ReaderExample, rows: list[int], device)
 
 
 def candidate_scores(
-    reader: GNNReader, ex: ReaderExample, rows: list[int], budget: Budget, device, max_share: float = 0.5
+    reader: GNNReader, ex: ReaderExample, rows: list[int], budget: Budget, device, max_share: float = 0.125
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(query [C], node [C], scores [C])``: the reader's scores of the candidates of questions ``rows``
-    (batch positions ``0 .. len(rows) - 1``), from one pass over their batch of subgraphs (module docstring).
+    (batch positions ``0 .. len(rows) - 1``), from one pass over what their layers need
+    (:func:`~graphmem.policies.subgraph.layered_subgraphs`, module docstring).
 
-    The subgraphs give each candidate its full-graph score, so where the ``L - 1``-balls around the
-    candidates hold more than ``max_share * B * N`` nodes together (``B`` questions over ``N`` nodes:
-    the neighbourhoods cover most of a small graph) the candidates' scores are read from one
-    full-graph pass with ``B`` columns instead, which shares the edges among the questions: the same
-    scores, at less cost.
+    Those parts give each candidate its full-graph score, so where the edges they read exceed
+    ``max_share`` of the full pass's ``L * 2E * B`` edge-columns (``B`` questions over ``2E`` relational
+    edges: the neighbourhoods cover much of a small graph) the scores are read from one full-graph pass
+    with ``B`` columns instead, which shares each edge among the questions: the same scores, at less
+    cost. A part's edge costs about eight of the full pass's edge-columns (forward and backward on one
+    CPU thread, LoCoMo), hence the default.
     """
-    g, n = ex.graph, ex.graph.num_nodes
+    g, n, cfg = ex.graph, ex.graph.num_nodes, reader.config
     pairs = [(b, v) for b, i in enumerate(rows) for v in ex.entries[i][: budget.max_entries]]
     query = torch.tensor([b for b, _ in pairs], dtype=torch.long, device=device)
     node = torch.tensor([v for _, v in pairs], dtype=torch.long, device=device)
     rowptr, perm = csr(g, device)
     hops = budget.max_hops if budget.top_k_neighbors > 0 else 0
     cq, cn, _ = ball(rowptr, g.edge_index[1].to(device)[perm], query, node, hops, n)
-    layers = reader.config.num_layers
-    urowptr, unbr, _ = undirected_csr(g, device)
-    inner = ball(urowptr, unbr, cq, cn, layers - 1, n)[1] if layers > 0 else cn
-    if inner.numel() > max_share * len(rows) * n:  # the subgraphs would cover most of the graph
+    sub = layered_subgraphs(g, cq, cn, torch.unique(query * n + node), cfg.num_layers, cfg.add_inverse)
+    relational_edges = g.num_edges * (2 if cfg.add_inverse else 1)
+    if sum(e.numel() for _, e, _ in sub.layers) > max_share * len(rows) * relational_edges * cfg.num_layers:
         return cq, cn, _batch_scores(reader, ex, rows, device)[cq, cn]
-    sub = query_subgraphs(g, cq, cn, layers)
-    start, _ = lookup(torch.unique(query * n + node), sub.query * n + sub.node)
     phi = None
-    if reader.config.lexical:  # each subgraph node's features with its part's query, as the full pass reads them
+    if cfg.lexical:  # each candidate's features with its query, as the full pass reads them
         _check_lexical(reader, ex)
-        phi = ex.lexical[torch.tensor(rows, dtype=torch.long)[sub.query.cpu()], sub.node.cpu()].to(device)
-    return cq, cn, ball_scores(reader, g, ex.query_embeddings[rows].to(device), sub, start, phi)
+        phi = ex.lexical[torch.tensor(rows, dtype=torch.long)[cq.cpu()], cn.cpu()].to(device)
+    return cq, cn, ball_scores(reader, g, ex.query_embeddings[rows].to(device), sub, phi)
 
 
 def candidate_loss(
