@@ -69,6 +69,13 @@ def test_push_is_within_its_stated_bound_of_the_oracle(name, epsilon, alpha):
     assert bool((res.residual_mass <= epsilon * support + slack).all())
     assert bool((res.rows_read <= 1.0 / (alpha * epsilon)).all())
     assert torch.allclose(res.p.sum() + res.residual_mass.sum(), torch.tensor(5.0, dtype=torch.float64))
+    # the estimate p + alpha r: still below the oracle, within (1 - alpha) ||r||_1, and what `scores` returns
+    assert torch.equal(res.estimate, res.p + alpha * res.r)
+    hat = torch.zeros(n, 5, dtype=torch.float64)
+    hat[res.node, res.query] = res.estimate
+    assert bool((oracle - hat >= -slack).all())
+    assert torch.allclose((oracle - hat).sum(0), (1 - alpha) * res.residual_mass, atol=1e-9, rtol=0)
+    assert torch.equal(policy.scores(g, dense), hat)
 
 
 def test_small_epsilon_reaches_the_oracle():

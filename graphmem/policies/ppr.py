@@ -2,7 +2,8 @@
 
 ``method: push`` (the default) computes it by forward push with residual threshold ``epsilon``
 (:mod:`graphmem.policies.push`: work per query at most ``1 / (alpha epsilon)`` CSR rows, whatever
-the graph's size; estimate ``p`` with ``0 <= pi_v - p_v <= ||r||_1 < epsilon sum_{u: r_u > 0} d_u``).
+the graph's size; estimate ``hat p = p + alpha r`` with ``0 <= pi_v - hat p_v <= (1 - alpha) ||r||_1``
+and ``||r||_1 < epsilon sum_{u: r_u > 0} d_u``).
 ``method: power`` runs the global power iteration below, over every edge of the graph: the oracle.
 
 Edge strength ``a_e = rho_{type(e)} * w_e`` with relation weight ``rho`` and posterior mean
@@ -20,8 +21,8 @@ i.e. dangling mass returns to the restart vector, so every iterate sums to one a
 point solves ``(I - (1 - alpha)(P^T + r 1_D^T)) p = alpha r``. Each query column stops when
 ``||p_{t+1} - p_t||_1 < tol`` (or after ``max_iter``). Nodes within ``max_hops`` of an entry and
 with ``p > 0`` are then loaded by decreasing ``p`` (ties by string id) under the budget;
-``top_k_neighbors`` does not apply. With ``push`` the candidates are the pushed nodes (``p > 0``)
-within ``max_hops`` (a bounded breadth-first ball), ranked and loaded the same way.
+``top_k_neighbors`` does not apply. With ``push`` the candidates are the touched nodes (``hat p > 0``)
+within ``max_hops`` (a bounded breadth-first ball), ranked by ``hat p`` and loaded the same way.
 
 Queries are batched as ``[N, B]`` column blocks with ``N * B <= max_block_elements``. A column's
 PPR vector does not depend on the other columns of its block, bit for bit: every sum over nodes
@@ -235,7 +236,7 @@ class PersonalizedPageRank(TraversalPolicy):
         method: ``"push"`` (local forward push, bounded per query) or ``"power"`` (global power
             iteration, the oracle) (default: ``"push"``).
         epsilon: push residual threshold: ``u`` is pushed while ``r_u >= epsilon * max(out-degree, 1)``
-            (default: ``3e-4``).
+            (default: ``3e-5``).
         tol: power iteration: per-column L1 stopping tolerance (default: ``1e-8``).
         max_iter: most power iterations, or push rounds (default: ``200``).
         relation_weights: multiplier per relation name (default: ``None``, all 1).
@@ -252,7 +253,7 @@ class PersonalizedPageRank(TraversalPolicy):
         self,
         alpha: float = 0.15,
         method: str = "push",
-        epsilon: float = 3e-4,
+        epsilon: float = 3e-5,
         tol: float = 1e-8,
         max_iter: int = 200,
         relation_weights: dict[str, float] | None = None,
@@ -305,7 +306,8 @@ class PersonalizedPageRank(TraversalPolicy):
 
     def scores(self, graph: MemoryGraph, restart: Tensor) -> Tensor:
         """``[N, B]`` float64 PPR vectors for restart columns ``restart`` (each summing to 1), on its device:
-        the push estimates (scattered into dense columns) or the power iteration, by ``method``."""
+        the push estimates ``hat p = p + alpha r`` (scattered into dense columns) or the power iteration,
+        by ``method``."""
         scope = Scope.single(graph, [], restart.device)
         if self.method == "power":
             return power_iteration(self.operators(scope), restart, self.alpha, self.tol, self.max_iter)
@@ -315,7 +317,7 @@ class PersonalizedPageRank(TraversalPolicy):
             self.push_table(scope), col, node, restart[node, col], b, self.alpha, self.epsilon, self.max_iter
         )
         out = torch.zeros_like(restart)
-        out[res.node, res.query] = res.p
+        out[res.node, res.query] = res.estimate
         return out
 
     def traverse(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:

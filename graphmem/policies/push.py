@@ -24,6 +24,9 @@ hold for any order), until none is left or after ``max_rounds`` rounds.
 * **Error.** ``pi - p = G r >= 0`` entrywise and ``||pi - p||_1 = ||r||_1``; at termination
   ``||r||_1 < epsilon * sum_{u: r_u > 0} d_u``. So ``0 <= pi_v - p_v <= ||r||_1`` for every node
   ``v``; :func:`forward_push` returns ``||r||_1`` of each query (the certificate).
+* **Estimate.** ``G = alpha sum_k (1 - alpha)^k M^k >= alpha I``, so ``hat p = p + alpha r`` is a tighter
+  lower bound: ``pi - hat p = (G - alpha I) r >= 0`` with ``||pi - hat p||_1 = (1 - alpha) ||r||_1``, at no
+  extra reads. Retrieval ranks by ``hat p`` (a node holding residual only is a candidate too).
 
 The state of all queries is one set of sorted keys ``query * N + node`` with their ``p`` and
 ``r``: each round gathers the CSR rows of the pushed pairs and merges the new residuals with
@@ -64,14 +67,16 @@ def push_table(pt: Tensor, num_nodes: int) -> PushTable:
 
 
 class PushResult(NamedTuple):
-    """Per query the touched pairs, sorted by ``(query, node)``: ``query``, ``node``, estimate ``p`` and
-    residual ``r`` (float64); ``residual_mass [B]`` is ``||r||_1`` of each query, ``rounds`` the sweeps run
-    and ``rows_read [B]`` the CSR rows each query's pushes read (``sum d_u`` over its pushes)."""
+    """Per query the touched pairs, sorted by ``(query, node)``: ``query``, ``node``, pushed mass ``p``,
+    residual ``r`` and the estimate ``hat p = p + alpha r`` (float64); ``residual_mass [B]`` is ``||r||_1`` of
+    each query, ``rounds`` the sweeps run and ``rows_read [B]`` the CSR rows each query's pushes read
+    (``sum d_u`` over its pushes)."""
 
     query: Tensor
     node: Tensor
     p: Tensor
     r: Tensor
+    estimate: Tensor
     residual_mass: Tensor
     rounds: int
     rows_read: Tensor
@@ -100,18 +105,20 @@ def forward_push(
     rows_read = torch.zeros(num_queries, dtype=torch.float64, device=dev)
     rounds = 0
     while rounds < max_rounds:
-        active = r >= epsilon * table.cost[node]
-        if not bool(active.any()):
+        active = r >= epsilon * table.cost.index_select(0, node)
+        pushed = active.nonzero().squeeze(1)
+        if pushed.numel() == 0:
             break
         rounds += 1
-        aq, av, ar = qry[active], node[active], r[active]
-        p = p + alpha * torch.where(active, r, 0.0)
-        r = r.masked_fill(active, 0.0)
-        rows_read.index_add_(0, aq, table.cost[av])
+        aq, av, ar = qry.index_select(0, pushed), node.index_select(0, pushed), r.index_select(0, pushed)
+        p = p.index_add(0, pushed, alpha * ar)
+        r = r.index_fill(0, pushed, 0.0)
+        rows_read.index_add_(0, aq, table.cost.index_select(0, av))
         mass = (1.0 - alpha) * ar
         seg, pos = csr_positions(table.rowptr, av)
-        new_q, new_v, new_r = [aq[seg]], [table.col[pos]], [mass[seg] * table.prob[pos]]
-        dangling = table.rowptr[av + 1] == table.rowptr[av]
+        new_q, new_v = [aq.index_select(0, seg)], [table.col.index_select(0, pos)]
+        new_r = [mass.index_select(0, seg) * table.prob.index_select(0, pos)]
+        dangling = table.rowptr.index_select(0, av + 1) == table.rowptr.index_select(0, av)
         if bool(dangling.any()):  # mass of a dangling node returns to its query's restart vector
             dq, dm = aq[dangling], mass[dangling]
             seg, at = csr_positions(seed_ptr, dq)
@@ -120,12 +127,11 @@ def forward_push(
             new_r.append(dm[seg] * seed_w[at])
         all_q, all_v = torch.cat([qry, *new_q]), torch.cat([node, *new_v])
         key, inverse = torch.unique(all_q * n + all_v, return_inverse=True)
-        qry = torch.empty_like(key).scatter_(0, inverse, all_q)
-        node = torch.empty_like(key).scatter_(0, inverse, all_v)
+        qry, node = key // n, key % n
         r = torch.zeros(key.numel(), dtype=torch.float64, device=dev).index_add_(0, inverse, torch.cat([r, *new_r]))
         p = torch.zeros_like(r).index_add_(0, inverse[: p.numel()], p)
     mass = torch.zeros(num_queries, dtype=torch.float64, device=dev).index_add_(0, qry, r)
-    return PushResult(qry, node, p, r, mass, rounds, rows_read)
+    return PushResult(qry, node, p, r, p + alpha * r, mass, rounds, rows_read)
 
 
 def push_retrieval(
@@ -141,9 +147,9 @@ def push_retrieval(
     edge_dst: Tensor,
 ) -> RetrievalBatch:
     """The ``ppr`` retrievals from :func:`forward_push`: for entry rows ``entries`` ``[B, K]`` (``-1``
-    padded, restart uniform over each row's entries), the pushed nodes (``p > 0``) within ``max_hops``
+    padded, restart uniform over each row's entries), the touched nodes (``hat p > 0``) within ``max_hops``
     hops of an entry (:func:`~graphmem.policies.subgraph.ball` over the positive-strength edges) by
-    ``(-p, id_rank)``, loaded by :func:`_admit_windows`. Edges considered: the
+    ``(-hat p, id_rank)``, loaded by :func:`_admit_windows`. Edges considered: the
     out-edges of the loaded nodes; traversed: those between two loaded nodes of the same query."""
     b, n, dev = entries.shape[0], table.rowptr.numel() - 1, entries.device
     q, slot = (entries >= 0).nonzero(as_tuple=True)
@@ -153,8 +159,8 @@ def push_retrieval(
     bq, bn, bd = ball(table.rowptr, table.col, q, seeds, budget.max_hops, n)
     key = res.query * n + res.node
     near, at = lookup(bq * n + bn, key)
-    keep = (res.p > 0) & near
-    cq, cv, cp, cd = res.query[keep], res.node[keep], res.p[keep], bd[at[keep]]
+    keep = (res.estimate > 0) & near
+    cq, cv, cp, cd = res.query[keep], res.node[keep], res.estimate[keep], bd[at[keep]]
     order = torch.argsort(id_rank[cv], stable=True)
     order = order[torch.argsort(-cp[order], stable=True)]
     order = order[torch.argsort(cq[order], stable=True)]
