@@ -19,7 +19,7 @@ from pathlib import Path
 
 from graphmem.eval.report import write_json
 
-FIELDS = ("train_seconds", "history", "val_recall_gnn", "test_recall_gnn")
+FIELDS = ("train_seconds", "val_recall_gnn", "test_recall_gnn")
 
 
 def run_entry(name: str, code: str, out_dir: Path) -> dict:
@@ -28,17 +28,18 @@ def run_entry(name: str, code: str, out_dir: Path) -> dict:
     if not path.is_file():
         raise SystemExit(f"error: {path}: no such file (run scripts/train_gnn.py with out_dir={out_dir})")
     results = json.loads(path.read_text())
-    missing = [f for f in FIELDS if f not in results]
+    metrics = results.get("metrics") if isinstance(results.get("metrics"), dict) else {}
+    missing = [f"metrics.{f}" for f in FIELDS if f not in metrics] + (["history"] if "history" not in results else [])
     if missing:
         raise SystemExit(f"error: {path}: no field {missing[0]!r} (not a finished scripts/train_gnn.py run)")
     return {
         "name": name,
         "code": code,
         "dir": str(out_dir),
-        "train_seconds": results["train_seconds"],
+        "train_seconds": metrics["train_seconds"],
         "history": results["history"],
-        "val_recall": results["val_recall_gnn"],
-        "test_recall": results["test_recall_gnn"],
+        "val_recall": metrics["val_recall_gnn"],
+        "test_recall": metrics["test_recall_gnn"],
     }
 
 

@@ -1,8 +1,15 @@
 """docs/bounded.md renders every results file it is given, and says which are missing."""
 
 import json
+import sys
+from pathlib import Path
+
+import pytest
 
 from graphmem.docgen import bounded
+
+sys.path.insert(0, str(Path(__file__).parent))
+from script_loader import load_script  # noqa: E402
 
 
 def pair(first, second, diff):
@@ -46,3 +53,28 @@ def test_render_tables_and_missing_files(tmp_path):
     assert "`cmd-a`" in page and "`cmd-b`" in page
     assert "(bounded_gnn.json not present: not measured)" in page
     assert "(bounded_gnn_train.json not present: not measured)" in page
+
+
+def test_training_runs_are_collected_and_rendered(tmp_path):
+    """scripts/collect_train_runs.py gathers finished train_gnn.py runs and the page renders them; an
+    unfinished run is refused with its path named."""
+    main = load_script("collect_train_runs").main
+
+    for name, seconds in (("global", 12.0), ("local", 9.0)):
+        run = tmp_path / name
+        run.mkdir()
+        history = [{"epoch": e, "loss": 1.0, "train_s": seconds / 4, "val_recall": 0.5} for e in range(3)]
+        metrics = {"train_seconds": seconds, "val_recall_gnn": 0.5, "test_recall_gnn": 0.6}
+        results = {"metrics": metrics, "history": history}
+        (run / "results.json").write_text(json.dumps(results))
+    out = tmp_path / "results" / "bounded_gnn_train.json"
+    args = ["--out", str(out), "--command", "cmd-c"]
+    assert main([*args, "--run", "global", "neighbourhood: false", str(tmp_path / "global"),
+                 "--run", "local", "neighbourhood: true", str(tmp_path / "local")]) == 0  # fmt: skip
+    page = bounded.render(out.parent)
+    assert "| global | neighbourhood: false | 3 | 12.0 | 4.0 | 3.0 | 0.5000 | 0.6000 |" in page
+    assert "| local | neighbourhood: true | 3 | 9.0 | 3.0 | 2.2 | 0.5000 | 0.6000 |" in page and "`cmd-c`" in page
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "results.json").write_text(json.dumps({"metrics": {"train_seconds": 1.0}}))
+    with pytest.raises(SystemExit, match="unfinished/results.json: no field 'metrics.val_recall_gnn'"):
+        main([*args, "--run", "x", "y", str(tmp_path / "unfinished")])

@@ -1,5 +1,6 @@
 """The GNN reader on what its layers read around the walk's nodes, against the full-graph pass, and its per-query work."""
 
+import math
 import sys
 from pathlib import Path
 
@@ -118,16 +119,22 @@ def test_ball_policy_loads_what_the_full_pass_loads(budget, layers, lexical):
     ball = GNNPolicy(reader=reader, method="ball").retrieve_batch(g, queries, budget)
     full = GNNPolicy(reader=reader, method="full").retrieve_batch(g, queries, budget)
     rows = [r.entries for r in full]
-    parts = BallScores(reader, g, queries, rows, "cpu")
-    walk = batched_walk(g, rows, parts, budget).result(pad_rows(rows)).split()
-    for a, b, c in zip(ball, full, walk):
+    walks = [  # on the parts only, and from shared full-graph passes (12 queries, 5 to a pass)
+        batched_walk(g, rows, BallScores(reader, g, queries, rows, "cpu", full_share=share, chunk=5), budget)
+        .result(pad_rows(rows))
+        .split()
+        for share in (math.inf, 0.0)
+    ]
+    for a, b, c, d in zip(ball, full, *walks):
         assert {**retrieval_fields(a), "scores": None} == {**retrieval_fields(b), "scores": None}
-        assert {**retrieval_fields(c), "scores": None, "wall_time_s": None} == {
-            **retrieval_fields(b),
-            "scores": None,
-            "wall_time_s": None,
-        }
-        assert a.scores == pytest.approx(b.scores, abs=1e-5) and c.scores == pytest.approx(b.scores, abs=1e-5)
+        for walk in (c, d):
+            assert {**retrieval_fields(walk), "scores": None, "wall_time_s": None} == {
+                **retrieval_fields(b),
+                "scores": None,
+                "wall_time_s": None,
+            }
+            assert walk.scores == pytest.approx(b.scores, abs=1e-5)
+        assert a.scores == pytest.approx(b.scores, abs=1e-5)
     if budget.max_hops and budget.top_k_neighbors:
         assert any(len(r.loaded) > len(r.entries) for r in full)
 

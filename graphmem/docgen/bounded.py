@@ -174,7 +174,7 @@ def render(results_dir: Path) -> str:
         "(the nodes within `max_hops` out-edge hops of its entries: every node the walk can score) from the",
         "same layered parts, one per question, and the losses compare the candidates only. Where the parts",
         "would read more than an eighth of the edge-columns of one full-graph pass over the batch (a part's",
-        "edge costs about eight of those on a CPU thread), that pass gives the same scores cheaper and is",
+        "edge costs about seven of those on a CPU thread), that pass gives the same scores cheaper and is",
         "used instead: on LoCoMo's small graphs the candidates within two hops cover most of a graph, so it",
         "is. `neighbourhood: false` is the global version: every node scored and in the loss. LoCoMo, fold 0,",
         "3 epochs, one thread:",

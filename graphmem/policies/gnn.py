@@ -62,7 +62,7 @@ from graphmem.lexical_features import (
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import compact_left, csr_values, greedy_admit, rank_in_group
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
-from graphmem.policies.subgraph import layered_subgraphs, lookup
+from graphmem.policies.subgraph import layered_subgraphs, lookup, relational_in_degree
 from graphmem.policies.tables import csr, dense_rows, distinct_neighbors, node_id_rank, token_counts
 from graphmem.policies.types import Query
 
@@ -146,7 +146,7 @@ class GNNPolicy(TraversalPolicy):
         if self.method == "ball":
             lexical = scope_lexical(scope) if self.reader.config.lexical else None  # each query on its own graph
             source = BallScores(
-                self.reader, scope.graph, scope.queries, rows, scope.device, lexical=lexical
+                self.reader, scope.graph, scope.queries, rows, scope.device, lexical=lexical, chunk=self.query_chunk
             )
             return batched_walk(scope.graph, rows, source, budget).result(entries)
         if scope.num_graphs == 1:
@@ -297,6 +297,18 @@ class DenseScores:
         return self.neg_scores.gather(1, nodes)
 
 
+def parts_cost_more(parts_edges: int, graph: MemoryGraph, config, queries: int, share: float) -> bool:
+    """Whether one full-graph pass with ``queries`` columns is the cheaper way to the scores of parts
+    that read ``parts_edges`` edges: they read more than ``share`` of its ``L * E_rel * queries``
+    edge-columns (``E_rel`` relational edges: ``2E`` with inverses). The full pass computes each
+    edge's weights once for all its columns and sums its messages over the columns in one kernel; a
+    part does both once per query, so a part's edge costs many of the full pass's edge-columns (on one
+    CPU thread: about seven in training, 32 questions with gradients on LoCoMo; about twenty in a batch
+    of 200 questions on pooled HotpotQA)."""
+    relational = graph.num_edges * (2 if config.add_inverse else 1)
+    return parts_edges > share * config.num_layers * relational * queries
+
+
 class BallScores:
     """Reader scores computed on demand on each query's neighbourhood (``method: ball``, module docstring).
 
@@ -308,6 +320,13 @@ class BallScores:
     them as the full pass does: ``lexical`` (the queries'
     :class:`~graphmem.lexical_features.Lexical` inputs; default: from the queries' texts) gives each
     target the features of its query (:func:`~graphmem.lexical_features.pair_features`).
+
+    Where at least ``shared_from`` queries need scores and their parts would read more than
+    ``full_share`` of the edge-columns of one full-graph pass over them (the targets' own in-edges,
+    which the last layer reads, already do; :func:`parts_cost_more`: their
+    neighbourhoods cover much of a small graph), the scores come from full-graph passes instead,
+    ``chunk`` queries each, which score every node of those queries at once: the same scores, cheaper
+    there. A single query is always scored on its part.
     """
 
     def __init__(
@@ -318,12 +337,16 @@ class BallScores:
         entries: list[list[int]],
         device,
         lexical: Lexical | None = None,
+        full_share: float = 1 / 32,
+        shared_from: int = 8,
+        chunk: int = 64,
     ):
         self.reader, self.graph, self.device = reader, graph, torch.device(device)
         if reader.config.lexical and lexical is None:
             lexical = lexical_inputs([graph], [[q.text for q in queries]])
         self.lexical = None if not reader.config.lexical else lexical.to(self.device)
         self.query = torch.stack([q.embedding.float().flatten() for q in queries]).to(self.device)
+        self.entries, self.full_share, self.shared_from, self.chunk = entries, float(full_share), int(shared_from), int(chunk)
         n = graph.num_nodes
         keys = sorted({b * n + v for b, row in enumerate(entries) for v in row})
         self.entry_keys = torch.tensor(keys, dtype=torch.long, device=self.device)
@@ -343,11 +366,35 @@ class BallScores:
         if keys.numel() == 0:
             return
         query, node = keys // n, keys % n
-        sub = layered_subgraphs(self.graph, query, node, self.entry_keys, cfg.num_layers, cfg.add_inverse)
-        phi = None if self.lexical is None else pair_features(self.lexical, query, node)
-        values = ball_scores(self.reader, self.graph, self.query, sub, phi).to(self.values.dtype)
+        asking = torch.unique(query)
+        # the last layer alone reads the targets' in-edges: a lower bound of what the parts read
+        last = int(relational_in_degree(self.graph, cfg.add_inverse, self.device)[node].sum()) if cfg.num_layers else 0
+        if asking.numel() >= self.shared_from and parts_cost_more(last, self.graph, cfg, asking.numel(), self.full_share):
+            keys, values = self._full_pass(asking)  # every node of these queries: later hops find them scored
+        else:
+            sub = layered_subgraphs(self.graph, query, node, self.entry_keys, cfg.num_layers, cfg.add_inverse)
+            phi = None if self.lexical is None else pair_features(self.lexical, query, node)
+            values = ball_scores(self.reader, self.graph, self.query, sub, phi)
         self.keys, order = torch.sort(torch.cat([self.keys, keys]))
-        self.values = torch.cat([self.values, values])[order]
+        self.values = torch.cat([self.values, values.to(self.values.dtype)])[order]
+
+    def _full_pass(self, queries: Tensor) -> tuple[Tensor, Tensor]:
+        """``(keys, scores)`` of every node not scored yet for ``queries`` (distinct, sorted), from
+        full-graph passes of ``chunk`` queries each."""
+        from models.gnn_reader import start_mask
+
+        g, dev, n = self.graph, self.device, self.graph.num_nodes
+        x, ei, et, ea = (t.to(dev) for t in (g.embeddings, g.edge_index, g.edge_type, g.edge_attr))
+        keys, values = [], []
+        for lo in range(0, queries.numel(), self.chunk):
+            part = queries[lo : lo + self.chunk]
+            start = start_mask([self.entries[b] for b in part.tolist()], n, device=dev)
+            phi = None if self.lexical is None else dense_features(self.lexical, part)
+            keys.append((part[:, None] * n + torch.arange(n, device=dev)).flatten())
+            values.append(self.reader(x, ei, et, ea, self.query[part], start, lexical=phi).flatten())  # [b, N]
+        keys, values = torch.cat(keys), torch.cat(values)
+        new = ~torch.isin(keys, self.keys)
+        return keys[new], values[new]
 
     def negated(self, nodes: Tensor) -> Tensor:
         """``-score`` of ``nodes`` ``[B, M]`` (NaN at padding ``N``); every real node was :meth:`need` -ed."""

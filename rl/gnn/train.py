@@ -48,7 +48,7 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.lexical_features import Lexical, dense_features, lexical_inputs
 from graphmem.policies.base import Budget
-from graphmem.policies.gnn import BallScores, batched_walk
+from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more
 from graphmem.policies.subgraph import ball, layered_subgraphs, lookup
 from graphmem.policies.tables import csr
 from models.gnn_reader import GNNReader, ReaderConfig, ball_scores, start_mask
@@ -185,12 +185,10 @@ def candidate_scores(
     (batch positions ``0 .. len(rows) - 1``), from one pass over what their layers need
     (:func:`~graphmem.policies.subgraph.layered_subgraphs`, module docstring).
 
-    Those parts give each candidate its full-graph score, so where the edges they read exceed
-    ``max_share`` of the full pass's ``L * 2E * B`` edge-columns (``B`` questions over ``2E`` relational
-    edges: the neighbourhoods cover much of a small graph) the scores are read from one full-graph pass
-    with ``B`` columns instead, which shares each edge among the questions: the same scores, at less
-    cost. A part's edge costs about eight of the full pass's edge-columns (forward and backward on one
-    CPU thread, LoCoMo), hence the default.
+    Those parts give each candidate its full-graph score, so where they would read more than
+    ``max_share`` of the edge-columns of one full-graph pass with ``B`` columns
+    (:func:`~graphmem.policies.gnn.parts_cost_more`: the neighbourhoods cover much of a small graph), the
+    scores are read from that pass instead: the same scores, at less cost.
     """
     g, n, cfg = ex.graph, ex.graph.num_nodes, reader.config
     pairs = [(b, v) for b, i in enumerate(rows) for v in ex.entries[i][: budget.max_entries]]
@@ -200,8 +198,7 @@ def candidate_scores(
     hops = budget.max_hops if budget.top_k_neighbors > 0 else 0
     cq, cn, _ = ball(rowptr, g.edge_index[1].to(device)[perm], query, node, hops, n)
     sub = layered_subgraphs(g, cq, cn, torch.unique(query * n + node), cfg.num_layers, cfg.add_inverse)
-    relational_edges = g.num_edges * (2 if cfg.add_inverse else 1)
-    if sum(e.numel() for _, e, _ in sub.layers) > max_share * len(rows) * relational_edges * cfg.num_layers:
+    if parts_cost_more(sum(e.numel() for _, e, _ in sub.layers), g, cfg, len(rows), max_share):
         return cq, cn, _batch_scores(reader, ex, rows, device)[cq, cn]
     phi = None
     if cfg.lexical:  # each candidate's features with its query, as the full pass reads them
