@@ -355,7 +355,9 @@ def ball_scores(reader: GNNReader, graph, query: Tensor, sub, lexical: Tensor | 
     readout reads the targets only. ``query`` ``[B, D]``; ``lexical`` ``[T, F]`` the lexical features ``φ``
     of each target's query and node (required with ``config.lexical``)."""
     if len(sub.layers) != reader.config.num_layers:
-        raise ValueError(f"ball_scores: the parts are built for {len(sub.layers)} layers, the reader has {reader.config.num_layers}")
+        raise ValueError(
+            f"ball_scores: the parts are built for {len(sub.layers)} layers, the reader has {reader.config.num_layers}"
+        )
     dev = query.device
     x = graph.embeddings.to(dev)
     q = query.to(x.dtype)

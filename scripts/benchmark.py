@@ -36,6 +36,7 @@ import json
 import logging
 import resource
 import statistics
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -391,6 +392,7 @@ def scaling_suite(cfg: DictConfig, budget: Budget) -> dict:
     ``<out_dir>/<suite.out_file>``."""
     suite = OmegaConf.to_container(cfg.suite, resolve=True)
     report = {"config": OmegaConf.to_container(cfg, resolve=True)}
+    report["command"] = " ".join(["python scripts/benchmark.py", *sys.argv[1:]])
     report.update(scaling_sweep(suite, budget, log=log.info))
     report["process_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = Path(cfg.out_dir) / suite["out_file"]

@@ -1,4 +1,4 @@
-"""The GNN reader on what its layers read around the walk's nodes, against the full-graph pass, and its per-query work."""
+"""The GNN reader on what its layers read around the walk, against the full-graph pass, and its per-query work."""
 
 import math
 import sys

@@ -303,8 +303,8 @@ def parts_cost_more(parts_edges: int, graph: MemoryGraph, config, queries: int, 
     edge-columns (``E_rel`` relational edges: ``2E`` with inverses). The full pass computes each
     edge's weights once for all its columns and sums its messages over the columns in one kernel; a
     part does both once per query, so a part's edge costs many of the full pass's edge-columns (on one
-    CPU thread: about seven in training, 32 questions with gradients on LoCoMo; about twenty in a batch
-    of 200 questions on pooled HotpotQA)."""
+    CPU thread: about seven in training, 32 questions with gradients on LoCoMo; twenty and more in a
+    batch of 200 questions on pooled HotpotQA, whose parts outgrow the caches)."""
     relational = graph.num_edges * (2 if config.add_inverse else 1)
     return parts_edges > share * config.num_layers * relational * queries
 
@@ -346,7 +346,12 @@ class BallScores:
             lexical = lexical_inputs([graph], [[q.text for q in queries]])
         self.lexical = None if not reader.config.lexical else lexical.to(self.device)
         self.query = torch.stack([q.embedding.float().flatten() for q in queries]).to(self.device)
-        self.entries, self.full_share, self.shared_from, self.chunk = entries, float(full_share), int(shared_from), int(chunk)
+        self.entries, self.full_share, self.shared_from, self.chunk = (
+            entries,
+            float(full_share),
+            int(shared_from),
+            int(chunk),
+        )
         n = graph.num_nodes
         keys = sorted({b * n + v for b, row in enumerate(entries) for v in row})
         self.entry_keys = torch.tensor(keys, dtype=torch.long, device=self.device)
@@ -369,7 +374,9 @@ class BallScores:
         asking = torch.unique(query)
         # the last layer alone reads the targets' in-edges: a lower bound of what the parts read
         last = int(relational_in_degree(self.graph, cfg.add_inverse, self.device)[node].sum()) if cfg.num_layers else 0
-        if asking.numel() >= self.shared_from and parts_cost_more(last, self.graph, cfg, asking.numel(), self.full_share):
+        if asking.numel() >= self.shared_from and parts_cost_more(
+            last, self.graph, cfg, asking.numel(), self.full_share
+        ):
             keys, values = self._full_pass(asking)  # every node of these queries: later hops find them scored
         else:
             sub = layered_subgraphs(self.graph, query, node, self.entry_keys, cfg.num_layers, cfg.add_inverse)
@@ -461,7 +468,9 @@ def batched_walk(
     nodes, parents, depths = torch.cat(nodes, 1), torch.cat(parents, 1), torch.cat(depths, 1)
 
     real = nodes < n
-    order = torch.argsort(torch.where(real, rank[nodes.clamp(max=max(n - 1, 0))], n), dim=1, stable=True)  # padding last
+    order = torch.argsort(
+        torch.where(real, rank[nodes.clamp(max=max(n - 1, 0))], n), dim=1, stable=True
+    )  # padding last
     order = order.gather(1, torch.sort(source.negated(nodes.gather(1, order)), dim=1, stable=True).indices)
     ranked = nodes.gather(1, order)
     tokens = torch.where(ranked < n, node_tokens[ranked.clamp(max=max(n - 1, 0))], 0)

@@ -49,7 +49,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.lexical_features import Lexical, dense_features, lexical_inputs
 from graphmem.policies.base import Budget
 from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more
-from graphmem.policies.subgraph import ball, layered_subgraphs, lookup
+from graphmem.policies.subgraph import ball, layered_subgraphs, lookup, relational_in_degree
 from graphmem.policies.tables import csr
 from models.gnn_reader import GNNReader, ReaderConfig, ball_scores, start_mask
 from rl.common.seeding import deterministic
@@ -186,9 +186,10 @@ def candidate_scores(
     (:func:`~graphmem.policies.subgraph.layered_subgraphs`, module docstring).
 
     Those parts give each candidate its full-graph score, so where they would read more than
-    ``max_share`` of the edge-columns of one full-graph pass with ``B`` columns
-    (:func:`~graphmem.policies.gnn.parts_cost_more`: the neighbourhoods cover much of a small graph), the
-    scores are read from that pass instead: the same scores, at less cost.
+    ``max_share`` of the edge-columns of one full-graph pass with ``B`` columns (the candidates' own
+    in-edges, which the last layer reads, already do; :func:`~graphmem.policies.gnn.parts_cost_more`: the
+    neighbourhoods cover much of a small graph), the scores are read from that pass instead: the same
+    scores, at less cost.
     """
     g, n, cfg = ex.graph, ex.graph.num_nodes, reader.config
     pairs = [(b, v) for b, i in enumerate(rows) for v in ex.entries[i][: budget.max_entries]]
@@ -197,9 +198,10 @@ def candidate_scores(
     rowptr, perm = csr(g, device)
     hops = budget.max_hops if budget.top_k_neighbors > 0 else 0
     cq, cn, _ = ball(rowptr, g.edge_index[1].to(device)[perm], query, node, hops, n)
-    sub = layered_subgraphs(g, cq, cn, torch.unique(query * n + node), cfg.num_layers, cfg.add_inverse)
-    if parts_cost_more(sum(e.numel() for _, e, _ in sub.layers), g, cfg, len(rows), max_share):
+    last = int(relational_in_degree(g, cfg.add_inverse, device)[cn].sum()) if cfg.num_layers else 0
+    if parts_cost_more(last, g, cfg, len(rows), max_share):  # the last layer alone reads the candidates' in-edges
         return cq, cn, _batch_scores(reader, ex, rows, device)[cq, cn]
+    sub = layered_subgraphs(g, cq, cn, torch.unique(query * n + node), cfg.num_layers, cfg.add_inverse)
     phi = None
     if cfg.lexical:  # each candidate's features with its query, as the full pass reads them
         _check_lexical(reader, ex)
