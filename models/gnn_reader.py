@@ -345,29 +345,35 @@ def start_mask(
     return mask
 
 
-def ball_scores(reader: GNNReader, graph, query: Tensor, sub, lexical: Tensor | None = None) -> Tensor:
+def ball_scores(
+    reader: GNNReader,
+    x: Tensor,
+    edge_type: Tensor,
+    edge_attr: Tensor,
+    query: Tensor,
+    sub,
+    lexical: Tensor | None = None,
+) -> Tensor:
     """Scores of the targets of ``sub`` (:class:`~graphmem.policies.subgraph.LayeredSubgraphs`, built for
     ``reader.config.num_layers`` layers and its ``add_inverse``), equal to the full-graph pass up to float
     summation order: one packed pass, one column, each node holding its part's query.
 
-    Layer ``l`` runs on the edges of ``sub.layers[l - 1]`` with each node's full in-degree
-    (``sub.degree``): the states it writes at the nodes of ``S_l`` are their full-graph states, and the
-    readout reads the targets only. ``query`` ``[B, D]``; ``lexical`` ``[T, F]`` the lexical features ``φ``
-    of each target's query and node (required with ``config.lexical``)."""
+    ``x`` ``[N, D]``, ``edge_type`` ``[E]`` and ``edge_attr`` ``[E, d_e]`` are the whole graph's (only the rows
+    ``sub`` names are read), on the device of ``query`` ``[B, D]``. Layer ``l`` runs on the edges of
+    ``sub.layers[l - 1]`` with each node's full in-degree (``sub.degree``): the states it writes at the nodes
+    of ``S_l`` are their full-graph states, and the readout reads the targets only. ``lexical`` ``[T, F]``:
+    the lexical features ``φ`` of each target's query and node (required with ``config.lexical``)."""
     if len(sub.layers) != reader.config.num_layers:
         raise ValueError(
             f"ball_scores: the parts are built for {len(sub.layers)} layers, the reader has {reader.config.num_layers}"
         )
-    dev = query.device
-    x = graph.embeddings.to(dev)
     q = query.to(x.dtype)
-    edge_type, edge_attr = graph.edge_type.to(dev), graph.edge_attr.to(dev, x.dtype)
     h = reader.seed(q, sub.seed.to(x.dtype)[None], sub.query[None])  # [H, M, 1]
     for layer, (edge_index, edge, inverse) in zip(reader.layers, sub.layers):
         relation = edge_type.index_select(0, edge) + inverse.long() * reader.config.num_relations
-        h = layer(h, edge_index, relation, edge_attr.index_select(0, edge), degree=sub.degree)
+        h = layer(h, edge_index, relation, edge_attr.index_select(0, edge).to(x.dtype), degree=sub.degree)
     owner = sub.query.index_select(0, sub.target)
     xt = x.index_select(0, sub.node.index_select(0, sub.target))
     cosine = (F.normalize(xt, dim=-1) * F.normalize(q, dim=-1).index_select(0, owner)).sum(1, keepdim=True)  # [T, 1]
-    phi = None if lexical is None else lexical.to(dev)[None]  # [1, T, F]: the packed layout's one column
+    phi = None if lexical is None else lexical.to(x.device)[None]  # [1, T, F]: the packed layout's one column
     return reader.readout(h.index_select(1, sub.target), xt, q, owner[None], cosine, phi)[0]

@@ -92,16 +92,17 @@ def test_targets_have_their_full_graph_scores(layers, lexical, inverse):
     sub = layered_subgraphs(g, query, target, seeds, layers, inverse)
     phi = None if lex is None else pair_features(lex, query, target)  # each target's query and node
     with torch.no_grad():
-        got = ball_scores(reader, g, q, sub, phi)
+        inputs = g.embeddings, g.edge_type, g.edge_attr
+        got = ball_scores(reader, *inputs, q, sub, phi)
         assert float((got - full[query, target]).abs().max()) < 1e-5
         read = sum(e.numel() for _, e, _ in sub.layers)
         assert read < 0.5 * layers * g.num_edges  # a real restriction of the graph
         # the mean over the whole in-degree is needed: over the part's own edges only, some score moves
         own = torch.bincount(torch.cat([ei[1] for ei, _, _ in sub.layers]), minlength=sub.node.numel())
-        moved = ball_scores(reader, g, q, sub._replace(degree=own.clamp(min=1)), phi)
+        moved = ball_scores(reader, *inputs, q, sub._replace(degree=own.clamp(min=1)), phi)
         assert float((moved - full[query, target]).abs().max()) > 1e-3
     with pytest.raises(ValueError, match="layers"):
-        ball_scores(reader, g, q, sub._replace(layers=sub.layers[1:]), phi)
+        ball_scores(reader, *inputs, q, sub._replace(layers=sub.layers[1:]), phi)
 
 
 @pytest.mark.parametrize(

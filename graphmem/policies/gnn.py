@@ -297,6 +297,17 @@ class DenseScores:
         return self.neg_scores.gather(1, nodes)
 
 
+def reader_inputs(graph: MemoryGraph, device: str | torch.device | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """``(embeddings [N, D], edge_type [E], edge_attr [E, d_e])`` of ``graph`` on ``device``, copied there
+    once per graph (cached), so that reading some of their rows costs no transfer of the whole."""
+    return graph.cached(
+        "policies.gnn.reader_inputs",
+        lambda: (graph.embeddings, graph.edge_type, graph.edge_attr),
+        (graph.embeddings, graph.edge_type, graph.edge_attr),
+        device,
+    )
+
+
 def parts_cost_more(parts_edges: int, graph: MemoryGraph, config, queries: int, share: float) -> bool:
     """Whether one full-graph pass with ``queries`` columns is the cheaper way to the scores of parts
     that read ``parts_edges`` edges: they read more than ``share`` of its ``L * E_rel * queries``
@@ -381,7 +392,7 @@ class BallScores:
         else:
             sub = layered_subgraphs(self.graph, query, node, self.entry_keys, cfg.num_layers, cfg.add_inverse)
             phi = None if self.lexical is None else pair_features(self.lexical, query, node)
-            values = ball_scores(self.reader, self.graph, self.query, sub, phi)
+            values = ball_scores(self.reader, *reader_inputs(self.graph, self.device), self.query, sub, phi)
         self.keys, order = torch.sort(torch.cat([self.keys, keys]))
         self.values = torch.cat([self.values, values.to(self.values.dtype)])[order]
 

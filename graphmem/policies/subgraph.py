@@ -23,6 +23,7 @@ from torch import Tensor
 
 from graphmem.graph import MemoryGraph
 from graphmem.policies.batched import csr_positions
+from graphmem.policies.tables import edge_sources
 
 
 def undirected_csr(graph: MemoryGraph, device: str | torch.device | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -97,8 +98,7 @@ def relational_rows(
     rowptr, nbr, eid = undirected_csr(graph, dev)
     seg, pos = csr_positions(rowptr, nodes)
     v, other, edge = nodes[seg], nbr[pos], eid[pos]
-    src = graph.cached("policies.edge_source", lambda: graph.edge_index[0].clone(), (graph.edge_index,), dev)
-    starts_at_v = src.index_select(0, edge) == v
+    starts_at_v = edge_sources(graph, dev).index_select(0, edge) == v
     flipped = starts_at_v if incoming else ~starts_at_v
     loop = other == v
     if bool(loop.any()):  # the second of a loop's two (identical) entries is its inverse

@@ -31,6 +31,11 @@ def edge_targets(graph: MemoryGraph, device: Device = None) -> Tensor:
     return graph.cached("policies.edge_targets", lambda: graph.edge_index[1], (graph.edge_index,), device)
 
 
+def edge_sources(graph: MemoryGraph, device: Device = None) -> Tensor:
+    """``[E]`` source row of every edge, on ``device``."""
+    return graph.cached("policies.edge_sources", lambda: graph.edge_index[0], (graph.edge_index,), device)
+
+
 def node_id_rank(graph: MemoryGraph, device: Device = None) -> Tensor:
     """``[N]`` long: position of each node's string id in ascending string order (the tie-break)."""
 

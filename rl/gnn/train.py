@@ -48,7 +48,7 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 from graphmem.lexical_features import Lexical, dense_features, lexical_inputs
 from graphmem.policies.base import Budget
-from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more
+from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more, reader_inputs
 from graphmem.policies.subgraph import ball, layered_subgraphs, lookup, relational_in_degree
 from graphmem.policies.tables import csr
 from models.gnn_reader import GNNReader, ReaderConfig, ball_scores, start_mask
@@ -206,7 +206,7 @@ def candidate_scores(
     if cfg.lexical:  # each candidate's features with its query, as the full pass reads them
         _check_lexical(reader, ex)
         phi = ex.lexical[torch.tensor(rows, dtype=torch.long)[cq.cpu()], cn.cpu()].to(device)
-    return cq, cn, ball_scores(reader, g, ex.query_embeddings[rows].to(device), sub, phi)
+    return cq, cn, ball_scores(reader, *reader_inputs(g, device), ex.query_embeddings[rows].to(device), sub, phi)
 
 
 def candidate_loss(
