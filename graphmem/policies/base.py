@@ -132,7 +132,10 @@ class TraversalPolicy(ABC):
         if entries is None:
             entries = self.select_entries(scope, budget)
         with torch.no_grad():
-            return self.traverse(scope, entries, budget).shift(scope).split()
+            batch = self.traverse(scope, entries, budget)
+        if scope.num_graphs > 1:  # a single graph is its own union: nothing moves
+            batch = batch.shift(scope.node_offset, scope.edge_offset)
+        return batch.split()
 
     def select_entries(self, scope: Scope, budget: Budget) -> Tensor | None:
         """``[B, <=max_entries]`` entry rows of ``scope.graph`` from ``entry_selector`` (``None`` without one)."""

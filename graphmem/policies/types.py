@@ -8,16 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor
 
 from graphmem.budget import Budget  # noqa: F401  (re-exported: a policy's view of the budget)
 from graphmem.graph import MemoryGraph
-
-if TYPE_CHECKING:
-    from graphmem.policies.scope import Scope
 
 
 @dataclass(frozen=True)
@@ -108,11 +105,12 @@ class RetrievalBatch:
     def num_queries(self) -> int:
         return int(self.tokens.shape[0])
 
-    def shift(self, scope: Scope) -> RetrievalBatch:
-        """The same retrievals in the node rows and edge ids of each query's own graph of ``scope``."""
-        if scope.num_graphs == 1:  # a single graph is its own union: nothing moves
-            return self
-        node_off, edge_off = scope.node_offset, scope.edge_offset
+    def shift(self, node_off: Tensor, edge_off: Tensor) -> RetrievalBatch:
+        """The same retrievals in the node rows and edge ids of each query's own graph of a union.
+
+        Row ``v`` of the union is row ``v - node_off[b]`` of query ``b``'s graph, edge ``e`` is edge
+        ``e - edge_off[b]`` (``Scope.node_offset`` / ``Scope.edge_offset``).
+        """
         move = lambda pair: None if pair is None else (pair[0], pair[1] - edge_off[pair[0]])  # noqa: E731
         entries = self.entries
         if isinstance(entries, Tensor):
