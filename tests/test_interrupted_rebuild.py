@@ -1,7 +1,7 @@
 """kill -9 during an in-place rebuild never leaves a set that loads with mixed configs.
 
 Rebuilds of a HotpotQA set with another ``graph.semantic_k``, each killed after a random number of
-graph files, each followed by a rerun of the original build (``scripts/kill_rebuild.py``): two in
+graph files, each followed by a rerun of the original build (``scripts/reliability/kill_rebuild.py``): two in
 the default run, five with ``-m slow``.
 """
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_kill_during_in_place_rebuild_never_yields_a_mixed_set(tmp_path, n_runs):
     cmd = [
         sys.executable,
-        "scripts/kill_rebuild.py",
+        "scripts/reliability/kill_rebuild.py",
         "--data=hotpotqa",
         "--limit=8",
         "--encoder=hashing",

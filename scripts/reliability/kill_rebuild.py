@@ -1,7 +1,7 @@
 """kill -9 an in-place rebuild of a graph set at a random file, then check what is left.
 
-    python scripts/kill_rebuild.py --data hotpotqa --runs 5                     # the real HotpotQA set, MiniLM
-    python scripts/kill_rebuild.py --data hotpotqa --limit 12 --encoder hashing  # small and fast (the test)
+    python scripts/reliability/kill_rebuild.py --data hotpotqa --runs 5   # the real HotpotQA set, MiniLM
+    python scripts/reliability/kill_rebuild.py --data hotpotqa --limit 12 --encoder hashing  # small and fast (the test)
 
 1. builds the set with ``--base`` (default ``graph.semantic_k=5``) with ``scripts/build_graph.py``,
    and, in a separate folder, a clean build with ``--other`` (``graph.semantic_k=3``): the edge
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def build(root: Path, args: argparse.Namespace, overrides: list[str]) -> subprocess.Popen:

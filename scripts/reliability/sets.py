@@ -1,6 +1,6 @@
 """Run each damaged-set, damaged-cache, unsafe-name and mismatched-checkpoint case and record what happens.
 
-    python scripts/reliability_cases.py [--out docs/results/reliability_sets.json]
+    python scripts/reliability/sets.py [--out docs/results/reliability_sets.json]
 
 Builds small HotpotQA sets (6 records; hashing encoder at 384 and 128 dimensions, MiniLM at 384),
 trains a router for one fold on the first, then runs every case as its own process on a fresh copy
@@ -24,12 +24,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from graphmem.embed import CachedEncoder, HashingEncoder
+from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+from graphmem.setstore import content_sha256, file_sha256
 
-from graphmem.embed import CachedEncoder, HashingEncoder  # noqa: E402
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset  # noqa: E402
-from graphmem.setstore import content_sha256, file_sha256  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 DATA = ["data=hotpotqa", "data.limit=6"]
 QUIET = ["logger=none", "progress=false"]
@@ -257,7 +256,7 @@ def main() -> None:
     )
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"command": "python scripts/reliability_cases.py", "cases": c.rows}
+    payload = {"command": "python scripts/reliability/sets.py", "cases": c.rows}
     args.out.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     shutil.rmtree(tmp, ignore_errors=True)

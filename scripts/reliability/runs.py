@@ -1,7 +1,7 @@
 """Run the scripts the way a careless or unlucky user would and record what each run answered.
 
-    python scripts/reliability_runs.py                      # writes docs/results/reliability_runs.json
-    python scripts/reliability_runs.py --out /tmp/runs.json
+    python scripts/reliability/runs.py                      # writes docs/results/reliability_runs.json
+    python scripts/reliability/runs.py --out /tmp/runs.json
 
 Each case is one real command line (``python scripts/<script>.py ...``) against a small LoCoMo
 graph set built into a temporary folder (two conversations, hashing encoder); the record keeps
@@ -23,12 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from graphmem.io import atomic_write
+from graphmem.lockfile import FileLock
 
-from graphmem.io import atomic_write  # noqa: E402
-from graphmem.lockfile import FileLock  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 HEX_KEY = "deadbeef" + "0123456789abcdef" * 2  # a fake key in lower-case hex
 EVAL = ["logger=none", "progress=false", "sweep_tokens=[]", "latency=batch", "stats.reference=null"]
@@ -133,7 +131,7 @@ def main() -> None:
                 print(f"{proc.returncode}  {case}: {text}", flush=True)
         finally:
             held.release()
-    payload = {"command": "python scripts/reliability_runs.py", "cases": records}
+    payload = {"command": "python scripts/reliability/runs.py", "cases": records}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out, lambda p: p.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8"))
     print(f"wrote {args.out}")
