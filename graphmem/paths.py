@@ -4,13 +4,15 @@ A variant, policy, graph or question name from a config or a data file ends up i
 (``<out>/fold0/<variant>/best.pt``, ``<out>/questions_<policy>.jsonl``). :func:`check_name`
 refuses, before any work, a name that could leave its folder or is no portable file name;
 :func:`run_path` joins checked names under a run's ``out_dir`` and refuses a result outside it
-(a symlink pointing elsewhere included). Names that are data rather than config (graph names,
+(a symlink pointing elsewhere included); :func:`fresh_folder` gives a folder to move files aside
+into that never is an existing one. Names that are data rather than config (graph names,
 question ids) are encoded instead (:func:`graphmem.setformat.safe_name`,
 :func:`graphmem.tracking.artifacts.artifact_name`).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -55,3 +57,20 @@ def run_path(root: str | Path, *parts: str, key: str = "out_dir") -> Path:
         if not part or Path(part).name != part or part in (".", ".."):
             raise PathNameError(f"{part!r} is not one file or folder name under {key} {root}")
     return inside(root, Path(root).joinpath(*parts), key)
+
+
+def fresh_folder(path: str | Path) -> Path:
+    """A new, empty folder at ``path``, or at ``<path>-2``, ``<path>-3``, ... when that name is taken.
+
+    Each is made with ``mkdir`` without ``exist_ok``, so an existing folder is never returned and
+    what is moved into the result never lands on an earlier move's files.
+    """
+    path = Path(path)
+    for n in itertools.count(1):
+        target = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            target.mkdir(parents=True)
+            return target
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -156,7 +156,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     plan = plan_run(cfg)
     qa_settings = _qa_settings(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)
-    with open_run_folder(plan.out_dir, config, resume=False, artifacts=ARTIFACTS, resume_hint=None) as folder:
+    with open_run_folder(
+        plan.out_dir, config, resume=False, artifacts=ARTIFACTS, resume_hint=None, kind="evaluate"
+    ) as folder:
         return _evaluate(cfg, plan, qa_settings, folder.run_id)
 
 

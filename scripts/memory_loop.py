@@ -139,7 +139,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """The loop in its own run folder (a live run's folder is refused, an earlier run's files moved aside)."""
     out = check(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)
-    with open_run_folder(out, config, resume=False, artifacts=ARTIFACTS, resume_hint=None) as folder:
+    with open_run_folder(
+        out, config, resume=False, artifacts=ARTIFACTS, resume_hint=None, kind="memory_loop"
+    ) as folder:
         return _run(cfg, out, folder.run_id)
 
 

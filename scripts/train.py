@@ -203,7 +203,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     device = world.device(resolve_device(run_cfg.get("device", "auto")))
     config = OmegaConf.to_container(cfg, resolve=True)
     with open_run_folder_on_main(
-        world, out, config, bool(run_cfg.get("resume")), device, artifacts=ARTIFACTS
+        world, out, config, bool(run_cfg.get("resume")), device, artifacts=ARTIFACTS, kind="train"
     ) as folder:
         return train_and_test(cfg, world, out, folder, budget, base, variants, baselines)
 

@@ -62,7 +62,7 @@ def run(cfg: DictConfig) -> dict:
     check_fraction("split.val_fraction", cfg.split.val_fraction)
     check_configs(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True))
     checkpoint = Path(hydra.utils.to_absolute_path(cfg.checkpoint))
-    with open_run_folder(out_dir, OmegaConf.to_container(cfg, resolve=True), resume=False) as folder:
+    with open_run_folder(out_dir, OmegaConf.to_container(cfg, resolve=True), resume=False, kind="train_gnn") as folder:
         try:  # the checkpoint path is shared by default (runs/gnn/reader.pt): one writer at a time
             ckpt_lock = FileLock(checkpoint.with_name(checkpoint.name + ".lock"), {"run_id": folder.run_id}).acquire()
         except LockBusyError as err:

@@ -139,3 +139,54 @@ def test_second_training_into_a_live_runs_folder_is_refused_and_files_carry_one_
     assert results["records"][0]["trainer"]["run"]["seed"] == 0 and results["graphset"]["path"] == str(
         small_set.resolve()
     )
+
+
+def test_a_second_move_aside_never_lands_on_the_first(tmp_path):
+    (tmp_path / "replaced-unrecorded").mkdir()
+    (tmp_path / "replaced-unrecorded" / "results.json").write_text("first")  # an earlier move
+    (tmp_path / "results.json").write_text("second")  # results no run.json describes
+    with open_run_folder(tmp_path, CONFIG, resume=False) as first:
+        pass
+    (tmp_path / "results.json").write_text("third")
+    with open_run_folder(tmp_path, CONFIG, resume=False):
+        pass
+    assert (tmp_path / "replaced-unrecorded" / "results.json").read_text() == "first"
+    assert (tmp_path / "replaced-unrecorded-2" / "results.json").read_text() == "second"
+    assert (tmp_path / f"replaced-{first.run_id}" / "results.json").read_text() == "third"
+
+
+def _training_folder(path: Path, recorded: bool = True) -> str | None:
+    """A folder as scripts/train.py leaves it: run.json (when ``recorded``), results and a checkpoint."""
+    run_id = None
+    if recorded:
+        with open_run_folder(path, CONFIG, resume=False, kind="train") as folder:
+            run_id = folder.run_id
+    (path / "fold0" / "router").mkdir(parents=True)
+    (path / "fold0" / "router" / "best.pt").write_bytes(b"checkpoint")
+    (path / "results.json").write_text("{}")
+    return run_id
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_an_evaluation_never_writes_into_a_training_runs_folder(tmp_path, recorded):
+    from tests.one_line_errors import error_line, run_script
+
+    out = tmp_path / "train"
+    run_id = _training_folder(out, recorded)
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    proc = run_script(
+        "evaluate.py", "policies=[dense_topk]", f"graphset={tmp_path / 'no-set'}", f"out_dir={out}", tmp_path=tmp_path
+    )
+    line = error_line(proc)
+    assert f"out_dir {out} holds " in line and "a training run (scripts/train.py)" in line
+    assert f"run {run_id}," in line if recorded else "an unrecorded run" in line
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before  # nothing moved, nothing written
+
+
+def test_a_training_run_never_writes_into_an_evaluations_folder(tmp_path):
+    with open_run_folder(tmp_path, CONFIG, resume=False, kind="evaluate") as folder:
+        (tmp_path / "questions_dense_topk.jsonl").write_text("{}\n")
+    for kind in ("train", "train_gnn"):
+        with pytest.raises(RunFolderError, match=rf"holds run {folder.run_id}, an evaluation \(scripts/evaluate.py\)"):
+            open_run_folder(tmp_path, CONFIG, resume=False, kind=kind)
+    assert json.loads((tmp_path / "run.json").read_text())["run_id"] == folder.run_id

@@ -11,8 +11,15 @@
   naming each differing key with both values; also ``resume`` over results or checkpoints that
   no ``run.json`` describes.
 
-A fresh run (no ``resume``) into a folder holding an earlier run's files gets a new id and moves
-those files (the ``artifacts`` patterns) into ``<out>/replaced-<old id>/``, so nothing of the old
+* a folder recorded (``run.json`` field ``kind``) by another kind of run (a training run's
+  folder for an evaluation, an evaluation's for a training run, ...), naming the folder, that
+  run's id and its script: one folder never holds the checkpoints, results and plots of two runs
+  of different scripts. A folder of a run recorded without a kind counts as a training run's
+  when it holds ``fold*/*/best.pt`` or ``last.pt``.
+
+A fresh run (no ``resume``) into a folder holding an earlier run of its kind gets a new id and moves
+that run's files (the ``artifacts`` patterns) into ``<out>/replaced-<old id>/`` (``-2``, ``-3``, ...
+appended when that folder exists: a move never lands on an earlier one), so nothing of the old
 run is mixed with or reported as the new one. A resumed run keeps its id. The trainer writes the
 id into ``last.pt`` and ``best.pt`` (and refuses checkpoints of another run), the script into its
 results.
@@ -33,7 +40,7 @@ from typing import Any, Mapping, Sequence
 from graphmem.errors import InputError
 from graphmem.io import atomic_write
 from graphmem.lockfile import FileLock, LockBusyError, describe
-from graphmem.paths import inside
+from graphmem.paths import fresh_folder, inside
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +67,15 @@ IGNORED = (
 )
 """Keys (``fnmatch`` patterns over dotted paths) a resumed run may change: run length and bookkeeping.
 The graph set is compared by its config hash (:meth:`RunFolder.check_graphset`), not its path."""
+KINDS = {
+    "train": "a training run (scripts/train.py)",
+    "train_gnn": "a training run (scripts/train_gnn.py)",
+    "evaluate": "an evaluation (scripts/evaluate.py)",
+    "memory_loop": "a memory loop run (scripts/memory_loop.py)",
+}
+"""What each script's runs are called in a refusal (``run.json`` field ``kind``); another kind is "a <kind> run"."""
+CHECKPOINTS = ("fold*/*/best.pt", "fold*/*/last.pt")
+"""A training run's checkpoints: a folder holding them without a recorded kind is a training run's."""
 
 
 class RunFolderError(RuntimeError, InputError):
@@ -139,6 +155,7 @@ def open_run_folder(
     artifacts: Sequence[str] = ("results.json", "results.md"),
     ignore: Sequence[str] = IGNORED,
     resume_hint: str | None = "trainer.resume=true continues a run instead",
+    kind: str = "run",
 ) -> RunFolder:
     """Take ``path`` for a run of ``config`` (module docstring); close the returned folder when done.
 
@@ -150,6 +167,8 @@ def open_run_folder(
         ignore: keys a resumed run may change (default: :data:`IGNORED`).
         resume_hint: how to resume instead, said when an earlier run's files are moved aside
             (``None`` for a run that cannot resume).
+        kind: what writes the folder (a :data:`KINDS` key, recorded in ``run.json``): a folder
+            recorded by another kind is refused (default: ``"run"``).
     """
     path = Path(path)
     run_id = new_run_id()
@@ -165,6 +184,7 @@ def open_run_folder(
             log.warning("%s: took over the stale lock of %s, which is no longer running", path, describe(lock.stale))
         previous = _read_record(path)
         found = sorted({str(inside(path, p).relative_to(path)) for pattern in artifacts for p in path.glob(pattern)})
+        _check_kind(path, previous, kind)
         if resume and previous is not None:
             differ = differing_keys(previous.get("config") or {}, config, ignore)
             if differ:
@@ -174,7 +194,7 @@ def open_run_folder(
                 )
             run_id = previous["run_id"]
             lock.note(run_id=run_id)
-            record = {**previous, "resumed_at": [*previous.get("resumed_at", []), time.time()]}
+            record = {**previous, "kind": kind, "resumed_at": [*previous.get("resumed_at", []), time.time()]}
             folder = RunFolder(path, run_id, True, record, lock)
         elif resume and found:
             raise RunFolderError(
@@ -184,19 +204,40 @@ def open_run_folder(
         else:
             found += [RECORD] if previous is not None else []
             if found:
-                aside = path / f"replaced-{(previous or {}).get('run_id', 'unrecorded')}"
-                for rel in found:
-                    (aside / rel).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.move(str(path / rel), str(aside / rel))
+                aside = _move_aside(path, found, (previous or {}).get("run_id", "unrecorded"))
                 hint = f" ({resume_hint})" if resume_hint else ""
                 log.warning("%s: an earlier run's files moved to %s%s", path, aside, hint)
-            record = {"run_id": run_id, "started": time.time(), "config": dict(config)}
+            record = {"run_id": run_id, "kind": kind, "started": time.time(), "config": dict(config)}
             folder = RunFolder(path, run_id, False, record, lock)
         folder._write()
         return folder
     except BaseException:
         lock.release()
         raise
+
+
+def _move_aside(path: Path, found: Sequence[str], old_id: str) -> Path:
+    """Move ``found`` (paths relative to ``path``) into a new ``replaced-<old id>[-N]/``; returns it."""
+    aside = fresh_folder(path / f"replaced-{old_id}")
+    for rel in found:
+        (aside / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(path / rel), str(aside / rel))
+    return aside
+
+
+def _check_kind(path: Path, previous: Mapping[str, Any] | None, kind: str) -> None:
+    """Refuse a folder recorded by another kind of run (module docstring)."""
+    held = (previous or {}).get("kind")
+    if held is None and any(p.is_file() for pattern in CHECKPOINTS for p in path.glob(pattern)):
+        held = "train"  # a training run recorded before run.json carried the kind, or not recorded
+    if held is None or held == kind:
+        return
+    run = f"run {previous['run_id']}" if previous else f"an unrecorded run ({', '.join(CHECKPOINTS)})"
+    this, that = (KINDS.get(k, f"a {k} run") for k in (kind, held))
+    raise RunFolderError(
+        f"out_dir {path} holds {run}, {that}; {this} never writes into another kind of run's folder "
+        "(their files would be mixed): choose another out_dir"
+    )
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:
