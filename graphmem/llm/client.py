@@ -14,8 +14,11 @@ It wraps ``litellm.completion`` with what long research runs need:
   decodes under it, and every reply is still validated with pydantic (:mod:`graphmem.llm.schemas`).
 
 The API key is read at call time from the environment variable named in the config; it is
-passed to litellm only, and redacted from every recorded error message. It is never part of a
-cache key or cache entry.
+passed to litellm only, and never part of a cache key. Every reply (its text and model name) and
+every recorded error message is redacted (:func:`graphmem.tracking.secrets.redact`: the key's value
+and those of credential-named environment variables become ``***``) before it is validated,
+cached, returned or logged, so an endpoint that echoes the key cannot get it into the cache, the
+outputs or the logs; an entry cached before is redacted again when it is read.
 """
 
 from __future__ import annotations
@@ -246,8 +249,8 @@ class LLMClient:
             with self._lock:
                 self._usage[role].cache_hits += 1
             return Completion(
-                hit["content"],
-                hit.get("model", self.config.model),
+                self._redact(hit["content"]),
+                self._redact(str(hit.get("model", self.config.model))),
                 int(hit.get("prompt_tokens", 0)),
                 int(hit.get("completion_tokens", 0)),
                 hit.get("cost_usd"),
@@ -429,7 +432,7 @@ class LLMClient:
         with self._slots:
             response = litellm.completion(model=self.config.model, messages=messages, **params, **extra)
         latency = time.perf_counter() - start
-        text = (response.choices[0].message.content or "") if response.choices else ""
+        text = self._redact((response.choices[0].message.content or "") if response.choices else "")
         usage = getattr(response, "usage", None)
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -450,9 +453,8 @@ class LLMClient:
             with self._lock:
                 self._usage[role].invalid_replies += 1
             raise _Retryable("malformed", problem)
-        return Completion(
-            text, getattr(response, "model", None) or self.config.model, prompt_tokens, completion_tokens, cost, latency
-        )
+        model = self._redact(str(getattr(response, "model", None) or self.config.model))
+        return Completion(text, model, prompt_tokens, completion_tokens, cost, latency)
 
     @staticmethod
     def _cost(response: Any) -> float | None:
@@ -479,5 +481,7 @@ class LLMClient:
         return None
 
     def _redact(self, text: str) -> str:
-        secret = os.environ.get(self.config.api_key_env) if self.config.api_key_env else None
-        return text.replace(secret, "***") if secret else text
+        """``text`` without the configured key's value or any other credential (module docstring)."""
+        from graphmem.tracking.secrets import redact  # lazily: graphmem.tracking imports the graph set
+
+        return redact(text, [os.environ.get(self.config.api_key_env) if self.config.api_key_env else None])

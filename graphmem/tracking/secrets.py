@@ -1,18 +1,21 @@
 """Scrubbing run configs before they are logged: no credential, no environment value, ever.
 
 :func:`config_for_logging` drops keys that name credentials and values that come from
-environment variables; every tracking backend logs configs through it.
+environment variables; every tracking backend logs configs through it. :func:`redact` masks
+secrets inside free text (LLM replies and error messages) before anything stores or logs it.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 SECRET_NAME_PARTS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"})
 _ENV_INTERPOLATION = re.compile(r"\$\{\s*(oc\.env|env)\s*:")
 _MIN_ENV_VALUE_LEN = 6
+_MIN_REDACTED_LEN = 8  # shorter credential-named values ("true", "1234") would mask ordinary words
+REDACTED = "***"
 
 
 def is_secret_name(name: str) -> bool:
@@ -33,6 +36,20 @@ def _env_values() -> set[str]:
 
 def _secret_env_values() -> set[str]:
     return {v for k, v in os.environ.items() if is_secret_name(k) and len(v) >= 4}
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` with every occurrence of a secret replaced by :data:`REDACTED`.
+
+    The secrets are ``secrets`` (e.g. the value of the variable an ``api_key_env`` names; empty
+    and ``None`` entries are skipped) and the value of every credential-named environment variable
+    (:func:`is_secret_name`) of at least 8 characters. Longer secrets are replaced first, so a key
+    that contains another is masked whole.
+    """
+    values = {s for s in secrets if s} | {v for v in _secret_env_values() if len(v) >= _MIN_REDACTED_LEN}
+    for value in sorted(values, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
 
 
 def config_for_logging(config: Any) -> Any:
