@@ -22,7 +22,9 @@ computation.
 Storage: the rows' term ids and frequencies in CSR form (``indptr``, ``terms`` sorted within each
 row, ``tf``). :meth:`BM25Index.scores` finds ``tf(t, d)`` by binary search in the sorted keys
 ``d * V + t``, so scoring given rows costs ``O(len(rows) * |q| * log nnz)``; :meth:`BM25Index.top_k`
-reads the postings of the query terms only (the rows that hold none score 0 and are not returned).
+reads the postings of the query terms only (the rows that hold none score 0 and are not returned), and
+:meth:`BM25Index.rank_bounded` only their heads: postings are kept by weight descending within each term,
+and the read stops once the unread postings' bound falls under the k-th best score (exact top-k).
 Mutations (:meth:`add`, :meth:`revise`, :meth:`remove`) rewrite the arrays and recompute the
 weights lazily, on the next query (``O(nnz)``: ``N`` and ``avgdl`` change every weight).
 
@@ -91,6 +93,7 @@ class BM25Index:
         self.indptr, self.terms, self.tf = indptr.astype(np.int64), terms.astype(np.int64), tf.astype(np.int64)
         self._derived: dict[str, np.ndarray] | None = None
         self._mark: tuple | None = None  # (log length, texts list) when last synced with a graph
+        self.last_read = (0, 0)  # (postings read, postings of its terms) by the last rank_bounded call
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -164,7 +167,8 @@ class BM25Index:
 
     # ------------------------------------------------------------------ derived arrays
     def _d(self) -> dict[str, np.ndarray]:
-        """Per-term IDF, per-entry BM25 weight, sorted row-term keys and postings (rebuilt after a mutation)."""
+        """Per-term IDF, per-entry BM25 weight, sorted row-term keys, impact-ordered postings and each term's
+        largest weight (rebuilt after a mutation)."""
         if self._derived is None:
             n, v = self.num_rows, len(self.tokens)
             row = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))
@@ -174,7 +178,7 @@ class BM25Index:
             idf = np.log1p((n - df + 0.5) / (df + 0.5))
             norm = self.k1 * (1.0 - self.b + self.b * length / avgdl)
             weight = idf[self.terms] * self.tf * (self.k1 + 1.0) / (self.tf + norm[row])
-            order = np.argsort(self.terms, kind="stable")
+            order = np.lexsort((-weight, self.terms))  # postings by term, each by weight desc (row asc on ties)
             self._derived = {
                 "df": df,
                 "idf": idf,
@@ -184,6 +188,9 @@ class BM25Index:
                 "post_row": row[order],
                 "post_weight": weight[order],
             }
+            first = np.minimum(self._derived["post_ptr"][:-1], max(weight.size - 1, 0))
+            top = self._derived["post_weight"][first] if weight.size else np.zeros(v)
+            self._derived["term_max"] = np.where(df > 0, top, 0.0)  # ub(t): the first weight of its postings
         return self._derived
 
     def _query_terms(self, query: str) -> np.ndarray:
@@ -242,6 +249,65 @@ class BM25Index:
             rows, score = rows[top], score[top]
         order = np.lexsort((rows, -score))[:k]
         return rows[order], score[order]
+
+    def row_scores(self, terms: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Float64 BM25 of the given distinct query ``terms`` (ascending) for distinct ``rows``, read from the
+        rows' own CSR entries (``O(sum |d|)``) and summed per row in ascending term order: bit for bit the sums
+        :meth:`rank` accumulates from the postings."""
+        start, count = self.indptr[rows], self.indptr[rows + 1] - self.indptr[rows]
+        pos = np.repeat(start - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+        held = self.terms[pos]
+        hit = terms[np.minimum(np.searchsorted(terms, held), terms.size - 1)] == held
+        seg = np.repeat(np.arange(rows.size), count)[hit]
+        return np.bincount(seg, weights=self._d()["weight"][pos[hit]], minlength=rows.size)
+
+    def rank_bounded(
+        self, query: str, k: int, tie: np.ndarray | None = None, chunk: int = 4096
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``k`` of :meth:`rank`'s rows, ordered by (score desc, ``tie[row]`` asc; default ``tie``: the
+        row), read from the heads of the impact-ordered postings only (Fagin's threshold algorithm with
+        MaxScore's order of terms and accumulators).
+
+        Each query term's postings are kept by weight descending, so after reading the first ``r_t`` of them
+        every unread posting of ``t`` weighs at most ``u_t`` (the next weight: ``ub(t)``, the term's largest,
+        before any read; 0 once all are read), and ``U = sum_t u_t``. Terms are read one after another by ``ub``
+        descending (the rare ones first), each in chunks (``max(4k, chunk)`` postings, doubling), adding their
+        weights into a partial score ``p(d)`` per row seen. After each chunk the ``k`` rows of largest ``p`` are
+        scored exactly (:meth:`row_scores`); the smallest of those ``k`` exact scores, ``theta``, is at most the
+        true k-th best score. The read stops once ``U < theta``. Then
+
+            score(d) <= p(d) + U   for every row d (p = 0 for a row never seen),
+
+        so only the seen rows with ``p(d) + U >= theta`` can reach the exact top-``k``; they are scored exactly
+        and ranked. Every other row scores strictly below ``theta`` and ranks after the k-th under any tie
+        order: the result is the exact top-``k`` of :meth:`rank` (the same float64 scores), ties included.
+        Bounds are compared with a relative margin of ``1e-9`` against rounding. Work: the postings read
+        before ``U`` falls under ``theta`` (typically the rare terms' and a chunk of the next) and the
+        survivors' own entries; not ``N``. ``last_read`` keeps ``(postings read, postings of the query's
+        terms)`` of the last call.
+        """
+        q, d = self._query_terms(query), self._d()
+        if not q.size or k < 1:
+            return np.empty(0, np.int64), np.empty(0, np.float64)
+        u = d["term_max"][q].copy()
+        cand, part, theta, read = np.empty(0, np.int64), np.empty(0, np.float64), -np.inf, 0
+        for i in np.argsort(-u, kind="stable").tolist():
+            start, end, step = int(d["post_ptr"][q[i]]), int(d["post_ptr"][q[i] + 1]), max(4 * k, chunk)
+            while start < end and not u.sum() * (1.0 + 1e-9) < theta:
+                stop = min(start + step, end)
+                rows = np.concatenate([cand, d["post_row"][start:stop]])
+                cand, inverse = np.unique(rows, return_inverse=True)
+                part = np.bincount(inverse, weights=np.concatenate([part, d["post_weight"][start:stop]]))
+                read, start, step = read + stop - start, stop, 2 * step
+                u[i] = d["post_weight"][start] if start < end else 0.0
+                if cand.size >= k:
+                    top = np.sort(cand[np.argpartition(-part, k - 1)[:k]])
+                    theta = max(theta, float(self.row_scores(q, top).min()))
+        self.last_read = (read, int(d["df"][q].sum()))
+        keep = cand[(part + u.sum()) * (1.0 + 1e-9) >= theta]
+        score = self.row_scores(q, keep)
+        order = np.lexsort((keep if tie is None else tie[keep], -score))[:k]
+        return keep[order], score[order]
 
     def top_k(self, queries: Sequence[str], k: int) -> tuple[Tensor, Tensor]:
         """``(scores [Q, k] float32, rows [Q, k] long)``: each query's ``k`` best rows by (score desc,
