@@ -36,6 +36,7 @@ from torch_geometric import EdgeIndex
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import scatter
 
+from graphmem.checkpoint import load_checkpoint
 from graphmem.lexical_features import NUM_LEXICAL_FEATURES
 
 
@@ -312,7 +313,7 @@ class GNNReader(nn.Module):
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> dict:
-        """A ``torch.load(weights_only=True)``-safe dict: config fields and the state dict."""
+        """A dict of plain values and tensors (what a ``"gnn"`` checkpoint holds): config fields and the state dict."""
         return {
             "config": asdict(self.config),
             "state_dict": {k: v.detach().clone() for k, v in self.state_dict().items()},
@@ -320,8 +321,9 @@ class GNNReader(nn.Module):
 
     @classmethod
     def from_checkpoint(cls, source) -> GNNReader:
-        """Rebuild from :meth:`checkpoint` output or a path to a file saved with ``torch.save``."""
-        ckpt = source if isinstance(source, dict) else torch.load(source, map_location="cpu", weights_only=True)
+        """Rebuild from :meth:`checkpoint` output (or a loaded checkpoint holding it) or the path of a ``"gnn"``
+        checkpoint (:func:`graphmem.checkpoint.load_checkpoint`)."""
+        ckpt = source if isinstance(source, dict) else load_checkpoint(source, "gnn")
         reader = cls(ReaderConfig(**ckpt["config"]))
         reader.load_state_dict(ckpt["state_dict"])
         return reader

@@ -91,7 +91,7 @@ def test_torchrun_two_ranks_write_the_one_process_checkpoint(tmp_path):
     ckpt = {name: tmp_path / name / "fold0" / "router" for name in runs}
     assert sorted(p.name for p in ckpt["ddp"].glob("*.pt")) == ["best.pt", "last.pt"]
     for file in ("last.pt", "best.pt"):
-        ddp, one = (load_checkpoint(ckpt[name] / file) for name in ("ddp", "one"))
+        ddp, one = (load_checkpoint(ckpt[name] / file, "walk") for name in ("ddp", "one"))
         assert ddp["phase"] == one["phase"] and ddp["epoch"] == one["epoch"]
         assert ddp["best"][:2] == one["best"][:2]
         a, b = ddp["scorer"]["state_dict"], one["scorer"]["state_dict"]

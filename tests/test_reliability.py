@@ -90,21 +90,21 @@ def test_missing_graph_file_says_how_to_make_it(tmp_path):
 
 
 def test_corrupted_and_foreign_checkpoints_are_refused(tmp_path):
-    good = save_checkpoint(tmp_path / "good.pt", {"scorer": {"w": torch.ones(2)}, "run_id": "abc"})
+    good = save_checkpoint(tmp_path / "good.pt", "walk", {"scorer": {"w": torch.ones(2)}, "run_id": "abc"})
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(os.urandom(256))
     with pytest.raises(CheckpointError, match="refused to load"):
-        load_checkpoint(garbage)
+        load_checkpoint(garbage, "walk")
     cut = tmp_path / "cut.pt"
     cut.write_bytes(good.read_bytes()[:100])
     with pytest.raises(CheckpointError, match="refused to load"):
-        load_checkpoint(cut)
+        load_checkpoint(cut, "walk")
     with pytest.raises(CheckpointError, match="written by run 'abc'"):
-        load_checkpoint(good, run_id="xyz")
+        load_checkpoint(good, "walk", run_id="xyz")
     plain = tmp_path / "plain.pt"
     torch.save({"weights": torch.ones(1)}, str(plain))
     with pytest.raises(CheckpointError, match="not a"):
-        load_checkpoint(plain)
+        load_checkpoint(plain, "walk")
 
 
 def _env(**extra):

@@ -68,20 +68,21 @@ def test_crafted_pickle_checkpoint_is_refused(tmp_path, monkeypatch):
     with open(bad, "wb") as f:
         pickle.dump({"kind": "walk", "scorer": _Exploit()}, f)
     with pytest.raises(CheckpointError, match="refused"):
-        load_checkpoint(bad)
-    with pytest.raises(ValueError, match="refused"):
+        load_checkpoint(bad, "walk")
+    with pytest.raises(CheckpointError, match="refused"):
         RouterPolicy(checkpoint=bad, device="cpu")
     torch.save({"kind": "walk", "scorer": _Exploit()}, tmp_path / "bad2.pt")
     with pytest.raises(CheckpointError, match="refused"):
-        load_checkpoint(tmp_path / "bad2.pt")
+        load_checkpoint(tmp_path / "bad2.pt", "walk")
     assert not (tmp_path / "pwned_marker").exists()
 
 
 def test_a_checkpoint_without_a_walk_scorer_is_refused(tmp_path):
-    other = save_checkpoint(tmp_path / "other.pt", {"kind": "gnn", "weights": {"w": torch.zeros(2)}})
-    with pytest.raises(ValueError, match="not a router checkpoint"):
+    other = save_checkpoint(tmp_path / "other.pt", "gnn", {"weights": {"w": torch.zeros(2)}})
+    with pytest.raises(CheckpointError, match="a 'gnn' checkpoint, not the 'walk' checkpoint"):
         RouterPolicy(checkpoint=other, device="cpu")
-    good = save_checkpoint(
-        tmp_path / "walk.pt", {"kind": "walk", "scorer": WalkScorer(ScorerConfig(dim=4)).checkpoint()}
-    )
+    no_scorer = save_checkpoint(tmp_path / "no_scorer.pt", "walk", {"weights": {"w": torch.zeros(2)}})
+    with pytest.raises(CheckpointError, match="not a router checkpoint"):
+        RouterPolicy(checkpoint=no_scorer, device="cpu")
+    good = save_checkpoint(tmp_path / "walk.pt", "walk", {"scorer": WalkScorer(ScorerConfig(dim=4)).checkpoint()})
     assert RouterPolicy(checkpoint=good, device="cpu").scorer.config.dim == 4

@@ -49,7 +49,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from graphmem.checkpoint import require_checkpoint
+from graphmem.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
 from graphmem.graph import MemoryGraph
 from graphmem.lexical_features import (
     NUM_LEXICAL_FEATURES,
@@ -67,14 +67,28 @@ from graphmem.policies.tables import csr, dense_rows, distinct_neighbors, node_i
 from graphmem.policies.types import Query
 
 
+def read_reader_checkpoint(path: str | PathLike):
+    """``(reader, state)``: the :class:`models.gnn_reader.GNNReader` of a ``"gnn"`` checkpoint
+    (:func:`graphmem.checkpoint.load_checkpoint`) and the checkpoint's state; a state that does not
+    rebuild a reader is a :class:`~graphmem.checkpoint.CheckpointError` naming the file."""
+    from models.gnn_reader import GNNReader
+
+    state = load_checkpoint(path, "gnn")
+    try:
+        return GNNReader.from_checkpoint(state), state
+    except Exception as err:  # noqa: BLE001 - a missing key or a shape mismatch: not a reader file
+        reason = " ".join(f"{type(err).__name__}: {err}".split())[:200]
+        raise CheckpointError(f"{path}: not a readable reader checkpoint ({reason})") from None
+
+
 @register_policy("gnn")
 class GNNPolicy(TraversalPolicy):
     """Reader-scored retrieval under the shared budget (see module docstring).
 
     Args:
         reader: a trained :class:`models.gnn_reader.GNNReader` (default: None).
-        checkpoint: path to a checkpoint written by ``rl.gnn.train`` or
-            :meth:`GNNReader.checkpoint`, read with ``weights_only=True`` (default: None).
+        checkpoint: path to a ``"gnn"`` checkpoint written by :func:`rl.gnn.train.save_checkpoint`, read by
+            :func:`read_reader_checkpoint` (default: None).
         entry_selector: a registered entry-selector name, or an object with
             ``select(graph, queries, budget) -> list[list[int]]`` (default: ``"embedding"``).
         query_chunk: queries scored per forward pass, bounding memory to
@@ -99,8 +113,6 @@ class GNNPolicy(TraversalPolicy):
         method: str = "ball",
         strict_split: bool = False,
     ):
-        from models.gnn_reader import GNNReader
-
         if method not in ("ball", "full"):
             raise ValueError(f"method must be 'ball' or 'full', got {method!r}")
         self.method = method
@@ -109,10 +121,8 @@ class GNNPolicy(TraversalPolicy):
             raise ValueError("GNNPolicy needs exactly one of `reader` or `checkpoint`")
         self.checkpoint_path, self.strict_split, self.trained_inputs = checkpoint, bool(strict_split), None
         if checkpoint is not None:
-            require_checkpoint(checkpoint)
-            state = torch.load(str(checkpoint), map_location="cpu", weights_only=True)
-            self.trained_inputs = state.get("inputs") if isinstance(state, dict) else None
-            reader = GNNReader.from_checkpoint(state)
+            reader, state = read_reader_checkpoint(require_checkpoint(checkpoint))
+            self.trained_inputs = state.get("inputs")
         self.reader = reader
         self.reader = self.reader.to(self.device).eval()
         self.entry_selector = make_entry_selector(entry_selector)

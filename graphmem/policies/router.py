@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from graphmem.checkpoint import require_checkpoint
+from graphmem.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
 from graphmem.lexical_features import scope_lexical
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_positions
@@ -34,17 +34,12 @@ from models.edge_encoder import pair_table
 from models.walk_scorer import WalkScorer
 
 
-def read_router_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    """``torch.load(path, weights_only=True)`` of a router checkpoint; pickled code is refused."""
-    require_checkpoint(path)
-    try:
-        state = torch.load(str(path), map_location=map_location, weights_only=True)
-    except Exception as err:  # the unpickler refuses anything but tensors and plain containers
-        raise ValueError(f"{path}: refused to load checkpoint (not a plain-tensor checkpoint): {err}") from None
-    if not isinstance(state, dict):
-        raise ValueError(f"{path}: not a router checkpoint (not a dict)")
-    if state.get("kind") != "walk" or "scorer" not in state:
-        raise ValueError(f"{path}: not a router checkpoint (kind 'walk' with its 'scorer')")
+def read_router_checkpoint(path: str | Path) -> dict:
+    """The state of a walk router checkpoint (:func:`graphmem.checkpoint.load_checkpoint` of kind ``"walk"``,
+    on the CPU) that holds its ``scorer``; :class:`~graphmem.checkpoint.CheckpointError` naming the file."""
+    state = load_checkpoint(require_checkpoint(path), "walk")
+    if "scorer" not in state:
+        raise CheckpointError(f"{path}: not a router checkpoint (kind 'walk' without its 'scorer')")
     return state
 
 
@@ -71,7 +66,7 @@ class RouterPolicy(TraversalPolicy):
     ):
         self.device = resolve_device(device)
         self.entry_selector = make_entry_selector(entry_selector)
-        state = read_router_checkpoint(checkpoint, self.device) if checkpoint is not None else None
+        state = read_router_checkpoint(checkpoint) if checkpoint is not None else None
         self.checkpoint_path, self.strict_split = checkpoint, bool(strict_split)
         self.trained_inputs = None if state is None else state.get("inputs")
         if state is not None:

@@ -1,25 +1,23 @@
-"""Router checkpoints: plain tensors and containers only, written atomically, loaded with ``weights_only``.
+"""The random states a training checkpoint carries, and the checkpoint saver and loader it is written with.
 
-A checkpoint is one ``torch.save``'d dict (``kind: walk``, written by :class:`rl.walk.trainer.WalkTrainer`)
-holding the walk scorer's config and state dict, the optimizer, the moving-average baseline, every RNG
-state (Python, NumPy, torch CPU/CUDA, the sampling generator), the phase and epoch, the train config,
-the training history, the best validation score and the run's id. Loading never unpickles code
-(``torch.load(weights_only=True)``); a checkpoint of another run is refused with a message naming both.
+A walk router checkpoint (``kind: walk``, written by :class:`rl.walk.trainer.WalkTrainer`) holds the
+walk scorer's config and state dict, the optimizer, the moving-average baseline, every RNG state
+(:func:`rng_state`: Python, NumPy, torch CPU/CUDA, the sampling generator), the phase and epoch, the
+train config, the training history, the best validation score and the run's id. It is saved and
+loaded by the one saver and loader of :mod:`graphmem.checkpoint` (format tag, kind, inputs record,
+SHA-256 over its tensors, ``weights_only`` loading), re-exported here.
 """
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 
-from graphmem.checkpoint import CheckpointError
-from graphmem.io import atomic_write
+from graphmem.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
-FORMAT = "graphmem-router-checkpoint-v1"
 __all__ = ["CheckpointError", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
 
 
@@ -48,33 +46,3 @@ def set_rng_state(state: Mapping[str, Any], generator: torch.Generator | None = 
         torch.cuda.set_rng_state_all(state["cuda"])
     if generator is not None and "generator" in state:
         generator.set_state(state["generator"])
-
-
-def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> Path:
-    """Write ``state`` (plus the format tag) atomically to ``path``."""
-    payload = {"format": FORMAT, **state}
-    return atomic_write(path, lambda tmp: torch.save(payload, str(tmp)))
-
-
-def load_checkpoint(
-    path: str | Path,
-    map_location: str | torch.device = "cpu",
-    run_id: str | None = None,
-) -> dict[str, Any]:
-    """Load and check a checkpoint.
-
-    Args:
-        run_id: the run the checkpoint must belong to (:mod:`rl.common.run_folder`) (default: not checked).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: checkpoint not found")
-    try:
-        state = torch.load(str(path), map_location=map_location, weights_only=True)
-    except Exception as err:  # UnpicklingError for code objects, RuntimeError for truncated files
-        raise CheckpointError(f"{path}: refused to load (not a plain-tensor checkpoint or corrupted): {err}") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a {FORMAT} file")
-    if run_id and state.get("run_id") != run_id:
-        raise CheckpointError(f"{path}: written by run {state.get('run_id')!r}, not by this run {run_id!r}")
-    return state

@@ -45,10 +45,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphmem.checkpoint import CheckpointError
+from graphmem.checkpoint import save_checkpoint as write_checkpoint
 from graphmem.graph import MemoryGraph
 from graphmem.lexical_features import Lexical, dense_features, lexical_inputs
 from graphmem.policies.base import Budget
-from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more, reader_inputs
+from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more, read_reader_checkpoint, reader_inputs
 from graphmem.policies.subgraph import ball, layered_subgraphs, lookup, relational_in_degree
 from graphmem.policies.tables import csr
 from models.gnn_reader import GNNReader, ReaderConfig, ball_scores, start_mask
@@ -369,9 +371,8 @@ def save_checkpoint(
     inputs: dict | None = None,
 ) -> Path:
     """Write ``reader.checkpoint()`` (plus training settings, the run id and the
-    :func:`graphmem.checkpoint.checkpoint_inputs` record) atomically; loads with ``weights_only``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    :func:`graphmem.checkpoint.checkpoint_inputs` record) as a ``"gnn"`` checkpoint
+    (:func:`graphmem.checkpoint.save_checkpoint`: atomic, checksummed)."""
     ckpt = reader.checkpoint()
     if cfg is not None:
         ckpt["train_config"] = asdict(cfg)
@@ -379,25 +380,15 @@ def save_checkpoint(
         ckpt["metrics_json"] = json.dumps(metrics)
     if run_id is not None:
         ckpt["run_id"] = run_id
-    if inputs is not None:
-        ckpt["inputs"] = inputs
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(ckpt, tmp)
-    tmp.replace(path)
-    return path
+    return write_checkpoint(path, "gnn", ckpt, inputs)
 
 
 def load_reader(path: str | Path) -> GNNReader:
-    """:meth:`GNNReader.from_checkpoint` of a file, any failure a :class:`~graphmem.checkpoint.CheckpointError`
-    naming it."""
-    from graphmem.checkpoint import CheckpointError
-
+    """The reader of the ``"gnn"`` checkpoint ``path`` (:func:`graphmem.policies.gnn.read_reader_checkpoint`),
+    any failure a :class:`~graphmem.checkpoint.CheckpointError` naming it."""
     if not Path(path).is_file():
         raise CheckpointError(f"{path}: reader checkpoint not found (train one with scripts/train_gnn.py)")
-    try:
-        return GNNReader.from_checkpoint(str(path))
-    except Exception as err:  # noqa: BLE001 - unpickling, a missing key or a shape mismatch: not a reader file
-        raise CheckpointError(f"{path}: not a readable reader checkpoint ({type(err).__name__}: {err})") from None
+    return read_reader_checkpoint(path)[0]
 
 
 def graph_split(

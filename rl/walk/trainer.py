@@ -411,9 +411,7 @@ class WalkTrainer:
     # ------------------------------------------------------------------ checkpoints
     def state(self, phase: int, epoch: int) -> dict[str, Any]:
         return {
-            "kind": "walk",
             "run_id": self.cfg.run.run_id,
-            "inputs": self.inputs,
             "scorer": self.scorer.checkpoint(),
             "config": asdict(self.cfg),
             "budget": asdict(self.budget),
@@ -430,14 +428,14 @@ class WalkTrainer:
         """Rank 0 writes ``name`` (the other ranks hold the same state)."""
         if self.ckpt is None or not self.world.is_main:
             return None
-        return save_checkpoint(self.ckpt / name, self.state(phase, epoch))
+        return save_checkpoint(self.ckpt / name, "walk", self.state(phase, epoch), self.inputs)
 
     def _resume(self) -> tuple[int, int]:
         """``(phase, next epoch)`` from ``last.pt``, or ``(0, 0)``."""
         path = None if self.ckpt is None else self.ckpt / "last.pt"
         if not (self.cfg.run.resume and path is not None and path.is_file()):
             return 0, 0
-        st = load_checkpoint(path, map_location=self.device, run_id=self.cfg.run.run_id)
+        st = load_checkpoint(path, "walk", run_id=self.cfg.run.run_id)  # on the CPU: the RNG states stay there
         self.scorer.load_state_dict(st["scorer"]["state_dict"])
         self._start_phase(st["phase"])
         self.optimizer.load_state_dict(st["optimizer"])
@@ -465,7 +463,7 @@ class WalkTrainer:
     def _best_state(self, current: dict | None) -> dict | None:
         """The best epoch's weights: kept in memory, or read back from ``best.pt`` after a resume."""
         if current is None and self.ckpt is not None and (self.ckpt / "best.pt").is_file():
-            best = load_checkpoint(self.ckpt / "best.pt", map_location=self.device, run_id=self.cfg.run.run_id)
+            best = load_checkpoint(self.ckpt / "best.pt", "walk", run_id=self.cfg.run.run_id)
             return best["scorer"]["state_dict"]
         return current
 
