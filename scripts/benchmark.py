@@ -49,10 +49,12 @@ from tqdm.auto import tqdm
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import run_or_exit
 from graphmem.device import resolve_device
-from graphmem.eval.scaling import bench_policy, make_queries, scaling_sweep
+from graphmem.eval.scaling import bench_policy, make_queries
+from graphmem.eval.scaling_text import sweep_for
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
 from graphmem.launch import check_command_line
+from graphmem.paths import check_name, run_path
 from graphmem.peak_memory import PeakMemory
 from graphmem.policies import Budget, Query, Scope
 from graphmem.synthetic import make_synthetic_graph
@@ -388,14 +390,15 @@ def run(cfg: DictConfig) -> dict:
 
 
 def scaling_suite(cfg: DictConfig, budget: Budget) -> dict:
-    """``+suite=scaling``: only the scale sweep (:func:`graphmem.eval.scaling.scaling_sweep`), written to
+    """``+suite=scaling`` / ``scaling_ann`` / ``scaling_text``: only that scale sweep
+    (:func:`graphmem.eval.scaling.scaling_sweep`, :func:`graphmem.eval.scaling_text.text_scaling_sweep`), written to
     ``<out_dir>/<suite.out_file>``."""
     suite = OmegaConf.to_container(cfg.suite, resolve=True)
     report = {"config": OmegaConf.to_container(cfg, resolve=True)}
     report["command"] = " ".join(["python scripts/benchmark.py", *sys.argv[1:]])
-    report.update(scaling_sweep(suite, budget, log=log.info))
+    report.update(sweep_for(suite["name"])(suite, budget, log=log.info))
     report["process_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = Path(cfg.out_dir) / suite["out_file"]
+    out = run_path(cfg.out_dir, check_name("suite.out_file", suite["out_file"]))
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, lambda tmp: tmp.write_text(json.dumps(report, indent=2)))
     log.info(
@@ -410,8 +413,8 @@ def _run(cfg: DictConfig) -> dict:
     budget = Budget(**OmegaConf.to_container(cfg.budget))
     suite = cfg.get("suite")
     if suite is not None:
-        if suite.get("name") != "scaling":
-            raise ValueError(f"unknown benchmark suite {suite.get('name')!r}; known: ['scaling']")
+        sweep_for(suite.get("name"))  # an unknown suite name: the error names the known ones
+        run_path(cfg.out_dir, check_name("suite.out_file", suite.get("out_file")))  # inside out_dir, before the sweep
         return scaling_suite(cfg, budget)
     report: dict = {
         "config": OmegaConf.to_container(cfg, resolve=True),

@@ -49,9 +49,9 @@ def make_queries(graph: MemoryGraph, num: int, noise: float, seed: int) -> list[
     return [Query(f"bench-{i}", f"synthetic query {i}", emb[i]) for i in range(num)]
 
 
-def bench_policy(name: str, graph: MemoryGraph, seed: int, device: str = "cpu", **kwargs) -> TraversalPolicy:
+def bench_policy(name: str, graph: MemoryGraph, seed: int, /, device: str = "cpu", **kwargs) -> TraversalPolicy:
     """A registered policy on ``device``; ``router`` (the walk) and ``gnn`` get untrained modules sized
-    for ``graph`` (timings do not depend on the weights)."""
+    for ``graph`` (timings do not depend on the weights; ``seed`` seeds them, a policy's own ``seed`` is a kwarg)."""
     torch.manual_seed(seed)
     if name == "router" and not kwargs.get("checkpoint"):  # a trained walk when given, else a fresh one
         from models.walk_scorer import ScorerConfig, WalkScorer
@@ -162,19 +162,11 @@ def scaling_sweep(cfg: Mapping[str, Any], budget: Budget, log=print) -> dict[str
     ``{policy, slow, max_nodes, <policy kwargs>}``; ``slow``: served on ``slow_queries`` only; ``max_nodes``:
     not run on larger graphs).
     """
-    report: dict[str, Any] = {
-        "torch_threads": torch.get_num_threads(),
-        "load_average_at_start": os.getloadavg(),
-        "sizes": {},
-    }
+    report = new_report()
     variants = {name: dict(v) for name, v in cfg["variants"].items()}
     specs = _index_specs(variants)
     for size in cfg["sizes"]:
-        t = time.perf_counter()
-        graph = make_synthetic_graph(int(size), avg_degree=cfg["avg_degree"], dim=cfg["dim"], seed=cfg["seed"])
-        graph.node_tokens()
-        entry: dict[str, Any] = {"nodes": graph.num_nodes, "edges": graph.num_edges}
-        entry["graph_build_s"] = time.perf_counter() - t
+        graph, entry = built(make_synthetic_graph, size, cfg)
         queries = make_queries(graph, cfg["queries"], cfg["query_noise"], cfg["seed"] + 1)
         threads = torch.get_num_threads()
         torch.set_num_threads(int(cfg.get("index_threads") or threads))
@@ -197,34 +189,67 @@ def scaling_sweep(cfg: Mapping[str, Any], budget: Budget, log=print) -> dict[str
             f"size {graph.num_nodes}: {graph.num_edges} edges, graph built in {entry['graph_build_s']:.1f}s,"
             f" index in {entry['index_build_s']}s"
         )
-        entry["policies"] = {}
-        for name, v in variants.items():
-            if v.get("max_nodes") and graph.num_nodes > v["max_nodes"]:
-                entry["policies"][name] = {"skipped": f"above max_nodes={v['max_nodes']} (its cost grows with N)"}
-                log(f"  {name:<14} skipped: {entry['policies'][name]['skipped']}")
-                continue
+
+        def run(name: str, v: dict, graph: MemoryGraph = graph) -> dict[str, Any]:
             kwargs = {k: val for k, val in v.items() if k not in ("policy", "slow", "max_nodes")}
             policy = bench_policy(v["policy"], graph, cfg["seed"], **kwargs)
-            slow = bool(v.get("slow"))
-            qs = queries[: cfg["slow_queries"]] if slow else queries
-            res = time_variant(
-                policy,
-                graph,
-                qs,
-                budget,
-                reference,
-                1 if slow else cfg["rounds"],
-                memory_queries=2 if slow else 8,
-                repeats=1 if slow else int(cfg.get("serve_repeats") or 1),
-            )
-            entry["policies"][name] = res
-            log(
-                f"  {name:<14} p50 {res['end_to_end_p50_ms']:9.3f} ms  p95 {res['end_to_end_p95_ms']:9.3f} ms"
-                f"  batched {res['batched_questions_per_s']:9.1f} q/s  entry recall {res['entry_recall_at_k']}"
-                f"  peak {res['peak_mb']} MB"
-            )
+            return time_slow_or_not(policy, graph, queries, budget, reference, cfg, bool(v.get("slow")))
+
+        entry["policies"] = run_variants(variants, graph, run, log)
         report["sizes"][str(size)] = entry
         del graph
+    return finish(report)
+
+
+def new_report() -> dict[str, Any]:
+    """A sweep report's head: torch and OpenMP threads, the load average at its start."""
+    return {
+        "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "load_average_at_start": os.getloadavg(),
+        "sizes": {},
+    }
+
+
+def built(make, size: int, cfg: Mapping[str, Any]) -> tuple[MemoryGraph, dict[str, Any]]:
+    """``make(size, avg_degree, dim, seed)`` from ``cfg`` with its token counts, and the size's report entry
+    (nodes, edges, ``graph_build_s``)."""
+    t = time.perf_counter()
+    graph = make(int(size), avg_degree=cfg["avg_degree"], dim=cfg["dim"], seed=cfg["seed"])
+    graph.node_tokens()
+    entry: dict[str, Any] = {"nodes": graph.num_nodes, "edges": graph.num_edges}
+    entry["graph_build_s"] = time.perf_counter() - t
+    return graph, entry
+
+
+def time_slow_or_not(policy, graph, queries, budget, reference, cfg: Mapping[str, Any], slow: bool) -> dict:
+    """:func:`time_variant` with the sweep's settings: a ``slow`` variant on ``slow_queries`` queries, one call
+    each and one batched round; the others on every query, ``serve_repeats`` calls each and ``rounds``."""
+    qs = queries[: cfg["slow_queries"]] if slow else queries
+    repeats = 1 if slow else int(cfg.get("serve_repeats") or 1)
+    return time_variant(policy, graph, qs, budget, reference, 1 if slow else cfg["rounds"], 2 if slow else 8, repeats)
+
+
+def run_variants(variants: Mapping[str, Mapping[str, Any]], graph: MemoryGraph, run, log) -> dict[str, Any]:
+    """``{name: run(name, variant)}`` for every variant, those with ``max_nodes`` below the graph's size
+    skipped (said so); one log line per variant."""
+    out: dict[str, Any] = {}
+    for name, v in variants.items():
+        if v.get("max_nodes") and graph.num_nodes > v["max_nodes"]:
+            out[name] = {"skipped": f"above max_nodes={v['max_nodes']} (its cost grows with N)"}
+            log(f"  {name:<14} skipped: {out[name]['skipped']}")
+            continue
+        res = out[name] = run(name, dict(v))
+        log(
+            f"  {name:<14} p50 {res['end_to_end_p50_ms']:9.3f} ms  p95 {res['end_to_end_p95_ms']:9.3f} ms"
+            f"  cpu p50 {res['end_to_end_cpu_p50_ms']:9.3f} ms  batched {res['batched_questions_per_s']:9.1f} q/s"
+            f"  entry recall {res['entry_recall_at_k']}  peak {res['peak_mb']} MB"
+        )
+    return out
+
+
+def finish(report: dict[str, Any]) -> dict[str, Any]:
+    """The report with the load average at its end and the growth of every variant."""
     report["load_average_at_end"] = os.getloadavg()
     report["growth"] = growth(report)
     return report
