@@ -21,6 +21,7 @@ from pathlib import Path
 from graphmem.errors import InputError
 from graphmem.eval.runs import read_fold_runs
 from graphmem.eval.variants import GROUPS, trained_variants
+from graphmem.paths import check_name, run_path
 
 
 def read_records(sources: list[Path]) -> tuple[list[dict], str, list[int]]:
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefix", default="policy_gradients_", help="PNG names: <prefix><group>.png")
     args = p.parse_args(argv)
     try:
+        if args.prefix:
+            check_name("--prefix", args.prefix)  # a part of each PNG's name: no folder, nothing outside --out-dir
         records, dataset, folds = read_records(args.sources)
         groups = grouped_curves(records, str(args.sources[0]) if len(args.sources) == 1 else "the runs")
         if not groups:
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     for group, curves in groups.items():
-        path = args.out_dir / f"{args.prefix}{group}.png"
+        path = run_path(args.out_dir, f"{args.prefix}{group}.png", key="--out-dir")
         plot_learning_curves(curves, path, title=f"{dataset}, folds {folds}: {GROUPS[group]}")
         print(f"wrote {path} ({', '.join(curves)})")
     return 0

@@ -32,6 +32,7 @@ from pathlib import Path
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.report import write_json
 from graphmem.eval.stats import paired_comparison
+from graphmem.paths import PathNameError, check_name, run_path
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("evidence_recall", "all_evidence_hit", "support_sentence_recall", "support_paragraph_recall")
@@ -88,7 +89,7 @@ def select(sets: list[str], graphs: Path, runs: Path, depths: list[int], reuse: 
     for name in sets:
         out["sets"][name] = {}
         for depth in depths:
-            run = runs / "select" / f"{name}-c{depth}"
+            run = run_path(runs, "select", f"{name}-c{depth}", key="--runs")
             overrides = ["policy=hybrid", f"policy.candidates={depth}"]
             done = reuse and (run / "results.json").is_file()
             command = evaluate(graphs / name, run, overrides, dry=done)
@@ -113,6 +114,13 @@ def main() -> None:
     parser.add_argument("--depths", nargs="*", type=int, default=[6, 12, 24, 48, 100])
     parser.add_argument("--reuse", action="store_true", help="selection: keep runs whose results.json exists")
     args = parser.parse_args()
+    try:  # every set name becomes a run folder under --runs
+        for key, names in (("--sets", args.sets), ("--select-sets", args.select_sets), ("--walk-set", [args.walk_set])):
+            for name in names:
+                check_name(key, name)
+    except PathNameError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     command = "python scripts/" + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
     if args.select_sets:
         chosen = select(args.select_sets, args.select_graphs, args.runs, args.depths, args.reuse)
@@ -122,7 +130,7 @@ def main() -> None:
 
     flat = {"command": command, "sets": {}}
     for name in args.sets:
-        out = args.runs / name
+        out = run_path(args.runs, name, key="--runs")
         run = evaluate(args.graphs / name, out, [f"policies=[{','.join(FLAT)}]"])
         per = {p: rows(out, p) for p in FLAT}
         flat["sets"][name] = {
@@ -135,10 +143,10 @@ def main() -> None:
 
     walks = {"command": command, "set": args.walk_set, "walks": {}}
     graphset = args.graphs / args.walk_set
-    base = args.runs / f"{args.walk_set}-walks"
+    base = run_path(args.runs, f"{args.walk_set}-walks", key="--runs")
     base_run = evaluate(graphset, base, [f"policies=[{','.join(WALKS)}]"])
     for walk in WALKS:
-        out = args.runs / f"{args.walk_set}-{walk}-hybrid"
+        out = run_path(args.runs, f"{args.walk_set}-{walk}-hybrid", key="--runs")
         run = evaluate(graphset, out, [f"policy={walk}", "policy.entry_selector=hybrid"])
         a, b = rows(out, walk), rows(base, walk)
         walks["walks"][walk] = {

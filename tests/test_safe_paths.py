@@ -1,5 +1,7 @@
 """Names from a config never put a file outside the run's out_dir (graphmem.paths)."""
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,42 @@ def test_a_fresh_run_never_moves_files_reached_through_a_symlink_out_of_its_fold
     with pytest.raises(PathNameError, match="outside out_dir"):
         open_run_folder(out, {"a": 1}, resume=False, artifacts=("fold*/*/best.pt",))
     assert (victim / "best.pt").read_bytes() == b"theirs"
+
+
+SMALL_SWEEP = [
+    "+suite=scaling",
+    "suite.sizes=[300]",
+    "suite.queries=2",
+    "suite.slow_queries=1",
+    "suite.rounds=1",
+    "suite.serve_repeats=1",
+    "suite.ef_search_probe=[]",
+    "suite.variants={beta_bfs: {policy: beta_bfs}}",
+]
+
+
+@pytest.mark.parametrize("out_file", ["../x.json", "sub/../../x.json"])
+def test_a_benchmark_out_file_outside_out_dir_is_refused_before_the_sweep(tmp_path, out_file):
+    out = tmp_path / "bench"
+    proc = run_script("benchmark.py", *SMALL_SWEEP, f"suite.out_file={out_file}", f"out_dir={out}", tmp_path=tmp_path)
+    assert f"suite.out_file={out_file!r} cannot be used" in error_line(proc)
+    assert not list(tmp_path.rglob("x.json")) and not out.exists()
+
+
+def test_learning_curve_names_stay_inside_the_out_dir(tmp_path, capsys):
+    from tests.script_loader import load_script
+
+    main = load_script("learning_curves").main
+    merged = ROOT / "docs" / "results" / "policy_gradients_locomo.json"
+    assert main([str(merged), "--out-dir", str(tmp_path / "plots"), "--prefix", "../x_"]) == 2
+    assert "error: --prefix='../x_' cannot be used" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.png"))
+
+
+def test_lexical_baseline_set_names_stay_inside_the_runs_folder(tmp_path):
+    from tests import script_runner
+
+    cmd = [sys.executable, "scripts/lexical_baselines.py", "--walk-set", "../x", "--runs", str(tmp_path / "runs")]
+    proc = script_runner.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert "--walk-set='../x' cannot be used" in error_line(proc)
+    assert not list(tmp_path.iterdir())
