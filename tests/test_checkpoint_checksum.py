@@ -89,6 +89,12 @@ def test_a_router_policy_refuses_a_flipped_byte(router_best, tmp_path):
     assert "differ from their checksum" in refusal(lambda p: RouterPolicy(checkpoint=p, device="cpu"), bad)
 
 
+def test_resuming_from_a_damaged_last_pt_is_refused(router_best, tmp_path):
+    damaged_copy(router_best.with_name("last.pt"), tmp_path / "last.pt")
+    resumed = trainer(config(run={"device": "cpu", "checkpoint_dir": str(tmp_path), "resume": True}))
+    assert "differ from their checksum" in refusal(lambda p: resumed.learn(), tmp_path / "last.pt")
+
+
 def test_a_gnn_checkpoint_with_a_flipped_byte_is_refused(gnn_checkpoint, tmp_path):
     assert load_reader(gnn_checkpoint).config.input_dim == 8 and GNNPolicy(checkpoint=gnn_checkpoint).reader
     bad = damaged_copy(gnn_checkpoint, tmp_path / "bad.pt")
