@@ -58,6 +58,7 @@ from graphmem.cli import (
     run_or_exit,
 )
 from graphmem.device import resolve_device
+from graphmem.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.report import fold_markdown, paired_table
@@ -279,7 +280,13 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             selector = cfg.policy.get("entry_selector", "embedding")
             inputs = checkpoint_inputs(gs, split.train, split.val)
             trainer = WalkTrainer(tc, train_graphs, train_q, train_e, val_q, val_e, budget, logger, selector, inputs)
-            result = trainer.learn()
+            try:
+                result = trainer.learn()
+            except NothingMeasuredError as err:  # the reward's LLM is failing: nothing of this run is a result
+                bar.close()
+                tracker.update_summary({"error": str(err)})
+                tracker.finish(exit_code=3)
+                raise NothingMeasuredError(f"fold {k} {name}: {err}; no results.json written") from None
             train_s = time.perf_counter() - t0
             bar.close()
             curves.setdefault(name, {})[k] = result.history
@@ -292,6 +299,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             tracker.update_summary(
                 {"best_epoch": result.best_epoch, "val/best_return": result.best_score, "train_wall_s": train_s}
                 | {f"test/{m}": v for m, v in fold_metrics[name].items()}
+                | {f"reward/{c}": n for c, n in (result.reward_calls or {}).items() if c in ("calls", "failures")}
             )
             log_question_tables(tracker, [res], prefix=f"test_questions/fold{k}")
             meta = {"fold": k, "variant": name, "best_epoch": result.best_epoch, "config_hash": gs.config_hash}
@@ -308,6 +316,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
                     "best_epoch": result.best_epoch,
                     "val_return": result.best_score,
                     "dropped_train_questions": trainer.train.dropped,
+                    "reward_calls": result.reward_calls,  # the LLM-backed reward's calls and failures (null: none)
                     "train_wall_s": round(train_s, 2),
                     "test": res.overall,
                     "trainer": dataclasses.asdict(tc),

@@ -16,7 +16,10 @@
 * ``judge``: an LLM reads the question, the reference answer and the loaded records and scores in
   ``[0, 1]`` whether the records suffice to give that answer; the score is the reward of the
   walk's last step. Calls go through :class:`graphmem.llm.client.LLMClient` (its response cache,
-  ``mock_response`` in tests, the local model offline); a failed call scores 0 and is counted.
+  ``mock_response`` in tests, the local model offline); a failed call (unreachable, an error, or no
+  score in the reply after the client's retries) scores 0 and is counted. The trainer stops the run
+  when more than ``objective.max_failed_share`` of the calls, or every one, failed
+  (:func:`failed_share_problem`).
 * costs: ``- c_node`` per loaded node and ``- c_token · tokens(v_t)`` (``objective.node_cost``,
   ``objective.token_cost``); the stop action costs nothing.
 
@@ -197,6 +200,17 @@ class JudgeReward:
         last = (ep.acted.long().cumsum(0).argmax(0)).clamp(min=0)  # the last acted step
         out[last, torch.arange(out.shape[1], device=out.device)] = self.scores(ep, rows)
         return out * ep.acted.float()
+
+
+def failed_share_problem(reward: str, model: str, calls: int, failures: int, limit: float, where: str) -> str | None:
+    """Why an LLM-backed reward's ``calls`` cannot be trained on: every one failed, or more than the
+    share ``limit`` did (``failures > limit · calls``); ``None`` when no call was made or the share is within it."""
+    if not calls or (failures < calls and failures <= limit * calls):
+        return None
+    if failures == calls:
+        return f"reward {reward} ({model}): all {calls} calls failed {where}"
+    share = f"{failures} of {calls} calls ({failures / calls:.0%}) failed {where}"
+    return f"reward {reward} ({model}): {share}, more than trainer.objective.max_failed_share={limit}"
 
 
 def _usable(text: str) -> str | None:

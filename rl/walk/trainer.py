@@ -37,6 +37,7 @@ import torch
 
 from graphmem.datasets.types import Question
 from graphmem.device import resolve_device
+from graphmem.errors import NothingMeasuredError
 from graphmem.graph import MemoryGraph
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.policies.base import Budget
@@ -49,7 +50,15 @@ from rl.common.seeding import deterministic, seed_everything
 from rl.walk.data import WalkData, walk_data
 from rl.walk.objectives import HageMDP, LeaveOneOut, MovingBaseline
 from rl.walk.parallel import WalkLoss, batch_noise, summed
-from rl.walk.rewards import REWARDS, JudgeReward, costs, evidence_rewards, judge_reward
+from rl.walk.rewards import (
+    JUDGE_ROLE,
+    REWARDS,
+    JudgeReward,
+    costs,
+    evidence_rewards,
+    failed_share_problem,
+    judge_reward,
+)
 
 OBJECTIVES = ("walk", "hage_mdp")
 ESTIMATORS = ("moving_average", "leave_one_out", "ppo")
@@ -113,6 +122,9 @@ class ObjectiveConfig:
     """HageMDP overrides (max_hops, hit_reward, step_penalty, timeout_penalty, starts_per_question, gamma)"""
     judge: dict[str, Any] = field(default_factory=dict)
     """reward judge: graphmem.llm.client.LLMConfig fields (default: the local model, no cache)"""
+    max_failed_share: float = 0.5
+    """LLM-backed rewards (judge): the largest share of an epoch's calls that may fail (unreachable, an error,
+    no score in the reply); past it, or when every call failed, the run stops (exit 3) before best.pt"""
 
     def __post_init__(self) -> None:
         _checked(
@@ -123,6 +135,9 @@ class ObjectiveConfig:
         )
         if self.rl_temperature is not None:
             _checked(self, ("rl_temperature",))
+        _checked(self, (), ("max_failed_share",))
+        if self.max_failed_share > 1:
+            raise ValueError(f"ObjectiveConfig.max_failed_share must lie in [0, 1], got {self.max_failed_share!r}")
         if not 0 <= self.gamma <= 1 or not 0 <= self.baseline_beta <= 1:
             raise ValueError("ObjectiveConfig.gamma and baseline_beta must lie in [0, 1]")
         if self.estimator == "leave_one_out" and self.group_size < 2:
@@ -255,6 +270,7 @@ class TrainResult:
     best_epoch: int = -1
     best_phase: str = ""
     best_score: float = float("nan")
+    reward_calls: dict[str, Any] | None = None  # the LLM-backed reward's calls and failures (WalkTrainer.reward_report)
 
 
 class WalkTrainer:
@@ -301,8 +317,9 @@ class WalkTrainer:
             val = walk_data(graphs, val_questions, val_embeddings, budget, entry_selector, table, kind)
             self.val = val.to(self.device)
         self.judges: dict[str, JudgeReward] = {}
+        self.judge_client: LLMClient | None = None
         if kind == "judge":
-            client = LLMClient(LLMConfig.from_dict(cfg.objective.judge))
+            self.judge_client = client = LLMClient(LLMConfig.from_dict(cfg.objective.judge))
             for name, data, qs in (("train", self.train, questions), ("val", self.val, val_questions)):
                 if data is not None:
                     self.judges[name] = judge_reward(client, graphs, data.names, [qs[i] for i in data.kept])
@@ -408,6 +425,50 @@ class WalkTrainer:
         total = summed(self.world, d.q.device)(total.double())
         return float(total) / len(d) if len(d) else float("nan")
 
+    # ------------------------------------------------------------------ LLM-backed rewards: calls and failures
+    def _reward_counts(self) -> torch.Tensor:
+        """``[calls, failures]`` of the LLM-backed reward so far, summed over the ranks (zeros without one)."""
+        counts = torch.tensor([[j.calls, j.failures] for j in self.judges.values()] or [[0, 0]], dtype=torch.float64)
+        return summed(self.world, self.device)(counts.sum(0)).cpu() if self.judges else counts.sum(0)
+
+    def _failure_kinds(self) -> dict[str, int]:
+        """This process's failed reward calls by kind (rate_limit, api_error, malformed, ...)."""
+        if self.judge_client is None:
+            return {}
+        return dict(self.judge_client.usage_report()["roles"].get(JUDGE_ROLE, {}).get("failure_kinds") or {})
+
+    def _check_rewards(self, since: torch.Tensor, where: str) -> dict[str, int]:
+        """The LLM-backed reward's calls and failures since ``since`` (:meth:`_reward_counts`); raises
+        :class:`NothingMeasuredError` (exit status 3) when every one failed or more than
+        ``objective.max_failed_share`` did (:func:`rl.walk.rewards.failed_share_problem`)."""
+        if not self.judges:
+            return {}
+        calls, failures = (int(x) for x in self._reward_counts() - since)
+        o = self.cfg.objective
+        problem = failed_share_problem(o.reward, self.judge_client.model, calls, failures, o.max_failed_share, where)
+        if problem:
+            kinds = ", ".join(f"{k}: {n}" for k, n in sorted(self._failure_kinds().items())) or "none here"
+            raise NothingMeasuredError(f"{problem} (failures by kind: {kinds}); nothing promoted to best.pt")
+        return {"judge_calls": calls, "judge_failures": failures}
+
+    def reward_report(self) -> dict[str, Any] | None:
+        """The LLM-backed reward's calls and failures of this process's run (all ranks), or ``None`` for
+        a reward without calls: ``reward``, ``model``, ``calls``, ``failures``, ``failed_share``,
+        ``max_failed_share`` and this process's ``failure_kinds``."""
+        if not self.judges:
+            return None
+        calls, failures = (int(x) for x in self._reward_counts())
+        o = self.cfg.objective
+        return {
+            "reward": o.reward,
+            "model": self.judge_client.model,
+            "calls": calls,
+            "failures": failures,
+            "failed_share": failures / calls if calls else None,
+            "max_failed_share": o.max_failed_share,
+            "failure_kinds": self._failure_kinds(),
+        }
+
     # ------------------------------------------------------------------ checkpoints
     def state(self, phase: int, epoch: int) -> dict[str, Any]:
         return {
@@ -485,19 +546,23 @@ class WalkTrainer:
                 self._start_phase(p)
                 self.result.best_score, best_state = float("nan"), None
             for epoch in range(start_epoch if p == start_phase else 0, epochs):
-                t0, rows = time.perf_counter(), []
+                t0, rows, since = time.perf_counter(), [], self._reward_counts()
                 perm = torch.randperm(len(self.train), generator=self.generator).to(self.device)
                 for lo in range(0, len(self.train), self.cfg.optim.batch_size):
-                    rows.append(self.update(self.rollout(perm[lo : lo + self.cfg.optim.batch_size], phase), phase))
+                    batch = self.rollout(perm[lo : lo + self.cfg.optim.batch_size], phase)
+                    self._check_rewards(since, f"in {phase} epoch {epoch}")  # before a step on failed rewards
+                    rows.append(self.update(batch, phase))
                 row = {
                     "phase": phase,
                     "epoch": epoch,
                     "seconds": time.perf_counter() - t0,
                     **{k: sum(r[k] for r in rows) / len(rows) for k in rows[0]},
                 }
-                improved = False
-                if self.val is not None and ((epoch + 1) % self.cfg.run.eval_every == 0 or epoch + 1 == epochs):
+                validated = self.val is not None and ((epoch + 1) % self.cfg.run.eval_every == 0 or epoch + 1 == epochs)
+                if validated:
                     row["val_return"] = self.validate()
+                row.update(self._check_rewards(since, f"in {phase} epoch {epoch}"))  # before anything is promoted
+                if validated:
                     improved = not (row["val_return"] <= self.result.best_score)  # first validation: NaN best
                     if improved:
                         self.result.best_phase, self.result.best_epoch = phase, epoch
@@ -512,4 +577,5 @@ class WalkTrainer:
         best_state = self._best_state(best_state)
         if best_state is not None:
             self.scorer.load_state_dict(best_state)
+        self.result.reward_calls = self.reward_report()
         return self.result
