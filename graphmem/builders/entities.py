@@ -59,12 +59,22 @@ _UNITS = (
 _NUMBER_UNIT = re.compile(rf"(?<![\w.])(\$|€|£)?(\d+(?:[.,]\d+)*)\s*({_UNITS})?(?![\w])", re.IGNORECASE)
 _YEAR = re.compile(r"^(1[5-9]|20)\d\d$")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'’&.-]*[A-Za-z0-9]|[A-Za-z]")
-_SENTENCE_END = re.compile(r"[.!?:;\"“(\[]\s*$")
+_SENTENCE_END = frozenset('.!?:;"“([')  # a word after one of these (and spaces) starts a sentence
 
 
 def _clean(word: str) -> str:
     word = word.replace("’", "'")
     return word[:-2] if word.lower().endswith("'s") else word
+
+
+def _sentence_initial(text: str, start: int) -> bool:
+    """True when only whitespace precedes ``text[start]``, or the last non-space character before it is
+    one of :data:`_SENTENCE_END`. Scans back over the whitespace just before ``start`` only, so over all
+    the words of a text the scans read each character at most once (linear in the text)."""
+    i = start
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+    return i == 0 or text[i - 1] in _SENTENCE_END
 
 
 @register_entity_extractor("offline")
@@ -88,8 +98,7 @@ class CueEntityExtractor:
         runs, current = [], []
         for m in _WORD.finditer(text):
             word = _clean(m.group())
-            prefix = text[: m.start()]
-            initial = not prefix.strip() or bool(_SENTENCE_END.search(prefix))
+            initial = _sentence_initial(text, m.start())
             gap = text[current[-1][2] : m.start()] if current else ""
             if word[:1].isupper() and word.lower() not in STOPWORDS:
                 if current and gap.strip() not in ("", "-", "&"):

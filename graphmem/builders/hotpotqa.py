@@ -22,6 +22,7 @@ from torch import Tensor
 
 from graphmem.builders import edges as E
 from graphmem.builders.entities import EntityExtractor
+from graphmem.builders.passages import strip_parenthetical
 from graphmem.datasets.hotpotqa import sentence_id, title_id
 from graphmem.datasets.types import HotpotRecord
 from graphmem.graph import MemoryGraph, default_key
@@ -52,8 +53,7 @@ def node_texts(record: HotpotRecord) -> list[str]:
 
 def title_pattern(title: str) -> re.Pattern:
     """Whole-word, case-insensitive match of ``title`` with an optional trailing parenthetical."""
-    core = re.sub(r"\s*\([^)]*\)\s*$", "", title).strip() or title
-    return re.compile(rf"(?<!\w){re.escape(core)}(?!\w)", re.IGNORECASE)
+    return re.compile(rf"(?<!\w){re.escape(strip_parenthetical(title))}(?!\w)", re.IGNORECASE)
 
 
 def build_hotpot_graph(
