@@ -46,6 +46,7 @@ POOLABLE = ("hotpotqa", "musique")
 # Settings added after saved sets existed: left out of the config hash while at their default,
 # so sets built before them stay valid.
 _HASHED_WHEN_SET = {"pooled": False, "train_files": (), "sentence_nodes": False, "duplicate_titles": "join"}
+_UNHASHED = ("cache_dir", "max_text_chars")  # graph settings that never change what a build produces
 FEATURES = ("scored", "onehot")
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,10 @@ class GraphConfig:
     """passage graphs (MuSiQue, pooled corpora): also one node per sentence of each passage."""
     duplicate_titles: str = "join"
     """passage graphs: distinct texts of one title are ``join``-ed into its passage, or only the ``first`` is kept."""
+    max_text_chars: int = 1_000_000
+    """longest text field of a turn or passage, in characters; a longer one is refused naming the file, record and
+    field (:func:`graphmem.builders.units.check_text_sizes`). Not hashed: it decides whether a set is built, not
+    what it holds."""
 
     def __post_init__(self) -> None:
         if self.features not in FEATURES:
@@ -147,6 +152,9 @@ class GraphConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"GraphConfig.{name} must be a non-negative integer, got {v!r}")
+        v = self.max_text_chars
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"GraphConfig.max_text_chars must be a positive integer, got {v!r}")
         ranges = {
             "semantic_threshold": (-1.0, 1.0),
             "entity_max_share": (0.0, 1.0),
@@ -171,7 +179,7 @@ class GraphConfig:
 def config_hash(data_cfg: DataConfig, graph_cfg: GraphConfig, data_sha256: str) -> str:
     """sha256 over the settings that change the output (not root/cache paths) and the data file bytes."""
     data = {k: v for k, v in asdict(data_cfg).items() if k not in ("root", "train_files") and not _at_default(k, v)}
-    graph = {k: v for k, v in asdict(graph_cfg).items() if k != "cache_dir" and not _at_default(k, v)}
+    graph = {k: v for k, v in asdict(graph_cfg).items() if k not in _UNHASHED and not _at_default(k, v)}
     blob = json.dumps(
         {"data": data, "graph": graph, "data_sha256": data_sha256, "builder": BUILDER_VERSION}, sort_keys=True
     )
