@@ -4,7 +4,9 @@ Rendered from ``docs/results/learned_vs_hybrid_locomo.json``, a copy of the ``re
 ``scripts/train.py`` writes: ``summary`` (policy -> metric -> mean, std with ddof = 1, folds),
 ``records`` (one per fold and policy: its ``test`` metrics; a trained variant's record also holds
 its ``trainer`` config), ``questions`` (test questions per policy over all folds) and ``paired``
-(per-question comparisons, :class:`graphmem.eval.stats.PairedComparison`). The module has no
+(per-question comparisons, :class:`graphmem.eval.stats.PairedComparison`). A stored mean or std
+that the row's per-fold values do not give (a hand edit) is refused, naming the file and field
+(:func:`graphmem.docgen.sources.check_spread`). The module has no
 ``render``: it is not a page of its own; ``scripts/make_docs.py`` puts its table in README.md.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from graphmem.docgen.sources import field, load_results, p_value
+from graphmem.docgen.sources import check_spread, field, load_results, p_value
 from graphmem.eval.report import markdown_grid
 
 RESULTS = "learned_vs_hybrid_locomo.json"
@@ -70,12 +72,14 @@ def render_headline(results_dir: Path) -> str:
     rows = []
     for policy in trained + others:
         cells = [per_fold.get((policy, k)) for k in folds]
+        stats = field(payload, path, "summary", policy, METRIC)
+        check_spread(path, f"summary.{policy}.{METRIC}", cells, stats)  # the row's folds and its mean agree
         name = f"**{policy}** (trained)" if policy in trained else policy
         rows.append(
             [name]
             + ["–" if v is None else f"{v:.3f}" for v in cells]
             + [
-                _mean_std(field(payload, path, "summary", policy, METRIC)),
+                _mean_std(stats),
                 f"{payload.get('questions', {}).get(policy, '–'):,}",
             ]
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import field, load_results, p_value
+from graphmem.docgen.sources import check_spread, field, load_results, p_value
 from graphmem.eval.report import markdown_grid
 
 RESULTS = "relation_family.json"
@@ -77,6 +77,8 @@ def _recall_table(res: dict, path: Path) -> str:
     seeds = field(res, path, "seeds")
     per_seed, summary, questions = (field(res, path, k) for k in ("per_seed", "summary", "questions"))
     header = ["policy", *(f"family {s}" for s in seeds), "mean ± std", "test questions"]
+    for name, values in per_seed.items():  # the families shown and the mean ± std beside them agree
+        check_spread(path, f"summary.{name}", values, field(res, path, "summary", name))
     rows = [
         [f"**{name}**" if name in res["variants"] else name, *(_pct(v) for v in values), _spread(summary[name])]
         + [f"{questions[name]:,}"]
