@@ -9,6 +9,10 @@ Rendered from the files of ``docs/results/``:
   the run they come from (its ``run`` key names that results file; default ``lexical_ablation_<name>_run.json``);
 * ``learned_vs_hybrid_transfer_<set>.json``: a ``scripts/evaluate.py`` run of a walk trained on
   LoCoMo on another set, its ``results.json`` plus the ``command``.
+
+The per-fold tables take each fold's value from the run's ``records`` and compute the mean and the
+std (ddof = 1) from those folds (no stored mean is shown beside them); pages that show a stored
+mean next to its folds refuse one the folds do not give (:func:`graphmem.docgen.sources.check_spread`).
 """
 
 from __future__ import annotations
