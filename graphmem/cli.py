@@ -5,6 +5,7 @@ Every script runs its work through :func:`run_or_exit`, which first checks the w
 (:func:`preflight`) and turns input errors (config, data, graph, checkpoint, run folder; see
 :mod:`graphmem.errors`) into one ``error: ...`` line and exit status 2:
 
+* every size-like key lies within its bounds and fits in memory (:mod:`graphmem.bounds`);
 * every ``device`` (and ``*_devices`` list) must exist here: ``cuda`` needs CUDA, ``cuda:3`` four
   GPUs, ``mps`` Apple's backend;
 * every ``api_key_env`` must be the name of an environment variable, not a key (:func:`is_variable_name`:
@@ -205,6 +206,20 @@ def check_out_dir(path: str | Path, key: str = "out_dir") -> Path:
     return path
 
 
+def check_run_bounds(cfg: Any) -> None:
+    """:func:`graphmem.bounds.check_bounds` of ``cfg`` as the config of the running Hydra job (its
+    ``config_name``); nothing outside a Hydra run (the config's name is not known there)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+    except ImportError:  # pragma: no cover - hydra-core is a core dependency
+        return
+    if not HydraConfig.initialized() or not HydraConfig.get().job.get("config_name"):
+        return
+    from graphmem.bounds import check_bounds
+
+    check_bounds(HydraConfig.get().job.config_name, cfg)
+
+
 def run_or_exit(run: Callable[[Any], Any], cfg: Any, errors: tuple[type[BaseException], ...] = ()) -> Any:
     """:func:`preflight`, then ``run(cfg)``; an input error prints one ``error: ...`` line and exits with status 2.
 
@@ -215,6 +230,7 @@ def run_or_exit(run: Callable[[Any], Any], cfg: Any, errors: tuple[type[BaseExce
     """
     try:
         preflight(cfg)
+        check_run_bounds(cfg)
         return run(cfg)
     except NothingMeasuredError as err:
         print(f"error: {' '.join(line.strip() for line in str(err).splitlines())}", file=sys.stderr)
@@ -223,6 +239,35 @@ def run_or_exit(run: Callable[[Any], Any], cfg: Any, errors: tuple[type[BaseExce
         message = str(err).strip().splitlines() or [type(err).__name__]
         print(f"error: {' '.join(line.strip() for line in message)}", file=sys.stderr)
         sys.exit(2)
+
+
+def check_graphset_data(cfg: Any) -> None:
+    """Refuse a ``data=`` (or ``data.name=``) given on the command line that names another dataset
+    than the saved ``graphset=`` holds (its ``manifest.json`` field ``dataset``): :class:`ConfigError`.
+
+    The default ``data`` of a script's config is not a choice, so without such an override the saved
+    set's own dataset is used (with a note); a manifest that cannot be read is left to the set's loader."""
+    if not cfg.get("graphset") or cfg.get("data") is None:
+        return
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    given = [o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task]
+    if "data" not in given and "data.name" not in given:
+        return
+    import hydra
+
+    path = Path(hydra.utils.to_absolute_path(str(cfg.graphset)))
+    try:
+        holds = json.loads((path / "manifest.json").read_text(encoding="utf-8")).get("dataset")
+    except (OSError, ValueError, AttributeError):
+        return
+    if holds is not None and holds != cfg.data.get("name"):
+        raise ConfigError(
+            f"data={cfg.data.get('name')} contradicts graphset={cfg.graphset}, which holds a {holds!r} set "
+            f"({path / 'manifest.json'} field 'dataset'): give data={holds} or leave data out"
+        )
 
 
 def load_graphset(cfg: Any, data: Mapping | None = None, graph: Mapping | None = None):
@@ -234,6 +279,8 @@ def load_graphset(cfg: Any, data: Mapping | None = None, graph: Mapping | None =
 
     from graphmem.graphset import open_graphset
 
+    if data is None:
+        check_graphset_data(cfg)
     saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
     return open_graphset(
         saved,
@@ -295,12 +342,7 @@ def restrict_graphs(gs, graphs: str | Sequence[str] | None, part: str = "test"):
     over them, with their embedding rows; ``None`` or empty: ``gs`` itself."""
     if not graphs:
         return gs
-    if isinstance(graphs, str):
-        import hydra
-
-        names = json.loads(Path(hydra.utils.to_absolute_path(graphs)).read_text())[part]
-    else:
-        names = [str(n) for n in graphs]
+    names = split_names(graphs, part) if isinstance(graphs, str) else [str(n) for n in graphs]
     missing = sorted(set(names) - set(gs.graphs))
     if missing:
         raise ConfigError(f"graphs not in the graph set: {missing[:5]}")
@@ -313,10 +355,89 @@ def restrict_graphs(gs, graphs: str | Sequence[str] | None, part: str = "test"):
     )
 
 
+def split_names(path: str | Path, part: str = "test", key: str = "graphs", part_key: str = "graphs_part") -> list[str]:
+    """The graph names of list ``part`` of the split JSON file ``path`` (``<checkpoint>.split.json``,
+    relative to the launch directory); :class:`ConfigError` naming the file (config ``key``) when it
+    is missing, empty or not such a file, and ``part_key`` when it lacks the list."""
+    import hydra
+
+    try:
+        file = Path(hydra.utils.to_absolute_path(str(path)))
+    except ValueError:  # no Hydra run: relative to the working directory
+        file = Path(path).resolve()
+    if not file.is_file():
+        raise ConfigError(f"{key}={path}: no such split file ({file}); give graph names or a <checkpoint>.split.json")
+    try:
+        split = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        what = "is empty" if not file.read_bytes().strip() else f"is not valid JSON ({err})"
+        raise ConfigError(f"{key}={path}: {file} {what}; a split file maps train/val/test to graph names") from None
+    lists = sorted(k for k, v in split.items() if isinstance(v, list)) if isinstance(split, dict) else []
+    if not lists:
+        raise ConfigError(f"{key}={path}: {file} holds no lists of graph names (a split file maps train/val/test)")
+    if part not in lists:
+        raise ConfigError(f"{part_key}={part!r}: {file} has no list {part!r}; its lists: {lists}")
+    names = split[part]
+    if not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{key}={path}: list {part!r} of {file} holds values that are not graph names")
+    return names
+
+
+def name_list(value: Any, key: str) -> list[str]:
+    """A config value that lists names: a list as it is, a single name as a one-element list
+    (``policies=beta_bfs``); :class:`ConfigError` naming ``key`` for anything else."""
+    from omegaconf import ListConfig, OmegaConf
+
+    if isinstance(value, ListConfig):
+        value = OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ConfigError(f"{key}={value!r}: must be a policy name or a list of names, e.g. {key}=[beta_bfs,ppr]")
+
+
 def set_threads(cfg) -> int:
-    """``torch.set_num_threads(min(cfg.threads, cpu count))``; ``threads: null`` keeps torch's default."""
+    """Size torch's intra-op and inter-op threads and FAISS's OpenMP threads for this process; returns the count.
+
+    ``n = min(requested, allowed)``, at least 1, where ``requested`` is ``cfg.threads`` when set (a positive
+    integer; ``null`` or ``0``: from the environment), else ``$OMP_NUM_THREADS``, else **1**; and ``allowed``
+    is the number of cores the process may run on (``os.sched_getaffinity``, not ``os.cpu_count``), capped by
+    ``$SLURM_CPUS_PER_TASK`` when set. The default of one thread when ``OMP_NUM_THREADS`` is unset (also
+    torchrun's) is measured: with one other busy process on a 2-core machine, a training step at the affinity
+    count (what a fixed ``threads: 2`` did) is many times slower than at one thread, since every parallel op
+    waits for the thread that lost its core (``python scripts/bench_train.py --cliff``,
+    docs/results/thread_cliff.json); its ops are small, so one thread loses little on an idle machine either.
+    Inter-op threads can be set once per process, before any parallel work: later calls leave them as they are.
+    """
     import torch
 
-    if cfg.get("threads"):
-        torch.set_num_threads(max(1, min(int(cfg.threads), os.cpu_count() or 1)))
-    return torch.get_num_threads()
+    def positive(value, name: str) -> int:
+        try:
+            n = int(str(value).strip())
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ConfigError(f"{name}: expected a positive number of threads, got {value!r}")
+        return n
+
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if os.environ.get("SLURM_CPUS_PER_TASK"):
+        allowed = min(allowed, positive(os.environ["SLURM_CPUS_PER_TASK"], "SLURM_CPUS_PER_TASK"))
+    requested = cfg.get("threads") if cfg is not None else None
+    if requested not in (None, 0, "0"):
+        n = positive(requested, "threads")
+    elif os.environ.get("OMP_NUM_THREADS"):
+        n = positive(os.environ["OMP_NUM_THREADS"], "OMP_NUM_THREADS")
+    else:
+        n = 1
+    n = max(1, min(n, allowed))
+    torch.set_num_threads(n)
+    if torch.get_num_interop_threads() > n:
+        try:
+            torch.set_num_interop_threads(n)
+        except RuntimeError:  # parallel work already ran in this process: torch keeps its pool
+            pass
+    if "faiss" in sys.modules:  # graphmem.vector_index also follows torch's count at each build
+        sys.modules["faiss"].omp_set_num_threads(n)
+    return n

@@ -1,5 +1,10 @@
 """Build and save a graph set: ``python scripts/build_graph.py data=locomo|hotpotqa graph=default|onehot``.
 
+The set goes to ``graphset=<folder>`` when given, else to its own folder under ``graphset_dir``
+(:func:`graphmem.graphset.graphset_dir`: another data file or other settings, another folder). A
+folder holding a set of another source is refused, naming what it holds and what was asked;
+``force=true`` replaces it and keeps the old set in ``<folder>/replaced-<its config hash>/``.
+
 Logs the load report, node/edge counts by relation and degree statistics per graph and in
 total, and the build time (embedding vs graph); writes a PNG of one node's 2-hop neighbourhood.
 """
@@ -19,7 +24,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import ConfigError, run_or_exit
+from graphmem.cli import ConfigError, run_or_exit, set_threads
 from graphmem.graph import MemoryGraph
 from graphmem.graphset import check_configs, graphset_dir, reuse_or_build
 from graphmem.launch import check_command_line
@@ -106,10 +111,14 @@ def main(cfg: DictConfig) -> None:
 def build(cfg: DictConfig) -> dict:
     """Build (or reuse) the graph set, log its statistics, and track one ``build`` run whose output
     is the set as a ``dataset`` artifact (an input, when a verified saved set was reused)."""
+    set_threads(cfg)
     data_cfg, graph_cfg = check_configs(
         OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True)
     )
-    out_dir = graphset_dir(to_absolute_path(cfg.graphset_dir), data_cfg, graph_cfg)
+    if cfg.get("graphset"):
+        out_dir = Path(to_absolute_path(cfg.graphset))
+    else:
+        out_dir = graphset_dir(to_absolute_path(cfg.graphset_dir), data_cfg, graph_cfg)
     run_dir = Path(to_absolute_path(cfg.out_dir) if cfg.get("out_dir") else HydraConfig.get().runtime.output_dir)
     start = time.perf_counter()
     graphset, status = reuse_or_build(

@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 import hydra
-import torch
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import run_or_exit
+from graphmem.cli import run_or_exit, set_threads
 from graphmem.graphset import GraphSet
 from graphmem.launch import check_command_line
 from graphmem.setstore import add_files
@@ -31,7 +30,7 @@ def build(cfg: DictConfig) -> dict[str, str]:
     spec = IndexSpec.from_mapping(OmegaConf.to_container(cfg.index, resolve=True))
     directory = Path(to_absolute_path(str(cfg.graphset)))
     gs = GraphSet.load(directory)
-    torch.set_num_threads(int(cfg.threads))
+    set_threads(cfg)
     t = time.perf_counter()
     for graph in gs.graphs.values():
         index_for(graph, spec)

@@ -60,7 +60,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import METRICS, load_graphset, run_or_exit
+from graphmem.cli import METRICS, load_graphset, run_or_exit, set_threads
 from graphmem.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import compare_policies
@@ -384,8 +384,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 def run(cfg: DictConfig) -> dict[str, Any]:
     out = Path(hydra.utils.to_absolute_path(cfg.out_dir))
     out.mkdir(parents=True, exist_ok=True)
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
+    set_threads(cfg)
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     if (ex := cfg.exploration).rankings:  # the exploration settings are checked before anything is loaded
         make_learners(list(ex.rankings), list(ex.thompson_seeds), list(ex.ucb_c)), round_bounds(0, ex.rounds)
