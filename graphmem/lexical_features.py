@@ -22,15 +22,18 @@ The BM25 feature is the node's BM25 score (:class:`graphmem.lexical.BM25Index`) 
 bound ``max_score(q)``, so it needs no pass over the graph. Tokens are matched by a 64-bit hash of
 the token string (:func:`token_id`), so a graph batch is the concatenation of its graphs' tables.
 
-The node side (:class:`NodeTerms`, a CSR of each node's distinct token ids and weights ``w``) is
-built once per graph and cached on it; the query side (:class:`QueryTerms`) once per batch of
-queries. :func:`pair_features` gives the features of ``C`` (query, node) pairs with ``C x`` (node
-length) ``x`` (query length) tensor work, independent of the graph's size; :func:`dense_features`
-those of every node of a graph, through the inverted lists of the query tokens.
+The node side (:class:`NodeTerms`, a CSR of each node's distinct token ids and weights ``w``, and
+the same entries as sorted keys ``r(t) N + v`` with ``r(t)`` the token's row in the graph's
+vocabulary) is built once per graph and cached on it; the query side (:class:`QueryTerms`) once per
+batch of queries. :func:`pair_features` gives the features of ``C`` (query, node) pairs by one
+binary search of each (query token, node) key, ``O(C L log M)`` for ``L`` query tokens and ``M``
+entries: nothing per query grows with the graph beyond ``log M``; :func:`dense_features` those of
+every node of a graph, through the inverted lists of the query tokens.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -71,18 +74,27 @@ class NodeTerms:
         rowptr: ``[N + 1]`` the entries of node ``v`` are ``rowptr[v]:rowptr[v + 1]``.
         term: ``[M]`` :func:`token_id` of each entry.
         weight: ``[M]`` ``w(t, v)`` (module docstring).
+
+        key: ``[M]`` ``r(t) N + v`` of each entry, sorted (``r(t)``: the token's row in the vocabulary of the
+            node's graph, offset by the vocabularies of the graphs before it in a union).
+        key_weight: ``[M]`` ``w(t, v)`` in the order of ``key``.
+        vocab_size: rows of the (union's) vocabulary.
     """
 
     rowptr: Tensor
     term: Tensor
     weight: Tensor
+    key: Tensor
+    key_weight: Tensor
+    vocab_size: int
 
     @property
     def num_nodes(self) -> int:
         return int(self.rowptr.numel()) - 1
 
     def to(self, device) -> NodeTerms:
-        return NodeTerms(self.rowptr.to(device), self.term.to(device), self.weight.to(device))
+        moved = (t.to(device) for t in (self.rowptr, self.term, self.weight, self.key, self.key_weight))
+        return NodeTerms(*moved, self.vocab_size)
 
     @staticmethod
     def concat(parts: Sequence[NodeTerms]) -> NodeTerms:
@@ -92,7 +104,13 @@ class NodeTerms:
         sizes = torch.tensor([int(p.term.numel()) for p in parts], device=parts[0].term.device)
         offsets = torch.cumsum(sizes, 0) - sizes
         rowptr = torch.cat([parts[0].rowptr[:1]] + [p.rowptr[1:] + int(o) for p, o in zip(parts, offsets)])
-        return NodeTerms(rowptr, torch.cat([p.term for p in parts]), torch.cat([p.weight for p in parts]))
+        n, keys, nodes, vocab = sum(p.num_nodes for p in parts), [], 0, 0
+        for p in parts:  # part i's rows and nodes after those of the parts before it: still sorted
+            own = max(p.num_nodes, 1)
+            keys.append((torch.div(p.key, own, rounding_mode="floor") + vocab) * n + p.key % own + nodes)
+            nodes, vocab = nodes + p.num_nodes, vocab + p.vocab_size
+        cat = lambda name: torch.cat([getattr(p, name) for p in parts])  # noqa: E731
+        return NodeTerms(rowptr, cat("term"), cat("weight"), torch.cat(keys), cat("key_weight"), vocab)
 
     def inverted(self) -> tuple[Tensor, Tensor, Tensor]:
         """``(term, node, weight)`` of every entry, sorted by term (for :func:`dense_features`)."""
@@ -108,6 +126,7 @@ class GraphLexicon:
     index: object  # graphmem.lexical.BM25Index
     df: dict[str, int]
     num_nodes: int
+    vocab: dict[str, int]  # token -> its row r(t) in NodeTerms.key
 
     def rare(self, token: str) -> bool:
         return self.df.get(token, 0) <= max(1.0, RARE_FRACTION * self.num_nodes)
@@ -120,6 +139,8 @@ class QueryTerms:
     Attributes:
         term: ``[B, L]`` :func:`token_id` of each token (0 at padding; use ``valid``).
         valid: ``[B, L]`` bool, real tokens.
+        row: ``[B, L]`` the token's row ``r(t)`` of :attr:`NodeTerms.key` in the query's graph, -1 where the
+            graph holds no such token (and at padding).
         value: ``[B, L, F]`` per token: ``idf(t)`` and its kind flags (rare, name, number, date).
         norm: ``[B, F]`` the denominators: ``Σ_t idf(t) (k1 + 1)`` and ``max(1, |Q_K|)`` per kind.
     """
@@ -128,15 +149,20 @@ class QueryTerms:
     valid: Tensor
     value: Tensor
     norm: Tensor
+    row: Tensor
 
     def __len__(self) -> int:
         return int(self.term.shape[0])
 
     def __getitem__(self, rows) -> QueryTerms:
-        return QueryTerms(self.term[rows], self.valid[rows], self.value[rows], self.norm[rows])
+        return QueryTerms(self.term[rows], self.valid[rows], self.value[rows], self.norm[rows], self.row[rows])
 
     def to(self, device) -> QueryTerms:
-        return QueryTerms(*(t.to(device) for t in (self.term, self.valid, self.value, self.norm)))
+        return QueryTerms(*(t.to(device) for t in (self.term, self.valid, self.value, self.norm, self.row)))
+
+    def shifted(self, rows: int) -> QueryTerms:
+        """These terms with their vocabulary rows after ``rows`` rows of graphs before theirs in a union."""
+        return dataclasses.replace(self, row=torch.where(self.row >= 0, self.row + rows, self.row))
 
     @staticmethod
     def concat(parts: Sequence[QueryTerms]) -> QueryTerms:
@@ -151,6 +177,7 @@ class QueryTerms:
             torch.cat([pad(p.valid, False) for p in parts]),
             torch.cat([pad(p.value, 0.0) for p in parts]),
             torch.cat([p.norm for p in parts]),
+            torch.cat([pad(p.row, -1) for p in parts]),
         )
 
 
@@ -180,10 +207,13 @@ def _node_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
     avgdl = float(length.mean()) if n and float(length.sum()) else 1.0
     tf = tf.double()
     weight = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length[row] / avgdl))
-    ids = torch.tensor([token_id(t) for t in index.tokens], dtype=torch.long, device=CPU)
-    df = torch.bincount(terms, minlength=len(index.tokens)).tolist()
-    lexicon = GraphLexicon(index, {t: d for t, d in zip(index.tokens, df)}, n)
-    return NodeTerms(indptr, ids[terms] if terms.numel() else terms, weight.float()), lexicon
+    vocab = list(index.tokens)
+    ids = torch.tensor([token_id(t) for t in vocab], dtype=torch.long, device=CPU)
+    df = torch.bincount(terms, minlength=len(vocab)).tolist()
+    lexicon = GraphLexicon(index, {t: d for t, d in zip(vocab, df)}, n, {t: i for i, t in enumerate(vocab)})
+    key, order = torch.sort(terms * max(n, 1) + row)
+    weight = weight.float()
+    return NodeTerms(indptr, ids[terms] if terms.numel() else terms, weight, key, weight[order], len(vocab)), lexicon
 
 
 def graph_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
@@ -236,20 +266,25 @@ def query_terms(lexicon: GraphLexicon, texts: Sequence[str]) -> QueryTerms:
     term = torch.zeros(len(rows), width, dtype=torch.long, device=CPU)
     valid = torch.zeros(len(rows), width, dtype=torch.bool, device=CPU)
     value = torch.zeros(len(rows), width, NUM_LEXICAL_FEATURES, device=CPU)
+    row = torch.full((len(rows), width), -1, dtype=torch.long, device=CPU)
     for i, (toks, values) in enumerate(rows):
         if toks:
             term[i, : len(toks)] = torch.tensor([token_id(t) for t in toks], device=CPU)
             valid[i, : len(toks)] = True
             value[i, : len(toks)] = torch.tensor(values, device=CPU)
+            row[i, : len(toks)] = torch.tensor([lexicon.vocab.get(t, -1) for t in toks], device=CPU)
     norm = torch.tensor(norms, dtype=torch.float32, device=CPU).view(len(rows), NUM_LEXICAL_FEATURES)
-    return QueryTerms(term, valid, value, norm)
+    return QueryTerms(term, valid, value, norm, row)
 
 
 def lexical_inputs(graphs: Sequence, texts: Sequence[Sequence[str]], device=None) -> Lexical:
     """:class:`Lexical` of query texts ``texts[c]`` asked on ``graphs[c]`` (a union in that order)."""
     tables = [graph_tables(g) for g in graphs]
     nodes = NodeTerms.concat([t[0] for t in tables])
-    queries = QueryTerms.concat([query_terms(t[1], x) for t, x in zip(tables, texts)])
+    offsets = [0]
+    for t in tables[:-1]:
+        offsets.append(offsets[-1] + t[0].vocab_size)
+    queries = QueryTerms.concat([query_terms(t[1], x).shifted(o) for t, x, o in zip(tables, texts, offsets)])
     out = Lexical(nodes, queries)
     return out if device is None else out.to(device)
 
@@ -266,16 +301,18 @@ def scope_lexical(scope) -> Lexical:
 
 # ---------------------------------------------------------------------- features
 def pair_features(lex: Lexical, query: Tensor, node: Tensor) -> Tensor:
-    """``[C, F]`` features (module docstring) of the pairs (query row ``query[c]``, node row ``node[c]``)."""
+    """``[C, F]`` features (module docstring) of the pairs (query row ``query[c]``, node row ``node[c]``):
+    for each query token ``t`` of row ``query[c]``, the key ``r(t) N + node[c]`` is looked up in the sorted
+    :attr:`NodeTerms.key` (a hit: ``t ∈ T_v``, with ``w(t, v)`` beside it), and the hits' values summed."""
     q, nodes = lex.queries, lex.nodes
-    seg, pos = csr_positions(nodes.rowptr, node)
-    qrow = query[seg]
-    eq = (nodes.term[pos][:, None] == q.term[qrow]) & q.valid[qrow]  # [M, L]: at most one match per entry
-    hit, j = eq.any(1), eq.to(torch.uint8).argmax(1)
-    contrib = q.value[qrow, j] * hit[:, None].to(q.value.dtype)
-    contrib[:, 0] = contrib[:, 0] * nodes.weight[pos]
-    out = torch.zeros(node.numel(), NUM_LEXICAL_FEATURES, dtype=q.value.dtype, device=node.device)
-    return out.index_add_(0, seg, contrib) / q.norm[query]
+    row = q.row[query]  # [C, L]
+    key = row * nodes.num_nodes + node[:, None]
+    pos = torch.searchsorted(nodes.key, key).clamp_(max=max(int(nodes.key.numel()) - 1, 0))
+    hit = (nodes.key[pos] == key) & (row >= 0) if nodes.key.numel() else torch.zeros_like(row, dtype=torch.bool)
+    value = q.value[query] * hit[..., None].to(q.value.dtype)  # [C, L, F]
+    out = value.sum(1)
+    out[:, 0] = (value[..., 0] * nodes.key_weight[pos]).sum(1) if nodes.key.numel() else 0.0
+    return out / q.norm[query]
 
 
 def dense_features(lex: Lexical, rows: Tensor | None = None) -> Tensor:
