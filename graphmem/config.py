@@ -13,7 +13,10 @@ option of that group starts from it::
 so the YAML files carry values and comments only, and Hydra checks them against the dataclass
 when the config is composed: a wrong type (``budget.max_tokens=abc``) or an unknown key (in a
 YAML file or on the command line) fails before the script runs, with Hydra's own message naming
-the key. Range checks stay in each dataclass's ``__post_init__`` (run by :func:`to_object`).
+the key. Range checks stay in each dataclass's ``__post_init__`` (run by :func:`to_object`); the
+bounds of every size-like key of every entry point's config (counts, sizes, epochs, folds, batch
+sizes), and the memory such a value would take, are one table in :mod:`graphmem.bounds`, checked
+when the command line is composed (:func:`graphmem.launch.check_command_line`).
 
 | group | schema |
 |---|---|

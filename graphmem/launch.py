@@ -7,9 +7,10 @@ and checks each one:
 
 * composition errors (``budget.max_nodes=abc``, an unknown key or option) become one
   ``error: <override>: <reason> (key <full key>)`` line;
-* :func:`graphmem.cli.preflight` (devices, ``api_key_env``) and the script's own ``check(cfg)``
-  (its config validation, e.g. ``plan_run``) run on every job's config, so a value that fails in
-  job 7 of a sweep is refused before job 0 starts;
+* :func:`graphmem.cli.preflight` (devices, ``api_key_env``), the script's own ``check(cfg)``
+  (its config validation, e.g. ``plan_run``) and :func:`graphmem.bounds.check_bounds` (the range of
+  every size-like key, and what memory it needs) run on every job's config, so a value that fails
+  in job 7 of a sweep is refused before job 0 starts, naming job 7;
 * in a multirun, two jobs whose ``check`` returns the same output folder are refused (their files
   would overwrite each other).
 
@@ -26,7 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from graphmem.cli import CONFIG_DIR, guard_argv, preflight
+from graphmem.bounds import check_bounds
+from graphmem.cli import CONFIG_DIR, check_graphset_data, guard_argv, preflight
 from graphmem.errors import InputError
 
 # Hydra flags after which the command does not run jobs (help, config printing, completion, rerun)
@@ -82,7 +84,7 @@ class _Refused(Exception):
 def _one_line(err: BaseException) -> str:
     """The message of ``err`` (and of its cause, for Hydra's composition errors) on one line."""
     parts = [str(err)]
-    cause = err.__cause__ or err.__context__
+    cause = err.__cause__ or (None if err.__suppress_context__ else err.__context__)  # ``from None``: no cause
     if cause is not None and str(cause) and str(cause) not in parts[0]:
         parts.append(str(cause))
     lines = [line.strip() for part in parts for line in part.strip().splitlines() if line.strip()]
@@ -92,8 +94,9 @@ def _one_line(err: BaseException) -> str:
     return f"{text} (key {key})" if key and key not in text.split(":")[0] else text or type(err).__name__
 
 
-def _jobs(name: str, overrides: list[str], multirun: bool) -> Iterator[tuple[list[str], Any]]:
-    """``(the job's values of the swept keys, job config with its hydra node)`` of every job Hydra would run."""
+def _jobs(name: str, overrides: list[str], multirun: bool) -> Iterator[tuple[list[str], Callable[[], Any]]]:
+    """``(the job's values of the swept keys, a function composing the job's config with its hydra node)``
+    of every job Hydra would run; composing is left to the caller, so an error in it names its own job."""
     from hydra import initialize_config_dir
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
@@ -105,7 +108,7 @@ def _jobs(name: str, overrides: list[str], multirun: bool) -> Iterator[tuple[lis
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         if not multirun:
-            yield [], loader.load_configuration(name, overrides, run_mode=RunMode.RUN)
+            yield [], lambda: loader.load_configuration(name, overrides, run_mode=RunMode.RUN)
             return
         master = loader.load_configuration(name, overrides, run_mode=RunMode.MULTIRUN)
         params = [f"{k}={v}" for k, v in (master.hydra.sweeper.get("params") or {}).items()]
@@ -114,7 +117,7 @@ def _jobs(name: str, overrides: list[str], multirun: bool) -> Iterator[tuple[lis
         for batch in BasicSweeper.split_arguments(parsed, None):
             for job in batch:
                 shown = [o for o in job if o.split("=", 1)[0] in swept]
-                yield shown, loader.load_sweep_config(master, list(job))
+                yield shown, lambda job=job: loader.load_sweep_config(master, list(job))
 
 
 def _check_jobs(name, overrides, multirun, check, errors) -> None:
@@ -128,7 +131,8 @@ def _check_jobs(name, overrides, multirun, check, errors) -> None:
     job, jobs = [], _jobs(name, overrides, multirun)
     script = Path(sys.argv[0]).stem or name
     try:
-        for num, (job, cfg) in enumerate(jobs):
+        for num, (job, compose_job) in enumerate(jobs):
+            cfg = compose_job()
             with open_dict(cfg):
                 cfg.hydra.job.name = script
                 cfg.hydra.job.num, cfg.hydra.job.id = num, str(num)
@@ -144,6 +148,8 @@ def _check_jobs(name, overrides, multirun, check, errors) -> None:
                 del task["hydra"]
             preflight(task, quiet=True)
             out = check(task) if check is not None else None
+            check_bounds(name, task)  # after the script's own checks, whose messages are more specific
+            check_graphset_data(task)
             if multirun and isinstance(out, (str, Path)):
                 out = Path(out).resolve()
                 if out in folders:

@@ -46,6 +46,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.bounds import Bound
 from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import (
     METRICS,
@@ -53,6 +54,7 @@ from graphmem.cli import (
     check_out_dir,
     load_graphset,
     make_configured_policy,
+    name_list,
     policy_config,
     restrict_graphs,
     run_or_exit,
@@ -100,6 +102,8 @@ ARTIFACTS = (
 """What a run writes in its folder (rl.common.run_folder moves an earlier run's aside)."""
 
 log = logging.getLogger(__name__)
+FOLD_LIST = Bound(0, each=True, null=True)
+"""``cv.folds``: fold numbers (compared with ``cv.k`` below) or null, checked before they are compared."""
 
 
 def load_train_graphset(cfg: DictConfig) -> GraphSet | None:
@@ -168,7 +172,7 @@ def check(cfg: DictConfig):
         TrainConfig.merged(base, overrides)
     stats = stats_config(cfg)
     reference = stats.get("reference")
-    baseline_names = list(cfg.baselines)
+    baseline_names = name_list(cfg.baselines, "baselines")
     if reference and reference not in baseline_names and reference not in variants:
         baseline_names.append(reference)  # the paired statistics need the reference's test rows
     if cfg.get("train_extra") and not cfg.data.get("train_files"):
@@ -188,6 +192,7 @@ def check(cfg: DictConfig):
         check_name("fold_baselines", name)
         POLICIES.resolve(name)
     check_int(cfg, "cv.k"), check_int(cfg, "cv.seed")
+    FOLD_LIST.check(cfg, "cv.folds", OmegaConf.to_container(cfg.cv, resolve=True).get("folds"))
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
         raise ValueError(
             f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}"
