@@ -40,9 +40,11 @@ from graphmem.cli import (
     check_out_dir,
     load_graphset,
     make_configured_policy,
+    name_list,
     policy_config,
     restrict_graphs,
     run_or_exit,
+    split_names,
 )
 from graphmem.errors import InputError, NothingMeasuredError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
@@ -110,7 +112,9 @@ def plan_run(cfg: DictConfig) -> Plan:
         raise ConfigError(f"invalid budget: {err}") from None
     if cfg.get("latency", "served") not in ("served", "batch"):
         raise ConfigError(f"latency must be 'served' or 'batch', got {cfg.get('latency')!r}")
-    names = list(cfg.policies) if cfg.get("policies") is not None else [cfg.policy.name]
+    names = name_list(cfg.policies, "policies") if cfg.get("policies") is not None else [cfg.policy.name]
+    if isinstance(cfg.get("graphs"), str):
+        split_names(cfg.graphs, cfg.get("graphs_part") or "test")  # the split file, read before any work
     if not names:
         raise ConfigError("policies=[] lists no policy: name at least one, or policies=null for the `policy` group")
     stats = cfg.get("stats") or {}
@@ -234,7 +238,8 @@ def _plot_question(cfg: DictConfig, gs: GraphSet):
     found = [q for q in gs.questions if q.qid == str(qid)]
     if not found:
         raise ConfigError(f"plot_question {qid!r} is not a question of the graph set (e.g. {gs.questions[0].qid!r})")
-    unknown = sorted(set(cfg.get("plot_policies") or []) - set(cfg.policies or [cfg.policy.name]))
+    evaluated = name_list(cfg.policies, "policies") if cfg.policies else [cfg.policy.name]
+    unknown = sorted(set(cfg.get("plot_policies") or []) - set(evaluated))
     if unknown:
         raise ConfigError(f"plot_policies {unknown} are not evaluated in this run (policies={cfg.policies})")
     return found[0]

@@ -1,0 +1,178 @@
+"""Bounds of size-like config keys checked when the config is composed, and the one-line errors of the
+checks that used to come after the work, as tracebacks or as vague messages."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import rl.walk  # noqa: F401  (registers the trainer group's schema)
+from graphmem.bounds import CONFIG_BOUNDS, BoundsError, check_bounds
+from graphmem.cli import ConfigError, name_list, split_names
+from graphmem.config import compose
+from graphmem.docgen.headline import render_headline
+from graphmem.docgen.relation_family import render as render_relation_family
+from graphmem.docgen.sources import ResultsFileError
+from tests.one_line_errors import error_line, run_script
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from script_loader import load_script  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    "config, override, message",
+    [
+        (
+            "train",
+            "trainer.objective.group_size=1000000",
+            "trainer.objective.group_size=1000000: must be an integer in [1,",
+        ),
+        ("train", "trainer.optim.batch_size=0", "trainer.optim.batch_size=0: must be an integer in [1,"),
+        (
+            "train",
+            "cv.folds=[0,7]",
+            "cv.folds=[0, 7]: must be a list of integers, each in [0, 4] (cv.k=5), or null, got 7",
+        ),
+        ("train", "budget.max_nodes=10000000", "budget.max_nodes=10000000: must be an integer in [0, 1000000]"),
+        ("gnn", "train.epochs=-1", "train.epochs=-1: must be an integer in [1, 100000]"),
+        ("gnn", "split.fold=9", "split.fold=9: must be an integer in [0, 4] (split.k=5)"),
+        ("gnn", "split.k=2", "split.k=2: must be an integer in [3, 1000]"),
+        (
+            "benchmark",
+            "sizes=[1000,abc]",
+            "sizes=[1000, 'abc']: must be a list of integers, each in [1, 1000000000], got 'abc'",
+        ),
+        ("benchmark", "loop_queries=100", "loop_queries=100: must be an integer in [0, 64] (num_queries=64)"),
+        ("evaluate", "seed=abc", "seed='abc': must be an integer in [0, 4294967295]"),
+        ("evaluate", "graphs_part=bogus", "graphs_part='bogus': must be one of ['train', 'val', 'test']"),
+        ("head_to_head", "feedback.n_questions=0", "feedback.n_questions=0: must be an integer in [1,"),
+        (
+            "relation_family",
+            "seeds=[0,-1]",
+            "seeds=[0, -1]: must be a list of integers, each in [0, 4294967295], got -1",
+        ),
+        ("writer", "writer.num_generations=0", "writer.num_generations=0: must be an integer in [1, 10000]"),
+    ],
+)
+def test_a_size_out_of_its_bounds_is_refused_naming_the_key_and_range(config, override, message):
+    cfg = compose(config, [override])
+    with pytest.raises(BoundsError) as refused:
+        check_bounds(config, cfg, memory=64 * GIB)
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
+@pytest.mark.parametrize("config", sorted(CONFIG_BOUNDS))
+def test_every_entry_points_defaults_lie_within_their_bounds(config):
+    check_bounds(config, compose(config), memory=64 * GIB)  # the shipped settings are all allowed
+
+
+def test_what_a_size_allocates_is_held_against_the_memory_available():
+    cfg = compose("train", ["trainer.objective.group_size=10000"])  # within the hard cap
+    with pytest.raises(BoundsError) as refused:
+        check_bounds("train", cfg, memory=16 * GIB)
+    message = str(refused.value)
+    assert message.startswith("trainer.objective.group_size=10000: walks of one policy-gradient step")
+    most = int(message.rsplit("at most ", 1)[1].replace(",", ""))
+    assert "of memory available here" in message and 0 < most < 10000
+    check_bounds("train", compose("train", [f"trainer.objective.group_size={most}"]), memory=16 * GIB)
+    with pytest.raises(BoundsError, match=r"sizes=500000000: a synthetic graph of that many nodes"):
+        check_bounds("benchmark", compose("benchmark", ["sizes=[1000,500000000]"]), memory=16 * GIB)
+
+
+@pytest.mark.parametrize(
+    "script, overrides, message",
+    [
+        ("train.py", ["trainer.objective.group_size=1000000"], "error: trainer.objective.group_size=1000000: must be"),
+        ("train.py", ["cv.folds=abc"], "error: cv.folds='abc': must be a list of integers"),
+        ("train_gnn.py", ["train.epochs=-1"], "error: train.epochs=-1: must be an integer in [1, 100000]"),
+        ("train_gnn.py", ["split.fold=9"], "error: split.fold=9: must be an integer in [0, 4] (split.k=5)"),
+        ("benchmark.py", ["sizes=[abc]"], "error: sizes=['abc']: must be a list of integers, each in [1,"),
+        ("evaluate.py", ["seed=abc"], "error: seed='abc': must be an integer in [0, 4294967295]"),
+        ("evaluate.py", ["graphs={tmp}/missing.json"], "error: graphs={tmp}/missing.json: no such split file"),
+        ("evaluate.py", ["graphs={tmp}/empty.json"], "error: graphs={tmp}/empty.json: {tmp}/empty.json is empty"),
+        (
+            "evaluate.py",
+            ["graphs={tmp}/split.json", "graphs_part=val"],
+            "error: graphs_part='val': {tmp}/split.json has no list 'val'; its lists: ['test', 'train']",
+        ),
+        (
+            "evaluate.py",
+            ["-m", "budget.max_nodes=40,abc", "hydra.sweep.dir={tmp}/sweep"],
+            "error: job (budget.max_nodes=abc): budget.max_nodes=abc: Value 'abc'",
+        ),
+        (
+            "evaluate.py",
+            ["graphset={tmp}/hotpot", "data=locomo"],
+            "error: data=locomo contradicts graphset={tmp}/hotpot, which holds a 'hotpotqa' set",
+        ),
+    ],
+)
+def test_a_refused_input_is_one_line_before_any_work(tmp_path, script, overrides, message):
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "split.json").write_text(json.dumps({"train": ["a"], "test": ["b"]}))
+    (tmp_path / "hotpot").mkdir()
+    (tmp_path / "hotpot" / "manifest.json").write_text(json.dumps({"dataset": "hotpotqa"}))
+    args = [a.format(tmp=tmp_path) for a in overrides]
+    if script != "benchmark.py" and not any(a.startswith("graphset=") for a in args):
+        args.append(f"graphset={tmp_path / 'missing'}")  # an error about the set would mean work had started
+    proc = run_script(script, *args, f"out_dir={tmp_path / 'out'}", tmp_path=tmp_path)
+    line = error_line(proc)
+    assert line.startswith(message.format(tmp=tmp_path)) and "Expecting value" not in line, line
+    assert not (tmp_path / "hydra").exists() and not (tmp_path / "out").exists() and not (tmp_path / "sweep").exists()
+
+
+def test_a_single_policy_name_is_a_one_element_list(tmp_path):
+    cfg = compose("evaluate", ["policies=beta_bfs", "stats.reference=null", f"out_dir={tmp_path / 'out'}"])
+    assert list(load_script("evaluate").plan_run(cfg).policies) == ["beta_bfs"]
+    assert name_list(["bm25", "ppr"], "baselines") == ["bm25", "ppr"]
+    with pytest.raises(ConfigError, match=r"policies=3: must be a policy name or a list of names"):
+        name_list(3, "policies")
+
+
+def test_a_split_file_without_the_part_names_file_and_key(tmp_path):
+    path = tmp_path / "fold0.pt.split.json"
+    path.write_text(json.dumps({"train": ["a"], "val": ["b"], "test": ["c", "d"], "run_id": "r"}))
+    assert split_names(path, "test") == ["c", "d"]
+    with pytest.raises(ConfigError, match=r"graphs_part='bogus': .*fold0.pt.split.json has no list 'bogus'"):
+        split_names(path, "bogus")
+    path.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"holds no lists of graph names"):
+        split_names(path, "test")
+
+
+def _edited_results(tmp_path: Path, name: str, edit) -> Path:
+    results = tmp_path / "results"
+    results.mkdir()
+    payload = json.loads((ROOT / "docs" / "results" / name).read_text())
+    edit(payload)
+    (results / name).write_text(json.dumps(payload))
+    return results
+
+
+def test_a_hand_edited_fold_next_to_its_stored_mean_is_refused(tmp_path):
+    name = "learned_vs_hybrid_locomo.json"
+
+    def edit(payload):
+        record = next(r for r in payload["records"] if r["policy"] == "hybrid" and r["fold"] == 1)
+        record["test"]["evidence_recall"] += 0.1
+
+    with pytest.raises(ResultsFileError) as refused:
+        render_headline(_edited_results(tmp_path, name, edit))
+    assert f"{name}: field 'summary.hybrid.evidence_recall.mean' is " in str(refused.value)
+    assert "per-fold values give" in str(refused.value)
+
+
+def test_a_hand_edited_family_mean_is_refused(tmp_path):
+    def edit(payload):
+        payload["summary"]["full"]["std"] = 0.5
+
+    shutil.copy(ROOT / "docs" / "results" / "relation_family_untyped.json", tmp_path / "untyped.json")
+    results = _edited_results(tmp_path, "relation_family.json", edit)
+    shutil.copy(tmp_path / "untyped.json", results / "relation_family_untyped.json")
+    with pytest.raises(ResultsFileError, match=r"relation_family.json: field 'summary.full.std' is 0.5, but its"):
+        render_relation_family(results)
