@@ -329,7 +329,15 @@ def make_configured_policy(config: Mapping[str, Any]):
         from graphmem.checkpoint import require_checkpoint
 
         require_checkpoint(kwargs["checkpoint"])  # one line naming the key, not Hydra's wrapped error
-    policy = hydra.utils.instantiate({"_target_": f"{cls.__module__}.{cls.__qualname__}", **kwargs}, _convert_="all")
+    try:
+        policy = hydra.utils.instantiate(
+            {"_target_": f"{cls.__module__}.{cls.__qualname__}", **kwargs}, _convert_="all"
+        )
+    except Exception as err:  # Hydra wraps what the constructor raised: a refused input keeps its own line
+        cause = err.__cause__ or err.__context__
+        if isinstance(cause, InputError):
+            raise cause from None
+        raise
     label = policy_label(config["_target_"])
     if policy.name != label:
         policy.name = label  # an unregistered class: its results carry its class name
