@@ -30,9 +30,18 @@ from torch import Tensor
 
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.graph import MemoryGraph
+from graphmem.paths import check_name
 from graphmem.policies.base import Query
 from graphmem.setformat import MANIFEST_VERSION, read_set, safe_name, write_set
-from graphmem.setstore import GraphSetError, drop_unreferenced, file_sha256, generation_of, read_manifest, set_lock
+from graphmem.setstore import (
+    GraphSetError,
+    drop_unreferenced,
+    file_sha256,
+    generation_of,
+    keep_aside,
+    read_manifest,
+    set_lock,
+)
 
 __all__ = ["GraphSet", "GraphSetError", "DataConfig", "GraphConfig", "MANIFEST_VERSION", "file_sha256", "safe_name"]
 BUILDER_VERSION = 1  # bump when a builder changes what it produces, to invalidate saved sets
@@ -176,10 +185,23 @@ class GraphConfig:
         return _from_mapping(cls, values)
 
 
-def config_hash(data_cfg: DataConfig, graph_cfg: GraphConfig, data_sha256: str) -> str:
-    """sha256 over the settings that change the output (not root/cache paths) and the data file bytes."""
+def _settings(data_cfg: DataConfig, graph_cfg: GraphConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The data and graph settings that change the output (not root/cache paths, not the training files)."""
     data = {k: v for k, v in asdict(data_cfg).items() if k not in ("root", "train_files") and not _at_default(k, v)}
     graph = {k: v for k, v in asdict(graph_cfg).items() if k not in _UNHASHED and not _at_default(k, v)}
+    return data, graph
+
+
+def source(data_cfg: DataConfig, graph_cfg: GraphConfig) -> dict[str, Any]:
+    """What a set is built from: ``{"data.<key>": v, "graph.<key>": v}`` for every setting of :func:`config_hash`
+    (the data file's name included, not its bytes): one set folder holds sets of one source only."""
+    data, graph = _settings(data_cfg, graph_cfg)
+    return {**{f"data.{k}": v for k, v in data.items()}, **{f"graph.{k}": v for k, v in graph.items()}}
+
+
+def config_hash(data_cfg: DataConfig, graph_cfg: GraphConfig, data_sha256: str) -> str:
+    """sha256 over the settings that change the output (not root/cache paths) and the data file bytes."""
+    data, graph = _settings(data_cfg, graph_cfg)
     blob = json.dumps(
         {"data": data, "graph": graph, "data_sha256": data_sha256, "builder": BUILDER_VERSION}, sort_keys=True
     )
@@ -384,6 +406,8 @@ def reuse_or_build(
 
     Returns the set and what happened: ``"reused"``, ``"built"`` or ``"rebuilt: <why>"``. The
     folder's write lock is held from the check to the commit, so two processes never build it at once.
+    A folder holding a set of another source (data file or settings) is refused unless ``force``
+    (:func:`_replacing`): one folder never silently changes what it holds.
     ``check(graphset)`` runs on a new build before it is committed (and on a reused set): raising
     there leaves the folder as it was (default: none).
     """
@@ -395,14 +419,16 @@ def reuse_or_build(
     lock = set_lock(out_dir)
     lock.acquire(blocking=True, on_wait=lambda h: log.info("waiting for another build of %s", out_dir))
     try:
-        status = "built"
+        status, aside = "built", None
         try:
             manifest = read_manifest(out_dir)
         except GraphSetError as err:
             manifest, status = None, f"rebuilt: the saved set was refused ({err})"
-        if manifest is not None:
-            status = "rebuilt: force=true" if force else "rebuilt: the config hash differs"
-            if manifest.get("config_hash") == wanted and not force:
+        if manifest is not None and manifest.get("config_hash") != wanted:
+            status, aside = _replacing(out_dir, manifest, data_cfg, graph_cfg, force)
+        elif manifest is not None:
+            status = "rebuilt: force=true"
+            if not force:
                 try:
                     graphset = GraphSet.load(out_dir)
                     if check is not None:
@@ -415,10 +441,59 @@ def reuse_or_build(
         graphset = build_graphset(data_cfg, graph_cfg, encoder=encoder, progress=progress)
         if check is not None:
             check(graphset)
+        if aside is not None:  # the set of another source, kept whole before the commit replaces it
+            status += f" is kept in {keep_aside(out_dir, manifest, aside)}"
         graphset.save(out_dir, extra_files=lexical_files(graphset.graphs))  # the BM25 index of every graph
         return graphset, status
     finally:
         lock.release()
+
+
+def built_from(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The :func:`source` of a saved set from its manifest's provenance; ``None`` when it records none."""
+    provenance = manifest.get("provenance")
+    data, graph = (provenance.get("data"), provenance.get("graph")) if isinstance(provenance, dict) else (None, None)
+    if not isinstance(data, dict) or not isinstance(graph, dict):
+        return None
+    known = {cls: {f.name for f in dataclasses.fields(cls)} for cls in (DataConfig, GraphConfig)}
+    try:
+        return source(
+            DataConfig.from_mapping({k: v for k, v in data.items() if k in known[DataConfig]}),
+            GraphConfig.from_mapping({k: v for k, v in graph.items() if k in known[GraphConfig]}),
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+def _replacing(
+    out_dir: Path, manifest: Mapping[str, Any], data_cfg: DataConfig, graph_cfg: GraphConfig, force: bool
+) -> tuple[str, str | None]:
+    """What a build does to the set in ``out_dir`` whose config hash differs from its own: its status
+    and the folder name to keep the old set in (``None``: nothing kept).
+
+    The same :func:`source` (only the data file's bytes or the builder changed) is rebuilt in
+    place. Another source, or one the manifest does not record, is refused with a
+    :class:`GraphSetError` naming the folder, what it holds and what was asked, unless ``force``:
+    then the old set is kept in ``<out_dir>/replaced-<its config hash[:12]>[-N]/``
+    (:func:`graphmem.setstore.keep_aside`) just before the new one is committed.
+    """
+    held, asked = built_from(manifest), source(data_cfg, graph_cfg)
+    if held == asked:
+        return "rebuilt: the config hash differs", None
+    if held is None:
+        holds, wants = "an unrecorded source (no provenance in manifest.json)", f"data.file={data_cfg.file!r}"
+    else:
+        keys = sorted(k for k in {*held, *asked} if held.get(k, "(default)") != asked.get(k, "(default)"))
+        holds = ", ".join(f"{k}={held.get(k, '(default)')!r}" for k in keys)
+        wants = ", ".join(f"{k}={asked.get(k, '(default)')!r}" for k in keys)
+    aside = f"replaced-{str(manifest.get('config_hash') or 'unrecorded')[:12]}"
+    if not force:
+        raise GraphSetError(
+            f"{out_dir} holds the graph set built from {holds}; this build asks for {wants}: a set folder holds "
+            f"one source, so it is not replaced (build into another folder, or scripts/build_graph.py ... "
+            f"force=true replaces it and keeps the old set in {out_dir / aside}/)"
+        )
+    return f"rebuilt: force=true; the set built from {holds}", aside
 
 
 def load_or_build(
@@ -432,16 +507,25 @@ def load_or_build(
 
 
 def graphset_dir(root: str | Path, data_cfg: DataConfig, graph_cfg: GraphConfig) -> Path:
-    """Where a dataset's graph set is saved: ``<root>/<dataset>[-pooled][-limit<N>][-sentences][-<encoder>]``.
+    """Where a dataset's graph set is saved: ``<root>/<dataset>[-pooled][-limit<N>][-sentences][-<encoder>][-<tag>]``.
 
-    One folder per dataset slice and encoder (MiniLM, the default, is left unnamed); a change of
-    any other builder setting rebuilds the set in place (:func:`load_or_build` checks the hash).
+    One folder per source: the dataset slice and encoder are spelled out (MiniLM, the default, is
+    left unnamed), and every other setting that differs from its default, the data file included
+    (another file than the dataset's in ``DEFAULT_FILES``), adds ``tag`` = the first 8 hex digits
+    of the SHA-256 of those settings (sorted JSON of ``{"data.file": ..., "graph.<key>": ...}``).
+    The default sets keep their plain names (``outputs/graphs/locomo``); a change of the data file's
+    bytes or the builder rebuilds the set in place (:func:`reuse_or_build` checks the hash).
     """
+    passage_graphs = data_cfg.pooled or data_cfg.name == "musique"  # the graphs sentence_nodes applies to
+    named_data = DataConfig(name=data_cfg.name, pooled=data_cfg.pooled, limit=data_cfg.limit)
+    named_graph = GraphConfig(encoder=graph_cfg.encoder, sentence_nodes=passage_graphs and graph_cfg.sentence_nodes)
+    named, full = source(named_data, named_graph), source(data_cfg, graph_cfg)
+    other = {k: full.get(k, "(default)") for k in sorted({*named, *full}) if full.get(k) != named.get(k)}
     name = data_cfg.name + ("-pooled" if data_cfg.pooled else "")
     name += f"-limit{data_cfg.limit}" if data_cfg.limit is not None else ""
-    passage_graphs = data_cfg.pooled or data_cfg.name == "musique"  # the graphs sentence_nodes applies to
-    name += "-sentences" if passage_graphs and graph_cfg.sentence_nodes else ""
-    name += "" if graph_cfg.encoder == "minilm" else f"-{graph_cfg.encoder}"
+    name += "-sentences" if named_graph.sentence_nodes else ""
+    name += "" if graph_cfg.encoder == "minilm" else f"-{check_name('graph.encoder', graph_cfg.encoder)}"
+    name += f"-{hashlib.sha256(json.dumps(other, sort_keys=True).encode()).hexdigest()[:8]}" if other else ""
     return Path(root) / name
 
 

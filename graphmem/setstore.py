@@ -6,6 +6,8 @@ On disk::
                                  ``files`` = {relative path: {"sha256": ..., "bytes": ...}}
     <dir>/gen-<time>-<token>/    the files of one commit (graphs, queries, any index files)
     <dir>/.write.lock            held while a writer builds or commits (graphmem.lockfile)
+    <dir>/replaced-<hash>[-N]/   a set the folder held before a forced build from another source
+                                 (:func:`keep_aside`): a set of its own, never read from here
 
 Writing is a two-phase commit (:class:`SetWriter`). Phase 1 puts every file of the new
 generation in a fresh folder, fsyncs it and records its size and SHA-256 as written on disk.
@@ -43,6 +45,7 @@ from typing import Any, Callable, Mapping
 from graphmem.errors import InputError
 from graphmem.io import atomic_write
 from graphmem.lockfile import FileLock, describe
+from graphmem.paths import fresh_folder
 
 log = logging.getLogger(__name__)
 
@@ -212,12 +215,7 @@ class SetWriter:
     def keep(self, stored: str) -> str:
         """Carry the committed file ``stored`` (a path the current manifest lists) into this generation."""
         rel = stored.split("/", 1)[1] if stored.startswith(GENERATION_PREFIX) else stored
-        target = self.directory / self.generation / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(self.directory / stored, target)  # same bytes, no copy
-        except OSError:
-            shutil.copy2(self.directory / stored, target)
+        _link_or_copy(self.directory / stored, self.directory / self.generation / rel)
         return self._record(rel)
 
     def commit(self, manifest: Mapping[str, Any]) -> Path:
@@ -259,6 +257,32 @@ class SetWriter:
                 path.unlink()
                 if path.parent != self.directory and not any(path.parent.iterdir()):
                     path.parent.rmdir()
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)  # same bytes, no copy
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def keep_aside(directory: str | Path, manifest: Mapping[str, Any], name: str) -> Path:
+    """Keep the committed set of ``directory`` in a new folder ``<directory>/<name>`` (``-2``, ``-3``, ...
+    appended when that exists, :func:`graphmem.paths.fresh_folder`); returns that folder.
+
+    The manifest and every file it lists are hard-linked (copied where links fail) there, the
+    manifest last, so the kept copy loads as a set of its own; ``directory`` itself is not changed,
+    so the commit that replaces it stays the one atomic step and a build killed before it leaves
+    the folder as it was. Call with the set's write lock held.
+    """
+    directory = Path(directory)
+    aside = fresh_folder(directory / name)
+    for rel in manifest.get("files") or {}:
+        if not Path(rel).is_absolute() and ".." not in Path(rel).parts and (directory / rel).is_file():
+            _link_or_copy(directory / rel, aside / rel)
+    _link_or_copy(directory / MANIFEST, aside / MANIFEST)
+    return aside
 
 
 def drop_unreferenced(directory: str | Path, keep: str) -> None:

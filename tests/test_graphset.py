@@ -11,7 +11,16 @@ import pytest
 import torch
 
 from graphmem.embed import CachedEncoder, HashingEncoder
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, build_graphset, load_or_build, safe_name
+from graphmem.graphset import (
+    DataConfig,
+    GraphConfig,
+    GraphSet,
+    GraphSetError,
+    build_graphset,
+    load_or_build,
+    reuse_or_build,
+    safe_name,
+)
 from graphmem.policies.base import Query
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,14 +119,19 @@ def test_load_or_build_reuses_and_rebuilds(tmp_path):
     assert len(gs.graphs) == 3 and len(gs.questions) == 3 and len(enc.calls) == 1
     again = load_or_build(data, cfg, tmp_path, encoder=CachedEncoder(enc, tmp_path / "cache"), progress=False)
     assert len(enc.calls) == 1 and again.config_hash == gs.config_hash  # reused: no encoding, no build
-    changed = load_or_build(
+    with pytest.raises(GraphSetError, match=r"holds the graph set built from graph.features='scored'; this build asks"):
+        load_or_build(data, GraphConfig(encoder="hashing", features="onehot"), tmp_path, progress=False)
+    changed, status = reuse_or_build(
         data,
         GraphConfig(encoder="hashing", features="onehot"),
         tmp_path,
         encoder=CachedEncoder(enc, tmp_path / "cache"),
         progress=False,
+        force=True,
     )
-    assert changed.config_hash != gs.config_hash
+    assert changed.config_hash != gs.config_hash and "is kept in" in status
+    (kept,) = tmp_path.glob("replaced-*")
+    assert GraphSet.load(kept).config_hash == gs.config_hash  # the replaced set, whole
     assert torch.equal(
         GraphSet.load(tmp_path).graphs[gs.questions[0].graph].edge_attr, changed.graphs[gs.questions[0].graph].edge_attr
     )

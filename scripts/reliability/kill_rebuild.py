@@ -6,9 +6,11 @@
 1. builds the set with ``--base`` (default ``graph.semantic_k=5``) with ``scripts/build_graph.py``,
    and, in a separate folder, a clean build with ``--other`` (``graph.semantic_k=3``): the edge
    counts of the two clean builds;
-2. ``--runs`` times: starts the ``--other`` build in the base set's folder, kills it with SIGKILL
-   once it has written a random number of graph files (1 .. number of graphs), loads what the
-   folder holds, and reruns the ``--base`` build there, as a user would.
+2. ``--runs`` times: starts the ``--other`` build in the base set's folder (``force=true``: it is
+   another source, so the base set is kept in ``replaced-*/`` first), kills it with SIGKILL once
+   it has written a random number of graph files (1 .. number of graphs), loads what the folder
+   holds, and reruns the ``--base`` build there, as a user would (with ``force=true`` when the
+   folder holds the ``--other`` set).
 
 A run is **mixed** when the folder loads as a set whose edge count matches neither clean build,
 or whose config hash claims one config with the other's edges, or when the rerun reuses a set
@@ -37,7 +39,7 @@ def build(root: Path, args: argparse.Namespace, overrides: list[str]) -> subproc
         str(ROOT / "scripts" / "build_graph.py"),
         f"data={args.data}",
         f"graph.encoder={args.encoder}",
-        f"graphset_dir={root}",
+        f"graphset={root / 'set'}",
         "plot=false",
         "progress=false",
         f"hydra.run.dir={args.out / 'hydra'}",
@@ -71,10 +73,15 @@ def describe(folder: Path) -> dict:
     return {"loads": True, "hash": gs.config_hash, "edges": sum(g.num_edges for g in gs.graphs.values())}
 
 
+def set_files(folder: Path) -> list[Path]:
+    """The safetensors files of the folder's generations (not of sets kept aside in ``replaced-*/``)."""
+    return list(folder.glob("gen-*/**/*.safetensors"))
+
+
 def written_since(folder: Path, before: dict[Path, int]) -> int:
     """Graph files written (new or rewritten) since ``before`` (path -> mtime_ns) was taken."""
     count = 0
-    for p in folder.rglob("*.safetensors"):
+    for p in set_files(folder):
         try:
             mtime = p.stat().st_mtime_ns
         except FileNotFoundError:
@@ -103,15 +110,15 @@ def main() -> int:
     finish(build(clean, args, args.other + ["force=true"]))
     folder = only_set(sets)
     base, other = describe(folder), describe(only_set(clean))
-    graphs = len(list(folder.rglob("*.safetensors"))) - 1  # minus the query embeddings
+    graphs = len(set_files(folder)) - 1  # minus the query embeddings
     print(f"seed {seed}; clean builds: base {base['edges']} edges, other {other['edges']} edges; {graphs} graph files")
     clean_hashes = {base["hash"]: base["edges"], other["hash"]: other["edges"]}
 
     runs = []
     for i in range(args.runs):
         k = rng.randint(1, graphs)
-        before = {p: p.stat().st_mtime_ns for p in folder.rglob("*.safetensors")}
-        proc = build(sets, args, args.other)
+        before = {p: p.stat().st_mtime_ns for p in set_files(folder)}
+        proc = build(sets, args, args.other + ["force=true"])  # another source: replacing it takes force
         while proc.poll() is None and written_since(folder, before) < k:
             time.sleep(0.002)
         killed = proc.poll() is None
@@ -120,15 +127,15 @@ def main() -> int:
         proc.communicate()
         written = written_since(folder, before)
         after_kill = describe(folder)
-        out = finish(build(sets, args, args.base))
-        rerun = describe(folder)
-        mixed = (after_kill["loads"] and clean_hashes.get(after_kill["hash"]) != after_kill["edges"]) or (
-            rerun.get("edges") != base["edges"]
-        )
         state = (
             "refused"
             if not after_kill["loads"]
             else {base["hash"]: "previous set", other["hash"]: "new set"}.get(after_kill["hash"], "unknown config")
+        )
+        out = finish(build(sets, args, args.base + (["force=true"] if state == "new set" else [])))
+        rerun = describe(folder)
+        mixed = (after_kill["loads"] and clean_hashes.get(after_kill["hash"]) != after_kill["edges"]) or (
+            rerun.get("edges") != base["edges"]
         )
         run = {
             "run": i + 1,
