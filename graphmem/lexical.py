@@ -262,7 +262,7 @@ class BM25Index:
         return np.bincount(seg, weights=self._d()["weight"][pos[hit]], minlength=rows.size)
 
     def rank_bounded(
-        self, query: str, k: int, tie: np.ndarray | None = None, chunk: int = 4096
+        self, query: str, k: int, tie: np.ndarray | None = None, chunk: int = 2048
     ) -> tuple[np.ndarray, np.ndarray]:
         """The first ``k`` of :meth:`rank`'s rows, ordered by (score desc, ``tie[row]`` asc; default ``tie``: the
         row), read from the heads of the impact-ordered postings only (Fagin's threshold algorithm with
@@ -271,10 +271,10 @@ class BM25Index:
         Each query term's postings are kept by weight descending, so after reading the first ``r_t`` of them
         every unread posting of ``t`` weighs at most ``u_t`` (the next weight: ``ub(t)``, the term's largest,
         before any read; 0 once all are read), and ``U = sum_t u_t``. Terms are read one after another by ``ub``
-        descending (the rare ones first), each in chunks (``max(4k, chunk)`` postings, doubling), adding their
-        weights into a partial score ``p(d)`` per row seen. After each chunk the ``k`` rows of largest ``p`` are
-        scored exactly (:meth:`row_scores`); the smallest of those ``k`` exact scores, ``theta``, is at most the
-        true k-th best score. The read stops once ``U < theta``. Then
+        descending (the rare ones first), in chunks of that sequence of postings (``max(4k, chunk)`` postings,
+        doubling), adding their weights into a partial score ``p(d)`` per row seen. After each chunk the ``k``
+        rows of largest ``p`` are scored exactly (:meth:`row_scores`); the smallest of those ``k`` exact scores,
+        ``theta``, is at most the true k-th best score. The read stops once ``U < theta``. Then
 
             score(d) <= p(d) + U   for every row d (p = 0 for a row never seen),
 
@@ -289,20 +289,25 @@ class BM25Index:
         q, d = self._query_terms(query), self._d()
         if not q.size or k < 1:
             return np.empty(0, np.int64), np.empty(0, np.float64)
-        u = d["term_max"][q].copy()
-        cand, part, theta, read = np.empty(0, np.int64), np.empty(0, np.float64), -np.inf, 0
-        for i in np.argsort(-u, kind="stable").tolist():
-            start, end, step = int(d["post_ptr"][q[i]]), int(d["post_ptr"][q[i] + 1]), max(4 * k, chunk)
-            while start < end and not u.sum() * (1.0 + 1e-9) < theta:
-                stop = min(start + step, end)
-                rows = np.concatenate([cand, d["post_row"][start:stop]])
-                cand, inverse = np.unique(rows, return_inverse=True)
-                part = np.bincount(inverse, weights=np.concatenate([part, d["post_weight"][start:stop]]))
-                read, start, step = read + stop - start, stop, 2 * step
-                u[i] = d["post_weight"][start] if start < end else 0.0
-                if cand.size >= k:
-                    top = np.sort(cand[np.argpartition(-part, k - 1)[:k]])
-                    theta = max(theta, float(self.row_scores(q, top).min()))
+        by_ub = np.argsort(-d["term_max"][q], kind="stable")
+        start, df = d["post_ptr"][q[by_ub]], d["df"][q[by_ub]]
+        offset = np.concatenate([[0], np.cumsum(df)])  # the terms' postings, one after another
+        u = d["term_max"][q[by_ub]].copy()
+        cand, part, theta = np.empty(0, np.int64), np.empty(0, np.float64), -np.inf
+        read, step = 0, max(4 * k, chunk)
+        while read < offset[-1] and not u.sum() * (1.0 + 1e-9) < theta:
+            lo = np.clip(read - offset[:-1], 0, df)
+            read = min(read + step, int(offset[-1]))
+            hi = np.clip(read - offset[:-1], 0, df)
+            take = hi - lo
+            pos = np.repeat(start + lo - np.cumsum(take) + take, take) + np.arange(int(take.sum()))
+            cand, inverse = np.unique(np.concatenate([cand, d["post_row"][pos]]), return_inverse=True)
+            part = np.bincount(inverse, weights=np.concatenate([part, d["post_weight"][pos]]))
+            u = np.where(hi < df, d["post_weight"][start + np.minimum(hi, df - 1)], 0.0)
+            step *= 2
+            if cand.size >= k:
+                top = np.sort(cand[np.argpartition(-part, k - 1)[:k]])
+                theta = max(theta, float(self.row_scores(q, top).min()))
         self.last_read = (read, int(d["df"][q].sum()))
         keep = cand[(part + u.sum()) * (1.0 + 1e-9) >= theta]
         score = self.row_scores(q, keep)

@@ -160,3 +160,43 @@ def test_benchmark_script_runs_the_text_suite(tmp_path):
     saved = json.loads((tmp_path / "scaling_text.json").read_text())
     assert set(saved["sizes"]["200"]["policies"]) == {"router", "hybrid", "bm25", "beta_bfs"}
     assert saved["command"].startswith("python scripts/benchmark.py") and saved["torch_threads"] == 1
+
+
+def test_bounded_page_renders_the_lexical_section(tmp_path):
+    import json
+
+    from graphmem.docgen import bounded
+
+    run = {"evidence_recall": 0.63, "served_p50_ms": 0.3, "served_p95_ms": 0.4}
+    pair = {
+        "first": run,
+        "second": {**run, "served_p50_ms": 0.5},
+        "paired": {"n": 1224, "first": 0.63, "second": 0.63, "diff": 0.0, "ci": [0.0, 0.0], "p": 1.0},
+        "identical_loaded_share": 0.995,
+    }
+    (tmp_path / "bounded_hybrid.json").write_text(json.dumps({"pairs": {"locomo": pair}, "command": "cmd-h"}))
+    served = {"end_to_end_p50_ms": 1.0, "end_to_end_p95_ms": 2.0, "end_to_end_cpu_p50_ms": 0.9}
+    size = {"graph_build_s": 1.0, "bm25_build_s": 2.0, "lexical_tables_s": 0.5, "rss_mb": 1234.0}
+    sweep = {
+        "sizes": {
+            "1000": {**size, "index": {}, "policies": {"bm25": {**served, "entry_recall_at_k": 1.0, "bounded": False}}},
+            "1000000": {
+                **size,
+                "index": {"hnsw": {"build_s": 3.0}},
+                "policies": {"bm25": {**served, "entry_recall_at_k": 0.995, "bounded": True}},
+            },
+        },
+        "growth": {"bm25": {"p50_largest_over_smallest": 1.0, "cpu_p50_largest_over_smallest": 1.0}},
+        "load_average_at_start": [1.0, 1.0, 1.0],
+        "load_average_at_end": [2.0, 2.0, 2.0],
+        "torch_threads": 1,
+        "omp_num_threads": "1",
+        "command": "cmd-t",
+    }
+    (tmp_path / "scaling_text.json").write_text(json.dumps(sweep))
+    page = bounded.render(tmp_path)
+    assert "| locomo | 1,224 | 0.6300 | 0.6300 | +0.0000 [+0.0000, +0.0000] | 1.000 | 99.5% |" in page
+    assert "| `bm25` | 1.00 / 2.00 (0.90) | 1.00 / 2.00 (0.90) | 1.00×, 1.00× |" in page
+    assert "| `bm25` | 1.0000 | 0.9950 † |" in page and "| 1,000,000 | 1.0 | 2.0 | 3.0 | 0.5 | 1,234 |" in page
+    assert "`cmd-h`" in page and "`cmd-t`" in page and "(bounded_bm25.json not present: not measured)" in page
+    assert "OMP_NUM_THREADS=1" in page

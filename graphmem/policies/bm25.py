@@ -13,9 +13,10 @@ with the query only; none shared: no entries).
 Bounded per query: on graphs of at least ``min_nodes`` nodes (default :data:`BOUNDED_MIN_NODES`) the
 ranking is read as far as it is used, from :meth:`~graphmem.lexical.BM25Index.rank_bounded` (the exact
 top-``k`` by the threshold algorithm over impact-ordered postings, ties by string id): the policy asks for
-the top ``max_nodes``, then twice as many each time its loader reads past them, and the rows that share no
-term follow by id as before. The same rows in the same order as the full ranking, without its pass over
-every posting of the query's terms; smaller graphs rank in full.
+the top ``max_nodes + 1`` (the loader reads one past its last node), then twice as many each time its
+loader reads past them, and the rows that share no term follow by id as before. The same rows in the
+same order as the full ranking, without its pass over every posting of the query's terms; smaller graphs
+rank in full.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class BM25Policy(TraversalPolicy):
             own = scope.batch.graphs[int(scope.comp[b])]
             if own.num_nodes >= max(self.min_nodes, 1):
                 scores: dict[int, float] = {}
-                first = max(budget.max_nodes, 1)
+                first = max(budget.max_nodes, 1) + 1  # the loader reads one past its last node
                 rankings.append((_bounded_ranking(own, q.text, first, self.k1, self.b, scores), scores))
                 continue
             rows, scores = bm25_ranking(own, q.text, self.k1, self.b)
