@@ -96,3 +96,18 @@ def test_cached_scorer_tensors_follow_the_weights(pooled):
     want = batched_reference(pooled, scorer, budget)
     assert again == {k: (r, max(d, default=0), sorted(e)) for k, (r, d, e) in want.items()}
     assert again != first  # the new weights walk differently (so a stale cache would have been caught)
+
+
+def test_served_walk_scores_no_children_of_its_last_load(pooled):
+    """A walk that loads ``max_nodes`` nodes scores the children of every load but the last (those could
+    never be loaded): no score call for the children of load ``max_nodes - 1``; the same loads."""
+    (graph,) = pooled.graphs.values()
+    scorer = perturbed_scorer(graph.dim, seed=0, rank=4, stop=False, lexical=True)
+    budget = Budget(max_entries=4, top_k_neighbors=3, max_hops=3, max_nodes=6, max_tokens=100_000)
+    want = batched_reference(pooled, scorer, budget)
+    orders, real = [], type(scorer).score
+    scorer.score = lambda ctx, cand: orders.extend(cand.order[~cand.is_entry].tolist()) or real(scorer, ctx, cand)
+    got = served(make_policy("router", scorer=scorer, device="cpu"), pooled, budget)
+    assert all(loaded == want[qid][0] for qid, ((loaded, _, _), _) in got.items())
+    assert sum(len(v[0][0]) == budget.max_nodes for v in got.values()) >= 40
+    assert orders and max(orders) == budget.max_nodes - 2  # children of the first max_nodes - 1 loads only

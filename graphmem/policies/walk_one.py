@@ -48,15 +48,26 @@ def walk_one(
         return _walk_one(tables, scorer, q, entries, budget, ctx)
 
 
+def _as_list(t: Tensor) -> list:
+    """``t.tolist()`` of a per-graph table, kept on the tensor (the tables are rebuilt, not changed in
+    place, when the graph changes): the walk reads single entries of it at every step."""
+    got = getattr(t, "_walk_one_list", None)
+    if got is None:
+        got = t._walk_one_list = t.tolist()
+    return got
+
+
 def _walk_one(tables, scorer, q, entries, budget, ctx):
     dev = q.device
     pairs, tokens, top_k = tables.pairs, tables.tokens, budget.top_k_neighbors
+    rowptr, dst, tok = _as_list(pairs.rowptr), _as_list(pairs.dst), _as_list(tokens)
+    counts = torch.arange(budget.max_nodes, device=dev)
     col = (entries[0] >= 0).nonzero().flatten()
     ent = entries[0, col]
     none = torch.full_like(col, -1)
     s = scorer.score(ctx, Candidates(0 * col, none, ent, none, 0 * col, col))
     # pool slot -> (target, pair, depth, parent's load slot, tokens of the target); entries keep their columns
-    pool = {c: (v, -1, 0, -1, k) for c, v, k in zip(col.tolist(), ent.tolist(), tokens[ent].tolist())}
+    pool = {c: (v, -1, 0, -1, tok[v]) for c, v in zip(col.tolist(), ent.tolist())}
     heap = [(-x, c) for x, c in zip(s.tolist(), col.tolist())]
     heapq.heapify(heap)
     width = entries.shape[1]
@@ -73,7 +84,7 @@ def _walk_one(tables, scorer, q, entries, budget, ctx):
         if not heap:
             break
         best = torch.tensor([-neg], dtype=s.dtype, device=dev)
-        stop = scorer.stop_logit(ctx, best, torch.tensor([count], device=dev), budget)
+        stop = scorer.stop_logit(ctx, best, counts[count : count + 1], budget)
         if stop is not None and bool(stop[0] > best[0]):  # argmax over [candidates, stop]: ties to a candidate
             break
         heapq.heappop(heap)
@@ -87,16 +98,15 @@ def _walk_one(tables, scorer, q, entries, budget, ctx):
         if top_k <= 0 or depth >= budget.max_hops:
             continue
         expanded.append(v)
-        lo, hi = pairs.rowptr[v : v + 2].tolist()
-        if hi == lo:
+        lo, hi = rowptr[v], rowptr[v + 1]
+        if hi == lo or count + 1 == budget.max_nodes:  # the last load: its children could never be loaded
             continue
-        pid = torch.arange(lo, hi, device=dev)
-        child = pairs.dst[lo:hi]
         deg = hi - lo
-        same = lambda x: torch.full((deg,), x, dtype=torch.long, device=dev)  # noqa: E731
-        s_new = scorer.score(ctx, Candidates(same(0), same(v), child, pid, same(depth + 1), same(count)))
-        for j, (c, x, kc) in enumerate(zip(child.tolist(), s_new.tolist(), tokens[child].tolist())):
-            pool[width + j] = (c, lo + j, depth + 1, count, kc)
+        same = torch.tensor([[0], [v], [depth + 1], [count]], device=dev).expand(4, deg)
+        cand = Candidates(same[0], same[1], pairs.dst[lo:hi], torch.arange(lo, hi, device=dev), same[2], same[3])
+        for j, x in enumerate(scorer.score(ctx, cand).tolist()):
+            c = dst[lo + j]
+            pool[width + j] = (c, lo + j, depth + 1, count, tok[c])
             if c not in seen:
                 heapq.heappush(heap, (-x, width + j))
         width += deg
