@@ -14,6 +14,13 @@ episodes/s (of the reinforce phase) over the first's.
 ``--ranks`` measures data parallelism instead (:func:`rl.walk.parallel_throughput.data_parallel_throughput`):
 the reinforce step at the same global batch under ``torchrun`` with each rank count (CPU, gloo), one
 job after the other in this run, with each count's questions/s over the first's.
+
+    python scripts/bench_train.py --cliff --out docs/results/thread_cliff.json
+
+``--cliff`` measures the thread cliff instead (:func:`rl.walk.throughput.thread_cliff`): seconds per
+training step (``--batch`` questions, ``--steps`` steps, ``--rounds`` rounds) with one busy process
+beside it, threads forced to the core count (the old ``threads: 2``), the default settings, and
+``OMP_NUM_THREADS=1``, with the ratios to the last. Every report records the threads it ran with.
 """
 
 from __future__ import annotations
@@ -25,10 +32,10 @@ from pathlib import Path
 
 import torch
 
-from graphmem.cli import check_device
+from graphmem.cli import ConfigError, check_device, set_threads
 from graphmem.io import atomic_write
 from rl.walk.parallel_throughput import data_parallel_throughput
-from rl.walk.throughput import training_throughput
+from rl.walk.throughput import thread_cliff, training_throughput
 
 
 def main() -> None:
@@ -42,11 +49,18 @@ def main() -> None:
         default="cuda" if torch.cuda.is_available() else "cpu",
         help="a device, or several separated by commas (the first is the reference)",
     )
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: $OMP_NUM_THREADS, else 1)")
     ap.add_argument("--ranks", default="", help="data parallelism: rank counts separated by commas, e.g. 1,2")
-    ap.add_argument("--steps", type=int, default=8, help="with --ranks: timed steps per rank count")
+    ap.add_argument("--steps", type=int, default=8, help="with --ranks / --cliff: timed steps per rank count / mode")
+    ap.add_argument("--cliff", action="store_true", help="the thread cliff under one busy process (module docstring)")
+    ap.add_argument("--rounds", type=int, default=2, help="with --cliff: interleaved rounds of the three modes")
     ap.add_argument("--out", default="outputs/benchmark/train_episodes.json")
     args = ap.parse_args()
+    if args.cliff:
+        if min(args.steps, args.rounds, args.batch) < 1:
+            ap.error("--steps, --rounds and --batch must be positive")
+        result = thread_cliff(args.nodes, args.dim, args.batch, args.steps, args.rounds)
+        return write(result, Path(args.out))
     if args.ranks:
         try:
             ranks = [int(r) for r in args.ranks.split(",")]
@@ -54,28 +68,30 @@ def main() -> None:
             ap.error(f"--ranks must be integers separated by commas, got {args.ranks!r}")
         if not ranks or min(ranks) < 1:
             ap.error(f"--ranks must be positive, got {args.ranks!r}")
-        out = Path(args.out)
-        result = data_parallel_throughput(ranks, args.nodes, args.dim, args.batch, args.steps)
-        result["command"] = "python " + " ".join(sys.argv)
-        print(json.dumps(result, indent=1))
-        atomic_write(out, lambda tmp: tmp.write_text(json.dumps(result, indent=1)))
-        return
+        return write(data_parallel_throughput(ranks, args.nodes, args.dim, args.batch, args.steps), Path(args.out))
     devices = [d.strip() for d in args.device.split(",") if d.strip()]
     try:
         for d in devices:
             check_device(d, "--device")
     except ValueError as err:
         ap.error(str(err))  # one line, exit status 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    try:
+        threads = set_threads({"threads": args.threads})
+    except ConfigError as err:
+        ap.error(str(err))
     runs = [training_throughput(args.nodes, args.dim, args.batch, args.single, device=d) for d in devices]
     for run in runs[1:]:
         run[f"batched_over_{runs[0]['device']}"] = run["batched_episodes_per_s"] / runs[0]["batched_episodes_per_s"]
     result = runs[0] if len(runs) == 1 else {"devices": runs}
+    write({**result, "threads": threads}, Path(args.out))
+
+
+def write(result: dict, out: Path) -> None:
+    """Print ``result`` with the command line and write it to ``out`` (atomically)."""
+    result = {**result, "command": "python " + " ".join(sys.argv)}
     print(json.dumps(result, indent=1))
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    atomic_write(out, lambda tmp: tmp.write_text(json.dumps(result, indent=1)))
 
 
 if __name__ == "__main__":

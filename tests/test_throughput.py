@@ -39,3 +39,43 @@ def test_training_throughput_times_the_walk_trainers_rollout_and_update(monkeypa
         # one walk episode per question in both modes
         assert rates["batched_episodes_per_s"] == rates["batched_questions_per_s"]
     assert run["speedup"] == run["phases"]["reinforce"]["speedup"]
+
+
+def test_thread_cliff_runs_three_modes_beside_one_busy_process_and_stops_it(monkeypatch):
+    """Each mode runs in its own process with its environment (OMP_NUM_THREADS unset, or 1); the ratios are
+    of the median step seconds; the busy process runs throughout and is stopped at the end."""
+    import json
+    import subprocess
+
+    import rl.walk.throughput as tp
+
+    seen, busy = [], []
+    real_popen = subprocess.Popen
+
+    def popen(args, **kw):
+        busy.append(real_popen(args, **kw))
+        return busy[-1]
+
+    def run(args, env, **kw):
+        mode = json.loads(args[-1])["mode"]
+        assert busy[0].poll() is None  # the busy process is running during every mode
+        seen.append((mode, env.get("OMP_NUM_THREADS")))
+        seconds = {"forced": [4.0, 6.0], "default": [1.0, 1.0], "omp1": [1.0, 1.0]}[mode]
+        out = json.dumps({"threads": 2 if mode == "forced" else 1, "interop": 1, "s": seconds})
+        return subprocess.CompletedProcess(args, 0, stdout=out + "\n", stderr="")
+
+    monkeypatch.setattr(tp.subprocess, "Popen", popen)
+    monkeypatch.setattr(tp.subprocess, "run", run)
+    monkeypatch.setattr(tp.time, "sleep", lambda s: None)
+    got = tp.thread_cliff(steps=2, rounds=2)
+    assert seen == [("forced", None), ("default", None), ("omp1", "1")] * 2
+    assert busy[0].poll() is not None  # stopped
+    assert got["forced_over_omp1"] == 5.0 and got["default_over_omp1"] == 1.0
+    assert got["modes"]["forced"]["torch_threads"] == 2 and got["modes"]["omp1"]["step_s_rounds"] == [1.0, 1.0]
+
+
+def test_step_seconds_times_real_training_steps():
+    from rl.walk.throughput import step_seconds
+
+    got = step_seconds(nodes=100, dim=8, batch=4, steps=2)
+    assert len(got) == 2 and all(s > 0 for s in got)

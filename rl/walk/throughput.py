@@ -16,6 +16,11 @@ embedding selector, as in training. Used by ``scripts/bench_train.py`` and ``scr
 
 from __future__ import annotations
 
+import json
+import os
+import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -138,4 +143,103 @@ def training_throughput(
         **main,
         "phases": phases,
         "torch_threads": torch.get_num_threads(),
+    }
+
+
+# ---------------------------------------------------------------------- the thread cliff
+CLIFF_MODES = ("forced", "default", "omp1")
+SPIN = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def step_seconds(nodes: int, dim: int, batch: int, steps: int, seed: int = 0) -> list[float]:
+    """Wall seconds of each of ``steps`` steps of the trainer's policy-gradient phase (``rollout`` then
+    ``update`` over ``batch`` questions, as :func:`training_throughput` times them), after one warm-up step."""
+    cfg = TrainConfig.merged(default_trainer(), {}, seed=seed, device="cpu", checkpoint_dir="")
+    graph = make_synthetic_graph(nodes, dim=dim, seed=seed)
+    questions, emb = synthetic_questions(graph, batch * (steps + 1), seed + 1)
+    walker = WalkTrainer(cfg, {"synthetic": graph}, questions, emb)
+    out = []
+    with deterministic_algorithms():
+        walker._start_phase(len(walker.cfg.phases()) - 1)
+        phase = walker.cfg.phases()[-1][0]
+        for i in range(steps + 1):
+            t = time.perf_counter()
+            walker.update(walker.rollout(torch.arange(i * batch, (i + 1) * batch), phase), phase)
+            out.append(time.perf_counter() - t)
+    return out[1:]
+
+
+def cliff_child(spec: str) -> None:
+    """One mode of :func:`thread_cliff`, in its own process: size the threads, time the steps, print JSON.
+
+    ``forced``: ``torch.set_num_threads`` to the affinity count (what a fixed ``threads: 2`` did on two
+    cores); ``default`` and ``omp1``: :func:`graphmem.cli.set_threads` with ``threads: null`` (the
+    parent leaves ``OMP_NUM_THREADS`` unset, or sets it to 1)."""
+    from graphmem.cli import set_threads
+
+    args = json.loads(spec)
+    if args["mode"] == "forced":
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
+    else:
+        set_threads({"threads": None})
+    seconds = step_seconds(args["nodes"], args["dim"], args["batch"], args["steps"])
+    print(json.dumps({"threads": torch.get_num_threads(), "interop": torch.get_num_interop_threads(), "s": seconds}))
+
+
+def _child_env(mode: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    return {**env, "OMP_NUM_THREADS": "1"} if mode == "omp1" else env
+
+
+def thread_cliff(nodes: int = 2000, dim: int = 64, batch: int = 64, steps: int = 8, rounds: int = 2) -> dict:
+    """Seconds per training step under a deliberately busy machine, at three thread settings, one run.
+
+    One busy process (a Python spin loop, one core, bounded to 15 minutes and stopped at the end) runs
+    for the whole measurement. Each mode (:func:`cliff_child`) runs in a fresh process, the modes
+    interleaved for ``rounds`` rounds; a mode's time is the median over its steps of all rounds. The
+    ratios ``default / omp1`` and ``forced / omp1`` are those of the medians: ``forced`` is the old
+    fixed ``threads: 2``, ``default`` what a script does now with ``OMP_NUM_THREADS`` unset."""
+    busy = subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=900)])
+    runs: dict[str, list[dict]] = {m: [] for m in CLIFF_MODES}
+    load = [os.getloadavg()]
+    try:
+        time.sleep(1.0)  # the spin loop holds its core before the first mode starts
+        for _ in range(rounds):
+            for mode in CLIFF_MODES:
+                spec = json.dumps({"mode": mode, "nodes": nodes, "dim": dim, "batch": batch, "steps": steps})
+                code = "import sys; from rl.walk.throughput import cliff_child; cliff_child(sys.argv[1])"
+                done = subprocess.run(
+                    [sys.executable, "-c", code, spec], env=_child_env(mode), capture_output=True, text=True
+                )
+                if done.returncode:
+                    raise RuntimeError(f"thread cliff mode {mode} failed: {done.stderr.strip()[-500:]}")
+                runs[mode].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        load.append(os.getloadavg())
+    finally:
+        busy.kill()
+        busy.wait()
+    modes = {
+        m: {
+            "torch_threads": r[0]["threads"],
+            "interop_threads": r[0]["interop"],
+            "step_s_median": statistics.median(s for x in r for s in x["s"]),
+            "step_s_rounds": [statistics.median(x["s"]) for x in r],
+        }
+        for m, r in runs.items()
+    }
+    base = modes["omp1"]["step_s_median"]
+    return {
+        "update": "rl.walk.trainer.WalkTrainer.rollout+update (reinforce phase)",
+        "nodes": nodes,
+        "dim": dim,
+        "batch": batch,
+        "steps": steps,
+        "rounds": rounds,
+        "cores_allowed": len(os.sched_getaffinity(0)),
+        "busy": "one Python spin loop (one core) for the whole run",
+        "load_average_at_start": load[0],
+        "load_average_at_end": load[-1],
+        "modes": modes,
+        "default_over_omp1": modes["default"]["step_s_median"] / base,
+        "forced_over_omp1": modes["forced"]["step_s_median"] / base,
     }
