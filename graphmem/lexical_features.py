@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -127,9 +127,17 @@ class GraphLexicon:
     df: dict[str, int]
     num_nodes: int
     vocab: dict[str, int]  # token -> its row r(t) in NodeTerms.key
+    seen: dict[str, tuple[int, float, float, int]] = field(default_factory=dict)
 
     def rare(self, token: str) -> bool:
         return self.df.get(token, 0) <= max(1.0, RARE_FRACTION * self.num_nodes)
+
+    def token(self, t: str) -> tuple[int, float, float, int]:
+        """``(token_id(t), idf(t), rare(t), r(t))``, kept per token (the lexicon is rebuilt when the graph changes)."""
+        got = self.seen.get(t)
+        if got is None:
+            got = self.seen[t] = (token_id(t), float(self.index.idf(t)), float(self.rare(t)), self.vocab.get(t, -1))
+        return got
 
 
 @dataclass
@@ -257,8 +265,8 @@ def query_terms(lexicon: GraphLexicon, texts: Sequence[str]) -> QueryTerms:
         kinds = query_kinds(text)
         values = []
         for t in toks:
-            flags = [lexicon.rare(t), t in kinds["name"], t in kinds["number"], t in kinds["date"]]
-            values.append([float(index.idf(t))] + [float(f) for f in flags])
+            _, idf, rare, _ = lexicon.token(t)
+            values.append([idf, rare, *(float(t in kinds[k]) for k in ("name", "number", "date"))])
         total = [sum(v[0] for v in values) * (k1 + 1.0)] + [sum(v[j] for v in values) for j in range(1, 5)]
         norms.append([x if x > 0 else 1.0 for x in total])
         rows.append((toks, values))
@@ -269,10 +277,10 @@ def query_terms(lexicon: GraphLexicon, texts: Sequence[str]) -> QueryTerms:
     row = torch.full((len(rows), width), -1, dtype=torch.long, device=CPU)
     for i, (toks, values) in enumerate(rows):
         if toks:
-            term[i, : len(toks)] = torch.tensor([token_id(t) for t in toks], device=CPU)
+            term[i, : len(toks)] = torch.tensor([lexicon.token(t)[0] for t in toks], device=CPU)
             valid[i, : len(toks)] = True
             value[i, : len(toks)] = torch.tensor(values, device=CPU)
-            row[i, : len(toks)] = torch.tensor([lexicon.vocab.get(t, -1) for t in toks], device=CPU)
+            row[i, : len(toks)] = torch.tensor([lexicon.token(t)[3] for t in toks], device=CPU)
     norm = torch.tensor(norms, dtype=torch.float32, device=CPU).view(len(rows), NUM_LEXICAL_FEATURES)
     return QueryTerms(term, valid, value, norm, row)
 
