@@ -47,7 +47,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import run_or_exit
+from graphmem.cli import run_or_exit, set_threads
 from graphmem.device import resolve_device
 from graphmem.eval.scaling import bench_policy, make_queries
 from graphmem.eval.scaling_text import sweep_for
@@ -381,8 +381,7 @@ def train_benchmark(cfg: DictConfig) -> dict:
 def run(cfg: DictConfig) -> dict:
     """Run the benchmark described by ``cfg`` (see ``configs/benchmark.yaml``); returns the report."""
     threads = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
+    set_threads(cfg)
     try:
         return _run(cfg)
     finally:

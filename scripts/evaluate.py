@@ -44,6 +44,7 @@ from graphmem.cli import (
     policy_config,
     restrict_graphs,
     run_or_exit,
+    set_threads,
     split_names,
 )
 from graphmem.errors import InputError, NothingMeasuredError
@@ -157,6 +158,7 @@ def plan_run(cfg: DictConfig) -> Plan:
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Run the evaluation described by ``cfg`` in its own run folder and return the ``results.json`` payload."""
+    set_threads(cfg)
     plan = plan_run(cfg)
     qa_settings = _qa_settings(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)

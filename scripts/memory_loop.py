@@ -37,11 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import check_int, check_out_dir, load_graphset, run_or_exit
+from graphmem.cli import check_int, check_out_dir, load_graphset, run_or_exit, set_threads
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
@@ -137,6 +136,7 @@ def check(cfg: DictConfig) -> Path:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """The loop in its own run folder (a live run's folder is refused, an earlier run's files moved aside)."""
+    set_threads(cfg)
     out = check(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)
     with open_run_folder(
@@ -283,8 +283,6 @@ def _run(cfg: DictConfig, out: Path, run_id: str) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="memory_loop")
 def main(cfg: DictConfig) -> None:
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
     run_or_exit(run, cfg)
 
 

@@ -33,7 +33,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import check_int, make_configured_policy, policy_config, restrict_graphs, run_or_exit
+from graphmem.cli import check_int, make_configured_policy, policy_config, restrict_graphs, run_or_exit, set_threads
 from graphmem.datasets.types import LoadReport
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import PairedComparison, fold_summary, paired_comparison, per_question
@@ -141,6 +141,7 @@ def neighbour_cosines(gs: GraphSet) -> dict[str, float]:
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
+    set_threads(cfg)
     out, budget, base, variants, heuristics = check(cfg)
     started = time.perf_counter()
     rows: dict[str, list[dict]] = {}  # policy -> test rows of every seed

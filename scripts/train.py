@@ -58,6 +58,7 @@ from graphmem.cli import (
     policy_config,
     restrict_graphs,
     run_or_exit,
+    set_threads,
 )
 from graphmem.device import resolve_device
 from graphmem.errors import NothingMeasuredError
@@ -203,6 +204,7 @@ def check(cfg: DictConfig):
 
 
 def run(cfg: DictConfig) -> dict[str, Any] | None:
+    set_threads(cfg)  # no threads key: $OMP_NUM_THREADS, else 1 (per rank under torchrun)
     world = init_from_env(str(cfg.trainer.run.device))
     out, budget, base, variants, baselines = check(cfg)
     run_cfg = base.get("run") or {}
