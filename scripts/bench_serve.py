@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from graphmem.cli import set_threads
 from graphmem.eval.latency import latency_summary
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
@@ -75,24 +76,37 @@ def interleaved(policies, graphs, queries, graph_of, budget, repeats):
     return out
 
 
+def command_line(argv: list[str]) -> list[str]:
+    """``argv`` without ``--note`` and its value (the report keeps the note on its own)."""
+    out, skip = [], False
+    for a in argv:
+        if not skip and a != "--note" and not a.startswith("--note="):
+            out.append(a)
+        skip = a == "--note"
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphset", required=True, help="a saved graph set directory")
     ap.add_argument("--checkpoint", default=None, help="walk checkpoint of scripts/train.py (default: untrained)")
     ap.add_argument("--repeats", type=int, default=1, help="serve each question this many times, keep its fastest")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--entries", default="hybrid", help="the router's entry selector (configs/policy/router.yaml)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (0: $OMP_NUM_THREADS, else 1)")
+    ap.add_argument("--note", default=None, help="what the run measures, kept with the report (its `code`)")
     ap.add_argument("--out", default="outputs/benchmark/serve_latency.json")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
     try:
+        threads = set_threads({"threads": args.threads})
         gs = GraphSet.load(args.graphset)
-        if args.checkpoint:
-            router, batched = (
-                cls(checkpoint=args.checkpoint, device="cpu") for cls in (RouterPolicy, BatchedWalkRouter)
-            )
-        else:
-            scorer = WalkScorer(dim=int(gs.query_embeddings.shape[1]))
-            router, batched = (cls(scorer=scorer, device="cpu") for cls in (RouterPolicy, BatchedWalkRouter))
+        made = (
+            {"checkpoint": args.checkpoint}
+            if args.checkpoint
+            else {"scorer": WalkScorer(dim=int(gs.query_embeddings.shape[1]))}
+        )
+        router, batched = (
+            cls(**made, device="cpu", entry_selector=args.entries) for cls in (RouterPolicy, BatchedWalkRouter)
+        )
     except (OSError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -101,14 +115,17 @@ def main() -> None:
     queries = [by_qid[q.qid] for q in gs.questions]
     graph_of = [q.graph for q in gs.questions]
     report: dict = {
-        "command": "python " + " ".join(sys.argv),
+        "command": "python " + " ".join(command_line(sys.argv)),
+        "code": args.note,
         "graphset": gs.dataset,
         "graphs": len(gs.graphs),
         "nodes": sum(g.num_nodes for g in gs.graphs.values()),
         "questions": len(queries),
         "checkpoint": args.checkpoint,
         "budget": dataclasses.asdict(budget),
+        "threads": threads,
         "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
         "load_average_at_start": os.getloadavg(),
         "policies": {},
     }
