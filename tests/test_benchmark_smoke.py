@@ -168,3 +168,23 @@ def test_training_throughput_benchmark(tmp_path):
         )
         assert run["speedup"] == run["batched_episodes_per_s"] / run["batch1_episodes_per_s"]
     assert second["batched_over_cpu"] > 0
+
+
+def test_serving_benchmark_records_its_threads_and_refuses_a_bad_count(tmp_path):
+    from tests.small_sets import saved_locomo_set
+
+    saved, out = saved_locomo_set(tmp_path, limit=1), tmp_path / "serve.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
+    args = [sys.executable, str(ROOT / "scripts" / "bench_serve.py"), "--graphset", str(saved), "--out", str(out)]
+    proc = script_runner.run([*args, "--threads", "0", "--note", "smoke"], cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["threads"] == report["torch_threads"] == 1 and report["code"] == "smoke"
+    assert "--note" not in report["command"] and report["questions"] > 0
+    assert (
+        report["router_loads_what_router_batched_loads"] == f"{report['questions']} of {report['questions']} questions"
+    )
+    bad = script_runner.run([*args, "--threads", "-2"], cwd=ROOT, env=env, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "error: threads: expected a positive number of threads, got -2"
+    ]
