@@ -9,6 +9,8 @@
   evidence, found or missed, laid out hop by hop (:func:`retrieval_columns`).
 * :func:`plot_recall_tokens` — mean recall against mean loaded tokens: node-sweep curves with 95 % bands
   and the token-cost variants' points (``scripts/cost_curve.py``).
+* :func:`plot_build_scaling` — graph-set build time against the length of one turn or passage, log-log,
+  with the linear reference and the size limit (``scripts/benchmarks/build_scaling.py``).
 
 Every function writes a PNG and returns its path; matplotlib is imported on first use (Agg).
 """
@@ -391,4 +393,34 @@ def plot_recall_tokens(payload: Mapping[str, Any], path: str | Path, title: str 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7.5, loc="lower right")
     fig.suptitle(title or "recall against loaded tokens", fontsize=10)
+    return _save(fig, path)
+
+
+def plot_build_scaling(payload: Mapping[str, Any], path: str | Path) -> Path:
+    """Build seconds (y, log) against the characters of the one long text (x, log) of each series in
+    ``payload["series"]`` (name -> rows with ``chars`` and ``build_s``), the line ``t = c * chars`` through
+    each series' largest point (slope 1: linear), ``payload["max_text_chars"]`` as a vertical line and
+    ``payload["target"]`` (``chars``, ``seconds``) as a marker; points above the limit (``above_max``) hollow."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 4.8), constrained_layout=True)
+    colours = plt.get_cmap("tab10")
+    for i, (name, rows) in enumerate(payload["series"].items()):
+        xs, ys = [r["chars"] for r in rows], [r["build_s"] for r in rows]
+        ax.plot(xs, ys, color=colours(i), lw=1.6, label=name)
+        for r in rows:
+            face = "white" if r.get("above_max") else colours(i)
+            ax.plot([r["chars"]], [r["build_s"]], "o", ms=6, mfc=face, mec=colours(i))
+        ax.plot(xs, [ys[-1] * x / xs[-1] for x in xs], color=colours(i), lw=0.8, ls=":")
+    ax.plot([], [], "k:", lw=0.8, label="linear in the text (through the largest point)")
+    ax.axvline(payload["max_text_chars"], color="grey", lw=1, ls="--", label="graph.max_text_chars (default)")
+    target = payload.get("target")
+    if target:
+        ax.plot([target["chars"]], [target["seconds"]], "*", ms=12, color="black", label="target: 1 MB in under 10 s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("characters of the one long turn / passage")
+    ax.set_ylabel("seconds to build the graph set (wall)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(payload.get("title", "build time against text length"), fontsize=10)
     return _save(fig, path)

@@ -8,6 +8,7 @@ import json
 import random
 import re
 import signal
+import sys
 import time
 from contextlib import contextmanager
 
@@ -20,6 +21,7 @@ from graphmem.builders.units import TextSizeError, load_units
 from graphmem.datasets import data_file, load_locomo
 from graphmem.embed import HashingEncoder
 from graphmem.graphset import DataConfig, GraphConfig, config_hash, reuse_or_build
+from tests import script_runner
 from tests.one_line_errors import error_line, run_script
 
 MB = 1_000_000
@@ -183,3 +185,17 @@ def test_the_maximum_is_checked_and_not_hashed():
         GraphConfig(max_text_chars=0)
     data = DataConfig(name="locomo")
     assert config_hash(data, GraphConfig(max_text_chars=10), "s") == config_hash(data, GraphConfig(), "s")
+
+
+def test_build_scaling_benchmark_writes_its_results(tmp_path):
+    script = "scripts/benchmarks/build_scaling.py"
+    out, png = tmp_path / "build_scaling.json", tmp_path / "build_scaling.png"
+    proc = script_runner.run([sys.executable, script, "--sizes", "3000", "1000", "--out", str(out), "--plot", str(png)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    for rows in report["series"].values():
+        assert [r["chars"] for r in rows] == [1000, 3000] and all(r["build_s"] > 0 and r["nodes"] >= 3 for r in rows)
+    assert report["max_text_chars"] == GraphConfig().max_text_chars and png.stat().st_size > 0
+    assert error_line(script_runner.run([sys.executable, script, "--sizes", "0", "--out", str(out)])).startswith(
+        "error: --sizes must be positive"
+    )
