@@ -278,9 +278,11 @@ class BM25Index:
 
             score(d) <= p(d) + U   for every row d (p = 0 for a row never seen),
 
-        so only the seen rows with ``p(d) + U >= theta`` can reach the exact top-``k``; they are scored exactly
-        and ranked. Every other row scores strictly below ``theta`` and ranks after the k-th under any tie
-        order: the result is the exact top-``k`` of :meth:`rank` (the same float64 scores), ties included.
+        and tighter, ``score(d) <= p(d) + sum of u_t over the terms not yet read for d`` (a row holds a term
+        once), so only the seen rows whose bound reaches ``theta`` can be in the exact top-``k``; they are scored
+        exactly and ranked. Once every posting is read, ``theta`` is the k-th ``p`` less ``1e-9`` of it. Every
+        other row scores strictly below ``theta`` and ranks after the k-th under any tie order: the result is
+        the exact top-``k`` of :meth:`rank` (the same float64 scores), ties included.
         Bounds are compared with a relative margin of ``1e-9`` against rounding. Work: the postings read
         before ``U`` falls under ``theta`` (typically the rare terms' and a chunk of the next) and the
         survivors' own entries; not ``N``. ``last_read`` keeps ``(postings read, postings of the query's
@@ -293,8 +295,8 @@ class BM25Index:
         start, df = d["post_ptr"][q[by_ub]], d["df"][q[by_ub]]
         offset = np.concatenate([[0], np.cumsum(df)])  # the terms' postings, one after another
         u = d["term_max"][q[by_ub]].copy()
-        cand, part, theta = np.empty(0, np.int64), np.empty(0, np.float64), -np.inf
-        read, step = 0, max(4 * k, chunk)
+        cand, part, held, theta = np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0), -np.inf
+        read, step, bit = 0, max(4 * k, chunk), 2.0 ** np.arange(q.size) if q.size <= 52 else np.zeros(q.size)
         while read < offset[-1] and not u.sum() * (1.0 + 1e-9) < theta:
             lo = np.clip(read - offset[:-1], 0, df)
             read = min(read + step, int(offset[-1]))
@@ -303,16 +305,28 @@ class BM25Index:
             pos = np.repeat(start + lo - np.cumsum(take) + take, take) + np.arange(int(take.sum()))
             cand, inverse = np.unique(np.concatenate([cand, d["post_row"][pos]]), return_inverse=True)
             part = np.bincount(inverse, weights=np.concatenate([part, d["post_weight"][pos]]))
+            held = np.bincount(inverse, weights=np.concatenate([held, np.repeat(bit, take)]))  # terms read per row
             u = np.where(hi < df, d["post_weight"][start + np.minimum(hi, df - 1)], 0.0)
             step *= 2
-            if cand.size >= k:
+            if cand.size >= k and read == offset[-1]:  # all read: p is the exact score up to summation order
+                theta = max(theta, float(np.partition(part, cand.size - k)[cand.size - k]) * (1.0 - 1e-9))
+            elif cand.size >= k:
                 top = np.sort(cand[np.argpartition(-part, k - 1)[:k]])
                 theta = max(theta, float(self.row_scores(q, top).min()))
         self.last_read = (read, int(d["df"][q].sum()))
-        keep = cand[(part + u.sum()) * (1.0 + 1e-9) >= theta]
+        keep = cand[(part + self._unread_bound(held, u)) * (1.0 + 1e-9) >= theta]
         score = self.row_scores(q, keep)
         order = np.lexsort((keep if tie is None else tie[keep], -score))[:k]
         return keep[order], score[order]
+
+    @staticmethod
+    def _unread_bound(held: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Per seen row, ``sum of u_t`` over the terms ``t`` not read for it (bit ``t`` of ``held`` unset; a row
+        holds a term at most once, so a term read for it adds nothing unread); ``U`` for more than 52 terms."""
+        if u.size > 52:
+            return np.full(held.size, u.sum())
+        read_for = (held.astype(np.int64)[:, None] >> np.arange(u.size)) & 1
+        return u.sum() - read_for @ u
 
     def top_k(self, queries: Sequence[str], k: int) -> tuple[Tensor, Tensor]:
         """``(scores [Q, k] float32, rows [Q, k] long)``: each query's ``k`` best rows by (score desc,
