@@ -31,6 +31,7 @@ walks try stopping and a node cost in the reward can teach the head when to.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -49,6 +50,23 @@ DENSE_COSINE_LIMIT = 1 << 22  # B x N up to which cos(q, x_v) is one matmul per 
 DENSE_COSINE_NODES = 1 << 17  # ... on graphs up to this size (above: gathered rows, cost bounded by the walk)
 NUM_PATH_FEATURES = 6
 ORDER_SCALE = 12
+SPAN_PAIRS = 1 << 16  # graphs up to this many pairs score a served walk's expansions from per-query node columns
+
+
+@functools.lru_cache(maxsize=1024)
+def _path_row(depth: int, order: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``ρ_v`` ``[1, 6]`` of a candidate at depth ``depth >= 1`` whose parent has load slot ``order``, computed
+    as :meth:`WalkScorer.score` computes it (cached: it depends on nothing else)."""
+    d, o = torch.tensor([depth], device=device), torch.tensor([order], device=device)
+    entry = torch.zeros(1, dtype=torch.bool, device=device)
+    row = torch.stack([entry, d == 1, d == 2, d > 2, o == 0, o.clamp(max=ORDER_SCALE) / ORDER_SCALE], -1)
+    return row.to(dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros(count: int, device: torch.device) -> Tensor:
+    """``[count]`` zero query rows (cached: never written)."""
+    return torch.zeros(count, dtype=torch.long, device=device)
 
 
 @dataclass
@@ -105,6 +123,7 @@ class _Context:
         self.qa, self.xb, self.px, self.delta, self.cos = qa, xb, px, delta, cos
         self.pair_e = pair_e  # [P, 4] e of every pair, when precomputed (question time)
         self.lexical = lexical  # the queries' lexical inputs (graphmem.lexical_features.Lexical), or None
+        self.nodes = None  # [N, 5] one query's node columns of σ (WalkScorer.query_nodes), made on first use
 
     def cosine(self, query: Tensor, nodes: Tensor) -> Tensor:
         """``[C]`` ``cos(q, x_v)`` of query rows and nodes: a lookup in the dense ``[B, N]`` table
@@ -199,7 +218,14 @@ class WalkScorer(nn.Module):
         return {"xb": xb, "px": px, "delta": delta}
 
     def score(self, ctx: _Context, cand) -> Tensor:
-        """``s_uv`` ``[C]`` (module docstring) of :class:`graphmem.policies.walk.Candidates`."""
+        """``s_uv`` ``[C]`` (module docstring) of :class:`graphmem.policies.walk.Candidates`.
+
+        Candidates that carry a ``span`` ``(lo, hi, u, depth, order)`` (the out-pairs ``lo:hi`` of one loaded
+        node ``u`` of a one-query context, :func:`graphmem.policies.walk_one.walk_one`) are scored by
+        :meth:`score_span` when the context allows it: the same values, op for op, from gathered rows."""
+        span = getattr(cand, "span", None)
+        if span is not None and self.serves_spans(ctx):
+            return self.score_span(ctx, *span)
         x, ref = ctx.tables.x, ctx.ref[cand.query]
         entry = cand.is_entry
         cos_v = ctx.cosine(cand.query, cand.child)
@@ -225,6 +251,63 @@ class WalkScorer(nn.Module):
         if ctx.qa is not None:
             s = s + (ctx.qa[cand.query] * ctx.xb[cand.child]).sum(-1)
         return s
+
+    @staticmethod
+    def serves_spans(ctx: _Context) -> bool:
+        """Whether :meth:`score_span` applies: one query, its dense cosine row, every pair's ``e`` precomputed
+        and at most :data:`SPAN_PAIRS` pairs (the per-query node columns cost one pass over the pairs)."""
+        return (
+            ctx.cos is not None
+            and ctx.pair_e is not None
+            and ctx.q.shape[0] == 1
+            and ctx.tables.pairs.num_pairs <= SPAN_PAIRS
+        )
+
+    def score_span(self, ctx: _Context, lo: int, hi: int, u: int, depth: int, order: int) -> Tensor:
+        """:meth:`score` of the candidates ``u -> dst[p]``, ``p in lo:hi`` (depth ``depth``, order ``order``) of
+        query row 0: ``z`` assembled from gathered rows of the per-graph ``e``, ``a`` and of
+        :meth:`query_nodes`, every column the value :meth:`score` computes, and the same head."""
+        if ctx.nodes is None:
+            ctx.nodes = self.query_nodes(ctx)
+        pairs, nodes = ctx.tables.pairs, ctx.nodes
+        child = pairs.dst[lo:hi]
+        deg = hi - lo
+        at_v, at_u = nodes.index_select(0, child), nodes[u : u + 1].expand(deg, -1)
+        raw = pairs.raw[lo:hi]
+        cos_uv = raw[:, EDGE_FEATURE_DIM + 1 : EDGE_FEATURE_DIM + 2]
+        sims = (at_u[:, :1], at_v[:, :1], cos_uv, at_u[:, 1:2], at_v[:, 1:])
+        parts = [
+            ctx.m[:1] * ctx.pair_e[lo:hi],
+            raw,
+            *sims,
+            _path_row(depth, order, raw.dtype, raw.device).expand(deg, -1),
+        ]
+        if ctx.lexical is not None:
+            parts.append(pair_features(ctx.lexical, _zeros(deg, child.device), child).to(raw.dtype))
+        first, last = self.head[0], self.head[2]
+        h = nn.functional.linear(
+            nn.functional.relu(nn.functional.linear(torch.cat(parts, -1), first.weight, first.bias)),
+            last.weight,
+            last.bias,
+        )
+        s = at_v[:, 0] + h.squeeze(-1)
+        if ctx.qa is not None:
+            s = s + (ctx.qa[:1] * ctx.xb.index_select(0, child)).sum(-1)
+        return s
+
+    @staticmethod
+    def query_nodes(ctx: _Context) -> Tensor:
+        """``[N, 5]`` ``[cos(q, x_v), cos(q, x_v) - c*, max_w cos(q, x_w) - c*, mean_w cos(q, x_w) - c*,
+        max_w cos(q, x_w) - cos(q, x_v)]`` of every node ``v`` for query row 0: :meth:`look_ahead` over every
+        pair at once (the same sums, in CSR order)."""
+        pairs, cos, ref = ctx.tables.pairs, ctx.cos[0], ctx.ref[0]
+        cos_w = cos[pairs.dst]
+        count = torch.zeros_like(cos).index_add_(0, pairs.src, torch.ones_like(cos_w))
+        total = torch.zeros_like(cos).index_add_(0, pairs.src, cos_w)
+        best = torch.full_like(cos, float("-inf")).scatter_reduce_(0, pairs.src, cos_w, "amax")
+        has = count > 0
+        best, mean = torch.where(has, best, cos), torch.where(has, total / count.clamp(min=1), cos)
+        return torch.stack([cos, cos - ref, best - ref, mean - ref, best - cos], -1)
 
     @staticmethod
     def look_ahead(ctx: _Context, cand) -> tuple[Tensor, Tensor]:

@@ -48,6 +48,26 @@ def walk_one(
         return _walk_one(tables, scorer, q, entries, budget, ctx)
 
 
+class Expansion:
+    """The candidates ``u -> dst[p]``, ``p in lo:hi``, of one loaded node ``u`` of query row 0 (depth ``depth``,
+    order ``order``): :class:`~graphmem.policies.walk.Candidates` (its tensors made on first use) with
+    ``span = (lo, hi, u, depth, order)``, which a scorer may score from per-query tables instead."""
+
+    def __init__(self, pairs, lo: int, hi: int, u: int, depth: int, order: int):
+        self.span, self._pairs, self._cand = (lo, hi, u, depth, order), pairs, None
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._cand is None:
+            lo, hi, u, depth, order = self.span
+            dst = self._pairs.dst
+            same = torch.tensor([[0], [u], [depth], [order]], device=dst.device).expand(4, hi - lo)
+            pair = torch.arange(lo, hi, device=dst.device)
+            self._cand = Candidates(same[0], same[1], dst[lo:hi], pair, same[2], same[3])
+        return getattr(self._cand, name)
+
+
 def _as_list(t: Tensor) -> list:
     """``t.tolist()`` of a per-graph table, kept on the tensor (the tables are rebuilt, not changed in
     place, when the graph changes): the walk reads single entries of it at every step."""
@@ -102,9 +122,7 @@ def _walk_one(tables, scorer, q, entries, budget, ctx):
         if hi == lo or count + 1 == budget.max_nodes:  # the last load: its children could never be loaded
             continue
         deg = hi - lo
-        same = torch.tensor([[0], [v], [depth + 1], [count]], device=dev).expand(4, deg)
-        cand = Candidates(same[0], same[1], pairs.dst[lo:hi], torch.arange(lo, hi, device=dev), same[2], same[3])
-        for j, x in enumerate(scorer.score(ctx, cand).tolist()):
+        for j, x in enumerate(scorer.score(ctx, Expansion(pairs, lo, hi, v, depth + 1, count)).tolist()):
             c = dst[lo + j]
             pool[width + j] = (c, lo + j, depth + 1, count, tok[c])
             if c not in seen:

@@ -1,0 +1,77 @@
+"""The served walk scores each expansion from per-query node columns (WalkScorer.score_span): every score is
+bit for bit the one WalkScorer.score computes from the same candidates as tensors, so the served walk's
+scores are the batched walk's, on a real pooled MuSiQue graph, with and without lexical features."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+from graphmem.lexical_features import scope_lexical
+from graphmem.policies import Budget
+from graphmem.policies.base import Scope
+from graphmem.policies.ranking import query_matrix
+from graphmem.policies.router import RouterPolicy
+from graphmem.policies.walk import Candidates, walk, walk_trace
+from graphmem.policies.walk_one import Expansion, walk_one
+from tests.test_walk_router import perturbed_scorer
+
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory):
+    root = tmp_path_factory.mktemp("musique")
+    data = DataConfig(name="musique", pooled=True)
+    return build_graphset(data, GraphConfig(encoder="hashing", cache_dir=str(root / "cache")), progress=False)
+
+
+def served_context(policy, graph, query, budget):
+    """``(tables, ctx, q, entries)`` of one query as the router prepares it (per-graph tensors cached)."""
+    scope = Scope.single(graph, [query], "cpu")
+    entries = policy.select_entries(scope, budget)
+    tables, static = policy._walk_tables(scope)
+    q = query_matrix(graph, scope.queries)
+    lexical = scope_lexical(scope) if policy.scorer.config.lexical else None
+    with torch.no_grad():
+        ctx = policy.scorer.prepare(tables, q, entries[:, : budget.max_entries], lexical, static)
+    return tables, ctx, q, entries
+
+
+@pytest.mark.parametrize("lexical,rank", [(True, 4), (False, 0)])
+def test_span_scores_are_the_tensor_path_scores_bit_for_bit(pooled, lexical, rank):
+    (graph,) = pooled.graphs.values()
+    scorer = perturbed_scorer(graph.dim, seed=2, rank=rank, lexical=lexical)
+    policy = RouterPolicy(scorer=scorer, device="cpu")
+    queries = pooled.queries()[:6]
+    gen = torch.Generator().manual_seed(0)
+    for query in queries:
+        tables, ctx, _, _ = served_context(policy, graph, query, Budget())
+        assert scorer.serves_spans(ctx)
+        rowptr = tables.pairs.rowptr.tolist()
+        for u in torch.randint(graph.num_nodes, (12,), generator=gen).tolist():
+            lo, hi = rowptr[u], rowptr[u + 1]
+            if hi == lo:
+                continue
+            for depth, order in ((1, 0), (2, 5), (3, 13)):
+                with torch.no_grad():
+                    fast = scorer.score(ctx, Expansion(tables.pairs, lo, hi, u, depth, order))
+                    full = lambda v: torch.full((hi - lo,), v, dtype=torch.long)  # noqa: E731
+                    pair = torch.arange(lo, hi)
+                    cand = Candidates(full(0), full(u), tables.pairs.dst[lo:hi], pair, full(depth), full(order))
+                    want = scorer.score(ctx, cand)
+                assert torch.equal(fast, want), (query.qid, u, depth, order)
+
+
+def test_served_walk_scores_are_the_batched_walk_scores(pooled):
+    (graph,) = pooled.graphs.values()
+    scorer = perturbed_scorer(graph.dim, seed=5, rank=4, lexical=True)
+    policy = RouterPolicy(scorer=scorer, device="cpu")
+    budget = Budget()
+    for query in pooled.queries()[:20]:
+        tables, ctx, q, entries = served_context(policy, graph, query, budget)
+        lexical = ctx.lexical
+        with torch.no_grad():
+            ep = walk(tables, scorer, q, entries, budget, lexical=lexical)
+        want = walk_trace(ep, tables, budget)
+        got = walk_one(tables, scorer, q, entries, budget, ctx)
+        assert torch.equal(got.node, want.node) and torch.equal(got.score, want.score), query.qid
