@@ -200,3 +200,26 @@ def test_bounded_page_renders_the_lexical_section(tmp_path):
     assert "| `bm25` | 1.0000 | 0.9950 † |" in page and "| 1,000,000 | 1.0 | 2.0 | 3.0 | 0.5 | 1,234 |" in page
     assert "`cmd-h`" in page and "`cmd-t`" in page and "(bounded_bm25.json not present: not measured)" in page
     assert "OMP_NUM_THREADS=1" in page
+
+
+def test_hybrid_index_is_set_from_the_command_line():
+    """``policy.index={kind: ivf, ...}`` (or just its kind) composes onto the hybrid schema and reaches the index
+    spec; a kind FAISS does not have is refused naming the field."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import graphmem.config  # noqa: F401  (registers the schemas)
+    from graphmem.cli import make_configured_policy
+
+    def made(cfg):
+        return make_configured_policy({k: v for k, v in OmegaConf.to_container(cfg.policy).items() if k != "name"})
+
+    root = Path(__file__).resolve().parents[1]
+    with initialize_config_dir(config_dir=str(root / "configs"), version_base="1.3"):
+        for override, kind in (("policy.index={kind: ivf, nprobe: 32}", "ivf"), ("policy.index=ivf", "ivf")):
+            cfg = compose(config_name="evaluate", overrides=["policy=hybrid", "policy.min_nodes=0", override])
+            policy = made(cfg)
+            assert policy.fusion.spec.kind == kind and policy.fusion.min_nodes == 0
+        cfg = compose(config_name="evaluate", overrides=["policy=hybrid", "policy.index={kind: bogus}"])
+    with pytest.raises(Exception, match="IndexSpec.kind 'bogus'"):
+        made(cfg)

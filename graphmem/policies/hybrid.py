@@ -65,8 +65,8 @@ class HybridEntrySelector:
         b: BM25 length normalisation (default: 0.75).
         min_nodes: graphs of at least this many nodes rank both halves bounded (module docstring); 0: every
             graph (default: 16384).
-        index: :class:`~graphmem.vector_index.IndexSpec` fields of the dense half's index there (default: HNSW,
-            as ``entry_selector=ann``).
+        index: :class:`~graphmem.vector_index.IndexSpec` fields of the dense half's index there, or its kind
+            alone (``"hnsw"``, ``"ivf"``) (default: HNSW, as ``entry_selector=ann``).
     """
 
     def __init__(
@@ -78,7 +78,7 @@ class HybridEntrySelector:
         k1: float = 1.5,
         b: float = 0.75,
         min_nodes: int = BOUNDED_MIN_NODES,
-        index: IndexSpec | Mapping[str, Any] | None = None,
+        index: IndexSpec | str | Mapping[str, Any] | None = None,
     ) -> None:
         if not k >= 0 or not dense_weight >= 0 or not bm25_weight >= 0:
             raise ValueError(f"hybrid: k and the weights must be >= 0, got k={k}, {dense_weight}, {bm25_weight}")
@@ -90,6 +90,7 @@ class HybridEntrySelector:
             raise ValueError(f"hybrid: min_nodes must be a non-negative integer, got {min_nodes!r}")
         self.k, self.weights, self.candidates, self.k1, self.b = k, (dense_weight, bm25_weight), candidates, k1, b
         self.min_nodes = min_nodes
+        index = {"kind": index} if isinstance(index, str) else index
         self.spec = index if isinstance(index, IndexSpec) else IndexSpec.from_mapping(index)
 
     def bounded(self, graph: MemoryGraph) -> bool:
@@ -139,7 +140,7 @@ class HybridPolicy(TraversalPolicy):
         b: float = 0.75,
         device: str | torch.device = "cpu",
         min_nodes: int = BOUNDED_MIN_NODES,
-        index: Mapping[str, Any] | None = None,
+        index: str | Mapping[str, Any] | None = None,
     ) -> None:
         self.device = resolve_device(device)
         self.fusion = HybridEntrySelector(k, dense_weight, bm25_weight, candidates, k1, b, min_nodes, index)
