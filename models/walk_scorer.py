@@ -35,6 +35,7 @@ import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy
 import torch
 from torch import Tensor, nn
 
@@ -124,6 +125,8 @@ class _Context:
         self.pair_e = pair_e  # [P, 4] e of every pair, when precomputed (question time)
         self.lexical = lexical  # the queries' lexical inputs (graphmem.lexical_features.Lexical), or None
         self.nodes = None  # [N, 5] one query's node columns of σ (WalkScorer.query_nodes), made on first use
+        self.lexical_nodes = None  # [N, 5] one query's λ_qv of every node (WalkScorer.query_lexical), likewise
+        self.stop = None  # the stop head's weights as float32 scalars (WalkScorer.stop_value), likewise
 
     def cosine(self, query: Tensor, nodes: Tensor) -> Tensor:
         """``[C]`` ``cos(q, x_v)`` of query rows and nodes: a lookup in the dense ``[B, N]`` table
@@ -283,7 +286,9 @@ class WalkScorer(nn.Module):
             _path_row(depth, order, raw.dtype, raw.device).expand(deg, -1),
         ]
         if ctx.lexical is not None:
-            parts.append(pair_features(ctx.lexical, _zeros(deg, child.device), child).to(raw.dtype))
+            if ctx.lexical_nodes is None:
+                ctx.lexical_nodes = self.query_lexical(ctx).to(raw.dtype)
+            parts.append(ctx.lexical_nodes.index_select(0, child))
         first, last = self.head[0], self.head[2]
         h = nn.functional.linear(
             nn.functional.relu(nn.functional.linear(torch.cat(parts, -1), first.weight, first.bias)),
@@ -308,6 +313,36 @@ class WalkScorer(nn.Module):
         has = count > 0
         best, mean = torch.where(has, best, cos), torch.where(has, total / count.clamp(min=1), cos)
         return torch.stack([cos, cos - ref, best - ref, mean - ref, best - cos], -1)
+
+    @staticmethod
+    def query_lexical(ctx: _Context) -> Tensor:
+        """``[N, 5]`` :func:`~graphmem.lexical_features.pair_features` of query row 0 with every node: computed
+        for the nodes holding one of its terms (read from the sorted keys) and one node holding none, whose
+        row every other such node shares (no term of the query matched: the same zero sums)."""
+        lex, n = ctx.lexical, ctx.tables.num_nodes
+        key, rows = lex.nodes.key, lex.queries.row[0]
+        rows = rows[rows >= 0] * lex.nodes.num_nodes
+        bounds = torch.stack([torch.searchsorted(key, rows), torch.searchsorted(key, rows + lex.nodes.num_nodes)], 1)
+        _, pos = csr_positions(bounds.flatten(), torch.arange(0, 2 * rows.numel(), 2, device=key.device))
+        hit = torch.unique(key[pos] % lex.nodes.num_nodes)
+        held = torch.zeros(n, dtype=torch.bool, device=key.device)
+        held[hit] = True
+        other = (~held).nonzero().flatten()[:1]
+        got = pair_features(lex, _zeros(hit.numel() + other.numel(), key.device), torch.cat([hit, other]))
+        out = got[-1:].expand(n, -1).clone() if other.numel() else got.new_empty(n, got.shape[1])
+        out[hit] = got[: hit.numel()]
+        return out
+
+    def stop_value(self, ctx: _Context, best: float, count: int, budget: Budget) -> float | None:
+        """:meth:`stop_logit` of one row as a Python float (``best`` finite), computed in float32 op for op as
+        the tensors are (float32 weights; ``None`` without a stop head or with other weights)."""
+        if self.stop_weights is None or self.stop_weights.dtype != torch.float32:
+            return None
+        if ctx.stop is None:
+            ctx.stop = [numpy.float32(w) for w in (*self.stop_weights.tolist(), self.stop_bias.item())]
+        w0, w1, b = ctx.stop
+        f = numpy.float32
+        return float(f(w0 * f(best) + f(w1 * f(count)) / f(budget.max_nodes)) + b)
 
     @staticmethod
     def look_ahead(ctx: _Context, cand) -> tuple[Tensor, Tensor]:

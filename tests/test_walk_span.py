@@ -75,3 +75,21 @@ def test_served_walk_scores_are_the_batched_walk_scores(pooled):
         want = walk_trace(ep, tables, budget)
         got = walk_one(tables, scorer, q, entries, budget, ctx)
         assert torch.equal(got.node, want.node) and torch.equal(got.score, want.score), query.qid
+
+
+def test_stop_value_is_the_stop_logit_bit_for_bit(pooled):
+    """The served walk's float32 stop value is the stop head's tensor logit, for random weights and scores."""
+    (graph,) = pooled.graphs.values()
+    scorer = perturbed_scorer(graph.dim, seed=7, rank=4)
+    policy = RouterPolicy(scorer=scorer, device="cpu")
+    gen = torch.Generator().manual_seed(1)
+    for budget in (Budget(), Budget(max_nodes=7)):
+        for trial in range(60):
+            with torch.no_grad():
+                scorer.stop_weights.copy_(torch.randn(2, generator=gen))
+                scorer.stop_bias.copy_(torch.randn((), generator=gen))
+            _, ctx, _, _ = served_context(policy, graph, pooled.queries()[trial % 5], budget)
+            best = torch.randn(1, generator=gen)
+            count = int(torch.randint(budget.max_nodes, (1,), generator=gen))
+            want = scorer.stop_logit(ctx, best, torch.tensor([count]), budget)[0].item()
+            assert scorer.stop_value(ctx, best.item(), count, budget) == want, (trial, count)

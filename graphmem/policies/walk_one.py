@@ -77,6 +77,18 @@ def _as_list(t: Tensor) -> list:
     return got
 
 
+def _stops(scorer, ctx, best: float, count: int, counts: Tensor, budget: Budget, dtype) -> bool:
+    """Whether the stop logit beats the best open score (argmax over [candidates, stop]: ties to a candidate):
+    ``scorer.stop_value`` where it has one, else ``scorer.stop_logit`` of one-element tensors."""
+    value = getattr(scorer, "stop_value", None)
+    stop = None if value is None else value(ctx, best, count, budget)
+    if stop is not None:
+        return stop > best
+    best_t = torch.tensor([best], dtype=dtype, device=counts.device)
+    logit = scorer.stop_logit(ctx, best_t, counts[count : count + 1], budget)
+    return logit is not None and bool(logit[0] > best_t[0])
+
+
 def _walk_one(tables, scorer, q, entries, budget, ctx):
     dev = q.device
     pairs, tokens, top_k = tables.pairs, tables.tokens, budget.top_k_neighbors
@@ -103,9 +115,7 @@ def _walk_one(tables, scorer, q, entries, budget, ctx):
             break
         if not heap:
             break
-        best = torch.tensor([-neg], dtype=s.dtype, device=dev)
-        stop = scorer.stop_logit(ctx, best, counts[count : count + 1], budget)
-        if stop is not None and bool(stop[0] > best[0]):  # argmax over [candidates, stop]: ties to a candidate
+        if _stops(scorer, ctx, -neg, count, counts, budget, s.dtype):
             break
         heapq.heappop(heap)
         v, pair, depth, parent, k = pool[a]
