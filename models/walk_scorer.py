@@ -55,12 +55,12 @@ SPAN_PAIRS = 1 << 16  # graphs up to this many pairs score a served walk's expan
 
 
 @functools.lru_cache(maxsize=1024)
-def _path_row(depth: int, order: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """``ρ_v`` ``[1, 6]`` of a candidate at depth ``depth >= 1`` whose parent has load slot ``order``, computed
-    as :meth:`WalkScorer.score` computes it (cached: it depends on nothing else)."""
-    d, o = torch.tensor([depth], device=device), torch.tensor([order], device=device)
-    entry = torch.zeros(1, dtype=torch.bool, device=device)
-    row = torch.stack([entry, d == 1, d == 2, d > 2, o == 0, o.clamp(max=ORDER_SCALE) / ORDER_SCALE], -1)
+def _path_rows(entry: bool, depth: int, orders: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``ρ_v`` ``[len(orders), 6]`` of candidates at depth ``depth`` (entries or not) with orders ``orders``,
+    computed as :meth:`WalkScorer.score` computes it (cached: it depends on nothing else)."""
+    o = torch.tensor(orders, dtype=torch.long, device=device)
+    d, is_entry = torch.full_like(o, depth), torch.full_like(o, entry, dtype=torch.bool)
+    row = torch.stack([is_entry, d == 1, d == 2, d > 2, o == 0, o.clamp(max=ORDER_SCALE) / ORDER_SCALE], -1)
     return row.to(dtype)
 
 
@@ -224,11 +224,12 @@ class WalkScorer(nn.Module):
         """``s_uv`` ``[C]`` (module docstring) of :class:`graphmem.policies.walk.Candidates`.
 
         Candidates that carry a ``span`` ``(lo, hi, u, depth, order)`` (the out-pairs ``lo:hi`` of one loaded
-        node ``u`` of a one-query context, :func:`graphmem.policies.walk_one.walk_one`) are scored by
-        :meth:`score_span` when the context allows it: the same values, op for op, from gathered rows."""
-        span = getattr(cand, "span", None)
-        if span is not None and self.serves_spans(ctx):
-            return self.score_span(ctx, *span)
+        node ``u`` of a one-query context, :func:`graphmem.policies.walk_one.walk_one`) or ``entry_cols`` (the
+        query's entries, in those columns) are scored by :meth:`score_span` / :meth:`score_entries` when the
+        context allows it: the same values, op for op, from gathered rows."""
+        span, cols = getattr(cand, "span", None), getattr(cand, "entry_cols", None)
+        if (span is not None or cols is not None) and self.serves_spans(ctx):
+            return self.score_span(ctx, *span) if span is not None else self.score_entries(ctx, cand.child, cols)
         x, ref = ctx.tables.x, ctx.ref[cand.query]
         entry = cand.is_entry
         cos_v = ctx.cosine(cand.query, cand.child)
@@ -263,31 +264,47 @@ class WalkScorer(nn.Module):
             ctx.cos is not None
             and ctx.pair_e is not None
             and ctx.q.shape[0] == 1
-            and ctx.tables.pairs.num_pairs <= SPAN_PAIRS
+            and 0 < ctx.tables.pairs.num_pairs <= SPAN_PAIRS
         )
 
     def score_span(self, ctx: _Context, lo: int, hi: int, u: int, depth: int, order: int) -> Tensor:
         """:meth:`score` of the candidates ``u -> dst[p]``, ``p in lo:hi`` (depth ``depth``, order ``order``) of
         query row 0: ``z`` assembled from gathered rows of the per-graph ``e``, ``a`` and of
         :meth:`query_nodes`, every column the value :meth:`score` computes, and the same head."""
-        if ctx.nodes is None:
-            ctx.nodes = self.query_nodes(ctx)
-        pairs, nodes = ctx.tables.pairs, ctx.nodes
+        pairs, nodes = ctx.tables.pairs, self._query_nodes(ctx)
         child = pairs.dst[lo:hi]
         deg = hi - lo
         at_v, at_u = nodes.index_select(0, child), nodes[u : u + 1].expand(deg, -1)
         raw = pairs.raw[lo:hi]
         cos_uv = raw[:, EDGE_FEATURE_DIM + 1 : EDGE_FEATURE_DIM + 2]
-        sims = (at_u[:, :1], at_v[:, :1], cos_uv, at_u[:, 1:2], at_v[:, 1:])
-        parts = [
-            ctx.m[:1] * ctx.pair_e[lo:hi],
-            raw,
-            *sims,
-            _path_row(depth, order, raw.dtype, raw.device).expand(deg, -1),
-        ]
+        path = _path_rows(False, depth, (order,), raw.dtype, raw.device).expand(deg, -1)
+        parts = [ctx.m[:1] * ctx.pair_e[lo:hi], raw, at_u[:, :1], at_v[:, :1], cos_uv, at_u[:, 1:2], at_v[:, 1:], path]
+        return self._head_score(ctx, parts, child, at_v)
+
+    def score_entries(self, ctx: _Context, child: Tensor, cols: tuple[int, ...]) -> Tensor:
+        """:meth:`score` of entries ``child`` (columns ``cols``) of query row 0, as :meth:`score_span` does:
+        ``e``, ``a`` zeroed as :meth:`score` zeroes them, ``cos(q, x_u) = c*``."""
+        nodes, c, ref = self._query_nodes(ctx), child.numel(), ctx.ref[:1, None]
+        at_v = nodes.index_select(0, child)
+        inner = ref.new_zeros(1, 1)
+        raw = (ctx.tables.pairs.raw[:1] * inner).expand(c, -1)
+        cos_uv = raw[:, EDGE_FEATURE_DIM + 1 : EDGE_FEATURE_DIM + 2]
+        path = _path_rows(True, 0, cols, raw.dtype, raw.device)
+        me = (ctx.m[:1] * (ctx.pair_e[:1] * inner)).expand(c, -1)
+        parts = [me, raw, ref.expand(c, 1), at_v[:, :1], cos_uv, (ref - ref).expand(c, 1), at_v[:, 1:], path]
+        return self._head_score(ctx, parts, child, at_v)
+
+    def _query_nodes(self, ctx: _Context) -> Tensor:
+        """:meth:`query_nodes` of ``ctx`` (and :meth:`query_lexical`, when it has lexical inputs), made once."""
+        if ctx.nodes is None:
+            ctx.nodes = self.query_nodes(ctx)
+            if ctx.lexical is not None:
+                ctx.lexical_nodes = self.query_lexical(ctx).to(ctx.nodes.dtype)
+        return ctx.nodes
+
+    def _head_score(self, ctx: _Context, parts: list[Tensor], child: Tensor, at_v: Tensor) -> Tensor:
+        """``cos(q, x_v) + h(z) + ι_qv`` of :meth:`score`, with ``z`` the columns ``parts`` and ``λ_qv``."""
         if ctx.lexical is not None:
-            if ctx.lexical_nodes is None:
-                ctx.lexical_nodes = self.query_lexical(ctx).to(raw.dtype)
             parts.append(ctx.lexical_nodes.index_select(0, child))
         first, last = self.head[0], self.head[2]
         h = nn.functional.linear(

@@ -1,6 +1,7 @@
-"""The served walk scores each expansion from per-query node columns (WalkScorer.score_span): every score is
-bit for bit the one WalkScorer.score computes from the same candidates as tensors, so the served walk's
-scores are the batched walk's, on a real pooled MuSiQue graph, with and without lexical features."""
+"""The served walk scores its entries and each expansion from per-query node columns (WalkScorer.score_entries,
+score_span): every score is bit for bit the one WalkScorer.score computes from the same candidates as tensors,
+so the served walk's scores are the batched walk's, on a real pooled MuSiQue graph, with and without lexical
+features; its float32 stop value is the stop head's tensor logit."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from graphmem.policies.base import Scope
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.router import RouterPolicy
 from graphmem.policies.walk import Candidates, walk, walk_trace
-from graphmem.policies.walk_one import Expansion, walk_one
+from graphmem.policies.walk_one import EntryCandidates, Expansion, walk_one
 from tests.test_walk_router import perturbed_scorer
 
 
@@ -45,8 +46,14 @@ def test_span_scores_are_the_tensor_path_scores_bit_for_bit(pooled, lexical, ran
     queries = pooled.queries()[:6]
     gen = torch.Generator().manual_seed(0)
     for query in queries:
-        tables, ctx, _, _ = served_context(policy, graph, query, Budget())
+        tables, ctx, _, entries = served_context(policy, graph, query, Budget())
         assert scorer.serves_spans(ctx)
+        col = (entries[0, :6] >= 0).nonzero().flatten()
+        ent, none = entries[0, col], torch.full_like(col, -1)
+        with torch.no_grad():
+            fast = scorer.score(ctx, EntryCandidates(0 * col, none, ent, none, 0 * col, col, tuple(col.tolist())))
+            want = scorer.score(ctx, Candidates(0 * col, none, ent, none, 0 * col, col))
+        assert col.numel() and torch.equal(fast, want), query.qid
         rowptr = tables.pairs.rowptr.tolist()
         for u in torch.randint(graph.num_nodes, (12,), generator=gen).tolist():
             lo, hi = rowptr[u], rowptr[u + 1]

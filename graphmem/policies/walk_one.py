@@ -9,6 +9,7 @@ as a max-heap of scores and loads exactly what the batched walk loads (same cand
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,6 +47,14 @@ def walk_one(
             given = () if lexical is None else (lexical,)  # scorers that read no text take none
             ctx = scorer.prepare(tables, q, entries, *given)
         return _walk_one(tables, scorer, q, entries, budget, ctx)
+
+
+@dataclass
+class EntryCandidates(Candidates):
+    """The entries of query row 0 as :class:`~graphmem.policies.walk.Candidates`, with their columns
+    ``entry_cols``, which a scorer may score from per-query tables instead."""
+
+    entry_cols: tuple[int, ...] = ()
 
 
 class Expansion:
@@ -97,7 +106,7 @@ def _walk_one(tables, scorer, q, entries, budget, ctx):
     col = (entries[0] >= 0).nonzero().flatten()
     ent = entries[0, col]
     none = torch.full_like(col, -1)
-    s = scorer.score(ctx, Candidates(0 * col, none, ent, none, 0 * col, col))
+    s = scorer.score(ctx, EntryCandidates(0 * col, none, ent, none, 0 * col, col, tuple(col.tolist())))
     # pool slot -> (target, pair, depth, parent's load slot, tokens of the target); entries keep their columns
     pool = {c: (v, -1, 0, -1, tok[v]) for c, v in zip(col.tolist(), ent.tolist())}
     heap = [(-x, c) for x, c in zip(s.tolist(), col.tolist())]
