@@ -25,16 +25,25 @@ walk loads (same nodes, depths and traversed edges) on every question of the poo
 The lexical features of a candidate (`graphmem/lexical_features.py`) are one binary search per query
 token in the graph's sorted `(token row, node)` keys, built once per graph; each query token's id,
 idf and rarity are kept per graph. The walk reads the graph's CSR offsets, targets and token counts
-as per-graph Python lists, builds one candidate tensor per expansion, and scores no children of its
-last load (they could never be loaded). The goal: router p50 at most 5 ms on pooled MuSiQue, at most
-6x `beta_bfs` in the same run, one thread.
+as per-graph Python lists and scores no children of its last load (they could never be loaded).
 
-Where the rest goes (per-part timers around the served path on the same set, one thread): about 55%
-is `WalkScorer.score` (`models/walk_scorer.py`: one call per expansion, some forty small tensor ops
-each, the look-ahead and the lexical features included), about 10% the hybrid entry selection, the
-rest the scorer's `prepare`, the stop head and the query's lexical terms. A score's value depends on
-which other candidates share its call (in the last bits), so scoring several expansions in one call
-would change what the walk loads; fewer score calls need a cheaper `score` itself.
+Each score call of the served walk is a gather plus a few ops (`WalkScorer.score_span` and
+`score_entries`, `models/walk_scorer.py`): an expansion's candidates are the contiguous out-pairs of
+one loaded node, so their edge features `e` and pair features `a` are slices of the per-graph tables,
+and the query's node columns of the similarity features (cosine, the look-ahead's max and mean over
+every pair at once, each minus `c*`) and its lexical features of every node (computed for the nodes
+holding one of its terms) are made once per query, on graphs up to 2^16 pairs. Every column is the
+value the tensor path computes, op for op, and the structural head runs on the same rows, so the
+scores are bit for bit those of the batched walk (`tests/test_walk_span.py`); the stop test is the
+stop head's arithmetic in float32 scalars. The goal: router p50 at most 5 ms on pooled MuSiQue, at
+most 6x `beta_bfs` in the same run, one thread.
+
+Where the rest goes (cProfile of the served path on the same set, one thread): about 30% is the
+head on each call's rows (one call per expansion: a score's last bits depend on which other
+candidates share its call, so expansions are not scored together), about 16% the per-query node and
+lexical columns, about 10% the heap and the stop test, about 13% the hybrid entry selection, 10% the
+query's lexical terms, 8% the scorer's `prepare` (modulation, intent, the query's projections and
+its cosine row).
 """
 
 
