@@ -10,7 +10,11 @@ from pathlib import Path
 
 from graphmem.docgen.sources import read_json
 
-TITLES = {"sets": "Sets, caches and checkpoints", "runs": "Run folders and run configs"}
+TITLES = {
+    "sets": "Sets, caches and checkpoints",
+    "runs": "Run folders and run configs",
+    "stops": "Runs that stop, bounded inputs, folders that hold one thing",
+}
 
 
 def _cell(text: object) -> str:
@@ -22,19 +26,24 @@ def render(results_dir: Path) -> str:
     lines = [
         "# Reliability: nothing silently wrong",
         "",
-        "Each row is one case run as its own process on a fresh copy of a small set (HotpotQA, 6 records),",
-        "with the exit code and the outcome it printed: the first `error:` line, else the first warning, else",
-        "what the case checked afterwards. Exit status 2 is a refused input (one `error:` line, before any",
-        "work where the input is a config); temporary folders are shown as `<tmp>`.",
+        "Each row is one case run as its own process on a fresh copy of a small set (each runner's docstring",
+        "says which), with the exit code and the outcome it printed: the first `error:` line, else the first",
+        "warning, else what the case checked afterwards. Exit status 2 is a refused input (one `error:` line,",
+        "before any work where the input is a config), 3 a run stopped because its LLM calls failed;",
+        "temporary folders are shown as `<tmp>`. Where a runner times its cases, the seconds are the whole process's.",
     ]
     for path in sorted(Path(results_dir).glob("reliability_*.json")):
         data = read_json(path)
         topic = path.stem.removeprefix("reliability_")
         lines += ["", f"## {TITLES.get(topic, topic.replace('_', ' ').capitalize())}", ""]
         lines += [f"Made by `{data['command']}` ({path.name}).", ""]
-        lines += ["| case | command | exit | outcome |", "|---|---|---|---|"]
+        timed = any("seconds" in row for row in data["cases"])
+        lines += [
+            "| case | command | exit | outcome |" + (" seconds |" if timed else ""),
+            "|---|---|---|---|" + ("---:|" if timed else ""),
+        ]
         for row in data["cases"]:
-            lines.append(
-                f"| {_cell(row['case'])} | `{_cell(row['command'])}` | {row['exit_code']} | {_cell(row['outcome'])} |"
-            )
+            cells = [_cell(row["case"]), f"`{_cell(row['command'])}`", str(row["exit_code"]), _cell(row["outcome"])]
+            cells += [f"{row['seconds']:.1f}"] if timed else []
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
