@@ -16,6 +16,7 @@ from graphmem.policies.ranking import query_matrix
 from graphmem.policies.router import RouterPolicy
 from graphmem.policies.walk import Candidates, walk, walk_trace
 from graphmem.policies.walk_one import EntryCandidates, Expansion, walk_one
+from models import walk_scorer
 from tests.test_walk_router import perturbed_scorer
 
 
@@ -100,3 +101,19 @@ def test_stop_value_is_the_stop_logit_bit_for_bit(pooled):
             count = int(torch.randint(budget.max_nodes, (1,), generator=gen))
             want = scorer.stop_logit(ctx, best, torch.tensor([count]), budget)[0].item()
             assert scorer.stop_value(ctx, best.item(), count, budget) == want, (trial, count)
+
+
+def test_served_walk_on_the_tensor_path_above_the_pair_limit(pooled, monkeypatch):
+    """Above SPAN_PAIRS the served walk scores its candidates as tensors (made from the spans), the same walk."""
+    (graph,) = pooled.graphs.values()
+    scorer = perturbed_scorer(graph.dim, seed=5, rank=4, lexical=True)
+    policy = RouterPolicy(scorer=scorer, device="cpu")
+    budget = Budget()
+    query = pooled.queries()[3]
+    tables, ctx, q, entries = served_context(policy, graph, query, budget)
+    fast = walk_one(tables, scorer, q, entries, budget, ctx)
+    monkeypatch.setattr(walk_scorer, "SPAN_PAIRS", tables.pairs.num_pairs - 1)
+    tables, ctx, q, entries = served_context(policy, graph, query, budget)
+    assert not scorer.serves_spans(ctx)
+    slow = walk_one(tables, scorer, q, entries, budget, ctx)
+    assert torch.equal(fast.node, slow.node) and torch.equal(fast.score, slow.score)
