@@ -414,7 +414,7 @@ def set_threads(cfg) -> int:
     ``$SLURM_CPUS_PER_TASK`` when set. The default of one thread when ``OMP_NUM_THREADS`` is unset (also
     torchrun's) is measured: with one other busy process on a 2-core machine, a training step at the affinity
     count (what a fixed ``threads: 2`` did) took 12x as long as at ``OMP_NUM_THREADS=1``, and the default
-    1.02x, since every parallel op waits for the thread that lost its core (``python scripts/bench_train.py
+    1.02x, since every parallel op waits for the thread that lost its core (``python scripts/benchmarks/bench_train.py
     --cliff``, docs/results/thread_cliff.json); where more cores are free, ``OMP_NUM_THREADS`` hands them out.
     Inter-op threads can be set once per process, before any parallel work: later calls leave them as they are.
     """

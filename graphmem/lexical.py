@@ -16,7 +16,7 @@ length, ``avgdl`` the mean length over the ``N`` rows and ``df(t)`` the number o
 with ``k1 = 1.5``, ``b = 0.75`` by default. A query term counts once however often it repeats, so
 ``max_score(q) = sum_t idf(t) * (k1 + 1)`` over the query's distinct in-vocabulary terms (those held
 by at least one row) bounds every score of ``q`` from above. ``bm25s``'s ``lucene`` variant gives these
-scores divided by ``k1 + 1`` (the same ranking); ``scripts/bench_lexical.py`` checks both against a hand
+scores divided by ``k1 + 1`` (the same ranking); ``scripts/benchmarks/bench_lexical.py`` checks both against a hand
 computation.
 
 Storage: the rows' term ids and frequencies in CSR form (``indptr``, ``terms`` sorted within each

@@ -142,7 +142,7 @@ def test_training_throughput_benchmark(tmp_path):
     proc = script_runner.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "bench_train.py"),
+            str(ROOT / "scripts" / "benchmarks" / "bench_train.py"),
             "--nodes",
             "200",
             "--dim",

@@ -10,7 +10,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_script  # noqa: E402
 
-cuda_check = load_script("cuda_check")
+cuda_check = load_script("benchmarks/cuda_check")
 
 
 def test_dry_run_plans_every_stage(tmp_path):

@@ -86,7 +86,7 @@ def render(results_dir: Path) -> str:
     out = [PROSE.rstrip(), "", "## Throughput: 2 ranks against 1", ""]
     path = Path(results_dir) / "distributed_throughput.json"
     if not path.is_file():
-        out.append("Not measured yet: `python scripts/bench_train.py --ranks 1,2 --out " + str(path) + "`.")
+        out.append("Not measured yet: `python scripts/benchmarks/bench_train.py --ranks 1,2 --out " + str(path) + "`.")
     else:
         out += _throughput(read_json(path))
         out += [

@@ -1,6 +1,6 @@
 """docs/lexical.md: the BM25 index, the bm25 and hybrid baselines and walks from hybrid entries, as measured.
 
-Renders ``docs/results/lexical_library_bench.json`` (``scripts/bench_lexical.py``),
+Renders ``docs/results/lexical_library_bench.json`` (``scripts/benchmarks/bench_lexical.py``),
 ``lexical_baselines_selection.json``, ``lexical_baselines.json`` and ``lexical_baselines_walks.json``
 (``scripts/lexical_baselines.py``); a missing file is named on the page instead of its section.
 """
@@ -89,10 +89,10 @@ def _load(results_dir: Path, name: str) -> dict | None:
 def _library(bench: dict | None) -> list[str]:
     lines = ["## Why our own index, and not a library", ""]
     if bench is None:
-        return lines + ["(`lexical_library_bench.json` is missing: run `scripts/bench_lexical.py`.)"]
+        return lines + ["(`lexical_library_bench.json` is missing: run `scripts/benchmarks/bench_lexical.py`.)"]
     names = list(bench["hand_check"])
     lines += [
-        "Measured by `scripts/bench_lexical.py` on the same tokens for every library (so only indexing and",
+        "Measured by `scripts/benchmarks/bench_lexical.py` on the same tokens for every library (so only indexing and",
         "scoring differ), one thread, top 12; pyserini is left out: it runs Lucene in a JVM beside the",
         "process and keeps its index as a Lucene directory, with no call that scores given documents.",
         f"Made by `{bench['command']}`"

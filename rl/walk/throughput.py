@@ -11,7 +11,7 @@ Adam step), under :func:`rl.common.seeding.deterministic_algorithms`, with the s
 (``imitation``, then ``reinforce``) is timed on its own, with the fresh Adam and baseline the trainer
 starts the phase with. Batch 1 takes one step per question; the batched mode one step over ``batch``
 questions. The questions ask for random nodes of one synthetic graph; their entries come from the
-embedding selector, as in training. Used by ``scripts/bench_train.py`` and ``scripts/benchmark.py``.
+embedding selector, as in training. Used by ``scripts/benchmarks/bench_train.py`` and ``scripts/benchmark.py``.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ The GPU machine has no network and lacks hydra-core/omegaconf (and the text stac
 here, downloads the pure-Python wheels it needs into ``<wheels>``; the run step installs them offline
 when hydra is missing. Carry ``outputs/graphs`` (saved graph sets with embeddings) and the wheels folder.
 
-    python scripts/cuda_check.py --prepare                     # here, once: wheels into .cuda_wheels/
-    python scripts/cuda_check.py --out "$OUT"                  # there: all stages
-    python scripts/cuda_check.py --stages parity --device cpu --dry-run   # show the commands only
+    python scripts/benchmarks/cuda_check.py --prepare                     # here, once: wheels into .cuda_wheels/
+    python scripts/benchmarks/cuda_check.py --out "$OUT"                  # there: all stages
+    python scripts/benchmarks/cuda_check.py --stages parity --device cpu --dry-run   # show the commands only
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("tests", "benchmark", "hage_full", "parity")
 POLICIES = ("beta_bfs", "dense_topk", "uniform_bfs", "ppr", "router", "gnn")
 GPU_TESTS = (

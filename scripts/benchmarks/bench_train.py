@@ -1,7 +1,7 @@
 """Training throughput of the walk router: the trainer's step at batch 1 (one question per step) vs batched.
 
-    python scripts/bench_train.py                       # CPU, writes outputs/benchmark/train_episodes.json
-    python scripts/bench_train.py --device cpu,cuda --batch 4096   # both devices in one run, with ratios
+    python scripts/benchmarks/bench_train.py                       # CPU, writes outputs/benchmark/train_episodes.json
+    python scripts/benchmarks/bench_train.py --device cpu,cuda --batch 4096   # both devices in one run, with ratios
 
 The measurement is :func:`rl.walk.throughput.training_throughput`, which times the step of the trainer
 ``scripts/train.py`` runs (:class:`rl.walk.trainer.WalkTrainer`: ``rollout`` then ``update``, with
@@ -9,13 +9,13 @@ The measurement is :func:`rl.walk.throughput.training_throughput`, which times t
 runs it too. With several devices each is measured in turn and every later device gets its batched
 episodes/s (of the reinforce phase) over the first's.
 
-    python scripts/bench_train.py --ranks 1,2 --out docs/results/distributed_throughput.json
+    python scripts/benchmarks/bench_train.py --ranks 1,2 --out docs/results/distributed_throughput.json
 
 ``--ranks`` measures data parallelism instead (:func:`rl.walk.parallel_throughput.data_parallel_throughput`):
 the reinforce step at the same global batch under ``torchrun`` with each rank count (CPU, gloo), one
 job after the other in this run, with each count's questions/s over the first's.
 
-    python scripts/bench_train.py --cliff --out docs/results/thread_cliff.json
+    python scripts/benchmarks/bench_train.py --cliff --out docs/results/thread_cliff.json
 
 ``--cliff`` measures the thread cliff instead (:func:`rl.walk.throughput.thread_cliff`): seconds per
 training step (``--batch`` questions, ``--steps`` steps, ``--rounds`` rounds) with one busy process

@@ -19,7 +19,7 @@ Synthetic queries are vectors near random data points (``x + noise * N(0, I) / s
 queries are the questions of both sets. Libraries that are not installed are reported as such. Writes
 ``<out>/index_choice.json``.
 
-    python scripts/bench_index.py --sizes 1000 10000 100000 1000000 --out outputs/benchmark
+    python scripts/benchmarks/bench_index.py --sizes 1000 10000 100000 1000000 --out outputs/benchmark
 """
 
 from __future__ import annotations
@@ -364,5 +364,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    importlib.import_module("graphmem")  # the project's package must be importable (PYTHONPATH=.)
+    importlib.import_module("graphmem")  # the project's package, installed in the environment
     main()

@@ -6,9 +6,9 @@ dependencies; install each into its own folder and put them on PYTHONPATH, e.g.
     pip install --no-deps --target /tmp/cd/xgrammar xgrammar==0.2.9 apache-tvm-ffi
     pip install --no-deps --target /tmp/cd/outlines outlines==1.3.3 outlines-core==0.2.14 diskcache genson
     pip install --no-deps --target /tmp/cd/lmfe lm-format-enforcer==0.11.3 interegular
-    PYTHONPATH=.:/tmp/cd/xgrammar:/tmp/cd/outlines:/tmp/cd/lmfe python scripts/bench_constrained.py \
+    PYTHONPATH=/tmp/cd/xgrammar:/tmp/cd/outlines:/tmp/cd/lmfe python scripts/benchmarks/bench_constrained.py \
         none,llguidance,xgrammar,outlines,lmfe tiny-byte 6      # random tiny Llama, sampled, 256 tokens
-    ... python scripts/bench_constrained.py none,llguidance,xgrammar,outlines smollm2   # greedy, 128 tokens
+    ... python scripts/benchmarks/bench_constrained.py none,llguidance,xgrammar,outlines smollm2   # greedy, 128 tokens
 
 Each library's own transformers integration is used as it ships (no closing step), on the
 reflection schema with id enums and on the pydantic Curation schema. Writes

@@ -19,7 +19,7 @@ library, so only indexing and scoring differ):
 term (``k1 = 1.5``, or tantivy's fixed ``1.2``) and reports the largest relative error. Writes
 ``<out>/lexical_library_bench.json`` with the command that produced it.
 
-    python scripts/bench_lexical.py --sets outputs/graphs/locomo outputs/graphs/hotpotqa-pooled \\
+    python scripts/benchmarks/bench_lexical.py --sets outputs/graphs/locomo outputs/graphs/hotpotqa-pooled \\
         --sizes 10000 100000 --out docs/results
 """
 
@@ -309,7 +309,7 @@ def main() -> None:
     torch.set_num_threads(1)
     missing = [n for n in args.only if n in MODULES and importlib.util.find_spec(MODULES[n]) is None]
     args.only = [n for n in args.only if n not in missing]
-    result = {"command": "python scripts/" + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "k": K}
+    result = {"command": "python scripts/benchmarks/" + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "k": K}
     result["not_installed"] = missing
     result["hand_check"] = {name: hand_check(CANDIDATES[name]) for name in args.only}
     result["corpora"] = {}
