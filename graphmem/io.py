@@ -56,6 +56,13 @@ def atomic_write(path: str | Path, write) -> Path:
     return path
 
 
+def write_json(path: str | Path, payload: Any, indent: int | None = 1) -> Path:
+    """Write ``payload`` to ``path`` as UTF-8 JSON (``indent`` spaces, non-ASCII kept, values JSON lacks as
+    ``str``) with a trailing newline, atomically (:func:`atomic_write`): the one JSON writer of the project."""
+    text = json.dumps(payload, indent=indent, ensure_ascii=False, default=str) + "\n"
+    return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
 def save_graph(graph: MemoryGraph, path: str | Path, name: str | None = None) -> Path:
     """Validate and write ``graph`` to ``path`` (``.safetensors``) atomically, under ``name`` when given."""
     graph.validate()

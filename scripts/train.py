@@ -33,7 +33,6 @@ at the same global batch, to float rounding (docs/distributed.md; SLURM: ``hydra
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from pathlib import Path
@@ -63,15 +62,14 @@ from graphmem.cli import (
 from graphmem.device import resolve_device
 from graphmem.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy, write_jsonl
-from graphmem.eval.metrics import in_overall
 from graphmem.eval.report import fold_markdown, paired_table
-from graphmem.eval.runs import node_sweep_payload
-from graphmem.eval.stats import compare_policies, comparisons_markdown, fold_summary
+from graphmem.eval.runs import node_sweep_payload, paired_groups, plot_node_sweep
+from graphmem.eval.stats import comparisons_markdown, fold_summary
 from graphmem.graphset import GraphSet, check_configs, open_train_graphset, union
-from graphmem.io import atomic_write
+from graphmem.io import atomic_write, write_json
 from graphmem.launch import check_command_line
 from graphmem.paths import check_name, run_path
-from graphmem.plots import plot_learning_curves, plot_recall_vs_budget
+from graphmem.plots import plot_learning_curves
 from graphmem.policies import POLICIES, Budget
 from graphmem.policies.router import RouterPolicy
 from graphmem.tracking import (
@@ -351,11 +349,7 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
     stats = stats_config(cfg)
     reference = stats.get("reference")
     n_boot, seed = int(stats.get("n_boot", 10_000)), int(cfg.cv.seed)
-    groups = [compare_policies(test_rows, reference, n_boot=n_boot, seed=seed)] if reference else []
-    for other in stats.get("also") or []:  # the trained variants against further policies
-        if other in test_rows and other != reference:
-            rows = {**{v: test_rows[v] for v in variants if v in test_rows}, other: test_rows[other]}
-            groups.append(compare_policies(rows, other, n_boot=n_boot, seed=seed))
+    groups = paired_groups(test_rows, reference, list(variants), list(stats.get("also") or []), n_boot, seed)
     paired = [c for g in groups for c in g]
     table = fold_markdown(summary, question_counts(test_rows))
     for comparisons in groups:
@@ -384,24 +378,9 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
             "budgets": [dataclasses.asdict(b) for b in sweep_budgets],
             **node_sweep_payload(sweep_rows, reference, n_boot, seed),
         }
-        values = {
-            p: {
-                n: [
-                    r["metrics"]["evidence_recall"]
-                    for r in rs
-                    if r["metrics"].get("evidence_recall") is not None and in_overall(r.get("category", ""))
-                ]
-                for n, rs in levels.items()
-            }
-            for p, levels in sweep_rows.items()
-        }
-        plot_recall_vs_budget(
-            {"evidence recall": values},
-            out / "recall_at_nodes.png",
-            title=f"{gs.dataset}: evidence recall at a node budget, {len(folds)} fold(s) of test questions",
-            xlabel="nodes loaded (max_nodes)",
-        )
-    atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
+        title = f"{gs.dataset}: evidence recall at a node budget, {len(folds)} fold(s) of test questions"
+        plot_node_sweep(sweep_rows, out / "recall_at_nodes.png", title)
+    write_json(out / "results.json", payload)
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     for name, rows in test_rows.items():
         write_jsonl(rows, run_path(out, f"questions_{name}.jsonl"))

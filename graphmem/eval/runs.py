@@ -1,8 +1,10 @@
 """Reading the files of finished runs: per-question JSONL rows, paired comparisons of two runs, node-sweep curves.
 
 ``scripts/evaluate.py`` and ``scripts/train.py`` write ``questions_<policy>.jsonl`` (one JSON object per
-question: ``qid``, ``category``, ``metrics``, ``trace``; ``fold`` in training runs). The assembling scripts
-(``merge_fold_runs.py``, ``paired_from_run.py``, ``compare_runs.py``, ``compare_selectors.py``) read them here.
+question: ``qid``, ``category``, ``metrics``, ``trace``; ``fold`` in training runs). ``scripts/results.py``
+(``merge``, ``paired``, ``compare``, ``curves``, ``collect``) reads them here; ``train.py`` and ``results.py
+merge`` assemble the paired groups and the node-sweep plot of a results file with the same functions
+(:func:`paired_groups`, :func:`sweep_recall`, :func:`plot_node_sweep`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from graphmem.errors import InputError
 from graphmem.eval.metrics import in_overall
-from graphmem.eval.stats import bootstrap_ci, compare_policies, paired_comparison
+from graphmem.eval.stats import PairedComparison, bootstrap_ci, compare_policies, paired_comparison
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -129,6 +131,44 @@ def node_sweep_payload(rows: dict[str, dict[int, list[dict]]], reference: str | 
             comps = compare_policies(at, reference, metrics=("evidence_recall",), n_boot=n_boot, seed=seed)
             paired[n] = [c.to_json() for c in comps]
     return {"curves": curves, "paired": paired}
+
+
+def paired_groups(
+    rows: dict[str, list[dict]], reference: str | None, variants: list[str], also: list[str], n_boot: int, seed: int
+) -> list[list[PairedComparison]]:
+    """The paired comparisons of a results file, one group per reference: every policy of ``rows`` (policy ->
+    question rows) against ``reference`` (no group without one), then the trained ``variants`` against each
+    policy of ``also`` that ``rows`` holds, other than ``reference`` (:func:`graphmem.eval.stats.compare_policies`)."""
+    groups = [compare_policies(rows, reference, n_boot=n_boot, seed=seed)] if reference else []
+    for other in also:
+        if other in rows and other != reference:
+            pair = {**{v: rows[v] for v in variants if v in rows}, other: rows[other]}
+            groups.append(compare_policies(pair, other, n_boot=n_boot, seed=seed))
+    return groups
+
+
+def sweep_recall(rows: dict[str, dict[int, list[dict]]]) -> dict[str, dict[int, list[float]]]:
+    """Policy -> node budget -> the evidence recall of each row of the ``overall`` group that has one."""
+    return {
+        policy: {
+            n: [
+                r["metrics"]["evidence_recall"]
+                for r in level
+                if r["metrics"].get("evidence_recall") is not None and in_overall(r.get("category", ""))
+            ]
+            for n, level in levels.items()
+        }
+        for policy, levels in rows.items()
+    }
+
+
+def plot_node_sweep(rows: dict[str, dict[int, list[dict]]], path: Path, title: str) -> Path:
+    """The PNG of evidence recall against the node budget (``max_nodes``) of node-sweep ``rows``, one line per
+    policy with its 95% band (:func:`graphmem.plots.plot_recall_vs_budget` over :func:`sweep_recall`)."""
+    from graphmem.plots import plot_recall_vs_budget
+
+    values = {"evidence recall": sweep_recall(rows)}
+    return plot_recall_vs_budget(values, path, title=title, xlabel="nodes loaded (max_nodes)")
 
 
 def hydra_value(v: Any) -> str:
