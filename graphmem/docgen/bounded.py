@@ -309,9 +309,10 @@ def _lexical_section(results_dir: Path) -> list[str]:
 
 TEXT_SWEEP_NOTE = [
     "",
-    "The router's cost is its walk's and stays flat. The bounded `bm25` and `hybrid` do not read `N` rows",
-    "but still grow with it here: an exact top-k must read every posting of each query term whose weight",
-    "can still reach the k-th score, and on a Zipf vocabulary the postings of a given word grow with `N`",
-    "(the p95 are the queries whose quoted words are all common); the hybrid adds the HNSW search of its",
-    "dense half. `beta_bfs` as shipped ranks entries by exact cosine over all `N` embeddings.",
+    "The router serves its walk (the scorer and the candidates' lexical features) on top of the same hybrid",
+    "entries. The bounded `bm25` and `hybrid` do not read `N` rows but still grow with it here: an exact top-k",
+    "must read every posting of each query term whose weight can still reach the k-th score, and on a Zipf",
+    "vocabulary the postings of a given word grow with `N` (the p95 are the queries whose quoted words are",
+    "all common); the hybrid adds the HNSW search of its dense half. `beta_bfs` as shipped ranks entries by",
+    "exact cosine over all `N` embeddings.",
 ]
