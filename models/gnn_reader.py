@@ -53,7 +53,7 @@ class ReaderConfig:
         add_inverse: also pass messages against each edge, with its own relation ids ``r + R``
             (default: True).
         lexical: read the lexical features ``φ`` of query and node text (default: False;
-            ``rl.gnn_train`` trains readers with them unless ``train.lexical=false``).
+            ``rl.gnn.train`` trains readers with them unless ``train.lexical=false``).
     """
 
     input_dim: int = 384

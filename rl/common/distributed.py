@@ -24,8 +24,8 @@ is exact only for equal slices; a rollout calls the router once per hop (several
 backward) and the edge-feature matrix is not a module's output, so DDP would need
 ``find_unused_parameters`` and a wrapper around a bare parameter. One explicit all-reduce makes the
 equivalence with one process a line-by-line argument: same batch, same per-episode actions (see
-:func:`rl.rollout.episode_keys`: action sampling is keyed by (seed, epoch, step, global episode
-index), not by a stream shared across the batch), same summed gradient. N ranks then reproduce
+:func:`rl.walk.parallel.batch_noise`: the uniforms of the draws are drawn for the whole global
+batch and each rank walks with its rows of them), same summed gradient. N ranks then reproduce
 one process up to the order of floating-point additions.
 
 :class:`World` with ``size == 1`` is the single-process case: every collective is the identity.

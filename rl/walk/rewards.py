@@ -24,7 +24,8 @@
   ``objective.token_cost``); the stop action costs nothing.
 
 The ``answer`` and ``judge`` rewards read the questions' answers only: no evidence label is used
-anywhere in a run that trains from them (:func:`rl.walk.data.walk_data` with ``labels=False``).
+anywhere in a run that trains from them (:func:`rl.walk.data.walk_data` reads the labels only for
+``reward="evidence"``).
 """
 
 from __future__ import annotations
