@@ -4,8 +4,6 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
-
 from graphmem.docgen import bounded
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -55,10 +53,13 @@ def test_render_tables_and_missing_files(tmp_path):
     assert "(bounded_gnn_train.json not present: not measured)" in page
 
 
-def test_training_runs_are_collected_and_rendered(tmp_path):
-    """scripts/collect_train_runs.py gathers finished train_gnn.py runs and the page renders them; an
-    unfinished run is refused with its path named."""
-    main = load_script("collect_train_runs").main
+def test_training_runs_are_collected_and_rendered(tmp_path, capsys):
+    """scripts/results.py collect gathers finished train_gnn.py runs and the page renders them; an
+    unfinished run is refused in one line naming its path, with exit status 2."""
+    results_main = load_script("results").main
+
+    def main(args):
+        return results_main(["collect", *args])
 
     for name, seconds in (("global", 12.0), ("local", 9.0)):
         run = tmp_path / name
@@ -76,5 +77,7 @@ def test_training_runs_are_collected_and_rendered(tmp_path):
     assert "| local | neighbourhood: true | 3 | 9.0 | 3.0 | 2.2 | 0.5000 | 0.6000 |" in page and "`cmd-c`" in page
     (tmp_path / "unfinished").mkdir()
     (tmp_path / "unfinished" / "results.json").write_text(json.dumps({"metrics": {"train_seconds": 1.0}}))
-    with pytest.raises(SystemExit, match="unfinished/results.json: no field 'metrics.val_recall_gnn'"):
-        main([*args, "--run", "x", "y", str(tmp_path / "unfinished")])
+    capsys.readouterr()
+    assert main([*args, "--run", "x", "y", str(tmp_path / "unfinished")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "unfinished/results.json: no field 'metrics.val_recall_gnn'" in err

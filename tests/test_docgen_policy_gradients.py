@@ -1,4 +1,4 @@
-"""docs/policy_gradients.md from fabricated fold runs (merged and cost files), learning_curves.py, and absent files."""
+"""docs/policy_gradients.md from fabricated fold runs (merged and cost files), results.py curves, and absent files."""
 
 import json
 import sys
@@ -24,7 +24,7 @@ def results(tmp_path: Path) -> tuple[Path, list[str]]:
     folders = [str(f) for f in two_folds(tmp_path / "runs", EXTRA)]
     out = tmp_path / "results"
     merged = [*folders, "--also", "sl", "dense_topk", "--n-boot", "300"]
-    assert load_script("merge_fold_runs").main([*merged, "--out", str(out / policy_gradients.MERGED)]) == 0
+    assert load_script("results").main(["merge", *merged, "--out", str(out / policy_gradients.MERGED)]) == 0
     cost = [*folders, "--n-boot", "300", "--out", str(out / policy_gradients.COST), "--plot", str(tmp_path / "c.png")]
     assert load_script("cost_curve").main(cost) == 0
     return out, folders
@@ -46,20 +46,20 @@ def test_page_from_fabricated_runs(tmp_path):
         assert f"![{group}](policy_gradients_{group}.png)" in page
     assert f"out_dir={folders[1]}" in page and "'++variants.cost_0p001={objective: {token_cost: 0.001}}'" in page
     assert "'cv.folds=[1]'" in page
-    assert "scripts/merge_fold_runs.py" in page and "scripts/cost_curve.py" in page and "Not run yet" not in page
+    assert "scripts/results.py merge" in page and "scripts/cost_curve.py" in page and "Not run yet" not in page
 
 
 def test_learning_curves_script(tmp_path, capsys):
     out, folders = results(tmp_path)
-    curves = load_script("learning_curves")
-    assert curves.main([str(out / policy_gradients.MERGED), "--out-dir", str(tmp_path / "docs")]) == 0
+    results_main = load_script("results").main
+    assert results_main(["curves", str(out / policy_gradients.MERGED), "--out-dir", str(tmp_path / "docs")]) == 0
     assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == [
         f"policy_gradients_{g}.png" for g in ("answer", "cost", "rl_only", "sl_rl")
     ]
     run = Path(folders[0]) / "results.json"
     run.write_text(run.read_text().replace('"history"', '"old_history"'))
     capsys.readouterr()
-    assert curves.main([*folders, "--out-dir", str(tmp_path / "other")]) == 2
+    assert results_main(["curves", *folders, "--out-dir", str(tmp_path / "other")]) == 2
     assert "has no history" in capsys.readouterr().err and not (tmp_path / "other").exists()
 
 

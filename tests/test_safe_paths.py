@@ -100,9 +100,9 @@ def test_a_benchmark_out_file_outside_out_dir_is_refused_before_the_sweep(tmp_pa
 def test_learning_curve_names_stay_inside_the_out_dir(tmp_path, capsys):
     from tests.script_loader import load_script
 
-    main = load_script("learning_curves").main
+    main = load_script("results").main
     merged = ROOT / "docs" / "results" / "policy_gradients_locomo.json"
-    assert main([str(merged), "--out-dir", str(tmp_path / "plots"), "--prefix", "../x_"]) == 2
+    assert main(["curves", str(merged), "--out-dir", str(tmp_path / "plots"), "--prefix", "../x_"]) == 2
     assert "error: --prefix='../x_' cannot be used" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.png"))
 

@@ -3,10 +3,10 @@
 Reads from ``docs/results/``:
 
 * ``bounded_scaling.json``: the scale sweep's report (``scripts/benchmark.py +suite=scaling``) with its ``command``;
-* ``bounded_ppr.json`` / ``bounded_ppr_epsilon.json`` / ``bounded_gnn.json``: ``scripts/compare_runs.py``
+* ``bounded_ppr.json`` / ``bounded_ppr_epsilon.json`` / ``bounded_gnn.json``: ``scripts/results.py compare``
   output (pairs of evaluation runs: power vs push, push at each ``epsilon``, full vs ball);
 * ``bounded_gnn_train.json``: the reader's training runs on LoCoMo, global and on neighbourhoods, with per-epoch times;
-* ``bounded_hybrid.json`` / ``bounded_bm25.json``: ``scripts/compare_runs.py`` output (exact against bounded
+* ``bounded_hybrid.json`` / ``bounded_bm25.json``: ``scripts/results.py compare`` output (exact against bounded
   entries, ``min_nodes`` 16384 against 0);
 * ``scaling_text.json``: the text scale sweep's report (``scripts/benchmark.py +suite=scaling_text``).
 

@@ -1,6 +1,6 @@
 """docs/policy_gradients.md: rewards without evidence labels, the policy-gradient estimators and the token cost.
 
-Renders ``docs/results/policy_gradients_locomo.json`` (``scripts/merge_fold_runs.py`` over the fold runs of
+Renders ``docs/results/policy_gradients_locomo.json`` (``scripts/results.py merge`` over the fold runs of
 ``scripts/train.py``) and ``docs/results/cost_aware_locomo.json`` (``scripts/cost_curve.py`` over the same
 runs), and nothing else; a file not present is named on the page in place of its sections.
 """
@@ -17,7 +17,7 @@ MERGED = "policy_gradients_locomo.json"
 COST = "cost_aware_locomo.json"
 METRIC = "evidence_recall"
 CURVES_COMMAND = (
-    f".venv/bin/python scripts/learning_curves.py docs/results/{MERGED} --out-dir docs --prefix policy_gradients_"
+    f".venv/bin/python scripts/results.py curves docs/results/{MERGED} --out-dir docs --prefix policy_gradients_"
 )
 
 INTRO = """# Policy gradients for the walk: rewards without labels, estimators, a token cost
@@ -297,7 +297,7 @@ def commands_section(merged: dict | None, cost: dict | None) -> list[str]:
             "",
         ]
     merge = (merged or {}).get("command") or (
-        f".venv/bin/python scripts/merge_fold_runs.py <runs>/locomo_fold{{0,1,2,3,4}} --also sl dense_topk "
+        f".venv/bin/python scripts/results.py merge <runs>/locomo_fold{{0,1,2,3,4}} --also sl dense_topk "
         f"--out docs/results/{MERGED}"
     )
     curve = (cost or {}).get("command") or (
@@ -318,7 +318,7 @@ def further_runs(results_dir: Path) -> list[str]:
         table = estimators_section(extra, variants)[2:]
         out += [f"### Also run: `{path.name}` (folds {extra['folds']})", "", *table, ""]
         out += [
-            f"Merged by `scripts/merge_fold_runs.py <fold runs> --also sl --out docs/results/{path.name}`.",
+            f"Merged by `scripts/results.py merge <fold runs> --also sl --out docs/results/{path.name}`.",
             "",
         ]
     return out
@@ -337,7 +337,7 @@ def render(results_dir: Path) -> str:
 
 def page(results_dir: Path, merged: dict | None, cost: dict | None) -> str:
     out = [INTRO]
-    absent = _missing(MERGED, "scripts/merge_fold_runs.py")
+    absent = _missing(MERGED, "scripts/results.py merge")
     if merged is None:
         out += ["## Rewards without evidence labels", "", *absent, "", "## Estimators", "", *absent, ""]
     else:
