@@ -46,6 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.bounds import Bound
+from graphmem.builders import check_configs, open_train_graphset
 from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import (
     METRICS,
@@ -65,7 +66,7 @@ from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.runs import node_sweep_payload, paired_groups, plot_node_sweep
 from graphmem.eval.stats import comparisons_markdown, fold_summary
-from graphmem.graphset import GraphSet, check_configs, open_train_graphset, union
+from graphmem.graphset import GraphSet, union
 from graphmem.io import atomic_write, write_json
 from graphmem.launch import check_command_line
 from graphmem.paths import check_name, run_path
@@ -214,10 +215,99 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         return train_and_test(cfg, world, out, folder, budget, base, variants, baselines)
 
 
+@dataclasses.dataclass
+class TrainData:
+    """The graph set, its training-only graphs (``train_extra``; None without) and the graphs every fold trains on."""
+
+    gs: GraphSet
+    extra: GraphSet | None
+    train_graphs: dict
+
+
+@dataclasses.dataclass
+class RunContext:
+    """What every fold shares: the config, the ranks, the run folder, the budget, the trainer's base config,
+    the data, the tracking settings (logger config, group, the graph set's artifact) and this rank's device."""
+
+    cfg: DictConfig
+    world: Any
+    out: Path
+    folder: Any
+    budget: Budget
+    base: dict[str, Any]
+    data: TrainData
+    logger_cfg: Any
+    group: str
+    graphset_input: Any
+    rank_device: torch.device
+
+
+@dataclasses.dataclass
+class Fold:
+    """One fold: its number and split, the training questions (training-only ones appended) and embeddings,
+    the validation questions and embeddings, the test set, and its test metrics (policy -> metric -> value)."""
+
+    k: int
+    split: Any
+    train_q: list
+    train_e: torch.Tensor
+    val_q: list
+    val_e: torch.Tensor
+    test_set: GraphSet
+    metrics: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Collected:
+    """What the folds add up to: each fold's metrics, the records, every policy's test rows (with their fold),
+    the node sweep's rows (policy -> nodes -> rows), the learning curves (variant -> fold -> history) and
+    the best checkpoints (the summary run's inputs)."""
+
+    sweep_budgets: list[Budget]
+    per_fold: list[dict[str, dict[str, float]]] = dataclasses.field(default_factory=list)
+    records: list[dict] = dataclasses.field(default_factory=list)
+    test_rows: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
+    sweep_rows: dict[str, dict[int, list[dict]]] = dataclasses.field(default_factory=dict)
+    curves: dict[str, dict[int, Any]] = dataclasses.field(default_factory=dict)
+    models: list = dataclasses.field(default_factory=list)
+
+    def test(self, name: str, policy, fold: Fold, budget: Budget):
+        """Evaluate ``policy`` on the fold's test set under ``budget`` and at each sweep budget; keep its
+        metrics in ``fold.metrics`` and its rows; return the evaluation."""
+        res = evaluate_policy(policy, fold.test_set, budget, progress=False)
+        for b in self.sweep_budgets:
+            level = self.sweep_rows.setdefault(name, {}).setdefault(b.max_nodes, [])
+            level.extend(
+                {"fold": fold.k, **row} for row in evaluate_policy(policy, fold.test_set, b, progress=False).rows
+            )
+        fold.metrics[name] = {m: res.overall.get(m) for m in METRICS}
+        self.test_rows.setdefault(name, []).extend({"fold": fold.k, **row} for row in res.rows)
+        return res
+
+
 def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants, baselines) -> dict[str, Any] | None:
     """Train every variant of every fold and test it next to the baselines; rank 0 returns the results."""
+    data = load_data(cfg, world, folder)
+    splits = conversation_folds(list(data.gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
+    folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
+    collected = Collected(node_budgets(cfg, budget))
+    started = time.perf_counter()
+    ctx = run_context(cfg, world, out, folder, budget, base, data)
+    for k in folds:
+        run_fold(ctx, open_fold(ctx, k, splits[k]), variants, baselines, collected)
     if not world.is_main:
-        world.barrier()  # rank 0 loads (or builds and caches) the graph set first
+        return None
+    payload, table, paired = assemble(ctx, collected, splits, folds, variants, started)
+    write_outputs(ctx, collected, payload, table, folds)
+    log_summary(ctx, collected, payload["summary"], paired)
+    log.info("results written to %s", out)
+    return payload
+
+
+def load_data(cfg: DictConfig, world, folder) -> TrainData:
+    """The graph set (rank 0 loads, or builds and caches, it first) and the training-only graphs."""
+    if not world.is_main:
+        world.barrier()
     gs = load_graphset(cfg)
     extra = load_train_graphset(cfg) if cfg.get("train_extra") else None
     if world.is_main:
@@ -232,169 +322,199 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
                 cfg.data.train_files,
             )
     train_graphs = gs.graphs if extra is None else union(gs, extra).graphs  # refuses shared graph names
-    splits = conversation_folds(list(gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
-    folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
-    per_fold, records, curves = [], [], {}
-    test_rows: dict[str, list[dict]] = {}
-    sweep_budgets = node_budgets(cfg, budget)
-    sweep_rows: dict[str, dict[int, list[dict]]] = {}  # policy -> nodes -> test rows of every fold
+    return TrainData(gs, extra, train_graphs)
 
-    def sweep(name: str, policy, test_set) -> None:
-        for b in sweep_budgets:
-            level = sweep_rows.setdefault(name, {}).setdefault(b.max_nodes, [])
-            level.extend({"fold": k, **row} for row in evaluate_policy(policy, test_set, b, progress=False).rows)
 
-    started = time.perf_counter()
+def run_context(cfg: DictConfig, world, out: Path, folder, budget: Budget, base, data: TrainData) -> RunContext:
+    """This rank's device and the tracking settings (rank 0 logs; the graph set's artifact where it has a manifest)."""
     rank_device = world.device(resolve_device((base.get("run") or {}).get("device", "auto")))
     logger_cfg = cfg.logger if world.is_main else {"backend": "none"}
-    group = experiment_group("train", gs.dataset)
+    group = experiment_group("train", data.gs.dataset)
     location = graphset_location(cfg)
     graphset_input = graphset_artifact(location) if world.is_main and (location / "manifest.json").is_file() else None
-    models, curves = [], {}  # best checkpoints (the summary run's inputs); variant -> fold -> history
-    for k in folds:
-        split = splits[k]
-        if world.is_main:
-            log.info(
-                "fold %d: train %d / val %d / test %d conversations",
-                k,
-                len(split.train),
-                len(split.val),
-                len(split.test),
-            )
-        train_set, val_set, test_set = (restrict_graphs(gs, part) for part in (split.train, split.val, split.test))
-        train_q, train_e = train_set.questions, train_set.query_embeddings
-        if extra is not None:
-            train_q, train_e = train_q + extra.questions, torch.cat([train_e, extra.query_embeddings])
-        val_q, val_e = val_set.questions, val_set.query_embeddings
-        test_q = test_set.questions
-        fold_metrics: dict[str, dict[str, float]] = {}
-        for name, overrides in variants.items():
-            here = {"device": str(rank_device)} if world.distributed else {}  # this rank's GPU
-            ckpt_dir = run_path(out, f"fold{k}", name)
-            tc = TrainConfig.merged(base, overrides, checkpoint_dir=str(ckpt_dir), run_id=folder.run_id, **here)
-            run_config = {**OmegaConf.to_container(cfg, resolve=True), "fold": k, "variant": name}
-            tracker = make_tracker(
-                logger_cfg, run_config, out_dir=out, name=f"fold{k}-{name}", job_type="train", group=group
-            )
-            if graphset_input is not None:
-                tracker.use_artifact(graphset_input)
-            epochs = sum(n for _, n, _ in tc.phases())
-            bar = ProgressLogger(epochs, desc=f"fold {k} {name}", disable=not cfg.progress)
-            logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar) if world.is_main else None
-            t0 = time.perf_counter()
-            selector = cfg.policy.get("entry_selector", "embedding")
-            inputs = checkpoint_inputs(gs, split.train, split.val)
-            trainer = WalkTrainer(tc, train_graphs, train_q, train_e, val_q, val_e, budget, logger, selector, inputs)
-            try:
-                result = trainer.learn()
-            except NothingMeasuredError as err:  # the reward's LLM is failing: nothing of this run is a result
-                bar.close()
-                tracker.update_summary({"error": str(err)})
-                tracker.finish(exit_code=3)
-                raise NothingMeasuredError(f"fold {k} {name}: {err}; no results.json written") from None
-            train_s = time.perf_counter() - t0
-            bar.close()
-            curves.setdefault(name, {})[k] = result.history
-            if not world.is_main:  # rank 0 tests and reports
-                continue
-            policy = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=selector)
-            res = evaluate_policy(policy, test_set, budget, progress=False)
-            sweep(name, policy, test_set)
-            fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
-            tracker.update_summary(
-                {"best_epoch": result.best_epoch, "val/best_return": result.best_score, "train_wall_s": train_s}
-                | {f"test/{m}": v for m, v in fold_metrics[name].items()}
-                | {f"reward/{c}": n for c, n in (result.reward_calls or {}).items() if c in ("calls", "failures")}
-            )
-            log_question_tables(tracker, [res], prefix=f"test_questions/fold{k}")
-            meta = {"fold": k, "variant": name, "best_epoch": result.best_epoch, "config_hash": gs.config_hash}
-            models += log_checkpoints(tracker, tc.run.checkpoint_dir, f"router-{gs.dataset}-fold{k}-{name}", meta)[
-                :1
-            ]  # best
-            tracker.finish()
-            test_rows.setdefault(name, []).extend({"fold": k, **row} for row in res.rows)
-            records.append(
-                {
-                    "fold": k,
-                    "policy": name,
-                    "best_phase": result.best_phase,
-                    "best_epoch": result.best_epoch,
-                    "val_return": result.best_score,
-                    "dropped_train_questions": trainer.train.dropped,
-                    "reward_calls": result.reward_calls,  # the LLM-backed reward's calls and failures (null: none)
-                    "train_wall_s": round(train_s, 2),
-                    "test": res.overall,
-                    "trainer": dataclasses.asdict(tc),
-                    "history": result.history,
-                }
-            )
-        if not world.is_main:
-            continue
-        for name, kwargs in fold_baseline_config(cfg).items():
-            given = {key: v.format(fold=k) if isinstance(v, str) else v for key, v in kwargs.items()}
-            baselines[name] = make_configured_policy({**policy_config(name), **given})
-        for name, policy in baselines.items():
-            res = evaluate_policy(policy, test_set, budget, progress=False)
-            sweep(name, policy, test_set)
-            fold_metrics[name] = {m: res.overall.get(m) for m in METRICS}
-            test_rows.setdefault(name, []).extend({"fold": k, **row} for row in res.rows)
-            records.append({"fold": k, "policy": name, "test": res.overall})
-        per_fold.append(fold_metrics)
+    return RunContext(cfg, world, out, folder, budget, base, data, logger_cfg, group, graphset_input, rank_device)
+
+
+def open_fold(ctx: RunContext, k: int, split) -> Fold:
+    """Fold ``k``'s parts: the training questions with the training-only ones, validation, test set."""
+    if ctx.world.is_main:
         log.info(
-            "fold %d test:\n%s", k, fold_markdown(summarize([fold_metrics]), {p: len(test_q) for p in fold_metrics})
+            "fold %d: train %d / val %d / test %d conversations",
+            k,
+            len(split.train),
+            len(split.val),
+            len(split.test),
         )
-    if not world.is_main:
-        return None
-    summary = summarize(per_fold)
+    gs, extra = ctx.data.gs, ctx.data.extra
+    train_set, val_set, test_set = (restrict_graphs(gs, part) for part in (split.train, split.val, split.test))
+    train_q, train_e = train_set.questions, train_set.query_embeddings
+    if extra is not None:
+        train_q, train_e = train_q + extra.questions, torch.cat([train_e, extra.query_embeddings])
+    return Fold(k, split, train_q, train_e, val_set.questions, val_set.query_embeddings, test_set)
+
+
+def run_fold(ctx: RunContext, fold: Fold, variants, baselines, collected: Collected) -> None:
+    """Train and (rank 0) test every variant on the fold, then test the baselines and the fold's own ones."""
+    for name, overrides in variants.items():
+        train_variant(ctx, fold, name, overrides, collected)
+    if not ctx.world.is_main:
+        return
+    for name, kwargs in fold_baseline_config(ctx.cfg).items():
+        given = {key: v.format(fold=fold.k) if isinstance(v, str) else v for key, v in kwargs.items()}
+        baselines[name] = make_configured_policy({**policy_config(name), **given})
+    for name, policy in baselines.items():
+        res = collected.test(name, policy, fold, ctx.budget)
+        collected.records.append({"fold": fold.k, "policy": name, "test": res.overall})
+    collected.per_fold.append(fold.metrics)
+    counts = {p: len(fold.test_set.questions) for p in fold.metrics}
+    log.info("fold %d test:\n%s", fold.k, fold_markdown(summarize([fold.metrics]), counts))
+
+
+def train_variant(ctx: RunContext, fold: Fold, name: str, overrides, collected: Collected) -> None:
+    """Train one variant on the fold (its checkpoints under ``fold<k>/<name>``); rank 0 then tests it."""
+    cfg, k = ctx.cfg, fold.k
+    here = {"device": str(ctx.rank_device)} if ctx.world.distributed else {}  # this rank's GPU
+    ckpt_dir = run_path(ctx.out, f"fold{k}", name)
+    tc = TrainConfig.merged(ctx.base, overrides, checkpoint_dir=str(ckpt_dir), run_id=ctx.folder.run_id, **here)
+    run_config = {**OmegaConf.to_container(cfg, resolve=True), "fold": k, "variant": name}
+    tracker = make_tracker(
+        ctx.logger_cfg, run_config, out_dir=ctx.out, name=f"fold{k}-{name}", job_type="train", group=ctx.group
+    )
+    if ctx.graphset_input is not None:
+        tracker.use_artifact(ctx.graphset_input)
+    epochs = sum(n for _, n, _ in tc.phases())
+    bar = ProgressLogger(epochs, desc=f"fold {k} {name}", disable=not cfg.progress)
+    logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar) if ctx.world.is_main else None
+    t0 = time.perf_counter()
+    selector = cfg.policy.get("entry_selector", "embedding")
+    inputs = checkpoint_inputs(ctx.data.gs, fold.split.train, fold.split.val)
+    parts = (fold.train_q, fold.train_e, fold.val_q, fold.val_e)
+    trainer = WalkTrainer(tc, ctx.data.train_graphs, *parts, ctx.budget, logger, selector, inputs)
+    try:
+        result = trainer.learn()
+    except NothingMeasuredError as err:  # the reward's LLM is failing: nothing of this run is a result
+        bar.close()
+        tracker.update_summary({"error": str(err)})
+        tracker.finish(exit_code=3)
+        raise NothingMeasuredError(f"fold {k} {name}: {err}; no results.json written") from None
+    train_s = time.perf_counter() - t0
+    bar.close()
+    collected.curves.setdefault(name, {})[k] = result.history
+    if ctx.world.is_main:  # rank 0 tests and reports
+        policy = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=selector)
+        test_variant(ctx, fold, name, policy, tc, trainer, result, train_s, tracker, collected)
+
+
+def test_variant(ctx: RunContext, fold: Fold, name: str, policy, tc, trainer, result, train_s, tracker, collected):
+    """Test the trained variant on the fold; track its summary, test questions and best checkpoint; keep its record."""
+    gs, k = ctx.data.gs, fold.k
+    res = collected.test(name, policy, fold, ctx.budget)
+    tracker.update_summary(
+        {"best_epoch": result.best_epoch, "val/best_return": result.best_score, "train_wall_s": train_s}
+        | {f"test/{m}": v for m, v in fold.metrics[name].items()}
+        | {f"reward/{c}": n for c, n in (result.reward_calls or {}).items() if c in ("calls", "failures")}
+    )
+    log_question_tables(tracker, [res], prefix=f"test_questions/fold{k}")
+    meta = {"fold": k, "variant": name, "best_epoch": result.best_epoch, "config_hash": gs.config_hash}
+    artifact = f"router-{gs.dataset}-fold{k}-{name}"
+    collected.models += log_checkpoints(tracker, tc.run.checkpoint_dir, artifact, meta)[:1]  # best
+    tracker.finish()
+    collected.records.append(
+        {
+            "fold": k,
+            "policy": name,
+            "best_phase": result.best_phase,
+            "best_epoch": result.best_epoch,
+            "val_return": result.best_score,
+            "dropped_train_questions": trainer.train.dropped,
+            "reward_calls": result.reward_calls,  # the LLM-backed reward's calls and failures (null: none)
+            "train_wall_s": round(train_s, 2),
+            "test": res.overall,
+            "trainer": dataclasses.asdict(tc),
+            "history": result.history,
+        }
+    )
+
+
+def paired_settings(cfg: DictConfig) -> tuple[str | None, int, int]:
+    """The paired statistics' reference policy (``stats.reference``), bootstrap draws and seed (``cv.seed``)."""
     stats = stats_config(cfg)
-    reference = stats.get("reference")
-    n_boot, seed = int(stats.get("n_boot", 10_000)), int(cfg.cv.seed)
-    groups = paired_groups(test_rows, reference, list(variants), list(stats.get("also") or []), n_boot, seed)
+    return stats.get("reference"), int(stats.get("n_boot", 10_000)), int(cfg.cv.seed)
+
+
+def assemble(ctx: RunContext, collected: Collected, splits, folds: list[int], variants, started: float):
+    """results.json's payload (the node sweep's part added and plotted), results.md's table, the paired comparisons."""
+    cfg, gs, extra, budget = ctx.cfg, ctx.data.gs, ctx.data.extra, ctx.budget
+    summary = summarize(collected.per_fold)
+    reference, n_boot, seed = paired_settings(cfg)
+    also = list(stats_config(cfg).get("also") or [])
+    groups = paired_groups(collected.test_rows, reference, list(variants), also, n_boot, seed)
     paired = [c for g in groups for c in g]
-    table = fold_markdown(summary, question_counts(test_rows))
+    table = fold_markdown(summary, question_counts(collected.test_rows))
     for comparisons in groups:
         table += "\n\n" + comparisons_markdown(comparisons) if comparisons else ""
     log.info("%s: test graphs, %d fold(s), budget %s\n%s", gs.dataset, len(folds), dataclasses.asdict(budget), table)
     payload = {
-        "run_id": folder.run_id,
+        "run_id": ctx.folder.run_id,
         "dataset": gs.dataset,
         "graphset": gs.provenance,
         "budget": dataclasses.asdict(budget),
         "folds": folds,
         "summary": summary,
-        "questions": question_counts(test_rows),
+        "questions": question_counts(collected.test_rows),
         "reference": reference,
         "paired": [c.to_json() for c in paired],
         "train_extra": None if extra is None else {"graphs": len(extra.graphs), "questions": len(extra.questions)},
-        "records": records,
+        "records": collected.records,
         "splits": [dataclasses.asdict(splits[k]) for k in folds],
         "node_sweep": None,
         "wall_s": round(time.perf_counter() - started, 2),
-        "device": str(resolve_device(base.get("run", {}).get("device", "auto"))),
-        "world_size": world.size,
+        "device": str(resolve_device(ctx.base.get("run", {}).get("device", "auto"))),
+        "world_size": ctx.world.size,
     }
-    if sweep_rows:
-        payload["node_sweep"] = {
-            "budgets": [dataclasses.asdict(b) for b in sweep_budgets],
-            **node_sweep_payload(sweep_rows, reference, n_boot, seed),
-        }
-        title = f"{gs.dataset}: evidence recall at a node budget, {len(folds)} fold(s) of test questions"
-        plot_node_sweep(sweep_rows, out / "recall_at_nodes.png", title)
+    if collected.sweep_rows:
+        payload["node_sweep"] = node_sweep_results(ctx, collected, folds)
+    return payload, table, paired
+
+
+def node_sweep_results(ctx: RunContext, collected: Collected, folds: list[int]) -> dict[str, Any]:
+    """The node sweep's budgets and statistics, plotted as recall_at_nodes.png (evidence recall per level)."""
+    reference, n_boot, seed = paired_settings(ctx.cfg)
+    results = {
+        "budgets": [dataclasses.asdict(b) for b in collected.sweep_budgets],
+        **node_sweep_payload(collected.sweep_rows, reference, n_boot, seed),
+    }
+    title = f"{ctx.data.gs.dataset}: evidence recall at a node budget, {len(folds)} fold(s) of test questions"
+    plot_node_sweep(collected.sweep_rows, ctx.out / "recall_at_nodes.png", title)
+    return results
+
+
+def write_outputs(ctx: RunContext, collected: Collected, payload: dict, table: str, folds: list[int]) -> None:
+    """results.json, results.md, every policy's test rows and node-sweep rows, and the learning curves."""
+    out = ctx.out
     write_json(out / "results.json", payload)
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
-    for name, rows in test_rows.items():
+    for name, rows in collected.test_rows.items():
         write_jsonl(rows, run_path(out, f"questions_{name}.jsonl"))
-    for name, levels in sweep_rows.items():  # the node sweep's rows: what a merge of fold runs needs
+    for name, levels in collected.sweep_rows.items():  # the node sweep's rows: what a merge of fold runs needs
         rows = [
             {k: r.get(k) for k in ("fold", "qid", "category", "metrics")} | {"max_nodes": n}
             for n, level in levels.items()
             for r in level
         ]
         write_jsonl(rows, run_path(out, f"node_sweep_{name}.jsonl"))
-    if curves:
-        plot_learning_curves(curves, out / "learning_curves.png", title=f"{gs.dataset}: {len(folds)} fold(s)")
-    with make_tracker(logger_cfg, cfg, out_dir=out, name="summary", job_type="evaluate", group=group) as tracker:
-        for ref in models:  # lineage: graph set -> checkpoints -> these results
+    if collected.curves:
+        title = f"{ctx.data.gs.dataset}: {len(folds)} fold(s)"
+        plot_learning_curves(collected.curves, out / "learning_curves.png", title=title)
+
+
+def log_summary(ctx: RunContext, collected: Collected, summary: dict, paired: list) -> None:
+    """The summary run: the checkpoints as inputs, the test means and stds, the tables and the results artifact."""
+    out, group = ctx.out, ctx.group
+    with make_tracker(
+        ctx.logger_cfg, ctx.cfg, out_dir=out, name="summary", job_type="evaluate", group=group
+    ) as tracker:
+        for ref in collected.models:  # lineage: graph set -> checkpoints -> these results
             tracker.use_artifact(ref)
         tracker.update_summary(
             {f"test/{p}/{m}": ms[m]["mean"] for p, ms in summary.items() for m in METRICS}
@@ -405,11 +525,9 @@ def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants
         )
         if paired:
             tracker.log_table("paired_vs_reference", *paired_table(paired))
-        files = ["results.json", "results.md", *(f"questions_{n}.jsonl" for n in test_rows)]
-        files += ["learning_curves.png"] if curves else []
+        files = ["results.json", "results.md", *(f"questions_{n}.jsonl" for n in collected.test_rows)]
+        files += ["learning_curves.png"] if collected.curves else []
         tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
-    log.info("results written to %s", out)
-    return payload
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
