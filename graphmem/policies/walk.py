@@ -172,109 +172,218 @@ def walk(
         if ctx is None:
             given = () if lexical is None else (lexical,)  # scorers that read no text take none
             ctx = scorer.prepare(tables, q, entries.to(q.device), *given)
-        return _walk(
-            tables, scorer, q, entries, budget, sample, temperature, generator, ctx, allow_stop, blocked, noise
+        choice = Choice(sample, temperature, generator, noise)
+        return _walk(tables, scorer, q, entries, budget, choice, ctx, allow_stop, blocked)
+
+
+@dataclass
+class Choice:
+    """How each step chooses among the ``[B, P (+1)]`` logits of the open candidates (and the stop).
+
+    Greedy: ``argmax logits``. Sampled: the Gumbel-max draw ``argmax(logits / τ - log(-log u))``, a draw
+    from ``softmax(logits / τ)``, with ``u`` the step's row of ``noise`` (``[T, B, W]``) when given, else
+    uniforms drawn from ``generator`` (torch's global RNG when None)."""
+
+    sample: bool = False
+    temperature: float = 1.0
+    generator: torch.Generator | None = None
+    noise: Tensor | None = None
+
+    def pick(self, logits: Tensor, t: int) -> Tensor:
+        """``[B]`` chosen column of step ``t``'s logits."""
+        if not self.sample:
+            return logits.argmax(1)
+        dev = logits.device
+        if self.noise is not None:
+            u = self.noise[t, :, : logits.shape[1]].to(dev)
+        else:
+            u = torch.rand(logits.shape, generator=self.generator, device="cpu" if self.generator is not None else dev)
+            u = u.to(dev)
+        return (logits / self.temperature - torch.log(-torch.log(u.clamp(1e-12, 1 - 1e-7)))).argmax(1)
+
+
+@dataclass
+class WalkState:
+    """``B`` walks in progress (``P`` pool slots, ``T = max_nodes`` steps); the fields named as in
+    :class:`WalkEpisodes`, plus what only the loop needs.
+
+    Attributes:
+        node, parent, pair, depth, slot, order, scores: ``[B, P]`` the candidate pool (``WalkEpisodes.pool_*``).
+        dead: ``[B, P]`` bool, empty slots, blocked targets and targets already loaded.
+        length: ``[B]`` pool slots filled (entries first, then each loaded node's out-pairs).
+        loaded, loaded_depth, loaded_via: ``[B, T]`` the loads so far; children: ``[B, T]`` each load's children.
+        count, used: ``[B]`` nodes loaded and tokens used; alive: ``[B]`` bool, walks that may still act.
+        opens, actions: ``[T, B, P]`` and ``[T, B]``, what each step offered and chose (``WalkEpisodes``).
+        blocked: ``[B, K]`` nodes never to load (``-1`` padded) or None.
+    """
+
+    node: Tensor
+    parent: Tensor
+    pair: Tensor
+    depth: Tensor
+    slot: Tensor
+    order: Tensor
+    scores: Tensor
+    dead: Tensor
+    length: Tensor
+    loaded: Tensor
+    loaded_depth: Tensor
+    loaded_via: Tensor
+    children: Tensor
+    count: Tensor
+    used: Tensor
+    alive: Tensor
+    opens: Tensor
+    actions: Tensor
+    blocked: Tensor | None
+
+    @classmethod
+    def start(
+        cls,
+        tables: WalkTables,
+        scorer: CandidateScorer,
+        ctx: Any,
+        q: Tensor,
+        entries: Tensor,
+        budget: Budget,
+        blocked: Tensor | None,
+    ) -> WalkState:
+        """The pool holding the scored entries (depth 0, no parent, ``order`` = rank), nothing loaded."""
+        dev, bsz, n_ent = q.device, q.shape[0], entries.shape[1]
+        entries = entries.to(dev)
+        width, steps = pool_width(tables, budget, n_ent), budget.max_nodes
+        full = lambda v: torch.full((bsz, width), v, dtype=torch.long, device=dev)  # noqa: E731
+        node, parent, pair, depth, slot, order = full(-1), full(-1), full(-1), full(0), full(-1), full(0)
+        scores = torch.full((bsz, width), float("-inf"), device=dev, dtype=q.dtype)
+        node[:, :n_ent] = entries
+        order[:, :n_ent] = torch.arange(n_ent, device=dev)
+        qi, col = (entries >= 0).nonzero(as_tuple=True)
+        none = torch.full_like(qi, -1)
+        scores[qi, col] = scorer.score(ctx, Candidates(qi, none, entries[qi, col], none, 0 * qi, col))
+        length = torch.full((bsz,), n_ent, dtype=torch.long, device=dev)
+        dead = node < 0
+        if blocked is not None:
+            blocked = blocked.to(dev)
+            dead |= (node[:, :, None] == blocked[:, None, :]).any(-1)
+        loaded = torch.full((bsz, steps), -1, dtype=torch.long, device=dev)
+        return cls(
+            node=node,
+            parent=parent,
+            pair=pair,
+            depth=depth,
+            slot=slot,
+            order=order,
+            scores=scores,
+            dead=dead,
+            length=length,
+            loaded=loaded,
+            loaded_depth=torch.full_like(loaded, -1),
+            loaded_via=torch.full_like(loaded, -1),
+            children=torch.zeros(bsz, steps, dtype=torch.long, device=dev),
+            count=torch.zeros(bsz, dtype=torch.long, device=dev),
+            used=torch.zeros(bsz, dtype=torch.long, device=dev),
+            alive=torch.ones(bsz, dtype=torch.bool, device=dev),
+            opens=torch.zeros(steps, bsz, width, dtype=torch.bool, device=dev),
+            actions=torch.full((steps, bsz), -1, dtype=torch.long, device=dev),
+            blocked=blocked,
         )
 
+    def open_candidates(self, tables: WalkTables, budget: Budget) -> Tensor:
+        """``[B, P]`` bool: live walks' candidates whose target is new and fits the tokens, parent has room."""
+        has_slot = (self.slot < 0) | (self.children.gather(1, self.slot.clamp(min=0)) < budget.top_k_neighbors)
+        fits = self.used[:, None] + tables.tokens[self.node.clamp(min=0)] <= budget.max_tokens
+        return ~self.dead & has_slot & fits & self.alive[:, None]
 
-def _walk(tables, scorer, q, entries, budget, sample, temperature, generator, ctx, allow_stop, blocked, noise):
-    dev, bsz, n_ent = q.device, q.shape[0], entries.shape[1]
-    entries = entries.to(dev)
-    width, steps = pool_width(tables, budget, n_ent), budget.max_nodes
-    rows = torch.arange(bsz, device=dev)
-    full = lambda v: torch.full((bsz, width), v, dtype=torch.long, device=dev)  # noqa: E731
-    node, parent, pair, depth, slot, order = full(-1), full(-1), full(-1), full(0), full(-1), full(0)
-    scores = torch.full((bsz, width), float("-inf"), device=dev, dtype=q.dtype)
-    node[:, :n_ent] = entries
-    order[:, :n_ent] = torch.arange(n_ent, device=dev)
-    real = entries >= 0
-    qi, col = real.nonzero(as_tuple=True)
-    none = torch.full_like(qi, -1)
-    scores[qi, col] = scorer.score(ctx, Candidates(qi, none, entries[qi, col], none, 0 * qi, col))
-    length = torch.full((bsz,), n_ent, dtype=torch.long, device=dev)
-    dead = node < 0  # empty slots and candidates whose target is loaded
-    if blocked is not None:
-        blocked = blocked.to(dev)
-        dead |= (node[:, :, None] == blocked[:, None, :]).any(-1)
-    loaded = torch.full((bsz, steps), -1, dtype=torch.long, device=dev)
-    loaded_depth, loaded_via = torch.full_like(loaded, -1), torch.full_like(loaded, -1)
-    children = torch.zeros(bsz, steps, dtype=torch.long, device=dev)
-    count = torch.zeros(bsz, dtype=torch.long, device=dev)
-    used = torch.zeros(bsz, dtype=torch.long, device=dev)
-    alive = torch.ones(bsz, dtype=torch.bool, device=dev)
-    opens = torch.zeros(steps, bsz, width, dtype=torch.bool, device=dev)
-    actions = torch.full((steps, bsz), -1, dtype=torch.long, device=dev)
-    for t in range(steps):
-        has_slot = (slot < 0) | (children.gather(1, slot.clamp(min=0)) < budget.top_k_neighbors)
-        fits = used[:, None] + tables.tokens[node.clamp(min=0)] <= budget.max_tokens
-        open_ = ~dead & has_slot & fits & alive[:, None]
-        has = open_.any(1)
-        logits = scores.masked_fill(~open_, float("-inf"))
-        best = logits.max(1).values
-        stop = scorer.stop_logit(ctx, best, count, budget) if allow_stop else None
-        if stop is not None:
-            logits = torch.cat([logits, stop[:, None]], 1)
-        if sample and noise is not None:
-            u = noise[t, :, : logits.shape[1]].to(dev)
-        elif sample:
-            u = torch.rand(logits.shape, generator=generator, device="cpu" if generator is not None else dev).to(dev)
-        if sample:
-            choice = (logits / temperature - torch.log(-torch.log(u.clamp(1e-12, 1 - 1e-7)))).argmax(1)
-        else:
-            choice = logits.argmax(1)
-        acting = alive & has
-        opens[t] = open_ & acting[:, None]
-        actions[t] = torch.where(acting, choice, -1)
-        loads = acting & (choice < width)
-        alive = loads
-        if not bool(loads.any()):
-            break
-        b, a = rows[loads], choice[loads]
-        v = node[b, a]
-        pos = count[b]
-        loaded[b, pos], loaded_depth[b, pos], loaded_via[b, pos] = v, depth[b, a], a
-        has_parent = slot[b, a] >= 0
-        children[b[has_parent], slot[b, a][has_parent]] += 1
-        used[b] += tables.tokens[v]
-        count[b] += 1
-        dead[b] |= node[b] == v[:, None]
-        # ---- push the out-pairs of the new node (when it may still have children)
-        grow = depth[b, a] < budget.max_hops if budget.top_k_neighbors > 0 else torch.zeros_like(v, dtype=torch.bool)
-        gb, gv, gpos, gdepth = b[grow], v[grow], pos[grow], depth[b, a][grow] + 1
-        if gb.numel() == 0:
-            continue
+    def act(self, t: int, open_: Tensor, picked: Tensor) -> Tensor:
+        """Record step ``t`` (offered candidates, choice; ``-1`` where a walk is over); ``[B]`` bool, the loads."""
+        acting = self.alive & open_.any(1)
+        self.opens[t] = open_ & acting[:, None]
+        self.actions[t] = torch.where(acting, picked, -1)
+        self.alive = acting & (picked < self.node.shape[1])  # the stop column P ends a walk
+        return self.alive
+
+    def load(self, tables: WalkTables, scorer: CandidateScorer, ctx: Any, budget: Budget, loads: Tensor, picked):
+        """Load the chosen targets of the ``loads`` rows, then push their out-pairs (depth < ``max_hops``)."""
+        b, a = torch.arange(loads.shape[0], device=loads.device)[loads], picked[loads]
+        v = self.node[b, a]
+        pos = self.count[b]
+        self.loaded[b, pos], self.loaded_depth[b, pos], self.loaded_via[b, pos] = v, self.depth[b, a], a
+        has_parent = self.slot[b, a] >= 0
+        self.children[b[has_parent], self.slot[b, a][has_parent]] += 1
+        self.used[b] += tables.tokens[v]
+        self.count[b] += 1
+        self.dead[b] |= self.node[b] == v[:, None]
+        grow = (
+            self.depth[b, a] < budget.max_hops if budget.top_k_neighbors > 0 else torch.zeros_like(v, dtype=torch.bool)
+        )
+        gb, gv, gpos, gdepth = b[grow], v[grow], pos[grow], self.depth[b, a][grow] + 1
+        if gb.numel() > 0:
+            self.push(tables, scorer, ctx, gb, gv, gpos, gdepth)
+
+    def push(self, tables: WalkTables, scorer: CandidateScorer, ctx: Any, gb, gv, gpos, gdepth) -> None:
+        """Append and score the out-pairs ``gv -> child`` of the nodes just loaded (rows ``gb``, slots ``gpos``)."""
         seg, pid = csr_positions(tables.pairs.rowptr, gv)
         if pid.numel() == 0:
-            continue
+            return
         deg = tables.pairs.rowptr[gv + 1] - tables.pairs.rowptr[gv]
         first = torch.cumsum(deg, 0) - deg
         qb = gb[seg]
-        cols = length[qb] + torch.arange(seg.numel(), device=dev) - first[seg]
+        cols = self.length[qb] + torch.arange(seg.numel(), device=gb.device) - first[seg]
         child = tables.pairs.dst[pid]
-        node[qb, cols], parent[qb, cols], pair[qb, cols] = child, gv[seg], pid
-        depth[qb, cols], slot[qb, cols], order[qb, cols] = gdepth[seg], gpos[seg], gpos[seg]
-        dead[qb, cols] = (loaded[qb] == child[:, None]).any(1)
-        if blocked is not None:
-            dead[qb, cols] |= (blocked[qb] == child[:, None]).any(1)
-        scores[qb, cols] = scorer.score(ctx, Candidates(qb, gv[seg], child, pid, gdepth[seg], gpos[seg]))
-        length[gb] += deg
-    return WalkEpisodes(
-        node,
-        parent,
-        pair,
-        depth,
-        slot,
-        order,
-        scores,
-        opens,
-        actions,
-        loaded,
-        loaded_depth,
-        loaded_via,
-        count,
-        used,
-        allow_stop,
-    )
+        self.node[qb, cols], self.parent[qb, cols], self.pair[qb, cols] = child, gv[seg], pid
+        self.depth[qb, cols], self.slot[qb, cols], self.order[qb, cols] = gdepth[seg], gpos[seg], gpos[seg]
+        self.dead[qb, cols] = (self.loaded[qb] == child[:, None]).any(1)
+        if self.blocked is not None:
+            self.dead[qb, cols] |= (self.blocked[qb] == child[:, None]).any(1)
+        self.scores[qb, cols] = scorer.score(ctx, Candidates(qb, gv[seg], child, pid, gdepth[seg], gpos[seg]))
+        self.length[gb] += deg
+
+    def episodes(self, stoppable: bool) -> WalkEpisodes:
+        return WalkEpisodes(
+            pool_node=self.node,
+            pool_parent=self.parent,
+            pool_pair=self.pair,
+            pool_depth=self.depth,
+            pool_slot=self.slot,
+            pool_order=self.order,
+            scores=self.scores,
+            open=self.opens,
+            action=self.actions,
+            loaded=self.loaded,
+            loaded_depth=self.loaded_depth,
+            loaded_via=self.loaded_via,
+            count=self.count,
+            used=self.used,
+            stoppable=stoppable,
+        )
+
+
+def _walk(
+    tables: WalkTables,
+    scorer: CandidateScorer,
+    q: Tensor,
+    entries: Tensor,
+    budget: Budget,
+    choice: Choice,
+    ctx: Any,
+    allow_stop: bool,
+    blocked: Tensor | None,
+) -> WalkEpisodes:
+    """The walk's loop: at most ``max_nodes`` steps, each offering the open candidates (and the stop) of every
+    live walk, choosing one, loading its target and pushing the target's out-pairs."""
+    state = WalkState.start(tables, scorer, ctx, q, entries, budget, blocked)
+    for t in range(budget.max_nodes):
+        open_ = state.open_candidates(tables, budget)
+        logits = state.scores.masked_fill(~open_, float("-inf"))
+        stop = scorer.stop_logit(ctx, logits.max(1).values, state.count, budget) if allow_stop else None
+        if stop is not None:
+            logits = torch.cat([logits, stop[:, None]], 1)
+        picked = choice.pick(logits, t)
+        loads = state.act(t, open_, picked)
+        if not bool(loads.any()):
+            break
+        state.load(tables, scorer, ctx, budget, loads, picked)
+    return state.episodes(allow_stop)
 
 
 def rescore(scorer: CandidateScorer, ctx: Any, ep: WalkEpisodes) -> Tensor:
