@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from graphmem.errors import InputError
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 from graphmem.lockfile import FileLock, describe
 from graphmem.paths import fresh_folder
 
@@ -230,9 +230,8 @@ class SetWriter:
         record["files"] = dict(sorted(self.files.items()))
         record = json.loads(json.dumps(record, ensure_ascii=False))  # as a reader will see it (str keys, lists)
         record[CONTENT] = content_sha256(record)
-        text = json.dumps(record, ensure_ascii=False, indent=1)
         try:
-            atomic_write(self.directory / MANIFEST, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+            write_json(self.directory / MANIFEST, record)
         except OSError as err:
             if not _no_space(err):
                 raise

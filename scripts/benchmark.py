@@ -52,7 +52,7 @@ from graphmem.device import resolve_device
 from graphmem.eval.scaling import bench_policy, make_queries
 from graphmem.eval.scaling_text import sweep_for
 from graphmem.graphset import GraphSet
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.paths import check_name, run_path
 from graphmem.peak_memory import PeakMemory
@@ -399,7 +399,7 @@ def scaling_suite(cfg: DictConfig, budget: Budget) -> dict:
     report["process_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = run_path(cfg.out_dir, check_name("suite.out_file", suite["out_file"]))
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, lambda tmp: tmp.write_text(json.dumps(report, indent=2)))
+    write_json(out, report, indent=2)
     log.info(
         "growth of end-to-end p50 (largest / smallest size): %s",
         {k: v["p50_largest_over_smallest"] for k, v in report["growth"].items()},
@@ -442,7 +442,7 @@ def _run(cfg: DictConfig) -> dict:
     report["process_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "benchmark.json").write_text(json.dumps(report, indent=2))
+    write_json(out / "benchmark.json", report, indent=2)
     if cfg.plot and report["sizes"]:
         plot(report, out / "benchmark.png")
     log.info("growth (largest / smallest size): %s", json.dumps(report["growth"]))

@@ -33,7 +33,7 @@ from graphmem.errors import InputError
 from graphmem.eval.runs import fold_rows, read_fold_runs, run_overrides, shell_word
 from graphmem.eval.stats import paired_comparison
 from graphmem.eval.tradeoff import curve, paired_token_ratio, point, question_values, tokens_to_reach
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 
 
 def variant_settings(records: list[dict], name: str) -> dict[str, Any]:
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
         title = f"{payload['dataset']}: recall against loaded tokens, folds {payload['folds']} (test questions)"
         plot_recall_tokens(payload, args.plot, title=title)
-    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(payload, indent=1) + "\n"))
+    write_json(args.out, payload)
     print(f"{args.out}: {len(payload['cost_variants'])} cost variant(s) against {args.fixed!r}")
     return 0
 

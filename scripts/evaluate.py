@@ -49,9 +49,10 @@ from graphmem.cli import (
 )
 from graphmem.errors import InputError, NothingMeasuredError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
-from graphmem.eval.report import full_report, paired_table, results_payload, table_data, write_json
+from graphmem.eval.report import full_report, paired_table, results_payload, table_data
 from graphmem.eval.stats import PairedComparison, compare_policies
 from graphmem.graphset import DataConfig, GraphConfig, GraphSet
+from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.paths import check_name, run_path
 from graphmem.plots import plot_recall_vs_budget, plot_retrieval, sweep_values
@@ -221,7 +222,7 @@ def _evaluate(cfg: DictConfig, plan: Plan, qa_settings, run_id: str) -> dict[str
     payload = results_payload(results, sweeps, meta, paired)
     if qa_results:
         payload["qa"] = {p: {"summary": r.summary, "info": r.info} for p, r in qa_results.items()}
-    write_json(payload, out / "results.json")
+    write_json(out / "results.json", payload, indent=2)
     if plan.sweep:
         panels = {"evidence recall": sweep_values(sweeps), "all-evidence hit": sweep_values(sweeps, "all_evidence_hit")}
         plot_recall_vs_budget(panels, out / "budget_sweep.png", title=f"{gs.dataset}: recall vs token budget")

@@ -46,7 +46,6 @@ against the training examples seen, and a ``summary`` run holding the table and 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import random
 import shlex
@@ -67,7 +66,7 @@ from graphmem.eval.stats import compare_policies
 from graphmem.exploration import compare_rankings, make_learners, plot_rounds, round_bounds
 from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from graphmem.graphset import GraphSet
-from graphmem.io import atomic_write
+from graphmem.io import atomic_write, write_json
 from graphmem.launch import check_command_line
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
@@ -326,7 +325,7 @@ def run_exploration(gs: GraphSet, cfg: DictConfig, budget: Budget, out: Path) ->
         "wall_seconds": round(time.perf_counter() - t0),
         **result,
     }
-    atomic_write(out / "exploration.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1)))
+    write_json(out / "exploration.json", payload)
     plot_rounds(payload, out / "exploration_rounds.png")
     return payload
 
@@ -404,7 +403,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "exploration": exploration,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    atomic_write(out / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
+    write_json(out / "results.json", payload)
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     if results:
         plot(results, out / "recall_vs_examples.png")

@@ -30,8 +30,8 @@ import sys
 from pathlib import Path
 
 from graphmem.eval.metrics import in_overall
-from graphmem.eval.report import write_json
 from graphmem.eval.stats import paired_comparison
+from graphmem.io import write_json
 from graphmem.paths import PathNameError, check_name, run_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,7 +124,7 @@ def main() -> None:
     command = "python scripts/" + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
     if args.select_sets:
         chosen = select(args.select_sets, args.select_graphs, args.runs, args.depths, args.reuse)
-        write_json({"command": command, **chosen}, args.out / "lexical_baselines_selection.json")
+        write_json(args.out / "lexical_baselines_selection.json", {"command": command, **chosen}, indent=2)
         print("chosen candidates:", chosen["chosen"], json.dumps(chosen["mean_evidence_recall"]))
         return
 
@@ -139,7 +139,7 @@ def main() -> None:
             "paired": {f"{a} - {b}": paired(per[a], per[b], a, b) for a, b in PAIRS},
         }
         print(name, json.dumps(flat["sets"][name]["means"]), flush=True)
-    write_json(flat, args.out / "lexical_baselines.json")
+    write_json(args.out / "lexical_baselines.json", flat, indent=2)
 
     walks = {"command": command, "set": args.walk_set, "walks": {}}
     graphset = args.graphs / args.walk_set
@@ -155,7 +155,7 @@ def main() -> None:
             "paired": {"hybrid entries - embedding entries": paired(a, b, "hybrid entries", "embedding entries")},
         }
         print(walk, json.dumps(walks["walks"][walk]["means"]), flush=True)
-    write_json(walks, args.out / "lexical_baselines_walks.json")
+    write_json(args.out / "lexical_baselines_walks.json", walks, indent=2)
 
 
 if __name__ == "__main__":

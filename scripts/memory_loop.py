@@ -43,7 +43,7 @@ import graphmem.config  # noqa: F401  (registers the config-group schemas before
 from graphmem.cli import check_int, check_out_dir, load_graphset, run_or_exit, set_threads
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.graphset import GraphSet
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.memory_loop import ExampleRecord, MemoryLoop
@@ -262,7 +262,7 @@ def _run(cfg: DictConfig, out: Path, run_id: str) -> dict[str, Any]:
             "usage": usage,
         }
         write_jsonl(rows, out / "trace.jsonl")
-        atomic_write(out / "summary.json", lambda tmp: tmp.write_text(json.dumps(summary, indent=1, default=str)))
+        write_json(out / "summary.json", summary)
         brief = {k: v for k, v in summary.items() if k != "usage"}
         log.info("%s", json.dumps(brief, indent=1, default=str))
         log.info("trace written to %s", out / "trace.jsonl")

@@ -19,7 +19,6 @@ file, atomically) with the command that produced it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import shlex
 import time
@@ -38,7 +37,7 @@ from graphmem.datasets.types import LoadReport
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import PairedComparison, fold_summary, paired_comparison, per_question
 from graphmem.graphset import GraphSet
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.policies import POLICIES, Budget
 from graphmem.policies.router import RouterPolicy
@@ -203,7 +202,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     payload |= {"records": records, "splits": splits, "neighbour_cosine": cosines, "intent_readout": readout}
     payload["wall_s"] = round(time.perf_counter() - started, 2)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, lambda tmp: tmp.write_text(json.dumps(payload, indent=1) + "\n"))
+    write_json(out, payload)
     for c in paired:
         log.info("%s - %s: %+.3f [%+.3f, %+.3f] n=%d", c.policy, c.reference, c.mean_diff, c.ci_low, c.ci_high, c.n)
     log.info("results written to %s", out)

@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
 from graphmem.graphset import GraphConfig
+from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.policies.base import Budget
 from rl.gnn.split import split_examples
@@ -121,9 +122,7 @@ def run(cfg: DictConfig) -> None:
         log.info(
             "%s", json.dumps({k: v for k, v in rounds[-1].items() if k not in ("writer", "reader_history", "split")})
         )
-        (out_dir / "rounds.json").write_text(
-            json.dumps({"writer": asdict(wcfg), "train": asdict(tcfg), "rounds": rounds}, indent=2)
-        )
+        write_json(out_dir / "rounds.json", {"writer": asdict(wcfg), "train": asdict(tcfg), "rounds": rounds}, indent=2)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import graphmem.config  # noqa: F401  (registers the config-group schemas before
 from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import load_graphset, run_or_exit, set_threads
 from graphmem.graphset import check_configs
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.lockfile import FileLock, LockBusyError, describe
 from graphmem.policies.base import Budget
@@ -118,7 +118,7 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
             "history": history,
             "checkpoint": str(cfg.checkpoint),
         }
-        atomic_write(out_dir / "results.json", lambda tmp: tmp.write_text(json.dumps(payload, indent=2)))
+        write_json(out_dir / "results.json", payload, indent=2)
         best_val = max((r["val_recall"] for r in history if "val_recall" in r), default=None)
         summary = {k.replace("_", "/", 1) if k != "train_seconds" else k: v for k, v in metrics.items()}
         tracker.update_summary({"val/best_recall": best_val, **summary})  # e.g. test/recall_gnn

@@ -30,8 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import load_graphset, run_or_exit, set_threads
 from graphmem.eval.harness import write_jsonl
-from graphmem.eval.report import write_json
-from graphmem.io import atomic_write
+from graphmem.io import atomic_write, write_json
 from graphmem.launch import check_command_line
 from graphmem.tracking import experiment_group
 from rl.gnn.train import load_reader
@@ -86,11 +85,11 @@ def run(cfg: DictConfig) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {"writer": asdict(wcfg), "sft": asdict(sft), "warm_start": warm, **result}
     write_jsonl(completions, out_dir / "completion_rewards.jsonl")
-    write_json(result["curve"], out_dir / "reward_curve.json")
+    write_json(out_dir / "reward_curve.json", result["curve"], indent=2)
     if result["curve"]:
         title = f"GRPO writer ({wcfg.model}) on {gs.dataset}"
         atomic_write(out_dir / "reward_curve.png", lambda tmp: plot_curve(result["curve"], tmp, title))
-    write_json(payload, out_dir / "results.json")  # last: its presence marks a finished run
+    write_json(out_dir / "results.json", payload, indent=2)  # last: its presence marks a finished run
     for row in result["curve"]:
         log.info("%s", row)
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from graphmem import io
 from graphmem.eval.harness import EvalResult, sweep_curve
 from graphmem.eval.stats import PairedComparison, comparisons_markdown
-from graphmem.io import atomic_write
 
 # (header, summary key, format); latencies are milliseconds.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -130,9 +129,8 @@ def full_report(results: Sequence[EvalResult], paired: Sequence[PairedComparison
 
 
 def write_json(payload: Any, path: str | Path) -> Path:
-    """Write JSON atomically (indent 2, UTF-8)."""
-    text = json.dumps(payload, indent=2, ensure_ascii=False, default=str)
-    return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    """:func:`graphmem.io.write_json` with indent 2, payload first (``scripts/benchmarks/bench_lexical.py``)."""
+    return io.write_json(path, payload, indent=2)
 
 
 def results_payload(

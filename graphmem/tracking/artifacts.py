@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from graphmem.graphset import file_sha256
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 
 SIDECAR_SUFFIX = ".artifact.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -178,8 +178,7 @@ def sidecar_path(path: str | Path) -> Path:
 def write_sidecar(ref: ArtifactRef, run: Mapping[str, Any]) -> Path:
     """Record beside a logged file which artifact (name, digest) and which run it belongs to."""
     payload = {"name": ref.name, "type": ref.type, "digest": ref.digest, "aliases": list(ref.aliases), "run": dict(run)}
-    text = json.dumps(payload, indent=1)
-    return atomic_write(sidecar_path(ref.path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return write_json(sidecar_path(ref.path), payload)
 
 
 def read_sidecar(path: str | Path) -> dict[str, Any] | None:

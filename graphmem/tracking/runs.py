@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 from graphmem.tracking.artifacts import ArtifactRef, artifact_name, describe_artifact, write_sidecar
 from graphmem.tracking.secrets import config_for_logging
 
@@ -234,8 +234,7 @@ class JsonlTracker(Tracker):
             "metrics": self.metrics,
             "summary": self.summary,
         }
-        text = json.dumps(payload, indent=1, default=str)
-        atomic_write(self.dir / "run.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        write_json(self.dir / "run.json", payload)
 
     def _append(self, file: str, record: Mapping[str, Any]) -> None:
         with open(self.dir / file, "a", encoding="utf-8") as f:
@@ -265,8 +264,7 @@ class JsonlTracker(Tracker):
 
     def log_table(self, name, columns, rows):
         payload = {"name": name, "columns": list(columns), "rows": [list(r) for r in rows]}
-        text = json.dumps(payload, default=str)
-        atomic_write(self.dir / "tables" / f"{artifact_name(name)}.json", lambda tmp: tmp.write_text(text))
+        write_json(self.dir / "tables" / f"{artifact_name(name)}.json", payload, indent=None)
 
     def log_artifact(self, path, type=None, name=None, aliases=(), metadata=None):
         ref = self._output(path, type, name, aliases, metadata)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from graphmem.errors import InputError
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 from graphmem.lockfile import FileLock, LockBusyError, describe
 from graphmem.paths import fresh_folder, inside
 
@@ -119,8 +119,7 @@ class RunFolder:
     lock: FileLock | None = None
 
     def _write(self) -> None:
-        text = json.dumps(self.record, indent=1, default=str)
-        atomic_write(self.path / RECORD, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        write_json(self.path / RECORD, self.record)
 
     def check_graphset(self, config_hash: str) -> None:
         """A resumed run must train on the graph set it started on; a fresh run records it (rank 0 only)."""

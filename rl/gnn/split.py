@@ -5,11 +5,10 @@ written beside a checkpoint; shared by ``scripts/train_gnn.py``, ``scripts/train
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from graphmem.graphset import GraphSet
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 from graphmem.policies.base import Budget
 from rl.gnn.train import examples_from_graphset, graph_split
 
@@ -34,5 +33,4 @@ def split_examples(gs: GraphSet, split_cfg, budget: Budget) -> tuple[dict, dict]
 def write_split(parts: dict[str, list[str]], checkpoint: str | Path, run_id: str | None = None) -> Path:
     """``<checkpoint>.split.json``: the parts (and the run's id), written atomically."""
     path = Path(str(checkpoint) + ".split.json")
-    text = json.dumps({**parts, **({"run_id": run_id} if run_id else {})}, indent=1)
-    return atomic_write(path, lambda tmp: tmp.write_text(text))
+    return write_json(path, {**parts, **({"run_id": run_id} if run_id else {})})

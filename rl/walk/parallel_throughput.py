@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def worker(nodes: int, dim: int, batch: int, steps: int, seed: int, out: str) -> None:
     """One rank's part of the measurement (module docstring); rank 0 writes ``out`` (JSON)."""
+    from graphmem.io import write_json
     from graphmem.synthetic import make_synthetic_graph
     from rl.common.distributed import init_from_env, shutdown
     from rl.common.seeding import deterministic_algorithms
@@ -56,7 +57,7 @@ def worker(nodes: int, dim: int, batch: int, steps: int, seed: int, out: str) ->
             world.barrier()
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         if world.is_main:
-            Path(out).write_text(json.dumps({"ranks": world.size, "wall_s": wall, "rank0_cpu_s": cpu}))
+            write_json(out, {"ranks": world.size, "wall_s": wall, "rank0_cpu_s": cpu}, indent=None)
     finally:
         shutdown()
 

@@ -21,7 +21,6 @@ Exit status 1 when any run was mixed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -29,6 +28,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from graphmem.io import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,7 +156,7 @@ def main() -> int:
             f"build {run['rerun']}, {run['rerun_edges']} edges; {'MIXED' if mixed else 'not mixed'}"
         )
     payload = {"seed": seed, "base": base, "other": other, "graph_files": graphs, "runs": runs, "args": vars(args)}
-    (args.out / "kill_rebuild.json").write_text(json.dumps(payload, indent=1, default=str))
+    write_json(args.out / "kill_rebuild.json", payload)
     return int(any(r["mixed"] for r in runs))
 
 

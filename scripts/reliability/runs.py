@@ -15,7 +15,6 @@ impossible values.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -23,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 from graphmem.lockfile import FileLock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,7 +132,7 @@ def main() -> None:
             held.release()
     payload = {"command": "python scripts/reliability/runs.py", "cases": records}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(args.out, lambda p: p.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8"))
+    write_json(args.out, payload)
     print(f"wrote {args.out}")
 
 

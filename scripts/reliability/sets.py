@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from graphmem.embed import CachedEncoder, HashingEncoder
 from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+from graphmem.io import write_json
 from graphmem.setstore import content_sha256, file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,9 +256,8 @@ def main() -> None:
         evaluate(tmp / "hashing", "policy=router", f"policy.checkpoint={tmp / 'nope.pt'}", f"out_dir={tmp / 'o7'}"),
     )
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"command": "python scripts/reliability/sets.py", "cases": c.rows}
-    args.out.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(args.out, payload)
     print(f"wrote {args.out}")
     shutil.rmtree(tmp, ignore_errors=True)
 

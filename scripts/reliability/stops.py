@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from graphmem.graphset import DataConfig, GraphConfig, build_graphset
-from graphmem.io import atomic_write
+from graphmem.io import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-" + "echoed0123456789" * 2  # the fake key an endpoint echoes back
@@ -310,7 +310,7 @@ def main() -> None:
         finally:
             r.server.shutdown()
     payload = {"command": "python scripts/reliability/stops.py", "cases": r.records}
-    atomic_write(args.out, lambda p: p.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8"))
+    write_json(args.out, payload)
     print(f"wrote {args.out}")
 
 
