@@ -69,7 +69,7 @@ def edit(directory: Path, change, restamp: bool = True) -> None:
     change(manifest)
     if restamp:
         manifest["content_sha256"] = content_sha256(manifest)
-    path.write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
+    write_json(path, manifest, indent=None)
 
 
 def rewrite_queries(directory: Path, change) -> None:

@@ -136,7 +136,7 @@ def long_turn_file(source: Path, out: Path, size: int) -> Path:
     turn = conv[0]["conversation"]["session_1"][0]
     words = "Alice met Bob in Paris on 8 May 2023 and they talked about the Garden Project for hours "
     turn["text"] = (words * (size // len(words) + 1))[:size]
-    out.write_text(json.dumps(conv), encoding="utf-8")
+    write_json(out, conv, indent=None)
     return out
 
 
@@ -211,7 +211,7 @@ def cases(r: Runner, run: Path) -> None:
         for p in folder.iterdir():  # leave only what was moved aside: the next run finds unrecorded results
             if not p.name.startswith("replaced-"):
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
-        (folder / "results.json").write_text(json.dumps({"run": i}))
+        write_json(folder / "results.json", {"run": i}, indent=None)
         r.run(
             f"evaluation into a folder holding an unrecorded run's results ({i + 1} of 2)",
             "scripts/evaluate.py",
@@ -256,7 +256,7 @@ def cases(r: Runner, run: Path) -> None:
     r.run("evaluate.py graphs=<missing file>", "scripts/evaluate.py", [s, *EVAL, f"graphs={tmp / 'nope.json'}"])
     r.run("evaluate.py graphs=<empty file>", "scripts/evaluate.py", [s, *EVAL, f"graphs={empty}"])
     split = tmp / "reader.pt.split.json"
-    split.write_text(json.dumps({"train": [], "val": [], "test": ["conv-26"]}))
+    write_json(split, {"train": [], "val": [], "test": ["conv-26"]}, indent=None)
     r.run(
         "evaluate.py graphs=<split file> graphs_part=bogus",
         "scripts/evaluate.py",
@@ -284,7 +284,7 @@ def edited_fold(r: Runner) -> None:
     data = json.loads(path.read_text(encoding="utf-8"))
     row = next(x for x in data["records"] if x["fold"] == 1 and x["policy"] == "hybrid")
     row["test"]["evidence_recall"] = round(row["test"]["evidence_recall"] + 0.05, 6)
-    path.write_text(json.dumps(data), encoding="utf-8")
+    write_json(path, data, indent=None)
     docs = ["--results", str(results), "--docs", str(r.tmp / "docs"), "--readme", str(r.tmp / "README.md")]
     shutil.copy(ROOT / "README.md", r.tmp / "README.md")
     r.run(f"make_docs.py after hybrid's fold 1 in {path.name} was edited by hand", "scripts/make_docs.py", docs)
