@@ -259,14 +259,10 @@ def plot_retrieval(
         per_row: panels per row of the figure (default: 2).
     """
     plt = _pyplot()
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import FancyArrowPatch
-
     layouts = {p: retrieval_columns(t, gold) for p, t in traces.items()}
     n_cols = max((len(c) for c in layouts.values()), default=1)
     n_rows = max((len(ids) for cols in layouts.values() for _, ids in cols), default=1)
     col_w, row_h = 3.2, 0.62
-    label_span = 0.74  # x extent (columns) of a node's label
     across = max(1, min(per_row, len(traces)))
     down = math.ceil(len(traces) / across)
     fig, axes = plt.subplots(
@@ -276,66 +272,90 @@ def plot_retrieval(
         ax.axis("off")
     gold_set, relation_colours = set(gold), {}
     for ax, (policy, trace) in zip(axes.flat, traces.items()):
-        loaded = list(trace.get("loaded", []))
-        order = {v: i + 1 for i, v in enumerate(loaded)}
-        entries = set(trace.get("entries", []))
         pos = {}
         for c, (heading, ids) in enumerate(layouts[policy]):
             ax.text(c, 0.9, heading, ha="left", va="bottom", fontsize=9, fontweight="bold", color="#444")
             for r, v in enumerate(ids):
                 pos[v] = (c, -r)
-        first = _discovery_edges(trace)
-        for k, (src, dst, rel) in enumerate(trace.get("edges_traversed", [])):
-            if src in pos and dst in pos:
-                (x0, y0), (x1, y1) = pos[src], pos[dst]
-                tree = k in first  # the edge that first reached dst: bold; the walk's other edges: faint
-                if x0 != x1:  # leave from the end of the source's label, arrive at the target node
-                    start, end, bend = (x0 + label_span, y0), (x1, y1), 0.12 if y1 <= y0 else -0.12
-                else:  # within a column: an arc on the left
-                    start, end, bend = (x0, y0), (x1, y1), 0.55 if y1 < y0 else -0.55
-                ax.add_patch(
-                    FancyArrowPatch(
-                        start,
-                        end,
-                        connectionstyle=f"arc3,rad={bend}",
-                        arrowstyle="-|>,head_length=6,head_width=3.5" if tree else "-|>,head_length=4,head_width=2.5",
-                        color=_relation_colour(rel, relation_colours),
-                        lw=1.8 if tree else 0.7,
-                        alpha=0.9 if tree else 0.3,
-                        shrinkA=2 if x0 != x1 else 9,
-                        shrinkB=9,
-                        zorder=2 if tree else 1,
-                    )
-                )
-        for v, (x, y) in pos.items():
-            is_gold, is_loaded = v in gold_set, v in order
-            face = GOLD if is_gold and is_loaded else LOADED if is_loaded else MISSED if is_gold else VISITED
-            edge = "#b8860b" if is_gold else "#333"
-            ax.scatter(
-                [x],
-                [y],
-                s=330,
-                marker="s" if v in entries else "o",
-                c=face,
-                edgecolors=edge,
-                linewidths=2.4 if is_gold else 1.0,
-                zorder=3,
-            )
-            if is_loaded:
-                ax.text(x, y, str(order[v]), ha="center", va="center", fontsize=7.5, fontweight="bold", zorder=4)
-            ax.text(
-                x + 0.1, y, _label(graph, v, label_width), ha="left", va="center", fontsize=7, zorder=4, linespacing=1.1
-            )
-        found = len(gold_set & set(loaded))
-        ax.set_title(
-            f"{policy}: {found}/{len(gold_set)} gold loaded (recall {found / max(len(gold_set), 1):.2f}) · "
-            f"{len(loaded)} nodes · "
-            f"{trace.get('loaded_tokens', '?')} tokens",
-            fontsize=10,
-        )
+        _draw_walked_edges(ax, trace, pos, relation_colours)
+        _draw_retrieved_nodes(ax, graph, policy, trace, pos, gold_set, label_width)
         ax.set_xlim(-0.5, n_cols - 0.05)
         ax.set_ylim(-(n_rows - 1) - 0.6, 1.3)
         ax.axis("off")
+    handles = _retrieval_legend(relation_colours)
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=8, frameon=False)
+    fig.suptitle(title or textwrap.fill(f"Q: {question}", 140), fontsize=11)
+    fig.subplots_adjust(left=0.01, right=0.99, top=1 - 0.9 / fig.get_figheight(), bottom=0.75 / fig.get_figheight())
+    return _save(fig, path, dpi=110)
+
+
+def _draw_walked_edges(ax, trace: Mapping[str, Any], pos: dict, relation_colours: dict[str, str]) -> None:
+    """The walk's edges between drawn nodes: the edge that first reached a node bold, the others faint;
+    across columns from the end of the source's label (0.74 columns wide), within one as an arc on the left."""
+    from matplotlib.patches import FancyArrowPatch
+
+    label_span = 0.74  # x extent (columns) of a node's label
+    first = _discovery_edges(trace)
+    for k, (src, dst, rel) in enumerate(trace.get("edges_traversed", [])):
+        if src in pos and dst in pos:
+            (x0, y0), (x1, y1) = pos[src], pos[dst]
+            tree = k in first  # the edge that first reached dst: bold; the walk's other edges: faint
+            if x0 != x1:  # leave from the end of the source's label, arrive at the target node
+                start, end, bend = (x0 + label_span, y0), (x1, y1), 0.12 if y1 <= y0 else -0.12
+            else:  # within a column: an arc on the left
+                start, end, bend = (x0, y0), (x1, y1), 0.55 if y1 < y0 else -0.55
+            ax.add_patch(
+                FancyArrowPatch(
+                    start,
+                    end,
+                    connectionstyle=f"arc3,rad={bend}",
+                    arrowstyle="-|>,head_length=6,head_width=3.5" if tree else "-|>,head_length=4,head_width=2.5",
+                    color=_relation_colour(rel, relation_colours),
+                    lw=1.8 if tree else 0.7,
+                    alpha=0.9 if tree else 0.3,
+                    shrinkA=2 if x0 != x1 else 9,
+                    shrinkB=9,
+                    zorder=2 if tree else 1,
+                )
+            )
+
+
+def _draw_retrieved_nodes(ax, graph, policy: str, trace: Mapping[str, Any], pos: dict, gold_set: set, width: int):
+    """Each drawn node (entries square, gold outlined, loaded ones numbered in load order) with its label of
+    ``width`` characters a line, and the panel's title: gold loaded, recall, nodes and tokens."""
+    loaded = list(trace.get("loaded", []))
+    order = {v: i + 1 for i, v in enumerate(loaded)}
+    entries = set(trace.get("entries", []))
+    for v, (x, y) in pos.items():
+        is_gold, is_loaded = v in gold_set, v in order
+        face = GOLD if is_gold and is_loaded else LOADED if is_loaded else MISSED if is_gold else VISITED
+        edge = "#b8860b" if is_gold else "#333"
+        ax.scatter(
+            [x],
+            [y],
+            s=330,
+            marker="s" if v in entries else "o",
+            c=face,
+            edgecolors=edge,
+            linewidths=2.4 if is_gold else 1.0,
+            zorder=3,
+        )
+        if is_loaded:
+            ax.text(x, y, str(order[v]), ha="center", va="center", fontsize=7.5, fontweight="bold", zorder=4)
+        ax.text(x + 0.1, y, _label(graph, v, width), ha="left", va="center", fontsize=7, zorder=4, linespacing=1.1)
+    found = len(gold_set & set(loaded))
+    ax.set_title(
+        f"{policy}: {found}/{len(gold_set)} gold loaded (recall {found / max(len(gold_set), 1):.2f}) · "
+        f"{len(loaded)} nodes · "
+        f"{trace.get('loaded_tokens', '?')} tokens",
+        fontsize=10,
+    )
+
+
+def _retrieval_legend(relation_colours: dict[str, str]) -> list:
+    """Legend handles: one per relation drawn, the faint edges, then the node kinds."""
+    from matplotlib.lines import Line2D
+
     handles = [Line2D([], [], color=c, lw=2, label=f"{r} edge") for r, c in relation_colours.items()]
     handles.append(Line2D([], [], color="#777", lw=0.7, alpha=0.5, label="other edges walked (faint)"))
     handles += [
@@ -345,10 +365,7 @@ def plot_retrieval(
         Line2D([], [], marker="o", ls="", mfc=MISSED, mec="#b8860b", mew=2, ms=9, label="gold evidence, missed"),
         Line2D([], [], marker="o", ls="", mfc=VISITED, mec="#333", ms=9, label="walked to, not loaded"),
     ]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=8, frameon=False)
-    fig.suptitle(title or textwrap.fill(f"Q: {question}", 140), fontsize=11)
-    fig.subplots_adjust(left=0.01, right=0.99, top=1 - 0.9 / fig.get_figheight(), bottom=0.75 / fig.get_figheight())
-    return _save(fig, path, dpi=110)
+    return handles
 
 
 # ---------------------------------------------------------------------------- recall vs tokens
