@@ -160,6 +160,13 @@ def _training(data: dict[str, Any]) -> list[str]:
 
 def render(results_dir: Path) -> str:
     """The whole page, from the ``bounded_*.json`` files in ``results_dir``."""
+    lines = _ppr_part(results_dir) + _gnn_part(results_dir) + _scale_part(results_dir)
+    lines += _lexical_section(results_dir)
+    return "\n".join(lines) + "\n"
+
+
+def _ppr_part(results_dir: Path) -> list[str]:
+    """The title, what bounded means, and the ``ppr`` section: forward push against power iteration, per ``ε``."""
     lines = [
         "# Bounded retrieval for every policy: PPR by forward push, the GNN reader on what its layers read",
         "",
@@ -202,7 +209,12 @@ def render(results_dir: Path) -> str:
         "",
     ]
     lines += _section(results_dir, "bounded_ppr_epsilon.json", _pairs_table, "power", "push")
-    lines += [
+    return lines
+
+
+def _gnn_part(results_dir: Path) -> list[str]:
+    """The ``gnn`` section: the reader on its layered parts against the full pass, and training on them."""
+    lines = [
         "",
         "## `gnn`: the reader on what its layers read around the walk (`method: ball`, the default)",
         "",
@@ -243,7 +255,12 @@ def render(results_dir: Path) -> str:
         "",
     ]
     lines += _section(results_dir, "bounded_gnn_train.json", _training)
-    lines += ["", "## Scale sweep", ""]
+    return lines
+
+
+def _scale_part(results_dir: Path) -> list[str]:
+    """The scale sweep: every variant's reads and throughput on synthetic graphs of growing size."""
+    lines = ["", "## Scale sweep", ""]
     lines += _section(results_dir, "bounded_scaling.json", _sweep)
     lines += [
         "",
@@ -252,8 +269,7 @@ def render(results_dir: Path) -> str:
         "where the reads are bounded by `1 / (α ε)` and the degrees rather than by `N`; batched throughput",
         "per variant and size is in `docs/results/bounded_scaling.json`.",
     ]
-    lines += _lexical_section(results_dir)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 LEXICAL_METHOD = [
