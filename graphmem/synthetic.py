@@ -371,6 +371,34 @@ def make_bridge_graph(
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     m, k = num_queries, num_decoys
+    q, emb = _bridge_embeddings(gen, m, k, num_filler, dim, bridge_cosine, decoy_cosine)
+    n, per_task = emb.shape[0], 3 + k
+    perm = torch.from_numpy(rng.permutation(n))  # logical row -> stored row
+    base = torch.arange(m) * per_task
+    entry, bridge, gold = perm[base], perm[base + 1], perm[base + 2]
+    decoys = perm[base[:, None] + 3 + torch.arange(k)[None, :]]
+    fill = perm[m * per_task + torch.arange(num_filler)]
+    src, dst, typ = _bridge_edges(rng, entry, bridge, gold, decoys, fill, bridge_relation)
+
+    stored = torch.empty_like(emb)
+    stored[perm] = emb
+    texts, keys = _texts(rng, rng.integers(0, 4, size=n), (6, 20), topic_vocab=20)
+    ids = [f"m{int(i):04d}" for i in rng.permutation(n)]
+    graph = MemoryGraph.empty(dim, info={"synthetic": "bridge", "seed": seed})
+    graph.add_nodes(ids, texts, stored, keys=keys)
+    graph.add_edges(src, dst, typ)
+    queries = [
+        Query(qid=f"bridge-{i}", text=f"bridge task {i}: {texts[int(entry[i])]}", embedding=q[i].clone())
+        for i in range(m)
+    ]
+    return graph.validate(), queries, gold.tolist()
+
+
+def _bridge_embeddings(
+    gen: torch.Generator, m: int, k: int, num_filler: int, dim: int, bridge_cosine: float, decoy_cosine: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``m`` unit queries and the logical rows: per task ``i`` (rows ``i·(3 + k)`` on) the entry (cosine 0.99 to
+    its query), bridge, gold (cosine 0) and ``k`` decoys, each ``c·q + sqrt(1 - c²)·u`` with ``u ⊥ q``; then filler."""
     q = torch.nn.functional.normalize(torch.randn(m, dim, generator=gen), dim=1)
 
     def at_cosine(c: float) -> torch.Tensor:
@@ -380,14 +408,14 @@ def make_bridge_graph(
     parts = [at_cosine(0.99), at_cosine(bridge_cosine), at_cosine(0.0)] + [at_cosine(decoy_cosine) for _ in range(k)]
     task_emb = torch.stack(parts, 1).reshape(m * per_task, dim)  # task i occupies rows i*per_task ...
     filler = torch.nn.functional.normalize(torch.randn(num_filler, dim, generator=gen), dim=1)
-    emb = torch.cat([task_emb, filler])
-    n = emb.shape[0]
-    perm = torch.from_numpy(rng.permutation(n))  # logical row -> stored row
-    base = torch.arange(m) * per_task
-    entry, bridge, gold = perm[base], perm[base + 1], perm[base + 2]
-    decoys = perm[base[:, None] + 3 + torch.arange(k)[None, :]]
-    fill = perm[m * per_task + torch.arange(num_filler)]
+    return q, torch.cat([task_emb, filler])
 
+
+def _bridge_edges(rng, entry, bridge, gold, decoys, fill, bridge_relation: str):
+    """``(src, dst, type)`` of the bridge tasks' edges (stored rows, self-loops dropped): entry -> decoys
+    (another relation), entry -> bridge -> gold (``bridge_relation``), each decoy -> 2 random fillers and
+    each filler -> 2 random fillers (random other relations)."""
+    m, k, num_filler = entry.numel(), decoys.shape[1], fill.numel()
     rel = {r: RELATIONS.index(r) for r in RELATIONS}
     other = [r for r in RELATIONS if r != bridge_relation]
     src = [entry.repeat_interleave(k), entry, bridge]
@@ -411,16 +439,4 @@ def make_bridge_graph(
     src, dst, typ = torch.cat(src).long(), torch.cat(dst).long(), torch.cat(typ).long()
     ok = src != dst
     src, dst, typ = src[ok], dst[ok], typ[ok]
-
-    stored = torch.empty_like(emb)
-    stored[perm] = emb
-    texts, keys = _texts(rng, rng.integers(0, 4, size=n), (6, 20), topic_vocab=20)
-    ids = [f"m{int(i):04d}" for i in rng.permutation(n)]
-    graph = MemoryGraph.empty(dim, info={"synthetic": "bridge", "seed": seed})
-    graph.add_nodes(ids, texts, stored, keys=keys)
-    graph.add_edges(src, dst, typ)
-    queries = [
-        Query(qid=f"bridge-{i}", text=f"bridge task {i}: {texts[int(entry[i])]}", embedding=q[i].clone())
-        for i in range(m)
-    ]
-    return graph.validate(), queries, gold.tolist()
+    return src, dst, typ
