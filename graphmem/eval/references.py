@@ -290,13 +290,7 @@ def router(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieva
     loaded, depths, scores, traversed, considered, children = [], [], [], [], [], []
     used = 0
     while len(loaded) < budget.max_nodes:
-        best = None
-        for i, (v, slot, _, _, s) in enumerate(pool):
-            if v in loaded or (slot >= 0 and children[slot] >= budget.top_k_neighbors):
-                continue
-            if used + tokens[v] > budget.max_tokens or (best is not None and s <= pool[best][4]):
-                continue
-            best = i
+        best = _best_open(pool, loaded, children, used, tokens, budget)
         if best is None:
             break
         with torch.no_grad():
@@ -323,6 +317,19 @@ def router(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieva
                 for p, u, su in zip(pids, kids, scored(v, kids, pids, depth + 1, [pos] * len(pids))):
                     pool.append([u, pos, p, depth + 1, su])
     return Retrieval(loaded, entries, considered, traversed, used, max(depths, default=0), scores=scores)
+
+
+def _best_open(pool: list[list], loaded: list[int], children: list[int], used: int, tokens: list[int], budget: Budget):
+    """Index of the open pool row with the highest score (the first in pool order on ties), None when none is open:
+    its target not loaded, its parent slot under ``top_k_neighbors`` children, its tokens within the budget."""
+    best = None
+    for i, (v, slot, _, _, s) in enumerate(pool):
+        if v in loaded or (slot >= 0 and children[slot] >= budget.top_k_neighbors):
+            continue
+        if used + tokens[v] > budget.max_tokens or (best is not None and s <= pool[best][4]):
+            continue
+        best = i
+    return best
 
 
 def walk_and_load(graph: MemoryGraph, entries: list[int], scores: torch.Tensor, budget: Budget) -> Retrieval:
