@@ -122,9 +122,12 @@ GROUP_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {"budget": BUDGET, "trainer"
 """Shared config group -> key within it -> bound (every config holding the group)."""
 
 
-def _split() -> dict[str, Bound]:
-    """``k`` folds (3 graphs at least per fold) and the shuffle's ``seed`` of a split by conversation."""
-    return {"k": Bound(3, 1000), "seed": Bound(0, SEED_MAX)}
+def _split(prefix: str) -> dict[str, Bound]:
+    """The fold split (:class:`rl.common.splits.FoldSplit`) at ``prefix``: ``k`` folds (3 graphs at least per
+    fold), the shuffle's ``seed``, the fold ``fold`` and the folds ``folds`` (null: all) below ``k``."""
+    below_k = f"{prefix}.k-1"
+    table = {"k": Bound(3, 1000), "seed": Bound(0, SEED_MAX), "fold": Bound(0, below_k)}
+    return _prefixed(prefix, {**table, "folds": Bound(0, below_k, each=True, null=True)})
 
 
 def _prefixed(prefix: str, table: Mapping[str, Any]) -> dict[str, Any]:
@@ -133,14 +136,12 @@ def _prefixed(prefix: str, table: Mapping[str, Any]) -> dict[str, Any]:
 
 CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
     "train": {
-        **_prefixed("cv", _split()),
-        "cv.folds": Bound(0, "cv.k-1", each=True, null=True),
+        **_split("cv"),
         "node_sweep.levels": Bound(1, 1_000_000, each=True, null=True),
         "stats.n_boot": Bound(1, COUNT_MAX),
     },
     "gnn": {
-        **_prefixed("split", _split()),
-        "split.fold": Bound(0, "split.k-1"),
+        **_split("split"),
         "train.hidden_dim": Bound(1, 65_536),
         "train.num_layers": Bound(1, 64),
         "train.epochs": Bound(1, EPOCHS_MAX),
@@ -186,8 +187,7 @@ CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
     "build_graph": {"plot_max_nodes": Bound(1, 100_000)},
     "build_index": {"threads": Bound(0, 4096, null=True)},
     "head_to_head": {
-        **_prefixed("cv", _split()),
-        "cv.fold": Bound(0, "cv.k-1"),
+        **_split("cv"),
         "within.seed": Bound(0, SEED_MAX),
         "seed": Bound(0, SEED_MAX),
         "feedback.n_questions": Bound(1, COUNT_MAX),
@@ -207,13 +207,11 @@ CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
         "family.questions_per_graph": Bound(1, 1_000_000),
         "family.dim": Bound(1, 65_536),
         "seeds": Bound(0, SEED_MAX, each=True),
-        **_prefixed("split", _split()),
-        "split.fold": Bound(0, "split.k-1"),
+        **_split("split"),
         "n_boot": Bound(1, COUNT_MAX),
     },
     "writer": {
-        **_prefixed("split", _split()),
-        "split.fold": Bound(0, "split.k-1"),
+        **_split("split"),
         "writer.fragments_per_task": Bound(1, 100_000),
         "writer.max_steps": Bound(1, 10**7),
         "writer.batch_size": Bound(1, 100_000),

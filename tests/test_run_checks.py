@@ -182,7 +182,7 @@ def test_empty_policies_and_a_bad_job_of_a_sweep_are_refused_before_the_first_jo
         ("memory_loop.py", "out_dir={file}/sub", "out_dir={file}/sub lies under {file}, which is an existing file"),
         ("train.py", "variants.router=null", "variants.router must be a mapping of trainer overrides"),
         ("evaluate.py", "budget.max_nodes=abc", "budget.max_nodes=abc: Value 'abc' of type 'str' could not be"),
-        ("train.py", "cv.k=three", "cv.k must be an integer, got 'three'"),
+        ("train.py", "cv.k=three", "cv.k=three: Value 'three' of type 'str' could not be converted to Integer"),
         ("memory_loop.py", "n_questions=0", "n_questions must be an integer >= 1, got 0"),
         ("evaluate.py", "budget.no_such_key=1", "Could not override 'budget.no_such_key'"),
     ],

@@ -4,13 +4,40 @@ The graph names are shuffled once by ``seed`` and cut into ``k`` near-equal test
 ``i`` tests on part ``i`` (every graph is tested exactly once over the folds), validates on the
 next ``max(1, round(val_fraction · n))`` graphs after it in the shuffled cycle, and trains on
 the rest. Validation picks the checkpoint; the test part is evaluated once, after training.
+
+:class:`FoldSplit` is the schema of the ``split`` config group (``configs/split/default.yaml``,
+registered when this module is imported), the one fold-split block of every config that splits:
+at ``split`` (``train_gnn``, ``train_writer``, ``relation_family``) or at ``cv`` (``train``,
+``head_to_head``: ``- split@cv: default``).
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
+
+from graphmem.config import add_schema
+
+
+@dataclass
+class FoldSplit:
+    """Which split of :func:`conversation_folds` a run uses.
+
+    ``k`` folds of the graph names shuffled by ``seed``, validating on ``max(1, round(val_fraction · n))``
+    of them; a single-fold run uses fold ``fold``, a cross-validation (``scripts/train.py``) the folds
+    ``folds`` (``null``: all ``k``). Their ranges (``3 <= k``, ``0 <= fold, folds < k``) are checked by
+    :mod:`graphmem.bounds` when the command line is composed, ``val_fraction`` by :func:`check_fraction`.
+    """
+
+    k: int = 5
+    seed: int = 0
+    val_fraction: float = 0.2
+    fold: int = 0
+    folds: Any = None  # a list of fold numbers or null; untyped so that graphmem.bounds names a bad value
+
+
+add_schema("split", FoldSplit)
 
 
 @dataclass(frozen=True)
