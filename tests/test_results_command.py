@@ -50,6 +50,11 @@ def test_compare_refuses_a_run_without_results_in_one_line(tmp_path, capsys):
     assert not out.exists()
     assert results_main(["compare", str(a), "--policy", "ppr"]) == 2
     assert "two run folders" in capsys.readouterr().err
+    assert results_main(["compare", str(a), str(a), "--policy", "ppr"]) == 2  # one question: nothing to pair
+    assert "fewer than two questions with 'evidence_recall'" in capsys.readouterr().err
+    b = evaluate_run(tmp_path / "b", [0.5, 1.0], [[1], [2]])
+    assert results_main(["compare", str(b), str(b), "--policy", "ppr", "--metric", "f1"]) == 2
+    assert "fewer than two questions with 'f1'" in capsys.readouterr().err
 
 
 def test_paired_per_fold_means_and_a_missing_policy(tmp_path, capsys):

@@ -90,11 +90,13 @@ def compare_runs(first: Path, second: Path, policy: str, metric: str = "evidence
         raise InputError(f"{first} and {second} hold different questions ({len(set(a) ^ set(b))} differ)")
     cmp = paired_comparison(
         "second",
-        {q: r["metrics"][metric] for q, r in b.items()},
+        {q: r["metrics"].get(metric) for q, r in b.items()},
         "first",
-        {q: r["metrics"][metric] for q, r in a.items()},
+        {q: r["metrics"].get(metric) for q, r in a.items()},
         metric,
     )
+    if cmp is None:
+        raise InputError(f"{first} and {second}: fewer than two questions with {metric!r} in both runs to pair")
     slots = sum(len(r["trace"]["entries"]) for r in a.values())
     same = sum(len(set(a[q]["trace"]["entries"]) & set(b[q]["trace"]["entries"])) for q in a)
     return {
