@@ -277,7 +277,7 @@ def load_graphset(cfg: Any, data: Mapping | None = None, graph: Mapping | None =
     import hydra
     from omegaconf import OmegaConf
 
-    from graphmem.graphset import open_graphset
+    from graphmem.builders import open_graphset
 
     if data is None:
         check_graphset_data(cfg)

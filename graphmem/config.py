@@ -21,8 +21,8 @@ when the command line is composed (:func:`graphmem.launch.check_command_line`).
 | group | schema |
 |---|---|
 | ``budget`` | :class:`graphmem.policies.base.Budget` |
-| ``data`` | :class:`graphmem.graphset.DataConfig` |
-| ``graph`` | :class:`graphmem.graphset.GraphConfig` |
+| ``data`` | :class:`graphmem.builders.registry.DataConfig` |
+| ``graph`` | :class:`graphmem.builders.config.GraphConfig` |
 | ``logger`` | :class:`graphmem.tracking.runs.LoggerConfig` |
 | ``llm`` | :class:`graphmem.llm.client.LLMConfig` |
 | ``trainer`` | :class:`rl.walk.trainer.TrainConfig` (added by :mod:`rl.walk` when it is imported) |
@@ -57,8 +57,8 @@ SCHEMA_NAME = "schema"
 
 SCHEMAS: dict[str, str] = {
     "budget": "graphmem.policies.base:Budget",
-    "data": "graphmem.graphset:DataConfig",
-    "graph": "graphmem.graphset:GraphConfig",
+    "data": "graphmem.builders.registry:DataConfig",
+    "graph": "graphmem.builders.config:GraphConfig",
     "logger": "graphmem.tracking.runs:LoggerConfig",
     "llm": "graphmem.llm.client:LLMConfig",
 }

@@ -1,7 +1,7 @@
 """Build and save a graph set: ``python scripts/build_graph.py data=locomo|hotpotqa graph=default|onehot``.
 
 The set goes to ``graphset=<folder>`` when given, else to its own folder under ``graphset_dir``
-(:func:`graphmem.graphset.graphset_dir`: another data file or other settings, another folder). A
+(:func:`graphmem.builders.pipeline.graphset_dir`: another data file or other settings, another folder). A
 folder holding a set of another source is refused, naming what it holds and what was asked;
 ``force=true`` replaces it and keeps the old set in ``<folder>/replaced-<its config hash>/``.
 
@@ -24,9 +24,9 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.builders import check_configs, graphset_dir, reuse_or_build
 from graphmem.cli import ConfigError, run_or_exit, set_threads
 from graphmem.graph import MemoryGraph
-from graphmem.graphset import check_configs, graphset_dir, reuse_or_build
 from graphmem.launch import check_command_line
 from graphmem.tracking import experiment_group, graphset_artifact, make_tracker
 

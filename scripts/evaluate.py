@@ -34,6 +34,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.builders import DataConfig, GraphConfig
 from graphmem.checkpoint import check_policies
 from graphmem.cli import (
     ConfigError,
@@ -51,7 +52,7 @@ from graphmem.errors import InputError, NothingMeasuredError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
 from graphmem.eval.report import full_report, paired_table, results_payload, table_data
 from graphmem.eval.stats import PairedComparison, compare_policies
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet
+from graphmem.graphset import GraphSet
 from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.paths import check_name, run_path

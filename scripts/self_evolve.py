@@ -29,8 +29,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.builders import GraphConfig
 from graphmem.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
-from graphmem.graphset import GraphConfig
 from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.policies.base import Budget

@@ -25,9 +25,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.builders import check_configs
 from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import load_graphset, run_or_exit, set_threads
-from graphmem.graphset import check_configs
 from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.lockfile import FileLock, LockBusyError, describe

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
 
 
 def saved_locomo_set(root: Path, limit: int, name: str = "set") -> Path:

@@ -89,7 +89,7 @@ def test_hydra_entry_point(tmp_path):
 def test_dataset_section_times_every_question_three_ways(tmp_path):
     """A saved HotpotQA set (one graph per question): reference loop, one call per graph, and the
     harness's batched path over the union, each with its ratio."""
-    from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+    from graphmem.builders import DataConfig, GraphConfig, build_graphset
 
     data = DataConfig(name="hotpotqa", file="hotpotqa/hotpot_dev_distractor_200.jsonl", limit=6)
     build_graphset(data, GraphConfig(encoder="hashing", cache_dir=str(tmp_path / "c")), progress=False).save(
@@ -175,7 +175,8 @@ def test_serving_benchmark_records_its_threads_and_refuses_a_bad_count(tmp_path)
 
     saved, out = saved_locomo_set(tmp_path, limit=1), tmp_path / "serve.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
-    args = [sys.executable, str(ROOT / "scripts" / "bench_serve.py"), "--graphset", str(saved), "--out", str(out)]
+    script = ROOT / "scripts" / "benchmarks" / "bench_serve.py"
+    args = [sys.executable, str(script), "--graphset", str(saved), "--out", str(out)]
     proc = script_runner.run([*args, "--threads", "0", "--note", "smoke"], cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out.read_text())

@@ -6,6 +6,7 @@ from datetime import timezone
 import pytest
 import torch
 
+from graphmem.builders import DataConfig, GraphConfig
 from graphmem.builders import edges as E
 from graphmem.builders.entities import CueEntityExtractor, make_entity_extractor, register_entity_extractor
 from graphmem.builders.hotpotqa import build_hotpot_graph
@@ -13,7 +14,6 @@ from graphmem.builders.hotpotqa import node_texts as hotpot_texts
 from graphmem.builders.locomo import build_locomo_graph, node_texts
 from graphmem.datasets import data_file, load_hotpotqa, load_locomo
 from graphmem.embed import HashingEncoder
-from graphmem.graphset import DataConfig, GraphConfig
 
 ENC = HashingEncoder(64)
 CFG = GraphConfig(encoder="hashing", semantic_threshold=0.2)

@@ -4,6 +4,7 @@ import collections
 
 import pytest
 
+from graphmem.builders import DataConfig, GraphConfig, build_graphset, graphset_dir
 from graphmem.builders.entities import CueEntityExtractor
 from graphmem.builders.passages import (
     Passage,
@@ -14,11 +15,11 @@ from graphmem.builders.passages import (
     node_texts,
     title_mentions,
 )
+from graphmem.builders.registry import load_units
 from graphmem.builders.sentences import split_sentences
-from graphmem.builders.units import load_units, pooled_name
+from graphmem.builders.units import pooled_name
 from graphmem.datasets import data_file, load_hotpotqa, load_musique
 from graphmem.embed import HashingEncoder
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset, graphset_dir
 
 MUSIQUE = "musique/musique_ans_50.json"
 HOTPOT = "hotpotqa/hotpot_dev_distractor_200.jsonl"
@@ -161,7 +162,8 @@ def test_new_settings_at_default_keep_saved_set_hashes():
     import json
     from dataclasses import asdict
 
-    from graphmem.graphset import BUILDER_VERSION, config_hash
+    from graphmem.builders import config_hash
+    from graphmem.builders.pipeline import BUILDER_VERSION
 
     data, graph = DataConfig(name="hotpotqa", train_files=["hotpotqa/hotpot_train_100.jsonl"]), GraphConfig()
     old_data = {

@@ -14,13 +14,14 @@ from contextlib import contextmanager
 
 import pytest
 
+from graphmem.builders import DataConfig, GraphConfig, config_hash, reuse_or_build
 from graphmem.builders.entities import CueEntityExtractor
 from graphmem.builders.passages import strip_parenthetical
+from graphmem.builders.registry import load_units
 from graphmem.builders.sentences import split_sentences
-from graphmem.builders.units import TextSizeError, load_units
+from graphmem.builders.units import TextSizeError
 from graphmem.datasets import data_file, load_locomo
 from graphmem.embed import HashingEncoder
-from graphmem.graphset import DataConfig, GraphConfig, config_hash, reuse_or_build
 from tests import script_runner
 from tests.one_line_errors import error_line, run_script
 

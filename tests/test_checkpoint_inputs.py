@@ -9,9 +9,10 @@ from hydra import compose, initialize_config_dir
 from script_loader import load_script
 
 import rl.walk  # noqa: F401  (adds the trainer schema before Hydra composes train)
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.checkpoint import CheckpointError, check_policies
 from graphmem.embed import CachedEncoder, HashingEncoder
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, build_graphset
+from graphmem.graphset import GraphSet
 from graphmem.policies.gnn import GNNPolicy
 from graphmem.policies.router import RouterPolicy
 from models.gnn_reader import GNNReader, ReaderConfig

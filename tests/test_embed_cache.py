@@ -6,8 +6,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.embed import CachedEncoder, HashingEncoder, encoder_fingerprint
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
 
 TEXTS = [f"memory {i} about topic {i % 7} and place {i % 5}" for i in range(200)]
 

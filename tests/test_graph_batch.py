@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.eval.harness import evaluate_policy, run_retrievals
 from graphmem.graph import MemoryGraph
 from graphmem.graph_batch import GraphBatch, graph_batch
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
 from graphmem.policies import POLICIES, Budget, Query, make_policy
 from graphmem.synthetic import make_synthetic_graph
 

@@ -10,17 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from graphmem.builders import DataConfig, GraphConfig, build_graphset, load_or_build, reuse_or_build
 from graphmem.embed import CachedEncoder, HashingEncoder
-from graphmem.graphset import (
-    DataConfig,
-    GraphConfig,
-    GraphSet,
-    GraphSetError,
-    build_graphset,
-    load_or_build,
-    reuse_or_build,
-    safe_name,
-)
+from graphmem.graphset import GraphSet, GraphSetError, safe_name
 from graphmem.policies.base import Query
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
+from graphmem.builders import GraphConfig
 from graphmem.graph import MemoryGraph
-from graphmem.graphset import GraphConfig
 from models.gnn_reader import GNNReader
 from rl.writer.format import anchor_map, format_score, parse_triples, repetition_rate, well_formed
 from rl.writer.grpo import (

@@ -6,9 +6,10 @@ import math
 import pytest
 import torch
 
+from graphmem.builders import DataConfig, GraphConfig, reuse_or_build
 from graphmem.eval.references import okapi
 from graphmem.graph import MemoryGraph
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, GraphSetError, reuse_or_build
+from graphmem.graphset import GraphSet, GraphSetError
 from graphmem.lexical import (
     BM25Index,
     LexicalIndexError,

@@ -12,7 +12,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import graphmem.setformat
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, reuse_or_build
+from graphmem.builders import DataConfig, GraphConfig, reuse_or_build
+from graphmem.graphset import GraphSet
 from graphmem.setstore import GraphSetError, content_sha256, file_sha256
 from tests.one_line_errors import error_line, run_script
 from tests.small_sets import saved_locomo_set

@@ -9,9 +9,9 @@ import litellm
 import pytest
 from hydra import compose, initialize_config_dir
 
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.cli import run_or_exit
 from graphmem.embed import HashingEncoder
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
 from rl.walk.trainer import TrainConfig
 from tests.script_loader import load_script
 

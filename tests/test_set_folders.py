@@ -2,7 +2,8 @@
 
 import json
 
-from graphmem.graphset import DataConfig, GraphConfig, GraphSet, graphset_dir
+from graphmem.builders import DataConfig, GraphConfig, graphset_dir
+from graphmem.graphset import GraphSet
 from graphmem.setstore import keep_aside
 from tests.one_line_errors import error_line, run_script
 from tests.small_sets import saved_locomo_set

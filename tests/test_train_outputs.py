@@ -8,10 +8,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from script_loader import load_script
 
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.datasets import data_file
 from graphmem.embed import HashingEncoder
 from graphmem.eval.stats import fold_std
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 HASHING = ["graph.encoder=hashing", "logger=none", "progress=false"]

@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.lexical_features import NUM_LEXICAL_FEATURES
 from graphmem.policies import Budget, make_policy
 from graphmem.policies.walk import walk, walk_trace

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.lexical_features import scope_lexical
 from graphmem.policies import Budget
 from graphmem.policies.base import Scope

@@ -22,7 +22,7 @@ from torch import Tensor
 from graphmem.graph import MemoryGraph
 
 if TYPE_CHECKING:
-    from graphmem.graphset import GraphConfig
+    from graphmem.builders.config import GraphConfig
 
 CONNECTIVES = re.compile(
     r"\b(because|therefore|thus|hence|consequently|as a result|that's why|that is why|which is why|due to|"

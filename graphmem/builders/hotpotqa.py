@@ -28,7 +28,7 @@ from graphmem.datasets.types import HotpotRecord
 from graphmem.graph import MemoryGraph, default_key
 
 if TYPE_CHECKING:
-    from graphmem.graphset import GraphConfig
+    from graphmem.builders.config import GraphConfig
 
 
 def _nodes(record: HotpotRecord) -> list[tuple[str, str, dict]]:

@@ -26,7 +26,7 @@ from graphmem.datasets.types import Conversation, Turn
 from graphmem.graph import MemoryGraph, default_key
 
 if TYPE_CHECKING:
-    from graphmem.graphset import GraphConfig
+    from graphmem.builders.config import GraphConfig
 
 
 def turn_text(turn: Turn) -> str:

@@ -41,7 +41,7 @@ from graphmem.datasets.types import HotpotRecord, MusiqueRecord
 from graphmem.graph import MemoryGraph, default_key
 
 if TYPE_CHECKING:
-    from graphmem.graphset import GraphConfig
+    from graphmem.builders.config import GraphConfig
 
 _WORDS = re.compile(r"\w+")
 MAX_TITLE_WORDS = 12

@@ -1,5 +1,8 @@
 """What one dataset file turns into before encoding: graph units (name, node texts, builder) and questions.
 
+Each dataset's entry in :mod:`graphmem.builders.registry` names its unit maker (``*_units``) and its
+text fields (``*_fields``) from here; :func:`graphmem.builders.registry.load_units` runs them.
+
 * ``locomo``: one graph per conversation; ``hotpotqa``: one graph per question (title and
   sentence nodes, :mod:`graphmem.builders.hotpotqa`); ``musique``: one passage graph per question
   (:mod:`graphmem.builders.passages`).
@@ -12,7 +15,8 @@ Size bound: every text field a node is made of (a LoCoMo turn's ``speaker``, ``t
 ``blip_caption``; a HotpotQA paragraph's title and its sentences together; a MuSiQue paragraph's
 ``title`` and ``paragraph_text``) holds at most ``GraphConfig.max_text_chars`` characters. A longer
 one is refused, not split (a turn or passage is one node, the one its gold evidence names), by
-:class:`TextSizeError`: one line naming the file, the record and the field.
+:class:`TextSizeError` (:meth:`graphmem.builders.registry.Dataset.check_text_sizes`): one line naming the
+file, the record and the field.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from graphmem.errors import InputError
 from graphmem.graph import MemoryGraph
 
 if TYPE_CHECKING:
+    from graphmem.builders.config import GraphConfig
     from graphmem.builders.entities import EntityExtractor
-    from graphmem.graphset import GraphConfig
 
 
 class GraphUnit(NamedTuple):
@@ -45,37 +49,27 @@ class TextSizeError(ValueError, InputError):
     """A turn or passage field longer than ``GraphConfig.max_text_chars``; the message names file, record and field."""
 
 
-def _fields(kind: str, records: list) -> Iterator[tuple[int, object, str, str]]:
-    """``(record index, record, field, text)`` of every text field a node of ``kind`` is made of."""
-    for i, r in enumerate(records):
-        if kind == "locomo":
-            for t in r.turns:
-                where = f"conversation.session_{t.session}[{t.position}] (dia_id {t.dia_id!r})"
-                for name in ("speaker", "text"):
-                    yield i, r, f"{where}: field {name!r}", getattr(t, name)
-                yield i, r, f"{where}: field 'blip_caption'", t.image_caption or ""
-        elif kind == "hotpotqa":
-            for p in r.paragraphs:
-                yield i, r, f"context paragraph {p.title[:60]!r}: the title", p.title
-                yield i, r, f"context paragraph {p.title[:60]!r}: the sentences joined", "".join(p.sentences)
-        else:
-            for j, p in enumerate(r.paragraphs):
-                yield i, r, f"paragraphs[{j}]: field 'title'", p.title
-                yield i, r, f"paragraphs[{j}]: field 'paragraph_text'", p.text
+def locomo_fields(conv) -> Iterator[tuple[str, str]]:
+    """``(field, text)`` of every text a LoCoMo conversation's turn nodes are made of."""
+    for t in conv.turns:
+        where = f"conversation.session_{t.session}[{t.position}] (dia_id {t.dia_id!r})"
+        for name in ("speaker", "text"):
+            yield f"{where}: field {name!r}", getattr(t, name)
+        yield f"{where}: field 'blip_caption'", t.image_caption or ""
 
 
-def check_text_sizes(kind: str, path: Path, records: list, max_chars: int) -> None:
-    """Raise :class:`TextSizeError` for the first text field of ``records`` (module docstring) longer than
-    ``max_chars`` characters, naming the file, the record (index and id) and the field."""
-    key = {"locomo": "sample_id", "hotpotqa": "_id", "musique": "id"}[kind]
-    for i, r, field, text in _fields(kind, records):
-        if len(text) > max_chars:
-            ident = r.sample_id if kind == "locomo" else r.qid
-            raise TextSizeError(
-                f"{path}: record {i} ({key} {ident!r}): {field}: {len(text):,} characters, more than "
-                f"graph.max_text_chars={max_chars:,}: refused (one turn or passage is one node; shorten it or "
-                "raise graph.max_text_chars)"
-            )
+def hotpot_fields(record) -> Iterator[tuple[str, str]]:
+    """``(field, text)`` of every HotpotQA context paragraph: its title, and its sentences joined."""
+    for p in record.paragraphs:
+        yield f"context paragraph {p.title[:60]!r}: the title", p.title
+        yield f"context paragraph {p.title[:60]!r}: the sentences joined", "".join(p.sentences)
+
+
+def musique_fields(record) -> Iterator[tuple[str, str]]:
+    """``(field, text)`` of every MuSiQue paragraph: its title and its text."""
+    for j, p in enumerate(record.paragraphs):
+        yield f"paragraphs[{j}]: field 'title'", p.title
+        yield f"paragraphs[{j}]: field 'paragraph_text'", p.text
 
 
 def pooled_name(path: str | Path) -> str:
@@ -83,67 +77,52 @@ def pooled_name(path: str | Path) -> str:
     return f"pooled:{Path(path).stem}"
 
 
-def load_units(
-    kind: str, path: Path, cfg: GraphConfig, pooled: bool = False, limit: int | None = None
-) -> tuple[list[GraphUnit], list[Question], LoadReport]:
-    """Load ``path`` as dataset ``kind`` and return its graph units, questions and load report."""
-    from graphmem.graphset import POOLABLE
+def locomo_units(
+    path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig, pooled: bool
+):
+    """One turn graph per LoCoMo conversation, named by its ``sample_id``."""
+    from graphmem.builders.locomo import build_locomo_graph, node_texts
 
-    if pooled and kind not in POOLABLE:
-        raise ValueError(f"pooled mode is for {POOLABLE}, not {kind!r} (a LoCoMo graph is already one memory)")
-    if kind == "locomo":
-        from graphmem.builders.locomo import build_locomo_graph, node_texts
-        from graphmem.datasets.locomo import load_locomo
+    return [GraphUnit(r.sample_id, node_texts(r), partial(build_locomo_graph, r)) for r in records], questions
 
-        records, questions, report = load_locomo(path)
-        records = records if limit is None else records[:limit]
-        check_text_sizes(kind, path, records, cfg.max_text_chars)
-        units = [GraphUnit(r.sample_id, node_texts(r), partial(build_locomo_graph, r)) for r in records]
-        return _limited(units, questions, limit) + (report,)
+
+def hotpot_units(
+    path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig, pooled: bool
+):
+    """One title-and-sentence graph per HotpotQA question, or with ``pooled`` one passage graph over them all."""
     from graphmem.builders import passages as P
 
-    if kind == "hotpotqa":
-        from graphmem.datasets.hotpotqa import load_hotpotqa
-
-        records, questions, report = load_hotpotqa(path)
-        passages_of = P.hotpot_passages
-    elif kind == "musique":
-        from graphmem.datasets.musique import load_musique
-
-        records, questions, report = load_musique(path)
-        passages_of = P.musique_passages
-    else:
-        raise ValueError(f"unknown dataset kind {kind!r}")
-    if limit is not None:
-        records = records[:limit]
-        keep = {r.qid for r in records}
-        questions = [q for q in questions if q.graph in keep]
-    check_text_sizes(kind, path, records, cfg.max_text_chars)
     if pooled:
-        every = (p for r in records for p in passages_of(r))
-        c = P.corpus(pooled_name(path), kind, every, pooled=True, duplicate_titles=cfg.duplicate_titles)
-        report.merged_titles += [f"{t} ({cfg.duplicate_titles})" for t in c.merged_titles]
-        unit = GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c))
-        return [unit], [_pooled_question(q, c.name, kind, cfg) for q in questions], report
-    if kind == "hotpotqa":
-        from graphmem.builders.hotpotqa import build_hotpot_graph, node_texts
+        return _pooled_units(path, "hotpotqa", P.hotpot_passages, records, questions, report, cfg)
+    from graphmem.builders.hotpotqa import build_hotpot_graph, node_texts
 
-        return [GraphUnit(r.qid, node_texts(r), partial(build_hotpot_graph, r)) for r in records], questions, report
-    corpora = [P.corpus(r.qid, kind, passages_of(r), duplicate_titles=cfg.duplicate_titles) for r in records]
+    return [GraphUnit(r.qid, node_texts(r), partial(build_hotpot_graph, r)) for r in records], questions
+
+
+def musique_units(
+    path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig, pooled: bool
+):
+    """One passage graph per MuSiQue question, or with ``pooled`` one over every distinct passage of the file."""
+    from graphmem.builders import passages as P
+
+    if pooled:
+        return _pooled_units(path, "musique", P.musique_passages, records, questions, report, cfg)
+    corpora = [
+        P.corpus(r.qid, "musique", P.musique_passages(r), duplicate_titles=cfg.duplicate_titles) for r in records
+    ]
     report.merged_titles += [f"{c.name}: {t} ({cfg.duplicate_titles})" for c in corpora for t in c.merged_titles]
-    return (
-        [GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c)) for c in corpora],
-        questions,
-        report,
-    )
+    return [GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c)) for c in corpora], questions
 
 
-def _limited(units: list[GraphUnit], questions: list[Question], limit: int | None) -> tuple[list, list]:
-    if limit is None:
-        return units, questions
-    units = units[:limit]
-    keep = {u.name for u in units}
-    return units, [q for q in questions if q.graph in keep]
+def _pooled_units(path: Path, kind: str, passages_of: Callable, records: list, questions, report, cfg: GraphConfig):
+    """One passage graph over the passages of every record (``passages_of(record)``), every question asked over it."""
+    from graphmem.builders import passages as P
+
+    every = (p for r in records for p in passages_of(r))
+    c = P.corpus(pooled_name(path), kind, every, pooled=True, duplicate_titles=cfg.duplicate_titles)
+    report.merged_titles += [f"{t} ({cfg.duplicate_titles})" for t in c.merged_titles]
+    unit = GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c))
+    return [unit], [_pooled_question(q, c.name, kind, cfg) for q in questions]
 
 
 def _pooled_question(q: Question, graph: str, kind: str, cfg: GraphConfig) -> Question:

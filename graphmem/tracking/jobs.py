@@ -42,7 +42,7 @@ def graphset_location(cfg: Any) -> Path:
     folder ``load_or_build`` uses under ``graphset_dir`` for ``data`` and ``graph``."""
     from omegaconf import OmegaConf
 
-    from graphmem.graphset import DataConfig, GraphConfig, graphset_dir
+    from graphmem.builders import DataConfig, GraphConfig, graphset_dir
 
     def absolute(path: str) -> Path:
         from hydra.utils import to_absolute_path

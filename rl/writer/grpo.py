@@ -30,10 +30,10 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from graphmem.builders import GraphConfig
 from graphmem.builders.edges import replace_entity_edges
 from graphmem.eval.stats import paired_comparison
 from graphmem.graph import MemoryGraph
-from graphmem.graphset import GraphConfig
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
 from rl.writer.format import format_score, parse_triples, render_prompt, repetition_rate, well_formed

@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=1 python scripts/benchmarks/build_scaling.py --sizes 10000 100000 --out /tmp/b.json --plot ''
 
 For each size ``L`` (characters) it writes two small files in a temporary folder and builds each the way
-``scripts/build_graph.py`` does (:func:`graphmem.graphset.reuse_or_build`: load, embed with the hashing
+``scripts/build_graph.py`` does (:func:`graphmem.builders.pipeline.reuse_or_build`: load, embed with the hashing
 encoder, build, save with the BM25 index; ``force``, so every build is timed from scratch):
 
 * ``locomo turn``: a LoCoMo conversation of three turns whose middle turn holds ``L`` characters of the
@@ -83,9 +83,9 @@ def timed(fn) -> tuple[float, float, object]:
 
 def build_row(kind: str, path: Path, text: str, folder: Path, sentence_nodes: bool) -> dict:
     """One timed build of ``path`` (dataset ``kind``) and the builders' text passes alone on ``text``."""
+    from graphmem.builders import DataConfig, GraphConfig, reuse_or_build
     from graphmem.builders.entities import CueEntityExtractor
     from graphmem.builders.sentences import split_sentences
-    from graphmem.graphset import DataConfig, GraphConfig, reuse_or_build
 
     default = GraphConfig().max_text_chars
     graph = GraphConfig(
@@ -151,7 +151,7 @@ def growth(rows: list[dict]) -> list[dict]:
 def run(args: dict) -> dict:
     import torch
 
-    from graphmem.graphset import GraphConfig
+    from graphmem.builders import GraphConfig
     from graphmem.io import atomic_write
     from graphmem.plots import plot_build_scaling
 

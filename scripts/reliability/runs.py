@@ -104,7 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "reliability_runs.json")
     args = parser.parse_args()
-    from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+    from graphmem.builders import DataConfig, GraphConfig, build_graphset
 
     with tempfile.TemporaryDirectory(prefix="reliability-runs-") as name:
         tmp = Path(name)

@@ -24,8 +24,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.embed import CachedEncoder, HashingEncoder
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
 from graphmem.io import write_json
 from graphmem.setstore import content_sha256, file_sha256
 
