@@ -8,8 +8,8 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from graphmem.builders import DataConfig, GraphConfig
 from graphmem.config import CONFIG_DIR, SCHEMAS, compose, schema_class, to_object
-from graphmem.graphset import DataConfig, GraphConfig
 from graphmem.llm.client import LLMConfig
 from graphmem.policies.base import Budget
 from graphmem.tracking import LoggerConfig

@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
 
-from graphmem.graphset import DataConfig, GraphConfig, build_graphset
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.io import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
