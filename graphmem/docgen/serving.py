@@ -1,6 +1,7 @@
 """``docs/serving.md``: served latency of the learned walk, from ``docs/results/serve_latency*.json``
-(``scripts/bench_serve.py``, before and after the question-time path) and ``docs/results/serving_scaling.json``
-(``scripts/benchmark.py +suite=scaling``, the walk beside beta_bfs at each graph size)."""
+(``scripts/benchmarks/bench_serve.py``, before and after the question-time path) and
+``docs/results/serving_scaling.json`` (``scripts/benchmark.py +suite=scaling``, the walk beside beta_bfs at
+each graph size)."""
 
 from __future__ import annotations
 

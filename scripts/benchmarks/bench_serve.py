@@ -18,7 +18,7 @@ p50s in this run; and on how many questions ``router`` and ``router_batched`` lo
 nodes. The load average before and after is recorded: on a shared machine, wall time includes
 waits for a core and CPU time does not.
 
-    python scripts/bench_serve.py --graphset outputs/graphs/musique-pooled \\
+    python scripts/benchmarks/bench_serve.py --graphset outputs/graphs/musique-pooled \\
         --checkpoint outputs/train/locomo/fold0/router/best.pt --out docs/results/serve_latency.json
 """
 
