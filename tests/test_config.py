@@ -24,6 +24,7 @@ PRIMARY = {
     "logger": "evaluate",
     "llm": "memory_loop",
     "trainer": "train",
+    "split": "gnn",
 }
 
 
