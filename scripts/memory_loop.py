@@ -28,6 +28,7 @@ run's folder is refused, an earlier run's files are moved into ``replaced-<run i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -145,15 +146,59 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return _run(cfg, out, folder.run_id)
 
 
+@dataclasses.dataclass
+class LoopTally:
+    """What the examples add up to: their trace rows, the discarded outputs by kind, the applied edit ops by
+    name, the applied transitions, and why the loop stopped early (None: it ran every example)."""
+
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    discarded: Counter = dataclasses.field(default_factory=Counter)
+    ops: Counter = dataclasses.field(default_factory=Counter)
+    transitions: int = 0
+    stopped: str | None = None
+
+
 def _run(cfg: DictConfig, out: Path, run_id: str) -> dict[str, Any]:
+    """The loop over the graph's first ``n_questions`` questions, tracked; writes trace.jsonl and summary.json
+    and exits with EXIT_FAILURES when it stopped early."""
     gs: GraphSet = load_graphset(cfg)
     name = cfg.graph_name or sorted(gs.graphs)[0]
     if name not in gs.graphs:
         raise KeyError(f"graph {name!r} is not in the graph set; have {sorted(gs.graphs)}")
     graph = gs.graphs[name].copy()
     idx = [i for i, q in enumerate(gs.questions) if q.graph == name][: cfg.n_questions]
-    queries = gs.queries()
+    client, selector = _client_and_selector(cfg)
+    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    policy, embed = BetaBFS(entry_selector=selector), _lazy_encoder(cfg)
+    loop = MemoryLoop(client, policy, embed=embed, budget=budget, max_tokens=_max_tokens(cfg))
+    before = {"nodes": graph.num_nodes, "edges": graph.num_edges}
+    log.info("graph %s: %d nodes, %d edges; %d questions; model %s", name, *before.values(), len(idx), client.model)
+    group = experiment_group("evaluate", gs.dataset)
+    with make_tracker(cfg.logger, cfg, out, name=f"memory_loop-{name}", job_type="evaluate", group=group) as tracker:
+        use_graphset(tracker, graphset_location(cfg))
+        tracker.define_metric("example")
+        tracker.define_metric("loop/*", step_metric="example")
+        t_start = time.perf_counter()
+        tally = _run_examples(cfg, loop, gs, graph, idx, tracker)
+        wall = time.perf_counter() - t_start
+        graph.validate()
+        usage, failures = client.usage_report(), client.failure_summary()
+        tally.stopped = _stop_reason(tally, client)
+        head = {"run_id": run_id, "graph": name, "questions": len(idx), "examples_run": len(tally.rows)}
+        head |= {"examples_failed": _failed(tally.rows), "stopped_early": tally.stopped, "loop_wall_s": round(wall, 1)}
+        summary = head | _summary(gs, name, graph, idx, tally, usage, failures, selector, budget, before)
+        _write_results(out, tracker, tally.rows, summary)
+        if failures["failures"]:
+            print(f"LLM call failures: {json.dumps(failures, default=str)}", file=sys.stderr)
+        if tally.stopped:
+            print(f"error: stopped after {len(tally.rows)} of {len(idx)} examples: {tally.stopped}", file=sys.stderr)
+            tracker.finish(exit_code=EXIT_FAILURES)
+            sys.exit(EXIT_FAILURES)
+        return summary
 
+
+def _client_and_selector(cfg: DictConfig):
+    """The LLM client (``llm``; its cache folder made absolute) and the entry selector (the LLM one uses it)."""
     llm_cfg = OmegaConf.to_container(cfg.llm, resolve=True)
     if llm_cfg.get("cache_dir"):
         llm_cfg["cache_dir"] = hydra.utils.to_absolute_path(llm_cfg["cache_dir"])
@@ -163,6 +208,11 @@ def _run(cfg: DictConfig, out: Path, run_id: str) -> dict[str, Any]:
         if cfg.entry_selector == "llm"
         else make_entry_selector(cfg.entry_selector)
     )
+    return client, selector
+
+
+def _lazy_encoder(cfg: DictConfig):
+    """``texts -> [n, D]`` embeddings by ``cfg.encoder``, the encoder loaded at the first call (curated nodes only)."""
     encoder = None
 
     def embed(texts):
@@ -173,112 +223,113 @@ def _run(cfg: DictConfig, out: Path, run_id: str) -> dict[str, Any]:
             encoder = make_encoder(cfg.encoder)
         return encoder.encode(list(texts))
 
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
-    max_tokens = (
-        OmegaConf.to_container(cfg.max_tokens, resolve=True) if OmegaConf.is_dict(cfg.max_tokens) else cfg.max_tokens
-    )
-    loop = MemoryLoop(client, BetaBFS(entry_selector=selector), embed=embed, budget=budget, max_tokens=max_tokens)
-    nodes0, edges0 = graph.num_nodes, graph.num_edges
-    log.info("graph %s: %d nodes, %d edges; %d questions; model %s", name, nodes0, edges0, len(idx), client.model)
-    group = experiment_group("evaluate", gs.dataset)
-    with make_tracker(cfg.logger, cfg, out, name=f"memory_loop-{name}", job_type="evaluate", group=group) as tracker:
-        use_graphset(tracker, graphset_location(cfg))
-        tracker.define_metric("example")
-        tracker.define_metric("loop/*", step_metric="example")
-        rows, discarded, ops = [], Counter(), Counter()
-        n_transitions, streak, stopped = 0, 0, None
-        t_start = time.perf_counter()
-        for i in idx:
-            t0 = time.perf_counter()
-            rec = loop.step(graph, queries[i], feedback_note(gs.questions[i].answer))  # answer read only after predict
-            rows.append(record_json(rec, gs.questions[i].text, time.perf_counter() - t0))
-            discarded.update(rec.discarded)
-            ops.update(op.split()[0] for op in rec.applied_ops)
-            n_transitions += len(rec.applied_transitions)
-            log.info(
-                "  %s: %sloaded %d, trace %d, transitions %d, ops %d, discarded %d (%.1fs)",
-                rec.qid,
-                "FAILED at " + rec.failed + ", " if rec.failed else "",
-                len(rec.loaded),
-                len(rec.trace),
-                len(rec.applied_transitions),
-                len(rec.applied_ops),
-                sum(rec.discarded.values()),
-                rows[-1]["seconds"],
-            )
-            tracker.log({"example": len(rows) - 1, **{f"loop/{k}": v for k, v in example_counts(rows[-1]).items()}})
-            streak = streak + 1 if rec.failed else 0
-            if cfg.max_consecutive_failures and streak >= cfg.max_consecutive_failures:
-                stopped = f"{streak} consecutive examples failed"
-                break
-        wall = time.perf_counter() - t_start
-        graph.validate()
-        usage = client.usage_report()
-        failures = client.failure_summary()
-        n_failed = sum(r["failed"] is not None for r in rows)
-        if not stopped and rows and n_failed == len(rows):
-            stopped = f"every one of the {len(rows)} examples failed"
-        stopped = stopped or client.all_calls_failed()
-        ran = idx[: len(rows)]  # before and after on the same questions: those the loop ran
-        summary = {
-            "run_id": run_id,
-            "graph": name,
-            "questions": len(idx),
-            "examples_run": len(rows),
-            "examples_failed": n_failed,
-            "stopped_early": stopped,
-            "loop_wall_s": round(wall, 1),
-            "model": usage["model"],
-            "local_substitute": usage["local_substitute"],
-            "calls": {r: u["calls"] for r, u in usage["roles"].items()},
-            "total_calls": usage["total"].get("calls", 0),
-            "requests": usage["total"].get("requests", 0),
-            "cache_hits": usage["total"].get("cache_hits", 0),
-            "prompt_tokens": usage["total"].get("prompt_tokens", 0),
-            "completion_tokens": usage["total"].get("completion_tokens", 0),
-            "memory_tokens": sum(r["tokens"].get("memory", 0) for r in rows),
-            "index_tokens": sum(r["tokens"].get("index", 0) for r in rows),
-            "schema_valid": schema_validity(usage),
-            "applied_transitions": n_transitions,
-            "edits": dict(ops),
-            "graph_checks": sum(r["graph_checks"] for r in rows),
-            "beta_bfs_recall": {
-                "questions": len(ran),
-                "before": beta_recall(gs, name, gs.graphs[name], ran, budget),
-                "after": beta_recall(gs, name, graph, ran, budget),
-            },
-            "discarded": dict(discarded),
-            "client_failures": failures["by_role_kind"],
-            "entry_selection": {k: v for k, v in vars(selector.stats).items() if k != "last_sections"}
-            if hasattr(selector, "stats")
-            else {},
-            "graph_before": {"nodes": nodes0, "edges": edges0},
-            "graph_after": {
-                "nodes": graph.num_nodes,
-                "edges": graph.num_edges,
-                "S_total": float(graph.S.sum()),
-                "F_total": float(graph.F.sum()),
-            },
-            "usage": usage,
-        }
-        write_jsonl(rows, out / "trace.jsonl")
-        write_json(out / "summary.json", summary)
-        brief = {k: v for k, v in summary.items() if k != "usage"}
-        log.info("%s", json.dumps(brief, indent=1, default=str))
-        log.info("trace written to %s", out / "trace.jsonl")
-        tracker.update_summary(brief)
-        counts = [example_counts(r) for r in rows]
-        columns = ["qid", *(counts[0] if counts else []), "prediction"]
-        tracker.log_table("examples", columns, [[r["qid"], *c.values(), r["prediction"]] for r, c in zip(rows, counts)])
-        files = ["trace.jsonl", "summary.json"]
-        tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
-        if failures["failures"]:
-            print(f"LLM call failures: {json.dumps(failures, default=str)}", file=sys.stderr)
-        if stopped:
-            print(f"error: stopped after {len(rows)} of {len(idx)} examples: {stopped}", file=sys.stderr)
-            tracker.finish(exit_code=EXIT_FAILURES)
-            sys.exit(EXIT_FAILURES)
-        return summary
+    return embed
+
+
+def _max_tokens(cfg: DictConfig):
+    """``max_tokens``: one reply cap, or a cap per role."""
+    if OmegaConf.is_dict(cfg.max_tokens):
+        return OmegaConf.to_container(cfg.max_tokens, resolve=True)
+    return cfg.max_tokens
+
+
+def _run_examples(cfg: DictConfig, loop: MemoryLoop, gs: GraphSet, graph, idx: list[int], tracker) -> LoopTally:
+    """One loop step per question (the answer read only after the prediction), each logged and tracked;
+    stops after ``max_consecutive_failures`` failed examples in a row (0: never)."""
+    tally, streak, queries = LoopTally(), 0, gs.queries()
+    for i in idx:
+        t0 = time.perf_counter()
+        rec = loop.step(graph, queries[i], feedback_note(gs.questions[i].answer))  # answer read only after predict
+        tally.rows.append(record_json(rec, gs.questions[i].text, time.perf_counter() - t0))
+        tally.discarded.update(rec.discarded)
+        tally.ops.update(op.split()[0] for op in rec.applied_ops)
+        tally.transitions += len(rec.applied_transitions)
+        log.info(
+            "  %s: %sloaded %d, trace %d, transitions %d, ops %d, discarded %d (%.1fs)",
+            rec.qid,
+            "FAILED at " + rec.failed + ", " if rec.failed else "",
+            len(rec.loaded),
+            len(rec.trace),
+            len(rec.applied_transitions),
+            len(rec.applied_ops),
+            sum(rec.discarded.values()),
+            tally.rows[-1]["seconds"],
+        )
+        counts = example_counts(tally.rows[-1])
+        tracker.log({"example": len(tally.rows) - 1, **{f"loop/{k}": v for k, v in counts.items()}})
+        streak = streak + 1 if rec.failed else 0
+        if cfg.max_consecutive_failures and streak >= cfg.max_consecutive_failures:
+            tally.stopped = f"{streak} consecutive examples failed"
+            break
+    return tally
+
+
+def _failed(rows: list[dict[str, Any]]) -> int:
+    return sum(r["failed"] is not None for r in rows)
+
+
+def _stop_reason(tally: LoopTally, client: LLMClient) -> str | None:
+    """Why the run is a failure: the failure streak, every example failed, or every LLM call failed; None: none."""
+    stopped = tally.stopped
+    if not stopped and tally.rows and _failed(tally.rows) == len(tally.rows):
+        stopped = f"every one of the {len(tally.rows)} examples failed"
+    return stopped or client.all_calls_failed()
+
+
+def _summary(gs, name, graph, idx, tally: LoopTally, usage, failures, selector, budget, before) -> dict[str, Any]:
+    """summary.json after the run's head: the model and its calls and tokens, schema validity, the edits and
+    checks, Beta BFS's evidence recall on the questions run over the graph before and after, what was
+    discarded, the client's failures, the entry selector's stats, the graph before and after, the usage."""
+    rows, ran = tally.rows, idx[: len(tally.rows)]  # before and after on the same questions: those the loop ran
+    return {
+        "model": usage["model"],
+        "local_substitute": usage["local_substitute"],
+        "calls": {r: u["calls"] for r, u in usage["roles"].items()},
+        "total_calls": usage["total"].get("calls", 0),
+        "requests": usage["total"].get("requests", 0),
+        "cache_hits": usage["total"].get("cache_hits", 0),
+        "prompt_tokens": usage["total"].get("prompt_tokens", 0),
+        "completion_tokens": usage["total"].get("completion_tokens", 0),
+        "memory_tokens": sum(r["tokens"].get("memory", 0) for r in rows),
+        "index_tokens": sum(r["tokens"].get("index", 0) for r in rows),
+        "schema_valid": schema_validity(usage),
+        "applied_transitions": tally.transitions,
+        "edits": dict(tally.ops),
+        "graph_checks": sum(r["graph_checks"] for r in rows),
+        "beta_bfs_recall": {
+            "questions": len(ran),
+            "before": beta_recall(gs, name, gs.graphs[name], ran, budget),
+            "after": beta_recall(gs, name, graph, ran, budget),
+        },
+        "discarded": dict(tally.discarded),
+        "client_failures": failures["by_role_kind"],
+        "entry_selection": {k: v for k, v in vars(selector.stats).items() if k != "last_sections"}
+        if hasattr(selector, "stats")
+        else {},
+        "graph_before": before,
+        "graph_after": {
+            "nodes": graph.num_nodes,
+            "edges": graph.num_edges,
+            "S_total": float(graph.S.sum()),
+            "F_total": float(graph.F.sum()),
+        },
+        "usage": usage,
+    }
+
+
+def _write_results(out: Path, tracker, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """trace.jsonl and summary.json, the summary (less the usage) logged and tracked with the examples' table."""
+    write_jsonl(rows, out / "trace.jsonl")
+    write_json(out / "summary.json", summary)
+    brief = {k: v for k, v in summary.items() if k != "usage"}
+    log.info("%s", json.dumps(brief, indent=1, default=str))
+    log.info("trace written to %s", out / "trace.jsonl")
+    tracker.update_summary(brief)
+    counts = [example_counts(r) for r in rows]
+    columns = ["qid", *(counts[0] if counts else []), "prediction"]
+    tracker.log_table("examples", columns, [[r["qid"], *c.values(), r["prediction"]] for r, c in zip(rows, counts)])
+    files = ["trace.jsonl", "summary.json"]
+    tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="memory_loop")
