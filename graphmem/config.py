@@ -26,6 +26,7 @@ when the command line is composed (:func:`graphmem.launch.check_command_line`).
 | ``logger`` | :class:`graphmem.tracking.runs.LoggerConfig` |
 | ``llm`` | :class:`graphmem.llm.client.LLMConfig` |
 | ``trainer`` | :class:`rl.walk.trainer.TrainConfig` (added by :mod:`rl.walk` when it is imported) |
+| ``split`` | :class:`rl.common.splits.FoldSplit` (added by :mod:`rl.common` when it is imported; also at ``cv``) |
 | ``policy`` | each policy's constructor: ``policy/<name>_schema`` (:func:`policy_schema`) |
 
 A policy option also names its class under ``_target_`` (made with ``hydra.utils.instantiate``,
