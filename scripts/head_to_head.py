@@ -137,6 +137,8 @@ def evaluate(
 
 
 def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[str, Any]:
+    """One protocol: Beta BFS (uniform, then learning evidence) and the router trained on the same shuffled
+    prefixes of the training questions, their test curves, and the router paired against both Beta variants."""
     parts = protocol_parts(gs, name, cfg)
     (train_q, train_e), (val_q, val_e), (test_q, test_e) = parts["train"], parts["val"], parts["test"]
     order = list(range(len(train_q)))
@@ -153,14 +155,33 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
         test_graphs,
         counts,
     )
+    test_rows = {"beta_bfs_uniform": [], "beta_bfs_learned": []}
+    test = (test_q, test_e, test_graphs)
+    stats, curve_beta = beta_curve(name, gs, cfg, budget, (train_q, train_e), test, counts, test_rows)
+    curve_router = router_curve(name, gs, cfg, budget, (train_q, train_e, val_q, val_e), test, counts, test_rows)
+    table = {"beta_bfs_uniform": curve_beta[0], "beta_bfs_learned": curve_beta[-1], "router": curve_router[-1]}
+    return {
+        "protocol": name,
+        "sizes": {k: len(v[0]) for k, v in parts.items()},
+        "test_graphs": test_graphs,
+        "evidence": stats.to_json(),
+        "table": table,
+        "paired": router_vs_beta(name, test_rows),
+        "curves": {"beta_bfs": curve_beta, "router": curve_router},
+    }
 
-    # ------------------------------------------------------------------ Beta BFS: uniform, then evidence learning
+
+def beta_curve(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget, train, test, counts, test_rows):
+    """Beta BFS on copies of the graphs with zeroed counters, learning evidence from each further prefix of
+    ``train`` (oracle feedback) and tested after each; ``(evidence stats, curve)``. Its test rows at 0
+    examples go to ``test_rows["beta_bfs_uniform"]``, the last ones to ``test_rows["beta_bfs_learned"]``."""
+    (train_q, train_e), (test_q, test_e, test_graphs) = train, test
     graphs = {n: g.copy() for n, g in gs.graphs.items()}  # the saved graph set is never touched
     for g in graphs.values():
         g.S.zero_(), g.F.zero_(), g.invalidate()
     beta = BetaBFS(entry_selector=cfg.entry_selector)
     oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
-    stats, seen, curve_beta, test_rows = EvidenceStats(), 0, [], {"beta_bfs_uniform": [], "beta_bfs_learned": []}
+    stats, seen, curve_beta = EvidenceStats(), 0, []
     for n in counts:
         t0 = time.perf_counter()
         learn_evidence(graphs, train_q[seen:n], train_e[seen:n], beta, budget, oracle, stats)
@@ -181,8 +202,13 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
             row["evidence_recall"],
             row["test_counter_mass"],
         )
+    return stats, curve_beta
 
-    # ------------------------------------------------------------------ router on the same prefixes
+
+def router_curve(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget, data, test, counts, test_rows):
+    """The router trained on each prefix of the training questions (0: its initialisation only) and tested;
+    the curve, its last test rows in ``test_rows["router"]``."""
+    (train_q, train_e, val_q, val_e), (test_q, test_e, _) = data, test
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     selector = OmegaConf.to_container(cfg.policy, resolve=True)["entry_selector"]
     untrained = {"objective": {"imitation_epochs": 0, "rl_epochs": 0}}
@@ -203,8 +229,11 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
         }
         curve_router.append(row)
         log.info("[%s] router after %5d examples: recall %.4f (%.0fs)", name, n, row["evidence_recall"], row["seconds"])
+    return curve_router
 
-    table = {"beta_bfs_uniform": curve_beta[0], "beta_bfs_learned": curve_beta[-1], "router": curve_router[-1]}
+
+def router_vs_beta(name: str, test_rows: dict[str, list]) -> list[dict[str, Any]]:
+    """The router's evidence recall paired per test question against each Beta BFS variant (router minus it)."""
     paired = [
         dataclasses.asdict(c)
         for ref in ("beta_bfs_uniform", "beta_bfs_learned")
@@ -220,15 +249,7 @@ def run_protocol(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget) -> di
             c["ci_high"],
             c["n"],
         )
-    return {
-        "protocol": name,
-        "sizes": {k: len(v[0]) for k, v in parts.items()},
-        "test_graphs": test_graphs,
-        "evidence": stats.to_json(),
-        "table": table,
-        "paired": paired,
-        "curves": {"beta_bfs": curve_beta, "router": curve_router},
-    }
+    return paired
 
 
 def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[str, Any]:
