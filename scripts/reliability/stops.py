@@ -102,6 +102,7 @@ class Runner:
         if any("Traceback" in x for x in lines):
             text += " (with a traceback)"
         shown = " ".join(["python", script, *argv])
+        shown = shown.replace(f"127.0.0.1:{self.port}", "127.0.0.1:<port>")
         for path, label in ((self.tmp / "set", "<set>"), (self.tmp, "<tmp>")):
             shown, text = shown.replace(str(path), label), text.replace(str(path), label)
         text = re.sub(r"\d{8}-\d{6}-[0-9a-f]{6}", "<run id>", text.split("] - ", 1)[-1])
@@ -179,6 +180,7 @@ def cases(r: Runner, run: Path) -> None:
             f"a LoCoMo file with one {label} turn",
             build[0],
             [*build[1:], f"data.file={f}", f"graphset_dir={tmp / 'long'}"],
+            after=lambda: "sets built: " + str(len(list((tmp / "long").glob("*/manifest.json")))),
         )
 
     r.run(
