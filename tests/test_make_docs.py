@@ -51,6 +51,8 @@ def args(tmp_path: Path, package: str) -> list[str]:
     return ["--package", package, "--results", str(tmp_path / "results"), "--docs", str(tmp_path / "docs")] + [
         "--readme",
         str(tmp_path / "README.md"),
+        "--studies",
+        str(tmp_path / "studies"),
     ]
 
 
@@ -84,6 +86,28 @@ def test_a_page_whose_results_file_changed_is_stale_and_a_module_without_render_
     out = capsys.readouterr().out
     assert f"out of date: {tmp_path / 'docs' / 'page.md'}" in out and "README.md" in out
     assert (tmp_path / "docs" / "page.md").read_text() == before  # --check writes nothing
+
+
+def test_a_study_folders_page_modules_are_pages_named_by_their_page_or_their_study(tmp_path, monkeypatch, capsys):
+    fake_package(tmp_path, "docgen_fake_too")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "value.json").write_text(json.dumps({"value": 0.5}))
+    (tmp_path / "README.md").write_text(README)
+    study = tmp_path / "studies" / "probe"
+    study.mkdir(parents=True)
+    (study / "page.py").write_text("def render(results_dir):\n    return '# probe'\n")
+    (study / "page_other.py").write_text("PAGE = 'other'\n\ndef render(results_dir):\n    return '# other'\n")
+    (study / "run.py").write_text("def render(results_dir):\n    return '# not a page'\n")
+    assert make_docs.main(args(tmp_path, "docgen_fake_too")) == 0
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["other.md", "page.md", "probe.md"]
+    assert (tmp_path / "docs" / "probe.md").read_text() == "# probe\n"
+    assert (tmp_path / "docs" / "other.md").read_text() == "# other\n"
+
+    (study / "page_other.py").write_text("PAGE = 'page'\n\ndef render(results_dir):\n    return '# other'\n")
+    assert make_docs.main(["--check", *args(tmp_path, "docgen_fake_too")]) == 2  # two renderers of docs/page.md
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "'page'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_an_unreadable_results_file_or_missing_markers_is_one_error_line(tmp_path, capsys):
