@@ -9,8 +9,9 @@ skipped. Every ``scripts/studies/<study>/page*.py`` with ``render``, loaded by i
 page too: its text goes to ``docs/<PAGE>.md``, where ``PAGE`` is the module's own constant, else the
 study's name; two renderers of one page are an error. The text between the markers
 ``<!-- headline:begin -->`` and ``<!-- headline:end -->`` of README.md is
-``graphmem.docgen.headline.render_headline(results_dir)``. Each file is written atomically, and only when its text changed. A results file that cannot be read prints one
-``error:`` line naming it and exits with status 2.
+``graphmem.docgen.headline.render_headline(results_dir)``. Each file is written atomically, and
+only when its text changed. A results file that cannot be read prints one ``error:`` line naming it
+and exits with status 2.
 """
 
 from __future__ import annotations
