@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import ResultsFileError, field, load_results, p_value
+from graphmem.docgen.sources import ResultsFileError, field, fill, load_results, p_value
 from graphmem.eval.report import markdown_grid
 from graphmem.eval.variants import GROUPS, trained_variants
 
@@ -20,27 +20,7 @@ CURVES_COMMAND = (
     f".venv/bin/python scripts/results.py curves docs/results/{MERGED} --out-dir docs --prefix policy_gradients_"
 )
 
-INTRO = """# Policy gradients for the walk: rewards without labels, estimators, a token cost
-
-The walk router (`rl/walk/trainer.py`) is trained by imitation of oracle walks (SL), by policy
-gradients on the walk episode (RL), or SL then RL. The options compared here
-(`trainer.objective`, [training](training.md)):
-
-* `reward`: `evidence` (each loaded gold node gives `1/|G|`: the return is the evidence recall),
-  `answer` (the share of the gold answer's tokens found in the loaded text: no evidence label is read)
-  or `judge` (an LLM's verdict on the loaded records);
-* `estimator`: `moving_average` (REINFORCE with a per-step moving-average baseline), `leave_one_out`
-  (REINFORCE, the mean return of the question's other `group_size − 1` walks as baseline) or `ppo`
-  (PPO-clip, `ppo_epochs` steps on each batch of walks);
-* `token_cost` λ: `− λ · tokens(v)` per loaded node, with the learned stop, so the walk can stop before
-  the budget is spent.
-
-Every variant is trained per fold on the training conversations, its epoch selected on the validation
-conversations (by the objective's own validation return), and tested once on the test conversations next
-to the heuristic baselines under the same budget. Paired differences are per test question over all folds
-(LoCoMo's adversarial category left out), with 95% percentile bootstrap intervals and paired t-test p;
-fold spreads are the sample std (ddof = 1) over the folds.
-"""
+PAGE = "policy_gradients"
 
 
 def _f(x: float | None, digits: int = 3) -> str:
@@ -92,7 +72,7 @@ def _budget(b: dict) -> str:
 
 
 def _missing(name: str, script: str) -> list[str]:
-    return [f"*Not run yet: `docs/results/{name}` is not present (written by `{script}`, commands below).*"]
+    return [fill(PAGE, "missing", name=name, script=script)]
 
 
 # ---------------------------------------------------------------------------- (a) rewards without labels
@@ -100,14 +80,8 @@ def labels_section(payload: dict, variants: dict[str, dict]) -> list[str]:
     out = ["## Rewards without evidence labels", ""]
     names = [v for v, info in variants.items() if info["reward"] != "evidence"]
     if not names:
-        return out + ["No variant of this run trained from the answer or judge reward."]
-    out += [
-        "Variants trained from a reward that reads no evidence label (their epoch is selected on the same "
-        "reward on the validation conversations, so no evidence label enters their training or selection), "
-        "against the embedding baseline (`dense_topk`) and the strongest simple baseline (`hybrid`), on "
-        "evidence recall (measured with the labels, on the test questions):",
-        "",
-    ]
+        return out + [fill(PAGE, "labels_none")]
+    out += [fill(PAGE, "labels_lead"), ""]
     rows, lines = [], []
     for v in names:
         info = variants[v]
@@ -134,12 +108,8 @@ def estimators_section(payload: dict, variants: dict[str, dict]) -> list[str]:
     evidence = {v: i for v, i in variants.items() if i["reward"] == "evidence" and not i["token_cost"] > 0}
     sl = [v for v, i in evidence.items() if i["phases"] == "SL"]
     sl_ref = next((v for v in sl if any(c["reference"] == v for c in payload.get("paired", []))), None)
-    out += [
-        "Evidence reward, no token cost. Fold mean ± std (number of folds) of the test metrics, and the paired "
-        "difference in evidence recall against the imitation-only variant"
-        + (f" `{sl_ref}`:" if sl_ref else " (none in this file: merge with `--also <SL variant>`):"),
-        "",
-    ]
+    reference = f" `{sl_ref}`:" if sl_ref else " (none in this file: merge with `--also <SL variant>`):"
+    out += [fill(PAGE, "estimators_lead", reference=reference), ""]
     order = {"SL": 0, "SL+RL": 1, "RL": 2}
     rows = []
     for v, i in sorted(evidence.items(), key=lambda kv: (order[kv[1]["phases"]], kv[0])):
@@ -160,7 +130,7 @@ def estimators_section(payload: dict, variants: dict[str, dict]) -> list[str]:
     baselines = [p for p in summary if p not in variants]
     out += [
         "",
-        "The heuristic baselines on the same test questions (fold mean ± std):",
+        fill(PAGE, "baselines_lead"),
         "",
         markdown_grid(
             ["policy", "recall", "all-hit", "tokens"],
@@ -190,19 +160,22 @@ def cost_section(cost: dict | None) -> list[str]:
     fixed, path = cost["fixed"]["variant"], Path(COST)
     folds, budget, sweep = field(cost, path, "folds"), field(cost, path, "budget"), field(cost, path, "sweep_budget")
     fp = cost["points"][fixed]
-    out += [
-        f"Each cost variant (λ = `token_cost`) against the fixed-budget walk `{fixed}` (λ = "
-        f"{cost['fixed']['token_cost']:g}) on the same test questions of folds {folds}, at the run's budget "
-        f"({_budget(budget)}). `{fixed}` "
-        f"there: {fp['tokens']['mean']:.0f} tokens {_ci(*fp['tokens']['ci95'], 0, '')}, recall "
-        f"{fp['recall']['mean']:.3f} {_ci(*fp['recall']['ci95'], 3, '')}, n = {fp['n']}. The saving is "
-        "`1 − Σ tokens(λ) / Σ tokens(fixed)` over the paired questions (paired bootstrap CI). The last column "
-        f"is the mean tokens `{fixed}` needs to reach the variant's recall on its node-sweep curve, by linear "
-        "interpolation between sweep levels; the sweep runs at another budget "
-        f"({sweep.get('max_tokens')} tokens, {sweep.get('max_hops')} hops, nodes varied), so that column "
-        "compares across the two budgets.",
-        "",
-    ]
+    lead = fill(
+        PAGE,
+        "cost_lead",
+        fixed=fixed,
+        fixed_cost=cost["fixed"]["token_cost"],
+        folds=folds,
+        budget=_budget(budget),
+        tokens=fp["tokens"]["mean"],
+        tokens_ci=_ci(*fp["tokens"]["ci95"], 0, ""),
+        recall=fp["recall"]["mean"],
+        recall_ci=_ci(*fp["recall"]["ci95"], 3, ""),
+        n=fp["n"],
+        sweep_tokens=sweep.get("max_tokens"),
+        sweep_hops=sweep.get("max_hops"),
+    )
+    out += [lead, ""]
     rows, lines = [], []
     for v in cost["cost_variants"]:
         pt, vs = v["point"], v["vs_fixed"]
@@ -223,7 +196,7 @@ def cost_section(cost: dict | None) -> list[str]:
     out += lines
     if cost.get("plot"):
         out += ["", f"![recall against loaded tokens]({Path(cost['plot']).name})"]
-    out += ["", "The node-sweep curves (mean tokens, mean recall [95% CI]) per `max_nodes`:", ""]
+    out += ["", fill(PAGE, "sweep_lead"), ""]
     levels = sorted({p["max_nodes"] for pts in cost["curves"].values() for p in pts})
     grid = []
     for policy, pts in cost["curves"].items():
@@ -244,12 +217,8 @@ def cost_section(cost: dict | None) -> list[str]:
 def curves_section(variants: dict[str, dict]) -> list[str]:
     out = ["## Learning curves", ""]
     if not variants or not all(rows for i in variants.values() for rows in i["history"].values()):
-        return out + ["The records hold no per-epoch history, so there are no learning curves for this run.", ""]
-    out += [
-        "Training return and validation return per epoch (a thin line per fold, the mean over folds in bold; "
-        f"written by `{CURVES_COMMAND}`).",
-        "",
-    ]
+        return out + [fill(PAGE, "curves_none"), ""]
+    out += [fill(PAGE, "curves_lead", command=CURVES_COMMAND), ""]
     for group, title in GROUPS.items():
         names = [v for v, i in variants.items() if i["group"] == group]
         if names:
@@ -267,7 +236,7 @@ def selected_epochs(payload: dict) -> list[str]:
     if not rows:
         return []
     header = ["variant", "fold", "selected epoch (phase: epoch)", "validation return (of its own reward)"]
-    return ["The epoch each fold selected on its validation conversations:", "", markdown_grid(header, rows)]
+    return [fill(PAGE, "epochs_lead"), "", markdown_grid(header, rows)]
 
 
 # ---------------------------------------------------------------------------- (e) commands
@@ -275,35 +244,11 @@ def commands_section(merged: dict | None, cost: dict | None) -> list[str]:
     out = ["## Reproduce", ""]
     trainings = [t for t in (cost or {}).get("training", []) if t.get("command")]
     if trainings:
-        out += [
-            "Training, one run per fold (each run's `run.json` config written as overrides of the default "
-            "`configs/train.yaml`):",
-            "",
-            "```bash",
-            *(t["command"] for t in trainings),
-            "```",
-            "",
-        ]
+        out += [fill(PAGE, "trainings"), "", "```bash", *(t["command"] for t in trainings), "```", ""]
     else:
-        out += [
-            "Training, one `scripts/train.py` run per fold `k` with every variant and a node sweep, e.g.:",
-            "",
-            "```bash",
-            ".venv/bin/python scripts/train.py graphset=<locomo set> 'cv.folds=[k]' \\",
-            "    'node_sweep.levels=[2,4,8,12,16]' \\",
-            "    '+variants.sl={objective: {rl_epochs: 0}}' \\",
-            "    '+variants.cost_0p001={objective: {token_cost: 0.001}}' out_dir=<runs>/locomo_fold<k>",
-            "```",
-            "",
-        ]
-    merge = (merged or {}).get("command") or (
-        f".venv/bin/python scripts/results.py merge <runs>/locomo_fold{{0,1,2,3,4}} --also sl dense_topk "
-        f"--out docs/results/{MERGED}"
-    )
-    curve = (cost or {}).get("command") or (
-        f".venv/bin/python scripts/cost_curve.py <runs>/locomo_fold{{0,1,2,3,4}} --out docs/results/{COST} "
-        "--plot docs/cost_aware_locomo.png"
-    )
+        out += [fill(PAGE, "training_example"), ""]
+    merge = (merged or {}).get("command") or fill(PAGE, "merge_command", name=MERGED)
+    curve = (cost or {}).get("command") or fill(PAGE, "cost_command", name=COST)
     out += ["Then:", "", "```bash", merge, curve, CURVES_COMMAND, ".venv/bin/python scripts/make_docs.py", "```"]
     return out
 
@@ -317,10 +262,7 @@ def further_runs(results_dir: Path) -> list[str]:
         variants = trained_variants(field(extra, path, "records"), str(path))
         table = estimators_section(extra, variants)[2:]
         out += [f"### Also run: `{path.name}` (folds {extra['folds']})", "", *table, ""]
-        out += [
-            f"Merged by `scripts/results.py merge <fold runs> --also sl --out docs/results/{path.name}`.",
-            "",
-        ]
+        out += [fill(PAGE, "also_merged", name=path.name), ""]
     return out
 
 
@@ -336,7 +278,7 @@ def render(results_dir: Path) -> str:
 
 
 def page(results_dir: Path, merged: dict | None, cost: dict | None) -> str:
-    out = [INTRO]
+    out = [fill(PAGE, "intro"), ""]
     absent = _missing(MERGED, "scripts/results.py merge")
     if merged is None:
         out += ["## Rewards without evidence labels", "", *absent, "", "## Estimators", "", *absent, ""]
@@ -346,11 +288,10 @@ def page(results_dir: Path, merged: dict | None, cost: dict | None) -> str:
         for key in ("summary", "dataset", "folds", "budget"):
             field(merged, path, key)
         q = merged.get("questions", {})
-        out += [
-            f"Dataset `{merged['dataset']}`, folds {merged['folds']}, budget {_budget(merged['budget'])}; "
-            f"test questions per policy (all categories): {', '.join(f'{p} {n}' for p, n in q.items())}.",
-            "",
-        ]
+        questions = ", ".join(f"{p} {n}" for p, n in q.items())
+        budget = _budget(merged["budget"])
+        out += [fill(PAGE, "run", dataset=merged["dataset"], folds=merged["folds"], budget=budget, questions=questions)]
+        out += [""]
         out += labels_section(merged, variants) + [""] + estimators_section(merged, variants) + [""]
         out += further_runs(Path(results_dir))
     out += cost_section(cost) + [""]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import string
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,45 @@ def p_value(p: float | None) -> str:
     if p is None or math.isnan(p):
         return "–"
     return "<1e-4" if p < 1e-4 else f"{p:.4f}"
+
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+_BLOCK = "<!-- block: "
+
+
+class TemplateError(InputError, ValueError):
+    """A page template under graphmem/docgen/templates/ whose block is absent or whose fields and values differ."""
+
+
+def blocks(template_name: str) -> dict[str, str]:
+    """The named blocks of ``templates/<template_name>.md``: a line ``<!-- block: NAME -->`` opens block
+    NAME, which holds every line up to the next such line, less the blank lines ending it."""
+    path = TEMPLATES / f"{template_name}.md"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise TemplateError(f"{path}: not a readable template: {err}") from None
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.split("\n"):
+        if line.startswith(_BLOCK) and line.endswith(" -->"):
+            current = found.setdefault(line[len(_BLOCK) : -4], [])
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(lines).rstrip("\n") for name, lines in found.items()}
+
+
+def fill(template_name: str, block: str, **values: Any) -> str:
+    """Block ``block`` of ``templates/<template_name>.md`` with its ``str.format`` fields filled from
+    ``values``. The fields named in the block and the keys of ``values`` must be the same set: a field
+    without a value or a value without a field is one :class:`TemplateError` naming the template,
+    the block and the names."""
+    text = blocks(template_name).get(block)
+    where = f"{TEMPLATES / template_name}.md, block {block!r}"
+    if text is None:
+        raise TemplateError(f"{where}: no such block")
+    names = {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(text) if name}
+    missing, unused = sorted(names - set(values)), sorted(set(values) - names)
+    if missing or unused:
+        raise TemplateError(f"{where}: fields without a value {missing}, values without a field {unused}")
+    return text.format(**values)
