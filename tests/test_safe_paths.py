@@ -110,7 +110,8 @@ def test_learning_curve_names_stay_inside_the_out_dir(tmp_path, capsys):
 def test_lexical_baseline_set_names_stay_inside_the_runs_folder(tmp_path):
     from tests import script_runner
 
-    cmd = [sys.executable, "scripts/lexical_baselines.py", "--walk-set", "../x", "--runs", str(tmp_path / "runs")]
+    script = "scripts/studies/lexical_baselines/run.py"
+    cmd = [sys.executable, script, "--walk-set", "../x", "--runs", str(tmp_path / "runs")]
     proc = script_runner.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert "--walk-set='../x' cannot be used" in error_line(proc)
     assert not list(tmp_path.iterdir())

@@ -168,7 +168,7 @@ def _selection(sel: dict | None) -> list[str]:
 def _flat(flat: dict | None) -> list[str]:
     lines = ["", "## Results: dense, BM25, hybrid", ""]
     if flat is None:
-        return lines + ["(`lexical_baselines.json` is missing: run `scripts/lexical_baselines.py`.)"]
+        return lines + ["(`lexical_baselines.json` is missing: run `scripts/studies/lexical_baselines/run.py`.)"]
     lines += [
         f"Made by `{flat['command']}`; each set's evaluate command is in the JSON. Means over the questions of",
         "the `overall` group (LoCoMo's adversarial category apart); paired differences per question with the",

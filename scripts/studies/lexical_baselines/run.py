@@ -1,6 +1,6 @@
 """Dense, BM25 and hybrid retrieval on every set, and walks from hybrid entries: runs scripts/evaluate.py, writes JSON.
 
-    python scripts/lexical_baselines.py --sets locomo hotpotqa musique musique-pooled hotpotqa-pooled \\
+    python scripts/studies/lexical_baselines/run.py --sets locomo hotpotqa musique musique-pooled hotpotqa-pooled \\
         --walk-set locomo --out docs/results
 
 For each set of ``--sets`` (a saved graph set under ``--graphs``) one ``scripts/evaluate.py`` run
@@ -18,7 +18,7 @@ the HotpotQA train sample into ``--select-graphs``): ``hybrid`` with each of ``-
 the depth of the best mean evidence recall (ties: the smaller), written to
 ``<out>/lexical_baselines_selection.json``::
 
-    python scripts/lexical_baselines.py --select-sets hotpotqa hotpotqa-pooled --out docs/results
+    python scripts/studies/lexical_baselines/run.py --select-sets hotpotqa hotpotqa-pooled --out docs/results
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from graphmem.eval.stats import paired_comparison
 from graphmem.io import write_json
 from graphmem.paths import PathNameError, check_name, run_path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 METRICS = ("evidence_recall", "all_evidence_hit", "support_sentence_recall", "support_paragraph_recall")
 FLAT = ("dense_topk", "bm25", "hybrid")
 PAIRS = (("hybrid", "dense_topk"), ("hybrid", "bm25"), ("bm25", "dense_topk"))
@@ -121,7 +121,7 @@ def main() -> None:
     except PathNameError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    command = "python scripts/" + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    command = " ".join(["python", Path(__file__).resolve().relative_to(ROOT).as_posix(), *sys.argv[1:]])
     if args.select_sets:
         chosen = select(args.select_sets, args.select_graphs, args.runs, args.depths, args.reuse)
         write_json(args.out / "lexical_baselines_selection.json", {"command": command, **chosen}, indent=2)
