@@ -15,7 +15,7 @@ DOCGEN = Path(TEMPLATES).parent
 
 
 def _fields(text: str) -> set[str]:
-    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+    return set(string.Template(text).get_identifiers())
 
 
 def test_every_template_block_is_filled_by_its_renderer():

@@ -102,16 +102,19 @@ def blocks(template_name: str) -> dict[str, str]:
 
 
 def fill(template_name: str, block: str, **values: Any) -> str:
-    """Block ``block`` of ``templates/<template_name>.md`` with its ``str.format`` fields filled from
-    ``values``. The fields named in the block and the keys of ``values`` must be the same set: a field
-    without a value or a value without a field is one :class:`TemplateError` naming the template,
-    the block and the names."""
+    """Block ``block`` of ``templates/<template_name>.md`` with its ``string.Template`` fields (``${name}``;
+    ``$$`` is a literal ``$``) replaced by ``str(values[name])``. The fields named in the block and the
+    keys of ``values`` must be the same set: a field without a value or a value without a field is one
+    :class:`TemplateError` naming the template, the block and the names."""
     text = blocks(template_name).get(block)
     where = f"{TEMPLATES / template_name}.md, block {block!r}"
     if text is None:
         raise TemplateError(f"{where}: no such block")
-    names = {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(text) if name}
+    template = string.Template(text)
+    if not template.is_valid():
+        raise TemplateError(f"{where}: a '$' that starts no field (write '$$' for a literal '$')")
+    names = set(template.get_identifiers())
     missing, unused = sorted(names - set(values)), sorted(set(values) - names)
     if missing or unused:
         raise TemplateError(f"{where}: fields without a value {missing}, values without a field {unused}")
-    return text.format(**values)
+    return template.substitute(values)
