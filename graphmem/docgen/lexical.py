@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import read_json
+from graphmem.docgen.sources import fill, read_json
 from graphmem.lexical import STOP_WORDS, TOKENIZER_NAME
 
 METRICS = {"evidence_recall": "evidence recall", "all_evidence_hit": "all-evidence hit"}
@@ -21,54 +21,7 @@ SETS = {
     "hotpotqa-pooled": "HotpotQA pooled",
 }
 
-INTRO = """# Lexical baselines: BM25 and hybrid retrieval
-
-The retrieval a practitioner reaches for first, on the same graphs and budget as every other policy
-(12 nodes, 2,500 tokens): `bm25` ranks the nodes of the query's graph by Okapi BM25 of their texts
-(nodes sharing no term with the query last, by id, so the budget is always used), `hybrid` fuses
-that ranking with the dense (cosine) one by reciprocal rank, and `entry_selector=hybrid` gives any walk
-(`beta_bfs`, `ppr`, `uniform_bfs`, `router`, `gnn`) the first fused nodes as entries.
-
-```bash
-python scripts/evaluate.py data=locomo 'policies=[dense_topk,bm25,hybrid]'
-python scripts/evaluate.py data=locomo policy=beta_bfs policy.entry_selector=hybrid
-python scripts/evaluate.py data=locomo policy=ppr 'policy.entry_selector={name: hybrid, k: 60, candidates: 24}'
-```
-
-## The index (`graphmem/lexical.py`)
-
-One `BM25Index` per graph, built by every `scripts/build_graph.py` run and saved with the set
-(`lexical/<graph>/bm25-k1-1.5-b-0.75.safetensors`, listed and checksummed in `manifest.json` like the
-vector indexes; no pickle). A damaged file refuses the set with one `error:` line naming the file; a file
-made for other node ids or texts is refused too. A set saved without it (an older build) gets its index
-built on first use. The index replays the graph's node log (`add_nodes`, `revise_node` with a new text,
-`remove_nodes`) before each use, so a mutation is seen by the next query.
-
-**Tokenizer** (`TOKENIZER`): lowercase, a token is a maximal run of Unicode letters and digits
-(punctuation, whitespace and `_` separate tokens: `don't` gives `don`, `t`; `2023-05-08` gives
-`2023`, `05`, `08`), the STOPS stop words of `graphmem.lexical.STOP_WORDS` (English function words and
-single letters) dropped, no stemming.
-
-**Scoring** (Okapi BM25 with Lucene's non-negative IDF, `k1 = 1.5`, `b = 0.75`), each distinct query
-term counted once:
-
-    idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
-    score(q, d) = sum over distinct t in q of idf(t) * tf(t,d) * (k1 + 1) / (tf(t,d) + k1 * (1 - b + b * |d| / avgdl))
-
-`scores(query, rows)` scores given node rows only (binary search in the sorted (row, term) keys: cost
-proportional to rows x query terms), `top_k` reads the postings of the query terms only, and
-`max_score(query) = sum_t idf(t) * (k1 + 1)` bounds every score of the query.
-"""
-
-FUSION = """## Fusion (`graphmem/policies/hybrid.py`)
-
-    RRF(v) = dense_weight / (k + rank_dense(v)) + bm25_weight / (k + rank_bm25(v))
-
-with `k = 60` and equal weights by default; a ranking that does not hold `v` adds nothing. Each ranking
-contributes its first `candidates` nodes (dense: by cosine; BM25: nodes sharing a term with the query),
-by default `budget.max_nodes` (12 here); ties by ascending node id. The `hybrid` policy loads the fused
-order under the budget; the selector takes its first `max_entries` nodes.
-"""
+PAGE = "lexical"
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -87,19 +40,14 @@ def _load(results_dir: Path, name: str) -> dict | None:
 
 
 def _library(bench: dict | None) -> list[str]:
-    lines = ["## Why our own index, and not a library", ""]
+    lines = [fill(PAGE, "library"), ""]
     if bench is None:
-        return lines + ["(`lexical_library_bench.json` is missing: run `scripts/benchmarks/bench_lexical.py`.)"]
+        return lines + [fill(PAGE, "library_missing")]
     names = list(bench["hand_check"])
+    missing = bench.get("not_installed")
+    not_installed = f" (not installed: {', '.join(missing)})" if missing else ""
     lines += [
-        "Measured by `scripts/benchmarks/bench_lexical.py` on the same tokens for every library (so only indexing and",
-        "scoring differ), one thread, top 12; pyserini is left out: it runs Lucene in a JVM beside the",
-        "process and keeps its index as a Lucene directory, with no call that scores given documents.",
-        f"Made by `{bench['command']}`"
-        + (f" (not installed: {', '.join(bench['not_installed'])})." if bench.get("not_installed") else "."),
-        "",
-        "Hand-computed case (four texts, query `dog cat cat`; Okapi BM25 with Lucene's IDF written out term",
-        "by term, at each library's `k1`):",
+        fill(PAGE, "library_lead", command=bench["command"], not_installed=not_installed),
         "",
         "| library | k1 | scores | hand | largest relative error | score / hand |",
         "|---|---:|---|---|---:|---|",
@@ -125,34 +73,19 @@ def _library(bench: dict | None) -> list[str]:
             )
     lines += [
         "",
-        "What the graphs need decides it, not speed (every library answers a query in well under a",
-        "millisecond at these sizes; tantivy builds fastest). *Scores of given nodes* (the learned walk scores",
-        "its candidates): tantivy has no call for it (a search over every match, or one `explain` per",
-        "document); bm25s scores every row (`get_scores`, a fast numpy pass here) and the caller indexes it;",
-        "ours reads only the given rows (rows x query terms lookups), so its cost does not grow with the graph.",
-        "*Mutations*: bm25s cannot add or remove a document (its add / remove columns are full rebuilds);",
-        "tantivy can, but its document ids do not shift with the graph's rows and it commits segments; ours",
-        "rewrites its arrays (O(entries): milliseconds on the graphs here, under a second at 100,000 texts).",
-        "*Persistence with the set*: one checksummed safetensors file per graph, fingerprinted to its node ids",
-        "and texts, against bm25s's five files and tantivy's segment directory. bm25s's `lucene` scores are",
-        "ours times the constant `1 / (k1 + 1)` (the same ranking; its top 12 differ only at float32 ties),",
-        "tantivy's differ by its fixed `k1 = 1.2` and quantised lengths. So `graphmem.lexical` is a small",
-        "numpy index (no new dependency); bm25s and tantivy serve here only as cross-checks",
-        "(`pip install graphmem[bench-lexical]`).",
+        fill(PAGE, "library_verdict"),
     ]
     return lines
 
 
 def _selection(sel: dict | None) -> list[str]:
-    lines = ["", "## Choosing `candidates` (on training data)", ""]
+    lines = ["", fill(PAGE, "selection"), ""]
     if sel is None:
-        return lines + ["(`lexical_baselines_selection.json` is missing.)"]
+        return lines + [fill(PAGE, "selection_missing")]
     sets = list(sel["sets"])
+    reused = " (existing runs of the same evaluate commands kept)" if sel.get("reused") else ""
     lines += [
-        "The depth each ranking contributes was chosen on sets built from the HotpotQA train sample",
-        "(`hotpot_train_100.jsonl`, never evaluated below), per question and pooled; LoCoMo and MuSiQue have",
-        f"no training split here. Made by `{sel['command']}`"
-        + (" (existing runs of the same evaluate commands kept)." if sel.get("reused") else "."),
+        fill(PAGE, "selection_lead", command=sel["command"], reused=reused),
         "",
         "| candidates | " + " | ".join(f"{s} evidence recall" for s in sets) + " | mean |",
         "|---:|" + "---:|" * (len(sets) + 1),
@@ -161,19 +94,15 @@ def _selection(sel: dict | None) -> list[str]:
         cells = [_fmt(sel["sets"][s][depth]["means"]["evidence_recall"]) for s in sets]
         mark = " (chosen)" if int(depth) == sel["chosen"] else ""
         lines.append(f"| {depth}{mark} | " + " | ".join(cells) + f" | {_fmt(mean)} |")
-    lines += ["", f"{sel['chosen']} is the node budget, so the default is `candidates: null` = `budget.max_nodes`."]
+    lines += ["", fill(PAGE, "selection_default", chosen=sel["chosen"])]
     return lines
 
 
 def _flat(flat: dict | None) -> list[str]:
-    lines = ["", "## Results: dense, BM25, hybrid", ""]
+    lines = ["", fill(PAGE, "flat"), ""]
     if flat is None:
-        return lines + ["(`lexical_baselines.json` is missing: run `scripts/studies/lexical_baselines/run.py`.)"]
-    lines += [
-        f"Made by `{flat['command']}`; each set's evaluate command is in the JSON. Means over the questions of",
-        "the `overall` group (LoCoMo's adversarial category apart); paired differences per question with the",
-        "95% bootstrap CI (10,000 resamples) and n.",
-    ]
+        return lines + [fill(PAGE, "flat_missing")]
+    lines += [fill(PAGE, "flat_lead", command=flat["command"])]
     for metric, label in METRICS.items():
         lines += [
             "",
@@ -195,12 +124,11 @@ def _flat(flat: dict | None) -> list[str]:
 
 
 def _walks(walks: dict | None) -> list[str]:
-    lines = ["", "## Walks from hybrid entries", ""]
+    lines = ["", fill(PAGE, "walks"), ""]
     if walks is None:
-        return lines + ["(`lexical_baselines_walks.json` is missing.)"]
+        return lines + [fill(PAGE, "walks_missing")]
     lines += [
-        f"On {SETS.get(walks['set'], walks['set'])}, each walk with its default (embedding) entries and with",
-        f"`policy.entry_selector=hybrid`; made by `{walks['command']}`.",
+        fill(PAGE, "walks_lead", set=SETS.get(walks["set"], walks["set"]), command=walks["command"]),
         "",
         "| walk | metric | n | embedding entries | hybrid entries | hybrid − embedding [95% CI] | p |",
         "|---|---|---:|---:|---:|---|---:|",
@@ -218,8 +146,8 @@ def _walks(walks: dict | None) -> list[str]:
 
 def render(results_dir: Path) -> str:
     """The whole page, from the lexical results files in ``results_dir``."""
-    intro = INTRO.replace("TOKENIZER", TOKENIZER_NAME).replace("STOPS", str(len(STOP_WORDS)))
-    lines = [intro, FUSION]
+    intro = fill(PAGE, "intro", tokenizer=TOKENIZER_NAME, stops=len(STOP_WORDS))
+    lines = [intro, "", fill(PAGE, "fusion"), ""]
     lines += _library(_load(results_dir, "lexical_library_bench.json"))
     lines += _selection(_load(results_dir, "lexical_baselines_selection.json"))
     lines += _flat(_load(results_dir, "lexical_baselines.json"))
