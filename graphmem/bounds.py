@@ -227,7 +227,8 @@ CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
         "threads": Bound(0, 4096, null=True),
     },
 }
-"""Entry point's config name (``configs/<name>.yaml``) -> dotted key -> bound."""
+"""Entry point's config name (``configs/<name>.yaml``, a study's ``scripts/studies/<name>/<name>.yaml``:
+:func:`graphmem.config.config_dir_of`) -> dotted key -> bound."""
 
 
 def walk_bytes(cfg: Any) -> float:

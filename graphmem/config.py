@@ -54,7 +54,19 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+STUDIES_DIR = Path(__file__).resolve().parents[1] / "scripts" / "studies"
 SCHEMA_NAME = "schema"
+CONFIGS_RESOLVER = "configs_dir"
+"""``${configs_dir:}``: the absolute path of ``configs/``, for a study config's ``hydra.searchpath``."""
+
+
+def config_dir_of(config_name: str) -> Path:
+    """The folder of ``<config_name>.yaml``: the study's own ``scripts/studies/<config_name>/`` when it
+    holds it (its shared groups found through ``hydra.searchpath: [file://${configs_dir:}]``), else
+    ``configs/``."""
+    study = STUDIES_DIR / config_name
+    return study if (study / f"{config_name}.yaml").is_file() else CONFIG_DIR
+
 
 SCHEMAS: dict[str, str] = {
     "budget": "graphmem.policies.base:Budget",
@@ -99,6 +111,7 @@ def register_schemas(store: ConfigStore | None = None) -> None:
     for name, cls in policy_schemas().items():
         store.store(group="policy", name=name, node=schema_node(cls), provider="graphmem")
     OmegaConf.register_new_resolver(POLICY_RESOLVER, policy_label, replace=True)
+    OmegaConf.register_new_resolver(CONFIGS_RESOLVER, lambda: str(CONFIG_DIR), replace=True)
 
 
 def to_object(node: Any) -> Any:
@@ -106,13 +119,15 @@ def to_object(node: Any) -> Any:
     return OmegaConf.to_object(node)
 
 
-def compose(config_name: str, overrides: Sequence[str] = (), config_dir: str | Path = CONFIG_DIR) -> DictConfig:
-    """Compose ``configs/<config_name>.yaml`` with ``overrides`` as a script would (schemas registered)."""
+def compose(config_name: str, overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> DictConfig:
+    """Compose ``<config_name>.yaml`` of ``config_dir`` (default :func:`config_dir_of`) with ``overrides``
+    as a script would (schemas registered)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     register_schemas()
-    with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
+    folder = config_dir_of(config_name) if config_dir is None else Path(config_dir)
+    with initialize_config_dir(config_dir=str(folder.resolve()), version_base="1.3"):
         return hydra_compose(config_name=config_name, overrides=list(overrides))
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from graphmem.bounds import check_bounds
-from graphmem.cli import CONFIG_DIR, check_graphset_data, guard_argv, preflight
+from graphmem.cli import check_graphset_data, guard_argv, preflight
 from graphmem.errors import InputError
 
 # Hydra flags after which the command does not run jobs (help, config printing, completion, rerun)
@@ -103,9 +103,9 @@ def _jobs(name: str, overrides: list[str], multirun: bool) -> Iterator[tuple[lis
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
 
-    import graphmem.config  # noqa: F401  (registers the config-group schemas before composing)
+    from graphmem.config import config_dir_of  # (its import registers the config-group schemas)
 
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_dir_of(name)), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         if not multirun:
             yield [], lambda: loader.load_configuration(name, overrides, run_mode=RunMode.RUN)

@@ -13,12 +13,13 @@ from graphmem.bounds import CONFIG_BOUNDS, BoundsError, check_bounds
 from graphmem.cli import ConfigError, name_list, split_names
 from graphmem.config import compose
 from graphmem.docgen.headline import render_headline
-from graphmem.docgen.relation_family import render as render_relation_family
 from graphmem.docgen.sources import ResultsFileError
 from tests.one_line_errors import error_line, run_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from script_loader import load_script  # noqa: E402
+from script_loader import load_script, load_study  # noqa: E402
+
+render_relation_family = load_study("relation_family", "page").render
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30

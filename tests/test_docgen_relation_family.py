@@ -1,11 +1,14 @@
 """docs/relation_family.md renders the results file's tables and words each variant's comparison from its CI."""
 
 import json
+from statistics import stdev
 
 import pytest
 
-from graphmem.docgen import relation_family
 from graphmem.docgen.sources import ResultsFileError
+from tests.script_loader import load_study
+
+relation_family = load_study("relation_family", "page")
 
 
 def comparison(other, first, second, lo, hi, n=400):
@@ -24,7 +27,7 @@ def comparison(other, first, second, lo, hi, n=400):
 
 def results():
     return {
-        "command": "python scripts/relation_family.py 'seeds=[0,1]'",
+        "command": "python scripts/studies/relation_family/run.py 'seeds=[0,1]'",
         "family": {"num_graphs": 20, "events": 24, "questions_per_graph": 10, "dim": 32, "intent_strength": 0.5},
         "seeds": [0, 1],
         "budget": {"max_entries": 1, "top_k_neighbors": 1, "max_hops": 1, "max_nodes": 2},
@@ -32,9 +35,9 @@ def results():
         "reference": "full",
         "per_seed": {"full": [0.9, 0.8], "no_intent": [0.85, 0.75], "bm25": [0.05, 0.07]},
         "summary": {
-            "full": {"mean": 0.85, "std": 0.0707, "folds": 2},
-            "no_intent": {"mean": 0.8, "std": 0.0707, "folds": 2},
-            "bm25": {"mean": 0.06, "std": 0.0141, "folds": 2},
+            "full": {"mean": 0.85, "std": stdev([0.9, 0.8]), "folds": 2},
+            "no_intent": {"mean": 0.8, "std": stdev([0.85, 0.75]), "folds": 2},
+            "bm25": {"mean": 0.06, "std": stdev([0.05, 0.07]), "folds": 2},
         },
         "by_kind": {"full": {"next": 0.9, "cause": 0.8}, "no_intent": {"next": 0.7, "cause": 0.9}, "bm25": {}},
         "kind_questions": {"next": 30, "cause": 10},
@@ -54,7 +57,7 @@ def results():
 def test_render_tables_and_verdicts(tmp_path):
     (tmp_path / "relation_family.json").write_text(json.dumps(results()))
     page = relation_family.render(tmp_path)
-    assert "python scripts/relation_family.py 'seeds=[0,1]'" in page
+    assert "python scripts/studies/relation_family/run.py 'seeds=[0,1]'" in page
     assert "| **full** | 0.900 | 0.800 | 0.850 ± 0.071 | 400 |" in page
     assert "| bm25 | 0.050 | 0.070 | 0.060 ± 0.014 | 400 |" in page
     assert "| full − no_intent | 0.850 | 0.800 | +0.050 | [-0.010, +0.110] | 0.5000 | 400 |" in page
@@ -70,13 +73,14 @@ def test_render_tables_and_verdicts(tmp_path):
 def test_render_the_untyped_section_when_its_file_exists(tmp_path):
     (tmp_path / "relation_family.json").write_text(json.dumps(results()))
     assert "## Untyped links" not in relation_family.render(tmp_path)
-    untyped = results() | {"command": "python scripts/relation_family.py family.typed=false"}
+    untyped = results() | {"command": "python scripts/studies/relation_family/run.py family.typed=false"}
     untyped["family"] = {**untyped["family"], "typed": False, "link_strength": 2.5}
     untyped["per_seed"] = {**untyped["per_seed"], "full": [0.6, 0.7]}
+    untyped["summary"] = {**untyped["summary"], "full": {"mean": 0.65, "std": stdev([0.6, 0.7]), "folds": 2}}
     (tmp_path / "relation_family_untyped.json").write_text(json.dumps(untyped))
     page = relation_family.render(tmp_path)
     section = page[page.index("## Untyped links") :]
-    assert "python scripts/relation_family.py family.typed=false" in section
+    assert "python scripts/studies/relation_family/run.py family.typed=false" in section
     assert (
         "The link strength (2.5)" in section
         and "### Evidence recall on the test conversations" in section

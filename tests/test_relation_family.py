@@ -1,5 +1,5 @@
 """The relation family: seeded, the relation (not cosine) names the gold neighbour, gold stays off the graph;
-the scorer without query modulation; a tiny end-to-end run of scripts/relation_family.py."""
+the scorer without query modulation; a tiny end-to-end run of scripts/studies/relation_family/run.py."""
 
 import json
 import os
@@ -12,10 +12,13 @@ import torch
 from scipy import stats
 
 from graphmem.policies.walk import walk_tables
-from graphmem.synthetic_relations import KINDS, make_relation_family
 from models.edge_encoder import pair_table
 from models.walk_scorer import WalkScorer
 from tests import script_runner
+from tests.script_loader import load_study
+
+families = load_study("relation_family", "synthetic_relations")
+KINDS, make_relation_family = families.KINDS, families.make_relation_family
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,7 +150,7 @@ def test_script_end_to_end_on_a_tiny_family(tmp_path):
     out = tmp_path / "rf.json"
     cmd = [
         sys.executable,
-        "scripts/relation_family.py",
+        "scripts/studies/relation_family/run.py",
         "seeds=[0,1]",
         "family.num_graphs=6",
         "family.events=8",
@@ -163,7 +166,9 @@ def test_script_end_to_end_on_a_tiny_family(tmp_path):
     proc = script_runner.run(cmd, cwd=ROOT, env=env(), timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert res["command"].startswith("python scripts/relation_family.py") and "seeds=[0,1]" in res["command"]
+    assert (
+        res["command"].startswith("python scripts/studies/relation_family/run.py") and "seeds=[0,1]" in res["command"]
+    )
     policies = ["full", "no_intent", "no_query_weighting", "cosine_walk", "beta_bfs", "dense_topk"]
     assert list(res["variants"]) == policies[:3]
     assert list(res["questions"]) == policies
@@ -195,7 +200,7 @@ def test_script_end_to_end_on_a_tiny_family(tmp_path):
 )
 def test_script_refuses_bad_settings_in_one_line(tmp_path, override, message):
     proc = script_runner.run(
-        [sys.executable, "scripts/relation_family.py", override, f"out={tmp_path / 'x.json'}"],
+        [sys.executable, "scripts/studies/relation_family/run.py", override, f"out={tmp_path / 'x.json'}"],
         cwd=ROOT,
         env=env(),
         timeout=60,

@@ -1,6 +1,6 @@
 """docs/relation_family.md: the walk's edge features and relation intent on memory where the relation of an
 edge, not cosine, names the evidence; rendered from ``docs/results/relation_family.json`` and, when
-present, ``relation_family_untyped.json`` (``scripts/relation_family.py``)."""
+present, ``relation_family_untyped.json`` (``scripts/studies/relation_family/run.py``)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ VARIANTS = (
     ("no_query_weighting", "`model.intent=uniform model.modulation=false`",
      "`m = 1`: nothing weighs the edges by the question"),
 )  # fmt: skip
-"""the variants of configs/relation_family.yaml: name, trainer overrides, what the scorer keeps"""
+"""the variants of relation_family.yaml (beside this file): name, trainer overrides, what the scorer keeps"""
 
 INTRO = """# Relation-typed memory: when the edge's relation, not cosine, names the evidence
 
@@ -30,7 +30,7 @@ alike answers questions that dense retrieval cannot: "what happened right after 
 X, but the answer's text need not resemble the question at all. This page measures the learned
 walk on such memory, and which of its parts carry the answer.
 
-**The family** (`graphmem/synthetic_relations.py`, `make_relation_family`). Each conversation is
+**The family** (`scripts/studies/relation_family/synthetic_relations.py`, `make_relation_family`). Each conversation is
 a chain of events (one session, timestamps in order) with four kinds of edges, inserted in both
 directions as the builders insert them: `temporal` between consecutive events, and `causal`,
 `entity` and `semantic` as three random perfect matchings (each event has one partner per relation;
@@ -308,7 +308,9 @@ def render(results_dir: Path) -> str:
     )
     out = [INTRO.format(variants=variants).rstrip(), ""]
     if res is None:
-        return "\n".join([*out, f"Not measured yet: `python scripts/relation_family.py out={path}`."]) + "\n"
+        return (
+            "\n".join([*out, f"Not measured yet: `python scripts/studies/relation_family/run.py out={path}`."]) + "\n"
+        )
     out += [
         "## The run",
         "",

@@ -1,9 +1,9 @@
 """The walk router's ablations on memory where the relation of an edge, not cosine, decides the evidence.
 
-    python scripts/relation_family.py                               # 3 families, 4 variants, 6 heuristics
-    python scripts/relation_family.py 'seeds=[0]' family.num_graphs=10 trainer.objective.rl_epochs=0
+    python scripts/studies/relation_family/run.py                               # 3 families, 4 variants, 6 heuristics
+    python scripts/studies/relation_family/run.py 'seeds=[0]' family.num_graphs=10 trainer.objective.rl_epochs=0
 
-For each seed a family of conversations is generated (:func:`graphmem.synthetic_relations.make_relation_family`:
+For each seed a family of conversations is generated (:func:`synthetic_relations.make_relation_family`:
 event chains with temporal, causal, entity and semantic edges whose neighbours all have one cosine
 distribution, questions asking for one relation out of an anchor, the intent in the query's
 embedding and wording). Its graphs are split by conversation (:func:`rl.common.splits.conversation_folds`,
@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+from synthetic_relations import KINDS, make_relation_family
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.cli import check_int, make_configured_policy, policy_config, restrict_graphs, run_or_exit, set_threads
@@ -41,7 +42,6 @@ from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.policies import POLICIES, Budget
 from graphmem.policies.router import RouterPolicy
-from graphmem.synthetic_relations import KINDS, make_relation_family
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.common.splits import check_fraction, conversation_folds
 from rl.walk.trainer import TrainConfig, WalkTrainer
@@ -89,7 +89,7 @@ def check(cfg: DictConfig) -> tuple[Path, Budget, dict, dict[str, dict], list[st
 def command_line() -> str:
     """The command that reproduces this run (the script and its overrides)."""
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    return " ".join(["python scripts/relation_family.py", *(shlex.quote(o) for o in overrides)])
+    return " ".join(["python scripts/studies/relation_family/run.py", *(shlex.quote(o) for o in overrides)])
 
 
 def family_set(cfg: DictConfig, seed: int) -> tuple[GraphSet, torch.Tensor]:
@@ -251,7 +251,7 @@ def assemble(
     return payload, paired
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="relation_family")
+@hydra.main(version_base="1.3", config_path=".", config_name="relation_family")
 def main(cfg: DictConfig) -> None:
     run_or_exit(run, cfg)
 
