@@ -8,7 +8,7 @@
   loaded (numbered in load order), the edges walked as arrows coloured by relation, and the gold
   evidence, found or missed, laid out hop by hop (:func:`retrieval_columns`).
 * :func:`plot_recall_tokens` — mean recall against mean loaded tokens: node-sweep curves with 95 % bands
-  and the token-cost variants' points (``scripts/cost_curve.py``).
+  and the token-cost variants' points (``scripts/studies/cost_curve/run.py``).
 * :func:`plot_build_scaling` — graph-set build time against the length of one turn or passage, log-log,
   with the linear reference and the size limit (``scripts/benchmarks/build_scaling.py``).
 
@@ -370,7 +370,7 @@ def _retrieval_legend(relation_colours: dict[str, str]) -> list:
 
 # ---------------------------------------------------------------------------- recall vs tokens
 def plot_recall_tokens(payload: Mapping[str, Any], path: str | Path, title: str | None = None) -> Path:
-    """Mean evidence recall (y) against mean loaded tokens (x) from ``scripts/cost_curve.py``'s payload: each
+    """Mean evidence recall (y) against mean loaded tokens (x) from the cost study's payload: each
     node-sweep curve (``curves``: policy -> points, one per ``max_nodes``) with its 95 % recall band, the
     fixed-budget walk's point at the run's budget, and the cost variants' points (``cost_variants``) joined
     in order of λ, with 95 % error bars on both axes, each labelled with its λ."""

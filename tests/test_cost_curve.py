@@ -1,4 +1,4 @@
-"""scripts/cost_curve.py on fabricated fold runs with known numbers, and its refusals of bad runs."""
+"""scripts/studies/cost_curve/run.py on fabricated fold runs with known numbers, and its refusals of bad runs."""
 
 import json
 import sys
@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from graphmem.errors import InputError
-from graphmem.eval.tradeoff import paired_token_ratio, tokens_to_reach
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fold_runs import trainer, two_folds  # noqa: E402
-from script_loader import load_script  # noqa: E402
+from script_loader import load_study  # noqa: E402
 
-cost_curve = load_script("cost_curve")
+cost_curve = load_study("cost_curve", "run")
+tradeoff = load_study("cost_curve", "tradeoff")
 
 
 def test_means_interpolation_and_paired_ratio(tmp_path):
@@ -22,7 +22,9 @@ def test_means_interpolation_and_paired_ratio(tmp_path):
     args = [*map(str, folders), "--n-boot", "500", "--out", str(out), "--plot", str(png)]
     assert cost_curve.main(args) == 0
     payload = json.loads(out.read_text())
-    assert payload["command"].startswith(".venv/bin/python scripts/cost_curve.py") and png.stat().st_size > 0
+    assert (
+        payload["command"].startswith(".venv/bin/python scripts/studies/cost_curve/run.py") and png.stat().st_size > 0
+    )
     assert payload["heuristics"] == ["dense_topk", "hybrid"] and payload["folds"] == [0, 1]
     router = payload["points"]["router"]  # the adversarial and no-gold rows are left out
     assert router["n"] == 4 and router["tokens"]["mean"] == 250 and router["recall"]["mean"] == 0.75
@@ -46,17 +48,17 @@ def test_means_interpolation_and_paired_ratio(tmp_path):
 
 
 def test_ratio_interval_and_reach_outside_the_sweep():
-    r = paired_token_ratio({"a": 1.0, "b": 3.0, "c": 2.0}, {"a": 2.0, "b": 2.0, "c": 2.0}, n_boot=2000)
+    r = tradeoff.paired_token_ratio({"a": 1.0, "b": 3.0, "c": 2.0}, {"a": 2.0, "b": 2.0, "c": 2.0}, n_boot=2000)
     assert r["ratio"] == 1.0 and r["ratio_ci95"][0] < 1.0 < r["ratio_ci95"][1]
     assert r["saving_ci95"] == pytest.approx([1 - r["ratio_ci95"][1], 1 - r["ratio_ci95"][0]])
     points = [
         {"max_nodes": n, "tokens": {"mean": t}, "recall": {"mean": y}} for n, t, y in [(1, 10, 0.2), (2, 30, 0.6)]
     ]
-    assert tokens_to_reach(points, 0.1)["status"] == "below_sweep"
-    assert tokens_to_reach(points, 0.7) == {"tokens": None, "between": None, "status": "above_sweep"}
-    assert tokens_to_reach(points, 0.3)["tokens"] == pytest.approx(15.0)
+    assert tradeoff.tokens_to_reach(points, 0.1)["status"] == "below_sweep"
+    assert tradeoff.tokens_to_reach(points, 0.7) == {"tokens": None, "between": None, "status": "above_sweep"}
+    assert tradeoff.tokens_to_reach(points, 0.3)["tokens"] == pytest.approx(15.0)
     with pytest.raises(InputError):
-        paired_token_ratio({"a": 1.0}, {"a": 1.0})
+        tradeoff.paired_token_ratio({"a": 1.0}, {"a": 1.0})
 
 
 def error(capsys, args) -> str:

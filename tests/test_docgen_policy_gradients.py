@@ -11,7 +11,7 @@ from graphmem.docgen.sources import ResultsFileError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fold_runs import COST, DENSE, ROUTER, trainer, two_folds  # noqa: E402
-from script_loader import load_script  # noqa: E402
+from script_loader import load_script, load_study  # noqa: E402
 
 EXTRA = {
     "sl": (trainer(rl=0), DENSE),
@@ -26,7 +26,7 @@ def results(tmp_path: Path) -> tuple[Path, list[str]]:
     merged = [*folders, "--also", "sl", "dense_topk", "--n-boot", "300"]
     assert load_script("results").main(["merge", *merged, "--out", str(out / policy_gradients.MERGED)]) == 0
     cost = [*folders, "--n-boot", "300", "--out", str(out / policy_gradients.COST), "--plot", str(tmp_path / "c.png")]
-    assert load_script("cost_curve").main(cost) == 0
+    assert load_study("cost_curve", "run").main(cost) == 0
     return out, folders
 
 
@@ -46,7 +46,8 @@ def test_page_from_fabricated_runs(tmp_path):
         assert f"![{group}](policy_gradients_{group}.png)" in page
     assert f"out_dir={folders[1]}" in page and "'++variants.cost_0p001={objective: {token_cost: 0.001}}'" in page
     assert "'cv.folds=[1]'" in page
-    assert "scripts/results.py merge" in page and "scripts/cost_curve.py" in page and "Not run yet" not in page
+    assert "scripts/results.py merge" in page and "Not run yet" not in page
+    assert "scripts/studies/cost_curve/run.py" in page
 
 
 def test_learning_curves_script(tmp_path, capsys):

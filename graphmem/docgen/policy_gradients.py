@@ -156,7 +156,7 @@ def _reach(r: dict) -> str:
 def cost_section(cost: dict | None) -> list[str]:
     out = ["## A token cost with the learned stop", ""]
     if cost is None:
-        return out + _missing(COST, "scripts/cost_curve.py")
+        return out + _missing(COST, "scripts/studies/cost_curve/run.py")
     fixed, path = cost["fixed"]["variant"], Path(COST)
     folds, budget, sweep = field(cost, path, "folds"), field(cost, path, "budget"), field(cost, path, "sweep_budget")
     fp = cost["points"][fixed]

@@ -13,10 +13,10 @@ Each folder holds a finished run with a node sweep (``results.json``, ``question
   recall, by linear interpolation between sweep levels (the sweep's budget is the node sweep's, not
   the run's: see ``sweep_budget`` in the output).
 
-Formulas: :mod:`graphmem.eval.tradeoff`. Writes the results JSON (atomic) and a PNG of recall against
+Formulas: ``tradeoff.py`` beside this script. Writes the results JSON (atomic) and a PNG of recall against
 mean loaded tokens.
 
-    .venv/bin/python scripts/cost_curve.py /work/runs/locomo_fold{0,1,2,3,4} \\
+    .venv/bin/python scripts/studies/cost_curve/run.py /work/runs/locomo_fold{0,1,2,3,4} \\
         --out docs/results/cost_aware_locomo.json --plot docs/cost_aware_locomo.png
 """
 
@@ -29,10 +29,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tradeoff import curve, paired_token_ratio, point, question_values, tokens_to_reach
+
 from graphmem.errors import InputError
 from graphmem.eval.runs import fold_rows, read_fold_runs, run_overrides, shell_word
 from graphmem.eval.stats import paired_comparison
-from graphmem.eval.tradeoff import curve, paired_token_ratio, point, question_values, tokens_to_reach
 from graphmem.io import write_json
 
 
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         message = f"a record or row lacks the field {err}" if isinstance(err, KeyError) else str(err)
         print(f"error: {' '.join(message.split())}", file=sys.stderr)
         return 2
-    command = " ".join([".venv/bin/python scripts/cost_curve.py", *(argv or sys.argv[1:])])
+    command = " ".join([".venv/bin/python scripts/studies/cost_curve/run.py", *(argv or sys.argv[1:])])
     payload = {"command": command, **payload, "plot": None if args.plot is None else str(args.plot)}
     if args.plot is not None:  # the picture first: the results file is written last, when all went well
         from graphmem.plots import plot_recall_tokens
