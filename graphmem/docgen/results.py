@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from graphmem.docgen.sources import p_value, read_json
+from graphmem.docgen.sources import fill, p_value, read_json
 from graphmem.eval.report import markdown_grid
 from graphmem.eval.stats import fold_std
 
@@ -35,27 +35,7 @@ LABELS = {
 }
 ORDER = ("router", "router_nolex", "gnn", "hybrid", "bm25", "dense_topk", "ppr", "beta_bfs")
 
-INTRO = """# The learned walk with lexical features against BM25 + dense fusion
-
-The strongest simple baseline a practitioner would reach for is `hybrid`: reciprocal-rank fusion
-of the dense (MiniLM cosine) and BM25 rankings (k = 60), loaded under the shared budget
-(`graphmem/policies/hybrid.py`). The learned walk (`router`) starts from the hybrid selector's
-entries and scores each candidate node with, besides its cosine features, five lexical features of
-the query and node text (`graphmem/lexical_features.py`): the node's BM25 score over the local
-bound `max_score(q) = Σ_t idf(t)(k1 + 1)`, and the share of the query's rare tokens (document
-frequency at most max(1, 0.02 N)), capitalised names, numbers and dates the node holds. They are
-computed for the candidates only, from a per-graph token table, never from gold. `router_nolex`
-is the same walk with `model.lexical=false`.
-
-The hybrid policy and selector fuse each ranking's top `budget.max_nodes` nodes (their default
-`candidates: null`, chosen on the HotpotQA training sample: `docs/lexical.md`). The GNN reader
-starts from dense entries and was trained for 8 epochs per fold.
-
-Budget: 6 entries, top-2 neighbours, 2 hops, 12 nodes, 2,500 tokens unless a table says otherwise.
-Per fold: the test part's mean; mean ± std over folds (ddof = 1). Paired: per-question differences
-over all folds' test questions (LoCoMo's adversarial category left out), 95% percentile-bootstrap CI
-(10,000 resamples), p from the paired t-test, n questions.
-"""
+PAGE = "results"
 
 
 def _f(x: Any, fmt: str = ".3f") -> str:
@@ -134,7 +114,7 @@ def train_section(run: Mapping[str, Any], title: str, metrics: Sequence[str], fo
         parts += [line + ".", ""] if line else []
     paired = [c for c in run.get("paired", []) if c["policy"] in focus or c["reference"] in focus]
     if paired:
-        parts += ["Paired per-question differences:", "", paired_table(paired, metrics), ""]
+        parts += [fill(PAGE, "paired_lead"), "", paired_table(paired, metrics), ""]
     return "\n".join(parts)
 
 
@@ -158,13 +138,9 @@ def sweep_section(run: Mapping[str, Any], image: str, extra: Mapping[str, Any] |
             cells.append("–" if c is None else f"{_f(c['mean'])} [{_f(c['ci95'][0])}, {_f(c['ci95'][1])}]")
         rows.append([f"`{p}`", *cells])
     b = sweep["budgets"][0]
+    budget = {"max_tokens": f"{b['max_tokens']:,}", "top_k": b["top_k_neighbors"], "hops": b["max_hops"]}
     parts = [
-        "## Evidence recall against the node budget (LoCoMo)",
-        "",
-        f"Each fold's test questions at {', '.join(map(str, levels))} loaded nodes (dialogue turns, the unit of "
-        f"LoCoMo's retrieval table), tokens unbounded ({b['max_tokens']:,}), entries capped by the node count, "
-        f"top-{b['top_k_neighbors']} neighbours, {b['max_hops']} hops; the walk was trained at 12 nodes. "
-        "Mean evidence recall over all folds' test questions, 95% bootstrap interval.",
+        fill(PAGE, "sweep", levels=", ".join(map(str, levels)), **budget),
         "",
         markdown_grid(["policy", *(f"{n} nodes" for n in levels)], rows),
         "",
@@ -187,7 +163,7 @@ def sweep_section(run: Mapping[str, Any], image: str, extra: Mapping[str, Any] |
             if c["policy"] in ("router", "gnn")
         ]
         parts += [
-            "Paired at each level:",
+            fill(PAGE, "sweep_paired_lead"),
             "",
             markdown_grid(["nodes", "comparison", "n", "Δ", "95% CI", "p"], rows),
             "",
@@ -224,12 +200,12 @@ def eval_section(run: Mapping[str, Any], title: str, metrics: Sequence[str]) -> 
 
 def render(results_dir: Path) -> str:
     results_dir = Path(results_dir)
-    parts = [INTRO]
+    parts = [fill(PAGE, "intro") + "\n"]
     locomo = _load(results_dir / "learned_vs_hybrid_locomo.json")
     if locomo is not None:
         parts.append(
             train_section(
-                locomo, "LoCoMo: 5 folds by conversation", ("evidence_recall", "all_evidence_hit"), ("router", "gnn")
+                locomo, fill(PAGE, "locomo_title"), ("evidence_recall", "all_evidence_hit"), ("router", "gnn")
             )
         )
     gnn = _load(results_dir / "learned_vs_hybrid_locomo_gnn.json")
@@ -239,7 +215,7 @@ def render(results_dir: Path) -> str:
         parts.append(
             train_section(
                 gnn,
-                "LoCoMo: the GNN reader with lexical features, same folds",
+                fill(PAGE, "gnn_title"),
                 ("evidence_recall", "all_evidence_hit"),
                 ("gnn",),
             )
@@ -252,27 +228,21 @@ def render(results_dir: Path) -> str:
         paired = _load(path)
         run = _load(path.with_name(paired.get("run") or path.stem + "_run.json"))
         name = path.stem.removeprefix("lexical_ablation_").replace("_", " ")
-        parts.append(ablation_section(paired, run, f"Ablation: the walk without lexical features ({name})"))
+        parts.append(ablation_section(paired, run, fill(PAGE, "ablation_title", name=name)))
     hotpot = _load(results_dir / "learned_vs_hybrid_hotpotqa.json")
     if hotpot is not None:
         parts.append(
             train_section(
                 hotpot,
-                "HotpotQA: 5 folds, the train file added to every fold's training part",
+                fill(PAGE, "hotpot_title"),
                 ("evidence_recall", "support_paragraph_recall"),
                 ("router",),
             )
         )
-        parts.append(
-            "(On HotpotQA the evidence is the supporting sentences: evidence recall is supporting-sentence recall.)\n"
-        )
+        parts.append(fill(PAGE, "hotpot_note") + "\n")
     transfer = sorted(results_dir.glob("learned_vs_hybrid_transfer_*.json"))
     if transfer:
-        parts.append(
-            "## Transfer: walks trained on LoCoMo (fold 0) or on HotpotQA (fold 0, `_hotpotqa_walk`), on sets they "
-            "never saw\n\nThe pooled HotpotQA set holds the HotpotQA walk's training questions, so that walk is "
-            "not evaluated there.\n"
-        )
+        parts.append(fill(PAGE, "transfer") + "\n")
         for path in transfer:
             name = path.stem.removeprefix("learned_vs_hybrid_transfer_")
             parts.append(
