@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import read_json
+from graphmem.docgen.sources import fill, read_json
+
+PAGE = "reliability_cases"
 
 TITLES = {
     "sets": "Sets, caches and checkpoints",
@@ -23,20 +25,13 @@ def _cell(text: object) -> str:
 
 def render(results_dir: Path) -> str:
     """The whole page, from the ``reliability_*.json`` files in ``results_dir``."""
-    lines = [
-        "# Reliability: nothing silently wrong",
-        "",
-        "Each row is one case run as its own process on a fresh copy of a small set (each runner's docstring",
-        "says which), with the exit code and the outcome it printed: the first `error:` line, else the first",
-        "warning, else what the case checked afterwards. Exit status 2 is a refused input (one `error:` line,",
-        "before any work where the input is a config), 3 a run stopped because its LLM calls failed;",
-        "temporary folders are shown as `<tmp>`. Where a runner times its cases, the seconds are the whole process's.",
-    ]
+    lines = [fill(PAGE, "intro")]
     for path in sorted(Path(results_dir).glob("reliability_*.json")):
         data = read_json(path)
         topic = path.stem.removeprefix("reliability_")
-        lines += ["", f"## {TITLES.get(topic, topic.replace('_', ' ').capitalize())}", ""]
-        lines += [f"Made by `{data['command']}` ({path.name}).", ""]
+        title = TITLES.get(topic, topic.replace("_", " ").capitalize())
+        lines += ["", fill(PAGE, "topic", title=title), ""]
+        lines += [fill(PAGE, "made_by", command=data["command"], name=path.name), ""]
         timed = any("seconds" in row for row in data["cases"])
         lines += [
             "| case | command | exit | outcome |" + (" seconds |" if timed else ""),
