@@ -15,20 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from graphmem.docgen.sources import check_spread, field, load_results, p_value
+from graphmem.docgen.sources import check_spread, field, fill, load_results, p_value
 from graphmem.eval.report import markdown_grid
 
 RESULTS = "learned_vs_hybrid_locomo.json"
 METRIC = "evidence_recall"
 DATASETS = {"locomo": "LoCoMo", "hotpotqa": "HotpotQA", "musique": "MuSiQue"}
-COMMAND = """\
-for k in 0 1 2 3 4; do
-  python scripts/train_gnn.py graphset=outputs/graphs/locomo split.fold=$k \\
-    checkpoint=outputs/gnn/fold$k.pt out_dir=outputs/gnn/fold$k
-done
-python scripts/train.py graphset=outputs/graphs/locomo cv.folds=null \\
-    '+fold_baselines.gnn.checkpoint="outputs/gnn/fold{fold}.pt"'"""
-"""The command whose ``results.json`` the headline reads (when the file carries no ``command`` of its own)."""
+PAGE = "headline"
+"""The headline's template, ``templates/headline.md``; its block ``command`` is the command whose ``results.json``
+the headline reads (shown when the file carries no ``command`` of its own)."""
 
 
 def _budget(budget: dict[str, Any]) -> str:
@@ -50,16 +45,7 @@ def render_headline(results_dir: Path) -> str:
     path = Path(results_dir) / RESULTS
     payload = load_results(results_dir, RESULTS)
     if payload is None:
-        return "\n".join(
-            [
-                f"No headline results yet: `docs/results/{RESULTS}` is the `results.json` of this run (copied",
-                "with a `command` key), then `python scripts/make_docs.py` writes the table here:",
-                "",
-                "```bash",
-                COMMAND,
-                "```",
-            ]
-        )
+        return fill(PAGE, "none", name=RESULTS, command=fill(PAGE, "command"))
     summary, records = field(payload, path, "summary"), field(payload, path, "records")
     folds = [int(k) for k in field(payload, path, "folds")]
     rec = [{k: field(payload, path, "records", i, k) for k in ("policy", "fold", "test")} for i in range(len(records))]
@@ -95,23 +81,10 @@ def render_headline(results_dir: Path) -> str:
     diffs = markdown_grid(["paired difference", "Δ recall", "95% CI", "p", "n"], diff_rows)
     n_boot = f"{comparisons[paired[0]]['n_boot']:,}" if paired and "n_boot" in comparisons[paired[0]] else "–"
     budget, dataset = _budget(field(payload, path, "budget")), field(payload, path, "dataset")
-    return "\n".join(
-        [
-            f"{DATASETS.get(dataset, dataset)}, {len(folds)} fold(s) by conversation, budget {budget}: evidence "
-            f"recall on each fold's test graphs{' (categories 1–4)' if dataset == 'locomo' else ''}, mean ± std over "
-            "folds (ddof = 1).",
-            "",
-            table,
-            "",
-            f"Paired per question over all folds' test questions ({n_boot} bootstrap resamples; p of the paired "
-            "t-test):",
-            "",
-            diffs,
-            "",
-            f"Generated from `docs/results/{RESULTS}` (`python scripts/make_docs.py`); the run:",
-            "",
-            "```bash",
-            str(payload.get("command", COMMAND)),
-            "```",
-        ]
+    categories = " (categories 1–4)" if dataset == "locomo" else ""
+    lead = fill(
+        PAGE, "lead", dataset=DATASETS.get(dataset, dataset), folds=len(folds), budget=budget, categories=categories
     )
+    command = str(payload["command"]) if "command" in payload else fill(PAGE, "command")
+    generated = fill(PAGE, "generated", name=RESULTS, command=command)
+    return "\n".join([lead, "", table, "", fill(PAGE, "paired_lead", n_boot=n_boot), "", diffs, "", generated])
