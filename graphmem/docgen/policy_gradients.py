@@ -33,13 +33,9 @@ def _ci(lo: float, hi: float, digits: int = 3, sign: str = "+") -> str:
 
 def verdict(lo: float, hi: float, above: str, below: str) -> str:
     """What a 95% interval of a difference carries: ``above`` / ``below`` when it excludes 0, else no difference."""
-    return (
-        f"{above} (the CI excludes 0)"
-        if lo > 0
-        else f"{below} (the CI excludes 0)"
-        if hi < 0
-        else ("no difference resolved (the CI includes 0)")
-    )
+    if lo > 0 or hi < 0:
+        return fill(PAGE, "verdict_excludes", what=above if lo > 0 else below)
+    return fill(PAGE, "verdict_includes")
 
 
 def paired(payload: dict, policy: str, reference: str, metric: str = METRIC) -> dict | None:
@@ -77,7 +73,7 @@ def _missing(name: str, script: str) -> list[str]:
 
 # ---------------------------------------------------------------------------- (a) rewards without labels
 def labels_section(payload: dict, variants: dict[str, dict]) -> list[str]:
-    out = ["## Rewards without evidence labels", ""]
+    out = [fill(PAGE, "labels"), ""]
     names = [v for v, info in variants.items() if info["reward"] != "evidence"]
     if not names:
         return out + [fill(PAGE, "labels_none")]
@@ -93,17 +89,18 @@ def labels_section(payload: dict, variants: dict[str, dict]) -> list[str]:
                 + _diff_cells(c)
             )
             if c is None:
-                lines.append(f"* `{v}` vs `{ref}`: no paired comparison in the file.")
+                lines.append(fill(PAGE, "labels_unpaired", variant=v, reference=ref))
             else:
                 what = verdict(c["ci_low"], c["ci_high"], "higher recall", "lower recall")
-                lines.append(f"* `{v}` vs `{ref}` (Δ {c['mean_diff']:+.3f}, n = {c['n']}): {what}.")
+                diff = f"{c['mean_diff']:+.3f}"
+                lines.append(fill(PAGE, "labels_paired", variant=v, reference=ref, diff=diff, n=c["n"], what=what))
     header = ["variant", "reward", "estimator", "phases", "vs", "recall", "reference", "Δ", "95% CI", "p", "n"]
     return out + [markdown_grid(header, rows), "", *lines]
 
 
 # ---------------------------------------------------------------------------- (b) estimators
 def estimators_section(payload: dict, variants: dict[str, dict]) -> list[str]:
-    out = ["## Estimators", ""]
+    out = [fill(PAGE, "estimators"), ""]
     summary = payload["summary"]
     evidence = {v: i for v, i in variants.items() if i["reward"] == "evidence" and not i["token_cost"] > 0}
     sl = [v for v, i in evidence.items() if i["phases"] == "SL"]
@@ -126,7 +123,8 @@ def estimators_section(payload: dict, variants: dict[str, dict]) -> list[str]:
         c = paired(payload, v, sl_ref) if sl_ref and v != sl_ref else None
         if c is not None:
             what = verdict(c["ci_low"], c["ci_high"], "higher recall", "lower recall")
-            out.append(f"* `{v}` ({i['phases']}, {i['estimator']}) against `{sl_ref}`: {what}.")
+            row = {"phases": i["phases"], "estimator": i["estimator"]}
+            out.append(fill(PAGE, "estimator_paired", variant=v, reference=sl_ref, what=what, **row))
     baselines = [p for p in summary if p not in variants]
     out += [
         "",
@@ -154,7 +152,7 @@ def _reach(r: dict) -> str:
 
 
 def cost_section(cost: dict | None) -> list[str]:
-    out = ["## A token cost with the learned stop", ""]
+    out = [fill(PAGE, "cost"), ""]
     if cost is None:
         return out + _missing(COST, "scripts/studies/cost_curve/run.py")
     fixed, path = cost["fixed"]["variant"], Path(COST)
@@ -190,7 +188,8 @@ def cost_section(cost: dict | None) -> list[str]:
         )
         saves = verdict(*t["saving_ci95"], "fewer", "more")
         loses = verdict(r["ci_low"], r["ci_high"], "higher", "lower")
-        lines.append(f"* λ = {v['token_cost']:g} against `{fixed}`: tokens: {saves}; recall: {loses}.")
+        cost_of = f"{v['token_cost']:g}"
+        lines.append(fill(PAGE, "cost_paired", cost=cost_of, fixed=fixed, saves=saves, loses=loses))
     header = ["λ", "variant", "learned stop", "n", "tokens [95% CI]", "recall [95% CI]", "Δ recall vs fixed [CI]", "p"]
     out += [markdown_grid(header + ["token saving [CI]", "n pairs", f"`{fixed}` tokens to reach"], rows), ""]
     out += lines
@@ -215,7 +214,7 @@ def cost_section(cost: dict | None) -> list[str]:
 
 # ---------------------------------------------------------------------------- (d) learning curves
 def curves_section(variants: dict[str, dict]) -> list[str]:
-    out = ["## Learning curves", ""]
+    out = [fill(PAGE, "curves"), ""]
     if not variants or not all(rows for i in variants.values() for rows in i["history"].values()):
         return out + [fill(PAGE, "curves_none"), ""]
     out += [fill(PAGE, "curves_lead", command=CURVES_COMMAND), ""]
@@ -241,7 +240,7 @@ def selected_epochs(payload: dict) -> list[str]:
 
 # ---------------------------------------------------------------------------- (e) commands
 def commands_section(merged: dict | None, cost: dict | None) -> list[str]:
-    out = ["## Reproduce", ""]
+    out = [fill(PAGE, "reproduce"), ""]
     trainings = [t for t in (cost or {}).get("training", []) if t.get("command")]
     if trainings:
         out += [fill(PAGE, "trainings"), "", "```bash", *(t["command"] for t in trainings), "```", ""]
@@ -249,7 +248,16 @@ def commands_section(merged: dict | None, cost: dict | None) -> list[str]:
         out += [fill(PAGE, "training_example"), ""]
     merge = (merged or {}).get("command") or fill(PAGE, "merge_command", name=MERGED)
     curve = (cost or {}).get("command") or fill(PAGE, "cost_command", name=COST)
-    out += ["Then:", "", "```bash", merge, curve, CURVES_COMMAND, ".venv/bin/python scripts/make_docs.py", "```"]
+    out += [
+        fill(PAGE, "then"),
+        "",
+        "```bash",
+        merge,
+        curve,
+        CURVES_COMMAND,
+        ".venv/bin/python scripts/make_docs.py",
+        "```",
+    ]
     return out
 
 
@@ -261,7 +269,7 @@ def further_runs(results_dir: Path) -> list[str]:
         extra = load_results(results_dir, path.name)
         variants = trained_variants(field(extra, path, "records"), str(path))
         table = estimators_section(extra, variants)[2:]
-        out += [f"### Also run: `{path.name}` (folds {extra['folds']})", "", *table, ""]
+        out += [fill(PAGE, "also_run", name=path.name, folds=extra["folds"]), "", *table, ""]
         out += [fill(PAGE, "also_merged", name=path.name), ""]
     return out
 
@@ -281,7 +289,7 @@ def page(results_dir: Path, merged: dict | None, cost: dict | None) -> str:
     out = [fill(PAGE, "intro"), ""]
     absent = _missing(MERGED, "scripts/results.py merge")
     if merged is None:
-        out += ["## Rewards without evidence labels", "", *absent, "", "## Estimators", "", *absent, ""]
+        out += [fill(PAGE, "labels"), "", *absent, "", fill(PAGE, "estimators"), "", *absent, ""]
     else:
         path = Path(results_dir) / MERGED
         variants = trained_variants(field(merged, path, "records"), str(path))
@@ -296,7 +304,7 @@ def page(results_dir: Path, merged: dict | None, cost: dict | None) -> str:
         out += further_runs(Path(results_dir))
     out += cost_section(cost) + [""]
     if merged is None:
-        out += ["## Learning curves", "", *absent, ""]
+        out += [fill(PAGE, "curves"), "", *absent, ""]
     else:
         out += curves_section(variants) + selected_epochs(merged) + [""]
     out += commands_section(merged, cost)
