@@ -229,6 +229,13 @@ CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
 }
 """Entry point's config name (``configs/<name>.yaml``, a study's ``scripts/studies/<name>/<name>.yaml``:
 :func:`graphmem.config.config_dir_of`) -> dotted key -> bound."""
+CONFIG_BOUNDS["self_evolve"] = {  # the writer's config, the reader's fine-tune (gnn's train.*) and the rounds
+    **CONFIG_BOUNDS["writer"],
+    **{key: bound for key, bound in CONFIG_BOUNDS["gnn"].items() if key.startswith("train.")},
+    "writer.max_steps": Bound(0, 10**7),  # 0: the writer as it is rebuilds the graphs
+    "rounds": Bound(1, 100_000),
+    "rebuild_batch": Bound(1, 100_000),
+}
 
 
 def walk_bytes(cfg: Any) -> float:

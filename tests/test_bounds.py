@@ -58,6 +58,8 @@ GIB = 1 << 30
             "seeds=[0, -1]: must be a list of integers, each in [0, 4294967295], got -1",
         ),
         ("writer", "writer.num_generations=0", "writer.num_generations=0: must be an integer in [1, 10000]"),
+        ("self_evolve", "rounds=0", "rounds=0: must be an integer in [1, 100000]"),
+        ("self_evolve", "train.epochs=0", "train.epochs=0: must be an integer in [1, 100000]"),
     ],
 )
 def test_a_size_out_of_its_bounds_is_refused_naming_the_key_and_range(config, override, message):

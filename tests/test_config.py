@@ -115,7 +115,7 @@ def test_train_refuses_gamma_abc_at_compose_time(tmp_path):
         ("train", ["+experiment=ablation"], TrainConfig),
         ("train", ["+experiment=hage_full"], TrainConfig),
         ("head_to_head", ["experiment=beta_vs_router"], TrainConfig),
-        ("writer", ["+experiment=self_evolve"], None),
+        ("self_evolve", [], None),
     ],
 )
 def test_experiments_compose_against_the_schemas(primary, overrides, trainer):

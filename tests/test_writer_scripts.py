@@ -1,5 +1,5 @@
 """The writer's scripts end to end on a small real LoCoMo set: ``train_writer.py`` (warm start, GRPO,
-its files and the paired quarter comparison) and ``self_evolve.py`` rebuilding the graphs with the
+its files and the paired quarter comparison) and ``scripts/studies/self_evolve/run.py`` rebuilding the graphs with the
 trained writer under the builder's fan-out caps."""
 
 import json
@@ -12,7 +12,7 @@ from graphmem.graphset import GraphSet
 from models.gnn_reader import GNNReader
 from rl.gnn.train import save_checkpoint
 from rl.writer.run import moving_mean
-from tests.script_loader import load_script
+from tests.script_loader import load_script, load_study
 from tests.small_sets import saved_locomo_set
 
 STEPS, BATCH = 4, 4
@@ -79,10 +79,9 @@ def test_train_writer_writes_curve_completions_and_paired_quarters(trained):
 def test_self_evolve_rebuilds_with_the_trained_writer_under_the_fanout_caps(trained):
     root, gs_dir, common = trained
     cfg = compose(
-        "writer",
+        "self_evolve",
         common
         + [
-            "+experiment=self_evolve",
             f"writer.model={root / 'model'}",
             "writer.max_steps=0",
             "train.epochs=1",
@@ -91,7 +90,7 @@ def test_self_evolve_rebuilds_with_the_trained_writer_under_the_fanout_caps(trai
             f"out_dir={root / 'evolve'}",
         ],
     )
-    load_script("self_evolve").run(cfg)
+    load_study("self_evolve", "run").run(cfg)
     [rnd] = json.loads((root / "evolve" / "rounds.json").read_text())["rounds"]
     assert rnd["triples_written"] >= 0 and rnd["entity_edges_before"] > 0
     # the bound of the builder's rule: per entity mention at most ``entity_fanout`` pairs, both directions

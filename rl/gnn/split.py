@@ -1,7 +1,7 @@
 """The GNN reader's graph-level split of a graph set (fold ``split.fold`` of
 :func:`rl.common.splits.conversation_folds`), its training examples per part, and the split file
 written beside a checkpoint; shared by ``scripts/train_gnn.py``, ``scripts/train_writer.py`` and
-``scripts/self_evolve.py``."""
+``scripts/studies/self_evolve/run.py``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Runs of the writer on a graph set: the tasks of a split's part, GRPO with its reward summary
 (:func:`run_writer`), the warm start measured before and after (:func:`run_warm_start`) and the
-reward curve (:func:`plot_curve`); used by ``scripts/train_writer.py`` and ``scripts/self_evolve.py``."""
+reward curve (:func:`plot_curve`); used by ``scripts/train_writer.py`` and ``scripts/studies/self_evolve/run.py``."""
 
 from __future__ import annotations
 

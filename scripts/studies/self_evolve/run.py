@@ -1,6 +1,6 @@
 """Writer-reader self-evolution (SAGE §4.2): per round, writer update -> rebuild graphs -> reader fine-tune.
 
-    python scripts/self_evolve.py +experiment=self_evolve data=locomo graphset=outputs/graphs/locomo \
+    python scripts/studies/self_evolve/run.py data=locomo graphset=outputs/graphs/locomo \
         writer.reader_checkpoint=runs/gnn/locomo.pt writer.model=smollm2
 
 Round ``t``: (1) GRPO-train the writer against the current frozen reader on windows of the training
@@ -48,14 +48,12 @@ def entity_edge_count(graphs) -> int:
     )
 
 
-@hydra.main(config_path="../configs", config_name="writer", version_base="1.3")
+@hydra.main(config_path=".", config_name="self_evolve", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     run_or_exit(run, cfg)
 
 
 def run(cfg: DictConfig) -> None:
-    if "rounds" not in cfg:
-        raise ValueError("run with +experiment=self_evolve (it sets rounds, train and budget)")
     out_dir = Path(cfg.out_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     set_threads(cfg)
@@ -126,5 +124,5 @@ def run(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_command_line("writer")  # every job's config composed and checked before Hydra writes .hydra/
+    check_command_line("self_evolve")  # every job's config composed and checked before Hydra writes .hydra/
     main()
