@@ -11,17 +11,19 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from graphmem.config import config_dir_of
 from graphmem.graph import MemoryGraph
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.llm.retriever import LLMEntryRetriever
-from graphmem.memory_loop import MemoryLoop
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.tracking import read_runs
 
 sys.path.insert(0, str(Path(__file__).parent))
-from script_loader import SCRIPTS, load_script  # noqa: E402
+from script_loader import load_study  # noqa: E402
 from test_evaluate_script import saved_graphset  # noqa: E402
+
+MemoryLoop = load_study("memory_loop", "memory_loop").MemoryLoop
 
 REAL_COMPLETION = litellm.completion
 GOLD = "GOLD-MARKER-5521"
@@ -230,7 +232,7 @@ def test_script_stops_after_consecutive_failures_with_a_nonzero_exit(monkeypatch
 
     monkeypatch.setattr(litellm, "completion", unreachable)
     gs_dir = saved_graphset(tmp_path / "set")
-    with initialize_config_dir(config_dir=str(SCRIPTS.parent / "configs"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_dir_of("memory_loop")), version_base="1.3"):
         cfg = compose(
             config_name="memory_loop",
             overrides=[
@@ -245,7 +247,7 @@ def test_script_stops_after_consecutive_failures_with_a_nonzero_exit(monkeypatch
                 "progress=false",
             ],
         )
-    script = load_script("memory_loop")
+    script = load_study("memory_loop", "run")
     with pytest.raises(SystemExit) as stop:
         script.run(cfg)
     assert stop.value.code == script.EXIT_FAILURES

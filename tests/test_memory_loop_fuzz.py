@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 
 from graphmem.graph import FEEDBACK_LABELS, MemoryGraph
 from graphmem.llm.schemas import Generation, Reflection, parse_structured
-from graphmem.memory_loop import MemoryLoop
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.beta_bfs import BetaBFS
+from tests.script_loader import load_study
+
+MemoryLoop = load_study("memory_loop", "memory_loop").MemoryLoop
 
 LOADED = ["n0", "n1", "n2"]
 IDS = st.sampled_from(["n0", "n1", "n2", "n3", "ghost", ""])  # n3 exists but is not loaded

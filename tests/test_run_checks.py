@@ -12,17 +12,18 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from graphmem.cli import is_variable_name, run_or_exit
+from graphmem.config import config_dir_of
 from graphmem.errors import NothingMeasuredError
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.lockfile import FileLock
 from tests import script_runner
-from tests.script_loader import load_script
+from tests.script_loader import load_script, load_study
 from tests.small_sets import saved_locomo_set
 
 ROOT = Path(__file__).resolve().parents[1]
 HEX_KEY = "deadbeef" + "0123456789abcdef" * 2  # lower-case hex, starts with a letter: a valid lower-case name
 EVAL = ["logger=none", "progress=false", "sweep_tokens=[]", "latency=batch", "stats.reference=null"]
-MEMORY_LOOP, EVALUATE = load_script("memory_loop"), load_script("evaluate")
+MEMORY_LOOP, EVALUATE = load_study("memory_loop", "run"), load_script("evaluate")
 FAILING_LLM = ["llm=offline", "llm.mock_response=litellm.RateLimitError", "llm.max_retries=0"]
 
 
@@ -71,7 +72,7 @@ def test_a_hex_key_given_as_api_key_env_is_refused_before_hydra_and_written_nowh
     missing = f"graphset={tmp_path / 'missing'}"  # a run that got past the check stops at once, having written
     runs = [
         ("evaluate.py", "qa.enabled=true", f"qa.answer.llm.api_key_env={HEX_KEY}", missing),
-        ("memory_loop.py", "llm.api_key_env=${oc.env:GM_TEST_HIDDEN}", missing),
+        ("studies/memory_loop/run.py", "llm.api_key_env=${oc.env:GM_TEST_HIDDEN}", missing),
     ]
     for script, *args in runs:
         proc = _run(script, *args, f"out_dir={tmp_path / 'out'}", tmp_path=tmp_path, GM_TEST_HIDDEN=HEX_KEY.upper())
@@ -100,7 +101,7 @@ def test_a_second_evaluation_into_a_used_folder_keeps_the_first_apart_and_a_live
     assert list(json.loads((aside / "results.json").read_text())["policies"]) == ["beta_bfs"]
     assert sorted(p.name for p in aside.glob("questions_*.jsonl")) == ["questions_beta_bfs.jsonl"]
     with FileLock(out / ".run.lock", {"run_id": "held-run"}):  # a live run holds the folder
-        for script, args in (("evaluate.py", EVAL), ("memory_loop.py", ["logger=none", *FAILING_LLM])):
+        for script, args in (("evaluate.py", EVAL), ("studies/memory_loop/run.py", ["logger=none", *FAILING_LLM])):
             proc = _run(script, f"graphset={small_set}", *args, f"out_dir={out}", tmp_path=tmp_path)
             assert f"out_dir {out} is in use by run held-run" in _error(proc), script
     assert json.loads((out / "results.json").read_text())["meta"]["run_id"] == run_id  # untouched
@@ -130,7 +131,7 @@ def test_memory_loop_compares_recall_before_and_after_on_the_questions_it_ran(sm
 
 
 def _compose(config_name, overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_dir_of(config_name)), version_base="1.3"):
         return compose(config_name=config_name, overrides=overrides)
 
 
@@ -179,11 +180,15 @@ def test_empty_policies_and_a_bad_job_of_a_sweep_are_refused_before_the_first_jo
     [
         ("evaluate.py", "out_dir={file}", "out_dir={file} is an existing file, not a folder"),
         ("train.py", "out_dir={file}", "out_dir={file} is an existing file, not a folder"),
-        ("memory_loop.py", "out_dir={file}/sub", "out_dir={file}/sub lies under {file}, which is an existing file"),
+        (
+            "studies/memory_loop/run.py",
+            "out_dir={file}/sub",
+            "out_dir={file}/sub lies under {file}, which is an existing file",
+        ),
         ("train.py", "variants.router=null", "variants.router must be a mapping of trainer overrides"),
         ("evaluate.py", "budget.max_nodes=abc", "budget.max_nodes=abc: Value 'abc' of type 'str' could not be"),
         ("train.py", "cv.k=three", "cv.k=three: Value 'three' of type 'str' could not be converted to Integer"),
-        ("memory_loop.py", "n_questions=0", "n_questions must be an integer >= 1, got 0"),
+        ("studies/memory_loop/run.py", "n_questions=0", "n_questions must be an integer >= 1, got 0"),
         ("evaluate.py", "budget.no_such_key=1", "Could not override 'budget.no_such_key'"),
     ],
 )

@@ -71,7 +71,7 @@ KINDS = {
     "train": "a training run (scripts/train.py)",
     "train_gnn": "a training run (scripts/train_gnn.py)",
     "evaluate": "an evaluation (scripts/evaluate.py)",
-    "memory_loop": "a memory loop run (scripts/memory_loop.py)",
+    "memory_loop": "a memory loop run (scripts/studies/memory_loop/run.py)",
 }
 """What each script's runs are called in a refusal (``run.json`` field ``kind``); another kind is "a <kind> run"."""
 CHECKPOINTS = ("fold*/*/best.pt", "fold*/*/last.pt")

@@ -53,7 +53,11 @@ def cases(tmp: Path) -> list[tuple[str, str, list[str]]]:
             "evaluate",
             [s, "qa.enabled=true", f"qa.answer.llm.api_key_env={HEX_KEY}"],
         ),
-        ("api_key_env given an upper-case hex key through an interpolation", "memory_loop", [s, KEY_VIA_ENV]),
+        (
+            "api_key_env given an upper-case hex key through an interpolation",
+            "studies/memory_loop/run",
+            [s, KEY_VIA_ENV],
+        ),
         ("first evaluation into a folder", "evaluate", [s, *EVAL, "policies=[beta_bfs]", f"out_dir={out}/eval"]),
         (
             "second evaluation, other policies, same folder",
@@ -61,10 +65,14 @@ def cases(tmp: Path) -> list[tuple[str, str, list[str]]]:
             [s, *EVAL, "policies=[ppr]", f"out_dir={out}/eval"],
         ),
         ("evaluation into a folder a live run holds", "evaluate", [s, *EVAL, f"out_dir={out}/held"]),
-        ("memory loop into a folder a live run holds", "memory_loop", [s, *FAILING_LLM, f"out_dir={out}/held"]),
+        (
+            "memory loop into a folder a live run holds",
+            "studies/memory_loop/run",
+            [s, *FAILING_LLM, f"out_dir={out}/held"],
+        ),
         (
             "memory loop: every example failed, fewer than the streak limit",
-            "memory_loop",
+            "studies/memory_loop/run",
             [*loop, f"out_dir={out}/loop"],
         ),
         (

@@ -1,10 +1,10 @@
 """GraphMemory's Retrieve-Generate-Reflect-Curate loop end to end on a slice of one graph.
 
-    python scripts/memory_loop.py graphset=outputs/graphs/locomo     # local SmolLM2 through litellm, offline
-    python scripts/memory_loop.py llm=openai entry_selector=llm graph_name=... n_questions=50
+    python scripts/studies/memory_loop/run.py graphset=outputs/graphs/locomo  # local SmolLM2, offline
+    python scripts/studies/memory_loop/run.py llm=openai entry_selector=llm graph_name=... n_questions=50
 
 For each of the first ``n_questions`` questions of graph ``graph_name`` (in graph-set order),
-:class:`graphmem.memory_loop.MemoryLoop` retrieves (Beta BFS from embedding entries, or from the
+:class:`memory_loop.MemoryLoop` retrieves (Beta BFS from embedding entries, or from the
 LLM retriever's selection over the compact index with ``entry_selector=llm``), generates an answer and
 influence trace, and only then receives feedback on the prediction; the Reflector's labels
 update the Beta counters (eq. 21) and the Curator's validated edits change the graph, which is
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from memory_loop import ExampleRecord, MemoryLoop
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
@@ -47,7 +48,6 @@ from graphmem.graphset import GraphSet
 from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.llm.client import LLMClient, LLMConfig
-from graphmem.memory_loop import ExampleRecord, MemoryLoop
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.selectors import make_entry_selector
@@ -332,7 +332,7 @@ def _write_results(out: Path, tracker, rows: list[dict[str, Any]], summary: dict
     tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="memory_loop")
+@hydra.main(version_base="1.3", config_path=".", config_name="memory_loop")
 def main(cfg: DictConfig) -> None:
     run_or_exit(run, cfg)
 
