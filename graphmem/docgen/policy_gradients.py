@@ -1,8 +1,9 @@
 """docs/policy_gradients.md: rewards without evidence labels, the policy-gradient estimators and the token cost.
 
 Renders ``docs/results/policy_gradients_locomo.json`` (``scripts/results.py merge`` over the fold runs of
-``scripts/train.py``) and ``docs/results/cost_aware_locomo.json`` (``scripts/cost_curve.py`` over the same
-runs), and nothing else; a file not present is named on the page in place of its sections.
+``scripts/train.py``) and ``docs/results/cost_aware_locomo.json`` (``scripts/studies/cost_curve/run.py`` over
+the same runs), and nothing else; a file not present is named on the page in place of its sections. The page's
+prose is ``templates/policy_gradients.md``.
 """
 
 from __future__ import annotations
