@@ -9,8 +9,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from graphmem.config import config_dir_of
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.feedback import OracleConfig, TransitionLabel, apply_labels, learn_evidence, loaded_below, oracle_labels
 from graphmem.graph import MemoryGraph
 from graphmem.graphset import GraphSet
 from graphmem.policies.base import Budget, Query
@@ -20,7 +20,11 @@ from graphmem.tracking import read_runs
 from rl.common.splits import within_conversation_split
 
 sys.path.insert(0, str(Path(__file__).parent))
-from script_loader import load_script  # noqa: E402
+from script_loader import load_study  # noqa: E402
+
+feedback = load_study("head_to_head", "feedback")
+OracleConfig, TransitionLabel, apply_labels = feedback.OracleConfig, feedback.TransitionLabel, feedback.apply_labels
+learn_evidence, loaded_below, oracle_labels = feedback.learn_evidence, feedback.loaded_below, feedback.oracle_labels
 
 
 class FixedEntries:
@@ -169,7 +173,7 @@ def test_within_conversation_split_is_a_partition_per_graph():
     assert s == within_conversation_split(qids, graphs, test_fraction=0.2, val_fraction=0.2, seed=1)
 
 
-# ---------------------------------------------------------------------------- scripts/head_to_head.py
+# ---------------------------------------------------------------------------- the head_to_head study's run.py
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -185,8 +189,8 @@ def test_head_to_head_smoke_on_synthetic_graphs(tmp_path):
         torch.randn(len(questions), 16, generator=torch.Generator().manual_seed(0)), dim=1
     )
     gs_dir = GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic")).save(tmp_path / "set")
-    script = load_script("head_to_head")
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+    script = load_study("head_to_head", "run")
+    with initialize_config_dir(config_dir=str(config_dir_of("head_to_head")), version_base="1.3"):
         cfg = compose(
             config_name="head_to_head",
             overrides=[
@@ -231,7 +235,7 @@ def test_llm_reflector_labels_only_the_traversed_transitions(monkeypatch):
 
     import litellm
 
-    from graphmem.feedback import LLMReflector, traversed_pairs
+    LLMReflector, traversed_pairs = feedback.LLMReflector, feedback.traversed_pairs
     from graphmem.llm.client import LLMClient, LLMConfig
 
     g = tree_graph()
@@ -307,7 +311,7 @@ def test_head_to_head_compares_feedback_sources_on_the_same_questions(tmp_path):
     ]
     emb = torch.nn.functional.normalize(torch.randn(20, 16, generator=torch.Generator().manual_seed(0)), dim=1)
     gs_dir = GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic")).save(tmp_path / "set")
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_dir_of("head_to_head")), version_base="1.3"):
         cfg = compose(
             config_name="head_to_head",
             overrides=[
@@ -320,7 +324,7 @@ def test_head_to_head_compares_feedback_sources_on_the_same_questions(tmp_path):
                 "progress=false",
             ],
         )
-    payload = load_script("head_to_head").run(cfg)
+    payload = load_study("head_to_head", "run").run(cfg)
     fb = payload["feedback_sources"]
     assert fb["graph"] == "conv-0" and fb["train_questions"] == 4 and set(fb["sources"]) == {"oracle", "llm"}
     oracle, llm = fb["sources"]["oracle"], fb["sources"]["llm"]

@@ -1,4 +1,4 @@
-"""Mean vs UCB vs Thompson Beta BFS on one feedback stream (graphmem.exploration, head_to_head.py exploration.*)."""
+"""Mean vs UCB vs Thompson Beta BFS on one feedback stream (head_to_head's exploration.py, run.py exploration.*)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,23 @@ import torch
 
 from graphmem.config import compose
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.docgen import exploration as page
 from graphmem.eval.harness import evaluate_policy
-from graphmem.exploration import compare_rankings, make_learners, round_bounds
-from graphmem.feedback import learn_evidence
 from graphmem.graphset import GraphSet
 from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.synthetic import make_synthetic_graph
 
 sys.path.insert(0, str(Path(__file__).parent))
-from script_loader import load_script  # noqa: E402
+from script_loader import load_study  # noqa: E402
+
+page = load_study("head_to_head", "page_exploration")
+exploration, feedback = load_study("head_to_head", "exploration"), load_study("head_to_head", "feedback")
+compare_rankings, make_learners, round_bounds = (
+    exploration.compare_rankings,
+    exploration.make_learners,
+    exploration.round_bounds,
+)
+learn_evidence = feedback.learn_evidence
 
 
 def synthetic(n_graphs: int = 2, per_graph: int = 12):
@@ -87,7 +93,7 @@ def test_learner_settings_are_checked():
 def test_head_to_head_exploration_runs_on_a_tiny_set_and_renders_its_page(tmp_path):
     graphs, questions, emb = synthetic(per_graph=10)
     gs_dir = GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic")).save(tmp_path / "set")
-    script = load_script("head_to_head")  # imports rl.walk, whose schema types the trainer group
+    script = load_study("head_to_head", "run")  # imports rl.walk, whose schema types the trainer group
     overrides = [f"graphset={gs_dir}", f"out_dir={tmp_path / 'out'}", "protocols=[]", "logger=none", "progress=false"]
     overrides += [
         "exploration.rankings=[mean,ucb,thompson]",
@@ -97,7 +103,7 @@ def test_head_to_head_exploration_runs_on_a_tiny_set_and_renders_its_page(tmp_pa
     cfg = compose("head_to_head", overrides)
     payload = script.run(cfg)["exploration"]
     assert payload["protocol"] == "within" and payload["stream_questions"] == sum(payload["round_sizes"])
-    assert payload["command"].startswith("python scripts/head_to_head.py")
+    assert payload["command"].startswith("python scripts/studies/head_to_head/run.py")
     assert (tmp_path / "out" / "exploration_rounds.png").read_bytes()[:4] == b"\x89PNG"
     results = tmp_path / "docs" / "results"
     results.mkdir(parents=True)

@@ -47,7 +47,7 @@ def render(results_dir: Path) -> str:
     out = [
         "# Beta evidence learning against the learned walk",
         "",
-        "`scripts/head_to_head.py` evaluates three policies on the same held-out LoCoMo questions under",
+        "`scripts/studies/head_to_head/run.py` evaluates three policies on the same held-out LoCoMo questions under",
         "one budget: Beta BFS with every counter at zero, Beta BFS after oracle evidence learning on the",
         "training questions, and the router (the learned walk, trained by `rl.walk.trainer.WalkTrainer`",
         "with `configs/trainer/default.yaml` on the same training questions and selected on the",

@@ -1,5 +1,5 @@
 """``docs/exploration.md``: posterior-mean, UCB and Thompson-sampling Beta BFS learning from one
-feedback stream, from ``docs/results/exploration.json`` (written by ``scripts/head_to_head.py``
+feedback stream, from ``docs/results/exploration.json`` (written by ``scripts/studies/head_to_head/run.py``
 with ``exploration.rankings``); shows ``docs/exploration_rounds.png`` when it is there."""
 
 from __future__ import annotations
@@ -9,6 +9,9 @@ from typing import Any
 
 from graphmem.docgen.sources import field, p_value, read_json
 from graphmem.eval.report import markdown_grid
+
+PAGE = "exploration"
+"""the page this module renders: ``docs/exploration.md``"""
 
 RESULTS = "exploration.json"
 PLOT = "exploration_rounds.png"
@@ -101,7 +104,7 @@ def render(results_dir: Path) -> str:
         "starts from zero counters on its own copy of the LoCoMo graphs and learns from the **same**",
         "stream: the `within` split's training questions in one shuffled order, cut into",
         f"{payload['rounds']} rounds of {', '.join(str(n) for n in payload['round_sizes'])} questions, labelled by the",
-        "oracle Reflector (`graphmem.feedback`) on the transitions the learner itself traversed. Per",
+        "oracle Reflector (the study's `feedback.py`) on the transitions the learner itself traversed. Per",
         "round: the evidence recall of the retrievals it **served** while learning (the online view),",
         "and, after the round, the recall on the held-out questions of Beta BFS with the posterior",
         "mean on its counters. Several Thompson seeds are also averaged per question (`thompson`).",

@@ -1,11 +1,11 @@
 """Beta evidence learning head to head with the learned router: same graphs, questions and budget.
 
-    python scripts/head_to_head.py experiment=beta_vs_router
+    python scripts/studies/head_to_head/run.py experiment=beta_vs_router
 
 Three traversal policies are evaluated on the same held-out questions under one budget:
 
 * ``beta_bfs_uniform`` — Algorithm 1 with every counter at ``S = F = 0`` (all weights 1/2);
-* ``beta_bfs_learned`` — Algorithm 1 after oracle evidence learning (:mod:`graphmem.feedback`) on
+* ``beta_bfs_learned`` — Algorithm 1 after oracle evidence learning (:mod:`feedback`) on
   copies of the graphs, one sequential pass over the training questions;
 * ``router`` — the learned walk (:class:`rl.walk.trainer.WalkTrainer`, the ``trainer`` config:
   imitation warm start, then REINFORCE; ``trainer.objective.rl=hage_mdp`` for HAGE's MDP) trained
@@ -24,14 +24,14 @@ Two protocols:
 Feedback sources (``feedback.sources``, e.g. ``[oracle, llm]``): on one graph (``feedback.graph``,
 default the first by name) and the first ``feedback.n_questions`` of its shuffled ``within``
 training questions, Beta BFS learns from the oracle Reflector and from the LLM Reflector
-(:class:`graphmem.feedback.LLMReflector`, ``llm`` config), each on its own copy of the graph
+(:class:`feedback.LLMReflector`, ``llm`` config), each on its own copy of the graph
 with the counters at zero; evidence recall on that graph's held-out questions is reported before
 and after, with the number of counter updates and labels.
 
 Exploration (``exploration.rankings``, e.g. ``[mean, ucb, thompson]``): on the ``within`` split,
 Beta BFS learners that rank by the posterior mean, a UCB or a Thompson draw learn from the same
 shuffled stream of training questions in ``exploration.rounds`` chunks
-(:mod:`graphmem.exploration`); per round the recall of the retrievals they served and the
+(:mod:`exploration`); per round the recall of the retrievals they served and the
 held-out recall with the posterior mean, paired against ``mean``. Writes ``exploration.json`` and
 ``exploration_rounds.png`` in ``out_dir``.
 
@@ -56,6 +56,8 @@ from typing import Any
 
 import hydra
 import torch
+from exploration import compare_rankings, make_learners, plot_rounds, round_bounds
+from feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
@@ -63,8 +65,6 @@ from graphmem.cli import METRICS, load_graphset, run_or_exit, set_threads
 from graphmem.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import compare_policies
-from graphmem.exploration import compare_rankings, make_learners, plot_rounds, round_bounds
-from graphmem.feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write, write_json
 from graphmem.launch import check_command_line
@@ -339,7 +339,7 @@ def run_exploration(gs: GraphSet, cfg: DictConfig, budget: Budget, out: Path) ->
     for c in result["paired"]["served"] + result["paired"]["heldout"]:
         log.info("[exploration] %s - mean, round %s: %+.4f [%+.4f, %+.4f] (n = %d)", *(c[k] for k in PAIRED_LOG))
     payload = {
-        "command": " ".join(["python scripts/head_to_head.py", *map(shlex.quote, sys.argv[1:])]),
+        "command": " ".join(["python scripts/studies/head_to_head/run.py", *map(shlex.quote, sys.argv[1:])]),
         "dataset": gs.dataset,
         "protocol": "within",
         "budget": dataclasses.asdict(budget),
@@ -479,7 +479,7 @@ def track(
         tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="head_to_head")
+@hydra.main(version_base="1.3", config_path=".", config_name="head_to_head")
 def main(cfg: DictConfig) -> None:
     run_or_exit(run, cfg)
 

@@ -6,12 +6,12 @@ This module measures whether exploring while feedback is collected helps. Every 
 :class:`~graphmem.policies.beta_bfs.BetaBFS` with its own ``ranking`` (``mean``, ``ucb``,
 ``thompson`` with a seed), on its own copy of the graphs with every counter at ``S = F = 0``,
 and all learners see the **same stream**: the same questions in the same order, split into
-``rounds`` consecutive chunks, labelled by the same oracle Reflector (:mod:`graphmem.feedback`).
+``rounds`` consecutive chunks, labelled by the same oracle Reflector (:mod:`feedback`).
 For each round ``r = 1..R``:
 
 1. **serve** each question of chunk ``r`` with the learner's own ranking, label the traversed
    transitions from that retrieval and update the counters (eq. 21), one question after another
-   (:func:`~graphmem.feedback.learn_evidence`); the evidence recall of these served retrievals
+   (:func:`~feedback.learn_evidence`); the evidence recall of these served retrievals
    is the online view (what users received while the graph learned; its shortfall is the regret);
 2. **hold out**: after the chunk, Beta BFS with the posterior mean (``ranking=mean``, the
    evaluation ranking for every learner) retrieves the held-out questions on the learner's
@@ -29,13 +29,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
+from feedback import EvidenceStats, OracleConfig, learn_evidence
 from torch import Tensor
 
 from graphmem.datasets.types import Question
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.metrics import in_overall, question_metrics
 from graphmem.eval.stats import bootstrap_ci, compare_policies
-from graphmem.feedback import EvidenceStats, OracleConfig, learn_evidence
 from graphmem.graph import MemoryGraph
 from graphmem.graphset import GraphSet
 from graphmem.io import atomic_write
