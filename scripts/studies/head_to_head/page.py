@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import read_json
+from graphmem.docgen.sources import fill, read_json
+
+TEMPLATE = str(Path(__file__).with_name("page"))
+"""the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
 
 METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
 
@@ -44,38 +47,17 @@ def render(results_dir: Path) -> str:
         f"{r['protocol']}: {r['sizes']['train']} train / {r['sizes']['val']} val / {r['sizes']['test']} test"
         for r in walk["results"]
     )
-    out = [
-        "# Beta evidence learning against the learned walk",
-        "",
-        "`scripts/studies/head_to_head/run.py` evaluates three policies on the same held-out LoCoMo questions under",
-        "one budget: Beta BFS with every counter at zero, Beta BFS after oracle evidence learning on the",
-        "training questions, and the router (the learned walk, trained by `rl.walk.trainer.WalkTrainer`",
-        "with `configs/trainer/default.yaml` on the same training questions and selected on the",
-        "validation questions). Protocol `conversation` holds out whole conversations (Beta's counters",
-        "cannot reach them); `within` splits the questions inside each conversation.",
-        "",
-        "```bash",
-        walk["command"],
-        "```",
-        "",
-        f"Questions ({sizes}); budget {walk['budget']}; {walk['wall_seconds']} s on one CPU thread.",
-        "",
-        *_table(walk),
-        "",
-        "Paired difference in evidence recall on the test questions (router minus reference; 95%",
-        "percentile bootstrap CI, paired t-test p; LoCoMo's adversarial category left out as in the",
-        "overall tables):",
-        "",
-        *_paired(walk),
-    ]
+    intro = fill(
+        TEMPLATE,
+        "intro",
+        command=walk["command"],
+        sizes=sizes,
+        budget=walk["budget"],
+        wall_seconds=walk["wall_seconds"],
+    )
+    out = [intro, "", *_table(walk), "", fill(TEMPLATE, "paired"), "", *_paired(walk)]
     earlier = results_dir / "head_to_head_hop_level.json"
     if earlier.is_file():
         hop = read_json(earlier)
-        out += [
-            "",
-            f"The same command before the router became the walk ({hop['router']}) gave, on the same",
-            "splits (means only; the per-question rows of that run were not kept):",
-            "",
-            *_table(hop),
-        ]
+        out += ["", fill(TEMPLATE, "earlier", router=hop["router"]), "", *_table(hop)]
     return "\n".join(out) + "\n"
