@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import check_spread, field, load_results, p_value
+from graphmem.docgen.sources import check_spread, field, fill, load_results, p_value
 from graphmem.eval.report import markdown_grid
 
 RESULTS = "relation_family.json"
 UNTYPED_RESULTS = "relation_family_untyped.json"
+TEMPLATE = str(Path(__file__).with_name("page"))
+"""the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
 VARIANTS = (
     ("full", "—", "learned inductive edge features `e = e0 + f(a, Px ⊙ Px)`, intent head `π(q)`, "
      "modulation `m(q) = 4 π(q) + g([q ; π(q)])`"),
@@ -22,45 +24,6 @@ VARIANTS = (
      "`m = 1`: nothing weighs the edges by the question"),
 )  # fmt: skip
 """the variants of relation_family.yaml (beside this file): name, trainer overrides, what the scorer keeps"""
-
-INTRO = """# Relation-typed memory: when the edge's relation, not cosine, names the evidence
-
-A memory of events linked by what happened next, what caused what, who took part and what was
-alike answers questions that dense retrieval cannot: "what happened right after X?" is asked about
-X, but the answer's text need not resemble the question at all. This page measures the learned
-walk on such memory, and which of its parts carry the answer.
-
-**The family** (`scripts/studies/relation_family/synthetic_relations.py`, `make_relation_family`). Each conversation is
-a chain of events (one session, timestamps in order) with four kinds of edges, inserted in both
-directions as the builders insert them: `temporal` between consecutive events, and `causal`,
-`entity` and `semantic` as three random perfect matchings (each event has one partner per relation;
-the earlier event of a causal pair is the cause), so every event has four or five neighbours. All
-node embeddings of a conversation scatter around one centre, so **the cosine of a neighbour to the
-question has one distribution whatever relation links it** (measured below). Phase-1 edge features
-are the builders' (`graphmem.builders.edges.phase1_features`): temporal proximity, cosine, causal
-confidence, entity overlap; they name an edge's relation, not its direction. A question asks for
-one relation out of an anchor event — `next`, `previous` (temporal, later or earlier), `effect`,
-`cause` (causal, from the cause or from the effect), `entity`, `semantic` — in its wording and in
-its embedding `q = normalize(x_anchor + s · u_kind + noise)`, with `u_kind` one intent direction
-per question kind. The embedding entry selector finds the anchor; the gold is the one neighbour
-the kind names, held on the question only, never in the graph.
-
-**The budget is one relational hop**: one entry (the anchor), one child of it, two nodes in all. A
-policy scores 1 on a question when its second node is the gold neighbour: a blind pick among the
-anchor's neighbours scores about 1/5.
-
-**The variants** (`rl.walk.trainer.WalkTrainer`: imitation warm start, then REINFORCE on the walk
-with the evidence reward; selected on the validation conversations, tested once), each the `full`
-scorer (`models/walk_scorer.py`) with the overrides listed:
-
-{variants}
-
-"Without learned edge features" is `edge_mode=phase1`: it removes exactly the learned part `f` of
-`e`, keeping what the graph already carries (`e0`, to which the anchor term pulls the learned
-features anyway); `onehot` would also drop the Phase-1 scores, and `table` is learned too (per
-edge, transductive). `cosine_walk` is the untrained scorer (the walk by cosine alone); the
-heuristics run with their own configs (`configs/policy/`).
-"""
 
 
 def _pct(x: float | None) -> str:
@@ -213,18 +176,6 @@ def _findings(res: dict, path: Path) -> list[str]:
     return out
 
 
-READING = """**What the scorer sees.** The relation multi-hot, the Phase-1 scores and the direction of an
-edge (`sign(t_v - t_u)`, the order in the session) are columns of the raw pair features `a_uv`, which
-enter the structural head `h` in **every** edge mode; and the modulation `g([q ; π(q)])` reads the
-query embedding whatever the intent. So on this family `no_intent`, `no_learned_edges` and `neither`
-see the same information as `full` and can represent the same rule — "follow the edge whose relation
-and direction the question asks for" — and the table shows whether training found it equally well.
-`intent_head_only` and `no_query_weighting` remove the query's way to the edge features step by
-step: the first keeps only the four-way relation intent `π(q)` (which cannot say *later* or
-*earlier*), the second nothing, so it can learn one fixed preference over relations and no more.
-"""
-
-
 def _measured(res: dict, path: Path, level: str = "##") -> list[str]:
     """The run's command and setting, the cosine check, and the recall, paired and per-kind tables."""
     fam, budget = field(res, path, "family"), field(res, path, "budget")
@@ -268,19 +219,6 @@ def _measured(res: dict, path: Path, level: str = "##") -> list[str]:
     ]
 
 
-UNTYPED = """## Untyped links: where learned edge features matter
-
-The same family with `family.typed=false`: every edge is labelled `semantic` and its Phase-1
-causal and entity scores are 0, as a builder without relation extraction would leave them; instead
-the two nodes of each linked pair share a vector in their relation's block of coordinates
-(`family.link_strength`), so the relation of a causal, entity or semantic edge is written only in
-its nodes' contents, and a temporal edge's in their order. Every neighbour shares one such vector
-with the anchor, so cosine still cannot tell them apart (measured below). Of the scorer's parts only
-the learned edge features see more of the pair's contents than their cosine, through
-`(P x_u) ⊙ (P x_v)`. The link strength ({link}) was chosen on the validation conversations of family 0.
-"""
-
-
 def _content_only(res: dict, path: Path) -> list[str]:
     """Recall on the kinds whose relation only the nodes' contents tell (all but temporal), per variant."""
     by_kind, counts = field(res, path, "by_kind"), field(res, path, "kind_questions")
@@ -306,7 +244,7 @@ def render(results_dir: Path) -> str:
         ["| variant | overrides | what the scorer keeps |", "|---|---|---|"]
         + [f"| `{n}` | {o} | {k} |" for n, o, k in VARIANTS]
     )
-    out = [INTRO.format(variants=variants).rstrip(), ""]
+    out = [fill(TEMPLATE, "intro", variants=variants), ""]
     if res is None:
         return (
             "\n".join([*out, f"Not measured yet: `python scripts/studies/relation_family/run.py out={path}`."]) + "\n"
@@ -319,7 +257,7 @@ def render(results_dir: Path) -> str:
         "",
         *_findings(res, path),
         "",
-        READING.rstrip(),
+        fill(TEMPLATE, "reading"),
         "",
         "How legible the intent is in the query embeddings of the test questions:",
         "",
@@ -331,6 +269,6 @@ def render(results_dir: Path) -> str:
     out += [line for text in _summary(res, path, untyped is not None) for line in (text, "")]
     if untyped is not None:
         link = field(untyped, untyped_path, "family", "link_strength")
-        out += [UNTYPED.format(link=link).rstrip(), "", *_measured(untyped, untyped_path, "###")]
+        out += [fill(TEMPLATE, "untyped", link=link), "", *_measured(untyped, untyped_path, "###")]
         out += _findings(untyped, untyped_path) + _content_only(untyped, untyped_path)
     return "\n".join(out).rstrip() + "\n"
