@@ -1,4 +1,5 @@
-"""Import a file under ``scripts/`` as a module, for tests that call a script's functions directly."""
+"""Import a file under ``scripts/`` (a script, or a module of a study folder ``scripts/studies/<study>/``) as a
+module, for tests that call its functions directly."""
 
 import importlib.machinery
 import importlib.util
@@ -39,7 +40,7 @@ def load_study(study: str, name: str) -> ModuleType:
     folder = STUDIES / study
     if not any(getattr(f, "folder", None) == folder for f in sys.meta_path):
         sys.meta_path.append(_StudyFinder(folder))
-    if name not in ("run",) and not name.startswith("page"):
+    if name != "run" and not name.startswith("page"):
         return importlib.import_module(name)
     spec = importlib.util.spec_from_file_location(f"{study}_{name}", folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
