@@ -76,7 +76,7 @@ def outputs(package: str, studies: Path, results: Path, docs: Path, readme: Path
     found = renderers(package)
     for name, render in study_renderers(studies).items():
         if name in found:
-            raise InputError(f"{studies / name}: page {name!r} is rendered both by {package} and by a study")
+            raise InputError(f"{studies}: page {name!r} is rendered both by {package} and by a study")
         found[name] = render
     pages = {docs / f"{name}.md": render(results).rstrip("\n") + "\n" for name, render in found.items()}
     headline = importlib.import_module(f"{package}.headline").render_headline(results)
