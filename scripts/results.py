@@ -49,6 +49,7 @@ from graphmem.eval.runs import (
     question_rows,
     read_fold_runs,
     read_jsonl,
+    results_file,
 )
 from graphmem.eval.stats import STAT_METRICS, compare_policies, fold_summary
 from graphmem.eval.variants import GROUPS, trained_variants
@@ -148,20 +149,6 @@ def run_paired(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 # -------------------------------------------------------------------------------------------- compare
-def results_file(out_dir: Path, script: str) -> dict:
-    """``out_dir/results.json`` as a mapping; an error naming it when it is missing or unreadable."""
-    path = Path(out_dir) / "results.json"
-    if not path.is_file():
-        raise InputError(f"{path}: no such file (run scripts/{script} with out_dir={out_dir})")
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"{path}: not a readable JSON file ({err})") from None
-    if not isinstance(results, dict):
-        raise InputError(f"{path}: not a results file of scripts/{script} (not a mapping)")
-    return results
-
-
 def run_summary(out_dir: Path, policy: str) -> dict:
     """Served latency, throughput and overall recall of ``policy`` in one run (its ``results.json``)."""
     path = Path(out_dir) / "results.json"

@@ -71,7 +71,7 @@ def error(capsys, args) -> str:
 def test_refuses_missing_and_inconsistent_runs(tmp_path, capsys):
     folders = [str(f) for f in two_folds(tmp_path / "runs")]
     out = str(tmp_path / "out.json")
-    assert "no results.json" in error(capsys, [folders[0], str(tmp_path / "nowhere"), "--out", out])
+    assert "results.json: no such file" in error(capsys, [folders[0], str(tmp_path / "nowhere"), "--out", out])
     assert "already merged" in error(capsys, [folders[0], folders[0], "--out", out])
     assert "matches 'lambda_*'" in error(capsys, [*folders, "--cost", "lambda_*", "--out", out])
     run = Path(folders[1]) / "results.json"

@@ -33,6 +33,21 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+def results_file(out_dir: str | Path, script: str) -> dict[str, Any]:
+    """``out_dir/results.json`` of a run of ``scripts/<script>`` as a mapping; an error naming it when it is
+    missing, unreadable or not a mapping."""
+    path = Path(out_dir) / "results.json"
+    if not path.is_file():
+        raise InputError(f"{path}: no such file (run scripts/{script} with out_dir={out_dir})")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"{path}: not a readable JSON file ({err})") from None
+    if not isinstance(results, dict):
+        raise InputError(f"{path}: not a results file of scripts/{script} (not a mapping)")
+    return results
+
+
 def read_fold_runs(folders: list[Path]) -> list[dict[str, Any]]:
     """The ``results.json`` of each folder (``scripts/train.py`` runs of disjoint folds), in order. A folder
     without a readable one, a run whose dataset, budget or reference differs from the first's, or one that
@@ -40,12 +55,7 @@ def read_fold_runs(folders: list[Path]) -> list[dict[str, Any]]:
     runs, folds = [], set()
     for f in folders:
         path = Path(f) / "results.json"
-        if not path.is_file():
-            raise InputError(f"{path}: no results.json (the run did not finish)")
-        try:
-            run = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise InputError(f"{path}: not a readable JSON file: {err}") from None
+        run = results_file(f, "train.py")
         missing = [k for k in ("dataset", "budget", "folds", "records") if k not in run]
         if missing:
             raise InputError(f"{path}: missing field(s) {missing} (not a results.json of scripts/train.py)")
