@@ -39,6 +39,7 @@ import json
 import sys
 from pathlib import Path
 
+from graphmem.cli import set_threads
 from graphmem.errors import InputError
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.runs import (
@@ -322,6 +323,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
+    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.cli.set_threads)
     try:
         return args.handler(args, argv)
     except InputError as err:

@@ -185,13 +185,14 @@ def run(args: dict) -> dict:
 
 
 def main() -> None:
-    from graphmem.cli import run_or_exit
+    from graphmem.cli import run_or_exit, set_threads
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="characters of the long text")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "build_scaling.json")
     parser.add_argument("--plot", default=str(ROOT / "docs" / "build_scaling.png"), help="PNG path; '' for none")
     args = parser.parse_args()
+    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.cli.set_threads)
     run_or_exit(run, {"sizes": args.sizes, "out": str(args.out), "plot": args.plot})
 
 

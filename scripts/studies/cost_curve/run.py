@@ -31,6 +31,7 @@ from typing import Any
 
 from tradeoff import curve, paired_token_ratio, point, question_values, tokens_to_reach
 
+from graphmem.cli import set_threads
 from graphmem.errors import InputError
 from graphmem.eval.runs import fold_rows, read_fold_runs, run_overrides, shell_word
 from graphmem.eval.stats import paired_comparison
@@ -171,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--plot", type=Path, default=None, help="PNG of recall against mean loaded tokens")
     args = p.parse_args(argv)
+    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.cli.set_threads)
     try:
         payload = tradeoff(args.folders, args.fixed, args.cost, args.n_boot)
     except (InputError, KeyError) as err:

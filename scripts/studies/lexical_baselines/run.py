@@ -29,6 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from graphmem.cli import set_threads
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.stats import paired_comparison
 from graphmem.io import write_json
@@ -114,6 +115,7 @@ def main() -> None:
     parser.add_argument("--depths", nargs="*", type=int, default=[6, 12, 24, 48, 100])
     parser.add_argument("--reuse", action="store_true", help="selection: keep runs whose results.json exists")
     args = parser.parse_args()
+    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.cli.set_threads)
     try:  # every set name becomes a run folder under --runs
         for key, names in (("--sets", args.sets), ("--select-sets", args.select_sets), ("--walk-set", [args.walk_set])):
             for name in names:
