@@ -24,8 +24,8 @@ one forward pass with the sampled token before them, as llguidance's fast-forwar
 Whitespace between JSON tokens is not allowed (``whitespace_flexible: false``): it costs tokens
 and is where greedy small models loop.
 
-Why llguidance (measured by scripts/benchmarks/bench_constrained.py): one 3 MB wheel with no dependencies, a mask in well
-under a millisecond per token on a 49k-token vocabulary, every schema feature used here (enum,
+Why llguidance (measured by scripts/benchmarks/bench_constrained.py): one 3 MB wheel with no dependencies, a
+mask in well under a millisecond per token on a 49k-token vocabulary, every schema feature used here (enum,
 const, anyOf/oneOf, maxItems, maxLength, number ranges), and it reads a transformers 5 fast
 tokenizer directly.
 """
