@@ -141,7 +141,8 @@ def long_turn_file(source: Path, out: Path, size: int) -> Path:
     return out
 
 
-def cases(r: Runner, run: Path) -> None:
+def failing_rewards_and_damaged_checkpoint(r: Runner, run: Path) -> None:
+    """LLM rewards whose every call fails, and a checkpoint with flipped bytes."""
     tmp, s = r.tmp, f"graphset={r.tmp / 'set'}"
     best = run / "fold0" / "router" / "best.pt"
     judge = ["+trainer.objective.judge.model=gpt-4o-mini", "+trainer.objective.judge.max_retries=0"]
@@ -172,6 +173,10 @@ def cases(r: Runner, run: Path) -> None:
         [s, *router, f"policy.checkpoint={damaged}", f"out_dir={tmp / 'o-damaged'}"],
     )
 
+
+def long_turns_names_and_set_folders(r: Runner) -> None:
+    """Very long turns, a name that would escape, a set folder asked to hold another source."""
+    tmp = r.tmp
     locomo = Path(DataConfig(name="locomo").root or ROOT.parent / "shared" / "data") / "locomo" / "locomo_dev8.json"
     build = ["scripts/build_graph.py", "data=locomo", "graph.encoder=hashing", *QUIET, f"out_dir={tmp / 'b'}"]
     for size, label in ((1_000_000, "1 MB"), (20_000_000, "20 MB")):
@@ -207,6 +212,10 @@ def cases(r: Runner, run: Path) -> None:
         after=lambda: "set folders: " + ", ".join(sorted(p.name for p in (tmp / "folders" / "named").iterdir())),
     )
 
+
+def folders_sizes_and_secrets(r: Runner, run: Path) -> None:
+    """Moves aside, sizes beyond the machine, mixed run folders, a key echoed in a reply."""
+    tmp, s = r.tmp, f"graphset={r.tmp / 'set'}"
     folder = tmp / "moved"
     for i in range(2):
         folder.mkdir(parents=True, exist_ok=True)
@@ -250,6 +259,10 @@ def cases(r: Runner, run: Path) -> None:
         after=key_written,
     )
 
+
+def once_vague_messages(r: Runner, run: Path) -> None:
+    """Values that once gave a traceback, a vague message or a check after the work."""
+    tmp, s = r.tmp, f"graphset={r.tmp / 'set'}"
     empty = tmp / "empty.txt"
     empty.write_text("")
     r.run("benchmark.py sizes=[abc]", "scripts/benchmark.py", ["sizes=[abc]", f"out_dir={tmp / 'bench2'}"])
@@ -307,7 +320,10 @@ def main() -> None:
             [sys.executable, "scripts/train.py", *argv], cwd=ROOT, env=r.env, check=True, capture_output=True
         )
         try:
-            cases(r, run)
+            failing_rewards_and_damaged_checkpoint(r, run)
+            long_turns_names_and_set_folders(r)
+            folders_sizes_and_secrets(r, run)
+            once_vague_messages(r, run)
             edited_fold(r)
         finally:
             r.server.shutdown()
