@@ -25,7 +25,7 @@ from graphmem.policies.batched import load_under_budget
 from graphmem.policies.ppr import hop_distance, transition_matrix
 from graphmem.policies.ranking import cosine_matrix, query_matrix
 from graphmem.policies.selectors import validate_entries
-from graphmem.policies.tables import node_id_rank, unit_embeddings
+from graphmem.policies.tables import node_id_rank
 from graphmem.policies.uniform_bfs import _signed, neighbor_priority, query_seed
 
 Reference = Callable[[TraversalPolicy, MemoryGraph, Query, Budget], Retrieval]
@@ -253,14 +253,13 @@ def router(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieva
     fits the token budget.
     """
     from graphmem.lexical_features import lexical_inputs
-    from graphmem.policies.walk import Candidates, walk_tables
-    from models.edge_encoder import pair_table
+    from graphmem.policies.walk import Candidates, graph_walk_tables
 
     dev, scorer = policy.device, policy.scorer
     entries = entries_of(policy, graph, query, budget)
     residual = scorer.edges.residual
     rows = None if residual is None else residual.edge_rows([graph.name], [graph.num_edges])
-    tables = walk_tables(unit_embeddings(graph), graph.node_tokens(), pair_table(graph), rows, device=dev)
+    tables = graph_walk_tables(graph, rows, device=dev)
     q = query_matrix(graph, [query]).to(dev)
     given = (lexical_inputs([graph], [[query.text]], dev),) if scorer.config.lexical else ()
     ctx = scorer.prepare(tables, q, torch.tensor([entries], dtype=torch.long, device=dev).reshape(1, -1), *given)

@@ -27,10 +27,8 @@ from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolic
 from graphmem.policies.batched import csr_positions
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
-from graphmem.policies.tables import unit_embeddings
-from graphmem.policies.walk import walk, walk_tables, walk_trace
+from graphmem.policies.walk import graph_walk_tables, walk, walk_tables, walk_trace
 from graphmem.policies.walk_one import walk_one
-from models.edge_encoder import pair_table
 from models.walk_scorer import WalkScorer
 
 
@@ -115,7 +113,7 @@ class RouterPolicy(TraversalPolicy):
         residual = scorer.edges.residual
 
         def build():
-            return walk_tables(unit_embeddings(graph), graph.node_tokens(), pair_table(graph), device=self.device)
+            return graph_walk_tables(graph, device=self.device)
 
         deps = (graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps)
         tables = graph.cached(f"policies.walk_tables:{self.device}", build, deps)

@@ -28,9 +28,11 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget
 from graphmem.policies.batched import csr_positions
-from models.edge_encoder import PairTable
+from graphmem.policies.tables import unit_embeddings
+from models.edge_encoder import PairTable, pair_table
 
 
 @dataclass
@@ -125,6 +127,12 @@ def walk_tables(
 ) -> WalkTables:
     dev = device if device is not None else x_unit.device
     return WalkTables(x_unit.to(dev), tokens.to(dev), pairs.to(dev), None if edge_rows is None else edge_rows.to(dev))
+
+
+def graph_walk_tables(graph: MemoryGraph, edge_rows: Tensor | None = None, device=None) -> WalkTables:
+    """:class:`WalkTables` of ``graph``: its unit embeddings, node tokens and (cached) pair table, with
+    ``edge_rows`` (rows of a per-edge residual table, or None), on ``device`` (default: the embeddings')."""
+    return walk_tables(unit_embeddings(graph), graph.node_tokens(), pair_table(graph), edge_rows, device)
 
 
 def pool_width(tables: WalkTables, budget: Budget, entries: int) -> int:

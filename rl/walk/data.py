@@ -22,9 +22,8 @@ from graphmem.graph_batch import GraphBatch
 from graphmem.lexical_features import Lexical, lexical_inputs
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.selectors import make_entry_selector
-from graphmem.policies.tables import unit_embeddings
-from graphmem.policies.walk import WalkTables, walk_tables
-from models.edge_encoder import PerEdgeResidual, pair_table
+from graphmem.policies.walk import WalkTables, graph_walk_tables, walk_tables
+from models.edge_encoder import PerEdgeResidual
 from rl.walk.rewards import REWARDS, AnswerTargets, answer_targets, answer_tokens
 
 
@@ -105,7 +104,7 @@ def walk_data(
     edge_rows = None
     if residual is not None:
         edge_rows = residual.edge_rows(names, [graphs[n].num_edges for n in names])
-    tables = walk_tables(unit_embeddings(union), union.node_tokens(), pair_table(union), edge_rows)
+    tables = graph_walk_tables(union, edge_rows)
     by_graph: dict[str, list[int]] = {}
     for i, q in enumerate(questions):
         by_graph.setdefault(q.graph, []).append(i)
