@@ -169,7 +169,7 @@ def load_checkpoint(path: str | Path, kind: str, run_id: str | None = None) -> d
     """The state of the checkpoint ``path`` of ``kind`` (with its ``format``, ``kind``, ``inputs`` and
     ``sha256`` entries), its tensors on the CPU; :class:`CheckpointError` in one line naming the file
     when it is missing, unreadable, of an older format, of another kind, damaged (its digest differs
-    from the recorded one) or, with ``run_id``, written by another run (:mod:`rl.common.run_folder`)."""
+    from the recorded one) or, with ``run_id``, written by another run (:mod:`graphmem.run_folder`)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found")

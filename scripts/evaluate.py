@@ -12,7 +12,7 @@ Every table carries paired per-question statistics against ``stats.reference`` (
 p-value (:mod:`graphmem.eval.stats`).
 
 Writes into the run directory (``out_dir``, default Hydra's), which the run owns
-(:mod:`rl.common.run_folder`: a live run's folder is refused, an earlier run's files are moved into
+(:mod:`graphmem.run_folder`: a live run's folder is refused, an earlier run's files are moved into
 ``replaced-<run id>/``, ``run.json`` and ``results.json`` carry the run id): ``results.json``,
 ``results.md``, ``questions_<policy>.jsonl`` and ``budget_sweep.png``; tracks the tables and files through
 :mod:`graphmem.tracking` (W&B offline by default). The whole config is checked before any
@@ -58,6 +58,7 @@ from graphmem.launch import check_command_line
 from graphmem.paths import check_name, run_path
 from graphmem.plots import plot_recall_vs_budget, plot_retrieval, sweep_values
 from graphmem.policies import POLICIES, Budget, TraversalPolicy
+from graphmem.run_folder import open_run_folder
 from graphmem.tracking import (
     checkpoint_artifact,
     describe_artifact,
@@ -68,7 +69,6 @@ from graphmem.tracking import (
     use_graphset,
 )
 from graphmem.tracking.artifacts import artifact_name
-from rl.common.run_folder import open_run_folder
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ ARTIFACTS = (
     "tracking",
     "wandb",
 )
-"""What a run writes in its folder: a fresh run moves an earlier run's aside (rl.common.run_folder)."""
+"""What a run writes in its folder: a fresh run moves an earlier run's aside (graphmem.run_folder)."""
 
 __all__ = ["ConfigError", "evaluate", "plan_run", "restrict_graphs"]
 

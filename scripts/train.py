@@ -73,6 +73,7 @@ from graphmem.paths import check_name, run_path
 from graphmem.plots import plot_learning_curves
 from graphmem.policies import POLICIES, Budget
 from graphmem.policies.router import RouterPolicy
+from graphmem.run_folder import open_run_folder_on_main
 from graphmem.tracking import (
     describe_artifact,
     experiment_group,
@@ -84,7 +85,6 @@ from graphmem.tracking import (
 )
 from rl.common.distributed import init_from_env, shutdown
 from rl.common.logging import MultiLogger, PrintLogger, ProgressLogger, TrackerLogger
-from rl.common.run_folder import open_run_folder_on_main
 from rl.common.splits import check_fraction, conversation_folds
 from rl.walk.trainer import TrainConfig, WalkTrainer
 
@@ -99,7 +99,7 @@ ARTIFACTS = (
     "tracking",
     "wandb",
 )
-"""What a run writes in its folder (rl.common.run_folder moves an earlier run's aside)."""
+"""What a run writes in its folder (graphmem.run_folder moves an earlier run's aside)."""
 
 log = logging.getLogger(__name__)
 FOLD_LIST = Bound(0, each=True, null=True)

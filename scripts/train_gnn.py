@@ -32,10 +32,10 @@ from graphmem.io import write_json
 from graphmem.launch import check_command_line
 from graphmem.lockfile import FileLock, LockBusyError, describe
 from graphmem.policies.base import Budget
+from graphmem.run_folder import RunFolderError, open_run_folder
 from graphmem.tracking import experiment_group, graphset_location, make_tracker, use_graphset
 from rl.common.checkpoint import CheckpointError
 from rl.common.logging import TrackerLogger
-from rl.common.run_folder import RunFolderError, open_run_folder
 from rl.common.splits import check_fraction
 from rl.gnn.split import split_examples, write_split
 from rl.gnn.train import (

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from graphmem.lockfile import FileLock
-from rl.common.run_folder import RunFolderError, differing_keys, open_run_folder
+from graphmem.run_folder import RunFolderError, differing_keys, open_run_folder
 from tests import script_runner
 from tests.small_sets import saved_locomo_set
 
@@ -22,7 +22,7 @@ CONFIG = {"trainer": {"seed": 0, "lr_router": 0.003, "epochs": 2, "resume": Fals
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from rl.common.run_folder import open_run_folder
+    from graphmem.run_folder import open_run_folder
     folder = open_run_folder(sys.argv[1], {"trainer": {"seed": 0}}, resume=False)
     print(folder.run_id, flush=True)
     time.sleep(600)

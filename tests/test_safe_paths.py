@@ -65,7 +65,7 @@ def test_a_policy_named_like_a_path_is_oneerror_line(tmp_path):
 
 
 def test_a_fresh_run_never_moves_files_reached_through_a_symlink_out_of_its_folder(tmp_path):
-    from rl.common.run_folder import open_run_folder
+    from graphmem.run_folder import open_run_folder
 
     out, victim = tmp_path / "out", tmp_path / "victim" / "router"
     out.mkdir()

@@ -195,7 +195,7 @@ class RunConfig:
     resume: bool = False
     """continue from checkpoint_dir/last.pt"""
     run_id: str = ""
-    """the run's id (rl.common.run_folder), written into last.pt / best.pt; another run's checkpoints are refused"""
+    """the run's id (graphmem.run_folder), written into last.pt / best.pt; another run's checkpoints are refused"""
 
     def __post_init__(self) -> None:
         _checked(self, ("eval_every",), ("seed",))
