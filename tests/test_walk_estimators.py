@@ -10,7 +10,8 @@ import torch
 from graphmem.policies.base import Budget
 from graphmem.policies.walk import rescore, step_logits, walk
 from models.walk_scorer import ScorerConfig, WalkScorer
-from rl.walk.objectives import LeaveOneOut, MovingBaseline, ppo_loss, reinforce_loss, walk_rewards
+from rl.walk.objectives import LeaveOneOut, MovingBaseline, ppo_loss, reinforce_loss
+from rl.walk.rewards import evidence_rewards
 from tests.test_walk_objectives import bridge_part
 from tests.test_walk_trainer import config, trainer, unseen_recall
 
@@ -55,7 +56,7 @@ def sampled(scorer, tables, q, entries, gold, seed=1):
     qq, ee, gg = q.expand(rep, -1), entries.expand(rep, -1), gold.expand(rep, -1)
     ctx = scorer.prepare(tables, qq, ee)
     ep = walk(tables, scorer, qq, ee, BANDIT, sample=True, temperature=TAU, generator=gen, ctx=ctx)
-    return ctx, ep, walk_rewards(ep, gg), gg
+    return ctx, ep, evidence_rewards(ep, gg), gg
 
 
 @pytest.mark.parametrize("estimator", ["moving_average", "leave_one_out", "ppo"])

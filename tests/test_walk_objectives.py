@@ -19,8 +19,8 @@ from rl.walk.objectives import (
     oracle_positives,
     recall_of,
     reinforce_loss,
-    walk_rewards,
 )
+from rl.walk.rewards import costs, evidence_rewards
 from tests.test_walk import TOY_BUDGET, VALUES, NodeValueScorer, tables_of, toy_graph
 
 # one entry, two children per node, three nodes: a level-by-level walk fills the cap with the
@@ -31,9 +31,10 @@ BRIDGE_BUDGET = Budget(max_entries=1, top_k_neighbors=2, max_hops=2, max_nodes=3
 
 def test_rewards_and_returns_by_hand():
     g = toy_graph()
-    ep = walk(tables_of(g), NodeValueScorer(VALUES), torch.zeros(1, 2), torch.tensor([[0, 1]]), TOY_BUDGET)
+    tables = tables_of(g)
+    ep = walk(tables, NodeValueScorer(VALUES), torch.zeros(1, 2), torch.tensor([[0, 1]]), TOY_BUDGET)
     gold = torch.tensor([[5, 4, -1]])  # loaded order is 0, 2, 5, 4, 1
-    r = walk_rewards(ep, gold, node_cost=0.1)
+    r = evidence_rewards(ep, gold) - costs(ep, tables, node_cost=0.1, token_cost=0.0)
     assert torch.allclose(r[:, 0], torch.tensor([-0.1, -0.1, 0.4, 0.4, -0.1]))
     assert torch.allclose(recall_of(ep, gold), torch.tensor([1.0]))
     g_t = discounted_returns(r, ep.acted, gamma=0.5)
@@ -81,7 +82,7 @@ def train_on_bridges(
         if objective == "imitation":
             loss, _ = imitation_loss(scorer, ctx, ep, gold, tables, budget, tau)
         else:
-            rewards = walk_rewards(ep, gold, node_cost)
+            rewards = evidence_rewards(ep, gold) - costs(ep, tables, node_cost, 0.0)
             loss, _ = reinforce_loss(scorer, ctx, ep, rewards, baseline, budget, tau)
         opt.zero_grad()
         loss.backward()

@@ -6,7 +6,8 @@ Gold rows enter here only (rewards and positives), never the walk or the scorer.
 
       r_t = 1(v_t ∈ G_b) / |G_b|  -  c_node                       (0 for the stop action)
 
-  so ``Σ_t r_t`` is the evidence recall of the loaded set minus ``c_node`` per loaded node.
+  so ``Σ_t r_t`` is the evidence recall of the loaded set minus ``c_node`` per loaded node
+  (:func:`rl.walk.rewards.evidence_rewards` minus :func:`rl.walk.rewards.costs`).
 * Imitation (supervised warm start, DAgger-style: on the states the current policy visits): at
   step ``t`` the oracle's choices ``O_t`` are the open candidates whose target is gold, or, when
   none is, those whose target can still have children and has an out-pair to a gold node not yet
@@ -63,14 +64,9 @@ def local(t: Tensor) -> Tensor:
     return t
 
 
-def walk_rewards(ep: WalkEpisodes, gold: Tensor, node_cost: float = 0.0) -> Tensor:
-    """``[T, B]`` rewards ``r_t`` (module docstring); ``gold`` is ``[B, G]`` rows, ``-1`` padded."""
-    return evidence_rewards(ep, gold) - node_cost * (ep.loaded.T >= 0).float()
-
-
 def recall_of(ep: WalkEpisodes, gold: Tensor) -> Tensor:
-    """``[B]`` evidence recall ``|L ∩ G| / |G|`` of each walk's loaded set."""
-    return walk_rewards(ep, gold).sum(0)
+    """``[B]`` evidence recall ``|L ∩ G| / |G|`` of each walk's loaded set: the summed evidence rewards."""
+    return evidence_rewards(ep, gold).sum(0)
 
 
 def has_pair(tables: WalkTables, src: Tensor, dst: Tensor) -> Tensor:
