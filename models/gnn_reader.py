@@ -26,7 +26,7 @@ Knows nothing of datasets or files: inputs are tensors.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Final
 
 import torch
@@ -41,27 +41,41 @@ from graphmem.lexical_features import NUM_LEXICAL_FEATURES
 
 
 @dataclass
-class ReaderConfig:
-    """Shape of a :class:`GNNReader`.
+class ReaderShape:
+    """The part of a :class:`GNNReader`'s shape that a trainer chooses (the rest comes from the graphs).
 
     Args:
-        input_dim: node / query embedding size ``D`` (default: 384).
         hidden_dim: node state size ``H`` (default: 32).
-        num_relations: relation types of the graph, before inverses (default: 4).
-        edge_dim: edge feature size (default: 4).
         num_layers: message-passing layers ``L`` (default: 2).
         add_inverse: also pass messages against each edge, with its own relation ids ``r + R``
             (default: True).
+    """
+
+    hidden_dim: int = 32
+    num_layers: int = 2
+    add_inverse: bool = True
+
+    def shape(self) -> dict:
+        """``{hidden_dim, num_layers, add_inverse}`` of this config (or of a config extending it)."""
+        return {f.name: getattr(self, f.name) for f in fields(ReaderShape)}
+
+
+@dataclass
+class ReaderConfig(ReaderShape):
+    """Shape of a :class:`GNNReader`: :class:`ReaderShape` (``hidden_dim``, ``num_layers``,
+    ``add_inverse``) and what the graphs fix.
+
+    Args:
+        input_dim: node / query embedding size ``D`` (default: 384).
+        num_relations: relation types of the graph, before inverses (default: 4).
+        edge_dim: edge feature size (default: 4).
         lexical: read the lexical features ``φ`` of query and node text (default: False;
             ``rl.gnn.train`` trains readers with them unless ``train.lexical=false``).
     """
 
     input_dim: int = 384
-    hidden_dim: int = 32
     num_relations: int = 4
     edge_dim: int = 4
-    num_layers: int = 2
-    add_inverse: bool = True
     lexical: bool = False
 
 

@@ -14,7 +14,7 @@ from graphmem.policies.base import Budget, Query
 from graphmem.policies.batched import pad_rows
 from graphmem.policies.gnn import GNNPolicy, batched_walk
 from graphmem.policies.selectors import EmbeddingEntrySelector
-from models.gnn_reader import GatedRelationalConv, GNNReader, start_mask
+from models.gnn_reader import GatedRelationalConv, GNNReader, ReaderConfig, start_mask
 from rl.common.splits import conversation_folds
 from rl.gnn.train import GNNTrainConfig, ReaderExample, evidence_recall, graph_split, save_checkpoint, train_reader
 
@@ -205,6 +205,21 @@ def test_supervised_training_raises_recall():
     again2, _ = train_reader(train, GNNTrainConfig(**{**cfg.__dict__, "epochs": 3}), budget)
     for (k, a), (_, b) in zip(again.state_dict().items(), again2.state_dict().items()):
         assert torch.equal(a, b), k
+
+
+def test_trained_reader_takes_its_shape_from_the_train_config():
+    """The trainer's ``hidden_dim``/``num_layers``/``add_inverse`` are the reader's (one declaration,
+    :class:`ReaderShape`); each keeps its own ``lexical`` default (reader off, trainer on)."""
+    assert ReaderConfig().lexical is False and GNNTrainConfig().lexical is True
+    assert (
+        GNNTrainConfig().shape() == ReaderConfig().shape() == {"hidden_dim": 32, "num_layers": 2, "add_inverse": True}
+    )
+    cfg = GNNTrainConfig(hidden_dim=8, num_layers=3, add_inverse=False, epochs=1, lexical=False)
+    reader, _ = train_reader(
+        bridge_task(2, seed=0), cfg, Budget(max_entries=1, top_k_neighbors=3, max_hops=1, max_nodes=2)
+    )
+    assert reader.config.shape() == {"hidden_dim": 8, "num_layers": 3, "add_inverse": False}
+    assert reader.config.input_dim == 16 and reader.config.lexical is False
 
 
 def scattered_graph(n: int, e: int, seed: int) -> MemoryGraph:

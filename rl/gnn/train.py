@@ -53,21 +53,16 @@ from graphmem.policies.base import Budget
 from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more, read_reader_checkpoint, reader_inputs
 from graphmem.policies.subgraph import ball, layered_subgraphs, lookup, relational_in_degree
 from graphmem.policies.tables import csr
-from models.gnn_reader import GNNReader, ReaderConfig, ball_scores, start_mask
+from models.gnn_reader import GNNReader, ReaderConfig, ReaderShape, ball_scores, start_mask
 from rl.common.seeding import deterministic
 from rl.common.splits import conversation_folds
 
 
 @dataclass
-class GNNTrainConfig:
-    """Settings of :func:`train_reader` (mirrored by ``configs/gnn.yaml``)."""
+class GNNTrainConfig(ReaderShape):
+    """Settings of :func:`train_reader` (mirrored by ``configs/gnn.yaml``): the reader's shape
+    (:class:`~models.gnn_reader.ReaderShape`: ``hidden_dim``, ``num_layers``, ``add_inverse``) and these."""
 
-    hidden_dim: int = 32
-    """node state size H"""
-    num_layers: int = 2
-    """message-passing layers L"""
-    add_inverse: bool = True
-    """also pass messages against each edge (inverse relation ids)"""
     loss: str = "ranking"
     """'ranking' (multi-positive) or 'bce' (weighted)"""
     pos_weight: float = 10.0
@@ -304,12 +299,10 @@ def train_reader(
         reader = GNNReader(
             ReaderConfig(
                 input_dim=g0.dim,
-                hidden_dim=cfg.hidden_dim,
                 num_relations=len(g0.relations),
                 edge_dim=int(g0.edge_attr.shape[1]),
-                num_layers=cfg.num_layers,
-                add_inverse=cfg.add_inverse,
                 lexical=cfg.lexical,
+                **cfg.shape(),
             )
         )
     reader.to(device)
