@@ -2,7 +2,7 @@
 
 Renders ``docs/results/lexical_library_bench.json`` (``scripts/benchmarks/bench_lexical.py``),
 ``lexical_baselines_selection.json``, ``lexical_baselines.json`` and ``lexical_baselines_walks.json``
-(``scripts/lexical_baselines.py``); a missing file is named on the page instead of its section.
+(``scripts/studies/lexical_baselines/run.py``); a missing file is named on the page instead of its section.
 """
 
 from __future__ import annotations
