@@ -78,6 +78,7 @@ class NodeTerms:
         key: ``[M]`` ``r(t) N + v`` of each entry, sorted (``r(t)``: the token's row in the vocabulary of the
             node's graph, offset by the vocabularies of the graphs before it in a union).
         key_weight: ``[M]`` ``w(t, v)`` in the order of ``key``.
+        key_entry: ``[M]`` the CSR entry (``term`` / ``weight`` index) of each key.
         vocab_size: rows of the (union's) vocabulary.
     """
 
@@ -86,6 +87,7 @@ class NodeTerms:
     weight: Tensor
     key: Tensor
     key_weight: Tensor
+    key_entry: Tensor
     vocab_size: int
 
     @property
@@ -93,7 +95,7 @@ class NodeTerms:
         return int(self.rowptr.numel()) - 1
 
     def to(self, device) -> NodeTerms:
-        moved = (t.to(device) for t in (self.rowptr, self.term, self.weight, self.key, self.key_weight))
+        moved = (t.to(device) for t in (self.rowptr, self.term, self.weight, self.key, self.key_weight, self.key_entry))
         return NodeTerms(*moved, self.vocab_size)
 
     @staticmethod
@@ -110,7 +112,8 @@ class NodeTerms:
             keys.append((torch.div(p.key, own, rounding_mode="floor") + vocab) * n + p.key % own + nodes)
             nodes, vocab = nodes + p.num_nodes, vocab + p.vocab_size
         cat = lambda name: torch.cat([getattr(p, name) for p in parts])  # noqa: E731
-        return NodeTerms(rowptr, cat("term"), cat("weight"), torch.cat(keys), cat("key_weight"), vocab)
+        entry = torch.cat([p.key_entry + int(o) for p, o in zip(parts, offsets)])
+        return NodeTerms(rowptr, cat("term"), cat("weight"), torch.cat(keys), cat("key_weight"), entry, vocab)
 
     def inverted(self) -> tuple[Tensor, Tensor, Tensor]:
         """``(term, node, weight)`` of every entry, sorted by term (for :func:`dense_features`)."""
@@ -221,7 +224,8 @@ def _node_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
     lexicon = GraphLexicon(index, {t: d for t, d in zip(vocab, df)}, n, {t: i for i, t in enumerate(vocab)})
     key, order = torch.sort(terms * max(n, 1) + row)
     weight = weight.float()
-    return NodeTerms(indptr, ids[terms] if terms.numel() else terms, weight, key, weight[order], len(vocab)), lexicon
+    table = NodeTerms(indptr, ids[terms] if terms.numel() else terms, weight, key, weight[order], order, len(vocab))
+    return table, lexicon
 
 
 def graph_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
@@ -311,15 +315,21 @@ def scope_lexical(scope) -> Lexical:
 def pair_features(lex: Lexical, query: Tensor, node: Tensor) -> Tensor:
     """``[C, F]`` features (module docstring) of the pairs (query row ``query[c]``, node row ``node[c]``):
     for each query token ``t`` of row ``query[c]``, the key ``r(t) N + node[c]`` is looked up in the sorted
-    :attr:`NodeTerms.key` (a hit: ``t ∈ T_v``, with ``w(t, v)`` beside it), and the hits' values summed."""
+    :attr:`NodeTerms.key` (a hit: ``t ∈ T_v``, with ``w(t, v)`` beside it). The hits' values are summed in
+    the order of the node's entries (:attr:`NodeTerms.key_entry`), the order a scan of the node's tokens
+    adds them in, so the sums are the same floats whichever way the pairs are found."""
     q, nodes = lex.queries, lex.nodes
-    row = q.row[query]  # [C, L]
-    key = row * nodes.num_nodes + node[:, None]
-    pos = torch.searchsorted(nodes.key, key).clamp_(max=max(int(nodes.key.numel()) - 1, 0))
-    hit = (nodes.key[pos] == key) & (row >= 0) if nodes.key.numel() else torch.zeros_like(row, dtype=torch.bool)
-    value = q.value[query] * hit[..., None].to(q.value.dtype)  # [C, L, F]
-    out = value.sum(1)
-    out[:, 0] = (value[..., 0] * nodes.key_weight[pos]).sum(1) if nodes.key.numel() else 0.0
+    out = torch.zeros(node.numel(), NUM_LEXICAL_FEATURES, dtype=q.value.dtype, device=node.device)
+    if nodes.key.numel():
+        row = q.row[query]  # [C, L]
+        key = row * nodes.num_nodes + node[:, None]
+        pos = torch.searchsorted(nodes.key, key).clamp_(max=int(nodes.key.numel()) - 1)
+        c, j = ((nodes.key[pos] == key) & (row >= 0)).nonzero(as_tuple=True)
+        p = pos[c, j]
+        contrib = q.value[query[c], j]  # [H, F]
+        contrib[:, 0] = contrib[:, 0] * nodes.key_weight[p]
+        order = torch.argsort(c * int(nodes.key.numel()) + nodes.key_entry[p])
+        out.index_add_(0, c[order], contrib[order])
     return out / q.norm[query]
 
 

@@ -72,6 +72,33 @@ def test_pair_and_dense_features_agree_over_a_graph_union():
     assert torch.equal(lexical_inputs([a], [[QUERY]]).queries.term[0], lex.queries.term[0])
 
 
+def scanned_features(lex, query, node):
+    """The features by a scan of each node's entries in CSR order, each hit added in that order."""
+    q, nodes = lex.queries, lex.nodes
+    out = torch.zeros(node.numel(), q.value.shape[-1], dtype=q.value.dtype)
+    for c, (i, v) in enumerate(zip(query.tolist(), node.tolist())):
+        for e in range(int(nodes.rowptr[v]), int(nodes.rowptr[v + 1])):
+            match = (q.term[i] == nodes.term[e]) & q.valid[i]
+            if bool(match.any()):
+                contrib = q.value[i, int(match.nonzero()[0])].clone()
+                contrib[0] = contrib[0] * nodes.weight[e]
+                out[c] += contrib
+    return out / q.norm[query]
+
+
+def test_pair_features_are_the_scan_of_each_nodes_entries_bit_for_bit():
+    """Found by binary search, the hits are still summed in the node's entry order: the same floats."""
+    gen = torch.Generator().manual_seed(3)
+    words = "paris may caroline cats 2023 3 melanie garden book run lake june oslo 7 april tea".split()
+    texts = [" ".join(words[i] for i in torch.randint(0, len(words), (9,), generator=gen).tolist()) for _ in range(30)]
+    a, b = text_graph(texts[:18], seed=1), text_graph(texts[18:], seed=2)
+    queries = [" ".join(words[i] for i in torch.randperm(len(words), generator=gen)[:7].tolist()) for _ in range(6)]
+    lex = lexical_inputs([a, b], [queries[:3], queries[3:]])
+    query = torch.cat([torch.arange(3).repeat_interleave(18), torch.arange(3, 6).repeat_interleave(12)])
+    node = torch.cat([torch.arange(18).repeat(3), torch.arange(18, 30).repeat(3)])  # each query's own graph
+    assert torch.equal(pair_features(lex, query, node), scanned_features(lex, query, node))
+
+
 def lexical_scorer(dim: int, seed: int) -> WalkScorer:
     scorer = WalkScorer(ScorerConfig(dim=dim, rank=4))
     gen = torch.Generator().manual_seed(seed)
