@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from graphmem import io
 from graphmem.eval.harness import EvalResult, sweep_curve
 from graphmem.eval.stats import PairedComparison, comparisons_markdown
 
@@ -126,11 +125,6 @@ def full_report(results: Sequence[EvalResult], paired: Sequence[PairedComparison
         parts.append(comparison_table(results, "adversarial"))
     parts += [markdown_table(r) for r in results]
     return "\n\n".join(parts) + "\n"
-
-
-def write_json(payload: Any, path: str | Path) -> Path:
-    """:func:`graphmem.io.write_json` with indent 2, payload first (``scripts/benchmarks/bench_lexical.py``)."""
-    return io.write_json(path, payload, indent=2)
 
 
 def results_payload(

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphmem.eval.report import write_json
+from graphmem.io import write_json
 from graphmem.lexical import BM25Index, tokenize
 
 K = 12
@@ -322,7 +322,7 @@ def main() -> None:
             print(name, cand, row[cand], flush=True)
         result["corpora"][name] = row
     out = Path(args.out) / "lexical_library_bench.json"
-    write_json(result, out)
+    write_json(out, result, indent=2)
     print(f"wrote {out}")
 
 
