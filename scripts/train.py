@@ -17,8 +17,11 @@ policy of ``stats.also``, over all folds' test questions),
 ``results.md``, ``questions_<policy>.jsonl`` (every fold's test rows, with their fold),
 ``learning_curves.png`` (return and validation recall per epoch, one line per fold and variant) and
 checkpoints in ``out_dir`` (in a multirun, in each job's sweep folder instead).
-``train_extra=true`` adds the training-only files of the dataset (``data.train_files``) to the
-training part of every fold.
+``train_extra=true`` adds the training-only files of the dataset (``data.train_files``), and
+``train_sets`` the training-only sets of any kind (``[{name: musique, file: ..., pooled: true}]``), to the
+training part of every fold; ``results.json`` records each (``train_sets``: file, SHA-256, counts).
+
+    python scripts/train.py +experiment=multihop out_dir=<dir>    # 2Wiki pools, HotpotQA and MuSiQue pools added
 
     python scripts/train.py -m hydra/launcher=joblib trainer.run.seed=0,1,2        # a local parallel sweep
 
@@ -46,7 +49,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.bounds import Bound
-from graphmem.builders import check_configs, open_train_graphset
+from graphmem.builders import check_configs
+from graphmem.builders.pipeline import open_train_graphset, train_sources
 from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import (
     METRICS,
@@ -106,13 +110,22 @@ FOLD_LIST = Bound(0, each=True, null=True)
 """``cv.folds``: fold numbers (compared with ``cv.k`` below) or null, checked before they are compared."""
 
 
-def load_train_graphset(cfg: DictConfig) -> GraphSet | None:
-    """The dataset's training-only graphs and questions (``data.train_files``), built with the same graph config."""
+def train_set_items(cfg: DictConfig) -> list:
+    """``train_sets``: the training-only sets of any kind, each a mapping of data keys; empty when absent."""
+    return OmegaConf.to_container(cfg.train_sets, resolve=True) if cfg.get("train_sets") else []
+
+
+def load_train_graphset(cfg: DictConfig, main: GraphSet) -> GraphSet | None:
+    """The training-only graphs and questions (``data.train_files`` with ``train_extra``, and ``train_sets``),
+    built with the run's graph config, apart from ``main``; ``None`` when the run has none."""
     return open_train_graphset(
         OmegaConf.to_container(cfg.data, resolve=True),
         OmegaConf.to_container(cfg.graph, resolve=True),
         hydra.utils.to_absolute_path(cfg.graphset_dir),
         progress=cfg.progress,
+        train_sets=train_set_items(cfg),
+        train_files=bool(cfg.get("train_extra")),
+        main=main,
     )
 
 
@@ -198,7 +211,9 @@ def check(cfg: DictConfig):
             f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}"
         )
     check_fraction("cv.val_fraction", cfg.cv.val_fraction)
-    check_configs(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True))
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    check_configs(data, OmegaConf.to_container(cfg.graph, resolve=True))
+    train_sources(data, train_set_items(cfg), bool(cfg.get("train_extra")))
     return out, budget, base, variants, baselines
 
 
@@ -217,7 +232,8 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
 
 @dataclasses.dataclass
 class TrainData:
-    """The graph set, its training-only graphs (``train_extra``; None without) and the graphs every fold trains on."""
+    """The graph set, its training-only graphs (``train_extra``, ``train_sets``; None without) and the graphs every
+    fold trains on."""
 
     gs: GraphSet
     extra: GraphSet | None
@@ -309,17 +325,18 @@ def load_data(cfg: DictConfig, world, folder) -> TrainData:
     if not world.is_main:
         world.barrier()
     gs = load_graphset(cfg)
-    extra = load_train_graphset(cfg) if cfg.get("train_extra") else None
+    extra = load_train_graphset(cfg, gs)
     if world.is_main:
         world.barrier()
         log.info("%s", "\n".join(gs.report.lines()))
         folder.check_graphset(gs.config_hash)
-        if extra is not None:
+        for rec in extra.provenance["train_sets"] if extra is not None else []:
             log.info(
-                "training-only: %d graphs, %d questions (%s)",
-                len(extra.graphs),
-                len(extra.questions),
-                cfg.data.train_files,
+                "training-only %s: %d graphs, %d questions (%s)",
+                rec["key"],
+                rec["graphs"],
+                rec["questions"],
+                rec["file"],
             )
     train_graphs = gs.graphs if extra is None else union(gs, extra).graphs  # refuses shared graph names
     return TrainData(gs, extra, train_graphs)
@@ -387,7 +404,8 @@ def train_variant(ctx: RunContext, fold: Fold, name: str, overrides, collected: 
     logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar) if ctx.world.is_main else None
     t0 = time.perf_counter()
     selector = cfg.policy.get("entry_selector", "embedding")
-    inputs = checkpoint_inputs(ctx.data.gs, fold.split.train, fold.split.val)
+    extra = list(ctx.data.extra.graphs) if ctx.data.extra is not None else []
+    inputs = checkpoint_inputs(ctx.data.gs, [*fold.split.train, *extra], fold.split.val)
     parts = (fold.train_q, fold.train_e, fold.val_q, fold.val_e)
     trainer = WalkTrainer(tc, ctx.data.train_graphs, *parts, ctx.budget, logger, selector, inputs)
     try:
@@ -465,6 +483,7 @@ def assemble(ctx: RunContext, collected: Collected, splits, folds: list[int], va
         "reference": reference,
         "paired": [c.to_json() for c in paired],
         "train_extra": None if extra is None else {"graphs": len(extra.graphs), "questions": len(extra.questions)},
+        "train_sets": [] if extra is None else extra.provenance["train_sets"],  # each set: file, sha256, counts
         "records": collected.records,
         "splits": [dataclasses.asdict(splits[k]) for k in folds],
         "node_sweep": None,

@@ -2,13 +2,15 @@
 
     python scripts/train_gnn.py data=locomo graphset=outputs/graphs/locomo checkpoint=runs/gnn/locomo.pt
     python scripts/train_gnn.py data=hotpotqa graphset=outputs/graphs/hotpotqa checkpoint=runs/gnn/hotpotqa.pt
+    python scripts/train_gnn.py --config-name gnn_multihop checkpoint=<dir>/gnn.pt   # the multihop walk's data
 
 Splits the graph set by graph with fold ``split.fold`` of :func:`rl.common.splits.conversation_folds`
 (the router's split for the same settings), trains with ``rl.gnn.train.train_reader`` (best epoch
 on validation), writes the checkpoint, ``<checkpoint>.split.json`` (the graph names of each part,
 which ``scripts/evaluate.py graphs=<file>`` reads to evaluate on the test graphs only) and
 ``results.json`` (train/val/test recall of the reader and of the cosine-ranked walk under the same
-budget, per-epoch history). Tracked as one ``train`` run (:mod:`graphmem.tracking`): the graph set as
+budget, per-epoch history, the training-only sets ``train_sets`` whose graphs joined the training split:
+file, SHA-256, counts). Tracked as one ``train`` run (:mod:`graphmem.tracking`): the graph set as
 its input, the loss and validation-recall curve per epoch, the recalls in the run summary, the
 checkpoint as model artifact ``gnn-<dataset>-fold<k>`` and ``results.json`` as a result artifact.
 """
@@ -26,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import check_configs
+from graphmem.builders.pipeline import open_train_graphset, train_sources
 from graphmem.checkpoint import checkpoint_inputs
 from graphmem.cli import load_graphset, run_or_exit, set_threads
 from graphmem.io import write_json
@@ -60,7 +63,9 @@ def run(cfg: DictConfig) -> dict:
     train_cfg = GNNTrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     check_fraction("split.val_fraction", cfg.split.val_fraction)
-    check_configs(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True))
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    check_configs(data, OmegaConf.to_container(cfg.graph, resolve=True))
+    train_sources(data, train_set_items(cfg), train_files=False)
     checkpoint = Path(hydra.utils.to_absolute_path(cfg.checkpoint))
     with open_run_folder(out_dir, OmegaConf.to_container(cfg, resolve=True), resume=False, kind="train_gnn") as folder:
         try:  # the checkpoint path is shared by default (runs/gnn/reader.pt): one writer at a time
@@ -73,11 +78,25 @@ def run(cfg: DictConfig) -> dict:
             ckpt_lock.release()
 
 
+def train_set_items(cfg: DictConfig) -> list:
+    """``train_sets``: the training-only sets of any kind, each a mapping of data keys; empty when absent."""
+    return OmegaConf.to_container(cfg.train_sets, resolve=True) if cfg.get("train_sets") else []
+
+
 def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTrainConfig, budget: Budget) -> dict:
     """Train on the split's training graphs, select on validation; write checkpoint, split and results."""
     threads = set_threads(cfg)
     gs = load_graphset(cfg)
-    parts, ex = split_examples(gs, cfg.split, budget)
+    extra = open_train_graphset(
+        OmegaConf.to_container(cfg.data, resolve=True),
+        OmegaConf.to_container(cfg.graph, resolve=True),
+        hydra.utils.to_absolute_path(cfg.graphset_dir),
+        progress=cfg.progress,
+        train_sets=train_set_items(cfg),
+        train_files=False,
+        main=gs,
+    )
+    parts, ex = split_examples(gs, cfg.split, budget, extra)
     log.info(
         "%s graphs; %s questions; %d threads",
         {k: len(v) for k, v in parts.items()},
@@ -102,7 +121,7 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
             if examples:
                 metrics[f"{part}_recall_gnn"] = evidence_recall(reader, examples, budget, chunk=train_cfg.eval_chunk)
                 metrics[f"{part}_recall_cosine_walk"] = cosine_walk_recall(examples, budget)
-        inputs = checkpoint_inputs(gs, parts["train"], parts["val"])
+        inputs = checkpoint_inputs(gs, parts["train"] + parts.get("train_only", []), parts["val"])
         save_checkpoint(reader, cfg.checkpoint, train_cfg, metrics, run_id=run_id, inputs=inputs)
         split_file = write_split(parts, cfg.checkpoint, run_id)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -113,6 +132,7 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
             "budget": asdict(budget),
             "split": parts,
             "split_file": str(split_file),
+            "train_sets": [] if extra is None else extra.provenance["train_sets"],  # each set: file, sha256, counts
             "train": asdict(train_cfg),
             "metrics": metrics,
             "history": history,

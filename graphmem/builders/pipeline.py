@@ -4,7 +4,8 @@
 embeds every node and question in one cached pass and builds one graph per unit; :func:`reuse_or_build`
 keeps a saved set whose config hash matches and which verifies, else builds and commits a new one
 (:mod:`graphmem.setstore`); :func:`graphset_dir` names a source's folder; :func:`open_graphset` is
-the set a script runs on.
+the set a script runs on, :func:`open_train_graphset` the training-only sets beside it
+(``data.train_files`` and ``train_sets``, :func:`train_sources`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import logging
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -321,25 +322,152 @@ def open_graphset(
     return load_or_build(data_cfg, graph_cfg, graphset_dir(root, data_cfg, graph_cfg), progress=progress)
 
 
-def open_train_graphset(
-    data: Mapping[str, Any], graph: Mapping[str, Any], root: str | Path = "outputs/graphs", progress: bool = True
-) -> GraphSet | None:
-    """The training-only graphs and questions of ``data.train_files`` (``None`` when it lists none).
+@dataclasses.dataclass(frozen=True)
+class TrainSource:
+    """One training-only set of a run: the config key it comes from (``data.train_files[0]``, ``train_sets[1]``)
+    and its data settings."""
 
-    Each file is built like the main one (same kind, ``pooled`` and graph settings, no ``limit``)
-    and saved beside it in ``<main set dir>-train-<file stem>``. Every graph is marked
-    ``info["train_only"] = True``. Trainers add these to the training part of every fold; nothing
-    evaluates on them.
+    key: str
+    data: DataConfig
+
+    def folder(self, root: str | Path, graph_cfg: GraphConfig) -> Path:
+        """Its set folder: a ``train_sets`` item's own :func:`graphset_dir` (one folder per source, as every set);
+        a ``data.train_files`` file's ``<its graphset_dir>-train-<file stem>``, where such sets have always lived."""
+        own = graphset_dir(root, self.data, graph_cfg)
+        if self.key.startswith("train_sets["):
+            return own
+        return own.with_name(f"{own.name}-train-{safe_name(Path(self.data.file).stem)}")
+
+    def label(self) -> str:
+        """``<key> (<kind>[ pooled] <file>)``, how errors and logs name it."""
+        return f"{self.key} ({self.data.name}{' pooled' if self.data.pooled else ''} {self.data.file})"
+
+
+def train_sources(
+    data: Mapping[str, Any], train_sets: Sequence[Any] = (), train_files: bool = True
+) -> list[TrainSource]:
+    """The training-only sets of a run, checked before any work: each file of ``data.train_files`` (with
+    ``train_files``; built like the main file: same kind and ``pooled``, no ``limit``), then each item of
+    ``train_sets``, a mapping of :class:`DataConfig` keys (``name`` required) over its defaults, so a set may be
+    of another kind than the main one.
+
+    A bad item raises ``ValueError`` in one line naming ``train_sets[i].<key>``. Two sets reading the same data
+    file (the main one included) are refused, naming both: their graphs and questions would share names.
     """
-    data_cfg, graph_cfg = DataConfig.from_mapping(data), GraphConfig.from_mapping(graph)
-    out: GraphSet | None = None
-    for file in data_cfg.train_files:
-        cfg = dataclasses.replace(data_cfg, file=file, limit=None, train_files=())
-        main = graphset_dir(root, cfg, graph_cfg)
-        part = load_or_build(
-            cfg, graph_cfg, main.with_name(f"{main.name}-train-{safe_name(Path(file).stem)}"), progress=progress
-        )
+    main = DataConfig.from_mapping(data)
+    sources = []
+    if train_files:
+        sources += [
+            TrainSource(f"data.train_files[{i}]", dataclasses.replace(main, file=f, limit=None, train_files=()))
+            for i, f in enumerate(main.train_files)
+        ]
+    if isinstance(train_sets, (str, Mapping)) or not isinstance(train_sets, Sequence):
+        raise ValueError(f"train_sets must be a list of data mappings ([{{name: ..., file: ...}}]), got {train_sets!r}")
+    sources += [TrainSource(f"train_sets[{i}]", _train_set_config(i, item)) for i, item in enumerate(train_sets)]
+    seen = {_resolved(main): "the main set (data)"}
+    for src in sources:
+        path = _resolved(src.data, src.key)
+        if path in seen:
+            raise ValueError(
+                f"{src.label()} and {seen[path]} both read {path}: their graphs and questions would share names "
+                "(a training-only graph is never validated or tested); drop one of them"
+            )
+        seen[path] = src.label()
+    return sources
+
+
+def _train_set_config(i: int, item: Any) -> DataConfig:
+    """``train_sets[i]`` as a :class:`DataConfig`, any error one line naming ``train_sets[i].<key>``."""
+    key = f"train_sets[{i}]"
+    if not isinstance(item, Mapping):
+        raise ValueError(f"{key} must be a mapping of data keys ({{name: hotpotqa, file: ...}}), got {item!r}")
+    fields = [f.name for f in dataclasses.fields(DataConfig)]
+    for k in item:
+        if k not in fields:
+            raise ValueError(f"{key}.{k}: unknown key; a training set takes the data keys {fields}")
+    if "name" not in item:
+        raise ValueError(f"{key}.name: missing; every training set names its dataset kind")
+    if item.get("train_files"):
+        raise ValueError(f"{key}.train_files: a training set is one file; list each file as an item of its own")
+    try:
+        return DataConfig.from_mapping(dict(item))
+    except (TypeError, ValueError) as err:
+        text = str(err)
+        raise ValueError(
+            text.replace("DataConfig.", f"{key}.", 1) if text.startswith("DataConfig.") else f"{key}: {text}"
+        ) from None
+
+
+def _resolved(cfg: DataConfig, key: str | None = None) -> Path:
+    """The data file of ``cfg`` (resolved against its root); missing, refused naming ``<key>.file`` when given."""
+    from graphmem.datasets.paths import DataNotFoundError, data_file, data_root
+
+    try:
+        return data_file(cfg.file, cfg.root).resolve()
+    except DataNotFoundError as err:
+        if key is not None:
+            raise ValueError(f"{key}.file: {err}") from None
+        rel = Path(cfg.file).expanduser()
+        return (rel if rel.is_absolute() else data_root(cfg.root) / rel).resolve()
+
+
+def open_train_graphset(
+    data: Mapping[str, Any],
+    graph: Mapping[str, Any],
+    root: str | Path = "outputs/graphs",
+    progress: bool = True,
+    train_sets: Sequence[Any] = (),
+    train_files: bool = True,
+    main: GraphSet | None = None,
+) -> GraphSet | None:
+    """The training-only graphs and questions of a run's :func:`train_sources` (``None`` when it has none).
+
+    Each set is built (or reused) with the run's graph settings in its own folder under ``root``
+    (:meth:`TrainSource.folder`) and every graph marked ``info["train_only"] = True``; trainers add
+    them to the training part of every fold and nothing evaluates on them. Graph names and question
+    ids must differ between the sets and from those of ``main`` (refused naming both, before the
+    next set is built), and every set's embeddings have ``main``'s size. ``provenance["train_sets"]``
+    lists each set's :func:`train_record`.
+    """
+    graph_cfg = check_configs(data, graph)[1]
+    out, records, loaded = None, [], [("the main set", main)] if main is not None else []
+    for src in train_sources(data, train_sets, train_files):
+        part = load_or_build(src.data, graph_cfg, src.folder(root, graph_cfg), progress=progress)
+        for label, other in loaded:
+            _check_apart(src.label(), part, label, other)
         for g in part.graphs.values():
             g.info["train_only"] = True
+        loaded.append((src.label(), part))
+        records.append(train_record(src, part, src.folder(root, graph_cfg)))
         out = part if out is None else union(out, part)
-    return out
+    return None if out is None else dataclasses.replace(out, provenance={"train_sets": records})
+
+
+def _check_apart(label: str, part: GraphSet, other_label: str, other: GraphSet) -> None:
+    """Refuse ``part`` beside ``other`` (naming both) when they share graph names or question ids, or when their
+    embeddings differ in size."""
+    shared = sorted(set(part.graphs) & set(other.graphs))
+    repeated = sorted({q.qid for q in part.questions} & {q.qid for q in other.questions})
+    if shared or repeated:
+        what = f"graphs {shared[:3]}" if shared else f"questions {repeated[:3]}"
+        raise ValueError(f"{label} and {other_label} share {what}: a training-only set must be apart from the others")
+    dims = int(part.query_embeddings.shape[1]), int(other.query_embeddings.shape[1])
+    if dims[0] != dims[1]:
+        raise ValueError(f"{label} has {dims[0]}-d embeddings, {other_label} {dims[1]}-d: build both with one encoder")
+
+
+def train_record(src: TrainSource, part: GraphSet, folder: Path) -> dict[str, Any]:
+    """What results record of one training-only set: its key, data settings, resolved file and SHA-256, set folder,
+    config hash and counts of graphs and questions."""
+    data = (part.provenance or {}).get("data") or {}
+    settings = {k: v for k, v in asdict(src.data).items() if k not in ("root", "train_files")}
+    return {
+        "key": src.key,
+        **settings,
+        "resolved": data.get("resolved"),
+        "sha256": data.get("sha256"),
+        "folder": str(folder),
+        "config_hash": part.config_hash,
+        "graphs": len(part.graphs),
+        "questions": len(part.questions),
+    }

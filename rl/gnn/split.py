@@ -20,13 +20,18 @@ def split_parts(gs: GraphSet, split_cfg) -> dict[str, list[str]]:
     )
 
 
-def split_examples(gs: GraphSet, split_cfg, budget: Budget) -> tuple[dict, dict]:
-    """The split's parts and each part's training examples (:func:`examples_from_graphset`)."""
+def split_examples(gs: GraphSet, split_cfg, budget: Budget, extra: GraphSet | None = None) -> tuple[dict, dict]:
+    """The split's parts and each part's training examples (:func:`examples_from_graphset`); the training-only
+    set ``extra`` (``train_sets``), when given, adds its examples to ``train`` and its graph names as part
+    ``train_only`` (never validated or tested on)."""
     parts = split_parts(gs, split_cfg)
     examples = {}
     for name, graphs in parts.items():
         keep = set(graphs)
         examples[name] = examples_from_graphset(gs, [i for i, q in enumerate(gs.questions) if q.graph in keep], budget)
+    if extra is not None:
+        parts["train_only"] = sorted(extra.graphs)
+        examples["train"] += examples_from_graphset(extra, range(len(extra.questions)), budget)
     return parts, examples
 
 

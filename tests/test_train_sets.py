@@ -1,0 +1,186 @@
+"""Training-only sets of any kind (``train_sets``): built with the run's graph config, added to every fold's
+training part and to the GNN reader's training split, never validated or tested, recorded in results.json and in
+the checkpoint's inputs; a bad item, or one reading the main set's file or sharing its graph names, is refused."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from one_line_errors import error_line, run_script
+from script_loader import load_script
+
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
+from graphmem.builders.pipeline import open_train_graphset, train_sources
+from graphmem.datasets import data_file
+from graphmem.embed import HashingEncoder
+from graphmem.setstore import file_sha256
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+HASHING = ["graph.encoder=hashing", "logger=none", "progress=false"]
+MUSIQUE_POOL = "[{name: musique, pooled: true, limit: 3}]"  # one pooled graph over 3 records: another kind
+POOL_NAME = "pooled:musique_ans_50"
+
+
+def compose_cfg(name, overrides):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose(config_name=name, overrides=overrides)
+
+
+def musique_qids(limit=3):
+    records = json.loads(data_file("musique/musique_ans_50.json").read_text())[:limit]
+    return {str(r["id"]) for r in records}
+
+
+@pytest.fixture(scope="module")
+def main_set(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("train_sets")
+    gs = build_graphset(
+        DataConfig(name="hotpotqa", limit=6), GraphConfig(encoder="hashing"), encoder=HashingEncoder(), progress=False
+    )
+    gs.save(tmp / "hotpot")
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def trained(main_set):
+    """One fold of train.py with the MuSiQue pool as a training set; the trainer's questions captured."""
+    module = load_script("train")
+    seen = {}
+
+    class Recording(module.WalkTrainer):
+        def __init__(self, cfg, graphs, questions, embeddings, val_questions, *rest, **kw):
+            seen["train"], seen["val"] = [q.qid for q in questions], [q.qid for q in val_questions]
+            seen["graphs"] = set(graphs)
+            super().__init__(cfg, graphs, questions, embeddings, val_questions, *rest, **kw)
+
+    cfg = compose_cfg(
+        "train",
+        [
+            f"graphset={main_set / 'hotpot'}",
+            "data=hotpotqa",
+            f"train_sets={MUSIQUE_POOL}",
+            f"graphset_dir={main_set / 'sets'}",
+            "cv.k=3",
+            "trainer.objective.imitation_epochs=1",
+            "trainer.objective.rl_epochs=0",
+            "trainer.run.device=cpu",
+            "baselines=[dense_topk]",
+            "stats.reference=dense_topk",
+            "stats.n_boot=200",
+            f"out_dir={main_set / 'out'}",
+            *HASHING,
+        ],
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "WalkTrainer", Recording)
+        payload = module.run(cfg)
+    return main_set / "out", payload, seen
+
+
+def test_a_training_set_of_another_kind_is_trained_on_and_recorded(trained):
+    out, payload, seen = trained
+    extra = musique_qids()
+    assert extra <= set(seen["train"]) and not extra & set(seen["val"]) and POOL_NAME in seen["graphs"]
+    (record,) = payload["train_sets"]
+    assert record["key"] == "train_sets[0]" and record["name"] == "musique" and record["pooled"] is True
+    assert record["sha256"] == file_sha256(data_file("musique/musique_ans_50.json"))
+    assert record["graphs"] == 1 and record["questions"] == 3 and Path(record["folder"]).is_dir()
+    assert payload["train_extra"] == {"graphs": 1, "questions": 3}
+    assert json.loads((out / "results.json").read_text())["train_sets"] == payload["train_sets"]
+
+
+def test_a_training_set_is_never_validated_or_tested(trained):
+    out, payload, _ = trained
+    (split,) = payload["splits"]
+    assert POOL_NAME not in {*split["train"], *split["val"], *split["test"]}
+    rows = [json.loads(x) for x in (out / "questions_router.jsonl").read_text().splitlines()]
+    assert rows and not musique_qids() & {r["qid"] for r in rows}
+    inputs = torch.load(out / "fold0" / "router" / "best.pt", weights_only=True)["inputs"]
+    assert POOL_NAME in inputs["train_graphs"] and POOL_NAME not in inputs["val_graphs"]
+    assert set(split["train"]) <= set(inputs["train_graphs"])
+
+
+@pytest.mark.parametrize(
+    ("item", "key"),
+    [
+        ("{name: musique, colour: 1}", "train_sets[0].colour: unknown key"),
+        ("{file: musique/musique_ans_50.json}", "train_sets[0].name: missing"),
+        ("{name: wikipedia}", "train_sets[0].name 'wikipedia' is not one of"),
+        ("{name: musique, limit: 0}", "train_sets[0].limit must be a positive integer"),
+        ("{name: locomo, pooled: true}", "train_sets[0].pooled is for"),
+        ("{name: musique, file: musique/none.json}", "train_sets[0].file: expected the data file"),
+        ("{name: musique, train_files: [a.json]}", "train_sets[0].train_files: a training set is one file"),
+        ("musique", "train_sets[0] must be a mapping"),
+    ],
+)
+def test_a_bad_item_is_refused_naming_its_key(item, key, tmp_path):
+    module = load_script("train")
+    cfg = compose_cfg("train", ["data=hotpotqa", f"train_sets=[{item}]", f"out_dir={tmp_path}", *HASHING])
+    with pytest.raises(ValueError) as err:
+        module.check(cfg)
+    assert str(err.value).startswith(key) and "\n" not in str(err.value)
+
+
+def test_a_bad_item_stops_the_command_line_in_one_line(tmp_path):
+    proc = run_script(
+        "train.py", "data=hotpotqa", "train_sets=[{name: musique, limit: -1}]", f"out_dir={tmp_path}", tmp_path=tmp_path
+    )
+    assert error_line(proc).startswith("error: train_sets[0].limit must be a positive integer")
+
+
+def test_the_main_file_as_a_training_set_is_refused_naming_both():
+    data = {"name": "hotpotqa", "train_files": ["hotpotqa/hotpot_train_100.jsonl"]}
+    with pytest.raises(ValueError, match=r"train_sets\[0\] \(hotpotqa pooled .*\) and the main set \(data\) both read"):
+        train_sources(data, [{"name": "hotpotqa", "file": "hotpotqa/hotpot_dev_distractor_200.jsonl", "pooled": True}])
+    item = {"name": "hotpotqa", "file": "hotpotqa/hotpot_train_100.jsonl"}
+    with pytest.raises(ValueError, match=r"train_sets\[0\] .* and data.train_files\[0\] .* both read"):
+        train_sources(data, [item], train_files=True)
+    assert [s.key for s in train_sources(data, [item], train_files=False)] == ["train_sets[0]"]
+
+
+def test_shared_graph_names_are_refused_naming_both(tmp_path):
+    copy = tmp_path / "elsewhere" / "musique_ans_50.json"  # another file, the same pooled graph name
+    copy.parent.mkdir()
+    shutil.copy(data_file("musique/musique_ans_50.json"), copy)
+    graph = {"encoder": "hashing", "cache_dir": str(tmp_path / "cache")}
+    main = build_graphset(DataConfig(name="musique", pooled=True, limit=2), GraphConfig(**graph), progress=False)
+    item = {"name": "musique", "file": str(copy), "pooled": True, "limit": 2}
+    with pytest.raises(ValueError, match=rf"train_sets\[0\] \(musique pooled .*\) and the main set share graphs \['{POOL_NAME}'\]"):
+        open_train_graphset({"name": "hotpotqa"}, graph, tmp_path / "sets", False, [item], main=main)
+
+
+def test_train_gnn_trains_on_the_training_sets(main_set):
+    module = load_script("train_gnn")
+    seen = {}
+    real = module.train_reader
+
+    def recording(train, cfg, budget, val=None, **kw):
+        seen["train"], seen["val"] = {q for e in train for q in e.qids}, {q for e in val or [] for q in e.qids}
+        return real(train, cfg, budget, val=val, **kw)
+
+    checkpoint = main_set / "gnn" / "reader.pt"
+    cfg = compose_cfg(
+        "gnn",
+        [
+            f"graphset={main_set / 'hotpot'}",
+            "data=hotpotqa",
+            f"train_sets={MUSIQUE_POOL}",
+            f"graphset_dir={main_set / 'sets'}",
+            "split.k=3",
+            "train.epochs=1",
+            f"checkpoint={checkpoint}",
+            f"out_dir={main_set / 'gnn'}",
+            *HASHING,
+        ],
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "train_reader", recording)
+        payload = module.run(cfg)
+    assert musique_qids() <= seen["train"] and not musique_qids() & seen["val"]
+    assert payload["split"]["train_only"] == [POOL_NAME] and POOL_NAME not in payload["split"]["test"]
+    (record,) = payload["train_sets"]
+    assert record["questions"] == 3 and record["sha256"] == file_sha256(data_file("musique/musique_ans_50.json"))
+    assert POOL_NAME in torch.load(checkpoint, weights_only=True)["inputs"]["train_graphs"]
