@@ -49,7 +49,8 @@ class EvalResult:
         policy: policy name.
         dataset: dataset name of the graph set.
         budget: the budget every retrieval ran under.
-        rows: one dict per question (qid, graph, category, loaded ids, trace, gold, metrics).
+        rows: one dict per question (qid, graph, category, ranked ids, loaded ids in load order,
+            trace, gold, metrics).
         summary: group name -> aggregate (see :func:`graphmem.eval.metrics.summarize`).
         wall_time_s: wall time of all ``retrieve_graphs`` calls together.
     """
@@ -161,7 +162,9 @@ def evaluate_policy(
     """Evaluate ``policy`` on ``questions`` (default: every question of ``graphset``).
 
     Each question is matched to its query by ``qid``; the policy sees only the queries. Rows keep
-    the order of ``questions``. Retrieval runs batched (``info["batched_questions_per_s"]`` is its
+    the order of ``questions``; each row holds the policy's ranked list (``ranked``, which
+    :func:`~graphmem.eval.metrics.question_metrics` scores) and the same nodes in load order
+    (``loaded``). Retrieval runs batched (``info["batched_questions_per_s"]`` is its
     throughput). Each question's latency is, with ``serve_latency``, the wall time of serving it
     alone (:func:`graphmem.eval.latency.serving_latency`: one ``retrieve_batch(graph, [q])`` call,
     after the batched pass), so the summary's percentiles are real latencies; without it, its share
@@ -196,8 +199,8 @@ def evaluate_policy(
     metrics: list[QuestionMetrics] = []
     for q, r, lat in zip(questions, retrievals, latency):
         graph = graphset.graphs[q.graph]
-        loaded = r.loaded_ids(graph)
-        m = question_metrics(q, graph, loaded, r.loaded_tokens, r.max_depth, lat)
+        ranked = r.ranked_ids(graph)
+        m = question_metrics(q, graph, ranked, r.loaded_tokens, r.max_depth, lat)
         metrics.append(m)
         rows.append(
             {
@@ -206,7 +209,8 @@ def evaluate_policy(
                 "category": q.category,
                 "category_name": category_name(q.category),
                 "question": q.text,
-                "loaded": loaded,
+                "ranked": ranked,
+                "loaded": r.loaded_ids(graph),
                 "gold_evidence": list(q.evidence),
                 "dangling_evidence": list(q.dangling_evidence),
                 "trace": r.to_json(graph),
@@ -248,7 +252,8 @@ def budget_sweep(
     questions: Sequence[Question] | None = None,
     progress: bool = True,
 ) -> list[EvalResult]:
-    """One :func:`evaluate_policy` per budget (the recall-vs-token-budget curve), in budget order."""
+    """The budget sweep: one :func:`evaluate_policy` per budget (recall at each budget, the policy
+    rerun under it), in budget order; not R@k, which cuts one run's ranked list."""
     return [evaluate_policy(policy, graphset, b, questions, progress=progress) for b in budgets]
 
 

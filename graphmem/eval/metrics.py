@@ -1,16 +1,20 @@
 """Retrieval metrics: per question, then aggregated overall and per category.
 
 This is the only module where a policy's output meets the gold fields of a :class:`Question`.
-Per question, with ``L`` the loaded node ids in load order and ``G`` the *resolvable* gold
-evidence (gold ids that name a node of the graph; dangling ids are reported by the loader and
-never count):
+Per question, with ``L`` the policy's returned ranked list (``Retrieval.ranked``: the loaded nodes,
+most relevant first; a policy that reports no ranking returns them in load order) and ``G`` the
+*resolvable* gold evidence (gold ids that name a node of the graph; dangling ids are reported by
+the loader and never count):
 
 * evidence recall        ``|L ∩ G| / |G|``            (undefined, and excluded, when ``G`` is empty)
 * all-evidence hit       ``1[G ⊆ L]``                  (undefined when ``G`` is empty)
 * precision              ``|L ∩ G| / |L|``  (0 when nothing is loaded; undefined when ``G`` is empty)
-* first-gold rank        ``min{r : L_r ∈ G}``, 1-based position in load order, ``None`` if no gold loaded
+* first-gold rank        ``min{r : L_r ∈ G}``, 1-based position in the ranked list, ``None`` if no gold loaded
 * reciprocal rank        ``1 / first-gold rank`` (0 when no gold is loaded)
 * loaded tokens, hop depth, latency — copied from the retrieval trace.
+
+Recall, all-evidence hit and precision read ``L`` as a set: the same for any order of the loaded
+nodes. The ranks, the passage ranking and what is built on it read its order.
 
 HotpotQA adds, with ``T`` the gold supporting-paragraph titles present in the graph:
 
@@ -19,14 +23,20 @@ HotpotQA adds, with ``T`` the gold supporting-paragraph titles present in the gr
   counts when any of its nodes (passage, title or sentence) is loaded;
 * all-supporting hit           ``1[every t ∈ T has a loaded node]``.
 
-HotpotQA and MuSiQue add the passage ranking ``P``: the distinct titles of the loaded nodes in
-order of their first loaded node (a policy that loads sentences ranks a passage by its first
-loaded sentence), and
+HotpotQA and MuSiQue add the passage ranking ``P``: the distinct titles of the nodes of ``L`` in
+list order (a policy that returns sentences ranks a passage by its best-ranked sentence), and
 
 * passage recall@k (HippoRAG 2, GFM-RAG)  ``|P[:k] ∩ T| / |T|``, for k = 2 and 5;
 * chain following (MuSiQue)  ``max{j : c_1..c_j ∈ P, pos(c_1) <= ... <= pos(c_j)} / m`` over the
   gold chain ``c_1..c_m`` (the supporting passage of each decomposition step, in step order;
   ``pos`` is the position in ``P``): the share of the chain's steps reached in chain order.
+
+One definition, R@k: R@k (passage recall at k) is computed on the policy's returned ranked list:
+the distinct passages of its nodes in list order, cut at k; the budget still decides what is
+loaded. A second protocol is named apart, the *budget sweep*: recall with the budget set to ``n``
+nodes (or tokens), the policy rerun at each budget (LoCoMo's 5 / 10 / 25 / 50 turns,
+``node_sweep`` of ``scripts/train.py``, ``sweep_tokens`` of ``scripts/evaluate.py``); it reports
+"recall at n nodes" and is never called R@k.
 
 Aggregates (:func:`aggregate`) are arithmetic means over the questions where a metric is defined,
 the mean first-gold rank over questions with a gold hit, and latency percentiles
@@ -88,22 +98,23 @@ def resolvable_evidence(question: Question, graph: MemoryGraph) -> list[str]:
 def question_metrics(
     question: Question,
     graph: MemoryGraph,
-    loaded_ids: Sequence[str],
+    ranked_ids: Sequence[str],
     loaded_tokens: int,
     hops: int,
     latency_s: float,
 ) -> QuestionMetrics:
-    """Score one retrieval (``loaded_ids`` in load order) against ``question``'s gold fields."""
-    loaded = list(dict.fromkeys(loaded_ids))
-    loaded_set = set(loaded)
+    """Score one retrieval against ``question``'s gold fields: ``ranked_ids`` is the policy's
+    returned ranked list (``Retrieval.ranked_ids``), read in list order by every rank metric."""
+    ranked = list(dict.fromkeys(ranked_ids))
+    loaded_set = set(ranked)
     gold = resolvable_evidence(question, graph)
     gold_set = set(gold)
-    hits = [i for i, node in enumerate(loaded) if node in gold_set]
+    hits = [i for i, node in enumerate(ranked) if node in gold_set]
     n_hit = len(hits)
     if gold:
         recall: float | None = n_hit / len(gold)
         all_hit: float | None = float(n_hit == len(gold))
-        precision: float | None = n_hit / len(loaded) if loaded else 0.0
+        precision: float | None = n_hit / len(ranked) if ranked else 0.0
         reciprocal: float | None = 1.0 / (hits[0] + 1) if hits else 0.0
     else:
         recall = all_hit = precision = reciprocal = None
@@ -114,7 +125,7 @@ def question_metrics(
             sentence_recall = sum(s in loaded_set for s in sentences) / len(sentences)
         titles_in_graph = graph_titles(graph)
         support = [t for t in dict.fromkeys(question.support_titles) if t in titles_in_graph]
-        ranking = passage_ranking(graph, loaded)
+        ranking = passage_ranking(graph, ranked)
         if support:
             paragraph_recall = recall_at(ranking, support, len(ranking))
             paragraph_hit = float(paragraph_recall == 1.0)
@@ -123,7 +134,7 @@ def question_metrics(
         if steps:
             chain = chain_following(ranking, steps)
     return QuestionMetrics(
-        n_loaded=len(loaded),
+        n_loaded=len(ranked),
         n_gold=len(gold),
         n_gold_loaded=n_hit,
         evidence_recall=recall,
@@ -148,9 +159,9 @@ def graph_titles(graph: MemoryGraph) -> set[str]:
     return graph.cached("eval.titles", lambda: {node_title(graph, n) for n in graph.node_ids}, ())
 
 
-def passage_ranking(graph: MemoryGraph, loaded: Sequence[str]) -> list[str]:
-    """Distinct passage titles of ``loaded`` in order of their first loaded node."""
-    return list(dict.fromkeys(node_title(graph, n) for n in loaded))
+def passage_ranking(graph: MemoryGraph, ranked: Sequence[str]) -> list[str]:
+    """Distinct passage titles of the nodes of ``ranked``, in list order (each at its first node)."""
+    return list(dict.fromkeys(node_title(graph, n) for n in ranked))
 
 
 def recall_at(ranking: Sequence[str], gold: Sequence[str], k: int) -> float:

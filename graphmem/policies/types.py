@@ -28,7 +28,14 @@ class Query:
 
 @dataclass
 class Retrieval:
-    """Loaded nodes in load order plus the trace GraphMemory Appendix B.2 records."""
+    """Loaded nodes in load order, the policy's ranked list of them, and the trace GraphMemory
+    Appendix B.2 records.
+
+    ``loaded`` is the load order (the trace: what the budget admitted, in the order it was
+    admitted); ``ranked`` is the policy's returned list, the same nodes most relevant first, which
+    every rank-dependent metric reads. Left ``None`` it is the load order: a policy that reports
+    no ranking (the heuristics) ranks its nodes as it loaded them.
+    """
 
     loaded: list[int]
     entries: list[int]
@@ -38,13 +45,30 @@ class Retrieval:
     max_depth: int = 0
     wall_time_s: float = 0.0
     scores: list[float] | None = None
+    ranked: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.ranked is None:
+            self.ranked = list(self.loaded)
+        elif sorted(self.ranked) != sorted(self.loaded):
+            extra = sorted(set(self.ranked) ^ set(self.loaded))[:5]
+            raise ValueError(
+                f"Retrieval.ranked must hold the loaded nodes, each once: {len(self.ranked)} ranked, "
+                f"{len(self.loaded)} loaded, rows in one list only: {extra}"
+            )
 
     def loaded_ids(self, graph: MemoryGraph) -> list[str]:
+        """Node ids of ``loaded``, in load order."""
         return [graph.node_ids[i] for i in self.loaded]
+
+    def ranked_ids(self, graph: MemoryGraph) -> list[str]:
+        """Node ids of ``ranked``, most relevant first (the list the metrics score)."""
+        return [graph.node_ids[i] for i in self.ranked]
 
     def to_json(self, graph: MemoryGraph) -> dict:
         ids = graph.node_ids
         return {
+            "ranked": [ids[i] for i in self.ranked],
             "loaded": [ids[i] for i in self.loaded],
             "entries": [ids[i] for i in self.entries],
             "edges_considered": len(self.edges_considered),
@@ -89,7 +113,11 @@ class RetrievalBatch:
             ``None``: all 0.
         considered: ``([C] query, [C] edge id)`` of every edge the policy inspected (``None``: none).
         traversed: ``([T] query, [T] edge id)`` of the edges along which nodes were loaded (``None``: none).
-        scores: ``[L]`` the policy's score of each loaded node, or ``None`` if it reports none.
+        scores: ``[L]`` the policy's score of each loaded node at load time, or ``None`` if it
+            reports none.
+        rank: ``[L]`` the policy's relevance of each loaded node, higher first: :meth:`split`
+            orders each query's loaded nodes by it (descending; ties keep load order) into
+            :attr:`Retrieval.ranked`. ``None``: the load order is the ranking.
     """
 
     entries: Tensor | int
@@ -100,6 +128,14 @@ class RetrievalBatch:
     considered: tuple[Tensor, Tensor] | None = None
     traversed: tuple[Tensor, Tensor] | None = None
     scores: Tensor | None = None
+    rank: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.rank is not None and self.rank.shape != self.loaded.shape:
+            raise ValueError(
+                f"RetrievalBatch.rank has shape {tuple(self.rank.shape)}; it needs one value per loaded node, "
+                f"shape {tuple(self.loaded.shape)}"
+            )
 
     @property
     def num_queries(self) -> int:
@@ -124,13 +160,31 @@ class RetrievalBatch:
             considered=move(self.considered),
             traversed=move(self.traversed),
             scores=self.scores,
+            rank=self.rank,
         )
 
+    def ranked_order(self) -> Tensor:
+        """``[L]`` positions of the items, each query's by descending ``rank``, ties in load order.
+
+        One lexicographic sort of all items by ``(query, -rank)``: a stable argsort by ``-rank``,
+        then a stable argsort of that order by query (the items are grouped by query already, so
+        each query keeps its own span). Without ``rank``: the identity.
+        """
+        if self.rank is None:
+            return torch.arange(self.loaded.numel(), device=self.loaded.device)
+        by_rank = torch.argsort(-self.rank, stable=True)
+        return by_rank[torch.argsort(self.query[by_rank], stable=True)]
+
     def split(self) -> list[Retrieval]:
-        """One :class:`Retrieval` per query, with one ``tolist`` per field."""
+        """One :class:`Retrieval` per query, with one ``tolist`` per field; ``ranked`` is each
+        query's loaded nodes in :meth:`ranked_order`."""
         b = self.num_queries
         counts = torch.bincount(self.query, minlength=b).tolist()
         loaded = split_list(self.loaded.tolist(), counts)
+        if self.rank is None:
+            ranked: list[list[int] | None] = [None] * b  # each Retrieval copies its load order
+        else:
+            ranked = split_list(self.loaded[self.ranked_order()].tolist(), counts)
         scores = split_list(self.scores.tolist(), counts) if self.scores is not None else [None] * b
         if self.depth is None:
             depth = [0] * b
@@ -153,6 +207,7 @@ class RetrievalBatch:
                 loaded_tokens=tokens,
                 max_depth=depth[i],
                 scores=scores[i],
+                ranked=ranked[i],
             )
             for i, tokens in enumerate(self.tokens.tolist())
         ]
