@@ -144,7 +144,7 @@ def sweep_section(run: Mapping[str, Any], image: str, extra: Mapping[str, Any] |
         "",
         markdown_grid(["policy", *(f"{n} nodes" for n in levels)], rows),
         "",
-        f"![evidence recall against the node budget]({image})",
+        f"![budget sweep: evidence recall at n nodes]({image})",
         "",
     ]
     paired = [c for n in levels for c in (paired_by_level.get(str(n)) or []) if c["policy"] in ("router", "gnn")]
