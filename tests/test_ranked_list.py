@@ -149,3 +149,23 @@ def test_retrieval_built_directly_ranks_in_load_order_and_checks_a_given_ranking
     assert Retrieval([3, 1, 2], [3], ranked=[2, 3, 1]).ranked == [2, 3, 1]
     with pytest.raises(ValueError, match="ranked must hold the loaded nodes"):
         Retrieval([3, 1, 2], [3], ranked=[3, 1, 4])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.int64])
+def test_ranked_order_is_each_querys_descending_rank_with_ties_in_load_order(dtype):
+    """The one-key sort against a per-query Python sort by (-rank, load position), on ranks with
+    many ties, negative values, infinities and a signed zero."""
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.randint(0, 9, (40,), generator=gen)
+    query = torch.repeat_interleave(torch.arange(40), counts)
+    values = torch.tensor([-float("inf"), -2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 1e30, float("inf")])
+    if not dtype.is_floating_point:
+        values = torch.tensor([-7, -1, 0, 0, 2, 3, 1 << 40, -(1 << 40), 5])
+    rank = values[torch.randint(0, len(values), (query.numel(),), generator=gen)].to(dtype)
+    batch = RetrievalBatch(1, torch.zeros(40, dtype=torch.long), query, torch.arange(query.numel()), rank=rank)
+    expected = sorted(range(query.numel()), key=lambda i: (int(query[i]), -float(rank[i]), i))
+    assert batch.ranked_order().tolist() == expected
+    with pytest.raises(ValueError, match="1 NaN values"):
+        RetrievalBatch(
+            1, torch.zeros(1, dtype=torch.long), query[:2] * 0, torch.arange(2), rank=torch.tensor([1.0, float("nan")])
+        ).split()

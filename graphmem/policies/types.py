@@ -166,14 +166,25 @@ class RetrievalBatch:
     def ranked_order(self) -> Tensor:
         """``[L]`` positions of the items, each query's by descending ``rank``, ties in load order.
 
-        One lexicographic sort of all items by ``(query, -rank)``: a stable argsort by ``-rank``,
-        then a stable argsort of that order by query (the items are grouped by query already, so
-        each query keeps its own span). Without ``rank``: the identity.
+        One stable argsort of all items by ``(query, -rank)``, packed in one int64 key
+        ``query · 2³² + (2³¹ − 1 − m(rank))``, where ``m`` maps a float32 to an int32 in the same
+        order (its bits, with the magnitude bits flipped for a negative value; ``-0.0`` is ``0.0``).
+        The items are grouped by query already, so each query keeps its own span. A rank that
+        float32 does not hold exactly (float64, integers) is sorted by two stable argsorts instead
+        (by ``-rank``, then by query). Without ``rank``: the identity. A NaN rank is refused.
         """
-        if self.rank is None:
+        rank = self.rank
+        if rank is None:
             return torch.arange(self.loaded.numel(), device=self.loaded.device)
-        by_rank = torch.argsort(-self.rank, stable=True)
-        return by_rank[torch.argsort(self.query[by_rank], stable=True)]
+        nan = int(torch.isnan(rank).sum()) if rank.is_floating_point() else 0
+        if nan:
+            raise ValueError(f"RetrievalBatch.rank has {nan} NaN values; a rank must be a number")
+        if rank.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            by_rank = torch.argsort(-rank.to(torch.float64), stable=True)
+            return by_rank[torch.argsort(self.query[by_rank], stable=True)]
+        bits = (rank.to(torch.float32) + 0.0).view(torch.int32).long()
+        ordered = torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+        return torch.argsort((self.query.long() << 32) + ((1 << 31) - 1 - ordered), stable=True)
 
     def split(self) -> list[Retrieval]:
         """One :class:`Retrieval` per query, with one ``tolist`` per field; ``ranked`` is each
