@@ -12,10 +12,16 @@ depth ``<= max_hops``, node and token caps) until its stop head or the budget en
 scorer applies to graphs it never saw). The episode trained is this walk, sampled; HAGE's own
 MDP is an objective of the same trainer (``objective.rl=hage_mdp``). The policy sees the query
 and the budget only.
+
+The walk decides what is loaded; the returned list is ordered by the checkpoint's ranking head
+(:class:`models.rank_head.RankHead`, trained by :mod:`rl.walk.rank` on the walk's own lists), the
+load order staying in the trace. A checkpoint without a head, or ``rank=False``, returns the load
+order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -25,10 +31,12 @@ from graphmem.checkpoint import CheckpointError, load_checkpoint, require_checkp
 from graphmem.lexical_features import scope_lexical
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_positions
+from graphmem.policies.rank_features import rank_inputs
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.walk import graph_walk_tables, walk, walk_tables, walk_trace
 from graphmem.policies.walk_one import walk_one
+from models.rank_head import RankHead, RankInputs
 from models.walk_scorer import WalkScorer
 
 
@@ -52,6 +60,9 @@ class RouterPolicy(TraversalPolicy):
         entry_selector: registered selector name or instance (default: ``"embedding"``).
         strict_split: refuse, rather than warn about, graph sets holding graphs the checkpoint
             was trained or selected on (:func:`graphmem.checkpoint.check_inputs`) (default: ``False``).
+        rank: order the returned list by the checkpoint's ranking head (``False``: load order)
+            (default: ``True``).
+        rank_head: a :class:`~models.rank_head.RankHead` to rank with, instead of the checkpoint's.
     """
 
     def __init__(
@@ -61,6 +72,8 @@ class RouterPolicy(TraversalPolicy):
         device: str = "auto",
         entry_selector: SelectorSpec = "embedding",
         strict_split: bool = False,
+        rank: bool = True,
+        rank_head: RankHead | None = None,
     ):
         self.device = resolve_device(device)
         self.entry_selector = make_entry_selector(entry_selector)
@@ -72,6 +85,9 @@ class RouterPolicy(TraversalPolicy):
         if scorer is None:
             raise ValueError("RouterPolicy needs a checkpoint or a walk scorer")
         self.scorer = scorer.to(self.device).eval()
+        if state is not None and state.get("rank_head") is not None and rank_head is None:
+            rank_head = RankHead.from_checkpoint(state["rank_head"])
+        self.rank_head = rank_head.to(self.device).eval() if rank and rank_head is not None else None
         self._weights = (*self.scorer.parameters(), *self.scorer.buffers())  # what the static tensors depend on
 
     def traverse(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
@@ -83,26 +99,46 @@ class RouterPolicy(TraversalPolicy):
         :func:`~graphmem.policies.walk_one.walk_one`, the same walk without the batch's masks); the considered
         edges are the out-edges of every loaded node the walk could expand (depth below ``max_hops``). The
         scorer's query-independent tensors (:meth:`~models.walk_scorer.WalkScorer.static`) are computed
-        once per graph and weights."""
+        once per graph and weights. With a ranking head, each loaded node's ``rank`` is its relevance."""
         graph, dev = scope.graph, scope.device
-        tables, tr = self._trace(scope, entries, budget)
+        tables, tr, q, lexical = self._trace(scope, entries, budget)
         rowptr, perm = graph.csr()
         seg, pos = csr_positions(rowptr.to(dev), tr.expanded_node)
         considered = (tr.expanded_query[seg], perm.to(dev)[pos])
         moved = tr.edge >= 0
         traversed = (tr.query[moved], tr.edge[moved])
-        return RetrievalBatch(entries, tr.tokens, tr.query, tr.node, tr.depth, considered, traversed, tr.score)
+        rank = None
+        if self.rank_head is not None:
+            items = rank_inputs(tables, q, self._lexical(scope, lexical), entries, (tr.query, tr.node, tr.depth, tr.score))
+            with torch.no_grad():
+                rank = self.rank_head(items)
+        return RetrievalBatch(entries, tr.tokens, tr.query, tr.node, tr.depth, considered, traversed, tr.score, rank=rank)
+
+    def list_inputs(self, scope: Scope, budget: Budget, negatives: int = 0) -> RankInputs:
+        """The ranking head's :class:`~models.rank_head.RankInputs` of the walk's lists for the scope's queries
+        (what :meth:`traverse` ranks), with up to ``negatives`` hard negatives per query: the entry selector's
+        candidates ranked right after the entries (:mod:`graphmem.policies.rank_features`)."""
+        wide = dataclasses.replace(budget, max_entries=budget.max_entries + negatives)
+        ranked = self.select_entries(scope, wide)
+        entries = ranked[:, : budget.max_entries]
+        tables, tr, q, lexical = self._trace(scope, entries, budget)
+        loaded = (tr.query, tr.node, tr.depth, tr.score)
+        extra = ranked[:, budget.max_entries :] if negatives else None
+        return rank_inputs(tables, q, self._lexical(scope, lexical), entries, loaded, extra)
+
+    def _lexical(self, scope: Scope, lexical):
+        return lexical if lexical is not None else scope_lexical(scope)
 
     def _trace(self, scope: Scope, entries: Tensor, budget: Budget):
-        """``(tables, WalkTrace)`` of the greedy walk of the scope's queries."""
+        """``(tables, WalkTrace, unit queries, lexical inputs or None)`` of the greedy walk of the scope's queries."""
         tables, static = self._walk_tables(scope)
         q = query_matrix(scope.graph, scope.queries).to(scope.device)
         lexical = scope_lexical(scope) if self.scorer.config.lexical else None  # per query: never cached
         with torch.no_grad():
             ctx = self.scorer.prepare(tables, q, entries[:, : budget.max_entries].to(scope.device), lexical, static)
         if q.shape[0] == 1:
-            return tables, walk_one(tables, self.scorer, q, entries, budget, ctx)
-        return tables, walk_trace(walk(tables, self.scorer, q, entries, budget, ctx=ctx), tables, budget)
+            return tables, walk_one(tables, self.scorer, q, entries, budget, ctx), q, lexical
+        return tables, walk_trace(walk(tables, self.scorer, q, entries, budget, ctx=ctx), tables, budget), q, lexical
 
     def _walk_tables(self, scope: Scope):
         """:class:`graphmem.policies.walk.WalkTables` of ``scope.graph`` (cached on it) with the rows of the

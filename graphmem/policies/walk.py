@@ -135,6 +135,17 @@ def graph_walk_tables(graph: MemoryGraph, edge_rows: Tensor | None = None, devic
     return walk_tables(unit_embeddings(graph), graph.node_tokens(), pair_table(graph), edge_rows, device)
 
 
+def has_pair(tables: WalkTables, src: Tensor, dst: Tensor) -> Tensor:
+    """Whether the pair ``src -> dst`` exists, elementwise (a binary search in the CSR-sorted pair keys)."""
+    pairs, n = tables.pairs, max(tables.num_nodes, 1)
+    keys = pairs.src * n + pairs.dst  # ascending: pairs are sorted by (src, dst)
+    if keys.numel() == 0:
+        return torch.zeros(src.shape, dtype=torch.bool, device=src.device)
+    query = src.clamp(min=0) * n + dst.clamp(min=0)
+    pos = torch.searchsorted(keys, query.flatten()).clamp(max=keys.numel() - 1).view(query.shape)
+    return (keys[pos] == query) & (src >= 0) & (dst >= 0)
+
+
 def pool_width(tables: WalkTables, budget: Budget, entries: int) -> int:
     """Pool slots a walk can need: the entries plus every loaded node's out-pairs."""
     per_node = tables.pairs.max_degree() if budget.top_k_neighbors > 0 and budget.max_hops > 0 else 0

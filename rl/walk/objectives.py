@@ -53,7 +53,15 @@ import torch
 from torch import Tensor
 
 from graphmem.policies.base import Budget
-from graphmem.policies.walk import CandidateScorer, WalkEpisodes, WalkTables, rescore, step_log_probs, step_logits
+from graphmem.policies.walk import (
+    CandidateScorer,
+    WalkEpisodes,
+    WalkTables,
+    has_pair,
+    rescore,
+    step_log_probs,
+    step_logits,
+)
 from rl.walk.rewards import evidence_rewards
 
 Reduce = Callable[[Tensor], Tensor]
@@ -67,17 +75,6 @@ def local(t: Tensor) -> Tensor:
 def recall_of(ep: WalkEpisodes, gold: Tensor) -> Tensor:
     """``[B]`` evidence recall ``|L ∩ G| / |G|`` of each walk's loaded set: the summed evidence rewards."""
     return evidence_rewards(ep, gold).sum(0)
-
-
-def has_pair(tables: WalkTables, src: Tensor, dst: Tensor) -> Tensor:
-    """Whether the pair ``src -> dst`` exists, elementwise (a binary search in the CSR-sorted pair keys)."""
-    pairs, n = tables.pairs, max(tables.num_nodes, 1)
-    keys = pairs.src * n + pairs.dst  # ascending: pairs are sorted by (src, dst)
-    if keys.numel() == 0:
-        return torch.zeros(src.shape, dtype=torch.bool, device=src.device)
-    query = src.clamp(min=0) * n + dst.clamp(min=0)
-    pos = torch.searchsorted(keys, query.flatten()).clamp(max=keys.numel() - 1).view(query.shape)
-    return (keys[pos] == query) & (src >= 0) & (dst >= 0)
 
 
 def oracle_positives(ep: WalkEpisodes, gold: Tensor, tables: WalkTables, budget: Budget) -> Tensor:

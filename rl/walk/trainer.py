@@ -41,6 +41,7 @@ from graphmem.errors import NothingMeasuredError
 from graphmem.graph import MemoryGraph
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.policies.base import Budget
+from graphmem.policies.router import RouterPolicy
 from graphmem.policies.walk import walk
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.common.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -50,6 +51,7 @@ from rl.common.seeding import deterministic, seed_everything
 from rl.walk.data import WalkData, walk_data
 from rl.walk.objectives import HageMDP, LeaveOneOut, MovingBaseline
 from rl.walk.parallel import WalkLoss, batch_noise, summed
+from rl.walk.rank import RankConfig, RankResult, collect_lists, train_rank_head
 from rl.walk.rewards import (
     JUDGE_ROLE,
     REWARDS,
@@ -203,17 +205,25 @@ class RunConfig:
 
 @dataclass
 class TrainConfig:
-    """The trainer's settings: ``model`` (:class:`ScorerConfig`), ``objective``, ``optim``, ``run``."""
+    """The trainer's settings: ``model`` (:class:`ScorerConfig`), ``objective``, ``optim``, ``run``, and
+    ``rank`` (:class:`rl.walk.rank.RankConfig`, the ranking head trained on the selected walk's lists)."""
 
     model: ScorerConfig = field(default_factory=ScorerConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    rank: RankConfig = field(default_factory=RankConfig)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> TrainConfig:
         """From nested dicts (the Hydra group); unknown keys are an error naming the part."""
-        parts = {"model": ScorerConfig, "objective": ObjectiveConfig, "optim": OptimConfig, "run": RunConfig}
+        parts = {
+            "model": ScorerConfig,
+            "objective": ObjectiveConfig,
+            "optim": OptimConfig,
+            "run": RunConfig,
+            "rank": RankConfig,
+        }
         unknown = sorted(set(values) - set(parts))
         if unknown:
             raise ValueError(f"trainer: unknown parts {unknown}; known: {sorted(parts)}")
@@ -271,6 +281,7 @@ class TrainResult:
     best_phase: str = ""
     best_score: float = float("nan")
     reward_calls: dict[str, Any] | None = None  # the LLM-backed reward's calls and failures (WalkTrainer.reward_report)
+    rank: RankResult | None = None  # the ranking head trained on the selected walk's lists (None: not trained)
 
 
 class WalkTrainer:
@@ -300,6 +311,8 @@ class WalkTrainer:
         inputs: Mapping[str, Any] | None = None,
     ):
         self.cfg, self.budget, self.logger = cfg, budget, logger
+        self.graphs, self.entry_selector = graphs, entry_selector
+        self.parts = (questions, embeddings, val_questions, val_embeddings)  # the ranking head's lists
         self.inputs = dict(inputs or {})  # graphmem.checkpoint.checkpoint_inputs, stored in every checkpoint
         self.device = resolve_device(cfg.run.device)
         seed_everything(cfg.run.seed)
@@ -483,6 +496,7 @@ class WalkTrainer:
             "history": self.result.history,
             "best": [self.result.best_phase, self.result.best_epoch, self.result.best_score],
             "rng": rng_state(self.generator),
+            "rank_head": None if self.result.rank is None else self.result.rank.checkpoint(),
         }
 
     def save(self, name: str, phase: int, epoch: int) -> Path | None:
@@ -578,4 +592,20 @@ class WalkTrainer:
         if best_state is not None:
             self.scorer.load_state_dict(best_state)
         self.result.reward_calls = self.reward_report()
+        if self.cfg.rank.epochs and self.world.is_main:
+            self.result.rank = self.train_rank_head()
+            names = [name for name, _, _ in phases]
+            if self.result.best_phase in names:  # best.pt: the selected walk with its head
+                self.save("best.pt", names.index(self.result.best_phase), self.result.best_epoch)
         return self.result
+
+    def train_rank_head(self) -> RankResult:
+        """The ranking head on the lists of the selected walk (:mod:`rl.walk.rank`), the walk frozen."""
+        rc = self.cfg.rank
+        policy = RouterPolicy(scorer=self.scorer, device=str(self.device), entry_selector=self.entry_selector, rank=False)
+        questions, embeddings, val_questions, val_embeddings = self.parts
+        lists = lambda qs, emb: collect_lists(  # noqa: E731
+            policy, self.graphs, qs, emb, self.budget, rc.negatives, rc.graphs_per_call
+        )
+        val = lists(val_questions, val_embeddings) if val_questions else None
+        return train_rank_head(rc, lists(questions, embeddings), val, seed=self.cfg.run.seed)
