@@ -11,7 +11,7 @@ is asked over it.
 Nodes: one per passage, id = the title (:func:`graphmem.datasets.musique.passage_id`), text
 ``"<title>: <passage text>"``, metadata ``kind="passage"``. With ``GraphConfig.sentence_nodes``
 also one per sentence, id ``"<title>::<i>"`` (:func:`graphmem.datasets.hotpotqa.sentence_id`),
-text ``"<title>: <sentence>"``, metadata ``kind="sentence"``; HotpotQA brings its sentences,
+text ``"<title>: <sentence>"``, metadata ``kind="sentence"``; HotpotQA and 2Wiki bring their sentences,
 MuSiQue's passages are split by :func:`graphmem.builders.sentences.split_sentences`.
 
 Edges (both directions, no self loops):
@@ -69,7 +69,7 @@ class PassageCorpus:
 
 
 def hotpot_passages(record: HotpotRecord) -> list[Passage]:
-    """HotpotQA paragraphs as passages (text = the sentences joined, as HotpotQA stores them)."""
+    """HotpotQA (and 2Wiki) paragraphs as passages (text = the sentences joined, as HotpotQA stores them)."""
     return [
         Passage(p.title, "".join(p.sentences).strip(), tuple(s.strip() for s in p.sentences)) for p in record.paragraphs
     ]

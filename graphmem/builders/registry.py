@@ -17,6 +17,7 @@ from graphmem.builders.config import config_from_mapping
 from graphmem.datasets.hotpotqa import load_hotpotqa
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.musique import load_musique
+from graphmem.datasets.twowiki import load_twowiki
 from graphmem.datasets.types import LoadReport, Question
 
 if TYPE_CHECKING:
@@ -95,6 +96,16 @@ REGISTRY: dict[str, Dataset] = {
             id_key="id",
             poolable=True,
         ),
+        Dataset(
+            name="2wiki",
+            default_file="2wikimultihopqa/2wiki_train_500.json",
+            load=load_twowiki,
+            units=U.twowiki_units,
+            fields=U.hotpot_fields,
+            record_id=_qid,
+            id_key="_id",
+            poolable=True,
+        ),
     )
 }
 DATASETS = tuple(REGISTRY)
@@ -130,7 +141,7 @@ class DataConfig:
     """Which benchmark file to load (mirrored by ``configs/data/*.yaml``)."""
 
     name: str = "locomo"
-    """dataset kind: ``locomo``, ``hotpotqa`` or ``musique``."""
+    """dataset kind: ``locomo``, ``hotpotqa``, ``musique`` or ``2wiki``."""
     file: str | None = None
     """data file, relative to the data root (or absolute); ``None`` = the dataset's file in ``DEFAULT_FILES``."""
     root: str | None = None
@@ -138,7 +149,8 @@ class DataConfig:
     limit: int | None = None
     """keep only the first ``limit`` records (graphs, or the records pooled) and their questions; ``None`` = all."""
     pooled: bool = False
-    """one memory graph over every distinct passage of the file, every question asked over it (HotpotQA, MuSiQue)."""
+    """one memory graph over every distinct passage of the file, every question asked over it (HotpotQA, MuSiQue,
+    2Wiki)."""
     train_files: tuple[str, ...] = ()
     """more files of the same kind, for training only (:func:`graphmem.builders.pipeline.open_train_graphset`);
     never evaluated."""

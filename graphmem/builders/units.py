@@ -3,17 +3,18 @@
 Each dataset's entry in :mod:`graphmem.builders.registry` names its unit maker (``*_units``) and its
 text fields (``*_fields``) from here; :func:`graphmem.builders.registry.load_units` runs them.
 
-* ``locomo``: one graph per conversation; ``hotpotqa``: one graph per question (title and
-  sentence nodes, :mod:`graphmem.builders.hotpotqa`); ``musique``: one passage graph per question
-  (:mod:`graphmem.builders.passages`).
-* ``pooled`` (HotpotQA, MuSiQue): one passage graph over every distinct passage of the file's
-  (first ``limit``) records, named :func:`pooled_name`; every question is asked over it. Without
-  sentence nodes a HotpotQA question's evidence becomes its gold passages (its supporting
-  sentences have no node then); MuSiQue's evidence is passage-level already.
+* ``locomo``: one graph per conversation; ``hotpotqa`` and ``2wiki``: one graph per question
+  (title and sentence nodes, :mod:`graphmem.builders.hotpotqa`); ``musique``: one passage graph per
+  question (:mod:`graphmem.builders.passages`).
+* ``pooled`` (HotpotQA, MuSiQue, 2Wiki): one passage graph over every distinct passage of the
+  file's (first ``limit``) records, named :func:`pooled_name`; every question is asked over it.
+  Without sentence nodes a HotpotQA or 2Wiki question's evidence becomes its gold passages (its
+  supporting sentences have no node then), and a 2Wiki chain's title nodes become their passages;
+  MuSiQue's evidence is passage-level already.
 
 Size bound: every text field a node is made of (a LoCoMo turn's ``speaker``, ``text`` and
-``blip_caption``; a HotpotQA paragraph's title and its sentences together; a MuSiQue paragraph's
-``title`` and ``paragraph_text``) holds at most ``GraphConfig.max_text_chars`` characters. A longer
+``blip_caption``; a HotpotQA or 2Wiki paragraph's title and its sentences together; a MuSiQue
+paragraph's ``title`` and ``paragraph_text``) holds at most ``GraphConfig.max_text_chars`` characters. A longer
 one is refused, not split (a turn or passage is one node, the one its gold evidence names), by
 :class:`TextSizeError` (:meth:`graphmem.builders.registry.Dataset.check_text_sizes`): one line naming the
 file, the record and the field.
@@ -99,6 +100,24 @@ def hotpot_units(
     return [GraphUnit(r.qid, node_texts(r), partial(build_hotpot_graph, r)) for r in records], questions
 
 
+def twowiki_units(
+    path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig, pooled: bool
+):
+    """HotpotQA's graphs (:func:`hotpot_units`) of 2Wiki records, their ``info["dataset"]`` set to ``2wiki``."""
+    from graphmem.builders import passages as P
+
+    if pooled:
+        return _pooled_units(path, "2wiki", P.hotpot_passages, records, questions, report, cfg)
+    units, questions = hotpot_units(path, records, questions, report, cfg, pooled)
+    return [u._replace(build=partial(_as_dataset, "2wiki", u.build)) for u in units], questions
+
+
+def _as_dataset(name: str, build: Callable, *args) -> MemoryGraph:
+    graph = build(*args)
+    graph.info["dataset"] = name
+    return graph
+
+
 def musique_units(
     path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig, pooled: bool
 ):
@@ -126,8 +145,13 @@ def _pooled_units(path: Path, kind: str, passages_of: Callable, records: list, q
 
 
 def _pooled_question(q: Question, graph: str, kind: str, cfg: GraphConfig) -> Question:
-    if kind == "hotpotqa" and not cfg.sentence_nodes:
-        from graphmem.datasets.musique import passage_id
+    """``q`` asked over the pooled ``graph``: HotpotQA's and 2Wiki's gold passages for its sentences when the
+    graph has no sentence nodes, and 2Wiki's chain of title nodes as passages (a pooled graph has no title node)."""
+    if kind not in ("hotpotqa", "2wiki"):
+        return dataclasses.replace(q, graph=graph)
+    from graphmem.datasets.hotpotqa import title_id
+    from graphmem.datasets.musique import passage_id
 
-        return dataclasses.replace(q, graph=graph, evidence=tuple(passage_id(t) for t in q.support_titles))
-    return dataclasses.replace(q, graph=graph)
+    evidence = q.evidence if cfg.sentence_nodes else tuple(passage_id(t) for t in q.support_titles)
+    chain = tuple(passage_id(c.removesuffix(title_id(""))) for c in q.support_chain)
+    return dataclasses.replace(q, graph=graph, evidence=evidence, support_chain=chain)

@@ -4,6 +4,7 @@ from graphmem.datasets.hotpotqa import HotpotFormatError, load_hotpotqa, sentenc
 from graphmem.datasets.locomo import LocomoFormatError, load_locomo, parse_session_datetime
 from graphmem.datasets.musique import MusiqueFormatError, load_musique, passage_id
 from graphmem.datasets.paths import DataNotFoundError, data_file, data_root, repo_root
+from graphmem.datasets.twowiki import TwoWikiFormatError, load_twowiki
 from graphmem.datasets.types import (
     LOCOMO_CATEGORIES,
     Conversation,
@@ -34,11 +35,13 @@ __all__ = [
     "Question",
     "Session",
     "Turn",
+    "TwoWikiFormatError",
     "data_file",
     "data_root",
     "load_hotpotqa",
     "load_locomo",
     "load_musique",
+    "load_twowiki",
     "passage_id",
     "parse_session_datetime",
     "repo_root",

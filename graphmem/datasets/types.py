@@ -61,11 +61,14 @@ class Question:
         text: the question.
         answer: gold answer (``adversarial_answer`` for LoCoMo category 5), ``None`` when absent.
         evidence: gold node ids (LoCoMo dia_ids; HotpotQA ``title::sentence``).
-        category: LoCoMo category 1-5 or HotpotQA type (``bridge``/``comparison``).
+        category: LoCoMo category 1-5, HotpotQA type (``bridge``/``comparison``), MuSiQue hop type or 2Wiki
+            type (``compositional``, ``comparison``, ``bridge_comparison``, ``inference``).
         dangling_evidence: gold ids that name no node (reported, never silently dropped).
-        support_titles: gold paragraph titles (HotpotQA, MuSiQue; empty for LoCoMo).
-        support_chain: MuSiQue's gold reasoning chain, the supporting passage node id of each
-            step in step order (empty elsewhere).
+        support_titles: gold paragraph titles (HotpotQA, MuSiQue, 2Wiki; empty for LoCoMo).
+        support_chain: the gold reasoning chain, the supporting passage node id of each step in
+            step order: MuSiQue's decomposition steps, 2Wiki's evidence triples (empty elsewhere).
+        evidence_triples: 2Wiki's gold reasoning path as ``(subject, relation, object)`` Wikidata
+            triples, in the file's order (empty elsewhere).
     """
 
     qid: str
@@ -77,6 +80,11 @@ class Question:
     dangling_evidence: tuple[str, ...] = ()
     support_titles: tuple[str, ...] = ()
     support_chain: tuple[str, ...] = ()
+    evidence_triples: tuple[tuple[str, str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        # a saved set stores each triple as a JSON list: read back, it is a tuple again
+        object.__setattr__(self, "evidence_triples", tuple(tuple(t) for t in self.evidence_triples))
 
     @property
     def category_name(self) -> str:
@@ -154,6 +162,9 @@ class LoadReport:
     merged_titles: list[str] = field(default_factory=list)
     missing_gold: list[str] = field(default_factory=list)
     """questions kept without gold evidence because the record has no gold field (``evidence``, ``supporting_facts``)"""
+    chains_in_fact_order: list[str] = field(default_factory=list)
+    """questions whose gold chain is their supporting titles in ``supporting_facts`` order, because their
+    evidence triples (2Wiki) do not name every supporting title"""
 
     def lines(self) -> list[str]:
         out = [f"{self.source}: {self.records} records, {self.questions} questions"]
@@ -163,7 +174,8 @@ class LoadReport:
             ("malformed evidence strings dropped", self.malformed_evidence, ", ", 5),
             ("unparsable session dates (timestamp unknown)", self.unparsed_dates, ", ", 3),
             ("questions without a gold field (kept, no gold)", self.missing_gold, ", ", 5),
-            ("discarded records", self.discarded, "; ", 3),
+            ("gold chains in supporting-facts order (not all in the triples)", self.chains_in_fact_order, ", ", 3),
+            ("discarded items (questions, repeated paragraphs)", self.discarded, "; ", 3),
             ("titles with several texts, joined into one passage", self.merged_titles, "; ", 3),
         )
         for label, items, sep, shown in listed:
