@@ -18,6 +18,7 @@ scores at least as well on validation, no head is kept and the router returns it
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -33,6 +34,7 @@ from models.rank_head import RankHead, RankHeadConfig, RankInputs, listwise_loss
 from rl.common.logging import Logger
 
 CUTS = (2, 5)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -188,6 +190,15 @@ def train_rank_head(
     if best_state is not None:
         head.load_state_dict(best_state)
     values = {"head": best, "load_order": load_order}
-    if val is not None and not best > load_order:
+    kept = val is None or best > load_order
+    log.info(
+        "ranking head: %s kept (validation ranked recall: head %.4f at epoch %d, load order %.4f; %d training lists)",
+        "the head" if kept else "the load order",
+        best,
+        best_epoch,
+        load_order,
+        n,
+    )
+    if not kept:
         return RankResult(None, "load order", best_epoch, values, history)
     return RankResult(head, "head", best_epoch, values, history)
