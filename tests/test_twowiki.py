@@ -162,8 +162,8 @@ def test_registry_entry_and_configs():
     assert entry.poolable and entry.default_file == TWOWIKI
     assert DataConfig(name="2wiki").file == TWOWIKI and DataConfig(name="2wiki").train_files == ()
     plain, pooled = (compose("build_graph", [f"data={option}"]).data for option in ("2wiki", "2wiki_pooled"))
-    assert (plain.name, plain.pooled) == ("2wiki", False)
-    assert (pooled.name, pooled.pooled, list(pooled.train_files)) == ("2wiki", True, [])
+    assert (plain.name, plain.pooled, plain.pool_size) == ("2wiki", False, None)
+    assert (pooled.name, pooled.pooled, pooled.pool_size, list(pooled.train_files)) == ("2wiki", True, None, [])
 
 
 def _build(tmp_path, **data):

@@ -1,4 +1,5 @@
-"""Passage-corpus graphs: one MuSiQue record's paragraphs, or a pooled corpus over a whole file.
+"""Passage-corpus graphs: one MuSiQue record's paragraphs, or a pooled corpus over a whole file or a group of its
+records (``DataConfig.pool_size``).
 
 A *passage* is a titled paragraph, identified by its title: passages are title-deduplicated, and
 the distinct texts that one title carries (MuSiQue uses several paragraphs of one article, also

@@ -38,7 +38,13 @@ from graphmem.setstore import (
 BUILDER_VERSION = 1  # bump when a builder changes what it produces, to invalidate saved sets
 # Settings added after saved sets existed: left out of the config hash while at their default,
 # so sets built before them stay valid.
-_HASHED_WHEN_SET = {"pooled": False, "train_files": (), "sentence_nodes": False, "duplicate_titles": "join"}
+_HASHED_WHEN_SET = {
+    "pooled": False,
+    "train_files": (),
+    "sentence_nodes": False,
+    "duplicate_titles": "join",
+    "pool_size": None,
+}
 _UNHASHED = ("cache_dir", "max_text_chars")  # graph settings that never change what a build produces
 log = logging.getLogger(__name__)
 
@@ -91,7 +97,9 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     extractor = make_entity_extractor(graph_cfg.entity_extractor)
     path = data_file(data_cfg.file, data_cfg.root)
     t0 = time.perf_counter()
-    units, questions, report = load_units(data_cfg.name, path, graph_cfg, data_cfg.pooled, data_cfg.limit)
+    units, questions, report = load_units(
+        data_cfg.name, path, graph_cfg, data_cfg.pooled, data_cfg.limit, data_cfg.pool_size
+    )
     if not units or not questions:
         discarded = f", {len(report.discarded)} records or questions discarded" if report.discarded else ""
         raise ValueError(f"{path}: {len(units)} graphs and {len(questions)} questions{discarded}: nothing to build")

@@ -2,7 +2,7 @@
 
 Adding a dataset is adding one entry to :data:`REGISTRY`: its name, default file (relative to the
 data root), loader, unit maker (:mod:`graphmem.builders.units`), the text fields whose size is
-bounded, how its records are named, and whether its records can be pooled into one graph.
+bounded, how its records are named, and, when its records can be pooled, their passages.
 :class:`DataConfig` (mirrored by ``configs/data/*.yaml``) is checked against the registry.
 """
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
+from graphmem.builders import passages as P
 from graphmem.builders import units as U
 from graphmem.builders.config import config_from_mapping
 from graphmem.datasets.hotpotqa import load_hotpotqa
@@ -28,10 +29,11 @@ if TYPE_CHECKING:
 class Dataset:
     """One dataset: how its file is read and what graph units its records become.
 
-    ``load(path) -> (records, questions, report)``; ``units(path, records, questions, report, cfg,
-    pooled) -> (graph units, questions)``; ``fields(record)`` yields ``(field, text)`` of every text
-    a node is made of; ``record_id(record)`` is the graph its questions name (``q.graph``), spelled
-    ``id_key`` in the file.
+    ``load(path) -> (records, questions, report)``; ``units(path, records, questions, report, cfg)
+    -> (graph units, questions)``, one graph per record; ``fields(record)`` yields ``(field, text)`` of
+    every text a node is made of; ``record_id(record)`` is the graph its questions name (``q.graph``),
+    spelled ``id_key`` in the file; ``passages(record)`` is a record's passages in a pooled graph
+    (:func:`graphmem.builders.units.pooled_units`), ``None`` for a dataset that is not poolable.
     """
 
     name: str
@@ -41,7 +43,11 @@ class Dataset:
     fields: Callable[[Any], Iterator[tuple[str, str]]]
     record_id: Callable[[Any], str]
     id_key: str
-    poolable: bool = False
+    passages: Callable[[Any], list[P.Passage]] | None = None
+
+    @property
+    def poolable(self) -> bool:
+        return self.passages is not None
 
     def check_text_sizes(self, path: Path, records: list, max_chars: int) -> None:
         """Raise :class:`graphmem.builders.units.TextSizeError` for the first field of ``records`` longer than
@@ -84,7 +90,7 @@ REGISTRY: dict[str, Dataset] = {
             fields=U.hotpot_fields,
             record_id=_qid,
             id_key="_id",
-            poolable=True,
+            passages=P.hotpot_passages,
         ),
         Dataset(
             name="musique",
@@ -94,7 +100,7 @@ REGISTRY: dict[str, Dataset] = {
             fields=U.musique_fields,
             record_id=_qid,
             id_key="id",
-            poolable=True,
+            passages=P.musique_passages,
         ),
         Dataset(
             name="2wiki",
@@ -104,7 +110,7 @@ REGISTRY: dict[str, Dataset] = {
             fields=U.hotpot_fields,
             record_id=_qid,
             id_key="_id",
-            poolable=True,
+            passages=P.hotpot_passages,
         ),
     )
 }
@@ -114,26 +120,50 @@ POOLABLE = tuple(name for name, d in REGISTRY.items() if d.poolable)
 
 
 def load_units(
-    kind: str, path: Path, cfg: GraphConfig, pooled: bool = False, limit: int | None = None
+    kind: str,
+    path: Path,
+    cfg: GraphConfig,
+    pooled: bool = False,
+    limit: int | None = None,
+    pool_size: int | None = None,
 ) -> tuple[list[U.GraphUnit], list[Question], LoadReport]:
     """Load ``path`` as dataset ``kind`` and return its graph units, questions and load report.
 
     ``limit`` keeps the first ``limit`` records and the questions asked over them; their text
-    sizes are checked (:meth:`Dataset.check_text_sizes`) before any unit is made.
+    sizes are checked (:meth:`Dataset.check_text_sizes`) before any unit is made. With ``pooled``,
+    ``pool_size`` cuts the records into pooled graphs of that many records each
+    (:mod:`graphmem.builders.units`; ``None`` = one over them all).
     """
     if kind not in REGISTRY:
         raise ValueError(f"unknown dataset kind {kind!r}")
     dataset = REGISTRY[kind]
     if pooled and not dataset.poolable:
         raise ValueError(f"pooled mode is for {POOLABLE}, not {kind!r} (a LoCoMo graph is already one memory)")
+    _check_pool_size(pooled, pool_size)
     records, questions, report = dataset.load(path)
     if limit is not None:
         records = records[:limit]
         keep = {dataset.record_id(r) for r in records}
         questions = [q for q in questions if q.graph in keep]
     dataset.check_text_sizes(path, records, cfg.max_text_chars)
-    units, questions = dataset.units(path, records, questions, report, cfg, pooled)
+    if pooled:
+        units, questions = U.pooled_units(path, dataset, records, questions, report, cfg, pool_size)
+    else:
+        units, questions = dataset.units(path, records, questions, report, cfg)
     return units, questions, report
+
+
+def _check_pool_size(pooled: bool, pool_size: Any) -> None:
+    """``pool_size`` is ``None`` or a positive integer, and set only with ``pooled``; else ``ValueError`` naming it."""
+    if pool_size is None:
+        return
+    if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
+        raise ValueError(f"DataConfig.pool_size must be a positive integer or null, got {pool_size!r}")
+    if not pooled:
+        raise ValueError(
+            f"DataConfig.pool_size={pool_size} needs DataConfig.pooled=true (it cuts a pooled corpus into graphs of "
+            "that many records; data=<kind>_pooled)"
+        )
 
 
 @dataclass(frozen=True)
@@ -151,6 +181,9 @@ class DataConfig:
     pooled: bool = False
     """one memory graph over every distinct passage of the file, every question asked over it (HotpotQA, MuSiQue,
     2Wiki)."""
+    pool_size: int | None = None
+    """with ``pooled``: one pooled graph per group of this many consecutive records (in file order; the last group
+    may be smaller), each question asked over its own group's graph; ``None`` = one over the whole file."""
     train_files: tuple[str, ...] = ()
     """more files of the same kind, for training only (:func:`graphmem.builders.pipeline.open_train_graphset`);
     never evaluated."""
@@ -162,6 +195,7 @@ class DataConfig:
             raise ValueError(f"DataConfig.pooled must be true or false, got {self.pooled!r}")
         if self.pooled and self.name not in POOLABLE:
             raise ValueError(f"DataConfig.pooled is for {POOLABLE}, not {self.name!r}")
+        _check_pool_size(self.pooled, self.pool_size)
         files = self.train_files
         if isinstance(files, str) or not all(isinstance(f, str) and f for f in (files or ())):
             raise ValueError(f"DataConfig.train_files must be a list of file paths, got {files!r}")

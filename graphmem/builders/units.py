@@ -1,16 +1,20 @@
 """What one dataset file turns into before encoding: graph units (name, node texts, builder) and questions.
 
-Each dataset's entry in :mod:`graphmem.builders.registry` names its unit maker (``*_units``) and its
-text fields (``*_fields``) from here; :func:`graphmem.builders.registry.load_units` runs them.
+Each dataset's entry in :mod:`graphmem.builders.registry` names its unit maker (``*_units``: one graph
+per record) and its text fields (``*_fields``) from here; :func:`graphmem.builders.registry.load_units`
+runs them, or :func:`pooled_units` over a poolable dataset's passages.
 
 * ``locomo``: one graph per conversation; ``hotpotqa`` and ``2wiki``: one graph per question
   (title and sentence nodes, :mod:`graphmem.builders.hotpotqa`); ``musique``: one passage graph per
   question (:mod:`graphmem.builders.passages`).
 * ``pooled`` (HotpotQA, MuSiQue, 2Wiki): one passage graph over every distinct passage of the
   file's (first ``limit``) records, named :func:`pooled_name`; every question is asked over it.
-  Without sentence nodes a HotpotQA or 2Wiki question's evidence becomes its gold passages (its
-  supporting sentences have no node then), and a 2Wiki chain's title nodes become their passages;
-  MuSiQue's evidence is passage-level already.
+  With ``pool_size = n`` the records are cut, in file order, into consecutive groups of ``n`` (the
+  last may be smaller), group ``k`` holding records ``k·n .. k·n + n - 1``, and each group is a
+  pooled graph of its own, named ``pooled_name(path, k)``, over which only its records'
+  questions are asked. Without sentence nodes a HotpotQA or 2Wiki question's evidence becomes its
+  gold passages (its supporting sentences have no node then), and a 2Wiki chain's title nodes
+  become their passages; MuSiQue's evidence is passage-level already.
 
 Size bound: every text field a node is made of (a LoCoMo turn's ``speaker``, ``text`` and
 ``blip_caption``; a HotpotQA or 2Wiki paragraph's title and its sentences together; a MuSiQue
@@ -25,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Protocol
 
 from torch import Tensor
 
@@ -44,6 +48,14 @@ class GraphUnit(NamedTuple):
     name: str
     texts: list[str]
     build: Callable[[Tensor, "GraphConfig", "EntityExtractor"], MemoryGraph]
+
+
+class PoolableDataset(Protocol):
+    """What :func:`pooled_units` reads of a dataset's registry entry (:class:`graphmem.builders.registry.Dataset`)."""
+
+    name: str
+    passages: Callable[[Any], list] | None
+    record_id: Callable[[Any], str]
 
 
 class TextSizeError(ValueError, InputError):
@@ -73,42 +85,29 @@ def musique_fields(record) -> Iterator[tuple[str, str]]:
         yield f"paragraphs[{j}]: field 'paragraph_text'", p.text
 
 
-def pooled_name(path: str | Path) -> str:
-    """Name of the pooled graph of a data file: ``pooled:<file stem>``."""
-    return f"pooled:{Path(path).stem}"
+def pooled_name(path: str | Path, group: int | None = None) -> str:
+    """Name of the pooled graph of a data file, ``pooled:<file stem>``, or of its records' group ``group``
+    (``data.pool_size``), ``pooled:<file stem>:<group>``."""
+    return f"pooled:{Path(path).stem}" + ("" if group is None else f":{group}")
 
 
-def locomo_units(
-    path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig, pooled: bool
-):
+def locomo_units(path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig):
     """One turn graph per LoCoMo conversation, named by its ``sample_id``."""
     from graphmem.builders.locomo import build_locomo_graph, node_texts
 
     return [GraphUnit(r.sample_id, node_texts(r), partial(build_locomo_graph, r)) for r in records], questions
 
 
-def hotpot_units(
-    path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig, pooled: bool
-):
-    """One title-and-sentence graph per HotpotQA question, or with ``pooled`` one passage graph over them all."""
-    from graphmem.builders import passages as P
-
-    if pooled:
-        return _pooled_units(path, "hotpotqa", P.hotpot_passages, records, questions, report, cfg)
+def hotpot_units(path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig):
+    """One title-and-sentence graph per HotpotQA question."""
     from graphmem.builders.hotpotqa import build_hotpot_graph, node_texts
 
     return [GraphUnit(r.qid, node_texts(r), partial(build_hotpot_graph, r)) for r in records], questions
 
 
-def twowiki_units(
-    path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig, pooled: bool
-):
+def twowiki_units(path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig):
     """HotpotQA's graphs (:func:`hotpot_units`) of 2Wiki records, their ``info["dataset"]`` set to ``2wiki``."""
-    from graphmem.builders import passages as P
-
-    if pooled:
-        return _pooled_units(path, "2wiki", P.hotpot_passages, records, questions, report, cfg)
-    units, questions = hotpot_units(path, records, questions, report, cfg, pooled)
+    units, questions = hotpot_units(path, records, questions, report, cfg)
     return [u._replace(build=partial(_as_dataset, "2wiki", u.build)) for u in units], questions
 
 
@@ -118,14 +117,10 @@ def _as_dataset(name: str, build: Callable, *args) -> MemoryGraph:
     return graph
 
 
-def musique_units(
-    path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig, pooled: bool
-):
-    """One passage graph per MuSiQue question, or with ``pooled`` one over every distinct passage of the file."""
+def musique_units(path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig):
+    """One passage graph per MuSiQue question."""
     from graphmem.builders import passages as P
 
-    if pooled:
-        return _pooled_units(path, "musique", P.musique_passages, records, questions, report, cfg)
     corpora = [
         P.corpus(r.qid, "musique", P.musique_passages(r), duplicate_titles=cfg.duplicate_titles) for r in records
     ]
@@ -133,15 +128,33 @@ def musique_units(
     return [GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c)) for c in corpora], questions
 
 
-def _pooled_units(path: Path, kind: str, passages_of: Callable, records: list, questions, report, cfg: GraphConfig):
-    """One passage graph over the passages of every record (``passages_of(record)``), every question asked over it."""
+def pooled_units(
+    path: Path,
+    dataset: PoolableDataset,
+    records: list,
+    questions: list[Question],
+    report: LoadReport,
+    cfg: GraphConfig,
+    pool_size: int | None = None,
+):
+    """One passage graph over the passages (``dataset.passages(record)``) of each group of ``pool_size``
+    consecutive records, of all of them when ``pool_size`` is ``None`` (module docstring); each question is
+    asked over its own record's group."""
     from graphmem.builders import passages as P
 
-    every = (p for r in records for p in passages_of(r))
-    c = P.corpus(pooled_name(path), kind, every, pooled=True, duplicate_titles=cfg.duplicate_titles)
-    report.merged_titles += [f"{t} ({cfg.duplicate_titles})" for t in c.merged_titles]
-    unit = GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c))
-    return [unit], [_pooled_question(q, c.name, kind, cfg) for q in questions]
+    groups = [records]
+    if pool_size is not None:
+        groups = [records[i : i + pool_size] for i in range(0, len(records), pool_size)]
+    units, graph_of = [], {}
+    for k, group in enumerate(groups):
+        name = pooled_name(path, None if pool_size is None else k)
+        every = (p for r in group for p in dataset.passages(r))
+        c = P.corpus(name, dataset.name, every, pooled=True, duplicate_titles=cfg.duplicate_titles)
+        where = "" if pool_size is None else f"{name}: "
+        report.merged_titles += [f"{where}{t} ({cfg.duplicate_titles})" for t in c.merged_titles]
+        units.append(GraphUnit(c.name, P.node_texts(c, cfg), partial(P.build_passage_graph, c)))
+        graph_of.update((dataset.record_id(r), name) for r in group)
+    return units, [_pooled_question(q, graph_of[q.graph], dataset.name, cfg) for q in questions]
 
 
 def _pooled_question(q: Question, graph: str, kind: str, cfg: GraphConfig) -> Question:
