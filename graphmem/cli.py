@@ -241,9 +241,20 @@ def run_or_exit(run: Callable[[Any], Any], cfg: Any, errors: tuple[type[BaseExce
         sys.exit(2)
 
 
+def saved_dataset_kind(path: Path) -> str | None:
+    """The dataset kind a saved set was built from (``manifest.json``: ``provenance.dataset``, else ``dataset``;
+    a pooled HotpotQA set is ``hotpotqa``); ``None`` when the manifest cannot be read."""
+    try:
+        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+        return (manifest.get("provenance") or {}).get("dataset") or manifest.get("dataset")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def check_graphset_data(cfg: Any) -> None:
     """Refuse a ``data=`` (or ``data.name=``) given on the command line that names another dataset
-    than the saved ``graphset=`` holds (its ``manifest.json`` field ``dataset``): :class:`ConfigError`.
+    than the saved ``graphset=`` holds (its ``manifest.json`` field ``provenance.dataset``, the dataset kind:
+    ``hotpotqa`` for a pooled HotpotQA set too): :class:`ConfigError`.
 
     The default ``data`` of a script's config is not a choice, so without such an override the saved
     set's own dataset is used (with a note); a manifest that cannot be read is left to the set's loader."""
@@ -259,14 +270,11 @@ def check_graphset_data(cfg: Any) -> None:
     import hydra
 
     path = Path(hydra.utils.to_absolute_path(str(cfg.graphset)))
-    try:
-        holds = json.loads((path / "manifest.json").read_text(encoding="utf-8")).get("dataset")
-    except (OSError, ValueError, AttributeError):
-        return
+    holds = saved_dataset_kind(path)
     if holds is not None and holds != cfg.data.get("name"):
         raise ConfigError(
             f"data={cfg.data.get('name')} contradicts graphset={cfg.graphset}, which holds a {holds!r} set "
-            f"({path / 'manifest.json'} field 'dataset'): give data={holds} or leave data out"
+            f"({path / 'manifest.json'} field 'provenance.dataset'): give data={holds} or leave data out"
         )
 
 

@@ -129,6 +129,18 @@ def test_a_refused_input_is_one_line_before_any_work(tmp_path, script, overrides
     assert not (tmp_path / "hydra").exists() and not (tmp_path / "out").exists() and not (tmp_path / "sweep").exists()
 
 
+def test_a_pooled_set_is_of_its_dataset_kind(tmp_path):
+    from graphmem.cli import saved_dataset_kind
+
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"dataset": "hotpotqa-pooled", "provenance": {"dataset": "hotpotqa"}})
+    )
+    assert saved_dataset_kind(tmp_path) == "hotpotqa"  # data=hotpotqa_pooled (name hotpotqa) agrees with it
+    (tmp_path / "manifest.json").write_text(json.dumps({"dataset": "locomo"}))
+    assert saved_dataset_kind(tmp_path) == "locomo"
+    assert saved_dataset_kind(tmp_path / "missing") is None
+
+
 def test_a_single_policy_name_is_a_one_element_list(tmp_path):
     cfg = compose("evaluate", ["policies=beta_bfs", "stats.reference=null", f"out_dir={tmp_path / 'out'}"])
     assert list(load_script("evaluate").plan_run(cfg).policies) == ["beta_bfs"]
