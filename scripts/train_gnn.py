@@ -2,7 +2,7 @@
 
     python scripts/train_gnn.py data=locomo graphset=outputs/graphs/locomo checkpoint=runs/gnn/locomo.pt
     python scripts/train_gnn.py data=hotpotqa graphset=outputs/graphs/hotpotqa checkpoint=runs/gnn/hotpotqa.pt
-    python scripts/train_gnn.py --config-name gnn_multihop checkpoint=<dir>/gnn.pt   # the multihop walk's data
+    python scripts/train_gnn.py +experiment=multihop_gnn checkpoint=<dir>/gnn.pt out_dir=<dir>   # the multihop pools
 
 Splits the graph set by graph with fold ``split.fold`` of :func:`rl.common.splits.conversation_folds`
 (the router's split for the same settings), trains with ``rl.gnn.train.train_reader`` (best epoch

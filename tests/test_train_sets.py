@@ -111,6 +111,7 @@ def test_a_training_set_is_never_validated_or_tested(trained):
         ("{name: wikipedia}", "train_sets[0].name 'wikipedia' is not one of"),
         ("{name: musique, limit: 0}", "train_sets[0].limit must be a positive integer"),
         ("{name: locomo, pooled: true}", "train_sets[0].pooled is for"),
+        ("{name: musique, pool_size: 5}", "train_sets[0].pool_size=5 needs train_sets[0].pooled=true"),
         ("{name: musique, file: musique/none.json}", "train_sets[0].file: expected the data file"),
         ("{name: musique, train_files: [a.json]}", "train_sets[0].train_files: a training set is one file"),
         ("musique", "train_sets[0] must be a mapping"),
@@ -184,3 +185,20 @@ def test_train_gnn_trains_on_the_training_sets(main_set):
     (record,) = payload["train_sets"]
     assert record["questions"] == 3 and record["sha256"] == file_sha256(data_file("musique/musique_ans_50.json"))
     assert POOL_NAME in torch.load(checkpoint, weights_only=True)["inputs"]["train_graphs"]
+
+
+def test_the_multihop_experiments_train_on_the_same_pools(tmp_path):
+    walk = compose_cfg("train", ["+experiment=multihop", f"out_dir={tmp_path}"])
+    reader = compose_cfg("gnn", ["+experiment=multihop_gnn"])
+    sets = [(s["name"], s["file"], s["pool_size"]) for s in walk.train_sets]
+    assert sets == [
+        ("hotpotqa", "hotpotqa/hotpot_train_100.jsonl", 200),
+        ("hotpotqa", "hotpotqa/hotpot_train_500.jsonl", 200),
+        ("musique", "musique/musique_ans_train_199.json", 50),
+    ]
+    assert walk.data.name == "2wiki" and walk.data.pooled and walk.data.pool_size == 100
+    assert walk.cv.k == 5 and list(walk.cv.folds) == [0] and walk.policy.entry_selector == "hybrid"
+    assert list(walk.baselines) == ["hybrid", "bm25", "dense_topk"] and walk.stats.reference == "hybrid"
+    assert reader.data == walk.data and reader.train_sets == walk.train_sets
+    assert (reader.split.k, reader.split.fold) == (5, 0)
+    load_script("train").check(walk)  # every set's file exists, none is the main one

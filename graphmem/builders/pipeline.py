@@ -402,7 +402,7 @@ def _train_set_config(i: int, item: Any) -> DataConfig:
     except (TypeError, ValueError) as err:
         text = str(err)
         raise ValueError(
-            text.replace("DataConfig.", f"{key}.", 1) if text.startswith("DataConfig.") else f"{key}: {text}"
+            text.replace("DataConfig.", f"{key}.") if text.startswith("DataConfig.") else f"{key}: {text}"
         ) from None
 
 
