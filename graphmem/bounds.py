@@ -117,6 +117,11 @@ TRAINER = {
     "optim.batch_size": Bound(1, 1_000_000),
     "run.seed": Bound(0, SEED_MAX),
     "run.eval_every": Bound(1, EPOCHS_MAX),
+    "rank.epochs": Bound(0, EPOCHS_MAX),
+    "rank.hidden": Bound(1, 65_536),
+    "rank.negatives": Bound(0, 100_000),
+    "rank.batch_size": Bound(1, 1_000_000),
+    "rank.graphs_per_call": Bound(1, 1_000_000),
 }
 GROUP_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {"budget": BUDGET, "trainer": TRAINER}
 """Shared config group -> key within it -> bound (every config holding the group)."""
