@@ -245,10 +245,10 @@ def test_dry_run_prints_every_command_and_runs_nothing(tmp_path, capsys):
     assert study.main([*args, "--runs", str(tmp_path / "runs"), "--dry-run"], runner=None) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 10 and not (tmp_path / "runs").exists()
-    assert "policy=router policy.checkpoint=w.pt policy.rank=false" in lines[1] and lines[1].endswith(
-        "/a/multihop_load_order"
-    )
-    assert "policy=gnn policy.checkpoint=g.pt" in lines[3] and "'policies=[hybrid,bm25,dense_topk]'" in lines[9]
+    load_order, gnn, baselines = lines[1], lines[3], lines[9]
+    assert "policy=router policy.checkpoint=w.pt policy.strict_split=true policy.rank=false" in load_order
+    assert load_order.endswith("/a/multihop_load_order") and "'policies=[hybrid,bm25,dense_topk]'" in baselines
+    assert "policy=gnn policy.checkpoint=g.pt policy.strict_split=true" in gnn and baselines.endswith("/b/baselines")
 
 
 @pytest.mark.parametrize(
@@ -276,3 +276,17 @@ def test_policies_that_scored_other_questions_are_refused():
     with pytest.raises(study.InputError, match=r"set s: 'hybrid' and 'multihop' scored different questions \(2 differ"):
         study.same_questions("s", rows)
     study.same_questions("s", {"multihop": {"q1": {}}, "hybrid": {"q1": {}}})
+
+
+def test_a_set_the_walk_was_trained_on_is_refused(measured, capsys):
+    tmp, walk = measured[:2]
+
+    def forked(cmd):
+        proc = run_script(cmd, cwd=ROOT, timeout=300)
+        if proc.returncode != 0:
+            raise study.InputError(proc.stderr.strip().splitlines()[-1])
+
+    argv = ["--walk", str(walk), "--sets", "train-set", "--graphs", str(tmp), "--runs", str(tmp / "refused")]
+    assert study.main([*argv, "--out", str(tmp / "refused-out")], runner=forked) == 2
+    assert "were used to train or select the checkpoint" in capsys.readouterr().err
+    assert not (tmp / "refused-out").exists()

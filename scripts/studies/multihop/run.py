@@ -15,7 +15,8 @@ does) and its number of questions, and paired differences ``d_i = a_i - b_i``
 (:func:`graphmem.eval.stats.compare_policies`: mean, percentile bootstrap CI, paired t-test p, n) of
 every policy against ``hybrid``, of ``<walk> - <walk>_load_order`` (what the ranking head adds), of
 ``<walk> - gnn`` and of each ablation against the walk. Every policy of a set must have scored the
-same questions.
+same questions. A checkpoint run refuses a set holding a graph its checkpoint was trained or selected on
+(``policy.strict_split=true``).
 
 Writes ``<out>/multihop.json`` (atomically): the command, every evaluate command, each checkpoint's
 path and SHA-256 and, where its training run's folder (the checkpoint's folder or one of the two above
@@ -90,7 +91,7 @@ def plan_runs(checkpoints: list[Checkpoint], device: str | None) -> list[Run]:
     runs = []
     for c in checkpoints:
         policy = "gnn" if c.role == "gnn" else "router"
-        base = [f"policy={policy}", f"policy.checkpoint={shown(c.path)}"]
+        base = [f"policy={policy}", f"policy.checkpoint={shown(c.path)}", "policy.strict_split=true"]
         runs.append(Run(c.name, base, {c.name: policy}))
         if c.role == "walk":
             load_order = f"{c.name}_load_order"
