@@ -24,7 +24,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-COSINE = 0  # column of f_v holding cos(q, x_v): the head's residual
+RESIDUALS = {"cosine": (0, 1.0), "walk_score": (7, 1.0), "load_order": (14, -1.0)}
+"""The residual ``ρ_v`` each head can start from: (column of ``f_v``, sign): ``cos(q, x_v)``, the walk's score
+at load ``s_v``, or ``−min(slot_v, 12) / 12`` (the load order, negatives last)."""
 
 
 @dataclass
@@ -68,6 +70,12 @@ class RankHeadConfig:
     """F, the feature columns (:data:`graphmem.policies.rank_features.NUM_RANK_FEATURES`)"""
     hidden: int = 32
     """H, the item state size"""
+    residual: str = "cosine"
+    """what the untrained head ranks by, :data:`RESIDUALS`"""
+
+    def __post_init__(self) -> None:
+        if self.residual not in RESIDUALS:
+            raise ValueError(f"rank head residual {self.residual!r} is not one of {sorted(RESIDUALS)}")
 
 
 class RankHead(nn.Module):
@@ -90,7 +98,8 @@ class RankHead(nn.Module):
         if x.src.numel():
             m = m.scatter_reduce(0, x.dst[:, None].expand(-1, h.shape[1]), h[x.src], "amax", include_self=False)
         mixed = torch.relu(self.mix(torch.cat([h, m], dim=1)))
-        return x.features[:, COSINE] + self.out(mixed).squeeze(1)
+        column, sign = RESIDUALS[self.config.residual]
+        return sign * x.features[:, column] + self.out(mixed).squeeze(1)
 
     def checkpoint(self) -> dict[str, Any]:
         return {"config": asdict(self.config), "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()}}

@@ -49,6 +49,8 @@ class RankConfig:
     """L2 weight decay"""
     hidden: int = 32
     """the head's item state size H"""
+    residual: str = "cosine"
+    """what the untrained head ranks by (:data:`models.rank_head.RESIDUALS`): cosine, walk_score or load_order"""
     negatives: int = 8
     """hard negatives per training question: the entry selector's next candidates after the entries"""
     batch_size: int = 32
@@ -159,7 +161,7 @@ def train_rank_head(
 ) -> RankResult:
     """The loop of the module docstring; without validation lists the last epoch is kept."""
     torch.manual_seed(seed)
-    head = RankHead(RankHeadConfig(NUM_RANK_FEATURES, cfg.hidden))
+    head = RankHead(RankHeadConfig(NUM_RANK_FEATURES, cfg.hidden, cfg.residual))
     optimizer = torch.optim.Adam(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     generator = torch.Generator().manual_seed(seed)
     n = int(train.n_gold.numel())
