@@ -3,7 +3,7 @@ GNN reader (SAGE §4.1).
 
     python scripts/train_writer.py data=locomo graphset=outputs/graphs/locomo \\
         writer.reader_checkpoint=runs/gnn/reader.pt save_model=runs/writer/model
-    python scripts/train_writer.py data=locomo writer.model=smollm2 writer.chat_template=true sft.learning_rate=5e-5
+    python scripts/train_writer.py data=locomo writer.model=tiny sft.learning_rate=1e-3   # the fast test writer
 
 Tasks are windows of fragments of the *training* graphs (fold ``split.fold`` of
 :func:`rl.common.splits.conversation_folds`, the same split as ``scripts/train_gnn.py``). The warm start
@@ -20,7 +20,6 @@ first- and last-quarter means per step and the paired-by-task comparison of the 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -32,10 +31,9 @@ from graphmem.cli import load_graphset, run_or_exit, set_threads
 from graphmem.eval.harness import write_jsonl
 from graphmem.io import atomic_write, write_json
 from graphmem.launch import check_command_line
-from graphmem.tracking import experiment_group
 from rl.gnn.train import load_reader
 from rl.writer.grpo import WriterConfig
-from rl.writer.run import plot_curve, run_warm_start, run_writer
+from rl.writer.run import plot_curve, report_to_wandb, run_warm_start, run_writer
 from rl.writer.sft import SFTConfig
 
 log = logging.getLogger(__name__)
@@ -65,13 +63,7 @@ def run(cfg: DictConfig) -> None:
     sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
     reader = load_reader(wcfg.reader_checkpoint)
     gs = load_graphset(cfg)
-    if "wandb" in wcfg.report_to:  # both trainers report there (TRL's W&B callback): group, job type, folder
-        os.environ.setdefault("WANDB_RUN_GROUP", experiment_group("train", gs.dataset))
-        os.environ.setdefault("WANDB_JOB_TYPE", "train")
-        os.environ.setdefault("WANDB_PROJECT", "graphmem")
-        os.environ.setdefault("WANDB_MODE", "offline")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        os.environ.setdefault("WANDB_DIR", str(out_dir))
+    report_to_wandb(wcfg, gs, out_dir)  # both trainers report there (TRL's W&B callback)
     model, tokenizer, warm = run_warm_start(gs, cfg, wcfg, sft)
     result, completions = {"curve": []}, []
     if wcfg.max_steps > 0:  # writer.max_steps=0: the warm start only

@@ -11,16 +11,19 @@ from graphmem.graph import MemoryGraph
 from models.gnn_reader import GNNReader
 from rl.writer.format import anchor_map, format_score, parse_triples, repetition_rate, well_formed
 from rl.writer.grpo import (
+    PART_KEYS,
     ReaderReward,
     WriterConfig,
     WriterTask,
     byte_tokenizer,
+    generation_failures,
     graph_from_triples,
     load_writer,
     quarter_comparison,
     rewrite_entity_edges,
     rewrite_graph,
     tasks_from_graph,
+    train_last_layers,
     train_writer,
 )
 
@@ -184,8 +187,14 @@ def test_silver_triples_join_fragments_that_share_an_entity():
     task.texts = ["We saw Alice meet Bob in Paris.", "Then Bob flew to Rome.", "We heard Carol sing.", "it was fine"]
     text = silver_triples(task, make_entity_extractor("offline"))
     lines = text.splitlines()
-    assert lines[:3] == ["(alice | with | bob) [F1]", "(bob | with | paris) [F1]", "(bob | with | rome) [F2]"]
-    assert "(carol | is | carol) [F3]" in lines and not any(line.endswith("[F4]") for line in lines)
+    # round the fragments: the first line of each, then the second of each
+    assert lines == [
+        "(alice | with | bob) [F1]",
+        "(bob | with | rome) [F2]",
+        "(carol | is | carol) [F3]",
+        "(bob | with | paris) [F1]",
+    ]
+    assert silver_triples(task, make_entity_extractor("offline"), max_lines=3).splitlines() == lines[:3]
     assert well_formed(text, task.fragment_ids) and not well_formed(text + "\nnot a triple", task.fragment_ids)
     triples, _, _ = parse_triples(text, task.fragment_ids)
     g = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings)
@@ -251,3 +260,76 @@ def test_quarter_comparison_pairs_by_task():
     assert q["reward"]["mean_diff"] == pytest.approx(0.25) and q["format"]["mean_diff"] == 0.0
     # the unpaired per-completion means would read the change of mix as a drop: 0.75 -> 0.625
     assert quarter_comparison(records[:8], 0.2)["task"] is None  # two steps: no quarter
+
+
+def test_grpo_groups_are_the_completions_of_one_task_and_the_parts_are_logged(tmp_path):
+    """trl repeats each prompt num_generations times: per step, each drawn task has exactly that many
+    completions; the zero-weight parts r_rec, r_pre, rho_rep are logged per step as the records' means."""
+    torch.manual_seed(0)
+    tasks = [make_task(f"t{k}") for k in range(4)]
+    reader = GNNReader(input_dim=8, hidden_dim=4)
+    cfg = WriterConfig(
+        max_steps=3, batch_size=6, num_generations=3, max_completion_length=8, reader_budget=BUDGET,
+        output_dir=str(tmp_path), seed=0,
+    )  # fmt: skip
+    model, tok = load_writer("tiny", seed=0, hidden=16, layers=1)
+    _, history, records = train_writer(tasks, reader, cfg, model=model, tokenizer=tok)
+    for step in (1, 2, 3):
+        counts: dict[str, int] = {}
+        for r in records:
+            if r["step"] == step:
+                counts[r["task_id"]] = counts.get(r["task_id"], 0) + 1
+        assert sorted(counts.values()) == [3, 3], counts  # two groups of three
+    for h in history:
+        rows = [r for r in records if r["step"] == h["step"]]
+        for part in PART_KEYS:
+            assert h[f"rewards/{part}/mean"] == pytest.approx(sum(r[part] for r in rows) / len(rows), abs=1e-6)
+    failures = generation_failures(records)
+    assert failures["completions"] == len(records) == 18
+    assert failures["not_well_formed"] == sum(1 for r in records if not r["well_formed"])
+
+
+def test_batch_must_hold_whole_groups():
+    cfg = WriterConfig(batch_size=6, num_generations=4)
+    with pytest.raises(ValueError, match="multiple of writer.num_generations"):
+        train_writer([make_task()], GNNReader(input_dim=8, hidden_dim=4), cfg, *load_writer("tiny", hidden=16, layers=1))
+
+
+def test_generation_failures_count_completions_and_lines():
+    rows = [
+        {"lines": 0, "valid_lines": 0, "well_formed": 0.0},  # empty
+        {"lines": 3, "valid_lines": 2, "well_formed": 0.0},
+        {"lines": 2, "valid_lines": 2, "well_formed": 1.0},
+    ]
+    assert generation_failures(rows) == {
+        "completions": 3,
+        "empty": 1,
+        "not_well_formed": 2,
+        "lines": 5,
+        "unparsed_lines": 1,
+        "not_well_formed_share": pytest.approx(2 / 3),
+        "unparsed_line_share": pytest.approx(0.2),
+    }
+    assert generation_failures([])["completions"] == 0
+
+
+def test_partial_fine_tuning_trains_only_the_last_blocks_and_the_norm():
+    model, _ = load_writer("tiny", hidden=16, layers=3)
+    counts = train_last_layers(model, 1)
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trained and all(n.startswith(("model.layers.2.", "model.norm.")) for n in trained)
+    assert "model.embed_tokens.weight" not in trained
+    assert counts["trainable"] == sum(p.numel() for p in model.parameters() if p.requires_grad) < counts["total"]
+    assert train_last_layers(model, None)["trainable"] == counts["trainable"]  # null leaves the flags as they are
+    with pytest.raises(ValueError, match="trainable_layers"):
+        train_last_layers(model, 0)
+
+
+def test_chat_template_follows_the_tokenizer_when_unset():
+    from rl.writer.grpo import uses_chat
+
+    tok = byte_tokenizer()
+    assert uses_chat(WriterConfig(chat_template=None), tok) is False
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert uses_chat(WriterConfig(chat_template=None), tok) is True
+    assert uses_chat(WriterConfig(chat_template=False), tok) is False

@@ -29,6 +29,8 @@ def trained(tmp_path_factory):
     common = [
         f"graphset={gs_dir}",
         f"writer.reader_checkpoint={reader}",
+        "writer.model=tiny",
+        "writer.trainable_layers=null",
         "writer.tiny_hidden=16",
         "writer.tiny_layers=1",
         "writer.fragments_per_task=4",

@@ -19,6 +19,14 @@ a :class:`Budget`. The reward of one completion is
   are all off-format a reward spread, so GRPO's group-normalised advantage is not zero.
 
 The deducibility and answer-F1 terms (γ, δ), which need an LLM judge, are not implemented.
+``r_rec``, ``r_pre`` and ``ρ_rep`` are also logged per step as zero-weight reward functions
+(:meth:`ReaderReward.part`), and each completion's parts and line counts are kept in
+:attr:`ReaderReward.records` (:func:`generation_failures` counts the completions and lines that did not parse).
+
+**Groups.** trl's sampler repeats each prompt ``num_generations`` times in a generation batch, so the
+``num_generations`` completions of one task form one GRPO group, and the advantage of a completion is its
+reward standardised over its group; ``batch_size`` must be a multiple of ``num_generations``
+(``batch_size / num_generations`` tasks per step).
 Training is trl's ``GRPOTrainer`` with the clipped objective (``loss_type="grpo"``), offline on CPU.
 """
 
@@ -37,15 +45,18 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
 from rl.writer.format import format_score, parse_triples, render_prompt, repetition_rate, well_formed
-from rl.writer.model import byte_tokenizer, load_writer  # noqa: F401  (byte_tokenizer: re-exported)
+from rl.writer.model import byte_tokenizer, load_writer, train_last_layers  # noqa: F401  (byte_tokenizer: re-exported)
 
 
 @dataclass
 class WriterConfig:
     """Settings of :func:`train_writer` (mirrored by ``configs/writer.yaml``)."""
 
-    model: str = "tiny"
-    """'tiny' (random tiny Llama, byte tokenizer), 'smollm2' (local SmolLM2-135M gguf) or a local HF folder"""
+    model: str = "smollm2"
+    """'smollm2' (local SmolLM2-135M-Instruct gguf), 'tiny' (random tiny Llama, byte tokenizer: tests) or a
+    local HF folder"""
+    trainable_layers: int | None = 4
+    """partial fine-tuning: only the last this many decoder blocks and the final norm are trained (null: all)"""
     tiny_hidden: int = 64
     """hidden width of the random tiny Llama (its MLP is 2x, heads of width 16)"""
     tiny_layers: int = 3
@@ -54,7 +65,7 @@ class WriterConfig:
     """frozen reader checkpoint (from scripts/train_gnn.py)"""
     fragments_per_task: int = 8
     """memory fragments shown in one prompt"""
-    max_fragment_chars: int = 200
+    max_fragment_chars: int = 80
     """fragment text is cut to this many characters in the prompt"""
     alpha: float = 1.0
     """weight of evidence recall in r_task"""
@@ -72,13 +83,13 @@ class WriterConfig:
     """Budget the frozen reader retrieves under (k = max_nodes)"""
     max_steps: int = 20
     """GRPO optimizer steps"""
-    batch_size: int = 4
-    """completions per step (per_device_train_batch_size)"""
+    batch_size: int = 8
+    """completions per step (per_device_train_batch_size): ``batch_size / num_generations`` task groups"""
     num_generations: int = 4
     """completions per prompt (the GRPO group)"""
-    max_completion_length: int = 96
+    max_completion_length: int = 64
     """new tokens per completion"""
-    learning_rate: float = 1e-5
+    learning_rate: float = 5e-5
     """writer learning rate"""
     kl_beta: float = 0.0
     """KL coefficient to the reference model"""
@@ -88,8 +99,8 @@ class WriterConfig:
     """GRPO updates per generation batch (clipping acts when > 1)"""
     temperature: float = 1.0
     """sampling temperature"""
-    chat_template: bool = False
-    """wrap each prompt as one user turn of the tokenizer's chat template (for instruct models)"""
+    chat_template: bool | None = None
+    """wrap each prompt as one user turn of the tokenizer's chat template; null: when the tokenizer has one"""
     seed: int = 0
     """fixes the model init (tiny), data order and sampling"""
     output_dir: str = "outputs/writer"
@@ -207,11 +218,19 @@ class ReaderReward:
         self.budget = Budget(**cfg.reader_budget)
         self.cfg = cfg
         self.records: list[dict] = []
+        self._cache: dict[tuple[str, str], dict[str, float]] = {}
 
     def components(self, completion: str, task_id: str) -> dict[str, float]:
-        """``r_rec, r_pre, r_task, rho_rep, r_fmt`` for one completion."""
+        """``r_rec, r_pre, r_task, rho_rep, r_fmt`` and the line counts (``lines`` non-empty, ``valid_lines``)
+        of one completion; cached by ``(task, text)``, so the parts' reward functions score it once."""
+        key = (task_id, completion)
+        if key not in self._cache:
+            self._cache[key] = self._components(completion, task_id)
+        return self._cache[key]
+
+    def _components(self, completion: str, task_id: str) -> dict[str, float]:
         task = self.tasks[task_id]
-        triples, _, _ = parse_triples(completion, task.fragment_ids)
+        triples, good, total = parse_triples(completion, task.fragment_ids)
         graph = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings)
         queries = [Query(f"{task_id}#{k}", "", e) for k, e in enumerate(task.query_embeddings)]
         rec = pre = 0.0
@@ -227,6 +246,8 @@ class ReaderReward:
             "r_task": (a * rec + b * pre) / (a + b),
             "rho_rep": repetition_rate(triples),
             "r_fmt": format_score(completion, task.fragment_ids, self.cfg.format_partial),
+            "lines": total,
+            "valid_lines": good,
         }
 
     def task_reward(self, prompts, completions, task_id, trainer_state=None, **_) -> list[float]:
@@ -248,9 +269,20 @@ class ReaderReward:
                     "task": out[-1],
                     "format": parts["r_fmt"],
                     "well_formed": float(well_formed(text, self.tasks[t].fragment_ids)),
+                    **{k: parts[k] for k in PART_KEYS + ("lines", "valid_lines")},
                 }
             )
         return out
+
+    def part(self, name: str):
+        """A trl reward function returning the part ``name`` (``r_rec``, ``r_pre``, ``rho_rep``) of each
+        completion; given weight 0, it only makes trl log that part per step (and to W&B)."""
+
+        def reward(prompts, completions, task_id, **_) -> list[float]:
+            return [self.components(_text(c), t)[name] for c, t in zip(completions, task_id)]
+
+        reward.__name__ = name
+        return reward
 
     def format_reward(self, prompts, completions, task_id, **_) -> list[float]:
         """``r_fmt`` per completion (trl reward-function signature)."""
@@ -267,6 +299,29 @@ class ReaderReward:
         return [float(well_formed(_text(c), self.tasks[t].fragment_ids)) for c, t in zip(completions, task_id)]
 
 
+PART_KEYS = ("r_rec", "r_pre", "rho_rep")
+"""the reward parts logged per step besides the trained rewards (zero-weight reward functions)"""
+
+
+def generation_failures(records: Sequence[dict]) -> dict[str, float | int]:
+    """Counts over completion records (``lines``, ``valid_lines``, ``well_formed``): completions, empty ones
+    (no non-empty line), those not well-formed, non-empty lines and lines that did not parse into an
+    anchored triple, with the shares ``not_well_formed / completions`` and ``unparsed / lines``."""
+    n = len(records)
+    lines = sum(int(r["lines"]) for r in records)
+    unparsed = lines - sum(int(r["valid_lines"]) for r in records)
+    bad = sum(1 for r in records if not r["well_formed"])
+    return {
+        "completions": n,
+        "empty": sum(1 for r in records if int(r["lines"]) == 0),
+        "not_well_formed": bad,
+        "lines": lines,
+        "unparsed_lines": unparsed,
+        "not_well_formed_share": bad / n if n else 0.0,
+        "unparsed_line_share": unparsed / lines if lines else 0.0,
+    }
+
+
 def _text(completion) -> str:
     if isinstance(completion, list):  # conversational completions: [{"role", "content"}]
         return "".join(m.get("content", "") for m in completion)
@@ -274,10 +329,15 @@ def _text(completion) -> str:
 
 
 # ---------------------------------------------------------------------- training
-def _prompt(task: WriterTask, cfg: WriterConfig):
-    """The task prompt: plain text, or one user message when ``cfg.chat_template``."""
+def uses_chat(cfg: WriterConfig, tokenizer) -> bool:
+    """``cfg.chat_template``, or when it is null whether ``tokenizer`` has a chat template."""
+    return bool(getattr(tokenizer, "chat_template", None)) if cfg.chat_template is None else cfg.chat_template
+
+
+def _prompt(task: WriterTask, cfg: WriterConfig, chat: bool):
+    """The task prompt: plain text, or one user message when ``chat`` (:func:`uses_chat`)."""
     text = task.prompt(cfg.max_fragment_chars)
-    return [{"role": "user", "content": text}] if cfg.chat_template else text
+    return [{"role": "user", "content": text}] if chat else text
 
 
 def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=None, tokenizer=None):
@@ -287,10 +347,16 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    if cfg.batch_size % cfg.num_generations:
+        raise ValueError(
+            f"writer.batch_size ({cfg.batch_size}) must be a multiple of writer.num_generations ({cfg.num_generations})"
+        )
     if model is None:
         model, tokenizer = load_writer(cfg.model, cfg.seed, cfg.tiny_hidden, cfg.tiny_layers)
+        train_last_layers(model, cfg.trainable_layers)
     reward = ReaderReward(tasks, reader, cfg)
-    data = Dataset.from_list([{"prompt": _prompt(t, cfg), "task_id": t.task_id} for t in tasks])
+    chat = uses_chat(cfg, tokenizer)
+    data = Dataset.from_list([{"prompt": _prompt(t, cfg, chat), "task_id": t.task_id} for t in tasks])
     args = GRPOConfig(
         output_dir=cfg.output_dir,
         max_steps=cfg.max_steps,
@@ -303,7 +369,7 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
         loss_type="grpo",
         num_iterations=cfg.num_iterations,
         temperature=cfg.temperature,
-        reward_weights=[1.0, cfg.lambda_fmt, 0.0],
+        reward_weights=[1.0, cfg.lambda_fmt, 0.0] + [0.0] * len(PART_KEYS),
         logging_steps=1,
         save_strategy="no",
         report_to=cfg.report_to,
@@ -311,6 +377,7 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
         bf16=False,
         seed=cfg.seed,
         disable_tqdm=True,
+        gradient_checkpointing=False,  # trl turns it on: with frozen blocks it recomputes and backpropagates them all
     )
     history: list[dict] = []
 
@@ -321,7 +388,7 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
 
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=[reward.task_reward, reward.format_reward, reward.well_formed],
+        reward_funcs=[reward.task_reward, reward.format_reward, reward.well_formed, *map(reward.part, PART_KEYS)],
         args=args,
         train_dataset=data,
         processing_class=tokenizer,
@@ -366,15 +433,16 @@ def generate_completions(
 ) -> list[str]:
     """Greedy completion text of every task, ``batch_size`` prompts per ``generate`` call (left padding)."""
     model.eval()
+    chat = uses_chat(cfg, tokenizer)
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     out = []
     try:
         for lo in range(0, len(tasks), batch_size):
             part = tasks[lo : lo + batch_size]
-            texts = [_prompt(t, cfg) for t in part]
-            if cfg.chat_template:
+            texts = [_prompt(t, cfg, chat) for t in part]
+            if chat:
                 texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in texts]
-            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not cfg.chat_template)
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not chat)
             gen = model.generate(
                 **enc, max_new_tokens=cfg.max_completion_length, do_sample=False, pad_token_id=tokenizer.pad_token_id
             )
@@ -392,18 +460,12 @@ def write_triples(
     return [triple for t, text in zip(tasks, texts) for triple in parse_triples(text, t.fragment_ids)[0]]
 
 
-def rewrite_graph(
-    model, tokenizer, graph: MemoryGraph, cfg: WriterConfig, graph_cfg: GraphConfig, batch_size: int = 8
-) -> tuple[MemoryGraph, int]:
-    """Let the writer annotate every window of ``graph``.
-
-    Returns the graph with its entity edges rebuilt from the triples (:func:`rewrite_entity_edges`,
-    ``graph_cfg``'s fan-out caps) and the triple count.
-    """
-    k = cfg.fragments_per_task
-    windows = [
+def graph_windows(graph: MemoryGraph, k: int, name: str = "w") -> list[WriterTask]:
+    """Every window of ``k`` consecutive nodes of ``graph`` as a question-less task ``<name>@<first row>``
+    (the windows of :func:`tasks_from_graph`, which keeps only those holding gold evidence)."""
+    return [
         WriterTask(
-            f"w{lo}",
+            f"{name}@{lo}",
             graph.node_ids[lo : lo + k],
             graph.texts[lo : lo + k],
             graph.embeddings[lo : lo + k],
@@ -412,5 +474,15 @@ def rewrite_graph(
         )
         for lo in range(0, graph.num_nodes, k)
     ]
-    triples = write_triples(model, tokenizer, windows, cfg, batch_size)
+
+
+def rewrite_graph(
+    model, tokenizer, graph: MemoryGraph, cfg: WriterConfig, graph_cfg: GraphConfig, batch_size: int = 8
+) -> tuple[MemoryGraph, int]:
+    """Let the writer annotate every window of ``graph`` (:func:`graph_windows`).
+
+    Returns the graph with its entity edges rebuilt from the triples (:func:`rewrite_entity_edges`,
+    ``graph_cfg``'s fan-out caps) and the triple count.
+    """
+    triples = write_triples(model, tokenizer, graph_windows(graph, cfg.fragments_per_task), cfg, batch_size)
     return rewrite_entity_edges(graph, triples, graph_cfg), len(triples)

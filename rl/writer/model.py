@@ -61,3 +61,22 @@ def load_writer(name: str, seed: int = 0, hidden: int = 64, layers: int = 3):
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model, tok
+
+
+def train_last_layers(model, layers: int | None) -> dict[str, int]:
+    """Partial fine-tuning: only the last ``layers`` decoder blocks and the final norm keep gradients
+    (``None``: every parameter). The token embeddings stay frozen, and with them a tied output head.
+
+    Returns ``{"trainable": n, "total": N}`` parameter counts.
+    """
+    params = list(model.parameters())
+    if layers is not None:
+        if layers < 1:
+            raise ValueError(f"writer.trainable_layers must be >= 1 or null, got {layers}")
+        for p in params:
+            p.requires_grad_(False)
+        base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+        for module in list(base.layers)[-layers:] + [base.norm]:
+            for p in module.parameters():
+                p.requires_grad_(True)
+    return {"trainable": sum(p.numel() for p in params if p.requires_grad), "total": sum(p.numel() for p in params)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import time
 from pathlib import Path
@@ -14,7 +15,15 @@ from omegaconf import DictConfig
 
 from graphmem.builders.entities import make_entity_extractor
 from rl.gnn.split import split_parts
-from rl.writer.grpo import WriterConfig, load_writer, quarter_comparison, tasks_from_graphset, train_writer
+from rl.writer.grpo import (
+    WriterConfig,
+    generation_failures,
+    load_writer,
+    quarter_comparison,
+    tasks_from_graphset,
+    train_last_layers,
+    train_writer,
+)
 from rl.writer.sft import SFTConfig, warm_start, well_formed_fraction
 
 log = logging.getLogger(__name__)
@@ -25,6 +34,9 @@ REWARD_KEYS = (
     "rewards/task_reward/mean",
     "rewards/format_reward/mean",
     "rewards/well_formed/mean",
+    "rewards/r_rec/mean",
+    "rewards/r_pre/mean",
+    "rewards/rho_rep/mean",
     "completions/mean_length",
 )
 
@@ -47,6 +59,21 @@ def writer_tasks(gs, cfg: DictConfig, wcfg: WriterConfig, part: str = "train", l
     return tasks[: cfg.max_tasks if limit is None else limit], parts
 
 
+def report_to_wandb(wcfg: WriterConfig, gs, out_dir: Path, job_type: str = "train") -> None:
+    """With ``wandb`` in ``wcfg.report_to``, both trainers' TRL callbacks report to one W&B run group
+    (offline unless ``WANDB_MODE`` says otherwise), the run folder under ``out_dir``; else nothing."""
+    if "wandb" not in wcfg.report_to:
+        return
+    from graphmem.tracking import experiment_group
+
+    os.environ.setdefault("WANDB_RUN_GROUP", experiment_group("train", gs.dataset))
+    os.environ.setdefault("WANDB_JOB_TYPE", job_type)
+    os.environ.setdefault("WANDB_PROJECT", "graphmem")
+    os.environ.setdefault("WANDB_MODE", "offline")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("WANDB_DIR", str(out_dir))
+
+
 def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, tokenizer=None):
     """GRPO of the writer (``model`` or ``wcfg.model``) on the training tasks; ``(trainer, result, records)``
     with the per-completion reward records of :func:`rl.writer.grpo.train_writer`."""
@@ -54,6 +81,8 @@ def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, toke
     t0 = time.perf_counter()
     trainer, history, records = train_writer(tasks, reader, wcfg, model=model, tokenizer=tokenizer)
     curve = [{k: h[k] for k in ("step",) + REWARD_KEYS if k in h} for h in history]
+    failures = generation_failures(records)
+    log.info("GRPO rollouts: %s", json.dumps(failures))
     return (
         trainer,
         {
@@ -62,6 +91,7 @@ def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, toke
             "seconds": round(time.perf_counter() - t0, 2),
             "reward_quarters": quarter_means(curve),
             "quarters_by_task": quarter_comparison(records, wcfg.lambda_fmt),
+            "generation_failures": failures,
             "curve": curve,
         },
         records,
@@ -71,8 +101,11 @@ def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, toke
 def run_warm_start(gs, cfg: DictConfig, wcfg: WriterConfig, sft: SFTConfig):
     """Load the writer, measure well-formed output on validation tasks, warm-start it, measure again."""
     model, tokenizer = load_writer(wcfg.model, wcfg.seed, wcfg.tiny_hidden, wcfg.tiny_layers)
+    params = train_last_layers(model, wcfg.trainable_layers)
+    log.info("writer %s: %d of %d parameters trained", wcfg.model, params["trainable"], params["total"])
     held_out, _ = writer_tasks(gs, cfg, wcfg, "val", sft.eval_tasks)
     result: dict = {
+        "parameters": params,
         "eval_tasks": len(held_out),
         "well_formed_before": well_formed_fraction(model, tokenizer, held_out, wcfg),
     }
@@ -94,7 +127,8 @@ def moving_mean(values: list[float], window: int) -> list[float]:
 
 def plot_curve(curve: list[dict], path: Path, title: str, window: int = 8) -> Path:
     """Per GRPO step: the mean reward (thin, ± its std across completions) and, bold, its moving mean
-    over ``window`` steps; the task and format parts and the well-formed share as moving means."""
+    over ``window`` steps; the task and format parts, the well-formed share and the parts r_rec, r_pre,
+    ρ_rep of the task reward as moving means (each where the curve has it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,11 +142,14 @@ def plot_curve(curve: list[dict], path: Path, title: str, window: int = 8) -> Pa
     ax.fill_between(steps, [r - s for r, s in zip(reward, std)], [r + s for r, s in zip(reward, std)], alpha=0.1)
     ax.plot(steps, moving_mean(reward, window), color="C0", linewidth=2.2, label=f"reward, mean of {window} steps")
     for color, (key, label) in zip(
-        ("C1", "C2", "C3"),
+        ("C1", "C2", "C3", "C4", "C5", "C6"),
         (
             ("rewards/task_reward/mean", "r_task − λ_rep·ρ_rep"),
             ("rewards/format_reward/mean", "r_fmt"),
             ("rewards/well_formed/mean", "well-formed share"),
+            ("rewards/r_rec/mean", "r_rec"),
+            ("rewards/r_pre/mean", "r_pre"),
+            ("rewards/rho_rep/mean", "ρ_rep"),
         ),
     ):
         if all(key in c for c in curve):

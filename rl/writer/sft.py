@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rl.writer.format import anchor_label, clean_entity, well_formed
-from rl.writer.grpo import WriterConfig, WriterTask, _prompt, generate_completions
+from rl.writer.grpo import WriterConfig, WriterTask, _prompt, generate_completions, uses_chat
 
 
 @dataclass
@@ -35,31 +35,35 @@ class SFTConfig:
 
     enabled: bool = True
     """run the warm start before GRPO"""
-    max_steps: int = 200
+    max_steps: int = 40
     """optimizer steps"""
     batch_size: int = 8
     """prompt-completion pairs per step"""
-    learning_rate: float = 1e-3
-    """AdamW learning rate (a random tiny writer needs a large one; use ~5e-5 for SmolLM2)"""
+    learning_rate: float = 1e-4
+    """AdamW learning rate (SmolLM2's last blocks; a random tiny writer needs ~1e-3)"""
     max_entities: int = 4
     """entities per fragment used for its silver lines"""
     max_lines: int = 4
     """silver lines per task (the first ones), so a completion fits ``max_completion_length``"""
-    eval_tasks: int = 32
+    eval_tasks: int = 8
     """held-out tasks (validation graphs) on which well-formed output is measured"""
 
 
 def silver_triples(task: WriterTask, extractor, max_entities: int = 4, max_lines: int | None = None) -> str:
-    """The silver completion of ``task`` (module docstring), one triple per line, the first ``max_lines``."""
-    lines = []
+    """The silver completion of ``task`` (module docstring), one triple per line, the first ``max_lines``.
+
+    Lines go round the fragments: the first line of every fragment (in prompt order), then the second of
+    every fragment, ..., so a cut at ``max_lines`` keeps as many fragments as it can."""
+    per_fragment = []
     for i, (text, found) in enumerate(zip(task.texts, extractor.extract(task.texts))):
         low = text.lower()
         ents = sorted(found, key=lambda e: (low.find(e) if e in low else len(low), e))[:max_entities]
         ents = [e for e in map(clean_entity, ents) if e]
         label = anchor_label(i)
-        if len(ents) == 1:
-            lines.append(f"({ents[0]} | is | {ents[0]}) [{label}]")
-        lines += [f"({a} | with | {b}) [{label}]" for a, b in zip(ents, ents[1:])]
+        lines = [f"({ents[0]} | is | {ents[0]}) [{label}]"] if len(ents) == 1 else []
+        per_fragment.append(lines + [f"({a} | with | {b}) [{label}]" for a, b in zip(ents, ents[1:])])
+    depth = max(map(len, per_fragment), default=0)
+    lines = [fl[j] for j in range(depth) for fl in per_fragment if j < len(fl)]
     return "\n".join(lines[:max_lines])
 
 
@@ -77,13 +81,13 @@ def warm_start(model, tokenizer, tasks: Sequence[WriterTask], extractor, cfg: Wr
     from trl import SFTConfig as TRLSFTConfig
     from trl import SFTTrainer
 
-    rows = []
+    rows, chat = [], uses_chat(cfg, tokenizer)
     for task in tasks:
         completion = silver_triples(task, extractor, sft.max_entities, sft.max_lines)
         if not completion:
             continue
-        prompt = _prompt(task, cfg)
-        if cfg.chat_template:
+        prompt = _prompt(task, cfg, chat)
+        if chat:
             rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": completion}]})
         else:
             rows.append({"prompt": prompt, "completion": completion + (tokenizer.eos_token or "")})
@@ -102,6 +106,7 @@ def warm_start(model, tokenizer, tasks: Sequence[WriterTask], extractor, cfg: Wr
         bf16=False,
         seed=cfg.seed,
         disable_tqdm=True,
+        gradient_checkpointing=False,  # trl turns it on: with frozen blocks it recomputes and backpropagates them all
         max_length=None,
         completion_only_loss=True,
     )
