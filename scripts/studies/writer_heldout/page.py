@@ -1,0 +1,169 @@
+"""docs/writer_heldout.md: the SFT and GRPO writers measured on held-out conversations, rendered from
+``docs/results/writer_heldout.json`` (``scripts/studies/writer_heldout/run.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphmem.docgen.sources import field, fill, load_results, p_value
+from graphmem.eval.report import markdown_grid
+
+RESULTS = "writer_heldout.json"
+TEMPLATE = str(Path(__file__).with_name("page"))
+"""the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
+COMMAND = "python scripts/studies/writer_heldout/run.py"
+ARMS = (("builder", "(a) the builder's graphs"), ("sft", "(b) SFT writer"), ("grpo", "(c) GRPO writer"))
+RECALL_TARGET = 0.03
+"""GRPO-written test graphs must beat SFT-written ones by this much in reader recall (CI above 0)"""
+REWARD_TARGET = 0.05
+"""held-out task reward after GRPO must exceed the SFT writer's by this much"""
+
+
+def _diff_row(label: str, c: dict | None) -> list[str]:
+    if c is None:
+        return [label, "–", "–", "–", "–", "–", "0"]
+    return [
+        label,
+        f"{c['mean']:.4f}",
+        f"{c['reference_mean']:.4f}",
+        f"{c['mean_diff']:+.4f}",
+        f"[{c['ci_low']:+.4f}, {c['ci_high']:+.4f}]",
+        p_value(c["p_value"]),
+        f"{c['n']:,}",
+    ]
+
+
+def _setting(res: dict, path: Path) -> list[str]:
+    w, s, b = field(res, path, "writer"), field(res, path, "sft"), field(res, path, "budget")
+    split, params = field(res, path, "split"), field(res, path, "warm_start", "parameters")
+    rw = w["reader_budget"]
+    return [
+        f"- split (fold {res.get('fold', 0)}): train {', '.join(split['train'])}; validation "
+        f"{', '.join(split['val'])}; test {', '.join(split['test'])} ({res['questions']['test']} test questions, "
+        f"{res['questions']['test_tasks']} test windows with gold evidence)",
+        f"- writer `{w['model']}`: {params['trainable']:,} of {params['total']:,} parameters trained (the last "
+        f"{w['trainable_layers']} blocks and the final norm); windows of {w['fragments_per_task']} fragments cut "
+        f"to {w['max_fragment_chars']} characters, {w['max_completion_length']} new tokens",
+        f"- warm start: {s['max_steps']} SFT steps of {s['batch_size']} (learning rate {s['learning_rate']:g}, "
+        f"at most {s['max_lines']} silver lines per window)",
+        f"- GRPO: {w['max_steps']} steps of {w['batch_size']} completions = {w['batch_size'] // w['num_generations']}"
+        f" groups of {w['num_generations']}, learning rate {w['learning_rate']:g}, temperature {w['temperature']}, "
+        f"λ_rep {w['lambda_rep']}, λ_fmt {w['lambda_fmt']}; reward budget {rw['max_entries']} entries, "
+        f"{rw['max_nodes']} nodes",
+        f"- reader evaluation budget: {b['max_entries']} entries, top-{b['top_k_neighbors']} neighbours, "
+        f"{b['max_hops']} hops, {b['max_nodes']} nodes",
+        f"- {field(res, path, 'wall_s') / 60:.1f} min on {res['threads']} CPU thread(s); peak memory "
+        f"{res['peak_memory_mb']:,.0f} MB above the start ({res['max_rss_mb']:,.0f} MB resident at most)",
+    ]
+
+
+def _writes_table(res: dict, path: Path) -> str:
+    rows = []
+    for arm in ("sft", "grpo"):
+        w = field(res, path, "writes", arm)
+        f = w["generation_failures"]
+        rows.append(
+            [arm, f"{w['windows']:,}", f"{w['triples']:,}", f"{res['graphs'][arm]['entity_edge_count']:,}"]
+            + [f"{f['empty']:,}", f"{f['not_well_formed']:,} ({f['not_well_formed_share']:.1%})"]
+            + [f"{f['unparsed_lines']:,} of {f['lines']:,} ({f['unparsed_line_share']:.1%})"]
+        )
+    f = field(res, path, "grpo", "generation_failures")
+    rows.append(
+        ["GRPO rollouts", f"{f['completions']:,} completions", "–", "–", f"{f['empty']:,}"]
+        + [f"{f['not_well_formed']:,} ({f['not_well_formed_share']:.1%})"]
+        + [f"{f['unparsed_lines']:,} of {f['lines']:,} ({f['unparsed_line_share']:.1%})"]
+    )
+    header = ["writer", "windows", "triples", "entity edges", "empty", "not well-formed", "unparsed lines"]
+    builder = res["graphs"]["builder"]["entity_edge_count"]
+    return markdown_grid(header, rows) + f"\n\nThe builder's test graphs hold {builder:,} entity edges."
+
+
+def _targets(res: dict, path: Path) -> list[str]:
+    gs, gb = field(res, path, "paired", "grpo_minus_sft"), field(res, path, "paired", "grpo_minus_builder")
+    tr = field(res, path, "task_reward")
+    met_recall = gs is not None and gs["mean_diff"] >= RECALL_TARGET and gs["ci_low"] > 0
+    not_below = gb is not None and gb["ci_high"] >= 0
+    met_reward = tr["after"] - tr["before"] >= REWARD_TARGET
+    return [
+        f"- reader recall, GRPO − SFT ≥ +{RECALL_TARGET} with the CI above 0: "
+        + ("met" if met_recall else "not met")
+        + (f" ({gs['mean_diff']:+.4f} [{gs['ci_low']:+.4f}, {gs['ci_high']:+.4f}], n = {gs['n']})" if gs else ""),
+        "- reader recall on GRPO-written graphs not below the builder's (CI of GRPO − builder reaching 0 or above): "
+        + ("met" if not_below else "not met")
+        + (f" ({gb['mean_diff']:+.4f} [{gb['ci_low']:+.4f}, {gb['ci_high']:+.4f}])" if gb else ""),
+        f"- held-out task reward after GRPO ≥ before + {REWARD_TARGET}: "
+        + ("met" if met_reward else "not met")
+        + f" ({tr['before']:.4f} → {tr['after']:.4f})",
+    ]
+
+
+def _measured(res: dict, path: Path) -> list[str]:
+    recall = field(res, path, "reader_recall")
+    paired = field(res, path, "paired")
+    tr = field(res, path, "task_reward")
+    parts = tr["parts"]
+    part_rows = [[arm, *(f"{parts[arm][k]:.4f}" for k in ("r_rec", "r_pre", "rho_rep", "task"))] for arm in parts]
+    out = [
+        "## The run",
+        "",
+        "```bash",
+        field(res, path, "command"),
+        "```",
+        "",
+        *_setting(res, path),
+        "",
+        "## Reader recall on the test conversations",
+        "",
+        markdown_grid(["test graphs", "evidence recall"], [[label, f"{recall[a]:.4f}"] for a, label in ARMS]),
+        "",
+        "Paired per test question (10,000-resample percentile bootstrap 95 % CI; p of the paired t-test):",
+        "",
+        markdown_grid(
+            ["difference", "first", "second", "Δ recall", "95% CI", "p", "n"],
+            [_diff_row(name.replace("_minus_", " − "), c) for name, c in paired.items()],
+        ),
+        "",
+        "## Held-out task reward",
+        "",
+        f"`r_task − λ_rep·ρ_rep` per test window with gold evidence: SFT writer {tr['before']:.4f}, GRPO writer "
+        f"{tr['after']:.4f}. Its parts (means over the windows):",
+        "",
+        markdown_grid(["writer", "r_rec", "r_pre", "ρ_rep", "r_task − λ_rep·ρ_rep"], part_rows),
+        "",
+        "Paired by window:",
+        "",
+        markdown_grid(
+            ["difference", "GRPO", "SFT", "Δ reward", "95% CI", "p", "n"], [_diff_row("grpo − sft", tr["paired"])]
+        ),
+        "",
+        "## What the writers wrote",
+        "",
+        "Greedy completions over every window of the test graphs, and GRPO's sampled rollouts on training "
+        "windows (a line is unparsed when it is not an anchored triple citing one of its window's labels):",
+        "",
+        _writes_table(res, path),
+        "",
+    ]
+    if res.get("curve_png"):
+        out += [
+            "## GRPO reward per step",
+            "",
+            f"![GRPO reward parts per step](results/{res['curve_png']})",
+            "",
+            "Per step the mean trained reward and, as moving means, its parts `r_task − λ_rep·ρ_rep`, `r_fmt`, "
+            "the well-formed share, `r_rec`, `r_pre` and `ρ_rep` (the same series are in the run's W&B offline run "
+            "with `writer.report_to=wandb`).",
+            "",
+        ]
+    return out
+
+
+def render(results_dir: Path) -> str:
+    path = Path(results_dir) / RESULTS
+    res = load_results(results_dir, RESULTS)
+    out = [fill(TEMPLATE, "intro"), ""]
+    if res is None:
+        return "\n".join([*out, f"Not measured yet: `{COMMAND}` writes `docs/results/{RESULTS}`."]) + "\n"
+    out += _measured(res, path)
+    out += ["## Targets", "", *_targets(res, path), "", fill(TEMPLATE, "reading"), ""]
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,235 @@
+"""The GRPO writer measured on held-out conversations (SAGE §4.1's reader-aware reward, its held-out protocol).
+
+    python scripts/studies/writer_heldout/run.py                    # LoCoMo, SmolLM2 writer, docs/results/
+    python scripts/studies/writer_heldout/run.py experiment=writer_heldout_smoke results=/tmp/w.json
+
+One command, in order, on fold ``split.fold`` of the conversation split (``configs/split/default.yaml``):
+
+1. the GNN reader is trained on the *training* conversations (best epoch on the validation ones), then frozen;
+2. the writer (``writer.model``, only its last ``writer.trainable_layers`` blocks trained) is warm-started with
+   SFT on silver triples of training-conversation windows (:func:`rl.writer.run.run_warm_start`);
+3. the SFT writer writes every window of the *test* graphs: its triples replace their ``entity`` edges
+   (:func:`rl.writer.grpo.rewrite_entity_edges`, the builder's rule and caps from the set's manifest), arm (b);
+4. GRPO on training-conversation tasks against the frozen reader (:func:`rl.writer.run.run_writer`);
+5. the GRPO writer rewrites the same test graphs, arm (c).
+
+The frozen reader (policy ``gnn``) is evaluated on the test questions over (a) the builder's graphs, (b) and (c):
+evidence recall per question, LoCoMo's adversarial category left out as in the overall tables, compared
+paired by question (:func:`graphmem.eval.stats.paired_comparison`: mean difference, bootstrap 95 % CI, n):
+``grpo_minus_sft``, ``grpo_minus_builder``, ``sft_minus_builder``. The *held-out task reward* is the trained
+reward's task part ``r_task − λ_rep ρ_rep`` (with ``r_rec``, ``r_pre``, ``ρ_rep``) of each test window holding
+gold evidence, scored on the same greedy completions that rewrote the graphs, SFT against GRPO paired by task.
+The arms share the nodes, the non-entity edges and the reader; only the test graphs' entity edges differ
+(``graphs`` in the results: a digest of each part). Writes ``results`` (JSON, with its command, wall time and
+peak memory) and the GRPO reward curve of its parts beside it (PNG).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import resource
+import shlex
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.builders import GraphConfig
+from graphmem.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
+from graphmem.eval.harness import evaluate_policy
+from graphmem.eval.metrics import in_overall
+from graphmem.eval.stats import paired_comparison, per_question
+from graphmem.io import atomic_write, write_json
+from graphmem.launch import check_command_line
+from graphmem.peak_memory import PeakMemory
+from graphmem.policies.base import Budget
+from graphmem.policies.gnn import GNNPolicy
+from rl.gnn.split import split_examples
+from rl.gnn.train import GNNTrainConfig, load_reader, save_checkpoint, train_reader
+from rl.writer.grpo import (
+    ReaderReward,
+    WriterConfig,
+    generate_completions,
+    generation_failures,
+    graph_windows,
+    parse_triples,
+    rewrite_entity_edges,
+    tasks_from_graphset,
+    well_formed,
+)
+from rl.writer.run import plot_curve, report_to_wandb, run_warm_start, run_writer
+from rl.writer.sft import SFTConfig
+
+log = logging.getLogger(__name__)
+ARMS = ("builder", "sft", "grpo")
+PAIRS = (("grpo", "sft"), ("grpo", "builder"), ("sft", "builder"))
+
+
+def frozen_reader(gs, cfg: DictConfig, budget: Budget, out_dir: Path):
+    """The reader of ``writer.reader_checkpoint`` when given, else one trained on the split's training
+    graphs (best validation epoch) and saved to ``<out_dir>/reader.pt``; ``(reader, info)``."""
+    if cfg.writer.reader_checkpoint:
+        return load_reader(cfg.writer.reader_checkpoint), {"checkpoint": str(cfg.writer.reader_checkpoint)}
+    tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.reader, resolve=True))
+    _, ex = split_examples(gs, cfg.split, budget)
+    t0 = time.perf_counter()
+    reader, history = train_reader(ex["train"], tcfg, budget, val=ex["val"] or None)
+    path = save_checkpoint(reader, out_dir / "reader.pt", tcfg)
+    return reader, {"checkpoint": str(path), "seconds": round(time.perf_counter() - t0, 1), "history": history}
+
+
+def write_arm(model, tokenizer, gs, names, wcfg: WriterConfig, graph_cfg: GraphConfig, reward, batch: int):
+    """The writer's greedy triples over every window of the graphs ``names``: the graphs with their entity
+    edges rewritten, the held-out task reward parts of each window in ``reward.tasks``, and the counts of
+    completions and lines that did not parse (:func:`rl.writer.grpo.generation_failures`)."""
+    graphs, tasks, records, triples = {}, {}, [], 0
+    for name in names:
+        graph = gs.graphs[name]
+        windows = graph_windows(graph, wcfg.fragments_per_task, name)
+        texts = generate_completions(model, tokenizer, windows, wcfg, batch)
+        found = []
+        for window, text in zip(windows, texts):
+            parsed, good, total = parse_triples(text, window.fragment_ids)
+            found += parsed
+            records.append({"lines": total, "valid_lines": good, "well_formed": well_formed(text, window.fragment_ids)})
+            if window.task_id in reward.tasks:
+                parts = reward.components(text, window.task_id)
+                tasks[window.task_id] = {k: parts[k] for k in ("r_rec", "r_pre", "rho_rep", "r_task")}
+                tasks[window.task_id]["task"] = parts["r_task"] - wcfg.lambda_rep * parts["rho_rep"]
+        graphs[name] = rewrite_entity_edges(graph, found, graph_cfg)
+        triples += len(found)
+    failures = generation_failures(records)
+    log.info("rewrite: %d triples over %d windows; %s", triples, len(records), failures)
+    return graphs, {"triples": triples, "windows": len(records), "generation_failures": failures, "tasks": tasks}
+
+
+def graph_digest(graphs) -> dict:
+    """sha256 of the graphs' node ids, of their non-entity edges (source, target, relation, features) and of
+    their entity edges, with the entity edge count: the parts the arms must share, and the one they change."""
+    parts = {"nodes": [], "other_edges": [], "entity_edges": []}
+    for name in sorted(graphs):
+        g = graphs[name]
+        edges = zip(g.edge_index[0].tolist(), g.edge_index[1].tolist(), g.edge_type.tolist(), g.edge_attr.tolist())
+        rows = sorted((s, d, g.relations[t], tuple(round(a, 5) for a in attr)) for s, d, t, attr in edges)
+        parts["nodes"].append((name, list(g.node_ids)))
+        parts["other_edges"].append((name, [r for r in rows if r[2] != "entity"]))
+        parts["entity_edges"].append((name, [r[:2] for r in rows if r[2] == "entity"]))
+    out = {k: hashlib.sha256(repr(v).encode()).hexdigest() for k, v in parts.items()}
+    return out | {"entity_edge_count": sum(len(e) for _, e in parts["entity_edges"])}
+
+
+def reader_recall(reader, gs, graphs, names, budget: Budget) -> dict[str, float | None]:
+    """Evidence recall per test question (``in_overall`` categories; those without gold evidence in their graph,
+    where recall is undefined, left out) of the frozen reader over ``graphs``."""
+    keep = set(names)
+    questions = [q for q in gs.questions if q.graph in keep and in_overall(q.category)]
+    arm = dataclasses.replace(gs, graphs={**gs.graphs, **graphs})
+    rows = evaluate_policy(GNNPolicy(reader=reader), arm, budget, questions=questions, progress=False).rows
+    return {q: v for q, v in per_question(rows, "evidence_recall").items() if v is not None}
+
+
+def _paired(a: str, values: dict, b: str, reference: dict, metric: str) -> dict | None:
+    c = paired_comparison(a, values, b, reference, metric)
+    return None if c is None else c.to_json()
+
+
+def measure(cfg: DictConfig, out_dir: Path) -> dict:
+    """Steps 1-5 of the module docstring and the paired comparisons; the results payload less run facts."""
+    wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
+    sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
+    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    gs = restrict_graphs(load_graphset(cfg), sorted(str(n) for n in cfg.get("graphs") or []))
+    graph_cfg = GraphConfig(**gs.provenance["graph"])
+    report_to_wandb(wcfg, gs, out_dir, "study")
+    parts, _ = split_examples(gs, cfg.split, budget)
+    test = parts["test"]
+    reader, reader_info = frozen_reader(gs, cfg, budget, out_dir)
+    held_out = tasks_from_graphset(gs, [i for i, q in enumerate(gs.questions) if q.graph in set(test)],
+                                   wcfg.fragments_per_task)  # fmt: skip
+    reward = ReaderReward(held_out, reader, wcfg)
+    model, tokenizer, warm = run_warm_start(gs, cfg, wcfg, sft)
+    batch = int(cfg.rebuild_batch)
+    graphs = {"builder": {n: gs.graphs[n] for n in test}}
+    graphs["sft"], writes = write_arm(model, tokenizer, gs, test, wcfg, graph_cfg, reward, batch)
+    writes = {"sft": writes}
+    trainer, grpo, _ = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
+    graphs["grpo"], writes["grpo"] = write_arm(trainer.model, tokenizer, gs, test, wcfg, graph_cfg, reward, batch)
+    recall = {arm: reader_recall(reader, gs, graphs[arm], test, budget) for arm in ARMS}
+    task_reward = {arm: {t: v["task"] for t, v in writes[arm]["tasks"].items()} for arm in ("sft", "grpo")}
+    return {
+        "split": parts,
+        "writer": asdict(wcfg),
+        "sft": asdict(sft),
+        "budget": asdict(budget),
+        "reader": reader_info,
+        "questions": {"test": len(recall["builder"]), "test_tasks": len(held_out)},
+        "reader_recall": {arm: sum(v.values()) / max(len(v), 1) for arm, v in recall.items()},
+        "paired": {f"{a}_minus_{b}": _paired(a, recall[a], b, recall[b], "evidence_recall") for a, b in PAIRS},
+        "task_reward": {
+            "before": sum(task_reward["sft"].values()) / max(len(task_reward["sft"]), 1),
+            "after": sum(task_reward["grpo"].values()) / max(len(task_reward["grpo"]), 1),
+            "parts": {arm: _part_means(writes[arm]["tasks"]) for arm in ("sft", "grpo")},
+            "paired": _paired("grpo", task_reward["grpo"], "sft", task_reward["sft"], "task_reward"),
+        },
+        "writes": {arm: {k: v for k, v in w.items() if k != "tasks"} for arm, w in writes.items()},
+        "graphs": {arm: graph_digest(g) for arm, g in graphs.items()},
+        "warm_start": warm,
+        "grpo": grpo,
+    }
+
+
+def _part_means(tasks: dict[str, dict]) -> dict[str, float]:
+    keys = ("r_rec", "r_pre", "rho_rep", "r_task", "task")
+    return {k: sum(t[k] for t in tasks.values()) / max(len(tasks), 1) for k in keys}
+
+
+def command_line() -> str:
+    """This run's command: the script and its Hydra overrides."""
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    return shlex.join(["python", "scripts/studies/writer_heldout/run.py", *overrides])
+
+
+@hydra.main(config_path=".", config_name="writer_heldout", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_or_exit(run, cfg)
+
+
+def run(cfg: DictConfig) -> dict:
+    results = Path(cfg.results)
+    out_dir = Path(cfg.out_dir or HydraConfig.get().runtime.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    threads = set_threads(cfg)
+    t0 = time.perf_counter()
+    with PeakMemory(interval_s=0.05) as peak:
+        payload = measure(cfg, out_dir)
+    curve = payload["grpo"]["curve"]
+    png = results.with_suffix(".png")
+    if curve:
+        title = f"GRPO writer ({payload['writer']['model']}): reward parts per step"
+        atomic_write(png, lambda tmp: plot_curve(curve, tmp, title, window=int(cfg.curve_window)))
+    payload = {
+        "command": cfg.get("command") or command_line(),
+        "dataset": cfg.data.name,
+        "fold": int(cfg.split.fold),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "peak_memory_mb": None if peak.peak_mb is None else round(peak.peak_mb, 1),
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "threads": threads,
+        "curve_png": png.name if curve else None,
+        **payload,
+    }
+    write_json(results, payload, indent=2)
+    log.info("reader recall %s; paired %s", payload["reader_recall"], payload["paired"])
+    log.info("held-out task reward %s", {k: payload["task_reward"][k] for k in ("before", "after", "paired")})
+    return payload
+
+
+if __name__ == "__main__":
+    check_command_line("writer_heldout")  # every job's config composed and checked before Hydra writes .hydra/
+    main()

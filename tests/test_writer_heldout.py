@@ -1,0 +1,105 @@
+"""The held-out writer study (``scripts/studies/writer_heldout/run.py``) in its smoke configuration: three LoCoMo
+conversations with the hashing encoder, the random tiny writer, two GRPO steps. Checks the results' structure,
+that the three arms share nodes, non-entity edges and the reader and differ only in the test graphs' entity edges,
+and that the paired figures are the differences of the per-arm figures."""
+
+import json
+
+import pytest
+
+import rl.common.splits  # noqa: F401  (registers the split schema before compose)
+from graphmem.config import compose
+from graphmem.graphset import GraphSet
+from tests.script_loader import load_study
+from tests.small_sets import saved_locomo_set
+
+PAIRED_KEYS = {"mean_diff", "ci_low", "ci_high", "n", "mean", "reference_mean", "p_value"}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("writer_heldout")
+    gs_dir = saved_locomo_set(root, limit=3)
+    cfg = compose(
+        "writer_heldout",
+        [
+            "experiment=writer_heldout_smoke",
+            f"graphset={gs_dir}",
+            f"results={root / 'writer_heldout.json'}",
+            f"out_dir={root / 'run'}",
+            f"writer.output_dir={root / 'trl'}",
+        ],
+    )
+    returned = load_study("writer_heldout", "run").run(cfg)
+    return root, gs_dir, json.loads((root / "writer_heldout.json").read_text()), returned
+
+
+def test_results_hold_every_arm_pair_and_run_fact(study):
+    root, _, res, returned = study
+    assert res == json.loads(json.dumps(returned))
+    assert res["command"].startswith("python scripts/studies/writer_heldout/run.py")
+    assert set(res["reader_recall"]) == {"builder", "sft", "grpo"}
+    assert all(0.0 <= v <= 1.0 for v in res["reader_recall"].values())
+    assert {"grpo_minus_sft", "grpo_minus_builder"} <= set(res["paired"])
+    for name, c in res["paired"].items():
+        a, b = name.split("_minus_")
+        assert PAIRED_KEYS <= set(c) and c["n"] == res["questions"]["test"] >= 2
+        assert c["mean"] == pytest.approx(res["reader_recall"][a]) and c["reference_mean"] == pytest.approx(
+            res["reader_recall"][b]
+        )
+        assert c["mean_diff"] == pytest.approx(c["mean"] - c["reference_mean"])
+        assert c["ci_low"] <= c["mean_diff"] <= c["ci_high"]
+    tr = res["task_reward"]
+    assert tr["paired"]["n"] == res["questions"]["test_tasks"] >= 2
+    assert tr["paired"]["mean_diff"] == pytest.approx(tr["after"] - tr["before"])
+    assert set(tr["parts"]["sft"]) == {"r_rec", "r_pre", "rho_rep", "r_task", "task"}
+    assert res["wall_s"] > 0 and res["peak_memory_mb"] is not None and res["max_rss_mb"] > 0
+    steps = [c["step"] for c in res["grpo"]["curve"]]
+    assert steps == [1, 2]
+    for c in res["grpo"]["curve"]:
+        assert {"rewards/r_rec/mean", "rewards/r_pre/mean", "rewards/rho_rep/mean", "reward"} <= set(c)
+    assert (root / res["curve_png"]).stat().st_size > 0
+    for arm in ("sft", "grpo"):
+        f = res["writes"][arm]["generation_failures"]
+        assert f["completions"] == res["writes"][arm]["windows"] and 0 <= f["not_well_formed"] <= f["completions"]
+
+
+def test_arms_differ_only_in_the_test_graphs_entity_edges(study):
+    _, gs_dir, res, _ = study
+    g = res["graphs"]
+    for arm in ("sft", "grpo"):
+        assert g[arm]["nodes"] == g["builder"]["nodes"]
+        assert g[arm]["other_edges"] == g["builder"]["other_edges"]
+    # the writers' triples replace the builder's entity edges: none without a triple, at most the fan-out's bound
+    fanout = GraphSet.load(gs_dir).provenance["graph"]["entity_fanout"]
+    assert g["builder"]["entity_edge_count"] > 0
+    for arm in ("sft", "grpo"):
+        triples = res["writes"][arm]["triples"]
+        assert g[arm]["entity_edge_count"] <= 2 * fanout * 2 * triples
+        assert (g[arm]["entity_edges"] == g["builder"]["entity_edges"]) is False or triples > 0
+    split = res["split"]
+    names = set(GraphSet.load(gs_dir).graphs)
+    assert set(split["test"]) | set(split["train"]) | set(split["val"]) == names and len(split["test"]) == 1
+    assert not set(split["test"]) & (set(split["train"]) | set(split["val"]))
+    # one frozen reader, trained on the training conversations, for every arm
+    assert res["reader"]["checkpoint"].endswith("reader.pt") and len(res["reader"]["history"]) == 1
+
+
+def test_graph_digest_sees_entity_edges_apart_from_the_rest(tmp_path):
+    """The digest the arms are compared by: a rewrite changes only its entity part; a changed feature of
+    another edge changes the other part."""
+    from graphmem.builders import GraphConfig
+    from rl.writer.grpo import rewrite_entity_edges
+
+    digest = load_study("writer_heldout", "run").graph_digest
+    gs = GraphSet.load(saved_locomo_set(tmp_path, limit=1))
+    name, graph = next(iter(gs.graphs.items()))
+    base = digest({name: graph})
+    triples = [("melanie", "likes", "pottery", graph.node_ids[0]), ("melanie", "paints", "art", graph.node_ids[5])]
+    new = digest({name: rewrite_entity_edges(graph, triples, GraphConfig(**gs.provenance["graph"]))})
+    assert new["nodes"] == base["nodes"] and new["other_edges"] == base["other_edges"]
+    assert new["entity_edges"] != base["entity_edges"] and new["entity_edge_count"] == 2
+    changed = graph.copy()
+    other = int((changed.edge_type != changed.relations.index("entity")).nonzero()[0])
+    changed.edge_attr[other, 0] += 0.5
+    assert digest({name: changed})["other_edges"] != base["other_edges"]
