@@ -14,8 +14,10 @@ from script_loader import load_script
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.builders.pipeline import open_train_graphset, train_sources
+from graphmem.checkpoint import check_inputs
 from graphmem.datasets import data_file
 from graphmem.embed import HashingEncoder
+from graphmem.graphset import GraphSet
 from graphmem.setstore import file_sha256
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -98,9 +100,12 @@ def test_a_training_set_is_never_validated_or_tested(trained):
     assert POOL_NAME not in {*split["train"], *split["val"], *split["test"]}
     rows = [json.loads(x) for x in (out / "questions_router.jsonl").read_text().splitlines()]
     assert rows and not musique_qids() & {r["qid"] for r in rows}
-    inputs = torch.load(out / "fold0" / "router" / "best.pt", weights_only=True)["inputs"]
+    best = out / "fold0" / "router" / "best.pt"
+    inputs = torch.load(best, weights_only=True)["inputs"]
     assert POOL_NAME in inputs["train_graphs"] and POOL_NAME not in inputs["val_graphs"]
     assert set(split["train"]) <= set(inputs["train_graphs"])
+    (warning,) = check_inputs(best, inputs, GraphSet.load(payload["train_sets"][0]["folder"]))
+    assert "1 of the 1 evaluated graphs were used to train or select the checkpoint" in warning
 
 
 @pytest.mark.parametrize(
@@ -149,7 +154,9 @@ def test_shared_graph_names_are_refused_naming_both(tmp_path):
     graph = {"encoder": "hashing", "cache_dir": str(tmp_path / "cache")}
     main = build_graphset(DataConfig(name="musique", pooled=True, limit=2), GraphConfig(**graph), progress=False)
     item = {"name": "musique", "file": str(copy), "pooled": True, "limit": 2}
-    with pytest.raises(ValueError, match=rf"train_sets\[0\] \(musique pooled .*\) and the main set share graphs \['{POOL_NAME}'\]"):
+    with pytest.raises(
+        ValueError, match=rf"train_sets\[0\] \(musique pooled .*\) and the main set share graphs \['{POOL_NAME}'\]"
+    ):
         open_train_graphset({"name": "hotpotqa"}, graph, tmp_path / "sets", False, [item], main=main)
 
 
