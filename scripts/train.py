@@ -446,12 +446,21 @@ def test_variant(ctx: RunContext, fold: Fold, name: str, policy, tc, trainer, re
             "val_return": result.best_score,
             "dropped_train_questions": trainer.train.dropped,
             "reward_calls": result.reward_calls,  # the LLM-backed reward's calls and failures (null: none)
+            "rank_head": rank_record(result.rank),  # which order the router returns, and the validation figures
             "train_wall_s": round(train_s, 2),
             "test": res.overall,
             "trainer": dataclasses.asdict(tc),
             "history": result.history,
         }
     )
+
+
+def rank_record(rank) -> dict[str, Any] | None:
+    """The ranking head's selection (``rl.walk.rank.RankResult``): kept or load order, best epoch, validation
+    ranked recall of the head and of the load order; ``None`` when no head was trained."""
+    if rank is None:
+        return None
+    return {"selected": rank.selected, "best_epoch": rank.best_epoch, "val_ranked_recall": rank.val}
 
 
 def paired_settings(cfg: DictConfig) -> tuple[str | None, int, int]:

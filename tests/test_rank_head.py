@@ -146,3 +146,14 @@ def test_trainer_stores_the_head_in_best_pt_and_the_router_serves_it(tmp_path):
     assert (policy.rank_head is not None) == (result.rank.head is not None)
     off = RouterPolicy(tmp_path / "best.pt", device="cpu", rank=False)
     assert off.rank_head is None
+
+
+def test_lists_are_collected_in_bounded_calls_each_graph_once_per_call():
+    from rl.walk.rank import QUERIES_PER_CALL, _calls
+
+    by_graph = {"big": list(range(300)), "a": [300, 301], "b": [302]}
+    calls = _calls(by_graph, graphs_per_call=2)
+    assert all(sum(len(idx) for _, idx in call) <= QUERIES_PER_CALL for call in calls)
+    assert all(len({n for n, _ in call}) == len(call) <= 2 for call in calls)
+    flat = sorted(i for call in calls for _, idx in call for i in idx)
+    assert flat == list(range(303))

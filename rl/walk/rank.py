@@ -34,6 +34,7 @@ from models.rank_head import RankHead, RankHeadConfig, RankInputs, listwise_loss
 from rl.common.logging import Logger
 
 CUTS = (2, 5)
+QUERIES_PER_CALL = 128  # questions walked together when the lists are collected (bounds the walk's [B, P] tensors)
 log = logging.getLogger(__name__)
 
 
@@ -112,12 +113,11 @@ def collect_lists(
     for i, q in enumerate(questions):
         if any(graphs[q.graph].has_node(e) for e in q.evidence):
             by_graph.setdefault(q.graph, []).append(i)
-    names = sorted(by_graph)
     parts, golds, counts, done, items = [], [], [], 0, 0
-    for lo in range(0, len(names), graphs_per_call):
-        chunk = names[lo : lo + graphs_per_call]
-        asked = [[questions[i] for i in by_graph[n]] for n in chunk]
-        queries = [[Query(q.qid, q.text, embeddings[i]) for q, i in zip(qs, by_graph[n])] for qs, n in zip(asked, chunk)]
+    for call in _calls(by_graph, graphs_per_call):
+        chunk = [n for n, _ in call]
+        asked = [[questions[i] for i in idx] for _, idx in call]
+        queries = [[Query(q.qid, q.text, embeddings[i]) for q, i in zip(qs, idx)] for qs, (_, idx) in zip(asked, call)]
         scope = Scope.union([graphs[n] for n in chunk], queries, policy.device)
         x = policy.list_inputs(scope, budget, negatives)
         gold_rows = [
@@ -136,6 +136,25 @@ def collect_lists(
     fields = [f.name for f in dataclasses.fields(RankInputs)]
     merged = RankInputs(*(torch.cat([getattr(p, f) for p in parts]) for f in fields))
     return Lists(merged, torch.cat(golds), torch.tensor(counts, dtype=torch.float32))
+
+
+def _calls(by_graph: Mapping[str, list[int]], graphs_per_call: int) -> list[list[tuple[str, list[int]]]]:
+    """The walks of :func:`collect_lists`, in graph-name order: each call at most ``graphs_per_call`` graphs
+    (each once) and :data:`QUERIES_PER_CALL` questions, a graph with more questions walked in several calls."""
+    calls: list[list[tuple[str, list[int]]]] = []
+    size = 0
+    for name in sorted(by_graph):
+        idx = by_graph[name]
+        for lo in range(0, len(idx), QUERIES_PER_CALL):
+            unit = idx[lo : lo + QUERIES_PER_CALL]
+            fits = calls and len(calls[-1]) < graphs_per_call and size + len(unit) <= QUERIES_PER_CALL
+            if fits and all(n != name for n, _ in calls[-1]):
+                calls[-1].append((name, unit))
+                size += len(unit)
+            else:
+                calls.append([(name, unit)])
+                size = len(unit)
+    return calls
 
 
 def ranked_recall(scores: Tensor | None, lists: Lists) -> float:
