@@ -102,7 +102,10 @@ class RankHead(nn.Module):
         return sign * x.features[:, column] + self.out(mixed).squeeze(1)
 
     def checkpoint(self) -> dict[str, Any]:
-        return {"config": asdict(self.config), "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()}}
+        return {
+            "config": asdict(self.config),
+            "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},
+        }
 
     @classmethod
     def from_checkpoint(cls, state: dict[str, Any]) -> RankHead:

@@ -292,7 +292,9 @@ def test_grpo_groups_are_the_completions_of_one_task_and_the_parts_are_logged(tm
 def test_batch_must_hold_whole_groups():
     cfg = WriterConfig(batch_size=6, num_generations=4)
     with pytest.raises(ValueError, match="multiple of writer.num_generations"):
-        train_writer([make_task()], GNNReader(input_dim=8, hidden_dim=4), cfg, *load_writer("tiny", hidden=16, layers=1))
+        train_writer(
+            [make_task()], GNNReader(input_dim=8, hidden_dim=4), cfg, *load_writer("tiny", hidden=16, layers=1)
+        )
 
 
 def test_generation_failures_count_completions_and_lines():

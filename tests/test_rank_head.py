@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.graphset import GraphSet
 from graphmem.eval.harness import evaluate_policy
 from graphmem.graph import MemoryGraph
+from graphmem.graphset import GraphSet
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.rank_features import NUM_RANK_FEATURES, list_pairs
 from graphmem.policies.router import RouterPolicy

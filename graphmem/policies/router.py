@@ -109,10 +109,14 @@ class RouterPolicy(TraversalPolicy):
         traversed = (tr.query[moved], tr.edge[moved])
         rank = None
         if self.rank_head is not None:
-            items = rank_inputs(tables, q, self._lexical(scope, lexical), entries, (tr.query, tr.node, tr.depth, tr.score))
+            items = rank_inputs(
+                tables, q, self._lexical(scope, lexical), entries, (tr.query, tr.node, tr.depth, tr.score)
+            )
             with torch.no_grad():
                 rank = self.rank_head(items)
-        return RetrievalBatch(entries, tr.tokens, tr.query, tr.node, tr.depth, considered, traversed, tr.score, rank=rank)
+        return RetrievalBatch(
+            entries, tr.tokens, tr.query, tr.node, tr.depth, considered, traversed, tr.score, rank=rank
+        )
 
     def list_inputs(self, scope: Scope, budget: Budget, negatives: int = 0) -> RankInputs:
         """The ranking head's :class:`~models.rank_head.RankInputs` of the walk's lists for the scope's queries

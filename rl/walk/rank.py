@@ -129,7 +129,11 @@ def collect_lists(
         keys = torch.tensor([b * n + v for b, rows in enumerate(gold_rows) for v in rows], dtype=torch.long)
         golds.append(torch.isin(x.query.cpu() * n + x.node.cpu(), keys))
         counts += [len(rows) for rows in gold_rows]
-        parts.append(dataclasses.replace(x.to("cpu"), query=x.query.cpu() + done, src=x.src.cpu() + items, dst=x.dst.cpu() + items))
+        parts.append(
+            dataclasses.replace(
+                x.to("cpu"), query=x.query.cpu() + done, src=x.src.cpu() + items, dst=x.dst.cpu() + items
+            )
+        )
         done, items = done + len(gold_rows), items + int(x.query.numel())
     if not parts:
         raise ValueError("ranking head: no question has a gold node in its graph")

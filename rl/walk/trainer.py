@@ -602,7 +602,9 @@ class WalkTrainer:
     def train_rank_head(self) -> RankResult:
         """The ranking head on the lists of the selected walk (:mod:`rl.walk.rank`), the walk frozen."""
         rc = self.cfg.rank
-        policy = RouterPolicy(scorer=self.scorer, device=str(self.device), entry_selector=self.entry_selector, rank=False)
+        policy = RouterPolicy(
+            scorer=self.scorer, device=str(self.device), entry_selector=self.entry_selector, rank=False
+        )
         questions, embeddings, val_questions, val_embeddings = self.parts
         lists = lambda qs, emb: collect_lists(  # noqa: E731
             policy, self.graphs, qs, emb, self.budget, rc.negatives, rc.graphs_per_call

@@ -53,7 +53,12 @@ class BatchedWalkRouter(RouterPolicy):
         tables, _ = self._walk_tables(scope)
         q = query_matrix(scope.graph, scope.queries).to(scope.device)
         lexical = scope_lexical(scope) if self.scorer.config.lexical else None
-        return tables, walk_trace(walk(tables, self.scorer, q, entries, budget, lexical=lexical), tables, budget), q, lexical
+        return (
+            tables,
+            walk_trace(walk(tables, self.scorer, q, entries, budget, lexical=lexical), tables, budget),
+            q,
+            lexical,
+        )
 
 
 def interleaved(policies, graphs, queries, graph_of, budget, repeats):
