@@ -592,7 +592,8 @@ class WalkTrainer:
         if best_state is not None:
             self.scorer.load_state_dict(best_state)
         self.result.reward_calls = self.reward_report()
-        if self.cfg.rank.epochs and self.world.is_main:
+        # the head learns from evidence labels: a run from the answer or judge reward reads none, so it has no head
+        if self.cfg.rank.epochs and self.cfg.objective.reward == "evidence" and self.world.is_main:
             self.result.rank = self.train_rank_head()
             names = [name for name, _, _ in phases]
             if self.result.best_phase in names:  # best.pt: the selected walk with its head
