@@ -46,10 +46,10 @@ def list_pairs(query: Tensor) -> tuple[Tensor, Tensor]:
     return (start[owner] + i)[keep], (start[owner] + j)[keep]
 
 
-def _max_over(values: Tensor, src: Tensor, dst: Tensor, m: int) -> Tensor:
-    """``[m]``: ``max_{(u, v) pair} values[u]`` at ``v`` (0 where ``v`` has no pair)."""
-    out = torch.zeros(m, dtype=values.dtype, device=values.device)
-    return out.scatter_reduce(0, dst, values[src], "amax", include_self=False) if src.numel() else out
+def _max_over(pair_values: Tensor, dst: Tensor, m: int) -> Tensor:
+    """``[m]``: the largest of ``pair_values`` over the pairs ending at each item (0 where none does)."""
+    out = torch.zeros(m, dtype=pair_values.dtype, device=pair_values.device)
+    return out.scatter_reduce(0, dst, pair_values, "amax", include_self=False) if dst.numel() else out
 
 
 def rank_inputs(
@@ -108,10 +108,7 @@ def _assemble(tables, q, lexical, query, node, depth, score, was_loaded, slot, s
     adj = has_pair(tables, node[src], node[dst]) | has_pair(tables, node[dst], node[src])
     src, dst = src[adj], dst[adj]
     degree = torch.bincount(dst, minlength=m).to(cos.dtype)
-    pair_cos = (tables.x[node[src]] * tables.x[node[dst]]).sum(1)
-    nb_sim = torch.zeros(m, dtype=cos.dtype, device=cos.device)
-    if src.numel():
-        nb_sim = nb_sim.scatter_reduce(0, dst, pair_cos, "amax", include_self=False)
+    pair_cos = (x[src] * x[dst]).sum(1)
     features = torch.stack(
         [
             cos,
@@ -126,10 +123,10 @@ def _assemble(tables, q, lexical, query, node, depth, score, was_loaded, slot, s
             torch.where(sel_rank >= 0, 1.0 / (1.0 + sel_rank.clamp(min=0).to(cos.dtype)), 0.0),
             torch.where(slot >= 0, slot.clamp(min=0, max=SLOT_SCALE).to(cos.dtype) / SLOT_SCALE, 1.0),
             degree.clamp(max=NEIGHBOUR_SCALE) / NEIGHBOUR_SCALE,
-            _max_over(cos, src, dst, m),
-            _max_over(lex[:, 0].contiguous(), src, dst, m),
-            _max_over(entry.to(cos.dtype), src, dst, m),
-            nb_sim,
+            _max_over(cos[src], dst, m),
+            _max_over(lex[src, 0], dst, m),
+            _max_over(entry.to(cos.dtype)[src], dst, m),
+            _max_over(pair_cos, dst, m),
         ],
         dim=1,
     )
