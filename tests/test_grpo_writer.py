@@ -9,7 +9,7 @@ import torch
 from graphmem.builders import GraphConfig
 from graphmem.graph import MemoryGraph
 from models.gnn_reader import GNNReader
-from rl.writer.format import anchor_map, format_score, parse_triples, repetition_rate, well_formed
+from rl.writer.format import anchor_map, format_score, judged_lines, parse_triples, repetition_rate, well_formed
 from rl.writer.grpo import (
     PART_KEYS,
     ReaderReward,
@@ -301,7 +301,7 @@ def test_generation_failures_count_completions_and_lines():
     rows = [
         {"lines": 0, "valid_lines": 0, "well_formed": 0.0},  # empty
         {"lines": 3, "valid_lines": 2, "well_formed": 0.0},
-        {"lines": 2, "valid_lines": 2, "well_formed": 1.0},
+        {"lines": 2, "valid_lines": 2, "well_formed": 1.0, "cut_lines": 1},
     ]
     assert generation_failures(rows) == {
         "completions": 3,
@@ -309,6 +309,7 @@ def test_generation_failures_count_completions_and_lines():
         "not_well_formed": 2,
         "lines": 5,
         "unparsed_lines": 1,
+        "cut_lines": 1,
         "not_well_formed_share": pytest.approx(2 / 3),
         "unparsed_line_share": pytest.approx(0.2),
     }
@@ -335,3 +336,25 @@ def test_chat_template_follows_the_tokenizer_when_unset():
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     assert uses_chat(WriterConfig(chat_template=None), tok) is True
     assert uses_chat(WriterConfig(chat_template=False), tok) is False
+
+
+def test_a_cut_completion_loses_only_its_unfinished_last_line():
+    ids = ["a1", "a2"]
+    text = "(x | r | y) [F1]\n(y | r | z) [F2]\n(z | r"
+    assert not well_formed(text, ids) and parse_triples(text, ids)[1:] == (2, 3)
+    assert well_formed(text, ids, cut=True) and parse_triples(text, ids, cut=True)[1:] == (2, 2)
+    assert format_score(text, ids, cut=True) == 1.0 > format_score(text, ids)
+    assert judged_lines(text, cut=True)[1] == 1 and judged_lines(text)[1] == 0
+    # a complete last line is kept even when cut; a malformed line before the last is never dropped
+    assert parse_triples("(x | r | y) [F1]", ids, cut=True)[1:] == (1, 1)
+    assert not well_formed("garbage\n(x | r | y) [F1]\n(z | r", ids, cut=True)
+
+
+def test_the_reward_reads_the_cut_from_the_completion_ids():
+    task = make_task()
+    cfg = WriterConfig(reader_budget=BUDGET, max_completion_length=4)
+    reward = ReaderReward([task], GNNReader(input_dim=8, hidden_dim=4), cfg, eos_token_id=2)
+    text = "(x | r | y) [F1]\n(z | r"
+    assert reward.cut([5, 6, 7, 8]) and not reward.cut([5, 6, 7, 2]) and not reward.cut([5, 6])
+    cut, ended = reward.format_reward(None, [text, text], [task.task_id] * 2, completion_ids=[[5, 6, 7, 8], [5, 2]])
+    assert cut == 1.0 and ended < 1.0

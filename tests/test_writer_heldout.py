@@ -103,3 +103,40 @@ def test_graph_digest_sees_entity_edges_apart_from_the_rest(tmp_path):
     other = int((changed.edge_type != changed.relations.index("entity")).nonzero()[0])
     changed.edge_attr[other, 0] += 0.5
     assert digest({name: changed})["other_edges"] != base["other_edges"]
+
+
+def test_self_evolution_retrains_the_reader_on_writer_built_training_graphs(study):
+    _, gs_dir, res, _ = study
+    evo, split = res["self_evolution"], res["split"]
+    assert evo["rewritten"] == split["train"] + split["val"]
+    assert evo["reader"]["checkpoint"].endswith("self_evolution/reader.pt")
+    assert evo["reader"]["checkpoint"] != res["reader"]["checkpoint"]
+    # the rewritten training graphs keep the builder's nodes and other edges; only their entity edges are the writer's
+    base = GraphSet.load(gs_dir)
+    digest = load_study("writer_heldout", "run").graph_digest
+    kept = digest({n: base.graphs[n] for n in evo["rewritten"]})
+    assert evo["graphs"]["nodes"] == kept["nodes"] and evo["graphs"]["other_edges"] == kept["other_edges"]
+    assert evo["writes"]["windows"] == evo["writes"]["generation_failures"]["completions"] > 0
+    assert set(evo["reader_recall"]) == {"builder", "sft", "grpo"}
+    for name in ("grpo_minus_sft", "grpo_minus_builder", "evolved_minus_frozen", "evolved_grpo_minus_frozen_builder"):
+        c = evo["paired"][name]
+        assert PAIRED_KEYS <= set(c) and c["n"] == res["questions"]["test"]
+    assert evo["paired"]["evolved_minus_frozen"]["reference_mean"] == pytest.approx(res["reader_recall"]["grpo"])
+    assert evo["paired"]["evolved_minus_frozen"]["mean"] == pytest.approx(evo["reader_recall"]["grpo"])
+    assert evo["paired"]["evolved_grpo_minus_frozen_builder"]["reference_mean"] == pytest.approx(
+        res["reader_recall"]["builder"]
+    )
+
+
+def test_the_page_renders_each_set_with_its_self_evolution_round(study, tmp_path):
+    _, _, res, _ = study
+    page = load_study("writer_heldout", "page")
+    (tmp_path / "writer_heldout_2wiki.json").write_text(json.dumps(res))
+    text = page.render(tmp_path)  # LoCoMo's file absent, the 2Wiki one present
+    assert "Not measured yet: `python scripts/studies/writer_heldout/run.py` writes" in text
+    assert "## 2WikiMultiHopQA passages" in text and "### Self-evolution: the reader recalibrated" in text
+    evo = res["self_evolution"]["paired"]["evolved_minus_frozen"]
+    assert f"{evo['mean_diff']:+.4f}" in text
+    res["self_evolution"] = None
+    (tmp_path / "writer_heldout_2wiki.json").write_text(json.dumps(res))
+    assert "Not run in this run (`self_evolution=false`)." in page.render(tmp_path)

@@ -10,6 +10,10 @@ so the anchor is a closed vocabulary of ``k`` short labels instead of an arbitra
 must copy character by character. A line is *valid* when it parses and its label is one of
 ``F1 .. Fk``; a completion is :func:`well_formed` when it has a non-empty line and every non-empty
 line is valid.
+
+A completion *cut* by the token limit (``cut=True``: it filled ``max_completion_length`` without ending) loses
+its last line when that line is not a valid triple: the unfinished line is the budget's doing, so it is left
+out of the judged lines (and counted apart, :func:`judged_lines`) rather than scored as a malformed one.
 """
 
 from __future__ import annotations
@@ -43,8 +47,19 @@ def render_prompt(texts: Sequence[str], max_chars: int = 200) -> str:
     return PROMPT_HEAD + "\n".join(lines) + "\nTriples:\n"
 
 
-def parse_triples(text: str, fragment_ids: Sequence[str]) -> tuple[list[tuple[str, str, str, str]], int, int]:
-    """``(triples, valid_lines, nonempty_lines)``.
+def judged_lines(text: str, cut: bool = False) -> tuple[list[str], int]:
+    """``(lines, dropped)``: the non-empty lines of ``text``, less the last one when the completion was ``cut``
+    and that line is not a complete anchored triple (``dropped`` = 1 then, else 0)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if cut and lines and not TRIPLE_RE.match(lines[-1]):
+        return lines[:-1], 1
+    return lines, 0
+
+
+def parse_triples(
+    text: str, fragment_ids: Sequence[str], cut: bool = False
+) -> tuple[list[tuple[str, str, str, str]], int, int]:
+    """``(triples, valid_lines, judged_lines)`` over :func:`judged_lines` (``cut``: the token limit ended it).
 
     A line is valid when it matches ``(head | relation | tail) [Fi]`` with ``1 <= i <= k``; its triple
     is ``(head, relation, tail, fragment_ids[i-1])`` with head, relation, tail lower-cased and their
@@ -52,9 +67,7 @@ def parse_triples(text: str, fragment_ids: Sequence[str]) -> tuple[list[tuple[st
     """
     labels = anchor_map(fragment_ids)
     triples, good, total = [], 0, 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+    for line in judged_lines(text, cut)[0]:
         total += 1
         m = TRIPLE_RE.match(line)
         if m and m.group(4) in labels:
@@ -63,17 +76,15 @@ def parse_triples(text: str, fragment_ids: Sequence[str]) -> tuple[list[tuple[st
     return triples, good, total
 
 
-def format_score(text: str, fragment_ids: Sequence[str], partial: float = 0.5) -> float:
-    """``r_fmt`` = mean line credit over non-empty lines (0 for an empty text).
+def format_score(text: str, fragment_ids: Sequence[str], partial: float = 0.5, cut: bool = False) -> float:
+    """``r_fmt`` = mean line credit over the :func:`judged_lines` (0 for none).
 
     Credit 1 for a valid line, ``partial`` for an anchored triple whose label is not ``F1 .. Fk``,
     ``partial / 2`` for ``(head | relation | tail)`` without an anchor, 0 otherwise.
     """
     labels = anchor_map(fragment_ids)
     credits = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+    for line in judged_lines(text, cut)[0]:
         m = TRIPLE_RE.match(line)
         if m:
             credits.append(1.0 if m.group(4) in labels else partial)
@@ -82,9 +93,9 @@ def format_score(text: str, fragment_ids: Sequence[str], partial: float = 0.5) -
     return sum(credits) / len(credits) if credits else 0.0
 
 
-def well_formed(text: str, fragment_ids: Sequence[str]) -> bool:
-    """At least one non-empty line, and every non-empty line a valid anchored triple."""
-    _, good, total = parse_triples(text, fragment_ids)
+def well_formed(text: str, fragment_ids: Sequence[str], cut: bool = False) -> bool:
+    """At least one judged line, and every judged line a valid anchored triple (:func:`judged_lines`)."""
+    _, good, total = parse_triples(text, fragment_ids, cut)
     return total > 0 and good == total
 
 

@@ -18,6 +18,10 @@ a :class:`Budget`. The reward of one completion is
   ``λ_fmt`` through trl's ``reward_weights``. The partial credits give a group of completions that
   are all off-format a reward spread, so GRPO's group-normalised advantage is not zero.
 
+A completion that fills ``max_completion_length`` without its end-of-sequence token is *cut*: its unfinished
+last line is left out of the parse and the format credit (:func:`rl.writer.format.judged_lines`) and counted
+as a cut line, so the token budget is not mistaken for a malformed triple.
+
 The deducibility and answer-F1 terms (γ, δ), which need an LLM judge, are not implemented.
 ``r_rec``, ``r_pre`` and ``ρ_rep`` are also logged per step as zero-weight reward functions
 (:meth:`ReaderReward.part`), and each completion's parts and line counts are kept in
@@ -44,7 +48,7 @@ from graphmem.eval.stats import paired_comparison
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
-from rl.writer.format import format_score, parse_triples, render_prompt, repetition_rate, well_formed
+from rl.writer.format import format_score, judged_lines, parse_triples, render_prompt, repetition_rate
 from rl.writer.model import byte_tokenizer, load_writer, train_last_layers  # noqa: F401  (byte_tokenizer: re-exported)
 
 
@@ -97,7 +101,7 @@ class WriterConfig:
     """PPO-style clip range of the GRPO objective"""
     num_iterations: int = 1
     """GRPO updates per generation batch (clipping acts when > 1)"""
-    temperature: float = 1.0
+    temperature: float = 0.7
     """sampling temperature"""
     chat_template: bool | None = None
     """wrap each prompt as one user turn of the tokenizer's chat template; null: when the tokenizer has one"""
@@ -212,25 +216,34 @@ def rewrite_entity_edges(graph: MemoryGraph, triples, cfg: GraphConfig) -> Memor
 class ReaderReward:
     """Scores completions of :class:`WriterTask` prompts with a frozen reader (module docstring)."""
 
-    def __init__(self, tasks: Sequence[WriterTask], reader, cfg: WriterConfig):
+    def __init__(self, tasks: Sequence[WriterTask], reader, cfg: WriterConfig, eos_token_id: int | None = None):
         self.tasks = {t.task_id: t for t in tasks}
+        self.eos_token_id = eos_token_id
         self.policy = GNNPolicy(reader=reader)
         self.budget = Budget(**cfg.reader_budget)
         self.cfg = cfg
         self.records: list[dict] = []
         self._cache: dict[tuple[str, str], dict[str, float]] = {}
 
-    def components(self, completion: str, task_id: str) -> dict[str, float]:
-        """``r_rec, r_pre, r_task, rho_rep, r_fmt`` and the line counts (``lines`` non-empty, ``valid_lines``)
-        of one completion; cached by ``(task, text)``, so the parts' reward functions score it once."""
-        key = (task_id, completion)
+    def cut(self, ids) -> bool:
+        """Whether completion token ``ids`` filled ``max_completion_length`` without the end-of-sequence token."""
+        ids = list(ids) if ids is not None else []
+        return len(ids) >= self.cfg.max_completion_length and self.eos_token_id not in ids
+
+    def components(self, completion: str, task_id: str, cut: bool = False) -> dict[str, float]:
+        """``r_rec, r_pre, r_task, rho_rep, r_fmt`` and the line counts (``lines`` judged, ``valid_lines``,
+        ``cut_lines``) of one completion; cached by ``(task, text, cut)``, so every reward function scores it once."""
+        key = (task_id, completion, cut)
         if key not in self._cache:
-            self._cache[key] = self._components(completion, task_id)
+            self._cache[key] = self._components(completion, task_id, cut)
         return self._cache[key]
 
-    def _components(self, completion: str, task_id: str) -> dict[str, float]:
+    def _cuts(self, completions, completion_ids) -> list[bool]:
+        return [self.cut(i) for i in completion_ids] if completion_ids is not None else [False] * len(completions)
+
+    def _components(self, completion: str, task_id: str, cut: bool) -> dict[str, float]:
         task = self.tasks[task_id]
-        triples, good, total = parse_triples(completion, task.fragment_ids)
+        triples, good, total = parse_triples(completion, task.fragment_ids, cut)
         graph = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings)
         queries = [Query(f"{task_id}#{k}", "", e) for k, e in enumerate(task.query_embeddings)]
         rec = pre = 0.0
@@ -245,12 +258,14 @@ class ReaderReward:
             "r_pre": pre,
             "r_task": (a * rec + b * pre) / (a + b),
             "rho_rep": repetition_rate(triples),
-            "r_fmt": format_score(completion, task.fragment_ids, self.cfg.format_partial),
+            "r_fmt": format_score(completion, task.fragment_ids, self.cfg.format_partial, cut),
             "lines": total,
             "valid_lines": good,
+            "cut_lines": judged_lines(completion, cut)[1],
+            "well_formed": float(total > 0 and good == total),
         }
 
-    def task_reward(self, prompts, completions, task_id, trainer_state=None, **_) -> list[float]:
+    def task_reward(self, prompts, completions, task_id, trainer_state=None, completion_ids=None, **_) -> list[float]:
         """``r_task - λ_rep ρ_rep`` per completion (trl reward-function signature).
 
         Each completion's reward parts are also appended to :attr:`records` with its task and the
@@ -258,9 +273,8 @@ class ReaderReward:
         """
         step = trainer_state.global_step + 1 if trainer_state is not None else None
         out = []
-        for c, t in zip(completions, task_id):
-            text = _text(c)
-            parts = self.components(text, t)
+        for c, t, cut in zip(completions, task_id, self._cuts(completions, completion_ids)):
+            parts = self.components(_text(c), t, cut)
             out.append(parts["r_task"] - self.cfg.lambda_rep * parts["rho_rep"])
             self.records.append(
                 {
@@ -268,8 +282,7 @@ class ReaderReward:
                     "task_id": t,
                     "task": out[-1],
                     "format": parts["r_fmt"],
-                    "well_formed": float(well_formed(text, self.tasks[t].fragment_ids)),
-                    **{k: parts[k] for k in PART_KEYS + ("lines", "valid_lines")},
+                    **{k: parts[k] for k in PART_KEYS + ("well_formed", "lines", "valid_lines", "cut_lines")},
                 }
             )
         return out
@@ -278,25 +291,23 @@ class ReaderReward:
         """A trl reward function returning the part ``name`` (``r_rec``, ``r_pre``, ``rho_rep``) of each
         completion; given weight 0, it only makes trl log that part per step (and to W&B)."""
 
-        def reward(prompts, completions, task_id, **_) -> list[float]:
-            return [self.components(_text(c), t)[name] for c, t in zip(completions, task_id)]
+        def reward(prompts, completions, task_id, completion_ids=None, **_) -> list[float]:
+            cuts = self._cuts(completions, completion_ids)
+            return [self.components(_text(c), t, cut)[name] for c, t, cut in zip(completions, task_id, cuts)]
 
         reward.__name__ = name
         return reward
 
-    def format_reward(self, prompts, completions, task_id, **_) -> list[float]:
+    def format_reward(self, prompts, completions, task_id, completion_ids=None, **_) -> list[float]:
         """``r_fmt`` per completion (trl reward-function signature)."""
-        return [
-            format_score(_text(c), self.tasks[t].fragment_ids, self.cfg.format_partial)
-            for c, t in zip(completions, task_id)
-        ]
+        return self.part("r_fmt")(prompts, completions, task_id, completion_ids)
 
-    def well_formed(self, prompts, completions, task_id, **_) -> list[float]:
-        """1 for a completion whose every non-empty line is an anchored triple of its task, else 0.
+    def well_formed(self, prompts, completions, task_id, completion_ids=None, **_) -> list[float]:
+        """1 for a completion whose every judged line is an anchored triple of its task, else 0.
 
         Given weight 0, so it only makes trl log the well-formed share of each step.
         """
-        return [float(well_formed(_text(c), self.tasks[t].fragment_ids)) for c, t in zip(completions, task_id)]
+        return self.part("well_formed")(prompts, completions, task_id, completion_ids)
 
 
 PART_KEYS = ("r_rec", "r_pre", "rho_rep")
@@ -304,9 +315,10 @@ PART_KEYS = ("r_rec", "r_pre", "rho_rep")
 
 
 def generation_failures(records: Sequence[dict]) -> dict[str, float | int]:
-    """Counts over completion records (``lines``, ``valid_lines``, ``well_formed``): completions, empty ones
-    (no non-empty line), those not well-formed, non-empty lines and lines that did not parse into an
-    anchored triple, with the shares ``not_well_formed / completions`` and ``unparsed / lines``."""
+    """Counts over completion records (``lines``, ``valid_lines``, ``well_formed``, ``cut_lines``): completions,
+    empty ones (no judged line), those not well-formed, judged lines, lines that did not parse into an anchored
+    triple and unfinished last lines of cut completions, with the shares ``not_well_formed / completions`` and
+    ``unparsed / lines``."""
     n = len(records)
     lines = sum(int(r["lines"]) for r in records)
     unparsed = lines - sum(int(r["valid_lines"]) for r in records)
@@ -317,6 +329,7 @@ def generation_failures(records: Sequence[dict]) -> dict[str, float | int]:
         "not_well_formed": bad,
         "lines": lines,
         "unparsed_lines": unparsed,
+        "cut_lines": sum(int(r.get("cut_lines", 0)) for r in records),
         "not_well_formed_share": bad / n if n else 0.0,
         "unparsed_line_share": unparsed / lines if lines else 0.0,
     }
@@ -354,7 +367,7 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
     if model is None:
         model, tokenizer = load_writer(cfg.model, cfg.seed, cfg.tiny_hidden, cfg.tiny_layers)
         train_last_layers(model, cfg.trainable_layers)
-    reward = ReaderReward(tasks, reader, cfg)
+    reward = ReaderReward(tasks, reader, cfg, tokenizer.eos_token_id)
     chat = uses_chat(cfg, tokenizer)
     data = Dataset.from_list([{"prompt": _prompt(t, cfg, chat), "task_id": t.task_id} for t in tasks])
     args = GRPOConfig(
@@ -430,12 +443,13 @@ def quarter_comparison(records: Sequence[dict], lambda_fmt: float) -> dict[str, 
 @torch.no_grad()
 def generate_completions(
     model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig, batch_size: int = 8
-) -> list[str]:
-    """Greedy completion text of every task, ``batch_size`` prompts per ``generate`` call (left padding)."""
+) -> tuple[list[str], list[bool]]:
+    """Greedy completion text of every task, ``batch_size`` prompts per ``generate`` call (left padding), and
+    whether each was cut (filled ``max_completion_length`` without the end-of-sequence token)."""
     model.eval()
     chat = uses_chat(cfg, tokenizer)
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    out = []
+    out, cuts = [], []
     try:
         for lo in range(0, len(tasks), batch_size):
             part = tasks[lo : lo + batch_size]
@@ -446,18 +460,21 @@ def generate_completions(
             gen = model.generate(
                 **enc, max_new_tokens=cfg.max_completion_length, do_sample=False, pad_token_id=tokenizer.pad_token_id
             )
-            out += [tokenizer.decode(row, skip_special_tokens=True) for row in gen[:, enc["input_ids"].shape[1] :]]
+            new = gen[:, enc["input_ids"].shape[1] :]
+            out += [tokenizer.decode(row, skip_special_tokens=True) for row in new]
+            ended = (new == tokenizer.eos_token_id).any(dim=1)
+            cuts += [bool(new.shape[1] >= cfg.max_completion_length and not e) for e in ended.tolist()]
     finally:
         tokenizer.padding_side = side
-    return out
+    return out, cuts
 
 
 def write_triples(
     model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig, batch_size: int = 8
 ) -> list[tuple[str, str, str, str]]:
     """Greedy triples for every task; used to rebuild graphs after a writer update."""
-    texts = generate_completions(model, tokenizer, tasks, cfg, batch_size)
-    return [triple for t, text in zip(tasks, texts) for triple in parse_triples(text, t.fragment_ids)[0]]
+    texts, cuts = generate_completions(model, tokenizer, tasks, cfg, batch_size)
+    return [triple for t, x, c in zip(tasks, texts, cuts) for triple in parse_triples(x, t.fragment_ids, c)[0]]
 
 
 def graph_windows(graph: MemoryGraph, k: int, name: str = "w") -> list[WriterTask]:

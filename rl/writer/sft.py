@@ -43,7 +43,7 @@ class SFTConfig:
     """AdamW learning rate (SmolLM2's last blocks; a random tiny writer needs ~1e-3)"""
     max_entities: int = 4
     """entities per fragment used for its silver lines"""
-    max_lines: int = 4
+    max_lines: int = 3
     """silver lines per task (the first ones), so a completion fits ``max_completion_length``"""
     eval_tasks: int = 8
     """held-out tasks (validation graphs) on which well-formed output is measured"""
@@ -71,8 +71,8 @@ def well_formed_fraction(model, tokenizer, tasks: Sequence[WriterTask], cfg: Wri
     """Share of greedy completions over ``tasks`` that are :func:`well_formed`."""
     if not tasks:
         return float("nan")
-    texts = generate_completions(model, tokenizer, tasks, cfg)
-    return sum(well_formed(t, task.fragment_ids) for t, task in zip(texts, tasks)) / len(tasks)
+    texts, cuts = generate_completions(model, tokenizer, tasks, cfg)
+    return sum(well_formed(t, task.fragment_ids, c) for t, c, task in zip(texts, cuts, tasks)) / len(tasks)
 
 
 def warm_start(model, tokenizer, tasks: Sequence[WriterTask], extractor, cfg: WriterConfig, sft: SFTConfig):

@@ -1,5 +1,6 @@
-"""docs/writer_heldout.md: the SFT and GRPO writers measured on held-out conversations, rendered from
-``docs/results/writer_heldout.json`` (``scripts/studies/writer_heldout/run.py``)."""
+"""docs/writer_heldout.md: the SFT and GRPO writers measured on held-out graphs, rendered from one results file
+per set (``scripts/studies/writer_heldout/run.py``): ``docs/results/writer_heldout.json`` (LoCoMo) and
+``docs/results/writer_heldout_2wiki.json`` (2WikiMultiHopQA, ``experiment=writer_heldout_2wiki``)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ from pathlib import Path
 from graphmem.docgen.sources import field, fill, load_results, p_value
 from graphmem.eval.report import markdown_grid
 
-RESULTS = "writer_heldout.json"
+SETS = (
+    ("writer_heldout.json", "LoCoMo conversations", ""),
+    ("writer_heldout_2wiki.json", "2WikiMultiHopQA passages", " experiment=writer_heldout_2wiki"),
+)
+"""(results file, heading, the command's overrides) of each measured set"""
 TEMPLATE = str(Path(__file__).with_name("page"))
 """the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
 COMMAND = "python scripts/studies/writer_heldout/run.py"
+EVOLVED = (
+    ("evolved_minus_frozen", "recalibrated − frozen reader, both on GRPO graphs"),
+    ("evolved_grpo_minus_frozen_builder", "recalibrated reader on GRPO graphs − frozen reader on the builder's"),
+)
 ARMS = (("builder", "(a) the builder's graphs"), ("sft", "(b) SFT writer"), ("grpo", "(c) GRPO writer"))
 RECALL_TARGET = 0.03
 """GRPO-written test graphs must beat SFT-written ones by this much in reader recall (CI above 0)"""
@@ -65,17 +74,46 @@ def _writes_table(res: dict, path: Path) -> str:
         rows.append(
             [arm, f"{w['windows']:,}", f"{w['triples']:,}", f"{res['graphs'][arm]['entity_edge_count']:,}"]
             + [f"{f['empty']:,}", f"{f['not_well_formed']:,} ({f['not_well_formed_share']:.1%})"]
-            + [f"{f['unparsed_lines']:,} of {f['lines']:,} ({f['unparsed_line_share']:.1%})"]
+            + [f"{f['unparsed_lines']:,} of {f['lines']:,} ({f['unparsed_line_share']:.1%})", _cut(f)]
         )
     f = field(res, path, "grpo", "generation_failures")
     rows.append(
         ["GRPO rollouts", f"{f['completions']:,} completions", "–", "–", f"{f['empty']:,}"]
         + [f"{f['not_well_formed']:,} ({f['not_well_formed_share']:.1%})"]
-        + [f"{f['unparsed_lines']:,} of {f['lines']:,} ({f['unparsed_line_share']:.1%})"]
+        + [f"{f['unparsed_lines']:,} of {f['lines']:,} ({f['unparsed_line_share']:.1%})", _cut(f)]
     )
-    header = ["writer", "windows", "triples", "entity edges", "empty", "not well-formed", "unparsed lines"]
+    header = ["writer", "windows", "triples", "entity edges", "empty", "not well-formed", "unparsed lines", "cut lines"]
     builder = res["graphs"]["builder"]["entity_edge_count"]
     return markdown_grid(header, rows) + f"\n\nThe builder's test graphs hold {builder:,} entity edges."
+
+
+def _cut(failures: dict) -> str:
+    return f"{failures['cut_lines']:,}" if "cut_lines" in failures else "–"
+
+
+def _evolution(res: dict, path: Path) -> list[str]:
+    evo = res.get("self_evolution")
+    if not evo:
+        return ["### Self-evolution", "", "Not run in this run (`self_evolution=false`).", ""]
+    w, recall = field(evo, path, "writes"), field(evo, path, "reader_recall")
+    f = w["generation_failures"]
+    labels = {name.replace("_minus_", " − "): name for name in field(res, path, "paired")}
+    rows = [_diff_row(label, evo["paired"][name]) for label, name in labels.items()]
+    rows += [_diff_row(label, evo["paired"][name]) for name, label in EVOLVED]
+    return [
+        "### Self-evolution: the reader recalibrated on GRPO-written training graphs",
+        "",
+        f"The GRPO writer rewrote the {len(evo['rewritten'])} training and validation graphs "
+        f"({w['windows']:,} windows, {w['triples']:,} triples, "
+        f"{f['not_well_formed_share']:.1%} of completions not well-formed, "
+        f"{w['seconds'] / 60:.1f} min); a reader of the same settings was trained on them "
+        f"({evo['reader']['seconds']:.0f} s) and answered the same test questions over the three arms:",
+        "",
+        markdown_grid(["test graphs", "evidence recall"], [[label, f"{recall[a]:.4f}"] for a, label in ARMS]),
+        "",
+        markdown_grid(["difference", "first", "second", "Δ recall", "95% CI", "p", "n"], rows),
+        "",
+    ]
 
 
 def _targets(res: dict, path: Path) -> list[str]:
@@ -104,7 +142,7 @@ def _measured(res: dict, path: Path) -> list[str]:
     parts = tr["parts"]
     part_rows = [[arm, *(f"{parts[arm][k]:.4f}" for k in ("r_rec", "r_pre", "rho_rep", "task"))] for arm in parts]
     out = [
-        "## The run",
+        "### The run",
         "",
         "```bash",
         field(res, path, "command"),
@@ -112,7 +150,7 @@ def _measured(res: dict, path: Path) -> list[str]:
         "",
         *_setting(res, path),
         "",
-        "## Reader recall on the test conversations",
+        "### Reader recall on the test graphs",
         "",
         markdown_grid(["test graphs", "evidence recall"], [[label, f"{recall[a]:.4f}"] for a, label in ARMS]),
         "",
@@ -123,7 +161,7 @@ def _measured(res: dict, path: Path) -> list[str]:
             [_diff_row(name.replace("_minus_", " − "), c) for name, c in paired.items()],
         ),
         "",
-        "## Held-out task reward",
+        "### Held-out task reward",
         "",
         f"`r_task − λ_rep·ρ_rep` per test window with gold evidence: SFT writer {tr['before']:.4f}, GRPO writer "
         f"{tr['after']:.4f}. Its parts (means over the windows):",
@@ -136,7 +174,7 @@ def _measured(res: dict, path: Path) -> list[str]:
             ["difference", "GRPO", "SFT", "Δ reward", "95% CI", "p", "n"], [_diff_row("grpo − sft", tr["paired"])]
         ),
         "",
-        "## What the writers wrote",
+        "### What the writers wrote",
         "",
         "Greedy completions over every window of the test graphs, and GRPO's sampled rollouts on training "
         "windows (a line is unparsed when it is not an anchored triple citing one of its window's labels):",
@@ -146,7 +184,7 @@ def _measured(res: dict, path: Path) -> list[str]:
     ]
     if res.get("curve_png"):
         out += [
-            "## GRPO reward per step",
+            "### GRPO reward per step",
             "",
             f"![GRPO reward parts per step](results/{res['curve_png']})",
             "",
@@ -159,11 +197,14 @@ def _measured(res: dict, path: Path) -> list[str]:
 
 
 def render(results_dir: Path) -> str:
-    path = Path(results_dir) / RESULTS
-    res = load_results(results_dir, RESULTS)
     out = [fill(TEMPLATE, "intro"), ""]
-    if res is None:
-        return "\n".join([*out, f"Not measured yet: `{COMMAND}` writes `docs/results/{RESULTS}`."]) + "\n"
-    out += _measured(res, path)
-    out += ["## Targets", "", *_targets(res, path), "", fill(TEMPLATE, "reading"), ""]
+    for name, heading, overrides in SETS:
+        path = Path(results_dir) / name
+        res = load_results(results_dir, name)
+        out += [f"## {heading}", ""]
+        if res is None:
+            out += [f"Not measured yet: `{COMMAND}{overrides}` writes `docs/results/{name}`.", ""]
+            continue
+        out += _measured(res, path) + _evolution(res, path) + ["### Targets", "", *_targets(res, path), ""]
+    out += [fill(TEMPLATE, "reading"), ""]
     return "\n".join(out).rstrip() + "\n"

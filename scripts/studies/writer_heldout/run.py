@@ -11,7 +11,10 @@ One command, in order, on fold ``split.fold`` of the conversation split (``confi
 3. the SFT writer writes every window of the *test* graphs: its triples replace their ``entity`` edges
    (:func:`rl.writer.grpo.rewrite_entity_edges`, the builder's rule and caps from the set's manifest), arm (b);
 4. GRPO on training-conversation tasks against the frozen reader (:func:`rl.writer.run.run_writer`);
-5. the GRPO writer rewrites the same test graphs, arm (c).
+5. the GRPO writer rewrites the same test graphs, arm (c);
+6. with ``self_evolution``, one round of SAGE's self-evolution: the GRPO writer also rewrites the training and
+   validation graphs, a reader of the same settings is trained on those (best validation epoch), and the three
+   test arms are measured again with this recalibrated reader (``self_evolution`` in the results).
 
 The frozen reader (policy ``gnn``) is evaluated on the test questions over (a) the builder's graphs, (b) and (c):
 evidence recall per question, LoCoMo's adversarial category left out as in the overall tables, compared
@@ -52,16 +55,15 @@ from graphmem.policies.base import Budget
 from graphmem.policies.gnn import GNNPolicy
 from rl.gnn.split import split_examples
 from rl.gnn.train import GNNTrainConfig, load_reader, save_checkpoint, train_reader
+from rl.writer.format import judged_lines, parse_triples
 from rl.writer.grpo import (
     ReaderReward,
     WriterConfig,
     generate_completions,
     generation_failures,
     graph_windows,
-    parse_triples,
     rewrite_entity_edges,
     tasks_from_graphset,
-    well_formed,
 )
 from rl.writer.run import plot_curve, report_to_wandb, run_warm_start, run_writer
 from rl.writer.sft import SFTConfig
@@ -71,35 +73,39 @@ ARMS = ("builder", "sft", "grpo")
 PAIRS = (("grpo", "sft"), ("grpo", "builder"), ("sft", "builder"))
 
 
-def frozen_reader(gs, cfg: DictConfig, budget: Budget, out_dir: Path):
-    """The reader of ``writer.reader_checkpoint`` when given, else one trained on the split's training
-    graphs (best validation epoch) and saved to ``<out_dir>/reader.pt``; ``(reader, info)``."""
-    if cfg.writer.reader_checkpoint:
-        return load_reader(cfg.writer.reader_checkpoint), {"checkpoint": str(cfg.writer.reader_checkpoint)}
+def frozen_reader(gs, cfg: DictConfig, budget: Budget, out_dir: Path, checkpoint: str | None = None):
+    """The reader of ``checkpoint`` when given, else one trained (``reader`` settings) on the split's training
+    graphs of ``gs`` (best validation epoch) and saved to ``<out_dir>/reader.pt``; ``(reader, info)``."""
+    if checkpoint:
+        return load_reader(checkpoint), {"checkpoint": str(checkpoint)}
     tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.reader, resolve=True))
     _, ex = split_examples(gs, cfg.split, budget)
     t0 = time.perf_counter()
     reader, history = train_reader(ex["train"], tcfg, budget, val=ex["val"] or None)
+    out_dir.mkdir(parents=True, exist_ok=True)
     path = save_checkpoint(reader, out_dir / "reader.pt", tcfg)
     return reader, {"checkpoint": str(path), "seconds": round(time.perf_counter() - t0, 1), "history": history}
 
 
 def write_arm(model, tokenizer, gs, names, wcfg: WriterConfig, graph_cfg: GraphConfig, reward, batch: int):
     """The writer's greedy triples over every window of the graphs ``names``: the graphs with their entity
-    edges rewritten, the held-out task reward parts of each window in ``reward.tasks``, and the counts of
-    completions and lines that did not parse (:func:`rl.writer.grpo.generation_failures`)."""
+    edges rewritten, the held-out task reward parts of each window in ``reward.tasks`` (none when ``reward`` is
+    None), and the counts of completions and lines that did not parse (:func:`rl.writer.grpo.generation_failures`)."""
     graphs, tasks, records, triples = {}, {}, [], 0
     for name in names:
         graph = gs.graphs[name]
         windows = graph_windows(graph, wcfg.fragments_per_task, name)
-        texts = generate_completions(model, tokenizer, windows, wcfg, batch)
+        texts, cuts = generate_completions(model, tokenizer, windows, wcfg, batch)
         found = []
-        for window, text in zip(windows, texts):
-            parsed, good, total = parse_triples(text, window.fragment_ids)
+        for window, text, cut in zip(windows, texts, cuts):
+            parsed, good, total = parse_triples(text, window.fragment_ids, cut)
             found += parsed
-            records.append({"lines": total, "valid_lines": good, "well_formed": well_formed(text, window.fragment_ids)})
-            if window.task_id in reward.tasks:
-                parts = reward.components(text, window.task_id)
+            records.append(
+                {"lines": total, "valid_lines": good, "well_formed": total > 0 and good == total}
+                | {"cut_lines": judged_lines(text, cut)[1]}
+            )
+            if reward is not None and window.task_id in reward.tasks:
+                parts = reward.components(text, window.task_id, cut)
                 tasks[window.task_id] = {k: parts[k] for k in ("r_rec", "r_pre", "rho_rep", "r_task")}
                 tasks[window.task_id]["task"] = parts["r_task"] - wcfg.lambda_rep * parts["rho_rep"]
         graphs[name] = rewrite_entity_edges(graph, found, graph_cfg)
@@ -122,6 +128,34 @@ def graph_digest(graphs) -> dict:
         parts["entity_edges"].append((name, [r[:2] for r in rows if r[2] == "entity"]))
     out = {k: hashlib.sha256(repr(v).encode()).hexdigest() for k, v in parts.items()}
     return out | {"entity_edge_count": sum(len(e) for _, e in parts["entity_edges"])}
+
+
+def self_evolution(cfg: DictConfig, gs, parts: dict, writer, graphs: dict, budget: Budget, out_dir: Path, frozen):
+    """One round of SAGE's self-evolution (module docstring, step 6): ``writer = (model, tokenizer, wcfg, graph_cfg)``
+    rewrites the training and validation graphs, a reader is trained on them, and the test arms ``graphs`` are
+    measured with it; ``frozen`` is the frozen reader's recall per arm, for ``evolved_minus_frozen``."""
+    model, tokenizer, wcfg, graph_cfg = writer
+    names = list(parts["train"]) + list(parts["val"])
+    t0 = time.perf_counter()
+    written, writes = write_arm(model, tokenizer, gs, names, wcfg, graph_cfg, None, int(cfg.rebuild_batch))
+    writes["seconds"] = round(time.perf_counter() - t0, 1)
+    evolved = dataclasses.replace(gs, graphs={**gs.graphs, **written})
+    reader, info = frozen_reader(evolved, cfg, budget, out_dir / "self_evolution")
+    test = parts["test"]
+    recall = {arm: reader_recall(reader, gs, graphs[arm], test, budget) for arm in ARMS}
+    paired = {f"{a}_minus_{b}": _paired(a, recall[a], b, recall[b], "evidence_recall") for a, b in PAIRS}
+    paired["evolved_minus_frozen"] = _paired("evolved", recall["grpo"], "frozen", frozen["grpo"], "evidence_recall")
+    paired["evolved_grpo_minus_frozen_builder"] = _paired(
+        "evolved_grpo", recall["grpo"], "frozen_builder", frozen["builder"], "evidence_recall"
+    )
+    return {
+        "rewritten": names,
+        "writes": writes,
+        "graphs": graph_digest(written),
+        "reader": info,
+        "reader_recall": {arm: sum(v.values()) / max(len(v), 1) for arm, v in recall.items()},
+        "paired": paired,
+    }
 
 
 def reader_recall(reader, gs, graphs, names, budget: Budget) -> dict[str, float | None]:
@@ -149,7 +183,7 @@ def measure(cfg: DictConfig, out_dir: Path) -> dict:
     report_to_wandb(wcfg, gs, out_dir, "study")
     parts, _ = split_examples(gs, cfg.split, budget)
     test = parts["test"]
-    reader, reader_info = frozen_reader(gs, cfg, budget, out_dir)
+    reader, reader_info = frozen_reader(gs, cfg, budget, out_dir, cfg.writer.reader_checkpoint)
     held_out = tasks_from_graphset(gs, [i for i, q in enumerate(gs.questions) if q.graph in set(test)],
                                    wcfg.fragments_per_task)  # fmt: skip
     reward = ReaderReward(held_out, reader, wcfg)
@@ -162,6 +196,10 @@ def measure(cfg: DictConfig, out_dir: Path) -> dict:
     graphs["grpo"], writes["grpo"] = write_arm(trainer.model, tokenizer, gs, test, wcfg, graph_cfg, reward, batch)
     recall = {arm: reader_recall(reader, gs, graphs[arm], test, budget) for arm in ARMS}
     task_reward = {arm: {t: v["task"] for t, v in writes[arm]["tasks"].items()} for arm in ("sft", "grpo")}
+    evolution = None
+    if cfg.self_evolution:
+        writer = (trainer.model, tokenizer, wcfg, graph_cfg)
+        evolution = self_evolution(cfg, gs, parts, writer, graphs, budget, out_dir, recall)
     return {
         "split": parts,
         "writer": asdict(wcfg),
@@ -181,6 +219,7 @@ def measure(cfg: DictConfig, out_dir: Path) -> dict:
         "graphs": {arm: graph_digest(g) for arm, g in graphs.items()},
         "warm_start": warm,
         "grpo": grpo,
+        "self_evolution": evolution,
     }
 
 
