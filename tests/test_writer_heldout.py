@@ -139,4 +139,4 @@ def test_the_page_renders_each_set_with_its_self_evolution_round(study, tmp_path
     assert f"{evo['mean_diff']:+.4f}" in text
     res["self_evolution"] = None
     (tmp_path / "writer_heldout_2wiki.json").write_text(json.dumps(res))
-    assert "Not run in this run (`self_evolution=false`)." in page.render(tmp_path)
+    assert "Not in this results file (`self_evolution=false`" in page.render(tmp_path)

@@ -49,6 +49,7 @@ from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
 from rl.writer.format import format_score, judged_lines, parse_triples, render_prompt, repetition_rate
+from rl.writer.grammar import constrain_generate, make_grammar
 from rl.writer.model import byte_tokenizer, load_writer, train_last_layers  # noqa: F401  (byte_tokenizer: re-exported)
 
 
@@ -103,6 +104,8 @@ class WriterConfig:
     """GRPO updates per generation batch (clipping acts when > 1)"""
     temperature: float = 0.7
     """sampling temperature"""
+    grammar: bool = False
+    """sample and decode under the triple grammar (:mod:`rl.writer.grammar`): every completion is anchored triples"""
     chat_template: bool | None = None
     """wrap each prompt as one user turn of the tokenizer's chat template; null: when the tokenizer has one"""
     seed: int = 0
@@ -407,7 +410,12 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
         processing_class=tokenizer,
         callbacks=[Record()],
     )
-    trainer.train()
+    restore = constrain_generate(model, make_grammar(model, tokenizer, cfg.fragments_per_task)) if cfg.grammar else None
+    try:
+        trainer.train()
+    finally:
+        if restore is not None:
+            restore()
     return trainer, history, reward.records
 
 
@@ -448,6 +456,7 @@ def generate_completions(
     whether each was cut (filled ``max_completion_length`` without the end-of-sequence token)."""
     model.eval()
     chat = uses_chat(cfg, tokenizer)
+
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     out, cuts = [], []
     try:
@@ -457,8 +466,14 @@ def generate_completions(
             if chat:
                 texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in texts]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not chat)
+            rows_k = [len(t.fragment_ids) for t in part]
+            extra = {"logits_processor": [make_grammar(model, tokenizer, max(rows_k), rows_k)]} if cfg.grammar else {}
             gen = model.generate(
-                **enc, max_new_tokens=cfg.max_completion_length, do_sample=False, pad_token_id=tokenizer.pad_token_id
+                **enc,
+                max_new_tokens=cfg.max_completion_length,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                **extra,
             )
             new = gen[:, enc["input_ids"].shape[1] :]
             out += [tokenizer.decode(row, skip_special_tokens=True) for row in new]

@@ -61,9 +61,14 @@ def _setting(res: dict, path: Path) -> list[str]:
         f"{rw['max_nodes']} nodes",
         f"- reader evaluation budget: {b['max_entries']} entries, top-{b['top_k_neighbors']} neighbours, "
         f"{b['max_hops']} hops, {b['max_nodes']} nodes",
-        f"- {field(res, path, 'wall_s') / 60:.1f} min on {res['threads']} CPU thread(s); peak memory "
-        f"{res['peak_memory_mb']:,.0f} MB above the start ({res['max_rss_mb']:,.0f} MB resident at most)",
+        f"- {field(res, path, 'wall_s') / 60:.1f} min on {res['threads']} CPU thread(s); " + _memory(res),
     ]
+
+
+def _memory(res: dict) -> str:
+    rss = f"{res['max_rss_mb']:,.0f} MB resident at most"
+    peak = res.get("peak_memory_mb")
+    return f"peak memory {peak:,.0f} MB above the start ({rss})" if peak is not None else rss
 
 
 def _writes_table(res: dict, path: Path) -> str:
@@ -94,7 +99,12 @@ def _cut(failures: dict) -> str:
 def _evolution(res: dict, path: Path) -> list[str]:
     evo = res.get("self_evolution")
     if not evo:
-        return ["### Self-evolution", "", "Not run in this run (`self_evolution=false`).", ""]
+        return [
+            "### Self-evolution",
+            "",
+            "Not in this results file (`self_evolution=false`, or the round did not finish).",
+            "",
+        ]
     w, recall = field(evo, path, "writes"), field(evo, path, "reader_recall")
     f = w["generation_failures"]
     labels = {name.replace("_minus_", " − "): name for name in field(res, path, "paired")}

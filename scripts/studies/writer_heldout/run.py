@@ -173,8 +173,11 @@ def _paired(a: str, values: dict, b: str, reference: dict, metric: str) -> dict 
     return None if c is None else c.to_json()
 
 
-def measure(cfg: DictConfig, out_dir: Path) -> dict:
-    """Steps 1-5 of the module docstring and the paired comparisons; the results payload less run facts."""
+def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
+    """Steps 1-6 of the module docstring and the paired comparisons; the results payload less run facts.
+
+    With ``self_evolution``, ``save`` (when given) is handed the payload of steps 1-5 before step 6 starts, so
+    the results file holds them, whole, while the round runs."""
     wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
     sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
@@ -196,11 +199,7 @@ def measure(cfg: DictConfig, out_dir: Path) -> dict:
     graphs["grpo"], writes["grpo"] = write_arm(trainer.model, tokenizer, gs, test, wcfg, graph_cfg, reward, batch)
     recall = {arm: reader_recall(reader, gs, graphs[arm], test, budget) for arm in ARMS}
     task_reward = {arm: {t: v["task"] for t, v in writes[arm]["tasks"].items()} for arm in ("sft", "grpo")}
-    evolution = None
-    if cfg.self_evolution:
-        writer = (trainer.model, tokenizer, wcfg, graph_cfg)
-        evolution = self_evolution(cfg, gs, parts, writer, graphs, budget, out_dir, recall)
-    return {
+    payload = {
         "split": parts,
         "writer": asdict(wcfg),
         "sft": asdict(sft),
@@ -219,8 +218,14 @@ def measure(cfg: DictConfig, out_dir: Path) -> dict:
         "graphs": {arm: graph_digest(g) for arm, g in graphs.items()},
         "warm_start": warm,
         "grpo": grpo,
-        "self_evolution": evolution,
+        "self_evolution": None,
     }
+    if cfg.self_evolution:
+        if save is not None:
+            save(payload)
+        writer = (trainer.model, tokenizer, wcfg, graph_cfg)
+        payload["self_evolution"] = self_evolution(cfg, gs, parts, writer, graphs, budget, out_dir, recall)
+    return payload
 
 
 def _part_means(tasks: dict[str, dict]) -> dict[str, float]:
@@ -239,31 +244,39 @@ def main(cfg: DictConfig) -> None:
     run_or_exit(run, cfg)
 
 
-def run(cfg: DictConfig) -> dict:
+def save_results(cfg: DictConfig, measured: dict, t0: float, peak_mb: float | None, threads: int) -> dict:
+    """Write ``cfg.results`` (the run facts, then ``measured``) and the GRPO reward curve PNG beside it; the payload.
+
+    ``peak_mb`` is ``None`` for the file written before the self-evolution round (the peak is known at the end)."""
     results = Path(cfg.results)
-    out_dir = Path(cfg.out_dir or HydraConfig.get().runtime.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    threads = set_threads(cfg)
-    t0 = time.perf_counter()
-    with PeakMemory(interval_s=0.05) as peak:
-        payload = measure(cfg, out_dir)
-    curve = payload["grpo"]["curve"]
+    curve = measured["grpo"]["curve"]
     png = results.with_suffix(".png")
     if curve:
-        title = f"GRPO writer ({payload['writer']['model']}): reward parts per step"
+        title = f"GRPO writer ({measured['writer']['model']}): reward parts per step"
         atomic_write(png, lambda tmp: plot_curve(curve, tmp, title, window=int(cfg.curve_window)))
     payload = {
         "command": cfg.get("command") or command_line(),
         "dataset": cfg.data.name,
         "fold": int(cfg.split.fold),
         "wall_s": round(time.perf_counter() - t0, 1),
-        "peak_memory_mb": None if peak.peak_mb is None else round(peak.peak_mb, 1),
+        "peak_memory_mb": None if peak_mb is None else round(peak_mb, 1),
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "threads": threads,
         "curve_png": png.name if curve else None,
-        **payload,
+        **measured,
     }
     write_json(results, payload, indent=2)
+    return payload
+
+
+def run(cfg: DictConfig) -> dict:
+    out_dir = Path(cfg.out_dir or HydraConfig.get().runtime.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    threads = set_threads(cfg)
+    t0 = time.perf_counter()
+    with PeakMemory(interval_s=0.05) as peak:
+        measured = measure(cfg, out_dir, lambda partial: save_results(cfg, partial, t0, None, threads))
+    payload = save_results(cfg, measured, t0, peak.peak_mb, threads)
     log.info("reader recall %s; paired %s", payload["reader_recall"], payload["paired"])
     log.info("held-out task reward %s", {k: payload["task_reward"][k] for k in ("before", "after", "paired")})
     return payload
