@@ -81,3 +81,20 @@ def test_grpo_rollouts_under_the_grammar_are_all_triples(tmp_path):
     _, history, records = train_writer(tasks, GNNReader(input_dim=8, hidden_dim=4), cfg, model=model, tokenizer=tok)
     assert len(records) == cfg.batch_size and all(r["well_formed"] == 1.0 for r in records)
     assert history[0]["rewards/well_formed/mean"] == 1.0 and "generate" not in vars(model)
+
+
+def test_each_generate_call_opens_fresh_matchers_whatever_its_prompt_length():
+    torch.manual_seed(0)
+    model, tok = load_writer("tiny", seed=0)
+    grammar = make_grammar(model, tok, 3)
+    restore = constrain_generate(model, grammar)
+    ids = window("a").fragment_ids
+    try:
+        for prompt in ("short", "a much longer prompt than the first one, " * 3, "mid length prompt"):
+            enc = tok([prompt] * 2, return_tensors="pt")
+            out = model.generate(**enc, do_sample=True, max_new_tokens=400, pad_token_id=tok.pad_token_id)
+            for row in out[:, enc["input_ids"].shape[1] :]:
+                text, cut = tok.decode(row, skip_special_tokens=True), not bool((row == tok.eos_token_id).any())
+                assert well_formed(text, ids, cut), (prompt, text)
+    finally:
+        restore()

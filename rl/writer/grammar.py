@@ -47,8 +47,9 @@ def triple_regex(k: int, slot_chars: int = SLOT_CHARS) -> str:
 class TripleGrammar:
     """A transformers logits processor: the rows of one ``generate`` call decode under :func:`triple_regex`.
 
-    It is stateful over one call: the first call of a new ``generate`` (the sequence no longer than at the
-    previous start) opens one matcher per row; every later call feeds each row's last token to its matcher. A
+    It is stateful over one call: a call whose sequences are not one token longer than at the previous call (or
+    hold another number of rows) starts a new ``generate`` and opens one matcher per row; every other call feeds
+    each row's last token to its matcher. A
     row whose matcher has stopped (its text complete and the end token taken) or failed is left unmasked, as
     ``generate`` pads finished rows whatever their scores.
 
@@ -74,7 +75,7 @@ class TripleGrammar:
         self.k, self.slot_chars, self.rows_k = k, slot_chars, rows_k
         self._grammars: dict[int, str] = {}
         self.matchers: list | None = None
-        self.start = 0
+        self.last = -1
 
     def _open(self, rows: int) -> None:
         ks = self.rows_k if self.rows_k is not None and len(self.rows_k) == rows else [self.k] * rows
@@ -87,13 +88,14 @@ class TripleGrammar:
                 raise ValueError(f"triple grammar rejected by llguidance: {self.matchers[-1].get_error()}")
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if self.matchers is None or input_ids.shape[1] <= self.start or len(self.matchers) != input_ids.shape[0]:
-            self.start = int(input_ids.shape[1])
-            self._open(int(input_ids.shape[0]))
+        rows, length = int(input_ids.shape[0]), int(input_ids.shape[1])
+        if self.matchers is None or length != self.last + 1 or len(self.matchers) != rows:
+            self._open(rows)
         else:
             for row, matcher in enumerate(self.matchers):
                 if not (matcher.is_stopped() or matcher.is_error()):
                     matcher.consume_token(int(input_ids[row, -1]))
+        self.last = length
         for row, matcher in enumerate(self.matchers):
             if matcher.is_stopped() or matcher.is_error():
                 continue
