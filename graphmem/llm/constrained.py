@@ -44,6 +44,12 @@ CLOSERS = ('"', "}", "]", "0")
 JSON_OPTIONS = {"whitespace_flexible": False, "coerce_one_of": True}
 
 
+def allowed_tokens(matcher: Any, vocab_size: int) -> torch.Tensor:
+    """``[vocab_size]`` bool mask of the tokens an llguidance ``matcher`` admits next (its bitmask unpacked)."""
+    bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
+    return torch.from_numpy(bits[:vocab_size].astype(bool))
+
+
 class SchemaDecoder:
     """Greedy decoding under a JSON Schema for one ``(tokenizer, model)`` pair.
 
@@ -86,9 +92,8 @@ class SchemaDecoder:
         return matcher
 
     def allowed(self, matcher: Any) -> torch.Tensor:
-        """``[vocab_size]`` bool mask of the tokens the grammar admits next."""
-        bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
-        return torch.from_numpy(bits[: self.vocab_size].astype(bool))
+        """``[vocab_size]`` bool mask of the tokens the grammar admits next (:func:`allowed_tokens`)."""
+        return allowed_tokens(matcher, self.vocab_size)
 
     def pick(self, matcher: Any, logits: torch.Tensor, closing: bool) -> int | None:
         """The next token (module docstring); ``None`` when the grammar admits nothing."""

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 import torch
+
+from graphmem.llm.constrained import allowed_tokens
 
 SLOT_CHARS = 32
 """most characters of a head, relation or tail under the grammar"""
@@ -47,9 +48,8 @@ def triple_regex(k: int, slot_chars: int = SLOT_CHARS) -> str:
 class TripleGrammar:
     """A transformers logits processor: the rows of one ``generate`` call decode under :func:`triple_regex`.
 
-    It is stateful over one call: a call whose sequences are not one token longer than at the previous call (or
-    hold another number of rows) starts a new ``generate`` and opens one matcher per row; every other call feeds
-    each row's last token to its matcher. A
+    It is stateful over one ``generate`` call: :meth:`reset` before each (as :func:`constrain_generate` does), then
+    its first step opens one matcher per row and every later step feeds each row's last token to its matcher. A
     row whose matcher has stopped (its text complete and the end token taken) or failed is left unmasked, as
     ``generate`` pads finished rows whatever their scores.
 
@@ -58,7 +58,8 @@ class TripleGrammar:
         vocab_size: columns of the model's logits.
         k: fragments per window (labels ``F1 .. Fk``).
         rows_k: the fragments of each row's window when they differ (a graph's last window is shorter); used
-            by a call with that many rows, else every row cites ``F1 .. Fk``.
+            by a call with that many rows, else every row cites ``F1 .. Fk``. It may be reset between calls, so
+            one processor (one llguidance tokenizer) serves every batch.
     """
 
     def __init__(
@@ -75,7 +76,10 @@ class TripleGrammar:
         self.k, self.slot_chars, self.rows_k = k, slot_chars, rows_k
         self._grammars: dict[int, str] = {}
         self.matchers: list | None = None
-        self.last = -1
+
+    def reset(self) -> None:
+        """Forget the matchers: the next step starts a new ``generate`` call."""
+        self.matchers = None
 
     def _open(self, rows: int) -> None:
         ks = self.rows_k if self.rows_k is not None and len(self.rows_k) == rows else [self.k] * rows
@@ -88,22 +92,19 @@ class TripleGrammar:
                 raise ValueError(f"triple grammar rejected by llguidance: {self.matchers[-1].get_error()}")
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        rows, length = int(input_ids.shape[0]), int(input_ids.shape[1])
-        if self.matchers is None or length != self.last + 1 or len(self.matchers) != rows:
+        rows = int(input_ids.shape[0])
+        if self.matchers is None or len(self.matchers) != rows:
             self._open(rows)
         else:
             for row, matcher in enumerate(self.matchers):
                 if not (matcher.is_stopped() or matcher.is_error()):
                     matcher.consume_token(int(input_ids[row, -1]))
-        self.last = length
-        for row, matcher in enumerate(self.matchers):
-            if matcher.is_stopped() or matcher.is_error():
-                continue
-            bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
-            allowed = torch.from_numpy(bits[: self.vocab_size].astype(bool))
+        live = [r for r, m in enumerate(self.matchers) if not (m.is_stopped() or m.is_error())]
+        if live:
             width = min(scores.shape[1], self.vocab_size)
-            scores[row, :width] = scores[row, :width].masked_fill(~allowed[:width], float("-inf"))
-            scores[row, width:] = float("-inf")
+            blocked = torch.ones(len(live), scores.shape[1], dtype=torch.bool)
+            blocked[:, :width] = ~torch.stack([allowed_tokens(self.matchers[r], self.vocab_size)[:width] for r in live])
+            scores[live] = scores[live].masked_fill(blocked, float("-inf"))
         return scores
 
 
@@ -113,11 +114,17 @@ def make_grammar(model, tokenizer, k: int, rows_k: list[int] | None = None) -> T
 
 
 def constrain_generate(model, grammar: TripleGrammar):
-    """Make every ``model.generate`` call (as GRPO's trainer makes them) decode under ``grammar``; returns a
-    function that restores the plain ``generate``."""
+    """Make every ``model.generate`` call (as GRPO's trainer makes them) decode under ``grammar``, reset before
+    each call; returns a function that restores the plain ``generate``."""
     from transformers import LogitsProcessorList
 
-    model.generate = functools.partial(type(model).generate, model, logits_processor=LogitsProcessorList([grammar]))
+    plain = functools.partial(type(model).generate, model)
+
+    def generate(*args, **kwargs):
+        grammar.reset()
+        return plain(*args, logits_processor=LogitsProcessorList([grammar]), **kwargs)
+
+    model.generate = generate
 
     def restore() -> None:
         del model.generate

@@ -456,6 +456,8 @@ def generate_completions(
     whether each was cut (filled ``max_completion_length`` without the end-of-sequence token)."""
     model.eval()
     chat = uses_chat(cfg, tokenizer)
+    grammar = make_grammar(model, tokenizer, cfg.fragments_per_task) if cfg.grammar else None
+    extra = {"logits_processor": [grammar]} if grammar is not None else {}
 
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     out, cuts = [], []
@@ -466,8 +468,9 @@ def generate_completions(
             if chat:
                 texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in texts]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not chat)
-            rows_k = [len(t.fragment_ids) for t in part]
-            extra = {"logits_processor": [make_grammar(model, tokenizer, max(rows_k), rows_k)]} if cfg.grammar else {}
+            if grammar is not None:
+                grammar.reset()
+                grammar.rows_k = [len(t.fragment_ids) for t in part]
             gen = model.generate(
                 **enc,
                 max_new_tokens=cfg.max_completion_length,
