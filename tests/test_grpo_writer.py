@@ -139,6 +139,16 @@ def test_tasks_from_graph_windows():
     assert [t.gold for t in tasks] == [[["n0"]], [["n3"]], [["n4"]]]
 
 
+def test_tasks_from_graph_min_gold_keeps_windows_holding_two_gold_passages():
+    g = MemoryGraph.empty(4)
+    g.add_nodes([f"n{i}" for i in range(6)], [f"t{i}" for i in range(6)], torch.eye(6, 4))
+    evidence = [("n0", "n1"), ("n2", "n4"), ("n5",), ("n3", "gone")]  # the last: one of its gold not in the graph
+    tasks = tasks_from_graph(g, "g", torch.randn(4, 4), evidence, fragments_per_task=3, min_gold=2)
+    assert [t.task_id for t in tasks] == ["g@0", "g@3"]
+    assert [t.gold for t in tasks] == [[["n0", "n1"]], [["n5"], ["n3"]]]
+    assert tasks[1].query_embeddings.shape[0] == 2  # questions 2 and 3: each holds all its gold present
+
+
 def test_byte_tokenizer_round_trip():
     tok = byte_tokenizer()
     text = "(Alice | met | Bob) [D1:3] é"

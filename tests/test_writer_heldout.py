@@ -38,9 +38,9 @@ def test_results_hold_every_arm_pair_and_run_fact(study):
     root, _, res, returned = study
     assert res == json.loads(json.dumps(returned))
     assert res["command"].startswith("python scripts/studies/writer_heldout/run.py")
-    assert set(res["reader_recall"]) == {"builder", "sft", "grpo"}
+    assert set(res["reader_recall"]) == {"builder", "sft", "grpo", "none"}
     assert all(0.0 <= v <= 1.0 for v in res["reader_recall"].values())
-    assert {"grpo_minus_sft", "grpo_minus_builder"} <= set(res["paired"])
+    assert {"grpo_minus_sft", "grpo_minus_builder", "builder_minus_none", "grpo_minus_none"} <= set(res["paired"])
     for name, c in res["paired"].items():
         a, b = name.split("_minus_")
         assert PAIRED_KEYS <= set(c) and c["n"] == res["questions"]["test"] >= 2
@@ -67,9 +67,10 @@ def test_results_hold_every_arm_pair_and_run_fact(study):
 def test_arms_differ_only_in_the_test_graphs_entity_edges(study):
     _, gs_dir, res, _ = study
     g = res["graphs"]
-    for arm in ("sft", "grpo"):
+    for arm in ("sft", "grpo", "none"):
         assert g[arm]["nodes"] == g["builder"]["nodes"]
         assert g[arm]["other_edges"] == g["builder"]["other_edges"]
+    assert g["none"]["entity_edge_count"] == 0
     # the writers' triples replace the builder's entity edges: none without a triple, at most the fan-out's bound
     fanout = GraphSet.load(gs_dir).provenance["graph"]["entity_fanout"]
     assert g["builder"]["entity_edge_count"] > 0
@@ -117,7 +118,7 @@ def test_self_evolution_retrains_the_reader_on_writer_built_training_graphs(stud
     kept = digest({n: base.graphs[n] for n in evo["rewritten"]})
     assert evo["graphs"]["nodes"] == kept["nodes"] and evo["graphs"]["other_edges"] == kept["other_edges"]
     assert evo["writes"]["windows"] == evo["writes"]["generation_failures"]["completions"] > 0
-    assert set(evo["reader_recall"]) == {"builder", "sft", "grpo"}
+    assert set(evo["reader_recall"]) == {"builder", "sft", "grpo", "none"}
     for name in ("grpo_minus_sft", "grpo_minus_builder", "evolved_minus_frozen", "evolved_grpo_minus_frozen_builder"):
         c = evo["paired"][name]
         assert PAIRED_KEYS <= set(c) and c["n"] == res["questions"]["test"]

@@ -70,6 +70,9 @@ class WriterConfig:
     """frozen reader checkpoint (from scripts/train_gnn.py)"""
     fragments_per_task: int = 8
     """memory fragments shown in one prompt"""
+    min_gold: int = 1
+    """a question joins a task window holding at least ``min(min_gold, |gold|)`` of its gold nodes (2: only
+    windows where an edge between two of its gold passages can raise its recall)"""
     max_fragment_chars: int = 80
     """fragment text is cut to this many characters in the prompt"""
     alpha: float = 1.0
@@ -133,16 +136,23 @@ class WriterTask:
 
 
 def tasks_from_graph(
-    graph: MemoryGraph, name: str, query_embeddings: Tensor, evidence: Sequence[Sequence[str]], fragments_per_task: int
+    graph: MemoryGraph,
+    name: str,
+    query_embeddings: Tensor,
+    evidence: Sequence[Sequence[str]],
+    fragments_per_task: int,
+    min_gold: int = 1,
 ) -> list[WriterTask]:
-    """Windows of consecutive nodes; a question joins each window holding some of its gold nodes."""
+    """Windows of consecutive nodes; a question joins each window holding at least ``min(min_gold, n)`` of
+    its ``n`` gold nodes in the graph (its gold in the window is what the reward scores)."""
+    present = [sum(graph.has_node(e) for e in ev) for ev in evidence]
     tasks = []
     for lo in range(0, graph.num_nodes, fragments_per_task):
         rows = list(range(lo, min(lo + fragments_per_task, graph.num_nodes)))
         ids = [graph.node_ids[r] for r in rows]
         inside = set(ids)
         picked = [(k, [e for e in ev if e in inside]) for k, ev in enumerate(evidence)]
-        picked = [(k, g) for k, g in picked if g]
+        picked = [(k, g) for k, g in picked if g and len(g) >= min(min_gold, present[k])]
         if picked:
             tasks.append(
                 WriterTask(
@@ -157,7 +167,9 @@ def tasks_from_graph(
     return tasks
 
 
-def tasks_from_graphset(graphset, question_indices: Sequence[int], fragments_per_task: int) -> list[WriterTask]:
+def tasks_from_graphset(
+    graphset, question_indices: Sequence[int], fragments_per_task: int, min_gold: int = 1
+) -> list[WriterTask]:
     """:func:`tasks_from_graph` over every graph of a ``GraphSet`` for the given questions."""
     by_graph: dict[str, list[int]] = {}
     for i in question_indices:
@@ -171,6 +183,7 @@ def tasks_from_graphset(graphset, question_indices: Sequence[int], fragments_per
             graphset.query_embeddings[idx],
             [graphset.questions[i].evidence for i in idx],
             fragments_per_task,
+            min_gold,
         )
     return tasks
 

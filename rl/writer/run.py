@@ -54,7 +54,9 @@ def writer_tasks(gs, cfg: DictConfig, wcfg: WriterConfig, part: str = "train", l
     """Seeded windows of the ``part`` graphs (at most ``limit``, default ``cfg.max_tasks``) and the split."""
     parts = split_parts(gs, cfg.split)
     keep = set(parts[part])
-    tasks = tasks_from_graphset(gs, [i for i, q in enumerate(gs.questions) if q.graph in keep], wcfg.fragments_per_task)
+    tasks = tasks_from_graphset(
+        gs, [i for i, q in enumerate(gs.questions) if q.graph in keep], wcfg.fragments_per_task, wcfg.min_gold
+    )
     random.Random(wcfg.seed).shuffle(tasks)
     return tasks[: cfg.max_tasks if limit is None else limit], parts
 

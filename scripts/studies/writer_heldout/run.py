@@ -16,12 +16,14 @@ One command, in order, on fold ``split.fold`` of the conversation split (``confi
    validation graphs, a reader of the same settings is trained on those (best validation epoch), and the three
    test arms are measured again with this recalibrated reader (``self_evolution`` in the results).
 
-The frozen reader (policy ``gnn``) is evaluated on the test questions over (a) the builder's graphs, (b) and (c):
+The frozen reader (policy ``gnn``) is evaluated on the test questions over (a) the builder's graphs, (b) and (c),
+and over the test graphs with no entity edge at all (arm ``none``: how much entity edges can move the reader):
 evidence recall per question, LoCoMo's adversarial category left out as in the overall tables, compared
 paired by question (:func:`graphmem.eval.stats.paired_comparison`: mean difference, bootstrap 95 % CI, n):
-``grpo_minus_sft``, ``grpo_minus_builder``, ``sft_minus_builder``. The *held-out task reward* is the trained
-reward's task part ``r_task − λ_rep ρ_rep`` (with ``r_rec``, ``r_pre``, ``ρ_rep``) of each test window holding
-gold evidence, scored on the same greedy completions that rewrote the graphs, SFT against GRPO paired by task.
+``grpo_minus_sft``, ``grpo_minus_builder``, ``sft_minus_builder``, ``builder_minus_none``, ``grpo_minus_none``.
+The *held-out task reward* is the trained reward's task part ``r_task − λ_rep ρ_rep`` (with ``r_rec``, ``r_pre``,
+``ρ_rep``) of each test task window (``writer.min_gold``), scored on the same greedy completions that rewrote the
+graphs, SFT against GRPO paired by task.
 The arms share the nodes, the non-entity edges and the reader; only the test graphs' entity edges differ
 (``graphs`` in the results: a digest of each part). Writes ``results`` (JSON, with its command, wall time and
 peak memory) and the GRPO reward curve of its parts beside it (PNG).
@@ -69,8 +71,8 @@ from rl.writer.run import plot_curve, report_to_wandb, run_warm_start, run_write
 from rl.writer.sft import SFTConfig
 
 log = logging.getLogger(__name__)
-ARMS = ("builder", "sft", "grpo")
-PAIRS = (("grpo", "sft"), ("grpo", "builder"), ("sft", "builder"))
+ARMS = ("builder", "sft", "grpo", "none")
+PAIRS = (("grpo", "sft"), ("grpo", "builder"), ("sft", "builder"), ("builder", "none"), ("grpo", "none"))
 
 
 def frozen_reader(gs, cfg: DictConfig, budget: Budget, out_dir: Path, checkpoint: str | None = None):
@@ -188,11 +190,12 @@ def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
     test = parts["test"]
     reader, reader_info = frozen_reader(gs, cfg, budget, out_dir, cfg.writer.reader_checkpoint)
     held_out = tasks_from_graphset(gs, [i for i, q in enumerate(gs.questions) if q.graph in set(test)],
-                                   wcfg.fragments_per_task)  # fmt: skip
+                                   wcfg.fragments_per_task, wcfg.min_gold)  # fmt: skip
     reward = ReaderReward(held_out, reader, wcfg)
     model, tokenizer, warm = run_warm_start(gs, cfg, wcfg, sft)
     batch = int(cfg.rebuild_batch)
     graphs = {"builder": {n: gs.graphs[n] for n in test}}
+    graphs["none"] = {n: rewrite_entity_edges(gs.graphs[n], [], graph_cfg) for n in test}  # no entity edge at all
     graphs["sft"], writes = write_arm(model, tokenizer, gs, test, wcfg, graph_cfg, reward, batch)
     writes = {"sft": writes}
     trainer, grpo, _ = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
