@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from graphmem.builders import GraphConfig
+from graphmem.builders import GraphConfig, link_mentions
 from graphmem.graph import MemoryGraph
 from models.gnn_reader import GNNReader
 from rl.writer.format import anchor_map, format_score, judged_lines, parse_triples, repetition_rate, well_formed
@@ -129,6 +129,30 @@ def test_graph_from_triples_and_rewrite():
     new = rewrite_entity_edges(base, triples, GraphConfig(entity_fanout=3))
     assert new.num_edges == 5 and base.num_edges == 1
     assert sorted(new.edge_type.tolist()).count(new.relations.index("temporal")) == 1
+
+
+def test_linked_mentions_join_every_fragment_that_names_a_written_entity():
+    task = make_task()  # texts: Alice met Bob at noon / Bob flew to Paris / Carol likes tea / Dan sings
+    triples = [("bob", "flew to", "paris", "a2")]  # only a2 is anchored; a1 names Bob too
+    alone = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings)
+    assert alone.num_edges == 0
+    linked = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings, link=True)
+    assert sorted(zip(linked.edge_index[0].tolist(), linked.edge_index[1].tolist())) == [(0, 1), (1, 0)]
+    base = graph_from_triples([], task.fragment_ids, task.texts, task.embeddings)
+    assert rewrite_entity_edges(base, triples, GraphConfig(entity_max_share=1.0)).num_edges == 0
+    assert rewrite_entity_edges(base, triples, GraphConfig(entity_max_share=1.0), link=True).num_edges == 2
+    torch.manual_seed(0)
+    reader = GNNReader(input_dim=8, hidden_dim=4)
+    for link, recall in ((False, 0.5), (True, 1.0)):  # the query's entry is a1; its gold a1 and a2
+        cfg = WriterConfig(reader_budget=BUDGET, link_mentions=link)
+        assert ReaderReward([task], reader, cfg).components("(Bob | flew to | Paris) [F2]", "t0")["r_rec"] == recall
+
+
+def test_link_mentions_matches_whole_word_runs_case_blind():
+    texts = ["New York in May", "a new yorker", "BOBBY and Bob", "nothing"]
+    own = [{"new york"}, set(), {"bob"}, {"!!"}]
+    assert link_mentions(texts, own) == [{"new york"}, set(), {"bob"}, {"!!"}]
+    assert link_mentions(["bob", "Bob's new  York"], [{"bob"}, {"new york"}]) == [{"bob"}, {"bob", "new york"}]
 
 
 def test_tasks_from_graph_windows():

@@ -10,6 +10,7 @@ from graphmem.builders.entities import (
     ENTITY_EXTRACTORS,
     CueEntityExtractor,
     EntityExtractor,
+    link_mentions,
     make_entity_extractor,
     register_entity_extractor,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "check_configs",
     "config_hash",
     "graphset_dir",
+    "link_mentions",
     "load_or_build",
     "make_entity_extractor",
     "open_graphset",

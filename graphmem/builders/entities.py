@@ -133,3 +133,26 @@ class CueEntityExtractor:
                     found.add(number)
             out.append({e for e in found if len(e) >= self.min_length})
         return out
+
+
+_WORD = re.compile(r"\w+")
+
+
+def link_mentions(texts: Sequence[str], entities: Sequence[set[str]]) -> list[set[str]]:
+    """Entity linking by mention: each text keeps its own ``entities`` and gains every entity of their union
+    whose words (``\\w+``, lower-cased) occur in the text as a consecutive run, so an entity written for one
+    fragment also anchors every other fragment that names it. Entities without a word are never linked."""
+    keys: dict[tuple[str, ...], set[str]] = {}
+    for entity in set().union(*entities) if entities else ():
+        words = tuple(_WORD.findall(entity.lower()))
+        if words:
+            keys.setdefault(words, set()).add(entity)
+    longest = max(map(len, keys), default=0)
+    out = []
+    for text, own in zip(texts, entities, strict=True):
+        words, found = _WORD.findall(text.lower()), set(own)
+        for n in range(1, longest + 1):
+            for i in range(len(words) - n + 1):
+                found |= keys.get(tuple(words[i : i + n]), set())
+        out.append(found)
+    return out

@@ -5,8 +5,9 @@ gold evidence falls inside it — it writes entity–relation triples with sourc
 line: ``(head | relation | tail) [Fi]``, citing the fragment by its position label in the prompt
 (mapped back to its id in code, :mod:`rl.writer.format`). The triples become a graph over the fragments
 (:func:`graph_from_triples`: fragments that share an entity are joined by ``entity`` edges in both
-directions); a frozen GNN reader (policy ``gnn``) retrieves ``P_k(q, G)`` for every question under
-a :class:`Budget`. The reward of one completion is
+directions; with ``link_mentions`` a fragment also holds every written entity its text names); a frozen
+GNN reader (policy ``gnn``) retrieves ``P_k(q, G)`` for every question under a :class:`Budget`.
+The reward of one completion is
 
 * ``r_rec = |P_k ∩ D+| / |D+|`` and ``r_pre = |P_k ∩ D+| / |P_k|`` averaged over the task's questions,
   ``r_task = (α r_rec + β r_pre) / (α + β)``;
@@ -44,6 +45,7 @@ from torch import Tensor
 
 from graphmem.builders import GraphConfig
 from graphmem.builders.edges import replace_entity_edges
+from graphmem.builders.entities import link_mentions
 from graphmem.eval.stats import paired_comparison
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query
@@ -107,6 +109,9 @@ class WriterConfig:
     """GRPO updates per generation batch (clipping acts when > 1)"""
     temperature: float = 0.7
     """sampling temperature"""
+    link_mentions: bool = False
+    """entity linking by mention: a written entity also anchors every fragment (of the task window in the reward,
+    of the graph in a rewrite) whose text names it, so one triple naming a bridge entity joins all its passages"""
     grammar: bool = False
     """sample and decode under the triple grammar (:mod:`rl.writer.grammar`): every completion is anchored triples"""
     chat_template: bool | None = None
@@ -190,42 +195,50 @@ def tasks_from_graphset(
 
 # ---------------------------------------------------------------------- graph building
 def entity_edges(
-    triples: Sequence[tuple[str, str, str, str]], fragment_ids: Sequence[str]
+    triples: Sequence[tuple[str, str, str, str]],
+    fragment_ids: Sequence[str],
+    texts: Sequence[str] | None = None,
 ) -> tuple[list[int], list[int]]:
-    """Both directions between every pair of distinct fragments that mention a common entity."""
-    row = {f: i for i, f in enumerate(fragment_ids)}
+    """Both directions between every pair of distinct fragments that mention a common entity: the fragments
+    a triple naming it is anchored to, and with ``texts`` also every fragment whose text names it
+    (:func:`graphmem.builders.entities.link_mentions`)."""
     mentions: dict[str, set[int]] = {}
-    for head, _, tail, anchor in triples:
-        for entity in (head, tail):
-            mentions.setdefault(entity, set()).add(row[anchor])
+    for row, found in enumerate(triple_entities(triples, fragment_ids, texts)):
+        for entity in found:
+            mentions.setdefault(entity, set()).add(row)
     pairs = {(a, b) for rows in mentions.values() for a in rows for b in rows if a != b}
     src, dst = zip(*sorted(pairs)) if pairs else ((), ())
     return list(src), list(dst)
 
 
-def graph_from_triples(triples, fragment_ids: Sequence[str], texts: Sequence[str], embeddings: Tensor) -> MemoryGraph:
-    """A graph whose nodes are the fragments and whose edges are :func:`entity_edges`."""
+def graph_from_triples(
+    triples, fragment_ids: Sequence[str], texts: Sequence[str], embeddings: Tensor, link: bool = False
+) -> MemoryGraph:
+    """A graph whose nodes are the fragments and whose edges are :func:`entity_edges` (``link``: mentions
+    in the fragments' texts count)."""
     g = MemoryGraph.empty(int(embeddings.shape[1]))
     g.add_nodes(list(fragment_ids), list(texts), embeddings.float())
-    src, dst = entity_edges(triples, fragment_ids)
+    src, dst = entity_edges(triples, fragment_ids, texts if link else None)
     if src:
         g.add_edges(src, dst, "entity")
     return g
 
 
-def triple_entities(triples, fragment_ids: Sequence[str]) -> list[set[str]]:
-    """Per fragment, the heads and tails of the triples anchored to it."""
+def triple_entities(triples, fragment_ids: Sequence[str], texts: Sequence[str] | None = None) -> list[set[str]]:
+    """Per fragment, the heads and tails of the triples anchored to it; with ``texts``, also every such entity
+    its text names (:func:`graphmem.builders.entities.link_mentions`)."""
     row = {f: i for i, f in enumerate(fragment_ids)}
     out: list[set[str]] = [set() for _ in fragment_ids]
     for head, _, tail, anchor in triples:
         out[row[anchor]] |= {head, tail}
-    return out
+    return link_mentions(texts, out) if texts is not None else out
 
 
-def rewrite_entity_edges(graph: MemoryGraph, triples, cfg: GraphConfig) -> MemoryGraph:
-    """A copy of ``graph`` whose ``entity`` edges are those the triples imply, joined by the builders'
-    rule and caps (:func:`graphmem.builders.edges.replace_entity_edges`), not as a clique per entity."""
-    return replace_entity_edges(graph, triple_entities(triples, graph.node_ids), cfg)
+def rewrite_entity_edges(graph: MemoryGraph, triples, cfg: GraphConfig, link: bool = False) -> MemoryGraph:
+    """A copy of ``graph`` whose ``entity`` edges are those the triples imply (``link``: with the mentions of
+    their entities in the graph's texts, :func:`triple_entities`), joined by the builders' rule and caps
+    (:func:`graphmem.builders.edges.replace_entity_edges`), not as a clique per entity."""
+    return replace_entity_edges(graph, triple_entities(triples, graph.node_ids, graph.texts if link else None), cfg)
 
 
 # ---------------------------------------------------------------------- rewards
@@ -260,7 +273,7 @@ class ReaderReward:
     def _components(self, completion: str, task_id: str, cut: bool) -> dict[str, float]:
         task = self.tasks[task_id]
         triples, good, total = parse_triples(completion, task.fragment_ids, cut)
-        graph = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings)
+        graph = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings, self.cfg.link_mentions)
         queries = [Query(f"{task_id}#{k}", "", e) for k, e in enumerate(task.query_embeddings)]
         rec = pre = 0.0
         for got, gold in zip(self.policy.retrieve_batch(graph, queries, self.budget), task.gold):
@@ -533,4 +546,4 @@ def rewrite_graph(
     ``graph_cfg``'s fan-out caps) and the triple count.
     """
     triples = write_triples(model, tokenizer, graph_windows(graph, cfg.fragments_per_task), cfg, batch_size)
-    return rewrite_entity_edges(graph, triples, graph_cfg), len(triples)
+    return rewrite_entity_edges(graph, triples, graph_cfg, cfg.link_mentions), len(triples)

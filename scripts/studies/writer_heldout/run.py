@@ -110,7 +110,7 @@ def write_arm(model, tokenizer, gs, names, wcfg: WriterConfig, graph_cfg: GraphC
                 parts = reward.components(text, window.task_id, cut)
                 tasks[window.task_id] = {k: parts[k] for k in ("r_rec", "r_pre", "rho_rep", "r_task")}
                 tasks[window.task_id]["task"] = parts["r_task"] - wcfg.lambda_rep * parts["rho_rep"]
-        graphs[name] = rewrite_entity_edges(graph, found, graph_cfg)
+        graphs[name] = rewrite_entity_edges(graph, found, graph_cfg, wcfg.link_mentions)
         triples += len(found)
     failures = generation_failures(records)
     log.info("rewrite: %d triples over %d windows; %s", triples, len(records), failures)
