@@ -134,10 +134,50 @@ def test_the_page_renders_each_set_with_its_self_evolution_round(study, tmp_path
     page = load_study("writer_heldout", "page")
     (tmp_path / "writer_heldout_2wiki.json").write_text(json.dumps(res))
     text = page.render(tmp_path)  # LoCoMo's file absent, the 2Wiki one present
-    assert "Not measured yet: `python scripts/studies/writer_heldout/run.py` writes" in text
+    assert "Not measured yet: `python scripts/studies/writer_heldout/run.py experiment=writer_heldout_locomo`" in text
     assert "## 2WikiMultiHopQA passages" in text and "### Self-evolution: the reader recalibrated" in text
     evo = res["self_evolution"]["paired"]["evolved_minus_frozen"]
     assert f"{evo['mean_diff']:+.4f}" in text
     res["self_evolution"] = None
     (tmp_path / "writer_heldout_2wiki.json").write_text(json.dumps(res))
     assert "Not in this results file (`self_evolution=false`" in page.render(tmp_path)
+
+
+def test_link_check_compares_silver_triples_linked_and_not_on_the_validation_graphs(study, tmp_path):
+    from graphmem.builders import GraphConfig, make_entity_extractor
+    from rl.writer.format import parse_triples
+    from rl.writer.grpo import graph_windows, rewrite_entity_edges
+    from rl.writer.sft import silver_triples
+
+    root, gs_dir, res, _ = study
+    out = tmp_path / "link.json"
+    overrides = ["experiment=writer_heldout_smoke", f"graphset={gs_dir}", f"link_results={out}", f"out_dir={tmp_path}"]
+    cfg = compose("writer_heldout", overrides)
+    got = load_study("writer_heldout", "link_check").run(cfg)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(got))
+    assert got["graphs"] == res["split"]["val"] and got["questions"] >= 2
+    # the linked arm's edges are the silver triples' entities linked by mention, under the builder's caps
+    gs = GraphSet.load(gs_dir)
+    gcfg, extractor = GraphConfig(**gs.provenance["graph"]), make_entity_extractor(cfg.graph.entity_extractor)
+    counts = {"silver": 0, "silver_linked": 0}
+    for name in got["graphs"]:
+        graph, triples = gs.graphs[name], []
+        for w in graph_windows(graph, cfg.writer.fragments_per_task, name):
+            triples += parse_triples(
+                silver_triples(w, extractor, cfg.sft.max_entities, cfg.sft.max_lines), w.fragment_ids
+            )[0]
+        for arm, link in (("silver", False), ("silver_linked", True)):
+            g = rewrite_entity_edges(graph, triples, gcfg, link=link)
+            counts[arm] += int((g.edge_type == g.relations.index("entity")).sum())
+    assert {k: got["entity_edges"][k] for k in counts} == counts and got["entity_edges"]["none"] == 0
+    for name, c in got["paired"].items():
+        a, b = name.split("_minus_")
+        assert c["n"] == got["questions"] and c["mean_diff"] == pytest.approx(
+            got["reader_recall"][a] - got["reader_recall"][b]
+        )
+    page = load_study("writer_heldout", "page")
+    (tmp_path / "writer_heldout.json").write_text(json.dumps(res))
+    (tmp_path / "writer_link_check_locomo.json").write_text(json.dumps(got))
+    text = page.render(tmp_path)
+    assert "### Entity linking, checked on the validation graphs" in text
+    assert f"{got['reader_recall']['silver_linked']:.4f}" in text

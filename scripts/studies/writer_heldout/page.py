@@ -1,6 +1,7 @@
 """docs/writer_heldout.md: the SFT and GRPO writers measured on held-out graphs, rendered from one results file
 per set (``scripts/studies/writer_heldout/run.py``): ``docs/results/writer_heldout.json`` (LoCoMo) and
-``docs/results/writer_heldout_2wiki.json`` (2WikiMultiHopQA, ``experiment=writer_heldout_2wiki``)."""
+``docs/results/writer_heldout_2wiki.json`` (2WikiMultiHopQA, ``experiment=writer_heldout_2wiki``), each preceded
+by its validation check of entity linking (``link_check.py``: ``docs/results/writer_link_check_<set>.json``)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,16 @@ from graphmem.docgen.sources import field, fill, load_results, p_value
 from graphmem.eval.report import markdown_grid
 
 SETS = (
-    ("writer_heldout.json", "LoCoMo conversations", ""),
-    ("writer_heldout_2wiki.json", "2WikiMultiHopQA passages", " experiment=writer_heldout_2wiki"),
+    ("writer_heldout.json", "LoCoMo conversations", " experiment=writer_heldout_locomo", "locomo"),
+    ("writer_heldout_2wiki.json", "2WikiMultiHopQA passages", " experiment=writer_heldout_2wiki", "2wiki"),
 )
-"""(results file, heading, the command's overrides) of each measured set"""
+"""(results file, heading, the command's overrides, dataset name) of each measured set"""
+LINK_ARMS = (
+    ("builder", "the builder's graphs"),
+    ("none", "no entity edges"),
+    ("silver", "silver triples, not linked"),
+    ("silver_linked", "silver triples, linked by mention"),
+)
 TEMPLATE = str(Path(__file__).with_name("page"))
 """the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
 COMMAND = "python scripts/studies/writer_heldout/run.py"
@@ -64,7 +71,8 @@ def _setting(res: dict, path: Path) -> list[str]:
         f"{res['questions']['test_tasks']} test windows with gold evidence)",
         f"- writer `{w['model']}`: {params['trainable']:,} of {params['total']:,} parameters trained (the last "
         f"{w['trainable_layers']} blocks and the final norm); windows of {w['fragments_per_task']} fragments cut "
-        f"to {w['max_fragment_chars']} characters, {w['max_completion_length']} new tokens",
+        f"to {w['max_fragment_chars']} characters, {w['max_completion_length']} new tokens; written entities "
+        + ("linked by mention" if w.get("link_mentions") else "not linked by mention"),
         f"- warm start: {s['max_steps']} SFT steps of {s['batch_size']} (learning rate {s['learning_rate']:g}, "
         f"at most {s['max_lines']} silver lines per window)",
         f"- GRPO: {w['max_steps']} steps of {w['batch_size']} completions = {w['batch_size'] // w['num_generations']}"
@@ -218,15 +226,46 @@ def _measured(res: dict, path: Path) -> list[str]:
     return out
 
 
+def _link_check(results_dir: Path, dataset: str) -> list[str]:
+    """The validation check of entity linking (``link_check.py``), when its results file exists."""
+    name = f"writer_link_check_{dataset}.json"
+    res = load_results(results_dir, name)
+    if res is None:
+        return []
+    path = Path(results_dir) / name
+    recall, edges = field(res, path, "reader_recall"), field(res, path, "entity_edges")
+    paired = field(res, path, "paired")
+    return [
+        "### Entity linking, checked on the validation graphs",
+        "",
+        f"Before any writer is trained, `{field(res, path, 'command')}` puts the builder's silver triples (what the "
+        f"warm start imitates; {field(res, path, 'triples'):,} triples) into the validation graphs "
+        f"{', '.join(field(res, path, 'graphs'))}, not linked and linked by mention, and the frozen reader answers "
+        f"their {field(res, path, 'questions'):,} questions:",
+        "",
+        markdown_grid(
+            ["validation graphs", "entity edges", "evidence recall"],
+            [[label, f"{edges[a]:,}", f"{recall[a]:.4f}"] for a, label in LINK_ARMS],
+        ),
+        "",
+        markdown_grid(
+            ["difference", "first", "second", "Δ recall", "95% CI", "p", "n"],
+            [_diff_row(k.replace("_minus_", " − "), c) for k, c in paired.items()],
+        ),
+        "",
+    ]
+
+
 def render(results_dir: Path) -> str:
     out = [fill(TEMPLATE, "intro"), ""]
-    for name, heading, overrides in SETS:
+    for name, heading, overrides, dataset in SETS:
         path = Path(results_dir) / name
         res = load_results(results_dir, name)
         out += [f"## {heading}", ""]
         if res is None:
             out += [f"Not measured yet: `{COMMAND}{overrides}` writes `docs/results/{name}`.", ""]
             continue
+        out += _link_check(results_dir, dataset)
         out += _measured(res, path) + _evolution(res, path) + ["### Targets", "", *_targets(res, path), ""]
     out += [fill(TEMPLATE, "reading"), ""]
     return "\n".join(out).rstrip() + "\n"

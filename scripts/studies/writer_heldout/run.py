@@ -41,22 +41,18 @@ from dataclasses import asdict
 from pathlib import Path
 
 import hydra
+from frozen import frozen_reader, paired_json, reader_recall
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import GraphConfig
 from graphmem.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
-from graphmem.eval.harness import evaluate_policy
-from graphmem.eval.metrics import in_overall
-from graphmem.eval.stats import paired_comparison, per_question
 from graphmem.io import atomic_write, write_json
 from graphmem.launch import check_command_line
 from graphmem.peak_memory import PeakMemory
 from graphmem.policies.base import Budget
-from graphmem.policies.gnn import GNNPolicy
 from rl.gnn.split import split_examples
-from rl.gnn.train import GNNTrainConfig, load_reader, save_checkpoint, train_reader
 from rl.writer.format import judged_lines, parse_triples
 from rl.writer.grpo import (
     ReaderReward,
@@ -73,20 +69,6 @@ from rl.writer.sft import SFTConfig
 log = logging.getLogger(__name__)
 ARMS = ("builder", "sft", "grpo", "none")
 PAIRS = (("grpo", "sft"), ("grpo", "builder"), ("sft", "builder"), ("builder", "none"), ("grpo", "none"))
-
-
-def frozen_reader(gs, cfg: DictConfig, budget: Budget, out_dir: Path, checkpoint: str | None = None):
-    """The reader of ``checkpoint`` when given, else one trained (``reader`` settings) on the split's training
-    graphs of ``gs`` (best validation epoch) and saved to ``<out_dir>/reader.pt``; ``(reader, info)``."""
-    if checkpoint:
-        return load_reader(checkpoint), {"checkpoint": str(checkpoint)}
-    tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.reader, resolve=True))
-    _, ex = split_examples(gs, cfg.split, budget)
-    t0 = time.perf_counter()
-    reader, history = train_reader(ex["train"], tcfg, budget, val=ex["val"] or None)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = save_checkpoint(reader, out_dir / "reader.pt", tcfg)
-    return reader, {"checkpoint": str(path), "seconds": round(time.perf_counter() - t0, 1), "history": history}
 
 
 def write_arm(model, tokenizer, gs, names, wcfg: WriterConfig, graph_cfg: GraphConfig, reward, batch: int):
@@ -145,9 +127,9 @@ def self_evolution(cfg: DictConfig, gs, parts: dict, writer, graphs: dict, budge
     reader, info = frozen_reader(evolved, cfg, budget, out_dir / "self_evolution")
     test = parts["test"]
     recall = {arm: reader_recall(reader, gs, graphs[arm], test, budget) for arm in ARMS}
-    paired = {f"{a}_minus_{b}": _paired(a, recall[a], b, recall[b], "evidence_recall") for a, b in PAIRS}
-    paired["evolved_minus_frozen"] = _paired("evolved", recall["grpo"], "frozen", frozen["grpo"], "evidence_recall")
-    paired["evolved_grpo_minus_frozen_builder"] = _paired(
+    paired = {f"{a}_minus_{b}": paired_json(a, recall[a], b, recall[b], "evidence_recall") for a, b in PAIRS}
+    paired["evolved_minus_frozen"] = paired_json("evolved", recall["grpo"], "frozen", frozen["grpo"], "evidence_recall")
+    paired["evolved_grpo_minus_frozen_builder"] = paired_json(
         "evolved_grpo", recall["grpo"], "frozen_builder", frozen["builder"], "evidence_recall"
     )
     return {
@@ -158,21 +140,6 @@ def self_evolution(cfg: DictConfig, gs, parts: dict, writer, graphs: dict, budge
         "reader_recall": {arm: sum(v.values()) / max(len(v), 1) for arm, v in recall.items()},
         "paired": paired,
     }
-
-
-def reader_recall(reader, gs, graphs, names, budget: Budget) -> dict[str, float | None]:
-    """Evidence recall per test question (``in_overall`` categories; those without gold evidence in their graph,
-    where recall is undefined, left out) of the frozen reader over ``graphs``."""
-    keep = set(names)
-    questions = [q for q in gs.questions if q.graph in keep and in_overall(q.category)]
-    arm = dataclasses.replace(gs, graphs={**gs.graphs, **graphs})
-    rows = evaluate_policy(GNNPolicy(reader=reader), arm, budget, questions=questions, progress=False).rows
-    return {q: v for q, v in per_question(rows, "evidence_recall").items() if v is not None}
-
-
-def _paired(a: str, values: dict, b: str, reference: dict, metric: str) -> dict | None:
-    c = paired_comparison(a, values, b, reference, metric)
-    return None if c is None else c.to_json()
 
 
 def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
@@ -210,12 +177,12 @@ def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
         "reader": reader_info,
         "questions": {"test": len(recall["builder"]), "test_tasks": len(held_out)},
         "reader_recall": {arm: sum(v.values()) / max(len(v), 1) for arm, v in recall.items()},
-        "paired": {f"{a}_minus_{b}": _paired(a, recall[a], b, recall[b], "evidence_recall") for a, b in PAIRS},
+        "paired": {f"{a}_minus_{b}": paired_json(a, recall[a], b, recall[b], "evidence_recall") for a, b in PAIRS},
         "task_reward": {
             "before": sum(task_reward["sft"].values()) / max(len(task_reward["sft"]), 1),
             "after": sum(task_reward["grpo"].values()) / max(len(task_reward["grpo"]), 1),
             "parts": {arm: _part_means(writes[arm]["tasks"]) for arm in ("sft", "grpo")},
-            "paired": _paired("grpo", task_reward["grpo"], "sft", task_reward["sft"], "task_reward"),
+            "paired": paired_json("grpo", task_reward["grpo"], "sft", task_reward["sft"], "task_reward"),
         },
         "writes": {arm: {k: v for k, v in w.items() if k != "tasks"} for arm, w in writes.items()},
         "graphs": {arm: graph_digest(g) for arm, g in graphs.items()},

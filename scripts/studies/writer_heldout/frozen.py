@@ -1,0 +1,47 @@
+"""The study's frozen reader and how it is measured on a set of graphs (``run.py`` and ``link_check.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from graphmem.eval.harness import evaluate_policy
+from graphmem.eval.metrics import in_overall
+from graphmem.eval.stats import paired_comparison, per_question
+from graphmem.policies.base import Budget
+from graphmem.policies.gnn import GNNPolicy
+from rl.gnn.split import split_examples
+from rl.gnn.train import GNNTrainConfig, load_reader, save_checkpoint, train_reader
+
+
+def frozen_reader(gs, cfg: DictConfig, budget: Budget, out_dir: Path, checkpoint: str | None = None):
+    """The reader of ``checkpoint`` when given, else one trained (``reader`` settings) on the split's training
+    graphs of ``gs`` (best validation epoch) and saved to ``<out_dir>/reader.pt``; ``(reader, info)``."""
+    if checkpoint:
+        return load_reader(checkpoint), {"checkpoint": str(checkpoint)}
+    tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.reader, resolve=True))
+    _, ex = split_examples(gs, cfg.split, budget)
+    t0 = time.perf_counter()
+    reader, history = train_reader(ex["train"], tcfg, budget, val=ex["val"] or None)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = save_checkpoint(reader, out_dir / "reader.pt", tcfg)
+    return reader, {"checkpoint": str(path), "seconds": round(time.perf_counter() - t0, 1), "history": history}
+
+
+def reader_recall(reader, gs, graphs, names, budget: Budget) -> dict[str, float | None]:
+    """Evidence recall per test question (``in_overall`` categories; those without gold evidence in their graph,
+    where recall is undefined, left out) of the frozen reader over ``graphs``."""
+    keep = set(names)
+    questions = [q for q in gs.questions if q.graph in keep and in_overall(q.category)]
+    arm = dataclasses.replace(gs, graphs={**gs.graphs, **graphs})
+    rows = evaluate_policy(GNNPolicy(reader=reader), arm, budget, questions=questions, progress=False).rows
+    return {q: v for q, v in per_question(rows, "evidence_recall").items() if v is not None}
+
+
+def paired_json(a: str, values: dict, b: str, reference: dict, metric: str) -> dict | None:
+    """:func:`graphmem.eval.stats.paired_comparison` of two per-question dicts as JSON; None when none is shared."""
+    c = paired_comparison(a, values, b, reference, metric)
+    return None if c is None else c.to_json()

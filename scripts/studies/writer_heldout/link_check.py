@@ -1,0 +1,104 @@
+"""Is entity linking by mention worth it on a set? Decided on the *validation* graphs, before any writer is trained.
+
+    python scripts/studies/writer_heldout/link_check.py experiment=writer_heldout_2wiki
+
+The proxy writer is the builder's own silver triples (:func:`rl.writer.sft.silver_triples`, what the warm start
+imitates: ``sft.max_entities`` entities, ``sft.max_lines`` lines per window of ``writer.fragments_per_task``).
+Its triples replace the validation graphs' entity edges twice, without and with linking
+(:func:`rl.writer.grpo.rewrite_entity_edges`), beside the builder's graphs and the graphs with no entity edges.
+The study's frozen reader (trained as ``run.py`` trains it, saved under ``out_dir``) answers the validation
+questions over each arm, paired by question against the builder's graphs and ``linked − unlinked``.
+Writes ``link_results`` (default ``docs/results/writer_link_check_<data.name>.json``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import time
+from pathlib import Path
+
+import hydra
+from frozen import frozen_reader, paired_json, reader_recall
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.builders import GraphConfig, make_entity_extractor
+from graphmem.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
+from graphmem.io import write_json
+from graphmem.launch import check_command_line
+from graphmem.policies.base import Budget
+from rl.gnn.split import split_examples
+from rl.writer.format import parse_triples
+from rl.writer.grpo import graph_windows, rewrite_entity_edges
+from rl.writer.sft import silver_triples
+
+log = logging.getLogger(__name__)
+ARMS = ("builder", "none", "silver", "silver_linked")
+PAIRS = (("silver", "builder"), ("silver_linked", "builder"), ("silver_linked", "silver"), ("builder", "none"))
+
+
+def silver_arms(gs, names, cfg: DictConfig, graph_cfg: GraphConfig) -> tuple[dict, dict]:
+    """The four arms' graphs over ``names`` and the silver triple and entity-edge counts."""
+    extractor = make_entity_extractor(cfg.graph.entity_extractor)  # the warm start's extractor
+    arms = {arm: {} for arm in ARMS}
+    counts = {"triples": 0, "entity_edges": {arm: 0 for arm in ARMS}}
+    for name in names:
+        graph, triples = gs.graphs[name], []
+        for window in graph_windows(graph, int(cfg.writer.fragments_per_task), name):
+            text = silver_triples(window, extractor, int(cfg.sft.max_entities), int(cfg.sft.max_lines))
+            triples += parse_triples(text, window.fragment_ids)[0]
+        arms["builder"][name] = graph
+        arms["none"][name] = rewrite_entity_edges(graph, [], graph_cfg)
+        arms["silver"][name] = rewrite_entity_edges(graph, triples, graph_cfg)
+        arms["silver_linked"][name] = rewrite_entity_edges(graph, triples, graph_cfg, link=True)
+        counts["triples"] += len(triples)
+        for arm in ARMS:
+            g = arms[arm][name]
+            counts["entity_edges"][arm] += int((g.edge_type == g.relations.index("entity")).sum())
+    return arms, counts
+
+
+def run(cfg: DictConfig) -> dict:
+    set_threads(cfg)
+    t0 = time.perf_counter()
+    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    gs = restrict_graphs(load_graphset(cfg), sorted(str(n) for n in cfg.get("graphs") or []))
+    graph_cfg = GraphConfig(**gs.provenance["graph"])
+    parts, _ = split_examples(gs, cfg.split, budget)
+    out_dir = Path(cfg.out_dir or HydraConfig.get().runtime.output_dir)
+    reader, reader_info = frozen_reader(gs, cfg, budget, out_dir, cfg.writer.reader_checkpoint)
+    arms, counts = silver_arms(gs, parts["val"], cfg, graph_cfg)
+    recall = {arm: reader_recall(reader, gs, arms[arm], parts["val"], budget) for arm in ARMS}
+    payload = {
+        "command": cfg.get("command") or _command(),
+        "dataset": cfg.data.name,
+        "fold": int(cfg.split.fold),
+        "graphs": parts["val"],
+        "reader": reader_info,
+        "questions": len(recall["builder"]),
+        **counts,
+        "reader_recall": {arm: sum(v.values()) / max(len(v), 1) for arm, v in recall.items()},
+        "paired": {f"{a}_minus_{b}": paired_json(a, recall[a], b, recall[b], "evidence_recall") for a, b in PAIRS},
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    results = Path(cfg.get("link_results") or f"docs/results/writer_link_check_{cfg.data.name}.json")
+    write_json(results, payload, indent=2)
+    log.info("validation recall %s", payload["reader_recall"])
+    return payload
+
+
+def _command() -> str:
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    return shlex.join(["python", "scripts/studies/writer_heldout/link_check.py", *overrides])
+
+
+@hydra.main(config_path=".", config_name="writer_heldout", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_or_exit(run, cfg)
+
+
+if __name__ == "__main__":
+    check_command_line("writer_heldout")
+    main()
