@@ -147,12 +147,13 @@ def link_mentions(texts: Sequence[str], entities: Sequence[set[str]]) -> list[se
         words = tuple(_WORD.findall(entity.lower()))
         if words:
             keys.setdefault(words, set()).add(entity)
-    longest = max(map(len, keys), default=0)
+    lengths = sorted({len(k) for k in keys})
     out = []
     for text, own in zip(texts, entities, strict=True):
         words, found = _WORD.findall(text.lower()), set(own)
-        for n in range(1, longest + 1):
+        for n in lengths:
             for i in range(len(words) - n + 1):
-                found |= keys.get(tuple(words[i : i + n]), set())
+                if (hit := keys.get(tuple(words[i : i + n]))) is not None:
+                    found |= hit
         out.append(found)
     return out

@@ -1,11 +1,14 @@
-"""The study's frozen reader and how it is measured on a set of graphs (``run.py`` and ``link_check.py``)."""
+"""What ``run.py`` and ``link_check.py`` share: the study's frozen reader, how it is measured on a set of graphs,
+and the command line a results file records."""
 
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from graphmem.eval.harness import evaluate_policy
@@ -45,3 +48,9 @@ def paired_json(a: str, values: dict, b: str, reference: dict, metric: str) -> d
     """:func:`graphmem.eval.stats.paired_comparison` of two per-question dicts as JSON; None when none is shared."""
     c = paired_comparison(a, values, b, reference, metric)
     return None if c is None else c.to_json()
+
+
+def command_line(script: str) -> str:
+    """This run's command: ``python scripts/studies/writer_heldout/<script>`` and its Hydra overrides."""
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    return shlex.join(["python", f"scripts/studies/writer_heldout/{script}", *overrides])

@@ -14,12 +14,11 @@ Writes ``link_results`` (default ``docs/results/writer_link_check_<data.name>.js
 from __future__ import annotations
 
 import logging
-import shlex
 import time
 from pathlib import Path
 
 import hydra
-from frozen import frozen_reader, paired_json, reader_recall
+from frozen import command_line, frozen_reader, paired_json, reader_recall
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
@@ -72,7 +71,7 @@ def run(cfg: DictConfig) -> dict:
     arms, counts = silver_arms(gs, parts["val"], cfg, graph_cfg)
     recall = {arm: reader_recall(reader, gs, arms[arm], parts["val"], budget) for arm in ARMS}
     payload = {
-        "command": cfg.get("command") or _command(),
+        "command": cfg.get("command") or command_line("link_check.py"),
         "dataset": cfg.data.name,
         "fold": int(cfg.split.fold),
         "graphs": parts["val"],
@@ -87,11 +86,6 @@ def run(cfg: DictConfig) -> dict:
     write_json(results, payload, indent=2)
     log.info("validation recall %s", payload["reader_recall"])
     return payload
-
-
-def _command() -> str:
-    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    return shlex.join(["python", "scripts/studies/writer_heldout/link_check.py", *overrides])
 
 
 @hydra.main(config_path=".", config_name="writer_heldout", version_base="1.3")

@@ -35,13 +35,12 @@ import dataclasses
 import hashlib
 import logging
 import resource
-import shlex
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import hydra
-from frozen import frozen_reader, paired_json, reader_recall
+from frozen import command_line, frozen_reader, paired_json, reader_recall
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
@@ -203,12 +202,6 @@ def _part_means(tasks: dict[str, dict]) -> dict[str, float]:
     return {k: sum(t[k] for t in tasks.values()) / max(len(tasks), 1) for k in keys}
 
 
-def command_line() -> str:
-    """This run's command: the script and its Hydra overrides."""
-    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    return shlex.join(["python", "scripts/studies/writer_heldout/run.py", *overrides])
-
-
 @hydra.main(config_path=".", config_name="writer_heldout", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     run_or_exit(run, cfg)
@@ -225,7 +218,7 @@ def save_results(cfg: DictConfig, measured: dict, t0: float, peak_mb: float | No
         title = f"GRPO writer ({measured['writer']['model']}): reward parts per step"
         atomic_write(png, lambda tmp: plot_curve(curve, tmp, title, window=int(cfg.curve_window)))
     payload = {
-        "command": cfg.get("command") or command_line(),
+        "command": cfg.get("command") or command_line("run.py"),
         "dataset": cfg.data.name,
         "fold": int(cfg.split.fold),
         "wall_s": round(time.perf_counter() - t0, 1),
