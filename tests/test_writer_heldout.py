@@ -16,21 +16,19 @@ from tests.small_sets import saved_locomo_set
 PAIRED_KEYS = {"mean_diff", "ci_low", "ci_high", "n", "mean", "reference_mean", "p_value"}
 
 
+def smoke_config(root, gs_dir, results: str, *overrides: str):
+    """The smoke study on the saved set ``gs_dir``, its outputs under ``root``."""
+    paths = [f"graphset={gs_dir}", f"results={root / results}", f"out_dir={root / 'run'}"]
+    return compose(
+        "writer_heldout", ["experiment=writer_heldout_smoke", *paths, f"writer.output_dir={root / 'trl'}", *overrides]
+    )
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("writer_heldout")
     gs_dir = saved_locomo_set(root, limit=3)
-    cfg = compose(
-        "writer_heldout",
-        [
-            "experiment=writer_heldout_smoke",
-            f"graphset={gs_dir}",
-            f"results={root / 'writer_heldout.json'}",
-            f"out_dir={root / 'run'}",
-            f"writer.output_dir={root / 'trl'}",
-        ],
-    )
-    returned = load_study("writer_heldout", "run").run(cfg)
+    returned = load_study("writer_heldout", "run").run(smoke_config(root, gs_dir, "writer_heldout.json"))
     return root, gs_dir, json.loads((root / "writer_heldout.json").read_text()), returned
 
 
@@ -181,3 +179,27 @@ def test_link_check_compares_silver_triples_linked_and_not_on_the_validation_gra
     text = page.render(tmp_path)
     assert "### Entity linking, checked on the validation graphs" in text
     assert f"{got['reader_recall']['silver_linked']:.4f}" in text
+
+
+def test_reward_candidates_are_chosen_on_the_validation_graphs(tmp_path):
+    gs_dir = saved_locomo_set(tmp_path, limit=3)
+    cfg = smoke_config(tmp_path, gs_dir, "select.json", "reward_candidates=[{},{beta:0.0}]", "self_evolution=false")
+    res = json.loads(json.dumps(load_study("writer_heldout", "run").run(cfg)))
+    sel = res["selection"]
+    assert sel["val"] == res["split"]["val"] and 0.0 <= sel["sft_val_recall"] <= 1.0
+    rows = sel["candidates"]
+    assert [r["overrides"] for r in rows] == [{}, {"beta": 0.0}]
+    recalls = [r["val_recall"] for r in rows]
+    assert sel["selected"] == recalls.index(max(recalls))  # the best validation recall, the first on a tie
+    for r in rows:
+        assert r["val_minus_sft"]["reference_mean"] == pytest.approx(sel["sft_val_recall"])
+        assert r["val_minus_sft"]["mean"] == pytest.approx(r["val_recall"])
+        assert r["grpo"]["generation_failures"]["completions"] == 4 * 2  # batch 4, two steps
+    beta = rows[sel["selected"]]["overrides"].get("beta", 1.0)
+    assert res["writer"]["beta"] == beta and res["writer"]["output_dir"].endswith(f"candidate_{sel['selected']}")
+    # both arms' held-out task reward is the selected candidate's trained task part
+    lam = res["writer"]["lambda_rep"]
+    for arm in ("sft", "grpo"):
+        p = res["task_reward"]["parts"][arm]
+        assert p["r_task"] == pytest.approx((p["r_rec"] + beta * p["r_pre"]) / (1.0 + beta))
+        assert p["task"] == pytest.approx(p["r_task"] - lam * p["rho_rep"])

@@ -20,6 +20,13 @@ SETS = (
         " results=docs/results/writer_heldout_2wiki_fold1.json",
         None,
     ),
+    (
+        "writer_heldout_2wiki_select.json",
+        "2WikiMultiHopQA passages, the reward chosen on validation",
+        " experiment=writer_heldout_2wiki 'reward_candidates=[{},{beta:0.0}]' self_evolution=false"
+        " results=docs/results/writer_heldout_2wiki_select.json",
+        None,
+    ),
 )
 """(results file, heading, the command's overrides, the set whose validation check of linking precedes it) of
 each measured set and fold"""
@@ -234,6 +241,39 @@ def _measured(res: dict, path: Path) -> list[str]:
     return out
 
 
+def _selection(res: dict, path: Path) -> list[str]:
+    """The GRPO reward candidates and their validation recall (``reward_candidates``), when the run had them."""
+    sel = res.get("selection")
+    if not sel:
+        return []
+    rows = [["SFT writer (the warm start)", "", f"{sel['sft_val_recall']:.4f}", "", "", ""]]
+    for i, c in enumerate(sel["candidates"]):
+        d = c["val_minus_sft"]
+        overrides = ", ".join(f"{k}={v}" for k, v in c["overrides"].items()) or "the experiment's reward"
+        rows.append(
+            [
+                f"GRPO, {overrides}" + (" (selected)" if i == sel["selected"] else ""),
+                f"{c['entity_edges']:,}",
+                f"{c['val_recall']:.4f}",
+                f"{d['mean_diff']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]",
+                f"{d['n']}",
+                f"{c['grpo']['seconds']:.0f}",
+            ]
+        )
+    return [
+        "### The reward, chosen on the validation graphs",
+        "",
+        f"One GRPO writer per reward candidate, each from the same SFT writer; each rewrote the validation graphs "
+        f"{', '.join(sel['val'])}, and the one whose graphs gave the frozen reader the highest recall there rewrote "
+        "the test graphs (the GRPO arm above):",
+        "",
+        markdown_grid(
+            ["writer", "validation entity edges", "validation recall", "− SFT [95% CI]", "n", "GRPO s"], rows
+        ),
+        "",
+    ]
+
+
 def _link_check(results_dir: Path, dataset: str) -> list[str]:
     """The validation check of entity linking (``link_check.py``), when its results file exists."""
     name = f"writer_link_check_{dataset}.json"
@@ -274,6 +314,11 @@ def render(results_dir: Path) -> str:
             out += [f"Not measured yet: `{COMMAND}{overrides}` writes `docs/results/{name}`.", ""]
             continue
         out += _link_check(results_dir, dataset) if dataset else []
-        out += _measured(res, path) + _evolution(res, path) + ["### Targets", "", *_targets(res, path), ""]
+        out += (
+            _measured(res, path)
+            + _selection(res, path)
+            + _evolution(res, path)
+            + ["### Targets", "", *_targets(res, path), ""]
+        )
     out += [fill(TEMPLATE, "reading"), ""]
     return "\n".join(out).rstrip() + "\n"

@@ -12,6 +12,10 @@ One command, in order, on fold ``split.fold`` of the conversation split (``confi
    (:func:`rl.writer.grpo.rewrite_entity_edges`, the builder's rule and caps from the set's manifest), arm (b);
 4. GRPO on training-conversation tasks against the frozen reader (:func:`rl.writer.run.run_writer`);
 5. the GRPO writer rewrites the same test graphs, arm (c);
+   with two or more ``reward_candidates`` (overrides of ``writer``, e.g. ``[{}, {beta: 0.0}]``), step 4 trains one
+   GRPO writer per candidate, each from a copy of the same SFT writer; each rewrites the *validation* graphs, and
+   the candidate whose graphs give the frozen reader the highest validation recall (the first on a tie) is the
+   one that rewrites the test graphs (``selection`` in the results, with the SFT writer's validation recall);
 6. with ``self_evolution``, one round of SAGE's self-evolution: the GRPO writer also rewrites the training and
    validation graphs, a reader of the same settings is trained on those (best validation epoch), and the three
    test arms are measured again with this recalibrated reader (``self_evolution`` in the results).
@@ -21,7 +25,7 @@ and over the test graphs with no entity edge at all (arm ``none``: how much enti
 evidence recall per question, LoCoMo's adversarial category left out as in the overall tables, compared
 paired by question (:func:`graphmem.eval.stats.paired_comparison`: mean difference, bootstrap 95 % CI, n):
 ``grpo_minus_sft``, ``grpo_minus_builder``, ``sft_minus_builder``, ``builder_minus_none``, ``grpo_minus_none``.
-The *held-out task reward* is the trained reward's task part ``r_task − λ_rep ρ_rep`` (with ``r_rec``, ``r_pre``,
+The *held-out task reward* is the trained (selected) reward's task part ``r_task − λ_rep ρ_rep`` (``r_rec``, ``r_pre``,
 ``ρ_rep``) of each test task window (``writer.min_gold``), scored on the same greedy completions that rewrote the
 graphs, SFT against GRPO paired by task.
 The arms share the nodes, the non-entity edges and the reader; only the test graphs' entity edges differ
@@ -31,6 +35,7 @@ peak memory) and the GRPO reward curve of its parts beside it (PNG).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import logging
@@ -141,6 +146,61 @@ def self_evolution(cfg: DictConfig, gs, parts: dict, writer, graphs: dict, budge
     }
 
 
+def r_task(parts: dict, wcfg: WriterConfig) -> float:
+    """``r_task = (α r_rec + β r_pre) / (α + β)`` of one window's reward parts under ``wcfg``'s weights."""
+    return (wcfg.alpha * parts["r_rec"] + wcfg.beta * parts["r_pre"]) / (wcfg.alpha + wcfg.beta)
+
+
+def select_grpo(cfg: DictConfig, gs, parts: dict, wcfg: WriterConfig, graph_cfg: GraphConfig, reader, sft_writer):
+    """Step 4 with ``reward_candidates`` (module docstring): one GRPO writer per candidate, from copies of the SFT
+    writer ``sft_writer = (model, tokenizer)``, chosen by the frozen reader's recall on the validation graphs
+    they rewrite; ``(trainer, grpo summary, its WriterConfig, selection record)``."""
+    model, tokenizer = sft_writer
+    val, batch = list(parts["val"]), int(cfg.rebuild_batch)
+    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+
+    def val_recall(written) -> dict:
+        return reader_recall(reader, gs, written, val, budget)
+
+    sft_val, _ = write_arm(model, tokenizer, gs, val, wcfg, graph_cfg, None, batch)
+    sft_recall = val_recall(sft_val)
+    rows, best = [], None
+    for i, overrides in enumerate(OmegaConf.to_container(cfg.reward_candidates, resolve=True)):
+        c = dataclasses.replace(wcfg, **(overrides or {}), output_dir=f"{wcfg.output_dir}/candidate_{i}")
+        trainer, grpo, _ = run_writer(gs, cfg, c, reader, copy.deepcopy(model), tokenizer)
+        _finish_wandb(c)
+        written, writes = write_arm(trainer.model, tokenizer, gs, val, c, graph_cfg, None, batch)
+        recall = val_recall(written)
+        row = {
+            "overrides": overrides or {},
+            "val_recall": _mean(recall),
+            "val_minus_sft": paired_json("grpo", recall, "sft", sft_recall, "evidence_recall"),
+            "entity_edges": graph_digest(written)["entity_edge_count"],
+            "grpo": {k: v for k, v in grpo.items() if k != "curve"},
+        }
+        rows.append(row)
+        log.info("reward candidate %d %s: validation recall %.4f", i, row["overrides"], row["val_recall"])
+        if best is None or row["val_recall"] > best[0]:
+            best = (row["val_recall"], i, trainer, grpo, c)
+        del trainer, written
+    _, picked, trainer, grpo, c = best
+    selection = {"val": val, "sft_val_recall": _mean(sft_recall), "candidates": rows, "selected": picked}
+    return trainer, grpo, c, selection
+
+
+def _finish_wandb(wcfg: WriterConfig) -> None:
+    """Close the W&B run the trainer reported to, so the next candidate's GRPO opens its own."""
+    if "wandb" in wcfg.report_to:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+
+
+def _mean(values: dict) -> float:
+    return sum(values.values()) / max(len(values), 1)
+
+
 def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
     """Steps 1-6 of the module docstring and the paired comparisons; the results payload less run facts.
 
@@ -164,13 +224,21 @@ def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
     graphs["none"] = {n: rewrite_entity_edges(gs.graphs[n], [], graph_cfg) for n in test}  # no entity edge at all
     graphs["sft"], writes = write_arm(model, tokenizer, gs, test, wcfg, graph_cfg, reward, batch)
     writes = {"sft": writes}
-    trainer, grpo, _ = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
-    graphs["grpo"], writes["grpo"] = write_arm(trainer.model, tokenizer, gs, test, wcfg, graph_cfg, reward, batch)
+    selection, trained = None, wcfg
+    if len(cfg.get("reward_candidates") or []) > 1:
+        trainer, grpo, trained, selection = select_grpo(cfg, gs, parts, wcfg, graph_cfg, reader, (model, tokenizer))
+    else:
+        trainer, grpo, _ = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
+    graphs["grpo"], writes["grpo"] = write_arm(trainer.model, tokenizer, gs, test, trained, graph_cfg, reward, batch)
     recall = {arm: reader_recall(reader, gs, graphs[arm], test, budget) for arm in ARMS}
+    for w in writes.values():  # the task part of the reward the GRPO writer was trained on, for both arms
+        for t in w["tasks"].values():
+            t["r_task"] = r_task(t, trained)
+            t["task"] = t["r_task"] - trained.lambda_rep * t["rho_rep"]
     task_reward = {arm: {t: v["task"] for t, v in writes[arm]["tasks"].items()} for arm in ("sft", "grpo")}
     payload = {
         "split": parts,
-        "writer": asdict(wcfg),
+        "writer": asdict(trained),
         "sft": asdict(sft),
         "budget": asdict(budget),
         "reader": reader_info,
@@ -187,12 +255,13 @@ def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
         "graphs": {arm: graph_digest(g) for arm, g in graphs.items()},
         "warm_start": warm,
         "grpo": grpo,
+        "selection": selection,
         "self_evolution": None,
     }
     if cfg.self_evolution:
         if save is not None:
             save(payload)
-        writer = (trainer.model, tokenizer, wcfg, graph_cfg)
+        writer = (trainer.model, tokenizer, trained, graph_cfg)
         payload["self_evolution"] = self_evolution(cfg, gs, parts, writer, graphs, budget, out_dir, recall)
     return payload
 
