@@ -195,6 +195,7 @@ def test_reward_candidates_are_chosen_on_the_validation_graphs(tmp_path):
         assert r["val_minus_sft"]["reference_mean"] == pytest.approx(sel["sft_val_recall"])
         assert r["val_minus_sft"]["mean"] == pytest.approx(r["val_recall"])
         assert r["grpo"]["generation_failures"]["completions"] == 4 * 2  # batch 4, two steps
+        assert set(r["grpo"]["weight_change"]) == {"relative_l2", "max_abs", "changed", "tensors"}
     beta = rows[sel["selected"]]["overrides"].get("beta", 1.0)
     assert res["writer"]["beta"] == beta and res["writer"]["output_dir"].endswith(f"candidate_{sel['selected']}")
     # both arms' held-out task reward is the selected candidate's trained task part
@@ -203,3 +204,27 @@ def test_reward_candidates_are_chosen_on_the_validation_graphs(tmp_path):
         p = res["task_reward"]["parts"][arm]
         assert p["r_task"] == pytest.approx((p["r_rec"] + beta * p["r_pre"]) / (1.0 + beta))
         assert p["task"] == pytest.approx(p["r_task"] - lam * p["rho_rep"])
+
+
+def test_every_reward_candidate_trains_its_own_copy_of_the_sft_writer(tmp_path, monkeypatch):
+    """Under a reward that varies within a group (completion length), GRPO moves each candidate's weights, and two
+    identical candidates move them identically: the second starts from the SFT writer, not from the first's result."""
+    import rl.writer.grpo as grpo
+
+    score = grpo.ReaderReward.task_reward
+
+    def task_reward(self, prompts, completions, task_id, **kw):
+        score(self, prompts, completions, task_id, **kw)  # keeps the per-completion records
+        return [len(grpo._text(c)) / 10 for c in completions]
+
+    monkeypatch.setattr(grpo.ReaderReward, "task_reward", task_reward)
+    gs_dir = saved_locomo_set(tmp_path, limit=3)
+    overrides = ("reward_candidates=[{},{}]", "self_evolution=false", "writer.learning_rate=0.01")
+    res = load_study("writer_heldout", "run").run(smoke_config(tmp_path, gs_dir, "twins.json", *overrides))
+    first, second = (r["grpo"]["weight_change"] for r in res["selection"]["candidates"])
+    assert first["changed"] == first["tensors"] > 0 and first["relative_l2"] > 0 and first["max_abs"] > 0
+    assert second == first
+    page = load_study("writer_heldout", "page")
+    (tmp_path / "writer_heldout_2wiki_select.json").write_text(json.dumps(res))
+    text = page.render(tmp_path)
+    assert "### The reward, chosen on the validation graphs" in text and f"{first['relative_l2']:.2e}" in text

@@ -80,3 +80,31 @@ def train_last_layers(model, layers: int | None) -> dict[str, int]:
             for p in module.parameters():
                 p.requires_grad_(True)
     return {"trainable": sum(p.numel() for p in params if p.requires_grad), "total": sum(p.numel() for p in params)}
+
+
+def trainable_state(model) -> dict[str, torch.Tensor]:
+    """A copy of the parameters that keep gradients, by name: the start :func:`weight_change` measures from."""
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def weight_change(model, start: dict[str, torch.Tensor]) -> dict[str, float | int]:
+    """How far training moved ``model`` from ``start`` (:func:`trainable_state`).
+
+    ``relative_l2 = ‖θ − θ₀‖₂ / ‖θ₀‖₂`` over the parameters in ``start``, ``max_abs = max |θ − θ₀|``, and how many
+    of those ``tensors`` changed at all (``changed``): 0 means the optimiser never moved the writer.
+    """
+    params = dict(model.named_parameters())
+    diff_sq = start_sq = max_abs = 0.0
+    changed = 0
+    for name, t0 in start.items():
+        d = params[name].detach().to(t0.device) - t0
+        diff_sq += float(d.double().pow(2).sum())
+        start_sq += float(t0.double().pow(2).sum())
+        max_abs = max(max_abs, float(d.abs().max())) if d.numel() else max_abs
+        changed += bool(d.any())
+    return {
+        "relative_l2": (diff_sq**0.5) / start_sq**0.5 if start_sq > 0 else 0.0,
+        "max_abs": max_abs,
+        "changed": changed,
+        "tensors": len(start),
+    }

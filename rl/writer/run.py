@@ -24,6 +24,7 @@ from rl.writer.grpo import (
     train_last_layers,
     train_writer,
 )
+from rl.writer.model import trainable_state, weight_change
 from rl.writer.sft import SFTConfig, warm_start, well_formed_fraction
 
 log = logging.getLogger(__name__)
@@ -78,13 +79,19 @@ def report_to_wandb(wcfg: WriterConfig, gs, out_dir: Path, job_type: str = "trai
 
 def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, tokenizer=None):
     """GRPO of the writer (``model`` or ``wcfg.model``) on the training tasks; ``(trainer, result, records)``
-    with the per-completion reward records of :func:`rl.writer.grpo.train_writer`."""
+    with the per-completion reward records of :func:`rl.writer.grpo.train_writer`. ``result`` holds how far
+    GRPO moved the trained parameters (:func:`rl.writer.model.weight_change`)."""
     tasks, parts = writer_tasks(gs, cfg, wcfg)
+    if model is None:
+        model, tokenizer = load_writer(wcfg.model, wcfg.seed, wcfg.tiny_hidden, wcfg.tiny_layers)
+        train_last_layers(model, wcfg.trainable_layers)
+    start = trainable_state(model)
     t0 = time.perf_counter()
     trainer, history, records = train_writer(tasks, reader, wcfg, model=model, tokenizer=tokenizer)
     curve = [{k: h[k] for k in ("step",) + REWARD_KEYS if k in h} for h in history]
     failures = generation_failures(records)
-    log.info("GRPO rollouts: %s", json.dumps(failures))
+    moved = weight_change(trainer.model, start)
+    log.info("GRPO rollouts: %s; trained parameters moved: %s", json.dumps(failures), json.dumps(moved))
     return (
         trainer,
         {
@@ -94,6 +101,7 @@ def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, toke
             "reward_quarters": quarter_means(curve),
             "quarters_by_task": quarter_comparison(records, wcfg.lambda_fmt),
             "generation_failures": failures,
+            "weight_change": moved,
             "curve": curve,
         },
         records,
