@@ -246,7 +246,7 @@ def _selection(res: dict, path: Path) -> list[str]:
     sel = res.get("selection")
     if not sel:
         return []
-    rows = [["SFT writer (the warm start)", "", f"{sel['sft_val_recall']:.4f}", "", "", ""]]
+    rows = [["SFT writer (the warm start)", "", f"{sel['sft_val_recall']:.4f}", "", "", "", ""]]
     for i, c in enumerate(sel["candidates"]):
         d = c["val_minus_sft"]
         overrides = ", ".join(f"{k}={v}" for k, v in c["overrides"].items()) or "the experiment's reward"
@@ -258,8 +258,11 @@ def _selection(res: dict, path: Path) -> list[str]:
                 f"{d['mean_diff']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]",
                 f"{d['n']}",
                 f"{c['grpo']['seconds']:.0f}",
+                _moved(c["grpo"].get("weight_change")),
             ]
         )
+    graphs = res["graphs"]
+    same = graphs["grpo"]["entity_edges"] == graphs["sft"]["entity_edges"]
     return [
         "### The reward, chosen on the validation graphs",
         "",
@@ -268,10 +271,24 @@ def _selection(res: dict, path: Path) -> list[str]:
         "the test graphs (the GRPO arm above):",
         "",
         markdown_grid(
-            ["writer", "validation entity edges", "validation recall", "− SFT [95% CI]", "n", "GRPO s"], rows
+            ["writer", "validation entity edges", "validation recall", "− SFT [95% CI]", "n", "GRPO s", "‖Δθ‖/‖θ‖"],
+            rows,
+        ),
+        "",
+        "‖Δθ‖/‖θ‖ is how far GRPO moved the trained parameters from the SFT writer's (`grpo.weight_change`). "
+        + (
+            "The selected writer's test graphs hold exactly the SFT writer's entity edges (the same digest): "
+            "its greedy triples did not change on any test window."
+            if same
+            else "The selected writer's test graphs differ from the SFT writer's in their entity edges."
         ),
         "",
     ]
+
+
+def _moved(change: dict | None) -> str:
+    """``weight_change.relative_l2`` of a GRPO summary, or that the run did not record it."""
+    return "not recorded" if change is None else f"{change['relative_l2']:.2e}"
 
 
 def _link_check(results_dir: Path, dataset: str) -> list[str]:
