@@ -382,6 +382,13 @@ def _prompt(task: WriterTask, cfg: WriterConfig, chat: bool):
     return [{"role": "user", "content": text}] if chat else text
 
 
+def trainable_writer(cfg: WriterConfig):
+    """``cfg.model`` loaded with only its last ``cfg.trainable_layers`` blocks trained (:func:`train_last_layers`);
+    ``(model, tokenizer, {"trainable": n, "total": N})``."""
+    model, tokenizer = load_writer(cfg.model, cfg.seed, cfg.tiny_hidden, cfg.tiny_layers)
+    return model, tokenizer, train_last_layers(model, cfg.trainable_layers)
+
+
 def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=None, tokenizer=None):
     """Run GRPO; returns ``(trainer, history, records)``: one dict of logged metrics per step, and
     one of reward parts per sampled completion (:meth:`ReaderReward.task_reward`)."""
@@ -394,8 +401,7 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
             f"writer.batch_size ({cfg.batch_size}) must be a multiple of writer.num_generations ({cfg.num_generations})"
         )
     if model is None:
-        model, tokenizer = load_writer(cfg.model, cfg.seed, cfg.tiny_hidden, cfg.tiny_layers)
-        train_last_layers(model, cfg.trainable_layers)
+        model, tokenizer, _ = trainable_writer(cfg)
     reward = ReaderReward(tasks, reader, cfg, tokenizer.eos_token_id)
     chat = uses_chat(cfg, tokenizer)
     data = Dataset.from_list([{"prompt": _prompt(t, cfg, chat), "task_id": t.task_id} for t in tasks])

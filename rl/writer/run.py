@@ -18,11 +18,10 @@ from rl.gnn.split import split_parts
 from rl.writer.grpo import (
     WriterConfig,
     generation_failures,
-    load_writer,
     quarter_comparison,
     tasks_from_graphset,
-    train_last_layers,
     train_writer,
+    trainable_writer,
 )
 from rl.writer.model import trainable_state, weight_change
 from rl.writer.sft import SFTConfig, warm_start, well_formed_fraction
@@ -83,8 +82,7 @@ def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, toke
     GRPO moved the trained parameters (:func:`rl.writer.model.weight_change`)."""
     tasks, parts = writer_tasks(gs, cfg, wcfg)
     if model is None:
-        model, tokenizer = load_writer(wcfg.model, wcfg.seed, wcfg.tiny_hidden, wcfg.tiny_layers)
-        train_last_layers(model, wcfg.trainable_layers)
+        model, tokenizer, _ = trainable_writer(wcfg)
     start = trainable_state(model)
     t0 = time.perf_counter()
     trainer, history, records = train_writer(tasks, reader, wcfg, model=model, tokenizer=tokenizer)
@@ -110,8 +108,7 @@ def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, toke
 
 def run_warm_start(gs, cfg: DictConfig, wcfg: WriterConfig, sft: SFTConfig):
     """Load the writer, measure well-formed output on validation tasks, warm-start it, measure again."""
-    model, tokenizer = load_writer(wcfg.model, wcfg.seed, wcfg.tiny_hidden, wcfg.tiny_layers)
-    params = train_last_layers(model, wcfg.trainable_layers)
+    model, tokenizer, params = trainable_writer(wcfg)
     log.info("writer %s: %d of %d parameters trained", wcfg.model, params["trainable"], params["total"])
     held_out, _ = writer_tasks(gs, cfg, wcfg, "val", sft.eval_tasks)
     result: dict = {
