@@ -392,3 +392,19 @@ def test_the_reward_reads_the_cut_from_the_completion_ids():
     assert reward.cut([5, 6, 7, 8]) and not reward.cut([5, 6, 7, 2]) and not reward.cut([5, 6])
     cut, ended = reward.format_reward(None, [text, text], [task.task_id] * 2, completion_ids=[[5, 6, 7, 8], [5, 2]])
     assert cut == 1.0 and ended < 1.0
+
+
+def test_fresh_copy_holds_the_weights_and_leaves_the_rng_alone():
+    from rl.writer.model import fresh_copy
+
+    model, _ = load_writer("tiny", seed=3, hidden=16, layers=1)
+    with torch.no_grad():
+        next(model.parameters()).add_(0.5)  # weights unlike any fresh initialisation
+    state = torch.random.get_rng_state()
+    copy_ = fresh_copy(model)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert copy_ is not model and not copy_.training
+    x = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.equal(copy_(x).logits, model.eval()(x).logits)
+    assert copy_.generation_config.to_dict() == model.generation_config.to_dict()

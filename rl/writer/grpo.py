@@ -52,7 +52,7 @@ from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
 from rl.writer.format import format_score, judged_lines, parse_triples, render_prompt, repetition_rate
 from rl.writer.grammar import constrain_generate, make_grammar
-from rl.writer.model import byte_tokenizer, load_writer, train_last_layers  # noqa: F401  (byte_tokenizer: re-exported)
+from rl.writer.model import byte_tokenizer, fresh_copy, load_writer, train_last_layers  # noqa: F401  (byte_tokenizer: re-exported)
 
 
 @dataclass
@@ -485,8 +485,9 @@ def generate_completions(
     model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig, batch_size: int = 8
 ) -> tuple[list[str], list[bool]]:
     """Greedy completion text of every task, ``batch_size`` prompts per ``generate`` call (left padding), and
-    whether each was cut (filled ``max_completion_length`` without the end-of-sequence token)."""
-    model.eval()
+    whether each was cut (filled ``max_completion_length`` without the end-of-sequence token). Decoded by a
+    :func:`rl.writer.model.fresh_copy` of ``model``, so the text depends on its weights alone."""
+    model = fresh_copy(model)
     chat = uses_chat(cfg, tokenizer)
     grammar = make_grammar(model, tokenizer, cfg.fragments_per_task) if cfg.grammar else None
     extra = {"logits_processor": [grammar]} if grammar is not None else {}

@@ -82,6 +82,24 @@ def train_last_layers(model, layers: int | None) -> dict[str, int]:
     return {"trainable": sum(p.numel() for p in params if p.requires_grad), "total": sum(p.numel() for p in params)}
 
 
+def fresh_copy(model):
+    """A new instance of ``model``'s class holding its weights and generation settings, in eval mode.
+
+    The trained writer's weights are all a rewrite should depend on, yet in one process the same weights decode
+    differently after a TRL GRPO run than before it (the decoder blocks that were trained compute other hidden
+    states, although their parameters and buffers are unchanged), while a new instance given those weights
+    decodes as before. Every arm's rewrite is therefore decoded by a fresh copy, so arms written before and after
+    GRPO differ only by their weights. The global RNG is left as it was (initialising the copy draws from it).
+    """
+    import copy
+
+    with torch.random.fork_rng(devices=[]):
+        fresh = type(model)(copy.deepcopy(model.config))
+    fresh.load_state_dict(model.state_dict())
+    fresh.generation_config = copy.deepcopy(model.generation_config)
+    return fresh.to(next(model.parameters()).device).eval()
+
+
 def trainable_state(model) -> dict[str, torch.Tensor]:
     """A copy of the parameters that keep gradients, by name: the start :func:`weight_change` measures from."""
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
