@@ -52,7 +52,12 @@ from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
 from rl.writer.format import format_score, judged_lines, parse_triples, render_prompt, repetition_rate
 from rl.writer.grammar import constrain_generate, make_grammar
-from rl.writer.model import byte_tokenizer, fresh_copy, load_writer, train_last_layers  # noqa: F401  (byte_tokenizer: re-exported)
+from rl.writer.model import (
+    byte_tokenizer,  # noqa: F401  (re-exported)
+    fresh_copy,
+    load_writer,
+    train_last_layers,
+)
 
 
 @dataclass
