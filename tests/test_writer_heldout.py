@@ -52,6 +52,7 @@ def test_results_hold_every_arm_pair_and_run_fact(study):
     assert tr["paired"]["mean_diff"] == pytest.approx(tr["after"] - tr["before"])
     assert set(tr["parts"]["sft"]) == {"r_rec", "r_pre", "rho_rep", "r_task", "task"}
     assert res["wall_s"] > 0 and res["peak_memory_mb"] is not None and res["max_rss_mb"] > 0
+    assert res["rewrite_decoding"] == "fresh_copy"
     steps = [c["step"] for c in res["grpo"]["curve"]]
     assert steps == [1, 2]
     for c in res["grpo"]["curve"]:
@@ -136,6 +137,10 @@ def test_the_page_renders_each_set_with_its_self_evolution_round(study, tmp_path
     assert "## 2WikiMultiHopQA passages" in text and "### Self-evolution: the reader recalibrated" in text
     evo = res["self_evolution"]["paired"]["evolved_minus_frozen"]
     assert f"{evo['mean_diff']:+.4f}" in text
+    caution = "**Measured before each rewrite was decoded by a fresh copy of its writer**"
+    assert caution not in text
+    (tmp_path / "writer_heldout_2wiki.json").write_text(json.dumps({**res, "rewrite_decoding": None}))
+    assert caution in page.render(tmp_path)  # a results file from before fresh_copy carries the caution
     res["self_evolution"] = None
     (tmp_path / "writer_heldout_2wiki.json").write_text(json.dumps(res))
     assert "Not in this results file (`self_evolution=false`" in page.render(tmp_path)
@@ -227,4 +232,4 @@ def test_every_reward_candidate_trains_its_own_copy_of_the_sft_writer(tmp_path, 
     page = load_study("writer_heldout", "page")
     (tmp_path / "writer_heldout_2wiki_select.json").write_text(json.dumps(res))
     text = page.render(tmp_path)
-    assert "### The reward, chosen on the validation graphs" in text and f"{first['relative_l2']:.2e}" in text
+    assert "### The GRPO candidates, chosen on the validation graphs" in text and f"{first['relative_l2']:.2e}" in text

@@ -27,6 +27,13 @@ SETS = (
         " results=docs/results/writer_heldout_2wiki_select.json",
         None,
     ),
+    (
+        "writer_heldout_2wiki_lr.json",
+        "2WikiMultiHopQA passages, the GRPO learning rate chosen on validation",
+        " experiment=writer_heldout_2wiki 'reward_candidates=[{},{learning_rate:5.0e-4}]'"
+        " results=docs/results/writer_heldout_2wiki_lr.json",
+        None,
+    ),
 )
 """(results file, heading, the command's overrides, the set whose validation check of linking precedes it) of
 each measured set and fold"""
@@ -97,6 +104,19 @@ def _setting(res: dict, path: Path) -> list[str]:
         f"- reader evaluation budget: {b['max_entries']} entries, top-{b['top_k_neighbors']} neighbours, "
         f"{b['max_hops']} hops, {b['max_nodes']} nodes",
         f"- {field(res, path, 'wall_s') / 60:.1f} min on {res['threads']} CPU thread(s); " + _memory(res),
+    ]
+
+
+def _decoding(res: dict) -> list[str]:
+    """A caution for a results file written before every rewrite was decoded by a fresh copy of its writer."""
+    if res.get("rewrite_decoding") == "fresh_copy":
+        return []
+    return [
+        "**Measured before each rewrite was decoded by a fresh copy of its writer** (`rl.writer.model.fresh_copy`). "
+        "In one process the same writer weights were seen to decode differently after a GRPO run than before it, so "
+        "in this run the arms may differ by the process's state and not only by their weights: GRPO − SFT and the "
+        "held-out task reward below are confounded with it.",
+        "",
     ]
 
 
@@ -193,6 +213,7 @@ def _measured(res: dict, path: Path) -> list[str]:
         field(res, path, "command"),
         "```",
         "",
+        *_decoding(res),
         *_setting(res, path),
         "",
         "### Reader recall on the test graphs",
@@ -242,14 +263,15 @@ def _measured(res: dict, path: Path) -> list[str]:
 
 
 def _selection(res: dict, path: Path) -> list[str]:
-    """The GRPO reward candidates and their validation recall (``reward_candidates``), when the run had them."""
+    """The GRPO candidates (``reward_candidates``: overrides of the reward or of training) and their validation
+    recall, when the run had them."""
     sel = res.get("selection")
     if not sel:
         return []
     rows = [["SFT writer (the warm start)", "", f"{sel['sft_val_recall']:.4f}", "", "", "", ""]]
     for i, c in enumerate(sel["candidates"]):
         d = c["val_minus_sft"]
-        overrides = ", ".join(f"{k}={v}" for k, v in c["overrides"].items()) or "the experiment's reward"
+        overrides = ", ".join(f"{k}={v}" for k, v in c["overrides"].items()) or "the experiment's settings"
         rows.append(
             [
                 f"GRPO, {overrides}" + (" (selected)" if i == sel["selected"] else ""),
@@ -264,9 +286,10 @@ def _selection(res: dict, path: Path) -> list[str]:
     graphs = res["graphs"]
     same = graphs["grpo"]["entity_edges"] == graphs["sft"]["entity_edges"]
     return [
-        "### The reward, chosen on the validation graphs",
+        "### The GRPO candidates, chosen on the validation graphs",
         "",
-        f"One GRPO writer per reward candidate, each from the same SFT writer; each rewrote the validation graphs "
+        "One GRPO writer per candidate (overrides of the writer's reward or training settings), each from the same "
+        "SFT writer; each rewrote the validation graphs "
         f"{', '.join(sel['val'])}, and the one whose graphs gave the frozen reader the highest recall there rewrote "
         "the test graphs (the GRPO arm above):",
         "",

@@ -294,6 +294,8 @@ def save_results(cfg: DictConfig, measured: dict, t0: float, peak_mb: float | No
         "peak_memory_mb": None if peak_mb is None else round(peak_mb, 1),
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "threads": threads,
+        # every arm's rewrites decoded by a new instance holding the writer's weights (rl.writer.model.fresh_copy)
+        "rewrite_decoding": "fresh_copy",
         "curve_png": png.name if curve else None,
         **measured,
     }
