@@ -270,6 +270,39 @@ def test_warm_start_teaches_the_format_on_held_out_tasks(tmp_path):
     assert log[-1]["loss"] < log[0]["loss"]
 
 
+def test_a_trainable_copy_of_a_warm_started_writer_computes_with_its_own_weights(tmp_path):
+    """After a trainer ran on the writer, a copy for another training run must depend on its own parameters only:
+    moving them moves its logits and leaves the original's, and it trains the same blocks."""
+    from graphmem.builders.entities import make_entity_extractor
+    from rl.writer.model import trainable_copy
+    from rl.writer.sft import SFTConfig, warm_start
+
+    tasks = []
+    for k in range(8):
+        t = make_task(f"t{k}")
+        t.fragment_ids, t.texts = [f"D{k}:1", f"D{k}:2"], ["Alice met Bob.", "Bob saw Carol."]
+        tasks.append(t)
+    cfg = WriterConfig(fragments_per_task=2, max_completion_length=16, output_dir=str(tmp_path), seed=0)
+    model, tok = load_writer("tiny", seed=0, hidden=16, layers=2)
+    train_last_layers(model, 1)
+    model, _ = warm_start(
+        model, tok, tasks, make_entity_extractor("offline"), cfg, SFTConfig(max_steps=2, batch_size=4)
+    )
+    copy_ = trainable_copy(model, 1)
+    assert copy_.training and [p.requires_grad for p in copy_.parameters()] == [
+        p.requires_grad for p in model.parameters()
+    ]
+    x = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        original, before = model.eval()(x).logits.clone(), copy_.eval()(x).logits.clone()
+        assert torch.equal(before, original)
+        for p in copy_.parameters():
+            if p.requires_grad:
+                p.add_(0.5)
+        assert not torch.allclose(copy_(x).logits, before)
+        assert torch.equal(model(x).logits, original)
+
+
 def test_rewrite_joins_shared_entities_with_the_builders_caps_not_a_clique():
     g = MemoryGraph.empty(4)
     g.add_nodes([f"n{i}" for i in range(12)], [f"text {i}" for i in range(12)], torch.eye(12, 4))

@@ -137,10 +137,6 @@ def test_the_page_renders_each_set_with_its_self_evolution_round(study, tmp_path
     assert "## 2WikiMultiHopQA passages" in text and "### Self-evolution: the reader recalibrated" in text
     evo = res["self_evolution"]["paired"]["evolved_minus_frozen"]
     assert f"{evo['mean_diff']:+.4f}" in text
-    caution = "**Measured before each rewrite was decoded by a fresh copy of its writer**"
-    assert caution not in text
-    (tmp_path / "writer_heldout_2wiki.json").write_text(json.dumps({**res, "rewrite_decoding": None}))
-    assert caution in page.render(tmp_path)  # a results file from before fresh_copy carries the caution
     res["self_evolution"] = None
     (tmp_path / "writer_heldout_2wiki.json").write_text(json.dumps(res))
     assert "Not in this results file (`self_evolution=false`" in page.render(tmp_path)
@@ -233,3 +229,7 @@ def test_every_reward_candidate_trains_its_own_copy_of_the_sft_writer(tmp_path, 
     (tmp_path / "writer_heldout_2wiki_select.json").write_text(json.dumps(res))
     text = page.render(tmp_path)
     assert "### The GRPO candidates, chosen on the validation graphs" in text and f"{first['relative_l2']:.2e}" in text
+    caution = "**The GRPO candidates of this run were trained from deep copies of the SFT writer**"
+    assert res["candidate_copies"] == "trainable_copy" and caution not in text
+    (tmp_path / "writer_heldout_2wiki_select.json").write_text(json.dumps({**res, "candidate_copies": None}))
+    assert caution in page.render(tmp_path)  # a run from before trainable_copy carries the caution

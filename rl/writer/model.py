@@ -85,11 +85,12 @@ def train_last_layers(model, layers: int | None) -> dict[str, int]:
 def fresh_copy(model):
     """A new instance of ``model``'s class holding its weights and generation settings, in eval mode.
 
-    The trained writer's weights are all a rewrite should depend on, yet in one process the same weights decode
-    differently after a TRL GRPO run than before it (the decoder blocks that were trained compute other hidden
-    states, although their parameters and buffers are unchanged), while a new instance given those weights
-    decodes as before. Every arm's rewrite is therefore decoded by a fresh copy, so arms written before and after
-    GRPO differ only by their weights. The global RNG is left as it was (initialising the copy draws from it).
+    Once a TRL trainer has run on ``model``, the model carries an instance ``forward`` that the trainer left on it,
+    and ``copy.deepcopy`` keeps that attribute: a deep copy then computes with the original's decoder blocks, not
+    with its own parameters (its logits do not move when its own weights do). A new instance given the weights
+    has no such attribute. Every rewrite is decoded by a fresh copy, so arms differ only by their weights, and
+    :func:`trainable_copy` starts each further training run from one. The global RNG is left as it was
+    (initialising the copy draws from it).
     """
     import copy
 
@@ -98,6 +99,14 @@ def fresh_copy(model):
     fresh.load_state_dict(model.state_dict())
     fresh.generation_config = copy.deepcopy(model.generation_config)
     return fresh.to(next(model.parameters()).device).eval()
+
+
+def trainable_copy(model, layers: int | None):
+    """:func:`fresh_copy` of ``model`` in train mode with only its last ``layers`` blocks trained
+    (:func:`train_last_layers`): an independent start for another training run from the same weights."""
+    fresh = fresh_copy(model).train()
+    train_last_layers(fresh, layers)
+    return fresh
 
 
 def trainable_state(model) -> dict[str, torch.Tensor]:

@@ -108,14 +108,19 @@ def _setting(res: dict, path: Path) -> list[str]:
 
 
 def _decoding(res: dict) -> list[str]:
-    """A caution for a results file written before every rewrite was decoded by a fresh copy of its writer."""
-    if res.get("rewrite_decoding") == "fresh_copy":
+    """A caution for a run with reward candidates trained from deep copies of the SFT writer (before
+    ``trainable_copy``): a deep copy of a writer a trainer has run on computes with the original's weights."""
+    if not res.get("selection") or res.get("candidate_copies") == "trainable_copy":
         return []
+    decoded = (
+        "Their rewrites were decoded by fresh copies of their own weights (`rewrite_decoding`), which GRPO did move."
+        if res.get("rewrite_decoding") == "fresh_copy"
+        else "Their rewrites were decoded by the same deep copies, that is by the SFT writer's weights."
+    )
     return [
-        "**Measured before each rewrite was decoded by a fresh copy of its writer** (`rl.writer.model.fresh_copy`). "
-        "In one process the same writer weights were seen to decode differently after a GRPO run than before it, so "
-        "in this run the arms may differ by the process's state and not only by their weights: GRPO − SFT and the "
-        "held-out task reward below are confounded with it.",
+        "**The GRPO candidates of this run were trained from deep copies of the SFT writer**, and a deep copy of a "
+        "writer a trainer has run on computes with the original's weights (`rl.writer.model.fresh_copy`): their GRPO "
+        "rollouts were sampled by the SFT writer, not by the writer being trained. " + decoded,
         "",
     ]
 

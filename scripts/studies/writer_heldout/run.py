@@ -35,7 +35,6 @@ peak memory) and the GRPO reward curve of its parts beside it (PNG).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import logging
@@ -67,6 +66,7 @@ from rl.writer.grpo import (
     rewrite_entity_edges,
     tasks_from_graphset,
 )
+from rl.writer.model import trainable_copy
 from rl.writer.run import plot_curve, report_to_wandb, run_warm_start, run_writer
 from rl.writer.sft import SFTConfig
 
@@ -167,7 +167,7 @@ def select_grpo(cfg: DictConfig, gs, parts: dict, wcfg: WriterConfig, graph_cfg:
     rows, best = [], None
     for i, overrides in enumerate(OmegaConf.to_container(cfg.reward_candidates, resolve=True)):
         c = dataclasses.replace(wcfg, **(overrides or {}), output_dir=f"{wcfg.output_dir}/candidate_{i}")
-        trainer, grpo, _ = run_writer(gs, cfg, c, reader, copy.deepcopy(model), tokenizer)
+        trainer, grpo, _ = run_writer(gs, cfg, c, reader, trainable_copy(model, c.trainable_layers), tokenizer)
         _finish_wandb(c)
         written, writes = write_arm(trainer.model, tokenizer, gs, val, c, graph_cfg, None, batch)
         recall = val_recall(written)
@@ -294,8 +294,10 @@ def save_results(cfg: DictConfig, measured: dict, t0: float, peak_mb: float | No
         "peak_memory_mb": None if peak_mb is None else round(peak_mb, 1),
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "threads": threads,
-        # every arm's rewrites decoded by a new instance holding the writer's weights (rl.writer.model.fresh_copy)
+        # every arm's rewrites decoded by a new instance holding the writer's weights (rl.writer.model.fresh_copy),
+        # and every reward candidate trained from one (trainable_copy)
         "rewrite_decoding": "fresh_copy",
+        "candidate_copies": "trainable_copy",
         "curve_png": png.name if curve else None,
         **measured,
     }
