@@ -107,7 +107,7 @@ def _setting(res: dict, path: Path) -> list[str]:
     ]
 
 
-def _decoding(res: dict) -> list[str]:
+def _candidate_caution(res: dict) -> list[str]:
     """A caution for a run with reward candidates trained from deep copies of the SFT writer (before
     ``trainable_copy``): a deep copy of a writer a trainer has run on computes with the original's weights."""
     if not res.get("selection") or res.get("candidate_copies") == "trainable_copy":
@@ -218,7 +218,7 @@ def _measured(res: dict, path: Path) -> list[str]:
         field(res, path, "command"),
         "```",
         "",
-        *_decoding(res),
+        *_candidate_caution(res),
         *_setting(res, path),
         "",
         "### Reader recall on the test graphs",
