@@ -233,3 +233,12 @@ def test_every_reward_candidate_trains_its_own_copy_of_the_sft_writer(tmp_path, 
     assert res["candidate_copies"] == "trainable_copy" and caution not in text
     (tmp_path / "writer_heldout_2wiki_select.json").write_text(json.dumps({**res, "candidate_copies": None}))
     assert caution in page.render(tmp_path)  # a run from before trainable_copy carries the caution
+    scored = "both scored with the selected writer's reward (beta=0.0)"
+    assert scored not in text  # both candidates are the experiment's own reward
+    cands = [
+        r if i != res["selection"]["selected"] else {**r, "overrides": {"beta": 0.0}}
+        for i, r in enumerate(res["selection"]["candidates"])
+    ]
+    picked = {**res, "selection": {**res["selection"], "candidates": cands}}
+    (tmp_path / "writer_heldout_2wiki_select.json").write_text(json.dumps(picked))
+    assert scored in page.render(tmp_path)

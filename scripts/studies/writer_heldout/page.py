@@ -125,6 +125,16 @@ def _candidate_caution(res: dict) -> list[str]:
     ]
 
 
+def _scored_with(res: dict) -> str:
+    """Which reward scored the held-out windows when a candidate other than the experiment's own was selected."""
+    sel = res.get("selection")
+    overrides = sel["candidates"][sel["selected"]]["overrides"] if sel else {}
+    if not overrides:
+        return ""
+    named = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    return f", both scored with the selected writer's reward ({named})"
+
+
 def _memory(res: dict) -> str:
     rss = f"{res['max_rss_mb']:,.0f} MB resident at most"
     peak = res.get("peak_memory_mb")
@@ -235,7 +245,7 @@ def _measured(res: dict, path: Path) -> list[str]:
         "### Held-out task reward",
         "",
         f"`r_task − λ_rep·ρ_rep` per test window with gold evidence: SFT writer {tr['before']:.4f}, GRPO writer "
-        f"{tr['after']:.4f}. Its parts (means over the windows):",
+        f"{tr['after']:.4f}{_scored_with(res)}. Its parts (means over the windows):",
         "",
         markdown_grid(["writer", "r_rec", "r_pre", "ρ_rep", "r_task − λ_rep·ρ_rep"], part_rows),
         "",
