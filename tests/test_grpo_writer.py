@@ -173,6 +173,55 @@ def test_tasks_from_graph_min_gold_keeps_windows_holding_two_gold_passages():
     assert tasks[1].query_embeddings.shape[0] == 2  # questions 2 and 3: each holds all its gold present
 
 
+def whole_graph():
+    """Two windows of two fragments: the query's entry is w0 (``Bob flew to Paris``), its other gold passage is
+    w3, in the other window, which names Paris."""
+    torch.manual_seed(0)
+    emb = torch.nn.functional.normalize(torch.randn(4, 8), dim=1)
+    g = MemoryGraph.empty(8)
+    texts = ["Bob flew to Paris", "Carol likes tea", "Dan sings", "Paris is the capital of France"]
+    g.add_nodes(["w0", "w1", "w2", "w3"], texts, emb)
+    g.add_edges([1], [2], "temporal")
+    return g, emb[[0]].clone()
+
+
+def test_tasks_on_the_whole_graph_keep_the_graph_and_the_gold_outside_the_window():
+    g, query = whole_graph()
+    evidence = [("w0", "w3"), ("w2", "gone")]
+    window = tasks_from_graph(g, "g", torch.cat([query, query]), evidence, fragments_per_task=2)
+    whole = tasks_from_graph(g, "g", torch.cat([query, query]), evidence, fragments_per_task=2, whole=True)
+    assert [t.gold for t in window] == [[["w0"]], [["w3"], ["w2"]]]
+    assert [t.gold for t in whole] == [[["w0", "w3"]], [["w0", "w3"], ["w2"]]]
+    assert all(t.graph is None for t in window) and all(t.graph is g for t in whole)
+
+
+def test_whole_graph_reward_pays_the_entity_that_reaches_gold_in_another_window():
+    g, query = whole_graph()
+    torch.manual_seed(0)
+    reader = GNNReader(input_dim=8, hidden_dim=4)
+    task = tasks_from_graph(g, "g", query, [("w0", "w3")], fragments_per_task=2, whole=True)[0]
+    cfg = WriterConfig(reader_budget=BUDGET, link_mentions=True, reward_graph="whole")
+    reward = ReaderReward([task], reader, cfg, graph_cfg=GraphConfig(entity_max_share=1.0))
+    # the reader loads its entry w0 and one neighbour: w3 only through the written entity Paris, which w3 names
+    assert reward.components("(Bob | flew to | Paris) [F1]", task.task_id)["r_rec"] == 1.0
+    assert reward.components("(Bob | likes | tea) [F1]", task.task_id)["r_rec"] == 0.5
+    assert reward.components("", task.task_id)["r_rec"] == 0.5
+    # a window reward never sees w3: there the bridge earns no more than writing nothing
+    alone = tasks_from_graph(g, "g", query, [("w0", "w3")], fragments_per_task=2)[0]
+    window = ReaderReward([alone], reader, WriterConfig(reader_budget=BUDGET, link_mentions=True))
+    assert [window.components(c, alone.task_id)["r_rec"] for c in ("(Bob | flew to | Paris) [F1]", "")] == [1.0, 1.0]
+    assert g.num_edges == 1  # the task's graph is left as it was
+
+
+def test_whole_graph_reward_needs_the_graph_config_and_a_known_scope():
+    g, query = whole_graph()
+    task = tasks_from_graph(g, "g", query, [("w0", "w3")], fragments_per_task=2, whole=True)[0]
+    with pytest.raises(ValueError, match="graph_cfg"):
+        ReaderReward([task], GNNReader(input_dim=8, hidden_dim=4), WriterConfig(reward_graph="whole"))
+    with pytest.raises(ValueError, match="writer.reward_graph: 'graph'"):
+        WriterConfig(reward_graph="graph")
+
+
 def test_byte_tokenizer_round_trip():
     tok = byte_tokenizer()
     text = "(Alice | met | Bob) [D1:3] é"

@@ -242,3 +242,26 @@ def test_every_reward_candidate_trains_its_own_copy_of_the_sft_writer(tmp_path, 
     picked = {**res, "selection": {**res["selection"], "candidates": cands}}
     (tmp_path / "writer_heldout_2wiki_select.json").write_text(json.dumps(picked))
     assert scored in page.render(tmp_path)
+
+
+def test_the_whole_graph_reward_runs_the_study_and_scores_held_out_windows_on_their_graphs(tmp_path):
+    gs_dir = saved_locomo_set(tmp_path, limit=3)
+    overrides = ("writer.reward_graph=whole", "writer.min_gold=1", "self_evolution=false")
+    res = load_study("writer_heldout", "run").run(smoke_config(tmp_path, gs_dir, "whole.json", *overrides))
+    assert res["writer"]["reward_graph"] == "whole"
+    assert [c["step"] for c in res["grpo"]["curve"]] == [1, 2]
+    gs = GraphSet.load(gs_dir)
+    gold = {e for q in gs.questions if q.graph in res["split"]["test"] for e in q.evidence}
+    rows = [gs.graphs[n].node_ids for n in res["split"]["test"]]
+    windows = [set(ids[lo : lo + 4]) for ids in rows for lo in range(0, len(ids), 4)]
+    # every test window holding a gold turn is a held-out task, each scored for both writers
+    assert res["questions"]["test_tasks"] == sum(bool(w & gold) for w in windows) >= 2
+    assert res["task_reward"]["paired"]["n"] == res["questions"]["test_tasks"]
+
+
+def test_a_reward_candidate_may_not_change_the_held_out_tasks(tmp_path):
+    gs_dir = saved_locomo_set(tmp_path, limit=3)
+    cfg = smoke_config(tmp_path, gs_dir, "bad.json", "reward_candidates=[{},{min_gold:2}]")
+    with pytest.raises(ValueError, match="reward_candidates: min_gold define the held-out tasks"):
+        load_study("writer_heldout", "run").run(cfg)
+    assert not (tmp_path / "bad.json").exists()

@@ -3,10 +3,18 @@
 The writer is a causal LM. For a *task* — a window of memory fragments plus the questions whose
 gold evidence falls inside it — it writes entity–relation triples with source anchors, one per
 line: ``(head | relation | tail) [Fi]``, citing the fragment by its position label in the prompt
-(mapped back to its id in code, :mod:`rl.writer.format`). The triples become a graph over the fragments
-(:func:`graph_from_triples`: fragments that share an entity are joined by ``entity`` edges in both
-directions; with ``link_mentions`` a fragment also holds every written entity its text names); a frozen
-GNN reader (policy ``gnn``) retrieves ``P_k(q, G)`` for every question under a :class:`Budget`.
+(mapped back to its id in code, :mod:`rl.writer.format`). The triples become a graph ``G`` (``reward_graph``):
+
+* ``window``: a graph over the window's fragments alone (:func:`graph_from_triples`: fragments that share an
+  entity are joined by ``entity`` edges in both directions; with ``link_mentions`` a fragment also holds every
+  written entity its text names), and a question's gold ``D+`` is its gold inside the window;
+* ``whole``: the window's whole graph with its ``entity`` edges replaced by those the completion's triples imply,
+  by the rule and fan-out caps a rewrite uses (:func:`rewrite_entity_edges`; with ``link_mentions`` every fragment
+  of the graph whose text names a written entity holds it), and ``D+`` is the question's gold in the whole
+  graph: a completion earns recall by writing the entity that leads the reader from this window to a gold
+  passage anywhere in the graph, as a rewritten graph is read;
+
+a frozen GNN reader (policy ``gnn``) retrieves ``P_k(q, G)`` for every question under a :class:`Budget`.
 The reward of one completion is
 
 * ``r_rec = |P_k ∩ D+| / |D+|`` and ``r_pre = |P_k ∩ D+| / |P_k|`` averaged over the task's questions,
@@ -114,6 +122,9 @@ class WriterConfig:
     """GRPO updates per generation batch (clipping acts when > 1)"""
     temperature: float = 0.7
     """sampling temperature"""
+    reward_graph: str = "window"
+    """what the reward's reader reads: ``window`` (the window's fragments joined by the completion) or ``whole``
+    (the window's whole graph, its entity edges those of the completion; module docstring)"""
     link_mentions: bool = False
     """entity linking by mention: a written entity also anchors every fragment (of the task window in the reward,
     of the graph in a rewrite) whose text names it, so one triple naming a bridge entity joins all its passages"""
@@ -128,6 +139,13 @@ class WriterConfig:
     report_to: str = "none"
     """TRL/transformers ``report_to`` (``wandb``: reward, its parts and the well-formed share per step)"""
 
+    def __post_init__(self):
+        if self.reward_graph not in REWARD_GRAPHS:
+            raise ValueError(f"writer.reward_graph: {self.reward_graph!r} is not one of {', '.join(REWARD_GRAPHS)}")
+
+
+REWARD_GRAPHS = ("window", "whole")
+
 
 @dataclass
 class WriterTask:
@@ -139,6 +157,9 @@ class WriterTask:
     embeddings: Tensor
     query_embeddings: Tensor
     gold: list[list[str]]
+    """per question, its gold in the window, or with ``graph`` its gold in the whole graph"""
+    graph: MemoryGraph | None = None
+    """the window's whole graph, which the reward's reader reads (``reward_graph: whole``); None: the window alone"""
 
     def prompt(self, max_chars: int = 200) -> str:
         """:func:`rl.writer.format.render_prompt`: fragments labelled ``[F1] .. [Fk]``, never their ids."""
@@ -152,9 +173,11 @@ def tasks_from_graph(
     evidence: Sequence[Sequence[str]],
     fragments_per_task: int,
     min_gold: int = 1,
+    whole: bool = False,
 ) -> list[WriterTask]:
     """Windows of consecutive nodes; a question joins each window holding at least ``min(min_gold, n)`` of
-    its ``n`` gold nodes in the graph (its gold in the window is what the reward scores)."""
+    its ``n`` gold nodes in the graph. The reward scores its gold in the window, or with ``whole`` its gold in
+    the graph, which the task then holds (``reward_graph: whole``)."""
     present = [sum(graph.has_node(e) for e in ev) for ev in evidence]
     tasks = []
     for lo in range(0, graph.num_nodes, fragments_per_task):
@@ -163,6 +186,8 @@ def tasks_from_graph(
         inside = set(ids)
         picked = [(k, [e for e in ev if e in inside]) for k, ev in enumerate(evidence)]
         picked = [(k, g) for k, g in picked if g and len(g) >= min(min_gold, present[k])]
+        if whole:
+            picked = [(k, [e for e in evidence[k] if graph.has_node(e)]) for k, _ in picked]
         if picked:
             tasks.append(
                 WriterTask(
@@ -172,13 +197,14 @@ def tasks_from_graph(
                     graph.embeddings[rows],
                     query_embeddings[[k for k, _ in picked]].float(),
                     [g for _, g in picked],
+                    graph if whole else None,
                 )
             )
     return tasks
 
 
 def tasks_from_graphset(
-    graphset, question_indices: Sequence[int], fragments_per_task: int, min_gold: int = 1
+    graphset, question_indices: Sequence[int], fragments_per_task: int, min_gold: int = 1, whole: bool = False
 ) -> list[WriterTask]:
     """:func:`tasks_from_graph` over every graph of a ``GraphSet`` for the given questions."""
     by_graph: dict[str, list[int]] = {}
@@ -194,6 +220,7 @@ def tasks_from_graphset(
             [graphset.questions[i].evidence for i in idx],
             fragments_per_task,
             min_gold,
+            whole,
         )
     return tasks
 
@@ -250,8 +277,19 @@ def rewrite_entity_edges(graph: MemoryGraph, triples, cfg: GraphConfig, link: bo
 class ReaderReward:
     """Scores completions of :class:`WriterTask` prompts with a frozen reader (module docstring)."""
 
-    def __init__(self, tasks: Sequence[WriterTask], reader, cfg: WriterConfig, eos_token_id: int | None = None):
+    def __init__(
+        self,
+        tasks: Sequence[WriterTask],
+        reader,
+        cfg: WriterConfig,
+        eos_token_id: int | None = None,
+        graph_cfg: GraphConfig | None = None,
+    ):
+        """``graph_cfg``: the entity-edge rule and caps of the tasks' whole graphs (``reward_graph: whole``)."""
         self.tasks = {t.task_id: t for t in tasks}
+        if graph_cfg is None and any(t.graph is not None for t in tasks):
+            raise ValueError("writer reward: tasks on whole graphs need the graphs' GraphConfig (graph_cfg)")
+        self.graph_cfg = graph_cfg
         self.eos_token_id = eos_token_id
         self.policy = GNNPolicy(reader=reader)
         self.budget = Budget(**cfg.reader_budget)
@@ -278,7 +316,10 @@ class ReaderReward:
     def _components(self, completion: str, task_id: str, cut: bool) -> dict[str, float]:
         task = self.tasks[task_id]
         triples, good, total = parse_triples(completion, task.fragment_ids, cut)
-        graph = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings, self.cfg.link_mentions)
+        if task.graph is None:
+            graph = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings, self.cfg.link_mentions)
+        else:
+            graph = rewrite_entity_edges(task.graph, triples, self.graph_cfg, self.cfg.link_mentions)
         queries = [Query(f"{task_id}#{k}", "", e) for k, e in enumerate(task.query_embeddings)]
         rec = pre = 0.0
         for got, gold in zip(self.policy.retrieve_batch(graph, queries, self.budget), task.gold):
@@ -394,9 +435,17 @@ def trainable_writer(cfg: WriterConfig):
     return model, tokenizer, train_last_layers(model, cfg.trainable_layers)
 
 
-def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=None, tokenizer=None):
+def train_writer(
+    tasks: Sequence[WriterTask],
+    reader,
+    cfg: WriterConfig,
+    model=None,
+    tokenizer=None,
+    graph_cfg: GraphConfig | None = None,
+):
     """Run GRPO; returns ``(trainer, history, records)``: one dict of logged metrics per step, and
-    one of reward parts per sampled completion (:meth:`ReaderReward.task_reward`)."""
+    one of reward parts per sampled completion (:meth:`ReaderReward.task_reward`). ``graph_cfg``: the entity-edge
+    rule of the tasks' whole graphs (``reward_graph: whole``)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -407,7 +456,7 @@ def train_writer(tasks: Sequence[WriterTask], reader, cfg: WriterConfig, model=N
         )
     if model is None:
         model, tokenizer, _ = trainable_writer(cfg)
-    reward = ReaderReward(tasks, reader, cfg, tokenizer.eos_token_id)
+    reward = ReaderReward(tasks, reader, cfg, tokenizer.eos_token_id, graph_cfg)
     chat = uses_chat(cfg, tokenizer)
     data = Dataset.from_list([{"prompt": _prompt(t, cfg, chat), "task_id": t.task_id} for t in tasks])
     args = GRPOConfig(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from graphmem.builders import GraphConfig
 from graphmem.builders.entities import make_entity_extractor
 from rl.gnn.split import split_parts
 from rl.writer.grpo import (
@@ -54,9 +55,9 @@ def writer_tasks(gs, cfg: DictConfig, wcfg: WriterConfig, part: str = "train", l
     """Seeded windows of the ``part`` graphs (at most ``limit``, default ``cfg.max_tasks``) and the split."""
     parts = split_parts(gs, cfg.split)
     keep = set(parts[part])
-    tasks = tasks_from_graphset(
-        gs, [i for i, q in enumerate(gs.questions) if q.graph in keep], wcfg.fragments_per_task, wcfg.min_gold
-    )
+    questions = [i for i, q in enumerate(gs.questions) if q.graph in keep]
+    whole = wcfg.reward_graph == "whole"
+    tasks = tasks_from_graphset(gs, questions, wcfg.fragments_per_task, wcfg.min_gold, whole)
     random.Random(wcfg.seed).shuffle(tasks)
     return tasks[: cfg.max_tasks if limit is None else limit], parts
 
@@ -85,7 +86,8 @@ def run_writer(gs, cfg: DictConfig, wcfg: WriterConfig, reader, model=None, toke
         model, tokenizer, _ = trainable_writer(wcfg)
     start = trainable_state(model)
     t0 = time.perf_counter()
-    trainer, history, records = train_writer(tasks, reader, wcfg, model=model, tokenizer=tokenizer)
+    graph_cfg = GraphConfig(**gs.provenance["graph"]) if wcfg.reward_graph == "whole" else None
+    trainer, history, records = train_writer(tasks, reader, wcfg, model, tokenizer, graph_cfg)
     curve = [{k: h[k] for k in ("step",) + REWARD_KEYS if k in h} for h in history]
     failures = generation_failures(records)
     moved = weight_change(trainer.model, start)

@@ -72,6 +72,8 @@ from rl.writer.sft import SFTConfig
 
 log = logging.getLogger(__name__)
 ARMS = ("builder", "sft", "grpo", "none")
+HELD_OUT_TASKS = ("fragments_per_task", "min_gold", "reward_graph", "link_mentions", "reader_budget")
+"""writer settings that define the held-out task windows and how their reward is read: one for every candidate"""
 PAIRS = (("grpo", "sft"), ("grpo", "builder"), ("sft", "builder"), ("builder", "none"), ("grpo", "none"))
 
 
@@ -162,17 +164,18 @@ def select_grpo(cfg: DictConfig, gs, parts: dict, wcfg: WriterConfig, graph_cfg:
     def val_recall(written) -> dict:
         return reader_recall(reader, gs, written, val, budget)
 
+    candidates = reward_candidates(cfg)
     sft_val, _ = write_arm(model, tokenizer, gs, val, wcfg, graph_cfg, None, batch)
     sft_recall = val_recall(sft_val)
     rows, best = [], None
-    for i, overrides in enumerate(OmegaConf.to_container(cfg.reward_candidates, resolve=True)):
+    for i, overrides in enumerate(candidates):
         c = dataclasses.replace(wcfg, **(overrides or {}), output_dir=f"{wcfg.output_dir}/candidate_{i}")
         trainer, grpo, _ = run_writer(gs, cfg, c, reader, trainable_copy(model, c.trainable_layers), tokenizer)
         _finish_wandb(c)
         written, writes = write_arm(trainer.model, tokenizer, gs, val, c, graph_cfg, None, batch)
         recall = val_recall(written)
         row = {
-            "overrides": overrides or {},
+            "overrides": overrides,
             "val_recall": _mean(recall),
             "val_minus_sft": paired_json("grpo", recall, "sft", sft_recall, "evidence_recall"),
             "entity_edges": graph_digest(written)["entity_edge_count"],
@@ -186,6 +189,17 @@ def select_grpo(cfg: DictConfig, gs, parts: dict, wcfg: WriterConfig, graph_cfg:
     _, picked, trainer, grpo, c = best
     selection = {"val": val, "sft_val_recall": _mean(sft_recall), "candidates": rows, "selected": picked}
     return trainer, grpo, c, selection
+
+
+def reward_candidates(cfg: DictConfig) -> list[dict]:
+    """``cfg.reward_candidates`` as overrides of ``writer``; one that changes a setting of :data:`HELD_OUT_TASKS`
+    is a ValueError naming it (every candidate's held-out task reward is read on the same tasks, the same way)."""
+    listed = cfg.get("reward_candidates")
+    candidates = [c or {} for c in (OmegaConf.to_container(listed, resolve=True) if listed else [])]
+    for overrides in candidates:
+        if fixed := sorted(set(overrides) & set(HELD_OUT_TASKS)):
+            raise ValueError(f"reward_candidates: {', '.join(fixed)} define the held-out tasks and cannot differ")
+    return candidates
 
 
 def _finish_wandb(wcfg: WriterConfig) -> None:
@@ -207,6 +221,7 @@ def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
     With ``self_evolution``, ``save`` (when given) is handed the payload of steps 1-5 before step 6 starts, so
     the results file holds them, whole, while the round runs."""
     wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
+    reward_candidates(cfg)
     sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     gs = restrict_graphs(load_graphset(cfg), sorted(str(n) for n in cfg.get("graphs") or []))
@@ -216,8 +231,8 @@ def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
     test = parts["test"]
     reader, reader_info = frozen_reader(gs, cfg, budget, out_dir, cfg.writer.reader_checkpoint)
     held_out = tasks_from_graphset(gs, [i for i, q in enumerate(gs.questions) if q.graph in set(test)],
-                                   wcfg.fragments_per_task, wcfg.min_gold)  # fmt: skip
-    reward = ReaderReward(held_out, reader, wcfg)
+                                   wcfg.fragments_per_task, wcfg.min_gold, wcfg.reward_graph == "whole")  # fmt: skip
+    reward = ReaderReward(held_out, reader, wcfg, graph_cfg=graph_cfg)
     model, tokenizer, warm = run_warm_start(gs, cfg, wcfg, sft)
     batch = int(cfg.rebuild_batch)
     graphs = {"builder": {n: gs.graphs[n] for n in test}}
@@ -225,7 +240,7 @@ def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
     graphs["sft"], writes = write_arm(model, tokenizer, gs, test, wcfg, graph_cfg, reward, batch)
     writes = {"sft": writes}
     selection, trained = None, wcfg
-    if len(cfg.get("reward_candidates") or []) > 1:
+    if len(reward_candidates(cfg)) > 1:
         trainer, grpo, trained, selection = select_grpo(cfg, gs, parts, wcfg, graph_cfg, reader, (model, tokenizer))
     else:
         trainer, grpo, _ = run_writer(gs, cfg, wcfg, reader, model, tokenizer)
