@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from graphmem.builders import GraphConfig, link_mentions
+from graphmem.builders import GraphConfig, ground_mentions, link_mentions
 from graphmem.graph import MemoryGraph
 from models.gnn_reader import GNNReader
 from rl.writer.format import anchor_map, format_score, judged_lines, parse_triples, repetition_rate, well_formed
@@ -153,6 +153,34 @@ def test_link_mentions_matches_whole_word_runs_case_blind():
     own = [{"new york"}, set(), {"bob"}, {"!!"}]
     assert link_mentions(texts, own) == [{"new york"}, set(), {"bob"}, {"!!"}]
     assert link_mentions(["bob", "Bob's new  York"], [{"bob"}, {"new york"}]) == [{"bob"}, {"bob", "new york"}]
+
+
+def test_ground_mentions_keeps_only_the_entities_a_text_names():
+    texts = ["New York in May", "Bob sings", "nothing here"]
+    own = [{"new york", "paris"}, {"bob", "bobby", "!!"}, set()]
+    assert ground_mentions(texts, own) == [{"new york"}, {"bob"}, set()]
+
+
+def test_grounded_entities_make_the_same_edges_however_many_windows_write_them():
+    """Ungrounded, an entity no text names joins the fragments it is written for (a clique per window that
+    disappears under the share cap once every window writes it); grounded and linked, an entity's fragments are
+    those that name it, so one window's triples make exactly the edges they make beside every other window's."""
+    texts = [f"passage {i} about topic{i % 3}" for i in range(12)] + ["Paris is big", "I saw Paris"]
+    g = MemoryGraph.empty(4)
+    g.add_nodes([f"n{i}" for i in range(14)], texts, torch.nn.functional.normalize(torch.randn(14, 4), dim=1))
+    cfg = GraphConfig(entity_fanout=3, entity_max_share=0.1)  # entities in more than 10 fragments are skipped
+    windows = [[f"n{i}" for i in range(lo, lo + 2)] for lo in range(0, 14, 2)]
+    every = [("glue", "with", "paris", w[k]) for w in windows for k in (0, 1)]  # every window writes both
+    one = every[-2:]  # the last window's two triples: n12 and n13
+    entity = lambda h: sorted(zip(h.edge_index[0].tolist(), h.edge_index[1].tolist()))  # noqa: E731
+    loose_one, loose_every = (entity(rewrite_entity_edges(g, t, cfg, link=True)) for t in (one, every))
+    assert (12, 13) in loose_one and loose_every == []  # glue is in 14 fragments: past the cap, with paris
+    kept_one, kept_every = (entity(rewrite_entity_edges(g, t, cfg, link=True, grounded=True)) for t in (one, every))
+    assert kept_one == kept_every == [(12, 13), (13, 12)]  # paris, named by n12 and n13 only
+    # in the window's own graph too: a written entity its fragment does not name is dropped
+    alone = graph_from_triples([("glue", "with", "glue", "n0"), ("glue", "with", "glue", "n1")], ["n0", "n1"],
+                               texts[:2], g.embeddings[:2], grounded=True)  # fmt: skip
+    assert alone.num_edges == 0
 
 
 def test_tasks_from_graph_windows():

@@ -61,6 +61,14 @@ def test_results_hold_every_arm_pair_and_run_fact(study):
     for arm in ("sft", "grpo"):
         f = res["writes"][arm]["generation_failures"]
         assert f["completions"] == res["writes"][arm]["windows"] and 0 <= f["not_well_formed"] <= f["completions"]
+        # every greedy completion is kept beside the run, the held-out task windows with their reward parts
+        rows = [json.loads(line) for line in (root / "run" / f"completions_{arm}.jsonl").read_text().splitlines()]
+        assert len(rows) == res["writes"][arm]["windows"] and all(isinstance(r["text"], str) for r in rows)
+        scored = [r["reward"]["task"] for r in rows if "reward" in r]
+        assert len(scored) == res["questions"]["test_tasks"]
+        assert sum(scored) / len(scored) == pytest.approx(res["task_reward"]["before" if arm == "sft" else "after"])
+    evolved = (root / "run" / "completions_self_evolution.jsonl").read_text().splitlines()
+    assert len(evolved) == res["self_evolution"]["writes"]["windows"] and "completions" not in res["writes"]["sft"]
 
 
 def test_arms_differ_only_in_the_test_graphs_entity_edges(study):
@@ -144,6 +152,7 @@ def test_the_page_renders_each_set_with_its_self_evolution_round(study, tmp_path
 
 def test_link_check_compares_silver_triples_linked_and_not_on_the_validation_graphs(study, tmp_path):
     from graphmem.builders import GraphConfig, make_entity_extractor
+    from graphmem.eval.metrics import in_overall
     from rl.writer.format import parse_triples
     from rl.writer.grpo import graph_windows, rewrite_entity_edges
     from rl.writer.sft import silver_triples
@@ -174,12 +183,26 @@ def test_link_check_compares_silver_triples_linked_and_not_on_the_validation_gra
         assert c["n"] == got["questions"] and c["mean_diff"] == pytest.approx(
             got["reader_recall"][a] - got["reader_recall"][b]
         )
+    # the questions with two or more gold turns, split by whether one window of 4 holds them all
+    where = {}
+    for q in gs.questions:
+        ids = gs.graphs[q.graph].node_ids if q.graph in got["graphs"] else []
+        rows = [ids.index(e) for e in q.evidence if e in ids]
+        if len(rows) >= 2 and in_overall(q.category):
+            where[q.qid] = len({r // 4 for r in rows}) == 1
+    groups = got["by_window"]
+    assert groups["one_window"]["questions"] + groups["across_windows"]["questions"] == len(where) > 0
+    assert groups["one_window"]["questions"] == sum(where.values())
+    for g in groups.values():
+        c = g["builder_minus_none"]
+        assert c is None or c["n"] == g["questions"]
     page = load_study("writer_heldout", "page")
     (tmp_path / "writer_heldout.json").write_text(json.dumps(res))
     (tmp_path / "writer_link_check_locomo.json").write_text(json.dumps(got))
     text = page.render(tmp_path)
     assert "### Entity linking, checked on the validation graphs" in text
     assert f"{got['reader_recall']['silver_linked']:.4f}" in text
+    assert "in different windows: builder − none" in text
 
 
 def test_reward_candidates_are_chosen_on_the_validation_graphs(tmp_path):

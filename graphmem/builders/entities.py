@@ -142,18 +142,35 @@ def link_mentions(texts: Sequence[str], entities: Sequence[set[str]]) -> list[se
     """Entity linking by mention: each text keeps its own ``entities`` and gains every entity of their union
     whose words (``\\w+``, lower-cased) occur in the text as a consecutive run, so an entity written for one
     fragment also anchors every other fragment that names it. Entities without a word are never linked."""
-    keys: dict[tuple[str, ...], set[str]] = {}
-    for entity in set().union(*entities) if entities else ():
-        words = tuple(_WORD.findall(entity.lower()))
-        if words:
-            keys.setdefault(words, set()).add(entity)
+    keys = _word_keys(set().union(*entities) if entities else ())
     lengths = sorted({len(k) for k in keys})
+    return [set(own) | _named(text, keys, lengths) for text, own in zip(texts, entities, strict=True)]
+
+
+def ground_mentions(texts: Sequence[str], entities: Sequence[set[str]]) -> list[set[str]]:
+    """Each text keeps only those of its ``entities`` that it names (their words a consecutive run of its words,
+    as :func:`link_mentions` matches them): an entity written for a fragment that does not name it is dropped."""
     out = []
     for text, own in zip(texts, entities, strict=True):
-        words, found = _WORD.findall(text.lower()), set(own)
-        for n in lengths:
-            for i in range(len(words) - n + 1):
-                if (hit := keys.get(tuple(words[i : i + n]))) is not None:
-                    found |= hit
-        out.append(found)
+        keys = _word_keys(own)
+        out.append(_named(text, keys, sorted({len(k) for k in keys})) if keys else set())
     return out
+
+
+def _word_keys(entities) -> dict[tuple[str, ...], set[str]]:
+    """The entities by their lower-cased words (``\\w+``); entities without a word are left out."""
+    keys: dict[tuple[str, ...], set[str]] = {}
+    for entity in entities:
+        if words := tuple(_WORD.findall(entity.lower())):
+            keys.setdefault(words, set()).add(entity)
+    return keys
+
+
+def _named(text: str, keys: dict[tuple[str, ...], set[str]], lengths: Sequence[int]) -> set[str]:
+    """The entities of ``keys`` whose words occur in ``text`` as a consecutive run (runs of the given ``lengths``)."""
+    words, found = _WORD.findall(text.lower()), set()
+    for n in lengths:
+        for i in range(len(words) - n + 1):
+            if (hit := keys.get(tuple(words[i : i + n]))) is not None:
+                found |= hit
+    return found

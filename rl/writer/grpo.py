@@ -53,7 +53,7 @@ from torch import Tensor
 
 from graphmem.builders import GraphConfig
 from graphmem.builders.edges import replace_entity_edges
-from graphmem.builders.entities import link_mentions
+from graphmem.builders.entities import ground_mentions, link_mentions
 from graphmem.eval.stats import paired_comparison
 from graphmem.graph import MemoryGraph
 from graphmem.policies.base import Budget, Query
@@ -125,6 +125,9 @@ class WriterConfig:
     reward_graph: str = "window"
     """what the reward's reader reads: ``window`` (the window's fragments joined by the completion) or ``whole``
     (the window's whole graph, its entity edges those of the completion; module docstring)"""
+    grounded: bool = False
+    """a written entity counts only on the fragments whose text names it (its words a run of the text's words): an
+    entity the anchor's text does not name is dropped, in the reward's graph as in a rewritten graph"""
     link_mentions: bool = False
     """entity linking by mention: a written entity also anchors every fragment (of the task window in the reward,
     of the graph in a rewrite) whose text names it, so one triple naming a bridge entity joins all its passages"""
@@ -229,13 +232,13 @@ def tasks_from_graphset(
 def entity_edges(
     triples: Sequence[tuple[str, str, str, str]],
     fragment_ids: Sequence[str],
-    texts: Sequence[str] | None = None,
+    texts: Sequence[str],
+    link: bool = False,
+    grounded: bool = False,
 ) -> tuple[list[int], list[int]]:
-    """Both directions between every pair of distinct fragments that mention a common entity: the fragments
-    a triple naming it is anchored to, and with ``texts`` also every fragment whose text names it
-    (:func:`graphmem.builders.entities.link_mentions`)."""
+    """Both directions between every pair of distinct fragments that hold a common entity (:func:`triple_entities`)."""
     mentions: dict[str, set[int]] = {}
-    for row, found in enumerate(triple_entities(triples, fragment_ids, texts)):
+    for row, found in enumerate(triple_entities(triples, fragment_ids, texts, link, grounded)):
         for entity in found:
             mentions.setdefault(entity, set()).add(row)
     pairs = {(a, b) for rows in mentions.values() for a in rows for b in rows if a != b}
@@ -244,33 +247,49 @@ def entity_edges(
 
 
 def graph_from_triples(
-    triples, fragment_ids: Sequence[str], texts: Sequence[str], embeddings: Tensor, link: bool = False
+    triples,
+    fragment_ids: Sequence[str],
+    texts: Sequence[str],
+    embeddings: Tensor,
+    link: bool = False,
+    grounded: bool = False,
 ) -> MemoryGraph:
-    """A graph whose nodes are the fragments and whose edges are :func:`entity_edges` (``link``: mentions
-    in the fragments' texts count)."""
+    """A graph whose nodes are the fragments and whose edges are :func:`entity_edges`."""
     g = MemoryGraph.empty(int(embeddings.shape[1]))
     g.add_nodes(list(fragment_ids), list(texts), embeddings.float())
-    src, dst = entity_edges(triples, fragment_ids, texts if link else None)
+    src, dst = entity_edges(triples, fragment_ids, texts, link, grounded)
     if src:
         g.add_edges(src, dst, "entity")
     return g
 
 
-def triple_entities(triples, fragment_ids: Sequence[str], texts: Sequence[str] | None = None) -> list[set[str]]:
-    """Per fragment, the heads and tails of the triples anchored to it; with ``texts``, also every such entity
-    its text names (:func:`graphmem.builders.entities.link_mentions`)."""
+def triple_entities(
+    triples, fragment_ids: Sequence[str], texts: Sequence[str], link: bool = False, grounded: bool = False
+) -> list[set[str]]:
+    """Per fragment, the heads and tails of the triples anchored to it; with ``grounded`` only those its text names
+    (:func:`graphmem.builders.entities.ground_mentions`), and with ``link`` also every written entity its text names
+    (:func:`graphmem.builders.entities.link_mentions`).
+
+    With both, the fragments holding an entity are exactly those whose texts name it, however many windows wrote it,
+    so the edges one window's triples make are the edges they make in any graph rewritten with them."""
     row = {f: i for i, f in enumerate(fragment_ids)}
     out: list[set[str]] = [set() for _ in fragment_ids]
     for head, _, tail, anchor in triples:
         out[row[anchor]] |= {head, tail}
-    return link_mentions(texts, out) if texts is not None else out
+    if grounded:
+        written = [i for i, found in enumerate(out) if found]
+        for i, kept in zip(written, ground_mentions([texts[i] for i in written], [out[i] for i in written])):
+            out[i] = kept
+    return link_mentions(texts, out) if link else out
 
 
-def rewrite_entity_edges(graph: MemoryGraph, triples, cfg: GraphConfig, link: bool = False) -> MemoryGraph:
-    """A copy of ``graph`` whose ``entity`` edges are those the triples imply (``link``: with the mentions of
-    their entities in the graph's texts, :func:`triple_entities`), joined by the builders' rule and caps
+def rewrite_entity_edges(
+    graph: MemoryGraph, triples, cfg: GraphConfig, link: bool = False, grounded: bool = False
+) -> MemoryGraph:
+    """A copy of ``graph`` whose ``entity`` edges are those the triples imply in the graph's texts
+    (:func:`triple_entities`), joined by the builders' rule and caps
     (:func:`graphmem.builders.edges.replace_entity_edges`), not as a clique per entity."""
-    return replace_entity_edges(graph, triple_entities(triples, graph.node_ids, graph.texts if link else None), cfg)
+    return replace_entity_edges(graph, triple_entities(triples, graph.node_ids, graph.texts, link, grounded), cfg)
 
 
 # ---------------------------------------------------------------------- rewards
@@ -294,6 +313,7 @@ class ReaderReward:
         self.policy = GNNPolicy(reader=reader)
         self.budget = Budget(**cfg.reader_budget)
         self.cfg = cfg
+        self._linking = (cfg.link_mentions, cfg.grounded)
         self.records: list[dict] = []
         self._cache: dict[tuple[str, str], dict[str, float]] = {}
 
@@ -317,9 +337,9 @@ class ReaderReward:
         task = self.tasks[task_id]
         triples, good, total = parse_triples(completion, task.fragment_ids, cut)
         if task.graph is None:
-            graph = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings, self.cfg.link_mentions)
+            graph = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings, *self._linking)
         else:
-            graph = rewrite_entity_edges(task.graph, triples, self.graph_cfg, self.cfg.link_mentions)
+            graph = rewrite_entity_edges(task.graph, triples, self.graph_cfg, *self._linking)
         queries = [Query(f"{task_id}#{k}", "", e) for k, e in enumerate(task.query_embeddings)]
         rec = pre = 0.0
         for got, gold in zip(self.policy.retrieve_batch(graph, queries, self.budget), task.gold):
@@ -607,4 +627,4 @@ def rewrite_graph(
     ``graph_cfg``'s fan-out caps) and the triple count.
     """
     triples = write_triples(model, tokenizer, graph_windows(graph, cfg.fragments_per_task), cfg, batch_size)
-    return rewrite_entity_edges(graph, triples, graph_cfg, cfg.link_mentions), len(triples)
+    return rewrite_entity_edges(graph, triples, graph_cfg, cfg.link_mentions, cfg.grounded), len(triples)

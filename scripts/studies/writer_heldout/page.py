@@ -28,6 +28,12 @@ SETS = (
         None,
     ),
     (
+        "writer_heldout_2wiki_whole.json",
+        "2WikiMultiHopQA passages, the reward read on the whole graph",
+        " experiment=writer_heldout_2wiki_whole",
+        None,
+    ),
+    (
         "writer_heldout_2wiki_lr.json",
         "2WikiMultiHopQA passages, the GRPO learning rate chosen on validation",
         " experiment=writer_heldout_2wiki 'reward_candidates=[{},{learning_rate:5.0e-4}]'"
@@ -42,6 +48,7 @@ LINK_ARMS = (
     ("none", "no entity edges"),
     ("silver", "silver triples, not linked"),
     ("silver_linked", "silver triples, linked by mention"),
+    ("silver_grounded", "silver triples, linked, only the entities their fragments name"),
 )
 TEMPLATE = str(Path(__file__).with_name("page"))
 """the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
@@ -56,6 +63,11 @@ ARMS = (
     ("grpo", "(c) GRPO writer"),
     ("none", "no entity edges (the floor)"),
 )
+READS = {
+    "window": "the window's own graph (`reward_graph: window`)",
+    "whole": "the window's whole graph (`reward_graph: whole`)",
+}
+"""what the reward's reader reads, by ``writer.reward_graph`` (results from before the setting: ``window``)"""
 RECALL_TARGET = 0.03
 """GRPO-written test graphs must beat SFT-written ones by this much in reader recall (CI above 0)"""
 REWARD_TARGET = 0.05
@@ -99,8 +111,8 @@ def _setting(res: dict, path: Path) -> list[str]:
         f"at most {s['max_lines']} silver lines per window)",
         f"- GRPO: {w['max_steps']} steps of {w['batch_size']} completions = {w['batch_size'] // w['num_generations']}"
         f" groups of {w['num_generations']}, learning rate {w['learning_rate']:g}, temperature {w['temperature']}, "
-        f"λ_rep {w['lambda_rep']}, λ_fmt {w['lambda_fmt']}; reward budget {rw['max_entries']} entries, "
-        f"{rw['max_nodes']} nodes",
+        f"λ_rep {w['lambda_rep']}, λ_fmt {w['lambda_fmt']}, α {w['alpha']:g}, β {w['beta']:g}; the reward's reader "
+        f"reads {READS[w.get('reward_graph', 'window')]} under {rw['max_entries']} entries, {rw['max_nodes']} nodes",
         f"- reader evaluation budget: {b['max_entries']} entries, top-{b['top_k_neighbors']} neighbours, "
         f"{b['max_hops']} hops, {b['max_nodes']} nodes",
         f"- {field(res, path, 'wall_s') / 60:.1f} min on {res['threads']} CPU thread(s); " + _memory(res),
@@ -348,13 +360,40 @@ def _link_check(results_dir: Path, dataset: str) -> list[str]:
         "",
         markdown_grid(
             ["validation graphs", "entity edges", "evidence recall"],
-            [[label, f"{edges[a]:,}", f"{recall[a]:.4f}"] for a, label in LINK_ARMS],
+            [[label, f"{edges[a]:,}", f"{recall[a]:.4f}"] for a, label in LINK_ARMS if a in recall],
         ),
         "",
         markdown_grid(
             ["difference", "first", "second", "Δ recall", "95% CI", "p", "n"],
             [_diff_row(k.replace("_minus_", " − "), c) for k, c in paired.items()],
         ),
+        "",
+        *_by_window(res.get("by_window"), int(field(res, path, "fragments_per_task")) if "by_window" in res else 0),
+    ]
+
+
+WINDOW_GROUPS = (
+    ("one_window", "all in one window"),
+    ("across_windows", "in different windows"),
+)
+
+
+def _by_window(groups: dict | None, k: int) -> list[str]:
+    """What entity edges add over none, split by where the questions' gold passages lie (``by_window``)."""
+    if not groups:
+        return []
+    rows = []
+    for group, label in WINDOW_GROUPS:
+        g = groups[group]
+        for arm in ("builder", "silver_linked"):
+            c = g[f"{arm}_minus_none"]
+            total = "–" if c is None else f"{c['mean_diff'] * c['n']:+.2f}"
+            rows.append(_diff_row(f"{label}: {arm} − none", c) + [total])
+    return [
+        f"Split by where a question's gold passages lie (questions with two or more; windows of {k} consecutive "
+        "passages, as the writer reads them). A reward read on a window's own graph scores only the first group:",
+        "",
+        markdown_grid(["gold passages", "first", "second", "Δ recall", "95% CI", "p", "n", "Δ × n"], rows),
         "",
     ]
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import resource
 import time
@@ -72,7 +73,7 @@ from rl.writer.sft import SFTConfig
 
 log = logging.getLogger(__name__)
 ARMS = ("builder", "sft", "grpo", "none")
-HELD_OUT_TASKS = ("fragments_per_task", "min_gold", "reward_graph", "link_mentions", "reader_budget")
+HELD_OUT_TASKS = ("fragments_per_task", "min_gold", "reward_graph", "link_mentions", "grounded", "reader_budget")
 """writer settings that define the held-out task windows and how their reward is read: one for every candidate"""
 PAIRS = (("grpo", "sft"), ("grpo", "builder"), ("sft", "builder"), ("builder", "none"), ("grpo", "none"))
 
@@ -80,14 +81,16 @@ PAIRS = (("grpo", "sft"), ("grpo", "builder"), ("sft", "builder"), ("builder", "
 def write_arm(model, tokenizer, gs, names, wcfg: WriterConfig, graph_cfg: GraphConfig, reward, batch: int):
     """The writer's greedy triples over every window of the graphs ``names``: the graphs with their entity
     edges rewritten, the held-out task reward parts of each window in ``reward.tasks`` (none when ``reward`` is
-    None), and the counts of completions and lines that did not parse (:func:`rl.writer.grpo.generation_failures`)."""
-    graphs, tasks, records, triples = {}, {}, [], 0
+    None), the counts of completions and lines that did not parse (:func:`rl.writer.grpo.generation_failures`) and
+    the completions themselves (``completions``: window, whether cut, text)."""
+    graphs, tasks, records, triples, written = {}, {}, [], 0, []
     for name in names:
         graph = gs.graphs[name]
         windows = graph_windows(graph, wcfg.fragments_per_task, name)
         texts, cuts = generate_completions(model, tokenizer, windows, wcfg, batch)
         found = []
         for window, text, cut in zip(windows, texts, cuts):
+            written.append({"window": window.task_id, "cut": cut, "text": text})
             parsed, good, total = parse_triples(text, window.fragment_ids, cut)
             found += parsed
             records.append(
@@ -98,11 +101,19 @@ def write_arm(model, tokenizer, gs, names, wcfg: WriterConfig, graph_cfg: GraphC
                 parts = reward.components(text, window.task_id, cut)
                 tasks[window.task_id] = {k: parts[k] for k in ("r_rec", "r_pre", "rho_rep", "r_task")}
                 tasks[window.task_id]["task"] = parts["r_task"] - wcfg.lambda_rep * parts["rho_rep"]
-        graphs[name] = rewrite_entity_edges(graph, found, graph_cfg, wcfg.link_mentions)
+        graphs[name] = rewrite_entity_edges(graph, found, graph_cfg, wcfg.link_mentions, wcfg.grounded)
         triples += len(found)
     failures = generation_failures(records)
     log.info("rewrite: %d triples over %d windows; %s", triples, len(records), failures)
-    return graphs, {"triples": triples, "windows": len(records), "generation_failures": failures, "tasks": tasks}
+    summary = {"triples": triples, "windows": len(records), "generation_failures": failures, "tasks": tasks}
+    return graphs, summary | {"completions": written}
+
+
+def save_completions(path: Path, completions: list[dict], tasks: dict[str, dict]) -> Path:
+    """One JSON line per window: its completion (``window``, ``cut``, ``text``) and, for a held-out task window,
+    its reward parts (``reward``)."""
+    lines = [json.dumps(c | ({"reward": tasks[c["window"]]} if c["window"] in tasks else {})) for c in completions]
+    return atomic_write(path, lambda tmp: Path(tmp).write_text("".join(line + "\n" for line in lines)))
 
 
 def graph_digest(graphs) -> dict:
@@ -129,6 +140,7 @@ def self_evolution(cfg: DictConfig, gs, parts: dict, writer, graphs: dict, budge
     t0 = time.perf_counter()
     written, writes = write_arm(model, tokenizer, gs, names, wcfg, graph_cfg, None, int(cfg.rebuild_batch))
     writes["seconds"] = round(time.perf_counter() - t0, 1)
+    save_completions(out_dir / "completions_self_evolution.jsonl", writes.pop("completions"), {})
     evolved = dataclasses.replace(gs, graphs={**gs.graphs, **written})
     reader, info = frozen_reader(evolved, cfg, budget, out_dir / "self_evolution")
     test = parts["test"]
@@ -251,6 +263,8 @@ def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
             t["r_task"] = r_task(t, trained)
             t["task"] = t["r_task"] - trained.lambda_rep * t["rho_rep"]
     task_reward = {arm: {t: v["task"] for t, v in writes[arm]["tasks"].items()} for arm in ("sft", "grpo")}
+    for arm, w in writes.items():  # every greedy completion of the test windows, for reading what each writer wrote
+        save_completions(out_dir / f"completions_{arm}.jsonl", w["completions"], w["tasks"])
     payload = {
         "split": parts,
         "writer": asdict(trained),
@@ -266,7 +280,7 @@ def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
             "parts": {arm: _part_means(writes[arm]["tasks"]) for arm in ("sft", "grpo")},
             "paired": paired_json("grpo", task_reward["grpo"], "sft", task_reward["sft"], "task_reward"),
         },
-        "writes": {arm: {k: v for k, v in w.items() if k != "tasks"} for arm, w in writes.items()},
+        "writes": {arm: {k: v for k, v in w.items() if k not in ("tasks", "completions")} for arm, w in writes.items()},
         "graphs": {arm: graph_digest(g) for arm, g in graphs.items()},
         "warm_start": warm,
         "grpo": grpo,
