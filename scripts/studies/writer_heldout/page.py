@@ -112,11 +112,16 @@ def _setting(res: dict, path: Path) -> list[str]:
         f"- GRPO: {w['max_steps']} steps of {w['batch_size']} completions = {w['batch_size'] // w['num_generations']}"
         f" groups of {w['num_generations']}, learning rate {w['learning_rate']:g}, temperature {w['temperature']}, "
         f"λ_rep {w['lambda_rep']}, λ_fmt {w['lambda_fmt']}, α {w['alpha']:g}, β {w['beta']:g}; the reward's reader "
-        f"reads {READS[w.get('reward_graph', 'window')]} under {rw['max_entries']} entries, {rw['max_nodes']} nodes",
+        f"reads {READS[w.get('reward_graph', 'window')]} under {_count(rw['max_entries'], 'entry', 'entries')}, "
+        f"{_count(rw['max_nodes'], 'node', 'nodes')}",
         f"- reader evaluation budget: {b['max_entries']} entries, top-{b['top_k_neighbors']} neighbours, "
         f"{b['max_hops']} hops, {b['max_nodes']} nodes",
         f"- {field(res, path, 'wall_s') / 60:.1f} min on {res['threads']} CPU thread(s); " + _memory(res),
     ]
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _candidate_caution(res: dict) -> list[str]:
