@@ -306,6 +306,12 @@ def test_silver_triples_join_fragments_that_share_an_entity():
         "(bob | with | paris) [F1]",
     ]
     assert silver_triples(task, make_entity_extractor("offline"), max_lines=3).splitlines() == lines[:3]
+    # from the text the prompt shows, as that text writes it: 21 characters show "We saw Alice meet Bob" and
+    # "Then Bob flew to Rome"; 20 cut "Bob" and "Rome", whose parts are left out
+    shown = silver_triples(task, make_entity_extractor("offline"), shown_chars=21).splitlines()
+    assert shown == ["(Alice | with | Bob) [F1]", "(Bob | with | Rome) [F2]", "(Carol | is | Carol) [F3]"]
+    shown = silver_triples(task, make_entity_extractor("offline"), shown_chars=20).splitlines()
+    assert shown == ["(Alice | is | Alice) [F1]", "(Bob | is | Bob) [F2]", "(Carol | is | Carol) [F3]"]
     assert well_formed(text, task.fragment_ids) and not well_formed(text + "\nnot a triple", task.fragment_ids)
     triples, _, _ = parse_triples(text, task.fragment_ids)
     g = graph_from_triples(triples, task.fragment_ids, task.texts, task.embeddings)

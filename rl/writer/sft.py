@@ -22,6 +22,7 @@ fragment of its task.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -47,17 +48,30 @@ class SFTConfig:
     """silver lines per task (the first ones), so a completion fits ``max_completion_length``"""
     eval_tasks: int = 8
     """held-out tasks (validation graphs) on which well-formed output is measured"""
+    shown_only: bool = False
+    """silver entities from the text the prompt shows, written as it writes them (:func:`silver_triples`'s
+    ``shown_chars`` = ``writer.max_fragment_chars``); false: from the whole text, lower-cased"""
 
 
-def silver_triples(task: WriterTask, extractor, max_entities: int = 4, max_lines: int | None = None) -> str:
+def silver_triples(
+    task: WriterTask, extractor, max_entities: int = 4, max_lines: int | None = None, shown_chars: int | None = None
+) -> str:
     """The silver completion of ``task`` (module docstring), one triple per line, the first ``max_lines``.
 
     Lines go round the fragments: the first line of every fragment (in prompt order), then the second of
-    every fragment, ..., so a cut at ``max_lines`` keeps as many fragments as it can."""
+    every fragment, ..., so a cut at ``max_lines`` keeps as many fragments as it can.
+
+    With ``shown_chars``, the entities are extracted from the text the prompt shows (each fragment's first
+    ``shown_chars`` characters, :func:`rl.writer.format.render_prompt`) and written as that text writes them, case
+    kept: the warm start then teaches copying a span the writer sees, never an entity past the cut or a lower-cased
+    form of it. Without it, from the whole text, lower-cased."""
     per_fragment = []
-    for i, (text, found) in enumerate(zip(task.texts, extractor.extract(task.texts))):
+    texts = [_whole_words(t, shown_chars) for t in task.texts] if shown_chars else list(task.texts)
+    for i, (text, found) in enumerate(zip(texts, extractor.extract(texts))):
         low = text.lower()
         ents = sorted(found, key=lambda e: (low.find(e) if e in low else len(low), e))[:max_entities]
+        if shown_chars:
+            ents = [text[low.find(e) : low.find(e) + len(e)] for e in ents if e in low]
         ents = [e for e in map(clean_entity, ents) if e]
         label = anchor_label(i)
         lines = [f"({ents[0]} | is | {ents[0]}) [{label}]"] if len(ents) == 1 else []
@@ -65,6 +79,14 @@ def silver_triples(task: WriterTask, extractor, max_entities: int = 4, max_lines
     depth = max(map(len, per_fragment), default=0)
     lines = [fl[j] for j in range(depth) for fl in per_fragment if j < len(fl)]
     return "\n".join(lines[:max_lines])
+
+
+def _whole_words(text: str, n: int) -> str:
+    """``text[:n]`` less a word the cut splits (a word of the prompt's text that continues past it)."""
+    cut = text[:n]
+    if len(text) > n and (text[n].isalnum() or text[n] == "_") and (tail := re.search(r"\w+$", cut)):
+        return cut[: tail.start()]
+    return cut
 
 
 def well_formed_fraction(model, tokenizer, tasks: Sequence[WriterTask], cfg: WriterConfig) -> float:
@@ -83,7 +105,8 @@ def warm_start(model, tokenizer, tasks: Sequence[WriterTask], extractor, cfg: Wr
 
     rows, chat = [], uses_chat(cfg, tokenizer)
     for task in tasks:
-        completion = silver_triples(task, extractor, sft.max_entities, sft.max_lines)
+        shown = cfg.max_fragment_chars if sft.shown_only else None
+        completion = silver_triples(task, extractor, sft.max_entities, sft.max_lines, shown)
         if not completion:
             continue
         prompt = _prompt(task, cfg, chat)

@@ -56,7 +56,8 @@ def silver_arms(gs, names, cfg: DictConfig, graph_cfg: GraphConfig) -> tuple[dic
     for name in names:
         graph, triples = gs.graphs[name], []
         for window in graph_windows(graph, int(cfg.writer.fragments_per_task), name):
-            text = silver_triples(window, extractor, int(cfg.sft.max_entities), int(cfg.sft.max_lines))
+            shown = int(cfg.writer.max_fragment_chars) if cfg.sft.get("shown_only") else None
+            text = silver_triples(window, extractor, int(cfg.sft.max_entities), int(cfg.sft.max_lines), shown)
             triples += parse_triples(text, window.fragment_ids)[0]
         arms["builder"][name] = graph
         arms["none"][name] = rewrite_entity_edges(graph, [], graph_cfg)
