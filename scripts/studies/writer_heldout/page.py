@@ -34,6 +34,12 @@ SETS = (
         None,
     ),
     (
+        "writer_heldout_2wiki_grounded.json",
+        "2WikiMultiHopQA passages, the reward read on the whole graph, entities grounded",
+        " experiment=writer_heldout_2wiki_grounded",
+        None,
+    ),
+    (
         "writer_heldout_2wiki_lr.json",
         "2WikiMultiHopQA passages, the GRPO learning rate chosen on validation",
         " experiment=writer_heldout_2wiki 'reward_candidates=[{},{learning_rate:5.0e-4}]'"
