@@ -19,6 +19,7 @@ from rl.writer.grpo import (
     generation_failures,
     graph_from_triples,
     load_writer,
+    named_by_anchor,
     quarter_comparison,
     rewrite_entity_edges,
     rewrite_graph,
@@ -159,6 +160,12 @@ def test_ground_mentions_keeps_only_the_entities_a_text_names():
     texts = ["New York in May", "Bob sings", "nothing here"]
     own = [{"new york", "paris"}, {"bob", "bobby", "!!"}, set()]
     assert ground_mentions(texts, own) == [{"new york"}, {"bob"}, set()]
+
+
+def test_named_by_anchor_counts_the_heads_and_tails_their_fragment_names():
+    triples = [("bob", "flew to", "paris", "a2"), ("alice", "met", "carol", "a1"), ("tea", "is", "tea", "b1")]
+    texts = ["Alice met Bob at noon", "Bob flew to Paris", "Carol likes tea", "Dan sings"]
+    assert named_by_anchor(triples, ["a1", "a2", "b1", "b2"], texts) == (6, 5)  # carol is not named by a1
 
 
 def test_grounded_entities_make_the_same_edges_however_many_windows_write_them():

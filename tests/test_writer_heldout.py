@@ -64,6 +64,8 @@ def test_results_hold_every_arm_pair_and_run_fact(study):
         # every greedy completion is kept beside the run, the held-out task windows with their reward parts
         rows = [json.loads(line) for line in (root / "run" / f"completions_{arm}.jsonl").read_text().splitlines()]
         assert len(rows) == res["writes"][arm]["windows"] and all(isinstance(r["text"], str) for r in rows)
+        ents = res["writes"][arm]["entities"]
+        assert ents["written"] == 2 * res["writes"][arm]["triples"] >= ents["named_by_anchor"] >= 0
         scored = [r["reward"]["task"] for r in rows if "reward" in r]
         assert len(scored) == res["questions"]["test_tasks"]
         assert sum(scored) / len(scored) == pytest.approx(res["task_reward"]["before" if arm == "sft" else "after"])

@@ -283,6 +283,15 @@ def triple_entities(
     return link_mentions(texts, out) if link else out
 
 
+def named_by_anchor(triples, fragment_ids: Sequence[str], texts: Sequence[str]) -> tuple[int, int]:
+    """``(written, named)``: the heads and tails of ``triples``, and how many of them their anchor fragment's text
+    names (what :func:`triple_entities` keeps with ``grounded``)."""
+    row = {f: i for i, f in enumerate(fragment_ids)}
+    entities = [(e, row[anchor]) for head, _, tail, anchor in triples for e in (head, tail)]
+    kept = ground_mentions([texts[i] for _, i in entities], [{e} for e, _ in entities])
+    return len(entities), sum(bool(k) for k in kept)
+
+
 def rewrite_entity_edges(
     graph: MemoryGraph, triples, cfg: GraphConfig, link: bool = False, grounded: bool = False
 ) -> MemoryGraph:

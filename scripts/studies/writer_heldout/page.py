@@ -173,16 +173,27 @@ def _writes_table(res: dict, path: Path) -> str:
             [arm, f"{w['windows']:,}", f"{w['triples']:,}", f"{res['graphs'][arm]['entity_edge_count']:,}"]
             + [f"{f['empty']:,}", f"{f['not_well_formed']:,} ({f['not_well_formed_share']:.1%})"]
             + [f"{f['unparsed_lines']:,} of {f['lines']:,} ({f['unparsed_line_share']:.1%})", _cut(f)]
+            + [_named(w.get("entities"))]
         )
     f = field(res, path, "grpo", "generation_failures")
     rows.append(
         ["GRPO rollouts", f"{f['completions']:,} completions", "–", "–", f"{f['empty']:,}"]
         + [f"{f['not_well_formed']:,} ({f['not_well_formed_share']:.1%})"]
-        + [f"{f['unparsed_lines']:,} of {f['lines']:,} ({f['unparsed_line_share']:.1%})", _cut(f)]
+        + [f"{f['unparsed_lines']:,} of {f['lines']:,} ({f['unparsed_line_share']:.1%})", _cut(f), "–"]
     )
     header = ["writer", "windows", "triples", "entity edges", "empty", "not well-formed", "unparsed lines", "cut lines"]
+    header.append("entities their fragment names")
     builder = res["graphs"]["builder"]["entity_edge_count"]
     return markdown_grid(header, rows) + f"\n\nThe builder's test graphs hold {builder:,} entity edges."
+
+
+def _named(entities: dict | None) -> str:
+    """Heads and tails written, and how many their anchor fragment names (``writes.<arm>.entities``; not recorded
+    before the count existed)."""
+    if not entities:
+        return "not recorded"
+    share = entities["named_by_anchor"] / entities["written"] if entities["written"] else 0.0
+    return f"{entities['named_by_anchor']:,} of {entities['written']:,} ({share:.0%})"
 
 
 def _cut(failures: dict) -> str:

@@ -64,6 +64,7 @@ from rl.writer.grpo import (
     generate_completions,
     generation_failures,
     graph_windows,
+    named_by_anchor,
     rewrite_entity_edges,
     tasks_from_graphset,
 )
@@ -93,9 +94,10 @@ def write_arm(model, tokenizer, gs, names, wcfg: WriterConfig, graph_cfg: GraphC
             written.append({"window": window.task_id, "cut": cut, "text": text})
             parsed, good, total = parse_triples(text, window.fragment_ids, cut)
             found += parsed
+            written, named = named_by_anchor(parsed, window.fragment_ids, window.texts)
             records.append(
                 {"lines": total, "valid_lines": good, "well_formed": total > 0 and good == total}
-                | {"cut_lines": judged_lines(text, cut)[1]}
+                | {"cut_lines": judged_lines(text, cut)[1], "entities": written, "named": named}
             )
             if reward is not None and window.task_id in reward.tasks:
                 parts = reward.components(text, window.task_id, cut)
@@ -105,7 +107,9 @@ def write_arm(model, tokenizer, gs, names, wcfg: WriterConfig, graph_cfg: GraphC
         triples += len(found)
     failures = generation_failures(records)
     log.info("rewrite: %d triples over %d windows; %s", triples, len(records), failures)
+    entities = {"written": sum(r["entities"] for r in records), "named_by_anchor": sum(r["named"] for r in records)}
     summary = {"triples": triples, "windows": len(records), "generation_failures": failures, "tasks": tasks}
+    summary["entities"] = entities  # heads and tails, and those their anchor fragment names (writer.grounded keeps)
     return graphs, summary | {"completions": written}
 
 
