@@ -94,10 +94,10 @@ def write_arm(model, tokenizer, gs, names, wcfg: WriterConfig, graph_cfg: GraphC
             written.append({"window": window.task_id, "cut": cut, "text": text})
             parsed, good, total = parse_triples(text, window.fragment_ids, cut)
             found += parsed
-            written, named = named_by_anchor(parsed, window.fragment_ids, window.texts)
+            entities, named = named_by_anchor(parsed, window.fragment_ids, window.texts)
             records.append(
                 {"lines": total, "valid_lines": good, "well_formed": total > 0 and good == total}
-                | {"cut_lines": judged_lines(text, cut)[1], "entities": written, "named": named}
+                | {"cut_lines": judged_lines(text, cut)[1], "entities": entities, "named": named}
             )
             if reward is not None and window.task_id in reward.tasks:
                 parts = reward.components(text, window.task_id, cut)
