@@ -40,6 +40,12 @@ SETS = (
         None,
     ),
     (
+        "writer_heldout_2wiki_shown.json",
+        "2WikiMultiHopQA passages, the reward read on the whole graph, grounded, warm start on shown entities",
+        " experiment=writer_heldout_2wiki_shown",
+        None,
+    ),
+    (
         "writer_heldout_2wiki_lr.json",
         "2WikiMultiHopQA passages, the GRPO learning rate chosen on validation",
         " experiment=writer_heldout_2wiki 'reward_candidates=[{},{learning_rate:5.0e-4}]'"
@@ -112,9 +118,11 @@ def _setting(res: dict, path: Path) -> list[str]:
         f"- writer `{w['model']}`: {params['trainable']:,} of {params['total']:,} parameters trained (the last "
         f"{w['trainable_layers']} blocks and the final norm); windows of {w['fragments_per_task']} fragments cut "
         f"to {w['max_fragment_chars']} characters, {w['max_completion_length']} new tokens; written entities "
-        + ("linked by mention" if w.get("link_mentions") else "not linked by mention"),
+        + ("linked by mention" if w.get("link_mentions") else "not linked by mention")
+        + (", kept only on the fragments that name them" if w.get("grounded") else ""),
         f"- warm start: {s['max_steps']} SFT steps of {s['batch_size']} (learning rate {s['learning_rate']:g}, "
-        f"at most {s['max_lines']} silver lines per window)",
+        f"at most {s['max_lines']} silver lines per window, their entities taken from "
+        + ("the text the prompt shows)" if s.get("shown_only") else "the whole text, lower-cased)"),
         f"- GRPO: {w['max_steps']} steps of {w['batch_size']} completions = {w['batch_size'] // w['num_generations']}"
         f" groups of {w['num_generations']}, learning rate {w['learning_rate']:g}, temperature {w['temperature']}, "
         f"λ_rep {w['lambda_rep']}, λ_fmt {w['lambda_fmt']}, α {w['alpha']:g}, β {w['beta']:g}; the reward's reader "
