@@ -118,6 +118,7 @@ def run(cfg: DictConfig) -> dict:
         "reader_recall": {arm: sum(v.values()) / max(len(v), 1) for arm, v in recall.items()},
         "paired": {f"{a}_minus_{b}": paired_json(a, recall[a], b, recall[b], "evidence_recall") for a, b in PAIRS},
         "fragments_per_task": int(cfg.writer.fragments_per_task),
+        "shown_only": bool(cfg.sft.get("shown_only")),
         "by_window": by_window(recall, gold_windows(gs, parts["val"], int(cfg.writer.fragments_per_task))),
         "wall_s": round(time.perf_counter() - t0, 1),
     }

@@ -43,7 +43,7 @@ SETS = (
         "writer_heldout_2wiki_shown.json",
         "2WikiMultiHopQA passages, the reward read on the whole graph, grounded, warm start on shown entities",
         " experiment=writer_heldout_2wiki_shown",
-        None,
+        "2wiki_shown",
     ),
     (
         "writer_heldout_2wiki_lr.json",
@@ -384,7 +384,9 @@ def _link_check(results_dir: Path, dataset: str) -> list[str]:
         "### Entity linking, checked on the validation graphs",
         "",
         f"Before any writer is trained, `{field(res, path, 'command')}` puts the builder's silver triples (what the "
-        f"warm start imitates; {field(res, path, 'triples'):,} triples) into the validation graphs "
+        f"warm start imitates; {field(res, path, 'triples'):,} triples"
+        + (", their entities taken from the text the prompt shows" if res.get("shown_only") else "")
+        + f") into the validation graphs "
         f"{', '.join(field(res, path, 'graphs'))}, not linked and linked by mention, and the frozen reader answers "
         f"their {field(res, path, 'questions'):,} questions:",
         "",
@@ -434,10 +436,10 @@ def render(results_dir: Path) -> str:
         path = Path(results_dir) / name
         res = load_results(results_dir, name)
         out += [f"## {heading}", ""]
+        out += _link_check(results_dir, dataset) if dataset else []
         if res is None:
             out += [f"Not measured yet: `{COMMAND}{overrides}` writes `docs/results/{name}`.", ""]
             continue
-        out += _link_check(results_dir, dataset) if dataset else []
         out += (
             _measured(res, path)
             + _selection(res, path)
