@@ -205,6 +205,14 @@ def test_link_check_compares_silver_triples_linked_and_not_on_the_validation_gra
     assert "### Entity linking, checked on the validation graphs" in text
     assert f"{got['reader_recall']['silver_linked']:.4f}" in text
     assert "in different windows: builder − none" in text
+    assert got["shown_only"] is False and "the text the prompt shows" not in text
+    # with sft.shown_only the silver entities come from the shown text, and the page says so
+    shown = load_study("writer_heldout", "link_check").run(
+        compose("writer_heldout", [*overrides, "sft.shown_only=true"])
+    )
+    assert shown["shown_only"] is True and shown["graphs"] == got["graphs"]
+    (tmp_path / "writer_link_check_locomo.json").write_text(json.dumps(shown))
+    assert "their entities taken from the text the prompt shows" in page.render(tmp_path)
 
 
 def test_reward_candidates_are_chosen_on_the_validation_graphs(tmp_path):
