@@ -147,6 +147,10 @@ def test_the_page_renders_each_set_with_its_self_evolution_round(study, tmp_path
     assert "## 2WikiMultiHopQA passages" in text and "### Self-evolution: the reader recalibrated" in text
     evo = res["self_evolution"]["paired"]["evolved_minus_frozen"]
     assert f"{evo['mean_diff']:+.4f}" in text
+    # the share of GRPO groups without reward variance, as TRL logged it per step
+    zero = [c["frac_reward_zero_std"] for c in res["grpo"]["curve"]]
+    assert len(zero) == res["writer"]["max_steps"]
+    assert f"{sum(zero) / len(zero):.0%} of the groups on average had one reward" in text
     res["self_evolution"] = None
     (tmp_path / "writer_heldout_2wiki.json").write_text(json.dumps(res))
     assert "Not in this results file (`self_evolution=false`" in page.render(tmp_path)

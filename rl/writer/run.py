@@ -39,6 +39,7 @@ REWARD_KEYS = (
     "rewards/r_pre/mean",
     "rewards/rho_rep/mean",
     "completions/mean_length",
+    "frac_reward_zero_std",
 )
 
 

@@ -320,10 +320,22 @@ def _measured(res: dict, path: Path) -> list[str]:
             "",
             "Per step the mean trained reward and, as moving means, its parts `r_task − λ_rep·ρ_rep`, `r_fmt`, "
             "the well-formed share, `r_rec`, `r_pre` and `ρ_rep` (the same series are in the run's W&B offline run "
-            "with `writer.report_to=wandb`).",
+            "with `writer.report_to=wandb`)." + _zero_variance(res["grpo"].get("curve") or []),
             "",
         ]
     return out
+
+
+def _zero_variance(curve: list[dict]) -> str:
+    """The mean share of GRPO groups whose completions all earned the same reward (TRL's ``frac_reward_zero_std``):
+    such a group's advantages are all 0, and it gives no gradient."""
+    shares = [c["frac_reward_zero_std"] for c in curve if "frac_reward_zero_std" in c]
+    if not shares:
+        return ""
+    return (
+        f" Over the {len(shares)} steps, {sum(shares) / len(shares):.0%} of the groups on average had one reward for "
+        "all their completions: their advantages are 0, and they give no gradient."
+    )
 
 
 def _selection(res: dict, path: Path) -> list[str]:
