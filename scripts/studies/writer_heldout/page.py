@@ -28,6 +28,13 @@ SETS = (
         None,
     ),
     (
+        "writer_heldout_2wiki_lr.json",
+        "2WikiMultiHopQA passages, the GRPO learning rate chosen on validation",
+        " experiment=writer_heldout_2wiki 'reward_candidates=[{},{learning_rate:5.0e-4}]'"
+        " results=docs/results/writer_heldout_2wiki_lr.json",
+        None,
+    ),
+    (
         "writer_heldout_2wiki_whole.json",
         "2WikiMultiHopQA passages, the reward read on the whole graph",
         " experiment=writer_heldout_2wiki_whole",
@@ -50,13 +57,6 @@ SETS = (
         "2WikiMultiHopQA passages, warm start on shown entities, fold 2",
         " experiment=writer_heldout_2wiki_shown split.fold=2 self_evolution=false"
         " results=docs/results/writer_heldout_2wiki_shown_fold2.json",
-        None,
-    ),
-    (
-        "writer_heldout_2wiki_lr.json",
-        "2WikiMultiHopQA passages, the GRPO learning rate chosen on validation",
-        " experiment=writer_heldout_2wiki 'reward_candidates=[{},{learning_rate:5.0e-4}]'"
-        " results=docs/results/writer_heldout_2wiki_lr.json",
         None,
     ),
 )
