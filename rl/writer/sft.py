@@ -81,6 +81,13 @@ def silver_triples(
     return "\n".join(lines[:max_lines])
 
 
+def warm_start_silver(task: WriterTask, extractor, sft: SFTConfig, cfg: WriterConfig) -> str:
+    """The silver completion the warm start fits for ``task``: :func:`silver_triples` under ``sft``, from the text
+    the prompt shows (``cfg.max_fragment_chars``) with ``sft.shown_only``."""
+    shown = cfg.max_fragment_chars if sft.shown_only else None
+    return silver_triples(task, extractor, sft.max_entities, sft.max_lines, shown)
+
+
 def _whole_words(text: str, n: int) -> str:
     """``text[:n]`` less a word the cut splits (a word of the prompt's text that continues past it)."""
     cut = text[:n]
@@ -105,8 +112,7 @@ def warm_start(model, tokenizer, tasks: Sequence[WriterTask], extractor, cfg: Wr
 
     rows, chat = [], uses_chat(cfg, tokenizer)
     for task in tasks:
-        shown = cfg.max_fragment_chars if sft.shown_only else None
-        completion = silver_triples(task, extractor, sft.max_entities, sft.max_lines, shown)
+        completion = warm_start_silver(task, extractor, sft, cfg)
         if not completion:
             continue
         prompt = _prompt(task, cfg, chat)

@@ -2,7 +2,7 @@
 
     python scripts/studies/writer_heldout/link_check.py experiment=writer_heldout_2wiki
 
-The proxy writer is the builder's own silver triples (:func:`rl.writer.sft.silver_triples`, what the warm start
+The proxy writer is the builder's own silver triples (:func:`rl.writer.sft.warm_start_silver`, what the warm start
 imitates: ``sft.max_entities`` entities, ``sft.max_lines`` lines per window of ``writer.fragments_per_task``).
 Its triples replace the validation graphs' entity edges three times: without linking, with it, and with it keeping
 only the entities their fragments name (``grounded``; :func:`rl.writer.grpo.rewrite_entity_edges`), beside the
@@ -34,8 +34,8 @@ from graphmem.launch import check_command_line
 from graphmem.policies.base import Budget
 from rl.gnn.split import split_examples
 from rl.writer.format import parse_triples
-from rl.writer.grpo import graph_windows, rewrite_entity_edges
-from rl.writer.sft import silver_triples
+from rl.writer.grpo import WriterConfig, graph_windows, rewrite_entity_edges
+from rl.writer.sft import SFTConfig, warm_start_silver
 
 log = logging.getLogger(__name__)
 ARMS = ("builder", "none", "silver", "silver_linked", "silver_grounded")
@@ -51,14 +51,14 @@ PAIRS = (
 def silver_arms(gs, names, cfg: DictConfig, graph_cfg: GraphConfig) -> tuple[dict, dict]:
     """The four arms' graphs over ``names`` and the silver triple and entity-edge counts."""
     extractor = make_entity_extractor(cfg.graph.entity_extractor)  # the warm start's extractor
+    sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
+    wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
     arms = {arm: {} for arm in ARMS}
     counts = {"triples": 0, "entity_edges": {arm: 0 for arm in ARMS}}
     for name in names:
         graph, triples = gs.graphs[name], []
-        for window in graph_windows(graph, int(cfg.writer.fragments_per_task), name):
-            shown = int(cfg.writer.max_fragment_chars) if cfg.sft.get("shown_only") else None
-            text = silver_triples(window, extractor, int(cfg.sft.max_entities), int(cfg.sft.max_lines), shown)
-            triples += parse_triples(text, window.fragment_ids)[0]
+        for window in graph_windows(graph, wcfg.fragments_per_task, name):
+            triples += parse_triples(warm_start_silver(window, extractor, sft, wcfg), window.fragment_ids)[0]
         arms["builder"][name] = graph
         arms["none"][name] = rewrite_entity_edges(graph, [], graph_cfg)
         arms["silver"][name] = rewrite_entity_edges(graph, triples, graph_cfg)

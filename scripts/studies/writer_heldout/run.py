@@ -107,10 +107,10 @@ def write_arm(model, tokenizer, gs, names, wcfg: WriterConfig, graph_cfg: GraphC
         triples += len(found)
     failures = generation_failures(records)
     log.info("rewrite: %d triples over %d windows; %s", triples, len(records), failures)
+    # heads and tails written, and those their anchor fragment names (what writer.grounded keeps)
     entities = {"written": sum(r["entities"] for r in records), "named_by_anchor": sum(r["named"] for r in records)}
     summary = {"triples": triples, "windows": len(records), "generation_failures": failures, "tasks": tasks}
-    summary["entities"] = entities  # heads and tails, and those their anchor fragment names (writer.grounded keeps)
-    return graphs, summary | {"completions": written}
+    return graphs, summary | {"entities": entities, "completions": written}
 
 
 def save_completions(path: Path, completions: list[dict], tasks: dict[str, dict]) -> Path:
