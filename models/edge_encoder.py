@@ -38,7 +38,7 @@ from typing import Mapping
 import torch
 from torch import Tensor, nn
 
-from graphmem.graph import EDGE_FEATURE_DIM, MemoryGraph
+from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
 
 EDGE_MODES = ("onehot", "phase1", "table", "inductive")
 NUM_PAIR_FEATURES = 22  # width of PairTable.raw for 4 relations (see pair_features)

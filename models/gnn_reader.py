@@ -14,7 +14,7 @@ table without copies; edges are shared by the batch.
 * Readout: ``score_{b,v} = w_o^T ReLU(W_h h_{v,b}^{(L)} + W_c (P_x x_v \\odot P_q q_b) + W_l φ_{b,v} + c)
   + \\kappa \\cos(x_v, q_b) + λ^T φ_{b,v}``, so a node that propagation never reaches is still ranked by its
   content match; ``φ_{b,v}`` are the lexical features of query and node text
-  (:mod:`graphmem.lexical_features`: BM25 share of the local bound, rare-word, name, number and date
+  (:mod:`graphmem.index.lexical_features`: BM25 share of the local bound, rare-word, name, number and date
   overlap), present with ``lexical`` (``λ`` starts at 0).
 
 Several graphs can share one pass as their disjoint union, *packed*: column ``j`` of the states
@@ -36,8 +36,8 @@ from torch_geometric import EdgeIndex
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import scatter
 
-from graphmem.checkpoint import load_checkpoint
-from graphmem.lexical_features import NUM_LEXICAL_FEATURES
+from graphmem.index.lexical_features import NUM_LEXICAL_FEATURES
+from graphmem.store.checkpoint import load_checkpoint
 
 
 @dataclass
@@ -274,7 +274,7 @@ class GNNReader(nn.Module):
             start: ``[B, N]`` start weights (1 at each query's entry nodes).
             query_of: packed layout only: ``[B, N]`` row of ``query`` that column ``b`` holds at node ``v``.
             cosine: packed layout only: ``[N, B]`` :meth:`cosine` of each node and the query it holds.
-            lexical: ``[B, N, F]`` lexical features ``φ`` (:func:`graphmem.lexical_features.dense_features`;
+            lexical: ``[B, N, F]`` lexical features ``φ`` (:func:`graphmem.index.lexical_features.dense_features`;
                 packed: of each node and the query column ``b`` holds there); required with ``config.lexical``.
         """
         if (query_of is None) != (cosine is None):
@@ -320,7 +320,7 @@ class GNNReader(nn.Module):
         return out.T
 
     def score_graph(self, graph, query: Tensor, entries: list[list[int]], lexical: Tensor | None = None) -> Tensor:
-        """Scores ``[B, N]`` for a :class:`~graphmem.graph.MemoryGraph`-like object (duck-typed)."""
+        """Scores ``[B, N]`` for a :class:`~graphmem.core.graph.MemoryGraph`-like object (duck-typed)."""
         start = start_mask(entries, graph.num_nodes, dtype=graph.embeddings.dtype)
         ei, et, ea = graph.edge_index, graph.edge_type, graph.edge_attr
         return self(graph.embeddings, ei, et, ea, query, start, lexical=lexical)
@@ -336,7 +336,7 @@ class GNNReader(nn.Module):
     @classmethod
     def from_checkpoint(cls, source) -> GNNReader:
         """Rebuild from :meth:`checkpoint` output (or a loaded checkpoint holding it) or the path of a ``"gnn"``
-        checkpoint (:func:`graphmem.checkpoint.load_checkpoint`)."""
+        checkpoint (:func:`graphmem.store.checkpoint.load_checkpoint`)."""
         ckpt = source if isinstance(source, dict) else load_checkpoint(source, "gnn")
         reader = cls(ReaderConfig(**ckpt["config"]))
         reader.load_state_dict(ckpt["state_dict"])

@@ -12,7 +12,7 @@ For a query ``q`` (unit ``q̂``), its relation intent ``π(q)``, the best cosine
     ρ_v    = [1(entry), 1(depth 1), 1(depth 2), 1(depth > 2), 1(o = 0), min(o, 12) / 12]
              with o the entry's rank among the entries, or the parent's load slot
     λ_qv   = [φ_bm25, φ_rare, φ_name, φ_number, φ_date](q, v)  lexical features of query and node text
-             (:mod:`graphmem.lexical_features`; only with ``lexical``)
+             (:mod:`graphmem.index.lexical_features`; only with ``lexical``)
     w_uv   = h([m(q) ⊙ e_uv ; a_uv ; σ_uv ; ρ_v ; λ_qv])        structural weight, h: MLP
     ι_qv   = (A q̂) · (B x̂_v)                                   low-rank query/node interaction (rank 0: none)
     s_uv   = cos(q, x_v) + ι_qv + w_uv                          the candidate's score
@@ -39,9 +39,9 @@ import numpy
 import torch
 from torch import Tensor, nn
 
-from graphmem.budget import Budget
-from graphmem.csr import csr_positions
-from graphmem.lexical_features import NUM_LEXICAL_FEATURES, Lexical, pair_features
+from graphmem.core.budget import Budget
+from graphmem.core.csr import csr_positions
+from graphmem.index.lexical_features import NUM_LEXICAL_FEATURES, Lexical, pair_features
 from models.edge_encoder import EDGE_FEATURE_DIM, EDGE_MODES, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
 
@@ -123,7 +123,7 @@ class _Context:
         self.tables, self.q, self.ref, self.m = tables, q_unit, ref, m
         self.qa, self.xb, self.px, self.delta, self.cos = qa, xb, px, delta, cos
         self.pair_e = pair_e  # [P, 4] e of every pair, when precomputed (question time)
-        self.lexical = lexical  # the queries' lexical inputs (graphmem.lexical_features.Lexical), or None
+        self.lexical = lexical  # the queries' lexical inputs (graphmem.index.lexical_features.Lexical), or None
         self.nodes = None  # [N, 5] one query's node columns of σ (WalkScorer.query_nodes), made on first use
         self.lexical_nodes = None  # [N, 5] one query's λ_qv of every node (WalkScorer.query_lexical), likewise
         self.stop = None  # the stop head's weights as float32 scalars (WalkScorer.stop_value), likewise
@@ -192,10 +192,12 @@ class WalkScorer(nn.Module):
         """Unit queries ``q̂``, their entries' best cosine ``c*``, modulations ``m(q)`` and the projections
         ``A q̂``, ``B x̂`` (every node of ``tables``: query-independent, taken from ``static`` — :meth:`static`
         of these tables — when given); ``lexical``: the queries' terms and the node table of ``tables``'
-        graph (:func:`graphmem.lexical_features.lexical_inputs`), required when the scorer uses lexical
+        graph (:func:`graphmem.index.lexical_features.lexical_inputs`), required when the scorer uses lexical
         features."""
         if self.config.lexical and lexical is None:
-            raise ValueError("WalkScorer(lexical=True) needs the queries' lexical inputs (graphmem.lexical_features)")
+            raise ValueError(
+                "WalkScorer(lexical=True) needs the queries' lexical inputs (graphmem.index.lexical_features)"
+            )
         if lexical is not None and len(lexical.queries) != q.shape[0]:
             raise ValueError(f"lexical inputs for {len(lexical.queries)} queries, but {q.shape[0]} query rows")
         qn = nn.functional.normalize(q.float(), dim=-1)
@@ -333,7 +335,7 @@ class WalkScorer(nn.Module):
 
     @staticmethod
     def query_lexical(ctx: _Context) -> Tensor:
-        """``[N, 5]`` :func:`~graphmem.lexical_features.pair_features` of query row 0 with every node: computed
+        """``[N, 5]`` :func:`~graphmem.index.lexical_features.pair_features` of query row 0 with every node: computed
         for the nodes holding one of its terms (read from the sorted keys) and one node holding none, whose
         row every other such node shares (no term of the query matched: the same zero sums)."""
         lex, n = ctx.lexical, ctx.tables.num_nodes

@@ -11,7 +11,7 @@ For every graph and policy it measures, on the same graph and queries in the sam
   precomputed entries: :meth:`TraversalPolicy.retrieve_scope`) and the embedding entry selection
   (:meth:`TraversalPolicy.select_entries`), since only the traversal is bounded by the budget:
   entry selection ranks all ``N`` nodes;
-* peak memory of one query and of the full batch (:class:`graphmem.peak_memory.PeakMemory`);
+* peak memory of one query and of the full batch (:class:`graphmem.tracking.peak_memory.PeakMemory`);
 * with ``compare_devices`` (e.g. ``[cuda]``), the batched path again on each of those devices and
   its speed-up over the main ``device``.
 
@@ -46,19 +46,20 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import run_or_exit, set_threads
-from graphmem.device import resolve_device
+import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.config.cli import run_or_exit, set_threads
+from graphmem.config.launch import check_command_line
+from graphmem.core import Budget, Query
+from graphmem.core.device import resolve_device
 from graphmem.eval.scaling import bench_policy, make_queries
 from graphmem.eval.scaling_text import sweep_for
-from graphmem.graphset import GraphSet
-from graphmem.io import write_json
-from graphmem.launch import check_command_line
-from graphmem.paths import check_name, run_path
-from graphmem.peak_memory import PeakMemory
-from graphmem.policies import Budget, Query, Scope
-from graphmem.synthetic import make_synthetic_graph
+from graphmem.policies import Scope
+from graphmem.store.graphset import GraphSet
+from graphmem.store.io import write_json
+from graphmem.store.paths import check_name, run_path
 from graphmem.tracking import describe_artifact, experiment_group, make_tracker, use_graphset
+from graphmem.tracking.peak_memory import PeakMemory
 
 log = logging.getLogger("benchmark")
 warnings.filterwarnings("ignore", message="Sparse")

@@ -23,11 +23,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import check_configs, graphset_dir, reuse_or_build
-from graphmem.cli import ConfigError, run_or_exit, set_threads
-from graphmem.graph import MemoryGraph
-from graphmem.launch import check_command_line
+from graphmem.config.cli import ConfigError, run_or_exit, set_threads
+from graphmem.config.launch import check_command_line
+from graphmem.core.graph import MemoryGraph
 from graphmem.tracking import experiment_group, graphset_artifact, make_tracker
 
 log = logging.getLogger(__name__)

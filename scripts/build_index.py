@@ -1,8 +1,8 @@
 """Add vector indexes to a saved graph set: ``python scripts/build_index.py graphset=outputs/graphs/locomo``.
 
-Builds the :class:`~graphmem.vector_index.VectorIndex` of every graph of the set (``index``: the
-:class:`~graphmem.vector_index.IndexSpec`) and adds the files to the set with
-:func:`graphmem.setstore.add_files` (``indexes/<graph>/<spec key>.safetensors``, listed and
+Builds the :class:`~graphmem.index.vector_index.VectorIndex` of every graph of the set (``index``: the
+:class:`~graphmem.index.vector_index.IndexSpec`) and adds the files to the set with
+:func:`graphmem.store.setstore.add_files` (``indexes/<graph>/<spec key>.safetensors``, listed and
 checksummed in the manifest, committed as one new generation). :meth:`GraphSet.load` attaches them
 to their graphs, and the ANN entry selector (``entry_selector=ann`` with the same build parameters)
 searches them instead of building its own. Prints the build time and the files' total size.
@@ -17,11 +17,11 @@ import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.cli import run_or_exit, set_threads
-from graphmem.graphset import GraphSet
-from graphmem.launch import check_command_line
-from graphmem.setstore import add_files
-from graphmem.vector_index import IndexSpec, VectorIndexError, index_files, index_for
+from graphmem.config.cli import run_or_exit, set_threads
+from graphmem.config.launch import check_command_line
+from graphmem.index.vector_index import IndexSpec, VectorIndexError, index_files, index_for
+from graphmem.store.graphset import GraphSet
+from graphmem.store.setstore import add_files
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 

@@ -12,12 +12,12 @@ Every table carries paired per-question statistics against ``stats.reference`` (
 p-value (:mod:`graphmem.eval.stats`).
 
 Writes into the run directory (``out_dir``, default Hydra's), which the run owns
-(:mod:`graphmem.run_folder`: a live run's folder is refused, an earlier run's files are moved into
+(:mod:`graphmem.store.run_folder`: a live run's folder is refused, an earlier run's files are moved into
 ``replaced-<run id>/``, ``run.json`` and ``results.json`` carry the run id): ``results.json``,
 ``results.md``, ``questions_<policy>.jsonl`` and ``budget_sweep.png``; tracks the tables and files through
 :mod:`graphmem.tracking` (W&B offline by default). The whole config is checked before any
 graph is loaded or built, for every job of a ``-m`` sweep before the first starts
-(:mod:`graphmem.launch`). In QA mode, a policy whose every answer call failed stops the run with
+(:mod:`graphmem.config.launch`). In QA mode, a policy whose every answer call failed stops the run with
 exit status 3 and no ``results.json``.
 """
 
@@ -33,10 +33,9 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import DataConfig, GraphConfig
-from graphmem.checkpoint import check_policies
-from graphmem.cli import (
+from graphmem.config.cli import (
     ConfigError,
     check_out_dir,
     load_graphset,
@@ -48,17 +47,19 @@ from graphmem.cli import (
     set_threads,
     split_names,
 )
-from graphmem.errors import InputError, NothingMeasuredError
+from graphmem.config.launch import check_command_line
+from graphmem.core import Budget
+from graphmem.core.errors import InputError, NothingMeasuredError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
+from graphmem.eval.plots import plot_recall_vs_budget, plot_retrieval, sweep_values
 from graphmem.eval.report import full_report, paired_table, results_payload, table_data
 from graphmem.eval.stats import PairedComparison, compare_policies
-from graphmem.graphset import GraphSet
-from graphmem.io import write_json
-from graphmem.launch import check_command_line
-from graphmem.paths import check_name, run_path
-from graphmem.plots import plot_recall_vs_budget, plot_retrieval, sweep_values
-from graphmem.policies import POLICIES, Budget, TraversalPolicy
-from graphmem.run_folder import open_run_folder
+from graphmem.policies import POLICIES, TraversalPolicy
+from graphmem.store.checkpoint import check_policies
+from graphmem.store.graphset import GraphSet
+from graphmem.store.io import write_json
+from graphmem.store.paths import check_name, run_path
+from graphmem.store.run_folder import open_run_folder
 from graphmem.tracking import (
     checkpoint_artifact,
     describe_artifact,
@@ -82,7 +83,7 @@ ARTIFACTS = (
     "tracking",
     "wandb",
 )
-"""What a run writes in its folder: a fresh run moves an earlier run's aside (graphmem.run_folder)."""
+"""What a run writes in its folder: a fresh run moves an earlier run's aside (graphmem.store.run_folder)."""
 
 __all__ = ["ConfigError", "evaluate", "plan_run", "restrict_graphs"]
 

@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from graphmem.errors import InputError
-from graphmem.io import atomic_write
+from graphmem.core.errors import InputError
+from graphmem.store.io import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
 

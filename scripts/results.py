@@ -39,8 +39,8 @@ import json
 import sys
 from pathlib import Path
 
-from graphmem.cli import set_threads
-from graphmem.errors import InputError
+from graphmem.config.cli import set_threads
+from graphmem.core.errors import InputError
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.runs import (
     compare_runs,
@@ -54,8 +54,8 @@ from graphmem.eval.runs import (
 )
 from graphmem.eval.stats import STAT_METRICS, compare_policies, fold_summary
 from graphmem.eval.variants import GROUPS, trained_variants
-from graphmem.io import write_json
-from graphmem.paths import check_name, run_path
+from graphmem.store.io import write_json
+from graphmem.store.paths import check_name, run_path
 
 METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
 SCRIPT = ".venv/bin/python scripts/results.py"
@@ -227,7 +227,7 @@ def grouped_curves(records: list[dict], where: str) -> dict[str, dict[str, dict]
 
 
 def run_curves(args: argparse.Namespace, argv: list[str]) -> int:
-    from graphmem.plots import plot_learning_curves
+    from graphmem.eval.plots import plot_learning_curves
 
     if args.prefix:
         check_name("--prefix", args.prefix)  # a part of each PNG's name: no folder, nothing outside --out-dir
@@ -323,7 +323,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
-    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.cli.set_threads)
+    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
     try:
         return args.handler(args, argv)
     except InputError as err:

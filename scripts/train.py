@@ -47,12 +47,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.bounds import Bound
+import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import check_configs
 from graphmem.builders.pipeline import open_train_graphset, train_sources
-from graphmem.checkpoint import checkpoint_inputs
-from graphmem.cli import (
+from graphmem.config.bounds import Bound
+from graphmem.config.cli import (
     METRICS,
     check_int,
     check_out_dir,
@@ -64,20 +63,22 @@ from graphmem.cli import (
     run_or_exit,
     set_threads,
 )
-from graphmem.device import resolve_device
-from graphmem.errors import NothingMeasuredError
+from graphmem.config.launch import check_command_line
+from graphmem.core import Budget
+from graphmem.core.device import resolve_device
+from graphmem.core.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy, write_jsonl
+from graphmem.eval.plots import plot_learning_curves
 from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.runs import node_sweep_payload, paired_groups, plot_node_sweep
 from graphmem.eval.stats import comparisons_markdown, fold_summary
-from graphmem.graphset import GraphSet, union
-from graphmem.io import atomic_write, write_json
-from graphmem.launch import check_command_line
-from graphmem.paths import check_name, run_path
-from graphmem.plots import plot_learning_curves
-from graphmem.policies import POLICIES, Budget
+from graphmem.policies import POLICIES
 from graphmem.policies.router import RouterPolicy
-from graphmem.run_folder import open_run_folder_on_main
+from graphmem.store.checkpoint import checkpoint_inputs
+from graphmem.store.graphset import GraphSet, union
+from graphmem.store.io import atomic_write, write_json
+from graphmem.store.paths import check_name, run_path
+from graphmem.store.run_folder import open_run_folder_on_main
 from graphmem.tracking import (
     describe_artifact,
     experiment_group,
@@ -103,7 +104,7 @@ ARTIFACTS = (
     "tracking",
     "wandb",
 )
-"""What a run writes in its folder (graphmem.run_folder moves an earlier run's aside)."""
+"""What a run writes in its folder (graphmem.store.run_folder moves an earlier run's aside)."""
 
 log = logging.getLogger(__name__)
 FOLD_LIST = Bound(0, each=True, null=True)

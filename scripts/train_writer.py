@@ -26,11 +26,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import load_graphset, run_or_exit, set_threads
+import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.config.cli import load_graphset, run_or_exit, set_threads
+from graphmem.config.launch import check_command_line
 from graphmem.eval.harness import write_jsonl
-from graphmem.io import atomic_write, write_json
-from graphmem.launch import check_command_line
+from graphmem.store.io import atomic_write, write_json
 from rl.gnn.train import load_reader
 from rl.writer.grpo import WriterConfig
 from rl.writer.run import plot_curve, report_to_wandb, run_warm_start, run_writer

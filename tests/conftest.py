@@ -18,5 +18,5 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # registry-driven tests (names taken from graphmem.policies.POLICIES) cover them too.
 import example_policy  # noqa: E402,F401
 
-import graphmem.config  # noqa: E402,F401  (registers the config-group schemas; tests compose configs)
+import graphmem.config.schemas  # noqa: E402,F401  (registers the config-group schemas; tests compose configs)
 import rl.walk  # noqa: E402,F401  (adds the trainer schema: tests compose train without loading its script)

@@ -30,7 +30,15 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRELOAD = ["torch", "torch_geometric", "hydra", "omegaconf", "graphmem.config", "graphmem.cli", "graphmem.graphset"]
+PRELOAD = [
+    "torch",
+    "torch_geometric",
+    "hydra",
+    "omegaconf",
+    "graphmem.config.schemas",
+    "graphmem.config.cli",
+    "graphmem.store.graphset",
+]
 _server: dict[str, object] = {}
 
 

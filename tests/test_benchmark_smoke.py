@@ -125,7 +125,7 @@ def test_dataset_section_times_every_question_three_ways(tmp_path):
 def test_peak_memory_sees_a_large_temporary():
     import torch
 
-    from graphmem.peak_memory import PeakMemory
+    from graphmem.tracking.peak_memory import PeakMemory
 
     with PeakMemory("cpu") as small:
         torch.ones(1000).sum()

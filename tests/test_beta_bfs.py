@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.graph import MemoryGraph
-from graphmem.policies import Budget, Query, make_policy
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.tokens import count_tokens, serialize_node
+from graphmem.policies import make_policy
 from graphmem.policies.beta_bfs import BetaBFS
-from graphmem.tokens import count_tokens, serialize_node
 
 sys.path.insert(0, str(Path(__file__).parent))
 from graphmem.eval.references import REFERENCES  # noqa: E402

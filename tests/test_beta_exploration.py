@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from graphmem.cli import make_configured_policy, policy_config
-from graphmem.config import compose
-from graphmem.graph import MemoryGraph
-from graphmem.policies import Budget, Query
+from graphmem.config.cli import make_configured_policy, policy_config
+from graphmem.config.schemas import compose
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.policies.beta_bfs import BetaBFS
 
 Q = Query("q0", "toy question", torch.ones(4))

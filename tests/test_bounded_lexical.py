@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 import torch
 
+from graphmem.builders.synthetic import make_text_graph, text_queries
+from graphmem.core import Budget, Query
 from graphmem.eval.scaling_text import exact_twin, selector_recall, text_scaling_sweep
-from graphmem.lexical import BM25Index
-from graphmem.policies import Budget, Query, make_policy
+from graphmem.index.lexical import BM25Index
+from graphmem.policies import make_policy
 from graphmem.policies.bm25 import BM25EntrySelector, bm25_ranking, bm25_top
 from graphmem.policies.hybrid import HybridEntrySelector
-from graphmem.synthetic import make_text_graph, text_queries
 
 POLICY_DIR = Path(__file__).resolve().parents[1] / "configs" / "policy"
 
@@ -110,7 +111,7 @@ def test_hybrid_above_threshold_finds_the_exact_entries_and_follows_mutations():
 
 def test_text_graph_has_long_and_short_postings():
     graph = make_text_graph(4000, dim=8, seed=1)
-    from graphmem.lexical import bm25_for
+    from graphmem.index.lexical import bm25_for
 
     df = bm25_for(graph)._d()["df"]
     assert df.max() > 0.2 * graph.num_nodes and np.median(df[df > 0]) < 0.01 * graph.num_nodes
@@ -208,8 +209,8 @@ def test_hybrid_index_is_set_from_the_command_line():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    import graphmem.config  # noqa: F401  (registers the schemas)
-    from graphmem.cli import make_configured_policy
+    import graphmem.config.schemas  # noqa: F401  (registers the schemas)
+    from graphmem.config.cli import make_configured_policy
 
     def made(cfg):
         return make_configured_policy({k: v for k, v in OmegaConf.to_container(cfg.policy).items() if k != "name"})

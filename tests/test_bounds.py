@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import rl.walk  # noqa: F401  (registers the trainer group's schema)
-from graphmem.bounds import CONFIG_BOUNDS, BoundsError, check_bounds
-from graphmem.cli import ConfigError, name_list, split_names
-from graphmem.config import compose
+from graphmem.config.bounds import CONFIG_BOUNDS, BoundsError, check_bounds
+from graphmem.config.cli import ConfigError, name_list, split_names
+from graphmem.config.schemas import compose
 from graphmem.docgen.headline import render_headline
 from graphmem.docgen.sources import ResultsFileError
 from tests.one_line_errors import error_line, run_script
@@ -130,7 +130,7 @@ def test_a_refused_input_is_one_line_before_any_work(tmp_path, script, overrides
 
 
 def test_a_pooled_set_is_of_its_dataset_kind(tmp_path):
-    from graphmem.cli import saved_dataset_kind
+    from graphmem.config.cli import saved_dataset_kind
 
     (tmp_path / "manifest.json").write_text(
         json.dumps({"dataset": "hotpotqa-pooled", "provenance": {"dataset": "hotpotqa"}})

@@ -13,7 +13,7 @@ from graphmem.builders.hotpotqa import build_hotpot_graph
 from graphmem.builders.hotpotqa import node_texts as hotpot_texts
 from graphmem.builders.locomo import build_locomo_graph, node_texts
 from graphmem.datasets import data_file, load_hotpotqa, load_locomo
-from graphmem.embed import HashingEncoder
+from graphmem.index.embed import HashingEncoder
 
 ENC = HashingEncoder(64)
 CFG = GraphConfig(encoder="hashing", semantic_threshold=0.2)

@@ -19,7 +19,7 @@ from graphmem.builders.registry import load_units
 from graphmem.builders.sentences import split_sentences
 from graphmem.builders.units import pooled_name
 from graphmem.datasets import data_file, load_hotpotqa, load_musique
-from graphmem.embed import HashingEncoder
+from graphmem.index.embed import HashingEncoder
 
 MUSIQUE = "musique/musique_ans_50.json"
 HOTPOT = "hotpotqa/hotpot_dev_distractor_200.jsonl"

@@ -21,7 +21,7 @@ from graphmem.builders.registry import load_units
 from graphmem.builders.sentences import split_sentences
 from graphmem.builders.units import TextSizeError
 from graphmem.datasets import data_file, load_locomo
-from graphmem.embed import HashingEncoder
+from graphmem.index.embed import HashingEncoder
 from tests import script_runner
 from tests.one_line_errors import error_line, run_script
 

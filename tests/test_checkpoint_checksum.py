@@ -1,4 +1,4 @@
-"""Checkpoints carry a SHA-256 over their tensors (graphmem.checkpoint): a damaged file is refused in one line."""
+"""Checkpoints carry a SHA-256 over their tensors (graphmem.store.checkpoint): a damaged file is refused in one line."""
 
 import re
 import shutil
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.checkpoint import FORMAT, CheckpointError, load_checkpoint, save_checkpoint, state_digest
 from graphmem.policies.gnn import GNNPolicy
 from graphmem.policies.router import RouterPolicy
+from graphmem.store.checkpoint import FORMAT, CheckpointError, load_checkpoint, save_checkpoint, state_digest
 from models.gnn_reader import GNNReader
 from rl.gnn.train import load_reader
 from rl.gnn.train import save_checkpoint as save_reader

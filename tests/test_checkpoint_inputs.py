@@ -1,4 +1,4 @@
-"""Checkpoints know their inputs: encoder, embedding size, graph set and training split (graphmem.checkpoint)."""
+"""Checkpoints know their inputs: encoder, embedding size, graph set and training split (graphmem.store.checkpoint)."""
 
 import logging
 from pathlib import Path
@@ -10,11 +10,11 @@ from script_loader import load_script
 
 import rl.walk  # noqa: F401  (adds the trainer schema before Hydra composes train)
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
-from graphmem.checkpoint import CheckpointError, check_policies
-from graphmem.embed import CachedEncoder, HashingEncoder
-from graphmem.graphset import GraphSet
+from graphmem.index.embed import CachedEncoder, HashingEncoder
 from graphmem.policies.gnn import GNNPolicy
 from graphmem.policies.router import RouterPolicy
+from graphmem.store.checkpoint import CheckpointError, check_policies
+from graphmem.store.graphset import GraphSet
 from models.gnn_reader import GNNReader, ReaderConfig
 from rl.gnn.train import save_checkpoint as save_reader
 from tests.one_line_errors import error_line, run_script
@@ -94,7 +94,7 @@ def test_a_router_on_a_set_of_another_encoder_or_size_is_refused(trained, other,
 
 def test_evaluating_on_training_graphs_warns_or_refuses_under_strict_split(trained, caplog):
     tmp, sets, payload, best = trained
-    with caplog.at_level(logging.WARNING, logger="graphmem.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="graphmem.store.checkpoint"):
         check_policies({"router": RouterPolicy(checkpoint=best, device="cpu")}, sets["minilm_like"])
     assert "were used to train or select the checkpoint" in caplog.text
     held_out = sets["minilm_like"]
@@ -109,7 +109,7 @@ def test_evaluating_on_training_graphs_warns_or_refuses_under_strict_split(train
         questions=[held_out.questions[i] for i in keep],
         query_embeddings=held_out.query_embeddings[keep],
     )
-    with caplog.at_level(logging.WARNING, logger="graphmem.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="graphmem.store.checkpoint"):
         check_policies({"router": RouterPolicy(checkpoint=best, device="cpu", strict_split=True)}, view)
     assert "train or select" not in caplog.text  # the test graphs alone: nothing to say
     with pytest.raises(CheckpointError, match=r"policy.strict_split=true"):
@@ -118,7 +118,7 @@ def test_evaluating_on_training_graphs_warns_or_refuses_under_strict_split(train
 
 def test_a_gnn_checkpoint_records_and_checks_its_inputs(trained):
     tmp, sets, _, _ = trained
-    from graphmem.checkpoint import checkpoint_inputs
+    from graphmem.store.checkpoint import checkpoint_inputs
 
     graphs = sorted(sets["minilm_like"].graphs)
     reader = GNNReader(ReaderConfig(input_dim=384, hidden_dim=16))

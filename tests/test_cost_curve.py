@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from graphmem.errors import InputError
+from graphmem.core.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fold_runs import trainer, two_folds  # noqa: E402
@@ -99,7 +99,7 @@ def test_training_command_overrides_compose_back_to_the_recorded_config():
     from omegaconf import OmegaConf
 
     import rl.walk  # noqa: F401  (the trainer schema)
-    from graphmem.config import compose
+    from graphmem.config.schemas import compose
     from graphmem.eval.runs import run_overrides
 
     given = [

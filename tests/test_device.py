@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.policies import POLICIES, Budget, Query
+from graphmem.core import Budget, Query
+from graphmem.policies import POLICIES
 
 sys.path.insert(0, str(Path(__file__).parent))
 from varied_graphs import varied_posterior_graph  # noqa: E402

@@ -7,10 +7,10 @@ import math
 
 import torch
 
-from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget
+from graphmem.builders.synthetic import make_bridge_graph
+from graphmem.core import Budget
+from graphmem.core.graph import MemoryGraph
 from graphmem.policies.walk import walk
-from graphmem.synthetic import make_bridge_graph
 from models.edge_encoder import EdgeEncoder, build_pair_table, pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.walk.objectives import imitation_loss

@@ -9,9 +9,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.graphset import GraphSet
-from graphmem.synthetic import make_synthetic_graph
+from graphmem.store.graphset import GraphSet
 from graphmem.tracking import read_runs
 from tests import script_runner
 

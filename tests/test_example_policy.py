@@ -15,10 +15,10 @@ import torch
 from example_policy import CosineBFS
 from hydra import compose, initialize_config_dir
 
+from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.graphset import GraphSet
 from graphmem.policies import POLICIES
-from graphmem.synthetic import make_synthetic_graph
+from graphmem.store.graphset import GraphSet
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))

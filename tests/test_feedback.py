@@ -9,13 +9,13 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from graphmem.config import config_dir_of
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.config.schemas import config_dir_of
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.graph import MemoryGraph
-from graphmem.graphset import GraphSet
-from graphmem.policies.base import Budget, Query
 from graphmem.policies.beta_bfs import BetaBFS
-from graphmem.synthetic import make_synthetic_graph
+from graphmem.store.graphset import GraphSet
 from graphmem.tracking import read_runs
 from rl.common.splits import within_conversation_split
 

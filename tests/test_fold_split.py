@@ -5,7 +5,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
-from graphmem.config import compose, to_object
+from graphmem.config.schemas import compose, to_object
 from rl.common.splits import FoldSplit
 
 SPLITTING = [

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.lexical_features import dense_features, lexical_inputs, pair_features
-from graphmem.policies.base import Budget, Query
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.core import Budget, Query
+from graphmem.index.lexical_features import dense_features, lexical_inputs, pair_features
 from graphmem.policies.batched import pad_rows
 from graphmem.policies.gnn import BallScores, GNNPolicy, batched_walk
 from graphmem.policies.subgraph import layered_subgraphs, relational_rows
-from graphmem.synthetic import make_synthetic_graph
 from models.gnn_reader import GNNReader, ball_scores
 
 sys.path.insert(0, str(Path(__file__).parent))

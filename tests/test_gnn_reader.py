@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.policies.batched import pad_rows
 from graphmem.policies.gnn import GNNPolicy, batched_walk
 from graphmem.policies.selectors import EmbeddingEntrySelector
@@ -293,8 +293,8 @@ def test_graph_split_is_a_conversation_fold():
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
-    from graphmem.checkpoint import CheckpointError
     from graphmem.policies.gnn import GNNPolicy
+    from graphmem.store.checkpoint import CheckpointError
 
     with pytest.raises(CheckpointError, match=r"policy.checkpoint='.*no-reader.pt': no such checkpoint file"):
         GNNPolicy(checkpoint=tmp_path / "no-reader.pt")

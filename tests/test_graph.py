@@ -6,8 +6,8 @@ import struct
 import pytest
 import torch
 
-from graphmem.graph import GraphError, MemoryGraph
-from graphmem.io import SCHEMA_VERSION, load_graph, save_graph
+from graphmem.core.graph import GraphError, MemoryGraph
+from graphmem.store.io import SCHEMA_VERSION, load_graph, save_graph
 
 
 def toy_graph() -> MemoryGraph:

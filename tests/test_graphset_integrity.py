@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from graphmem.graphset import GraphSet, file_sha256
-from graphmem.setstore import GraphSetError, add_files, content_sha256
+from graphmem.store.graphset import GraphSet, file_sha256
+from graphmem.store.setstore import GraphSetError, add_files, content_sha256
 from tests.small_sets import saved_locomo_set
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from graphmem.builders import GraphConfig, ground_mentions, link_mentions
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
 from models.gnn_reader import GNNReader
 from rl.writer.format import anchor_map, format_score, judged_lines, parse_triples, repetition_rate, well_formed
 from rl.writer.grpo import (

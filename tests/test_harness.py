@@ -6,11 +6,11 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from graphmem.core import Budget, Query, Retrieval
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
 from graphmem.eval.harness import budget_sweep, evaluate_policy, scaled_budgets, sweep_curve, write_jsonl
 from graphmem.eval.report import full_report, markdown_table, plot_budget_curves, results_payload, table_data
-from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval
 
 
 @dataclass

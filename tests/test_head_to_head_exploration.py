@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.config import compose
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.config.schemas import compose
+from graphmem.core import Budget
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.eval.harness import evaluate_policy
-from graphmem.graphset import GraphSet
-from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
-from graphmem.synthetic import make_synthetic_graph
+from graphmem.store.graphset import GraphSet
 
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_study  # noqa: E402

@@ -94,12 +94,14 @@ def test_no_import_cycle_in_the_library(graph):
 
 
 def test_graph_set_imports_no_builder(graph):
-    up = sorted(m for m in graph["graphmem.graphset"] if m == "graphmem.builders" or m.startswith("graphmem.builders."))
-    assert not up, f"graphmem/graphset.py imports {up}"
+    up = sorted(
+        m for m in graph["graphmem.store.graphset"] if m == "graphmem.builders" or m.startswith("graphmem.builders.")
+    )
+    assert not up, f"graphmem/store/graphset.py imports {up}"
 
 
 def test_policy_types_do_not_import_scope(graph):
-    assert "graphmem.policies.scope" not in graph["graphmem.policies.types"]
+    assert "graphmem.policies.scope" not in graph["graphmem.core.retrieval"]
 
 
 def test_the_cycle_finder_sees_a_circle():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from graphmem.cli import preflight
+from graphmem.config.cli import preflight
 from graphmem.datasets.hotpotqa import load_hotpotqa
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file

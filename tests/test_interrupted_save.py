@@ -8,14 +8,14 @@ import time
 
 import torch
 
-from graphmem.graph import MemoryGraph
-from graphmem.io import load_graph, save_graph
+from graphmem.core.graph import MemoryGraph
+from graphmem.store.io import load_graph, save_graph
 from tests import script_runner
 
 WRITER = textwrap.dedent("""
     import sys, torch
-    from graphmem.graph import MemoryGraph
-    from graphmem.io import save_graph
+    from graphmem.core.graph import MemoryGraph
+    from graphmem.store.io import save_graph
     n = 40_000
     g = MemoryGraph.empty(dim=384)
     g.add_nodes([f"n{i}" for i in range(n)], ["new text"] * n, torch.ones(n, 384))

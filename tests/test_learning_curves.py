@@ -1,8 +1,8 @@
-"""Learning curves of a phased trainer (graphmem.plots): epochs counted across phases, a real PNG."""
+"""Learning curves of a phased trainer (graphmem.eval.plots): epochs counted across phases, a real PNG."""
 
 from __future__ import annotations
 
-from graphmem.plots import phase_starts, plot_learning_curves
+from graphmem.eval.plots import phase_starts, plot_learning_curves
 
 HISTORY = [
     {"phase": "imitation", "epoch": 0, "return": 0.4, "val_return": 0.5},

@@ -7,10 +7,9 @@ import pytest
 import torch
 
 from graphmem.builders import DataConfig, GraphConfig, reuse_or_build
+from graphmem.core.graph import MemoryGraph
 from graphmem.eval.references import okapi
-from graphmem.graph import MemoryGraph
-from graphmem.graphset import GraphSet, GraphSetError
-from graphmem.lexical import (
+from graphmem.index.lexical import (
     BM25Index,
     LexicalIndexError,
     attach_lexical,
@@ -19,6 +18,7 @@ from graphmem.lexical import (
     lexical_files,
     tokenize,
 )
+from graphmem.store.graphset import GraphSet, GraphSetError
 
 DOCS = ["the cat sat on the mat", "dog dog barks", "a cat and a dog", "quiet evening"]
 

@@ -1,4 +1,4 @@
-"""Lexical features of query and node text (graphmem/lexical_features.py): exact values by hand, the
+"""Lexical features of query and node text (graphmem/index/lexical_features.py): exact values by hand, the
 pair and dense paths agree, they read no gold, the walk scorer learns a rare shared word the embedding
 does not show, and ``lexical=False`` is the scorer without them."""
 
@@ -9,12 +9,13 @@ import math
 
 import torch
 
+from graphmem.core import Budget
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
 from graphmem.eval.harness import evaluate_policy
-from graphmem.graph import MemoryGraph
-from graphmem.lexical import bm25_for
-from graphmem.lexical_features import dense_features, lexical_inputs, pair_features, query_kinds
-from graphmem.policies import Budget, make_policy
+from graphmem.index.lexical import bm25_for
+from graphmem.index.lexical_features import dense_features, lexical_inputs, pair_features, query_kinds
+from graphmem.policies import make_policy
 from graphmem.policies.walk import walk
 from models.edge_encoder import EDGE_FEATURE_DIM, NUM_PAIR_FEATURES
 from models.gnn_reader import GNNReader

@@ -6,13 +6,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from graphmem.cli import make_configured_policy
-from graphmem.config import compose
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.config.cli import make_configured_policy
+from graphmem.config.schemas import compose
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.eval.references import REFERENCES
-from graphmem.graph import MemoryGraph
-from graphmem.policies import Budget, Query, make_entry_selector, make_policy
+from graphmem.policies import make_entry_selector, make_policy
 from graphmem.policies.hybrid import HybridEntrySelector, rrf
-from graphmem.synthetic import make_synthetic_graph
 
 WALKS = ["beta_bfs", "ppr", "uniform_bfs", "router", "gnn"]
 WORDS = "apple river stone cloud garden lamp violin harbor meadow pepper".split()

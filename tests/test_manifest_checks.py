@@ -11,10 +11,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import graphmem.setformat
+import graphmem.store.setformat
 from graphmem.builders import DataConfig, GraphConfig, reuse_or_build
-from graphmem.graphset import GraphSet
-from graphmem.setstore import GraphSetError, content_sha256, file_sha256
+from graphmem.store.graphset import GraphSet
+from graphmem.store.setstore import GraphSetError, content_sha256, file_sha256
 from tests.one_line_errors import error_line, run_script
 from tests.small_sets import saved_locomo_set
 
@@ -160,7 +160,7 @@ def test_a_full_disk_during_a_rebuild_is_one_line_and_keeps_the_previous_set(tmp
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(graphmem.setformat, "save_graph", full_disk)
+    monkeypatch.setattr(graphmem.store.setformat, "save_graph", full_disk)
     with pytest.raises(GraphSetError) as err:
         reuse_or_build(DATA, graph, out, progress=False, force=True)
     message = str(err.value)

@@ -11,11 +11,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from graphmem.config import config_dir_of
-from graphmem.graph import MemoryGraph
+from graphmem.config.schemas import config_dir_of
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.llm.retriever import LLMEntryRetriever
-from graphmem.policies.base import Budget, Query
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.tracking import read_runs
 

@@ -14,9 +14,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphmem.graph import FEEDBACK_LABELS, MemoryGraph
+from graphmem.core import Budget, Query
+from graphmem.core.graph import FEEDBACK_LABELS, MemoryGraph
 from graphmem.llm.schemas import Generation, Reflection, parse_structured
-from graphmem.policies.base import Budget, Query
 from graphmem.policies.beta_bfs import BetaBFS
 from tests.script_loader import load_study
 

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
 from graphmem.eval.metrics import aggregate, percentile, question_metrics, summarize
-from graphmem.graph import MemoryGraph
 
 
 def toy_graph(ids, titles=None) -> MemoryGraph:

@@ -11,10 +11,10 @@ from script_loader import load_script, load_study
 from script_runner import run as run_script
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
-from graphmem.checkpoint import checkpoint_inputs
 from graphmem.docgen.sources import ResultsFileError
-from graphmem.graphset import GraphSet
-from graphmem.setstore import file_sha256
+from graphmem.store.checkpoint import checkpoint_inputs
+from graphmem.store.graphset import GraphSet
+from graphmem.store.setstore import file_sha256
 
 ROOT = Path(__file__).resolve().parents[1]
 study = load_study("multihop", "run")

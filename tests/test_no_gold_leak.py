@@ -14,11 +14,12 @@ from pathlib import Path
 
 import torch
 
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.core import Budget, Query, RetrievalBatch
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.eval.harness import evaluate_policy
-from graphmem.graphset import GraphSet
-from graphmem.policies import POLICIES, Budget, Query, RetrievalBatch, TraversalPolicy
-from graphmem.synthetic import make_synthetic_graph
+from graphmem.policies import POLICIES, TraversalPolicy
+from graphmem.store.graphset import GraphSet
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pytest  # noqa: E402

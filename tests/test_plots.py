@@ -1,12 +1,12 @@
-"""graphmem.plots: the retrieval picture's layout by hand, the confidence band, and readable PNGs."""
+"""graphmem.eval.plots: the retrieval picture's layout by hand, the confidence band, and readable PNGs."""
 
 import math
 
 import pytest
 import torch
 
-from graphmem.graph import MemoryGraph
-from graphmem.plots import (
+from graphmem.core.graph import MemoryGraph
+from graphmem.eval.plots import (
     mean_ci,
     plot_learning_curves,
     plot_recall_vs_budget,

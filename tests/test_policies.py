@@ -14,11 +14,12 @@ import pytest
 import torch
 import yaml
 
-from graphmem.graph import MemoryGraph
-from graphmem.policies import ENTRY_SELECTORS, POLICIES, Budget, Query, make_entry_selector, make_policy
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
+from graphmem.policies import ENTRY_SELECTORS, POLICIES, make_entry_selector, make_policy
 from graphmem.policies.selectors import EmbeddingEntrySelector, EntrySelector, validate_entries
 from graphmem.policies.uniform_bfs import UniformBFS
-from graphmem.synthetic import make_synthetic_graph
 
 sys.path.insert(0, str(Path(__file__).parent))
 from varied_graphs import varied_posterior_graph  # noqa: E402
@@ -154,8 +155,8 @@ def test_policy_yaml_matches_the_constructor(path, tmp_path):
     default is listed in the file, and the config builds the policy."""
     from omegaconf import OmegaConf
 
-    from graphmem.cli import make_configured_policy
-    from graphmem.config import policy_option
+    from graphmem.config.cli import make_configured_policy
+    from graphmem.config.schemas import policy_option
 
     listed = set(yaml.safe_load(path.read_text())) - {"defaults", "_target_"}
     cfg = OmegaConf.to_container(policy_option(path), resolve=True)
@@ -219,14 +220,14 @@ def test_a_policy_class_is_named_by_its_dotted_path():
     assert POLICIES.resolve("example_policy.CosineBFS") is CosineBFS
     assert make_policy("example_policy.CosineBFS").name == "cosine_bfs"
     with pytest.raises(ValueError, match="is not a policy class"):
-        POLICIES.resolve("graphmem.policies.types.Budget")
+        POLICIES.resolve("graphmem.core.retrieval.Budget")
     with pytest.raises(ValueError, match="cannot import"):
         POLICIES.resolve("no_such_package.Policy")
 
 
 @pytest.mark.parametrize("sizes", [(5, 0, 7), (3000, 2500, 1200)], ids=["sorted", "placed"])
 def test_merge_by_query_equals_a_stable_sort_of_the_parts(sizes):
-    from graphmem.policies.types import SORT_BELOW, group_by_query, merge_by_query
+    from graphmem.core.retrieval import SORT_BELOW, group_by_query, merge_by_query
 
     gen = torch.Generator().manual_seed(0)
     parts = []

@@ -12,7 +12,7 @@ from graphmem.builders.pipeline import BUILDER_VERSION
 from graphmem.builders.registry import REGISTRY, load_units
 from graphmem.builders.units import pooled_name
 from graphmem.datasets import data_file
-from graphmem.embed import HashingEncoder
+from graphmem.index.embed import HashingEncoder
 
 FILES = {
     "hotpotqa": "hotpotqa/hotpot_dev_distractor_200.jsonl",

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.graph import MemoryGraph
-from graphmem.policies import Budget, Query
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.policies.ppr import PersonalizedPageRank, transition_matrix
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.policies.ppr import PersonalizedPageRank
 from graphmem.policies.push import forward_push
 from graphmem.policies.scope import Scope
-from graphmem.synthetic import make_synthetic_graph
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_ppr import small_graph  # noqa: E402

@@ -11,13 +11,13 @@ import litellm
 import pytest
 import torch
 
+from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.graphset import GraphSet
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.qa.answer import Answerer, AnswerRequest, IntentPredictor, make_intent_predictor
 from graphmem.qa.judge import Judge
 from graphmem.qa.run import QASettings, evaluate_qa, make_components
-from graphmem.synthetic import make_synthetic_graph
+from graphmem.store.graphset import GraphSet
 
 GOLD_MARK = "QZXGOLD"
 
@@ -119,7 +119,7 @@ def test_judge_sees_the_gold_answer_but_never_the_category(captured):
 def test_types_on_the_answer_path_hold_no_gold_fields():
     gold = {"answer", "category", "evidence", "support_titles", "dangling_evidence"}
     assert not gold & {f.name for f in dataclasses.fields(AnswerRequest)}
-    from graphmem.policies.base import Query
+    from graphmem.core import Query
 
     assert not gold & {f.name for f in dataclasses.fields(Query)}
 

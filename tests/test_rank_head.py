@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.eval.harness import evaluate_policy
-from graphmem.graph import MemoryGraph
-from graphmem.graphset import GraphSet
-from graphmem.policies.base import Budget, Query
 from graphmem.policies.rank_features import NUM_RANK_FEATURES, list_pairs
 from graphmem.policies.router import RouterPolicy
+from graphmem.store.graphset import GraphSet
 from models.rank_head import RankHead, RankHeadConfig, RankInputs, listwise_loss
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.walk.rank import Lists, RankConfig, ranked_recall, train_rank_head

@@ -5,12 +5,13 @@ import pytest
 import torch
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
+from graphmem.core import Budget, Query, Retrieval, RetrievalBatch
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.references import make_test_policy
-from graphmem.graph import MemoryGraph
-from graphmem.graphset import GraphSet
-from graphmem.policies import POLICIES, Budget, Query, Retrieval, RetrievalBatch, Scope, TraversalPolicy
+from graphmem.policies import POLICIES, Scope, TraversalPolicy
+from graphmem.store.graphset import GraphSet
 
 
 class LoadAllRankByCosine(TraversalPolicy):

@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from graphmem.cli import run_or_exit
-from graphmem.config import compose
-from graphmem.graph import GraphError, MemoryGraph
-from graphmem.io import SCHEMA_VERSION, _digest, load_graph
+from graphmem.config.cli import run_or_exit
+from graphmem.config.schemas import compose
+from graphmem.core.graph import GraphError, MemoryGraph
+from graphmem.store.io import SCHEMA_VERSION, _digest, load_graph
 from rl.common.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tests import script_runner
 from tests.script_loader import load_script

@@ -10,8 +10,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
-from graphmem.cli import run_or_exit
-from graphmem.embed import HashingEncoder
+from graphmem.config.cli import run_or_exit
+from graphmem.index.embed import HashingEncoder
 from rl.walk.trainer import TrainConfig
 from tests.script_loader import load_script
 

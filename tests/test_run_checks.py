@@ -11,11 +11,11 @@ import litellm
 import pytest
 from hydra import compose, initialize_config_dir
 
-from graphmem.cli import is_variable_name, run_or_exit
-from graphmem.config import config_dir_of
-from graphmem.errors import NothingMeasuredError
+from graphmem.config.cli import is_variable_name, run_or_exit
+from graphmem.config.schemas import config_dir_of
+from graphmem.core.errors import NothingMeasuredError
 from graphmem.llm.client import LLMClient, LLMConfig
-from graphmem.lockfile import FileLock
+from graphmem.store.lockfile import FileLock
 from tests import script_runner
 from tests.script_loader import load_script, load_study
 from tests.small_sets import saved_locomo_set

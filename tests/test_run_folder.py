@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.lockfile import FileLock
-from graphmem.run_folder import RunFolderError, differing_keys, open_run_folder
+from graphmem.store.lockfile import FileLock
+from graphmem.store.run_folder import RunFolderError, differing_keys, open_run_folder
 from tests import script_runner
 from tests.small_sets import saved_locomo_set
 
@@ -22,7 +22,7 @@ CONFIG = {"trainer": {"seed": 0, "lr_router": 0.003, "epochs": 2, "resume": Fals
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from graphmem.run_folder import open_run_folder
+    from graphmem.store.run_folder import open_run_folder
     folder = open_run_folder(sys.argv[1], {"trainer": {"seed": 0}}, resume=False)
     print(folder.run_id, flush=True)
     time.sleep(600)
@@ -46,7 +46,7 @@ def test_a_live_run_holds_its_folder_and_a_dead_ones_lock_is_stale(tmp_path, cap
         holder.wait()
     with open_run_folder(tmp_path, CONFIG, resume=False) as folder:  # the kernel dropped the dead run's lock
         assert folder.run_id != run_id and not folder.resumed
-        probe = f"from graphmem.lockfile import FileLock; FileLock({str(tmp_path / '.run.lock')!r}).acquire()"
+        probe = f"from graphmem.store.lockfile import FileLock; FileLock({str(tmp_path / '.run.lock')!r}).acquire()"
         proc = script_runner.run([sys.executable, "-c", probe], env=_env(), timeout=120)
         assert proc.returncode != 0 and "LockBusyError" in proc.stderr  # a raw second lock is refused too
     assert f"took over the stale lock of run {run_id}" in caplog.text

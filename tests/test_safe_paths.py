@@ -1,4 +1,4 @@
-"""Names from a config never put a file outside the run's out_dir (graphmem.paths)."""
+"""Names from a config never put a file outside the run's out_dir (graphmem.store.paths)."""
 
 import os
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from graphmem.paths import PathNameError, check_name, inside, run_path
+from graphmem.store.paths import PathNameError, check_name, inside, run_path
 from tests.one_line_errors import error_line, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_a_policy_named_like_a_path_is_oneerror_line(tmp_path):
 
 
 def test_a_fresh_run_never_moves_files_reached_through_a_symlink_out_of_its_folder(tmp_path):
-    from graphmem.run_folder import open_run_folder
+    from graphmem.store.run_folder import open_run_folder
 
     out, victim = tmp_path / "out", tmp_path / "victim" / "router"
     out.mkdir()

@@ -3,8 +3,8 @@
 import json
 
 from graphmem.builders import DataConfig, GraphConfig, graphset_dir
-from graphmem.graphset import GraphSet
-from graphmem.setstore import keep_aside
+from graphmem.store.graphset import GraphSet
+from graphmem.store.setstore import keep_aside
 from tests.one_line_errors import error_line, run_script
 from tests.small_sets import saved_locomo_set
 

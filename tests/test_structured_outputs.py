@@ -11,13 +11,13 @@ import litellm
 import pytest
 import torch
 
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.core import Budget, Query
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.llm.extractors import LLMCausalJudge, LLMEntityExtractor
 from graphmem.llm.retriever import LLMEntryRetriever
 from graphmem.llm.schemas import CausalJudgement, EntrySelection, EventExtraction, JudgeScore, response_schema
-from graphmem.policies.base import Budget, Query
 from graphmem.qa.judge import Judge, JudgeItem
-from graphmem.synthetic import make_synthetic_graph
 
 REAL_COMPLETION = litellm.completion
 

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from graphmem.graph import RELATIONS
-from graphmem.policies import Budget, make_policy
-from graphmem.synthetic import make_bridge_graph, make_synthetic_graph
+from graphmem.builders.synthetic import make_bridge_graph, make_synthetic_graph
+from graphmem.core import Budget
+from graphmem.core.graph import RELATIONS
+from graphmem.policies import make_policy
 
 
 def test_synthetic_graph_shape_mix_and_texts():

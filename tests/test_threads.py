@@ -9,8 +9,8 @@ import pytest
 import torch
 import yaml
 
-from graphmem.cli import ConfigError, set_threads
-from graphmem.config import config_dir_of
+from graphmem.config.cli import ConfigError, set_threads
+from graphmem.config.schemas import config_dir_of
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ALLOWED = len(os.sched_getaffinity(0))

@@ -3,7 +3,7 @@
 from omegaconf import OmegaConf
 
 import rl.walk.trainer
-from graphmem.config import compose
+from graphmem.config.schemas import compose
 from rl.walk.throughput import training_throughput
 from rl.walk.trainer import TrainConfig as WalkConfig
 from rl.walk.trainer import WalkTrainer

@@ -10,9 +10,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.graphset import GraphSet
-from graphmem.synthetic import make_synthetic_graph
+from graphmem.store.graphset import GraphSet
 from graphmem.tracking import (
     JsonlTracker,
     LoggerConfig,

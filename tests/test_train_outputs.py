@@ -10,8 +10,8 @@ from script_loader import load_script
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.datasets import data_file
-from graphmem.embed import HashingEncoder
 from graphmem.eval.stats import fold_std
+from graphmem.index.embed import HashingEncoder
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 HASHING = ["graph.encoder=hashing", "logger=none", "progress=false"]

@@ -14,11 +14,11 @@ from script_loader import load_script
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.builders.pipeline import open_train_graphset, train_sources
-from graphmem.checkpoint import check_inputs
 from graphmem.datasets import data_file
-from graphmem.embed import HashingEncoder
-from graphmem.graphset import GraphSet
-from graphmem.setstore import file_sha256
+from graphmem.index.embed import HashingEncoder
+from graphmem.store.checkpoint import check_inputs
+from graphmem.store.graphset import GraphSet
+from graphmem.store.setstore import file_sha256
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 HASHING = ["graph.encoder=hashing", "logger=none", "progress=false"]

@@ -5,11 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.graph import MemoryGraph
-from graphmem.policies import Budget, Query, make_entry_selector, make_policy
-from graphmem.policies.selectors import EmbeddingEntrySelector
-from graphmem.synthetic import make_synthetic_graph
-from graphmem.vector_index import (
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
+from graphmem.index.vector_index import (
     IndexSpec,
     VectorIndex,
     VectorIndexError,
@@ -18,6 +17,8 @@ from graphmem.vector_index import (
     index_files,
     index_for,
 )
+from graphmem.policies import make_entry_selector, make_policy
+from graphmem.policies.selectors import EmbeddingEntrySelector
 
 BUDGET = Budget()
 
@@ -205,8 +206,8 @@ def test_ann_entries_over_a_graph_batch_are_each_graphs_own(policy):
 def test_indexes_saved_with_a_graph_set_are_checksummed_and_attached_on_load(tmp_path, monkeypatch):
     import json
 
-    from graphmem.graphset import GraphSet
-    from graphmem.setstore import GraphSetError, add_files
+    from graphmem.store.graphset import GraphSet
+    from graphmem.store.setstore import GraphSetError, add_files
     from tests.small_sets import saved_locomo_set
 
     saved = saved_locomo_set(tmp_path, limit=2)
@@ -236,7 +237,7 @@ def test_indexes_saved_with_a_graph_set_are_checksummed_and_attached_on_load(tmp
 def test_build_index_script_adds_the_indexes_to_a_saved_set(tmp_path, capsys):
     from omegaconf import OmegaConf
 
-    from graphmem.graphset import GraphSet
+    from graphmem.store.graphset import GraphSet
     from tests.script_loader import load_script
     from tests.small_sets import saved_locomo_set
 

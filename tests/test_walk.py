@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.core import Budget
+from graphmem.core.graph import MemoryGraph
 from graphmem.policies.walk import step_log_probs, walk, walk_tables, walk_trace
-from graphmem.synthetic import make_synthetic_graph
 from models.edge_encoder import pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphmem.policies.base import Budget
+from graphmem.core import Budget
 from graphmem.policies.walk import rescore, step_logits, walk
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.walk.objectives import LeaveOneOut, MovingBaseline, ppo_loss, reinforce_loss

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphmem.policies.base import Budget
+from graphmem.builders.synthetic import make_bridge_graph
+from graphmem.core import Budget
 from graphmem.policies.walk import walk, walk_tables
-from graphmem.synthetic import make_bridge_graph
 from models.edge_encoder import pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.walk.objectives import (

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import torch
 
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.core import Budget, Query
 from graphmem.datasets.types import Question
-from graphmem.policies import Budget, Query, make_policy
+from graphmem.policies import make_policy
 from graphmem.policies.walk import walk
-from graphmem.synthetic import make_synthetic_graph
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.walk.data import walk_data
 from tests.test_walk_trainer import BUDGET, bridge_set, config, trainer

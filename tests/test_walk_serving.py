@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
-from graphmem.lexical_features import NUM_LEXICAL_FEATURES
-from graphmem.policies import Budget, make_policy
+from graphmem.core import Budget
+from graphmem.index.lexical_features import NUM_LEXICAL_FEATURES
+from graphmem.policies import make_policy
 from graphmem.policies.walk import walk, walk_trace
 from rl.walk.data import walk_data
 from tests.test_walk_router import perturbed_scorer

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
-from graphmem.lexical_features import scope_lexical
-from graphmem.policies import Budget
+from graphmem.core import Budget
+from graphmem.index.lexical_features import scope_lexical
 from graphmem.policies.base import Scope
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.router import RouterPolicy

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from graphmem.builders.synthetic import make_bridge_graph
+from graphmem.core import Budget
 from graphmem.datasets.types import Question
-from graphmem.policies.base import Budget
 from graphmem.policies.walk import walk
-from graphmem.synthetic import make_bridge_graph
 from rl.walk.data import walk_data
 from rl.walk.trainer import TrainConfig, WalkTrainer
 
@@ -115,7 +115,7 @@ def test_trainer_yaml_mirrors_train_config():
     from omegaconf import OmegaConf
 
     yaml = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "configs" / "trainer" / "default.yaml"))
-    assert yaml.pop("defaults") == ["schema", "_self_"]  # typed by TrainConfig (graphmem/config.py)
+    assert yaml.pop("defaults") == ["schema", "_self_"]  # typed by TrainConfig (graphmem/config/schemas.py)
     defaults = TrainConfig()
     assert set(yaml) == {f.name for f in dataclasses.fields(TrainConfig)}
     for part, values in yaml.items():

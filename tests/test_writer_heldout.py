@@ -8,8 +8,8 @@ import json
 import pytest
 
 import rl.common.splits  # noqa: F401  (registers the split schema before compose)
-from graphmem.config import compose
-from graphmem.graphset import GraphSet
+from graphmem.config.schemas import compose
+from graphmem.store.graphset import GraphSet
 from tests.script_loader import load_study
 from tests.small_sets import saved_locomo_set
 

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from graphmem.config import compose
-from graphmem.graphset import GraphSet
+from graphmem.config.schemas import compose
+from graphmem.store.graphset import GraphSet
 from models.gnn_reader import GNNReader
 from rl.gnn.train import save_checkpoint
 from rl.writer.run import moving_mean

@@ -4,8 +4,9 @@
 import torch
 from torch import Tensor
 
-from graphmem.device import resolve_device
-from graphmem.policies import Budget, RetrievalBatch, Scope, TraversalPolicy, make_entry_selector
+from graphmem.core import Budget, RetrievalBatch
+from graphmem.core.device import resolve_device
+from graphmem.policies import Scope, TraversalPolicy, make_entry_selector
 from graphmem.policies.batched import greedy_admit
 from graphmem.policies.tables import token_counts
 

@@ -2,8 +2,8 @@
 
 import torch
 
-from graphmem.graph import MemoryGraph
-from graphmem.synthetic import make_synthetic_graph
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.core.graph import MemoryGraph
 
 
 def varied_posterior_graph(nodes: int = 400, seed: int = 3, avg_degree: float = 6, dim: int = 16) -> MemoryGraph:

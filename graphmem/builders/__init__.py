@@ -1,8 +1,8 @@
-"""Graph builders (writers): dataset records -> :class:`graphmem.graph.MemoryGraph`, and graph sets built from them.
+"""Graph builders (writers): dataset records -> :class:`~graphmem.core.MemoryGraph`, and graph sets built from them.
 
 :mod:`~graphmem.builders.config` holds how graphs are built (:class:`GraphConfig`),
 :mod:`~graphmem.builders.registry` the datasets (one entry each) and :class:`DataConfig`,
-:mod:`~graphmem.builders.pipeline` the build of a saved :class:`graphmem.graphset.GraphSet`.
+:mod:`~graphmem.builders.pipeline` the build of a saved :class:`graphmem.store.graphset.GraphSet`.
 """
 
 from graphmem.builders.config import GraphConfig

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
 
 if TYPE_CHECKING:
     from graphmem.builders.config import GraphConfig

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Protocol, Sequence, runtime_checkable
 
-from graphmem.registry import Registry
+from graphmem.core.registry import Registry
 
 
 @runtime_checkable

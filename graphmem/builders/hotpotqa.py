@@ -23,9 +23,9 @@ from torch import Tensor
 from graphmem.builders import edges as E
 from graphmem.builders.entities import EntityExtractor
 from graphmem.builders.passages import strip_parenthetical
+from graphmem.core.graph import MemoryGraph, default_key
 from graphmem.datasets.hotpotqa import sentence_id, title_id
 from graphmem.datasets.types import HotpotRecord
-from graphmem.graph import MemoryGraph, default_key
 
 if TYPE_CHECKING:
     from graphmem.builders.config import GraphConfig

@@ -22,8 +22,8 @@ from torch import Tensor
 
 from graphmem.builders import edges as E
 from graphmem.builders.entities import EntityExtractor
+from graphmem.core.graph import MemoryGraph, default_key
 from graphmem.datasets.types import Conversation, Turn
-from graphmem.graph import MemoryGraph, default_key
 
 if TYPE_CHECKING:
     from graphmem.builders.config import GraphConfig

@@ -36,10 +36,10 @@ from torch import Tensor
 
 from graphmem.builders import edges as E
 from graphmem.builders.entities import STOPWORDS, EntityExtractor
+from graphmem.core.graph import MemoryGraph, default_key
 from graphmem.datasets.hotpotqa import sentence_id
 from graphmem.datasets.musique import passage_id
 from graphmem.datasets.types import HotpotRecord, MusiqueRecord
-from graphmem.graph import MemoryGraph, default_key
 
 if TYPE_CHECKING:
     from graphmem.builders.config import GraphConfig

@@ -3,7 +3,7 @@
 :func:`build_graphset` loads a dataset through its registry entry (:func:`graphmem.builders.registry.load_units`),
 embeds every node and question in one cached pass and builds one graph per unit; :func:`reuse_or_build`
 keeps a saved set whose config hash matches and which verifies, else builds and commits a new one
-(:mod:`graphmem.setstore`); :func:`graphset_dir` names a source's folder; :func:`open_graphset` is
+(:mod:`graphmem.store.setstore`); :func:`graphset_dir` names a source's folder; :func:`open_graphset` is
 the set a script runs on, :func:`open_train_graphset` the training-only sets beside it
 (``data.train_files`` and ``train_sets``, :func:`train_sources`).
 """
@@ -22,10 +22,10 @@ import torch
 
 from graphmem.builders.config import GraphConfig
 from graphmem.builders.registry import DataConfig, load_units
-from graphmem.graphset import GraphSet, union
-from graphmem.paths import check_name
-from graphmem.setformat import safe_name
-from graphmem.setstore import (
+from graphmem.store.graphset import GraphSet, union
+from graphmem.store.paths import check_name
+from graphmem.store.setformat import safe_name
+from graphmem.store.setstore import (
     GraphSetError,
     drop_unreferenced,
     file_sha256,
@@ -82,8 +82,8 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     Args:
         data_cfg: which file to load.
         graph_cfg: builder settings.
-        encoder: an :class:`graphmem.embed.Encoder`; ``None`` = ``graph_cfg.encoder`` wrapped in
-            :class:`graphmem.embed.CachedEncoder` at ``graph_cfg.cache_dir`` (default: ``None``).
+        encoder: an :class:`graphmem.index.embed.Encoder`; ``None`` = ``graph_cfg.encoder`` wrapped in
+            :class:`graphmem.index.embed.CachedEncoder` at ``graph_cfg.cache_dir`` (default: ``None``).
         progress: show tqdm bars (default: ``True``).
     """
     import time
@@ -92,7 +92,7 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
 
     from graphmem.builders.entities import make_entity_extractor
     from graphmem.datasets.paths import data_file
-    from graphmem.embed import CachedEncoder, encoder_fingerprint, make_encoder
+    from graphmem.index.embed import CachedEncoder, encoder_fingerprint, make_encoder
 
     extractor = make_entity_extractor(graph_cfg.entity_extractor)
     path = data_file(data_cfg.file, data_cfg.root)
@@ -177,7 +177,7 @@ def reuse_or_build(
     there leaves the folder as it was (default: none).
     """
     from graphmem.datasets.paths import data_file
-    from graphmem.lexical import lexical_files
+    from graphmem.index.lexical import lexical_files
 
     out_dir = Path(out_dir)
     wanted = config_hash(data_cfg, graph_cfg, file_sha256(data_file(data_cfg.file, data_cfg.root)))
@@ -240,7 +240,7 @@ def _replacing(
     place. Another source, or one the manifest does not record, is refused with a
     :class:`GraphSetError` naming the folder, what it holds and what was asked, unless ``force``:
     then the old set is kept in ``<out_dir>/replaced-<its config hash[:12]>[-N]/``
-    (:func:`graphmem.setstore.keep_aside`) just before the new one is committed.
+    (:func:`graphmem.store.setstore.keep_aside`) just before the new one is committed.
     """
     held, asked = built_from(manifest), source(data_cfg, graph_cfg)
     if held == asked:

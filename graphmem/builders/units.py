@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Protocol
 
 from torch import Tensor
 
+from graphmem.core.errors import InputError
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.errors import InputError
-from graphmem.graph import MemoryGraph
 
 if TYPE_CHECKING:
     from graphmem.builders.config import GraphConfig

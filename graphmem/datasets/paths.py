@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from graphmem.errors import InputError
+from graphmem.core.errors import InputError
 
 ENV_VAR = "GRAPHMEM_DATA_ROOT"
 

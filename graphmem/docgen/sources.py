@@ -8,7 +8,7 @@ import string
 from pathlib import Path
 from typing import Any
 
-from graphmem.errors import InputError
+from graphmem.core.errors import InputError
 
 
 class ResultsFileError(InputError, ValueError):

@@ -2,14 +2,14 @@
 
 The hot path is ``policy.retrieve_graphs(graphs, queries, budget)`` over groups of graphs of at
 most ``batch_nodes`` nodes in all; policies that batch across graphs walk each group as one
-disjoint union (:mod:`graphmem.graph_batch`), the others make one ``retrieve_batch`` per graph.
+disjoint union (:mod:`graphmem.core.graph_batch`), the others make one ``retrieve_batch`` per graph.
 ``queries`` are :class:`~graphmem.policies.base.Query` objects (id, text, embedding). The
 questions' gold fields are read only after every retrieval of the run has returned, by
 :mod:`graphmem.eval.metrics`.
 
 The graph set is anything with ``dataset``, ``graphs`` (name -> MemoryGraph), ``questions``
 (list of :class:`Question`) and ``queries()`` aligned with ``questions``, i.e.
-:class:`graphmem.graphset.GraphSet`.
+:class:`graphmem.store.graphset.GraphSet`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
+from graphmem.core import Budget, Query, Retrieval
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
 from graphmem.eval.latency import serving_latency
 from graphmem.eval.metrics import QuestionMetrics, category_name, question_metrics, summarize
-from graphmem.graph import MemoryGraph
-from graphmem.io import atomic_write
-from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy
+from graphmem.policies.base import TraversalPolicy
+from graphmem.store.io import atomic_write
 
 # what a question's latency_s (and the summary's latency percentiles) measure, in EvalResult.info["latency"]
 LATENCY_SERVED = "served alone"  # wall time of retrieve_batch(graph, [q]): a real per-query latency

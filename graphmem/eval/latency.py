@@ -13,9 +13,10 @@ from __future__ import annotations
 import time
 from typing import Mapping, Sequence
 
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.eval.metrics import percentile
-from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, TraversalPolicy
+from graphmem.policies.base import TraversalPolicy
 
 
 def latency_summary(seconds: Sequence[float]) -> dict[str, float | int | None]:

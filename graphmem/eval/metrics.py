@@ -50,8 +50,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import LOCOMO_CATEGORIES, Question
-from graphmem.graph import MemoryGraph
 
 ADVERSARIAL_CATEGORY = 5
 OVERALL = "overall"

@@ -19,8 +19,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from graphmem.graph import MemoryGraph
-from graphmem.policies import POLICIES, Budget, Query, Retrieval, TraversalPolicy
+from graphmem.core import Budget, Query, Retrieval
+from graphmem.core.graph import MemoryGraph
+from graphmem.policies import POLICIES, TraversalPolicy
 from graphmem.policies.batched import load_under_budget
 from graphmem.policies.ppr import hop_distance, transition_matrix
 from graphmem.policies.ranking import cosine_matrix, query_matrix
@@ -181,7 +182,7 @@ def okapi(docs: list[list[str]], query: list[str], k1: float = 1.5, b: float = 0
 
 def hand_bm25(graph: MemoryGraph, text: str, k1: float, b: float) -> list[float]:
     """:func:`okapi` of ``text`` to every node text of ``graph``, both tokenized."""
-    from graphmem.lexical import tokenize
+    from graphmem.index.lexical import tokenize
 
     return okapi([tokenize(t) for t in graph.texts], tokenize(text), k1, b)
 
@@ -252,7 +253,7 @@ def router(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieva
     target is not loaded, its parent has fewer than ``top_k_neighbors`` children and its target
     fits the token budget.
     """
-    from graphmem.lexical_features import lexical_inputs
+    from graphmem.index.lexical_features import lexical_inputs
     from graphmem.policies.walk import Candidates, graph_walk_tables
 
     dev, scorer = policy.device, policy.scorer

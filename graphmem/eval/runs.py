@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from graphmem.errors import InputError
+from graphmem.core.errors import InputError
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.stats import PairedComparison, bootstrap_ci, compare_policies, paired_comparison
 
@@ -176,8 +176,8 @@ def sweep_recall(rows: dict[str, dict[int, list[dict]]]) -> dict[str, dict[int, 
 
 def plot_node_sweep(rows: dict[str, dict[int, list[dict]]], path: Path, title: str) -> Path:
     """The PNG of evidence recall against the node budget (``max_nodes``) of node-sweep ``rows``, one line per
-    policy with its 95% band (:func:`graphmem.plots.plot_recall_vs_budget` over :func:`sweep_recall`)."""
-    from graphmem.plots import plot_recall_vs_budget
+    policy with its 95% band (:func:`graphmem.eval.plots.plot_recall_vs_budget` over :func:`sweep_recall`)."""
+    from graphmem.eval.plots import plot_recall_vs_budget
 
     values = {"evidence recall": sweep_recall(rows)}
     return plot_recall_vs_budget(values, path, title=title, xlabel="nodes loaded (max_nodes)")

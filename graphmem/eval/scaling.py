@@ -1,6 +1,6 @@
 """The scale sweep: end-to-end serving latency, entry recall and memory from 10^3 to 10^6+ nodes.
 
-For every size in ``sizes`` a synthetic graph (:func:`graphmem.synthetic.make_synthetic_graph`,
+For every size in ``sizes`` a synthetic graph (:func:`graphmem.builders.synthetic.make_synthetic_graph`,
 dim 64) is built, and for every variant (a policy with its settings, e.g. ``beta_bfs`` with
 ``entry_selector: {name: ann}``) on the same queries:
 
@@ -13,7 +13,7 @@ dim 64) is built, and for every variant (a policy with its settings, e.g. ``beta
   reference) that the variant's entry selector returns, over all queries; ``None`` for a variant
   whose policy has no entry selector;
 * ``peak_mb``: peak resident memory above the warm state while serving single queries
-  (:class:`graphmem.peak_memory.PeakMemory`, outside the timed calls), ``batched_peak_mb`` for the batch;
+  (:class:`graphmem.tracking.peak_memory.PeakMemory`, outside the timed calls), ``batched_peak_mb`` for the batch;
 * ``setup_s``: the first call (per-graph tables); the vector index build is timed separately per size
   (``index_build_s``, ``index_mb``) since all ANN variants of a size share the graph's index.
 
@@ -31,14 +31,15 @@ from typing import Any, Mapping
 
 import torch
 
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.eval.latency import batched_throughput, serving_latency
-from graphmem.graph import MemoryGraph
-from graphmem.peak_memory import PeakMemory
-from graphmem.policies import Budget, Query, TraversalPolicy, make_policy
+from graphmem.index.vector_index import IndexSpec, index_for
+from graphmem.policies import TraversalPolicy, make_policy
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import EmbeddingEntrySelector
-from graphmem.synthetic import make_synthetic_graph
-from graphmem.vector_index import IndexSpec, index_for
+from graphmem.tracking.peak_memory import PeakMemory
 
 
 def make_queries(graph: MemoryGraph, num: int, noise: float, seed: int) -> list[Query]:

@@ -1,11 +1,11 @@
 """The text scale sweep: lexical and hybrid retrieval served one query at a time from 10^3 to 10^6 nodes.
 
-For every size in ``sizes`` a graph with note-like texts (:func:`graphmem.synthetic.make_text_graph`:
+For every size in ``sizes`` a graph with note-like texts (:func:`graphmem.builders.synthetic.make_text_graph`:
 Zipf vocabulary, topic words, names, dates and numbers; topic-clustered embeddings, no encoder) is
 built with its per-graph tables: the BM25 index with its impact-ordered postings (``bm25_build_s``), the
 vector index of every hybrid variant's spec (``index``: build seconds and MB, at ``index_threads``) and
 the lexical feature tables (``lexical_tables_s``). Queries quote a random node's words
-(:func:`graphmem.synthetic.text_queries`). Each variant names a policy file of ``configs/policy/``
+(:func:`graphmem.builders.synthetic.text_queries`). Each variant names a policy file of ``configs/policy/``
 (``config``), made with those settings on the CPU (``router``: a fresh scorer of the trainer's default
 shape, :func:`graphmem.eval.scaling.bench_policy`), and is timed as in the ANN sweep
 (:func:`graphmem.eval.scaling.time_variant`: end-to-end p50/p95/p99 wall and CPU, batched throughput,
@@ -28,6 +28,9 @@ from typing import Any, Mapping
 
 import torch
 
+from graphmem.builders.synthetic import make_text_graph, text_queries
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.eval.scaling import (
     bench_policy,
     built,
@@ -37,14 +40,12 @@ from graphmem.eval.scaling import (
     run_variants,
     time_slow_or_not,
 )
-from graphmem.graph import MemoryGraph
-from graphmem.lexical import bm25_for
-from graphmem.peak_memory import PeakMemory
-from graphmem.policies import Budget, Query, TraversalPolicy
+from graphmem.index.lexical import bm25_for
+from graphmem.index.vector_index import index_for
+from graphmem.policies import TraversalPolicy
 from graphmem.policies.bm25 import BM25EntrySelector, BM25Policy
 from graphmem.policies.hybrid import HybridEntrySelector, HybridPolicy
-from graphmem.synthetic import make_text_graph, text_queries
-from graphmem.vector_index import index_for
+from graphmem.tracking.peak_memory import PeakMemory
 
 
 def variant_kwargs(variant: Mapping[str, Any]) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def variant_kwargs(variant: Mapping[str, Any]) -> dict[str, Any]:
     composed on its schema) without target, name, checkpoint and device, then the variant's own keys."""
     from omegaconf import OmegaConf
 
-    from graphmem.config import policy_option
+    from graphmem.config.schemas import policy_option
 
     out: dict[str, Any] = {}
     if variant.get("config"):
@@ -99,7 +100,7 @@ def _rss_mb() -> float:
 
 def _tables(graph: MemoryGraph, specs: dict, threads: int, entry: dict) -> None:
     """Build the size's per-graph tables outside the timed calls, recording their cost in ``entry``."""
-    from graphmem.lexical_features import graph_tables
+    from graphmem.index.lexical_features import graph_tables
 
     t = time.perf_counter()
     bm25_for(graph)._d()

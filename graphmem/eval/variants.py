@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from graphmem.errors import InputError
+from graphmem.core.errors import InputError
 
 GROUPS = {
     "sl_rl": "evidence reward, imitation then policy gradients, per estimator (and imitation only)",

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from graphmem.io import atomic_write
+from graphmem.store.io import atomic_write
 
 CACHE_FORMAT = 1
 

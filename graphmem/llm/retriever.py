@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from graphmem.graph import MemoryGraph
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.tokens import count_tokens
 from graphmem.llm.call_schemas import entry_selection_schema
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.llm.extractors import make_client
 from graphmem.llm.prompts import block, index_block, make_nonce, render
 from graphmem.llm.schemas import EntrySelection
-from graphmem.policies.base import Budget, Query
 from graphmem.policies.selectors import register_entry_selector
-from graphmem.tokens import count_tokens
 
 SECTION_FIELDS = ("section", "session", "title", "source")
 MAX_SECTIONS = 2

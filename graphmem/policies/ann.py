@@ -1,7 +1,7 @@
 """Sub-linear entry selection: the top-``max_entries`` nodes by cosine from a vector index.
 
 ``entry_selector=ann`` (any policy that takes an entry selector: ``beta_bfs``, ``router``,
-``uniform_bfs``, ``ppr``, ``gnn``) selects entries with a :class:`~graphmem.vector_index.VectorIndex`
+``uniform_bfs``, ``ppr``, ``gnn``) selects entries with a :class:`~graphmem.index.vector_index.VectorIndex`
 built once per graph (kept in ``graph.indexes``, saved with the graph set) instead of ranking all
 ``N`` nodes. Graphs with fewer than ``min_nodes`` nodes use the exact
 :class:`~graphmem.policies.selectors.EmbeddingEntrySelector`, the reference. The selector reads
@@ -15,19 +15,19 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.retrieval import Budget, Query
+from graphmem.index.vector_index import IndexSpec, index_for
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import EmbeddingEntrySelector, register_entry_selector
-from graphmem.policies.types import Budget, Query
-from graphmem.vector_index import IndexSpec, index_for
 
 
 @register_entry_selector("ann")
 class AnnEntrySelector:
-    """Entries from a FAISS index (:mod:`graphmem.vector_index`); exact search below ``min_nodes``.
+    """Entries from a FAISS index (:mod:`graphmem.index.vector_index`); exact search below ``min_nodes``.
 
     Args:
-        index: :class:`~graphmem.vector_index.IndexSpec` fields, e.g. ``{"kind": "hnsw", "ef_search": 64}``
+        index: :class:`~graphmem.index.vector_index.IndexSpec` fields, e.g. ``{"kind": "hnsw", "ef_search": 64}``
             (default: HNSW, ``M = 32``, ``efConstruction = 80``, ``efSearch = 128``).
         min_nodes: graphs with fewer nodes are searched exactly (default: 16384; measured at batch 1 on one
             thread, one exact matmul is as fast as the HNSW search at about 12,000 nodes of dim 64).

@@ -26,12 +26,12 @@ from typing import ClassVar, Sequence
 import torch
 from torch import Tensor
 
-from graphmem.device import resolve_device
-from graphmem.graph import MemoryGraph
+from graphmem.core.device import resolve_device
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.registry import Registry
+from graphmem.core.retrieval import Budget, Query, Retrieval, RetrievalBatch
 from graphmem.policies.scope import Scope
 from graphmem.policies.selectors import EntrySelector, entry_rows, entry_tensor
-from graphmem.policies.types import Budget, Query, Retrieval, RetrievalBatch
-from graphmem.registry import Registry
 
 __all__ = [
     "POLICIES",
@@ -94,7 +94,7 @@ class TraversalPolicy(ABC):
         self, graphs: Sequence[MemoryGraph], queries: Sequence[Sequence[Query]], budget: Budget
     ) -> list[list[Retrieval]]:
         """``queries[c]`` over ``graphs[c]`` for every ``c``, in one batched call over the graphs'
-        disjoint union (:mod:`graphmem.graph_batch`); a walk never leaves its own graph, so the results
+        disjoint union (:mod:`graphmem.core.graph_batch`); a walk never leaves its own graph, so the results
         are those of one :meth:`retrieve_batch` per graph.
 
         A graph with more than ``pack_queries`` queries, an empty graph, and a graph that would be

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from graphmem.csr import csr_positions  # noqa: F401  (re-exported for the policies)
-from graphmem.graph import MemoryGraph
+from graphmem.core.csr import csr_positions  # noqa: F401  (re-exported for the policies)
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.retrieval import Budget, RetrievalBatch
 from graphmem.policies.tables import csr
-from graphmem.policies.types import Budget, RetrievalBatch
 
 if TYPE_CHECKING:
     pass

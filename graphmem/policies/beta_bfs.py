@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_values, level_bfs, rank_in_group
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector

@@ -1,6 +1,6 @@
 """Flat lexical retrieval: nodes ranked by Okapi BM25 of their text to the query, loaded under the budget.
 
-Each node ``v`` of the query's own graph scores ``BM25(q, v)`` (:mod:`graphmem.lexical`: Lucene
+Each node ``v`` of the query's own graph scores ``BM25(q, v)`` (:mod:`graphmem.index.lexical`: Lucene
 IDF, ``k1``, ``b``; the graph's index from ``graph.indexes``, saved with the set). Nodes are ranked
 by (score desc, string id asc), the nodes that share no term with the query last (score 0, by id),
 and loaded in that order with :func:`~graphmem.policies.batched.load_under_budget`, which skips a
@@ -11,7 +11,7 @@ node whose tokens would exceed ``max_tokens`` and stops at ``max_nodes``. No edg
 with the query only; none shared: no entries).
 
 Bounded per query: on graphs of at least ``min_nodes`` nodes (default :data:`BOUNDED_MIN_NODES`) the
-ranking is read as far as it is used, from :meth:`~graphmem.lexical.BM25Index.rank_bounded` (the exact
+ranking is read as far as it is used, from :meth:`~graphmem.index.lexical.BM25Index.rank_bounded` (the exact
 top-``k`` by the threshold algorithm over impact-ordered postings, ties by string id): the policy asks for
 the top ``max_nodes + 1`` (the loader reads one past its last node), then twice as many each time its
 loader reads past them, and the rows that share no term follow by id as before. The same rows in the
@@ -27,13 +27,13 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from graphmem.graph import MemoryGraph
-from graphmem.lexical import bm25_for
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.retrieval import Query
+from graphmem.index.lexical import bm25_for
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import load_rankings
 from graphmem.policies.selectors import register_entry_selector
 from graphmem.policies.tables import node_id_rank
-from graphmem.policies.types import Query
 
 
 def bm25_ranking(graph: MemoryGraph, query: str, k1: float = 1.5, b: float = 0.75) -> tuple[np.ndarray, np.ndarray]:
@@ -49,7 +49,7 @@ BOUNDED_MIN_NODES = 16384
 
 def bm25_top(graph: MemoryGraph, query: str, k: int, k1: float = 1.5, b: float = 0.75) -> tuple[np.ndarray, np.ndarray]:
     """The first ``k`` of :func:`bm25_ranking` (same rows, scores and tie order), from the heads of the
-    postings only (:meth:`~graphmem.lexical.BM25Index.rank_bounded`, tie rank: the string id's)."""
+    postings only (:meth:`~graphmem.index.lexical.BM25Index.rank_bounded`, tie rank: the string id's)."""
     return bm25_for(graph, k1, b).rank_bounded(query, k, node_id_rank(graph).numpy())
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from graphmem.core.retrieval import group_by_query
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import greedy_admit, load_under_budget
 from graphmem.policies.ranking import topk_by_score
 from graphmem.policies.tables import node_id_rank, token_counts
-from graphmem.policies.types import group_by_query
 
 
 @register_policy("dense_topk")

@@ -25,8 +25,8 @@ the entries hold non-zero states, so every other message is zero), each mean tak
 full in-degree. A node's state after ``l`` layers depends only on the states of its relational
 in-neighbours after ``l - 1`` layers, so by induction every node of ``S_l`` has its full-graph state
 after ``l`` layers; the readout at ``v`` in ``T`` reads ``h_v^{(L)}``, ``x_v``, ``q`` and, with a lexical
-reader, the lexical features of ``q`` and ``v`` (:func:`~graphmem.lexical_features.pair_features`, the
-values the full pass reads from :func:`~graphmem.lexical_features.dense_features`). So every score the
+reader, the lexical features of ``q`` and ``v`` (:func:`~graphmem.index.lexical_features.pair_features`, the
+values the full pass reads from :func:`~graphmem.index.lexical_features.dense_features`). So every score the
 walk reads equals the full-graph pass (up to float summation order), and the policy loads what
 ``method: full`` (one reader pass over every node) loads. The edges read per query are those into the
 ``L - 1``-hop neighbourhood of at most ``max_entries * (1 + D + k D + ... )`` nodes (``D`` the largest
@@ -49,9 +49,9 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from graphmem.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
-from graphmem.graph import MemoryGraph
-from graphmem.lexical_features import (
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.retrieval import Query
+from graphmem.index.lexical_features import (
     NUM_LEXICAL_FEATURES,
     Lexical,
     dense_features,
@@ -64,13 +64,13 @@ from graphmem.policies.batched import compact_left, csr_values, greedy_admit, ra
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.subgraph import layered_subgraphs, lookup, relational_in_degree
 from graphmem.policies.tables import csr, dense_rows, distinct_neighbors, node_id_rank, token_counts
-from graphmem.policies.types import Query
+from graphmem.store.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
 
 
 def read_reader_checkpoint(path: str | PathLike):
     """``(reader, state)``: the :class:`models.gnn_reader.GNNReader` of a ``"gnn"`` checkpoint
-    (:func:`graphmem.checkpoint.load_checkpoint`) and the checkpoint's state; a state that does not
-    rebuild a reader is a :class:`~graphmem.checkpoint.CheckpointError` naming the file."""
+    (:func:`graphmem.store.checkpoint.load_checkpoint`) and the checkpoint's state; a state that does not
+    rebuild a reader is a :class:`~graphmem.store.checkpoint.CheckpointError` naming the file."""
     from models.gnn_reader import GNNReader
 
     state = load_checkpoint(path, "gnn")
@@ -99,7 +99,7 @@ class GNNPolicy(TraversalPolicy):
         method: ``"ball"`` (reader on the neighbourhoods the walk reads, exact; module docstring) or
             ``"full"`` (one reader pass over every node of the graph) (default: ``"ball"``).
         strict_split: refuse, rather than warn about, graph sets holding graphs the checkpoint
-            was trained or selected on (:func:`graphmem.checkpoint.check_inputs`) (default: ``False``).
+            was trained or selected on (:func:`graphmem.store.checkpoint.check_inputs`) (default: ``False``).
     """
 
     def __init__(
@@ -339,8 +339,8 @@ class BallScores:
     packed layout of :class:`~models.gnn_reader.GNNReader` (one column; each node holds the query of
     its part). Known scores are sorted keys ``query * N + node``. A reader with lexical features reads
     them as the full pass does: ``lexical`` (the queries'
-    :class:`~graphmem.lexical_features.Lexical` inputs; default: from the queries' texts) gives each
-    target the features of its query (:func:`~graphmem.lexical_features.pair_features`).
+    :class:`~graphmem.index.lexical_features.Lexical` inputs; default: from the queries' texts) gives each
+    target the features of its query (:func:`~graphmem.index.lexical_features.pair_features`).
 
     Where at least ``shared_from`` queries need scores and their parts would read more than
     ``full_share`` of the edge-columns of one full-graph pass over them (the targets' own in-edges,

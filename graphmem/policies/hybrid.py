@@ -1,6 +1,6 @@
 """Hybrid retrieval: the dense and the BM25 rankings fused by reciprocal rank (Cormack et al., 2009).
 
-Each ranking ``r`` (dense: cosine ``cos(q, x_v)``, ties by string id; BM25: :mod:`graphmem.lexical`,
+Each ranking ``r`` (dense: cosine ``cos(q, x_v)``, ties by string id; BM25: :mod:`graphmem.index.lexical`,
 only nodes sharing a term with the query, ties by string id) contributes its first ``candidates``
 nodes of the query's own graph (default: ``budget.max_nodes``, as many as the budget loads; chosen on
 the HotpotQA train sample, ``docs/lexical.md``), ``rank_r(v) = 1, 2, ...``. A node's fused score is
@@ -16,7 +16,7 @@ are the first ``max_entries`` loaded nodes. ``entry_selector=hybrid`` gives any 
 from its own graph, e.g. ``policy.entry_selector='{name: hybrid, k: 60, candidates: 24}'``.
 
 Bounded per query on graphs of at least ``min_nodes`` nodes (default 16384, the ``ann`` selector's): the
-dense ranking's top ``candidates`` come from the graph's FAISS index (:mod:`graphmem.vector_index`, as
+dense ranking's top ``candidates`` come from the graph's FAISS index (:mod:`graphmem.index.vector_index`, as
 ``entry_selector=ann``: candidates re-scored by exact cosine, ties by string id; approximate only in what
 the index misses) instead of a ``[Q, N]`` cosine matrix, and the BM25 ranking's from
 :func:`~graphmem.policies.bm25.bm25_top` (the exact top ``candidates`` by the threshold algorithm over
@@ -29,15 +29,15 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.retrieval import Query
+from graphmem.index.vector_index import IndexSpec, index_for
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import load_rankings
 from graphmem.policies.bm25 import BOUNDED_MIN_NODES, bm25_rows
 from graphmem.policies.ranking import cosine_matrix, query_matrix, topk_by_score
 from graphmem.policies.selectors import register_entry_selector
 from graphmem.policies.tables import node_id_rank
-from graphmem.policies.types import Query
-from graphmem.vector_index import IndexSpec, index_for
 
 
 def rrf(
@@ -65,7 +65,7 @@ class HybridEntrySelector:
         b: BM25 length normalisation (default: 0.75).
         min_nodes: graphs of at least this many nodes rank both halves bounded (module docstring); 0: every
             graph (default: 16384).
-        index: :class:`~graphmem.vector_index.IndexSpec` fields of the dense half's index there, or its kind
+        index: :class:`~graphmem.index.vector_index.IndexSpec` fields of the dense half's index there, or its kind
             alone (``"hnsw"``, ``"ivf"``) (default: HNSW, as ``entry_selector=ann``).
     """
 

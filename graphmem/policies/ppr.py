@@ -44,14 +44,14 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.retrieval import merge_by_query
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_values, greedy_admit, rank_in_group
 from graphmem.policies.push import PushTable, forward_push, push_retrieval, push_table
 from graphmem.policies.ranking import topk_by_score
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.tables import csr, edge_targets, node_id_rank, token_counts
-from graphmem.policies.types import merge_by_query
 
 
 def transition_matrix(

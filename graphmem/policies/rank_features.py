@@ -4,7 +4,7 @@ For query ``q`` (unit ``q̂``), its list ``L`` (the walk's loads; while training
 the entry selector's next candidates after the entries, the nodes BM25 and dense rank just below
 what the walk started from) and an item ``v`` with node embedding ``x̂_v``, ``N(v)`` the items of
 ``L`` adjacent to ``v`` in the graph (either direction), ``c_v = cos(q, x_v)``, ``s_v`` the walk's
-score of ``v`` when it was loaded and ``λ_qv`` the lexical features of :mod:`graphmem.lexical_features`:
+score of ``v`` when it was loaded and ``λ_qv`` the lexical features of :mod:`graphmem.index.lexical_features`:
 
     f_v = [ c_v,  c_v − max_{u ∈ L} c_u,  λ_qv (5),
             s_v,  s_v − max_{u ∈ L} s_u,  1(loaded),  1(entry),  1(depth 1),  1(depth ≥ 2),
@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from graphmem.lexical_features import Lexical, pair_features
-from graphmem.policies.types import group_by_query
+from graphmem.core.retrieval import group_by_query
+from graphmem.index.lexical_features import Lexical, pair_features
 from graphmem.policies.walk import WalkTables, has_pair
 from models.rank_head import RankInputs
 

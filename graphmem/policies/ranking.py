@@ -11,10 +11,10 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
-from graphmem.graph_batch import GraphBatch
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.graph_batch import GraphBatch
+from graphmem.core.retrieval import Query
 from graphmem.policies.tables import Device, node_id_rank, unit_embeddings
-from graphmem.policies.types import Query
 
 
 def query_matrix(graph: MemoryGraph, queries: Sequence[Query]) -> Tensor:

@@ -27,8 +27,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from graphmem.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
-from graphmem.lexical_features import scope_lexical
+from graphmem.index.lexical_features import scope_lexical
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_positions
 from graphmem.policies.rank_features import rank_inputs
@@ -36,13 +35,14 @@ from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.walk import graph_walk_tables, walk, walk_tables, walk_trace
 from graphmem.policies.walk_one import walk_one
+from graphmem.store.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
 from models.rank_head import RankHead, RankInputs
 from models.walk_scorer import WalkScorer
 
 
 def read_router_checkpoint(path: str | Path) -> dict:
-    """The state of a walk router checkpoint (:func:`graphmem.checkpoint.load_checkpoint` of kind ``"walk"``,
-    on the CPU) that holds its ``scorer``; :class:`~graphmem.checkpoint.CheckpointError` naming the file."""
+    """The state of a walk router checkpoint (:func:`graphmem.store.checkpoint.load_checkpoint` of kind ``"walk"``,
+    on the CPU) that holds its ``scorer``; :class:`~graphmem.store.checkpoint.CheckpointError` naming the file."""
     state = load_checkpoint(require_checkpoint(path), "walk")
     if "scorer" not in state:
         raise CheckpointError(f"{path}: not a router checkpoint (kind 'walk' without its 'scorer')")
@@ -59,7 +59,7 @@ class RouterPolicy(TraversalPolicy):
         device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (cuda when available) (default: ``"auto"``).
         entry_selector: registered selector name or instance (default: ``"embedding"``).
         strict_split: refuse, rather than warn about, graph sets holding graphs the checkpoint
-            was trained or selected on (:func:`graphmem.checkpoint.check_inputs`) (default: ``False``).
+            was trained or selected on (:func:`graphmem.store.checkpoint.check_inputs`) (default: ``False``).
         rank: order the returned list by the checkpoint's ranking head (``False``: load order)
             (default: ``True``).
         rank_head: a :class:`~models.rank_head.RankHead` to rank with, instead of the checkpoint's.

@@ -1,7 +1,7 @@
 """The queries of one batched call and the graphs they are asked over.
 
 Every batched call, over one graph or over many, is a :class:`Scope`: a
-:class:`~graphmem.graph_batch.GraphBatch` (a single graph is a batch of one, the graph itself) and
+:class:`~graphmem.core.graph_batch.GraphBatch` (a single graph is a batch of one, the graph itself) and
 the queries, those of each component in one run. A policy's algorithm works in the union's node
 rows and edge ids; since no edge crosses two components a walk never leaves its graph, and what
 needs the query's own graph (entry selection, ranking nodes by cosine) reads :attr:`node_offset`
@@ -17,10 +17,10 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
-from graphmem.graph_batch import GraphBatch, graph_batch
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.graph_batch import GraphBatch, graph_batch
+from graphmem.core.retrieval import Query
 from graphmem.policies.ranking import scoped_cosine
-from graphmem.policies.types import Query
 
 
 @dataclass

@@ -17,13 +17,13 @@ from typing import Any, Mapping, Protocol, Sequence, Union, runtime_checkable
 import numpy as np
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.registry import Registry
+from graphmem.core.retrieval import Budget, Query
 from graphmem.policies.batched import pad_rows
 from graphmem.policies.ranking import cosine_matrix, scoped_topk, topk_by_score
 from graphmem.policies.scope import Scope
 from graphmem.policies.tables import node_id_rank
-from graphmem.policies.types import Budget, Query
-from graphmem.registry import Registry
 
 
 @runtime_checkable

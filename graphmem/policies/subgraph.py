@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
 from graphmem.policies.batched import csr_positions
 from graphmem.policies.tables import edge_sources
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
 from graphmem.policies.base import Budget
 from graphmem.policies.batched import csr_positions
 from graphmem.policies.tables import unit_embeddings
@@ -56,7 +56,7 @@ class CandidateScorer(Protocol):
 
     def prepare(self, tables: WalkTables, q: Tensor, entries: Tensor, lexical: Any = None) -> Any:
         """Per-batch context from ``[B, D]`` queries and their ``[B, E]`` entry rows (``-1`` padded), and
-        the queries' lexical inputs (:class:`graphmem.lexical_features.Lexical`, when the scorer reads them)."""
+        the queries' lexical inputs (:class:`graphmem.index.lexical_features.Lexical`, when the scorer reads them)."""
         ...
 
     def score(self, ctx: Any, cand: Candidates) -> Tensor:

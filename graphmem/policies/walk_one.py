@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from graphmem.budget import Budget
+from graphmem.core.budget import Budget
 from graphmem.policies.walk import Candidates, CandidateScorer, WalkTables, WalkTrace
 
 

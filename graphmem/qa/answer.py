@@ -28,10 +28,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from graphmem.graph import RELATIONS, MemoryGraph
+from graphmem.core import Query
+from graphmem.core.graph import RELATIONS, MemoryGraph
 from graphmem.llm.client import LLMClient, Messages
 from graphmem.llm.prompts import block, make_nonce, memory_block, render
-from graphmem.policies.base import Query
 from graphmem.qa.scoring import ABSTENTION_PHRASES, is_abstention
 
 ROLE = "qa_answer"
@@ -116,7 +116,7 @@ def make_intent_predictor(
         return IntentPredictor(None, min_weight)
     if kind == "prototype":
         if encoder is None:
-            from graphmem.embed import MiniLMEncoder
+            from graphmem.index.embed import MiniLMEncoder
 
             encoder = MiniLMEncoder()
         protos = torch.as_tensor(encoder.encode([INTENT_DESCRIPTIONS[r] for r in RELATIONS]), dtype=torch.float32)

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from graphmem.core import Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
 from graphmem.eval.metrics import category_name, percentile
-from graphmem.graph import MemoryGraph
 from graphmem.llm.client import LLMClient, LLMConfig
-from graphmem.policies.base import Query
 from graphmem.qa.answer import Answerer, IntentPredictor, build_requests, make_intent_predictor
 from graphmem.qa.judge import Judge, JudgeItem, Verdict, check_judge_config
 from graphmem.qa.scoring import ABSTENTION_PHRASES, conventions_for, rule_for, score_answer

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from graphmem.graphset import file_sha256
-from graphmem.io import write_json
+from graphmem.store.graphset import file_sha256
+from graphmem.store.io import write_json
 
 SIDECAR_SUFFIX = ".artifact.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from graphmem.io import write_json
+from graphmem.store.io import write_json
 from graphmem.tracking.artifacts import ArtifactRef, artifact_name, describe_artifact, write_sidecar
 from graphmem.tracking.secrets import config_for_logging
 

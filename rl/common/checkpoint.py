@@ -4,7 +4,7 @@ A walk router checkpoint (``kind: walk``, written by :class:`rl.walk.trainer.Wal
 walk scorer's config and state dict, the optimizer, the moving-average baseline, every RNG state
 (:func:`rng_state`: Python, NumPy, torch CPU/CUDA, the sampling generator), the phase and epoch, the
 train config, the training history, the best validation score and the run's id. It is saved and
-loaded by the one saver and loader of :mod:`graphmem.checkpoint` (format tag, kind, inputs record,
+loaded by the one saver and loader of :mod:`graphmem.store.checkpoint` (format tag, kind, inputs record,
 SHA-256 over its tensors, ``weights_only`` loading), re-exported here.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from graphmem.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from graphmem.store.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 __all__ = ["CheckpointError", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
 

@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from graphmem.config import add_schema
+from graphmem.config.schemas import add_schema
 
 
 @dataclass
@@ -27,14 +27,14 @@ class FoldSplit:
     ``k`` folds of the graph names shuffled by ``seed``, validating on ``max(1, round(val_fraction · n))``
     of them; a single-fold run uses fold ``fold``, a cross-validation (``scripts/train.py``) the folds
     ``folds`` (``null``: all ``k``). Their ranges (``3 <= k``, ``0 <= fold, folds < k``) are checked by
-    :mod:`graphmem.bounds` when the command line is composed, ``val_fraction`` by :func:`check_fraction`.
+    :mod:`graphmem.config.bounds` when the command line is composed, ``val_fraction`` by :func:`check_fraction`.
     """
 
     k: int = 5
     seed: int = 0
     val_fraction: float = 0.2
     fold: int = 0
-    folds: Any = None  # a list of fold numbers or null; untyped so that graphmem.bounds names a bad value
+    folds: Any = None  # a list of fold numbers or null; untyped so that graphmem.config.bounds names a bad value
 
 
 add_schema("split", FoldSplit)

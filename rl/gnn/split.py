@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.graphset import GraphSet
-from graphmem.io import write_json
-from graphmem.policies.base import Budget
+from graphmem.core import Budget
+from graphmem.store.graphset import GraphSet
+from graphmem.store.io import write_json
 from rl.gnn.train import examples_from_graphset, graph_split
 
 

@@ -45,14 +45,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graphmem.checkpoint import CheckpointError
-from graphmem.checkpoint import save_checkpoint as write_checkpoint
-from graphmem.graph import MemoryGraph
-from graphmem.lexical_features import Lexical, dense_features, lexical_inputs
-from graphmem.policies.base import Budget
+from graphmem.core import Budget
+from graphmem.core.graph import MemoryGraph
+from graphmem.index.lexical_features import Lexical, dense_features, lexical_inputs
 from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more, read_reader_checkpoint, reader_inputs
 from graphmem.policies.subgraph import ball, layered_subgraphs, lookup, relational_in_degree
 from graphmem.policies.tables import csr
+from graphmem.store.checkpoint import CheckpointError
+from graphmem.store.checkpoint import save_checkpoint as write_checkpoint
 from models.gnn_reader import GNNReader, ReaderConfig, ReaderShape, ball_scores, start_mask
 from rl.common.seeding import deterministic
 from rl.common.splits import conversation_folds
@@ -82,7 +82,7 @@ class GNNTrainConfig(ReaderShape):
     device: str = "cpu"
     """where the reader trains"""
     lexical: bool = True
-    """the reader reads the lexical features of query and node text (graphmem/lexical_features.py)"""
+    """the reader reads the lexical features of query and node text (graphmem/index/lexical_features.py)"""
     neighbourhood: bool = True
     """train on the neighbourhoods the policy reads, losses over its candidates (module docstring); false: every node"""
 
@@ -110,7 +110,7 @@ def examples_from_graphset(
 
     Entries come from the selector named ``entries`` (or given as an object), exactly as at retrieval.
     """
-    from graphmem.policies.base import Query
+    from graphmem.core import Query
     from graphmem.policies.selectors import make_entry_selector
 
     entry_selector = make_entry_selector(entries)
@@ -254,7 +254,7 @@ def evidence_recall(
     """Mean ``|loaded ∩ gold| / |gold|`` of the ``gnn`` walk under ``budget`` over all questions: with
     ``neighbourhood``, scored as ``method: ball`` scores (the same walk and loaded sets up to float
     summation order), else by one full-graph pass per ``chunk`` questions."""
-    from graphmem.policies.base import Query
+    from graphmem.core import Query
 
     reader.eval()
     total, count = 0.0, 0
@@ -364,8 +364,8 @@ def save_checkpoint(
     inputs: dict | None = None,
 ) -> Path:
     """Write ``reader.checkpoint()`` (plus training settings, the run id and the
-    :func:`graphmem.checkpoint.checkpoint_inputs` record) as a ``"gnn"`` checkpoint
-    (:func:`graphmem.checkpoint.save_checkpoint`: atomic, checksummed)."""
+    :func:`graphmem.store.checkpoint.checkpoint_inputs` record) as a ``"gnn"`` checkpoint
+    (:func:`graphmem.store.checkpoint.save_checkpoint`: atomic, checksummed)."""
     ckpt = reader.checkpoint()
     if cfg is not None:
         ckpt["train_config"] = asdict(cfg)
@@ -378,7 +378,7 @@ def save_checkpoint(
 
 def load_reader(path: str | Path) -> GNNReader:
     """The reader of the ``"gnn"`` checkpoint ``path`` (:func:`graphmem.policies.gnn.read_reader_checkpoint`),
-    any failure a :class:`~graphmem.checkpoint.CheckpointError` naming it."""
+    any failure a :class:`~graphmem.store.checkpoint.CheckpointError` naming it."""
     if not Path(path).is_file():
         raise CheckpointError(f"{path}: reader checkpoint not found (train one with scripts/train_gnn.py)")
     return read_reader_checkpoint(path)[0]

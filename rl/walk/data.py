@@ -16,11 +16,11 @@ from typing import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
+from graphmem.core.graph_batch import GraphBatch
 from graphmem.datasets.types import Question
-from graphmem.graph import MemoryGraph
-from graphmem.graph_batch import GraphBatch
-from graphmem.lexical_features import Lexical, lexical_inputs
-from graphmem.policies.base import Budget, Query
+from graphmem.index.lexical_features import Lexical, lexical_inputs
 from graphmem.policies.selectors import make_entry_selector
 from graphmem.policies.walk import WalkTables, graph_walk_tables, walk_tables
 from models.edge_encoder import PerEdgeResidual

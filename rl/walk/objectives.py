@@ -52,7 +52,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from graphmem.policies.base import Budget
+from graphmem.core import Budget
 from graphmem.policies.walk import (
     CandidateScorer,
     WalkEpisodes,

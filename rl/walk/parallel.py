@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphmem.policies.base import Budget
+from graphmem.core import Budget
 from graphmem.policies.walk import WalkTables, pool_width
 from rl.common.distributed import World
 from rl.walk.objectives import HageMDP, discounted_returns, imitation_loss, ppo_loss, recall_of, reinforce_loss

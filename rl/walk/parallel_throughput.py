@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def worker(nodes: int, dim: int, batch: int, steps: int, seed: int, out: str) -> None:
     """One rank's part of the measurement (module docstring); rank 0 writes ``out`` (JSON)."""
-    from graphmem.io import write_json
-    from graphmem.synthetic import make_synthetic_graph
+    from graphmem.builders.synthetic import make_synthetic_graph
+    from graphmem.store.io import write_json
     from rl.common.distributed import init_from_env, shutdown
     from rl.common.seeding import deterministic_algorithms
     from rl.walk.throughput import default_trainer, synthetic_questions

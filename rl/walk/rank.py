@@ -25,9 +25,10 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
-from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Scope
+from graphmem.policies.base import Scope
 from graphmem.policies.rank_features import NUM_RANK_FEATURES
 from graphmem.policies.router import RouterPolicy
 from models.rank_head import RankHead, RankHeadConfig, RankInputs, listwise_loss

@@ -3,7 +3,7 @@
 ``trainer.objective.reward`` chooses one; the costs are added to every kind:
 
 * ``evidence``: ``r_t = 1(v_t ∈ G_b) / |G_b|``, so ``Σ_t r_t`` is the evidence recall of the loaded set.
-* ``answer``: the gold answer's tokens ``A_b`` (:func:`graphmem.lexical.tokenize`: lowercased words,
+* ``answer``: the gold answer's tokens ``A_b`` (:func:`graphmem.index.lexical.tokenize`: lowercased words,
   stop words dropped) found in the loaded text. With ``C_t`` the answer tokens present in the
   text of the nodes loaded at steps ``≤ t``,
 
@@ -36,9 +36,9 @@ from typing import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
-from graphmem.graph import MemoryGraph
-from graphmem.lexical import tokenize
+from graphmem.index.lexical import tokenize
 from graphmem.llm.client import LLMClient
 from graphmem.llm.prompts import block, make_nonce, render
 from graphmem.policies.walk import WalkEpisodes, WalkTables

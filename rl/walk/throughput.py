@@ -28,9 +28,9 @@ from typing import Any, Mapping
 import torch
 from omegaconf import OmegaConf
 
+from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.datasets.types import Question
-from graphmem.peak_memory import PeakMemory
-from graphmem.synthetic import make_synthetic_graph
+from graphmem.tracking.peak_memory import PeakMemory
 from rl.common.seeding import deterministic_algorithms
 from rl.walk.trainer import TrainConfig, WalkTrainer
 
@@ -173,9 +173,9 @@ def cliff_child(spec: str) -> None:
     """One mode of :func:`thread_cliff`, in its own process: size the threads, time the steps, print JSON.
 
     ``forced``: ``torch.set_num_threads`` to the affinity count (what a fixed ``threads: 2`` did on two
-    cores); ``default`` and ``omp1``: :func:`graphmem.cli.set_threads` with ``threads: null`` (the
+    cores); ``default`` and ``omp1``: :func:`graphmem.config.cli.set_threads` with ``threads: null`` (the
     parent leaves ``OMP_NUM_THREADS`` unset, or sets it to 1)."""
-    from graphmem.cli import set_threads
+    from graphmem.config.cli import set_threads
 
     args = json.loads(spec)
     if args["mode"] == "forced":

@@ -35,12 +35,12 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from graphmem.core import Budget
+from graphmem.core.device import resolve_device
+from graphmem.core.errors import NothingMeasuredError
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
-from graphmem.device import resolve_device
-from graphmem.errors import NothingMeasuredError
-from graphmem.graph import MemoryGraph
 from graphmem.llm.client import LLMClient, LLMConfig
-from graphmem.policies.base import Budget
 from graphmem.policies.router import RouterPolicy
 from graphmem.policies.walk import walk
 from models.walk_scorer import ScorerConfig, WalkScorer
@@ -197,7 +197,7 @@ class RunConfig:
     resume: bool = False
     """continue from checkpoint_dir/last.pt"""
     run_id: str = ""
-    """the run's id (graphmem.run_folder), written into last.pt / best.pt; another run's checkpoints are refused"""
+    """the run id (graphmem.store.run_folder), written into last.pt / best.pt; another run's checkpoints are refused"""
 
     def __post_init__(self) -> None:
         _checked(self, ("eval_every",), ("seed",))
@@ -313,7 +313,7 @@ class WalkTrainer:
         self.cfg, self.budget, self.logger = cfg, budget, logger
         self.graphs, self.entry_selector = graphs, entry_selector
         self.parts = (questions, embeddings, val_questions, val_embeddings)  # the ranking head's lists
-        self.inputs = dict(inputs or {})  # graphmem.checkpoint.checkpoint_inputs, stored in every checkpoint
+        self.inputs = dict(inputs or {})  # graphmem.store.checkpoint.checkpoint_inputs, stored in every checkpoint
         self.device = resolve_device(cfg.run.device)
         seed_everything(cfg.run.seed)
         if cfg.objective.rl == "hage_mdp" and cfg.objective.rl_epochs and cfg.model.stop:

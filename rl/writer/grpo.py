@@ -54,9 +54,9 @@ from torch import Tensor
 from graphmem.builders import GraphConfig
 from graphmem.builders.edges import replace_entity_edges
 from graphmem.builders.entities import ground_mentions, link_mentions
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.eval.stats import paired_comparison
-from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query
 from graphmem.policies.gnn import GNNPolicy
 from rl.writer.format import format_score, judged_lines, parse_triples, render_prompt, repetition_rate
 from rl.writer.grammar import constrain_generate, make_grammar

@@ -1,7 +1,7 @@
 """Choose the vector index library by measurement: FAISS (HNSW, IVF), hnswlib and usearch side by side.
 
 For each candidate and each collection of unit vectors (synthetic topic-clustered vectors of
-``--dim`` at every size of ``--sizes``, drawn as :func:`graphmem.synthetic.synthetic_embeddings`
+``--dim`` at every size of ``--sizes``, drawn as :func:`graphmem.builders.synthetic.synthetic_embeddings`
 draws them, and the MiniLM node embeddings of the saved LoCoMo and HotpotQA graph sets) it
 measures, on the same vectors and queries:
 
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphmem.synthetic import synthetic_embeddings
+from graphmem.builders.synthetic import synthetic_embeddings
 
 K = 6
 
@@ -286,7 +286,7 @@ def install_weight(dist: str) -> dict:
 
 def minilm_collection(paths: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
     """Node embeddings and question embeddings of the saved graph sets (unit rows)."""
-    from graphmem.graphset import GraphSet
+    from graphmem.store.graphset import GraphSet
 
     data, queries = [], []
     for p in paths:

@@ -1,14 +1,14 @@
-"""Choose the BM25 library by measurement: graphmem.lexical, bm25s and tantivy side by side.
+"""Choose the BM25 library by measurement: graphmem.index.lexical, bm25s and tantivy side by side.
 
 For each candidate and each corpus (the node texts of the largest graph of each saved graph set of
 ``--sets``, its questions as queries; and synthetic topic-clustered texts of every size of
-``--sizes`` from :func:`graphmem.synthetic.make_synthetic_graph`, queried with node-text prefixes)
-it measures, on the same tokens (:func:`graphmem.lexical.tokenize`, fed pre-tokenized to every
+``--sizes`` from :func:`graphmem.builders.synthetic.make_synthetic_graph`, queried with node-text prefixes)
+it measures, on the same tokens (:func:`graphmem.index.lexical.tokenize`, fed pre-tokenized to every
 library, so only indexing and scoring differ):
 
 * ``build_s``: wall time to index every text (one thread);
 * ``query_p50_ms`` / ``query_p95_ms``: one query at a time, the top ``K = 12`` rows;
-* ``agree_at_k``: mean share of graphmem.lexical's top-``K`` rows the candidate returns (same
+* ``agree_at_k``: mean share of graphmem.index.lexical's top-``K`` rows the candidate returns (same
   ranking function: 1.0 up to ties; tantivy's differs, ``k1 = 1.2`` and quantised lengths);
 * ``given_rows_ms``: BM25 scores of 50 given rows for one query (the learned walk's need), or how
   the library gets them (``null``: no way short of scoring every row);
@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphmem.io import write_json
-from graphmem.lexical import BM25Index, tokenize
+from graphmem.index.lexical import BM25Index, tokenize
+from graphmem.store.io import write_json
 
 K = 12
 HAND_DOCS = ["the cat sat on the mat", "dog dog barks", "a cat and a dog", "quiet evening"]
@@ -65,7 +65,7 @@ def hand_bm25(docs: list[list[str]], query: list[str], k1: float, b: float = 0.7
 
 # ---------------------------------------------------------------------------- candidates
 class Graphmem:
-    """:class:`graphmem.lexical.BM25Index` (numpy CSR, one safetensors file)."""
+    """:class:`graphmem.index.lexical.BM25Index` (numpy CSR, one safetensors file)."""
 
     k1, pickle_free = 1.5, True
 
@@ -92,7 +92,7 @@ class Graphmem:
         self.index.remove(rows)
 
     def roundtrip(self, folder: Path) -> int:
-        from graphmem.graph import MemoryGraph
+        from graphmem.core.graph import MemoryGraph
 
         g = MemoryGraph.empty(1)
         g.add_nodes([str(i) for i in range(len(self.texts))], self.texts, torch.zeros(len(self.texts), 1))
@@ -218,15 +218,15 @@ class Tantivy:
         return size
 
 
-CANDIDATES = {"graphmem.lexical": Graphmem, "bm25s": Bm25s, "tantivy": Tantivy}
+CANDIDATES = {"graphmem.index.lexical": Graphmem, "bm25s": Bm25s, "tantivy": Tantivy}
 MODULES = {"bm25s": "bm25s", "tantivy": "tantivy"}  # pip install graphmem[bench-lexical]
 
 
 # ---------------------------------------------------------------------------- measuring
 def corpora(sets: list[str], sizes: list[int], max_queries: int) -> list[tuple[str, list[list[str]], list[list[str]]]]:
     """``(name, tokenized texts, tokenized queries)`` of each set's largest graph and each synthetic size."""
-    from graphmem.graphset import GraphSet
-    from graphmem.synthetic import make_synthetic_graph
+    from graphmem.builders.synthetic import make_synthetic_graph
+    from graphmem.store.graphset import GraphSet
 
     out = []
     for path in sets:

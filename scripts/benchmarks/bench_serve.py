@@ -34,15 +34,16 @@ from pathlib import Path
 
 import torch
 
-from graphmem.cli import set_threads
+from graphmem.config.cli import set_threads
+from graphmem.core import Budget
 from graphmem.eval.latency import latency_summary
-from graphmem.graphset import GraphSet
-from graphmem.io import atomic_write
-from graphmem.lexical_features import scope_lexical
-from graphmem.policies import Budget, make_policy
+from graphmem.index.lexical_features import scope_lexical
+from graphmem.policies import make_policy
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.router import RouterPolicy
 from graphmem.policies.walk import walk, walk_trace
+from graphmem.store.graphset import GraphSet
+from graphmem.store.io import atomic_write
 from models.walk_scorer import WalkScorer
 
 

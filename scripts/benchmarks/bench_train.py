@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from graphmem.cli import ConfigError, check_device, set_threads
-from graphmem.io import atomic_write
+from graphmem.config.cli import ConfigError, check_device, set_threads
+from graphmem.store.io import atomic_write
 from rl.walk.parallel_throughput import data_parallel_throughput
 from rl.walk.throughput import thread_cliff, training_throughput
 

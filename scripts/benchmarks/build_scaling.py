@@ -16,7 +16,7 @@ Each row: wall and CPU seconds of the whole build, its load / embedding / graph 
 text passes alone on the long text (entity extraction; for the passage also sentence splitting, uncached).
 A size above the default ``graph.max_text_chars`` is built with the limit raised to ``L`` and marked
 ``above_max``. Writes the JSON results (atomically) and a log-log plot
-(:func:`graphmem.plots.plot_build_scaling`).
+(:func:`graphmem.eval.plots.plot_build_scaling`).
 """
 
 from __future__ import annotations
@@ -152,8 +152,8 @@ def run(args: dict) -> dict:
     import torch
 
     from graphmem.builders import GraphConfig
-    from graphmem.io import atomic_write
-    from graphmem.plots import plot_build_scaling
+    from graphmem.eval.plots import plot_build_scaling
+    from graphmem.store.io import atomic_write
 
     if not args["sizes"] or any(n < 1 for n in args["sizes"]):
         raise ValueError(f"--sizes must be positive character counts, got {args['sizes']}")
@@ -185,14 +185,14 @@ def run(args: dict) -> dict:
 
 
 def main() -> None:
-    from graphmem.cli import run_or_exit, set_threads
+    from graphmem.config.cli import run_or_exit, set_threads
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="characters of the long text")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "build_scaling.json")
     parser.add_argument("--plot", default=str(ROOT / "docs" / "build_scaling.png"), help="PNG path; '' for none")
     args = parser.parse_args()
-    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.cli.set_threads)
+    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
     run_or_exit(run, {"sizes": args.sizes, "out": str(args.out), "plot": args.plot})
 
 

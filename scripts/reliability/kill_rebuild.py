@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from graphmem.io import write_json
+from graphmem.store.io import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def only_set(root: Path) -> Path:
 
 def describe(folder: Path) -> dict:
     """What the folder loads as: config hash and edge count, or the refusal."""
-    from graphmem.graphset import GraphSet
+    from graphmem.store.graphset import GraphSet
 
     try:
         gs = GraphSet.load(folder)

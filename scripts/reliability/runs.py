@@ -22,8 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphmem.io import write_json
-from graphmem.lockfile import FileLock
+from graphmem.store.io import write_json
+from graphmem.store.lockfile import FileLock
 
 ROOT = Path(__file__).resolve().parents[2]
 

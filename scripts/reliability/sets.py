@@ -25,9 +25,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
-from graphmem.embed import CachedEncoder, HashingEncoder
-from graphmem.io import write_json
-from graphmem.setstore import content_sha256, file_sha256
+from graphmem.index.embed import CachedEncoder, HashingEncoder
+from graphmem.store.io import write_json
+from graphmem.store.setstore import content_sha256, file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -204,7 +204,7 @@ def main() -> None:
         after=lambda: f"reused; gen-* folders left: {len(list(folder.glob('gen-*')))}",
     )
     full_disk = (
-        "import errno, os, runpy, sys, graphmem.setformat as f\n"
+        "import errno, os, runpy, sys, graphmem.store.setformat as f\n"
         "def full(*a, **k): raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
         "f.save_graph = full\nsys.argv = ['scripts/build_graph.py', *sys.argv[1:]]\n"
         "runpy.run_path('scripts/build_graph.py', run_name='__main__')"
@@ -216,7 +216,7 @@ def main() -> None:
     )
     c.rows[-1]["outcome"] += "; the previous set loads: " + str(
         subprocess.run(
-            [sys.executable, "-c", f"from graphmem.graphset import GraphSet; GraphSet.load('{folder}')"],
+            [sys.executable, "-c", f"from graphmem.store.graphset import GraphSet; GraphSet.load('{folder}')"],
             cwd=ROOT,
             env=c.env,
             capture_output=True,

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
-from graphmem.io import write_json
+from graphmem.store.io import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-" + "echoed0123456789" * 2  # the fake key an endpoint echoes back

@@ -31,11 +31,11 @@ from typing import Any
 
 from tradeoff import curve, paired_token_ratio, point, question_values, tokens_to_reach
 
-from graphmem.cli import set_threads
-from graphmem.errors import InputError
+from graphmem.config.cli import set_threads
+from graphmem.core.errors import InputError
 from graphmem.eval.runs import fold_rows, read_fold_runs, run_overrides, shell_word
 from graphmem.eval.stats import paired_comparison
-from graphmem.io import write_json
+from graphmem.store.io import write_json
 
 
 def variant_settings(records: list[dict], name: str) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def training_commands(folders: list[Path], runs: list[dict]) -> list[dict]:
     from omegaconf import OmegaConf
 
     import rl.walk  # noqa: F401  (adds the trainer schema, as train.py composes)
-    from graphmem.config import CONFIG_DIR, compose
+    from graphmem.config.schemas import CONFIG_DIR, compose
 
     out = []
     for f, run in zip(folders, runs):
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--plot", type=Path, default=None, help="PNG of recall against mean loaded tokens")
     args = p.parse_args(argv)
-    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.cli.set_threads)
+    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
     try:
         payload = tradeoff(args.folders, args.fixed, args.cost, args.n_boot)
     except (InputError, KeyError) as err:
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join([".venv/bin/python scripts/studies/cost_curve/run.py", *(argv or sys.argv[1:])])
     payload = {"command": command, **payload, "plot": None if args.plot is None else str(args.plot)}
     if args.plot is not None:  # the picture first: the results file is written last, when all went well
-        from graphmem.plots import plot_recall_tokens
+        from graphmem.eval.plots import plot_recall_tokens
 
         title = f"{payload['dataset']}: recall against loaded tokens, folds {payload['folds']} (test questions)"
         plot_recall_tokens(payload, args.plot, title=title)

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from graphmem.errors import InputError
+from graphmem.core.errors import InputError
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.stats import bootstrap_ci
 

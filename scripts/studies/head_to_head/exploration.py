@@ -32,16 +32,16 @@ from typing import Any, Mapping, Sequence
 from feedback import EvidenceStats, OracleConfig, learn_evidence
 from torch import Tensor
 
+from graphmem.core import Budget
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.metrics import in_overall, question_metrics
 from graphmem.eval.stats import bootstrap_ci, compare_policies
-from graphmem.graph import MemoryGraph
-from graphmem.graphset import GraphSet
-from graphmem.io import atomic_write
-from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import RANKINGS, BetaBFS
 from graphmem.policies.selectors import SelectorSpec
+from graphmem.store.graphset import GraphSet
+from graphmem.store.io import atomic_write
 
 REFERENCE = "mean"
 METRIC = "evidence_recall"

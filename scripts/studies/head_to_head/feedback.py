@@ -37,9 +37,10 @@ from typing import Mapping, Sequence
 
 from torch import Tensor
 
+from graphmem.core import Budget, Query, Retrieval
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
-from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy
+from graphmem.policies.base import TraversalPolicy
 
 
 @dataclass(frozen=True)

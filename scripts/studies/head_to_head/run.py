@@ -60,17 +60,17 @@ from exploration import compare_rankings, make_learners, plot_rounds, round_boun
 from feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from omegaconf import DictConfig, OmegaConf
 
-import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import METRICS, load_graphset, run_or_exit, set_threads
-from graphmem.errors import NothingMeasuredError
+import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.config.cli import METRICS, load_graphset, run_or_exit, set_threads
+from graphmem.config.launch import check_command_line
+from graphmem.core import Budget
+from graphmem.core.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import compare_policies
-from graphmem.graphset import GraphSet
-from graphmem.io import atomic_write, write_json
-from graphmem.launch import check_command_line
-from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.router import RouterPolicy
+from graphmem.store.graphset import GraphSet
+from graphmem.store.io import atomic_write, write_json
 from graphmem.tracking import (
     describe_artifact,
     experiment_group,

@@ -29,11 +29,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graphmem.cli import set_threads
+from graphmem.config.cli import set_threads
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.stats import paired_comparison
-from graphmem.io import write_json
-from graphmem.paths import PathNameError, check_name, run_path
+from graphmem.store.io import write_json
+from graphmem.store.paths import PathNameError, check_name, run_path
 
 ROOT = Path(__file__).resolve().parents[3]
 METRICS = ("evidence_recall", "all_evidence_hit", "support_sentence_recall", "support_paragraph_recall")
@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--depths", nargs="*", type=int, default=[6, 12, 24, 48, 100])
     parser.add_argument("--reuse", action="store_true", help="selection: keep runs whose results.json exists")
     args = parser.parse_args()
-    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.cli.set_threads)
+    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
     try:  # every set name becomes a run folder under --runs
         for key, names in (("--sets", args.sets), ("--select-sets", args.select_sets), ("--walk-set", [args.walk_set])):
             for name in names:

@@ -38,12 +38,13 @@ from typing import Callable, Sequence
 
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
+from graphmem.core import Budget, Query, Retrieval
+from graphmem.core.graph import MemoryGraph
 from graphmem.llm.call_schemas import curation_schema, generation_schema, reflection_schema
 from graphmem.llm.client import LLMClient
 from graphmem.llm.prompts import block, make_nonce, memory_block, render
 from graphmem.llm.schemas import AddEdge, AddNode, Curation, Generation, Reflection, RemoveEdge, ReviseNode
-from graphmem.policies.base import Budget, Query, Retrieval, TraversalPolicy
+from graphmem.policies.base import TraversalPolicy
 
 Embed = Callable[[Sequence[str]], Tensor]
 LESSONS = "lessons"

@@ -21,7 +21,7 @@ run summary, one row per example in a table, the graph set as input and the file
 Failures are loud: an example whose retrieval or generation call failed stops there, and after
 ``max_consecutive_failures`` failed examples in a row the run stops, writes what it has, prints
 the failure summary and exits with status 3; so does a run in which every example failed, or
-every LLM call did, however few ran. The run owns ``out_dir`` (:mod:`graphmem.run_folder`): a live
+every LLM call did, however few ran. The run owns ``out_dir`` (:mod:`graphmem.store.run_folder`): a live
 run's folder is refused, an earlier run's files are moved into ``replaced-<run id>/``, and
 ``run.json`` and ``summary.json`` carry the run id.
 """
@@ -41,17 +41,17 @@ import hydra
 from memory_loop import ExampleRecord, MemoryLoop
 from omegaconf import DictConfig, OmegaConf
 
-import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import check_int, check_out_dir, load_graphset, run_or_exit, set_threads
+import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.config.cli import check_int, check_out_dir, load_graphset, run_or_exit, set_threads
+from graphmem.config.launch import check_command_line
+from graphmem.core import Budget
 from graphmem.eval.harness import evaluate_policy, write_jsonl
-from graphmem.graphset import GraphSet
-from graphmem.io import write_json
-from graphmem.launch import check_command_line
 from graphmem.llm.client import LLMClient, LLMConfig
-from graphmem.policies.base import Budget
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.selectors import make_entry_selector
-from graphmem.run_folder import open_run_folder
+from graphmem.store.graphset import GraphSet
+from graphmem.store.io import write_json
+from graphmem.store.run_folder import open_run_folder
 from graphmem.tracking import describe_artifact, experiment_group, graphset_location, make_tracker, use_graphset
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def feedback_note(answer: str | None) -> Any:
 
 EXIT_FAILURES = 3
 ARTIFACTS = ("trace.jsonl", "summary.json", "tracking", "wandb")
-"""What a run writes in its folder: a fresh run moves an earlier run's aside (graphmem.run_folder)."""
+"""What a run writes in its folder: a fresh run moves an earlier run's aside (graphmem.store.run_folder)."""
 
 
 def record_json(rec: ExampleRecord, question_text: str, elapsed: float) -> dict[str, Any]:
@@ -218,7 +218,7 @@ def _lazy_encoder(cfg: DictConfig):
     def embed(texts):
         nonlocal encoder
         if encoder is None:
-            from graphmem.embed import make_encoder
+            from graphmem.index.embed import make_encoder
 
             encoder = make_encoder(cfg.encoder)
         return encoder.encode(list(texts))

@@ -35,16 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from graphmem.checkpoint import load_checkpoint
-from graphmem.cli import set_threads
+from graphmem.config.cli import set_threads
+from graphmem.core.errors import InputError
 from graphmem.docgen.sources import read_json
-from graphmem.errors import InputError
 from graphmem.eval.metrics import in_overall, mean
 from graphmem.eval.runs import question_rows, results_file, shell_word
 from graphmem.eval.stats import compare_policies
-from graphmem.io import write_json
-from graphmem.paths import PathNameError, check_name, run_path
-from graphmem.setstore import file_sha256
+from graphmem.store.checkpoint import load_checkpoint
+from graphmem.store.io import write_json
+from graphmem.store.paths import PathNameError, check_name, run_path
+from graphmem.store.setstore import file_sha256
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = "multihop.json"
@@ -196,7 +196,7 @@ def study_set(name: str, graphset: Path, runs_dir: Path, runs: list[Run], runner
 def main(argv: list[str] | None = None, runner: Runner = run_subprocess) -> int:
     """The study's command line (module docstring); 0 when written, 2 with one ``error:`` line on bad input."""
     args = parse_args(argv)
-    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.cli.set_threads)
+    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
     try:
         checkpoints = study_checkpoints(args)
         runs = plan_runs(checkpoints, args.device)

@@ -32,16 +32,24 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from synthetic_relations import KINDS, make_relation_family
 
-import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.cli import check_int, make_configured_policy, policy_config, restrict_graphs, run_or_exit, set_threads
+import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.config.cli import (
+    check_int,
+    make_configured_policy,
+    policy_config,
+    restrict_graphs,
+    run_or_exit,
+    set_threads,
+)
+from graphmem.config.launch import check_command_line
+from graphmem.core import Budget
 from graphmem.datasets.types import LoadReport
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import PairedComparison, fold_summary, paired_comparison, per_question
-from graphmem.graphset import GraphSet
-from graphmem.io import write_json
-from graphmem.launch import check_command_line
-from graphmem.policies import POLICIES, Budget
+from graphmem.policies import POLICIES
 from graphmem.policies.router import RouterPolicy
+from graphmem.store.graphset import GraphSet
+from graphmem.store.io import write_json
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.common.splits import check_fraction, conversation_folds
 from rl.walk.trainer import TrainConfig, WalkTrainer

@@ -50,9 +50,9 @@ import numpy as np
 import torch
 
 from graphmem.builders.edges import phase1_features
+from graphmem.builders.synthetic import _texts
+from graphmem.core.graph import RELATIONS, MemoryGraph
 from graphmem.datasets.types import Question
-from graphmem.graph import RELATIONS, MemoryGraph
-from graphmem.synthetic import _texts
 
 KINDS: dict[str, tuple[str, int, str]] = {
     "next": ("temporal", 1, "What happened right after"),

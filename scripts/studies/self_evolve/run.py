@@ -28,12 +28,12 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import GraphConfig
-from graphmem.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
-from graphmem.io import write_json
-from graphmem.launch import check_command_line
-from graphmem.policies.base import Budget
+from graphmem.config.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
+from graphmem.config.launch import check_command_line
+from graphmem.core import Budget
+from graphmem.store.io import write_json
 from rl.gnn.split import split_examples
 from rl.gnn.train import GNNTrainConfig, evidence_recall, load_reader, save_checkpoint, train_reader
 from rl.writer.grpo import WriterConfig, load_writer, rewrite_graph

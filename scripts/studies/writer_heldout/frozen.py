@@ -11,10 +11,10 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from graphmem.core import Budget
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.stats import paired_comparison, per_question
-from graphmem.policies.base import Budget
 from graphmem.policies.gnn import GNNPolicy
 from rl.gnn.split import split_examples
 from rl.gnn.train import GNNTrainConfig, load_reader, save_checkpoint, train_reader

@@ -26,12 +26,12 @@ from frozen import command_line, frozen_reader, paired_json, reader_recall
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-import graphmem.config  # noqa: F401  (registers the config-group schemas before Hydra composes)
+import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import GraphConfig, make_entity_extractor
-from graphmem.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
-from graphmem.io import write_json
-from graphmem.launch import check_command_line
-from graphmem.policies.base import Budget
+from graphmem.config.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
+from graphmem.config.launch import check_command_line
+from graphmem.core import Budget
+from graphmem.store.io import write_json
 from rl.gnn.split import split_examples
 from rl.writer.format import parse_triples
 from rl.writer.grpo import WriterConfig, graph_windows, rewrite_entity_edges

@@ -3,7 +3,7 @@
 Every trainer stores :func:`checkpoint_inputs` under the key ``"inputs"`` of its checkpoint:
 
     encoder              name of the encoder the training set's embeddings came from
-    encoder_fingerprint  :func:`graphmem.embed.encoder_fingerprint` of that encoder
+    encoder_fingerprint  :func:`graphmem.index.embed.encoder_fingerprint` of that encoder
     embedding_dim        D of those embeddings
     graphset_config_hash the training set's config hash
     train_graphs         graph names trained on
@@ -23,7 +23,7 @@ one ``torch.save``'d dict of tensors and plain containers:
     sha256   :func:`state_digest` of every other entry
     ...      the caller's state
 
-It is written atomically (:func:`graphmem.io.atomic_write`) and read with ``torch.load(weights_only=True)``
+It is written atomically (:func:`graphmem.store.io.atomic_write`) and read with ``torch.load(weights_only=True)``
 (no pickled code runs), on the CPU; the loader recomputes the digest and refuses, in one line naming
 the file, a file that is no checkpoint, truncated, of another kind or another run, of an older format
 (no checksum), or whose tensors or values differ from what was written.
@@ -38,8 +38,8 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from graphmem.errors import InputError
-from graphmem.io import atomic_write
+from graphmem.core.errors import InputError
+from graphmem.store.io import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ def load_checkpoint(path: str | Path, kind: str, run_id: str | None = None) -> d
     """The state of the checkpoint ``path`` of ``kind`` (with its ``format``, ``kind``, ``inputs`` and
     ``sha256`` entries), its tensors on the CPU; :class:`CheckpointError` in one line naming the file
     when it is missing, unreadable, of an older format, of another kind, damaged (its digest differs
-    from the recorded one) or, with ``run_id``, written by another run (:mod:`graphmem.run_folder`)."""
+    from the recorded one) or, with ``run_id``, written by another run (:mod:`graphmem.store.run_folder`)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found")

@@ -5,7 +5,7 @@ On disk::
     <dir>/manifest.json          the commit record, written last: the set's own fields plus
                                  ``files`` = {relative path: {"sha256": ..., "bytes": ...}}
     <dir>/gen-<time>-<token>/    the files of one commit (graphs, queries, any index files)
-    <dir>/.write.lock            held while a writer builds or commits (graphmem.lockfile)
+    <dir>/.write.lock            held while a writer builds or commits (graphmem.store.lockfile)
     <dir>/replaced-<hash>[-N]/   a set the folder held before a forced build from another source
                                  (:func:`keep_aside`): a set of its own, never read from here
 
@@ -26,7 +26,7 @@ listed file that is missing, of another size or another checksum.
 
 Other parts of a set (a vector index per graph, ...) go through :meth:`SetWriter.write` at save
 time, or :func:`add_files` later: either way they are listed, checksummed and committed like the
-graphs, and :attr:`graphmem.graphset.GraphSet.files` gives their verified paths after loading.
+graphs, and :attr:`graphmem.store.graphset.GraphSet.files` gives their verified paths after loading.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from graphmem.errors import InputError
-from graphmem.io import write_json
-from graphmem.lockfile import FileLock, describe
-from graphmem.paths import fresh_folder
+from graphmem.core.errors import InputError
+from graphmem.store.io import write_json
+from graphmem.store.lockfile import FileLock, describe
+from graphmem.store.paths import fresh_folder
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 def keep_aside(directory: str | Path, manifest: Mapping[str, Any], name: str) -> Path:
     """Keep the committed set of ``directory`` in a new folder ``<directory>/<name>`` (``-2``, ``-3``, ...
-    appended when that exists, :func:`graphmem.paths.fresh_folder`); returns that folder.
+    appended when that exists, :func:`graphmem.store.paths.fresh_folder`); returns that folder.
 
     The manifest and every file it lists are hard-linked (copied where links fail) there, the
     manifest last, so the kept copy loads as a set of its own; ``directory`` itself is not changed,

@@ -6,9 +6,9 @@ group (:data:`GROUP_BOUNDS`, applied wherever the group is part of the config) s
 what the value may be (:class:`Bound`, :class:`OneOf`); keys a config lacks (an optional
 ``+suite=``) are skipped. Where memory is the limit, :data:`MEMORY_BOUNDS` estimate what the value
 allocates and compare it with the memory available on this machine (:func:`available_memory`).
-:func:`check_bounds` raises :class:`BoundsError` (an :class:`~graphmem.errors.InputError`), one line
-naming the key, its value and the allowed range; :func:`graphmem.launch.check_command_line` calls it
-for every job of the command line and :func:`graphmem.cli.run_or_exit` again inside the run.
+:func:`check_bounds` raises :class:`BoundsError` (an :class:`~graphmem.core.errors.InputError`), one line
+naming the key, its value and the allowed range; :func:`graphmem.config.launch.check_command_line` calls it
+for every job of the command line and :func:`graphmem.config.cli.run_or_exit` again inside the run.
 
 The hard caps are far above any measured setting and keep a typo (an extra zero or three) from
 starting a run that cannot end; the memory estimates are documented at :func:`walk_bytes` and
@@ -21,7 +21,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Mapping
 
-from graphmem.errors import InputError
+from graphmem.core.errors import InputError
 
 SEED_MAX = 2**32 - 1
 EPOCHS_MAX = 100_000
@@ -233,7 +233,7 @@ CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
     },
 }
 """Entry point's config name (``configs/<name>.yaml``, a study's ``scripts/studies/<name>/<name>.yaml``:
-:func:`graphmem.config.config_dir_of`) -> dotted key -> bound."""
+:func:`graphmem.config.schemas.config_dir_of`) -> dotted key -> bound."""
 CONFIG_BOUNDS["self_evolve"] = {  # the writer's config, the reader's fine-tune (gnn's train.*) and the rounds
     **CONFIG_BOUNDS["writer"],
     **{key: bound for key, bound in CONFIG_BOUNDS["gnn"].items() if key.startswith("train.")},

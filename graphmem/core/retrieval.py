@@ -13,8 +13,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from graphmem.budget import Budget  # noqa: F401  (re-exported: a policy's view of the budget)
-from graphmem.graph import MemoryGraph
+from graphmem.core.budget import Budget  # noqa: F401  (re-exported: a policy's view of the budget)
+from graphmem.core.graph import MemoryGraph
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A run owns its output folder: one live run at a time, and one run id on everything it writes.
 
-    <out>/.run.lock    held by the live run (graphmem.lockfile: a dead run's lock is stale and taken over)
+    <out>/.run.lock    held by the live run (graphmem.store.lockfile: a dead run's lock is stale and taken over)
     <out>/run.json     run id, start time, the config its results depend on, the graph set's config hash
 
 :func:`open_run_folder` refuses (:class:`RunFolderError`, one line):
@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from graphmem.errors import InputError
-from graphmem.io import write_json
-from graphmem.lockfile import FileLock, LockBusyError, describe
-from graphmem.paths import fresh_folder, inside
+from graphmem.core.errors import InputError
+from graphmem.store.io import write_json
+from graphmem.store.lockfile import FileLock, LockBusyError, describe
+from graphmem.store.paths import fresh_folder, inside
 
 log = logging.getLogger(__name__)
 

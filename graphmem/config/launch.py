@@ -7,8 +7,8 @@ and checks each one:
 
 * composition errors (``budget.max_nodes=abc``, an unknown key or option) become one
   ``error: <override>: <reason> (key <full key>)`` line;
-* :func:`graphmem.cli.preflight` (devices, ``api_key_env``), the script's own ``check(cfg)``
-  (its config validation, e.g. ``plan_run``) and :func:`graphmem.bounds.check_bounds` (the range of
+* :func:`graphmem.config.cli.preflight` (devices, ``api_key_env``), the script's own ``check(cfg)``
+  (its config validation, e.g. ``plan_run``) and :func:`graphmem.config.bounds.check_bounds` (the range of
   every size-like key, and what memory it needs) run on every job's config, so a value that fails
   in job 7 of a sweep is refused before job 0 starts, naming job 7;
 * in a multirun, two jobs whose ``check`` returns the same output folder are refused (their files
@@ -16,7 +16,7 @@ and checks each one:
 
 Any refusal prints one ``error:`` line (prefixed by the job's overrides in a multirun) and exits
 with status 2 before Hydra writes ``.hydra/``, ``multirun.yaml`` or a log. Inside the run the same
-checks run again (:func:`graphmem.cli.run_or_exit`), which covers runs started another way.
+checks run again (:func:`graphmem.config.cli.run_or_exit`), which covers runs started another way.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from graphmem.bounds import check_bounds
-from graphmem.cli import check_graphset_data, guard_argv, preflight
-from graphmem.errors import InputError
+from graphmem.config.bounds import check_bounds
+from graphmem.config.cli import check_graphset_data, guard_argv, preflight
+from graphmem.core.errors import InputError
 
 # Hydra flags after which the command does not run jobs (help, config printing, completion, rerun)
 _NO_JOBS = {"-h", "--help", "--hydra-help", "--info", "-i", "-c", "--cfg", "-p", "--package", "--shell-completion"}
@@ -51,7 +51,7 @@ def check_command_line(
             ``HydraConfig`` is set for the job); its return value, when a path, is the job's
             output folder.
         errors: exception types of ``check`` that are input errors, besides ``ValueError``,
-            ``KeyError`` and :class:`~graphmem.errors.InputError`.
+            ``KeyError`` and :class:`~graphmem.core.errors.InputError`.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     guard_argv(args)
@@ -103,7 +103,7 @@ def _jobs(name: str, overrides: list[str], multirun: bool) -> Iterator[tuple[lis
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
 
-    from graphmem.config import config_dir_of  # (its import registers the config-group schemas)
+    from graphmem.config.schemas import config_dir_of  # (its import registers the config-group schemas)
 
     with initialize_config_dir(config_dir=str(config_dir_of(name)), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()

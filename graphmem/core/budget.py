@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphmem.tokens import TOKENIZER_NAME
+from graphmem.core.tokens import TOKENIZER_NAME
 
 
 @dataclass(frozen=True)

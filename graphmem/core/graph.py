@@ -22,8 +22,8 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
-from graphmem.device import to_device
-from graphmem.tokens import count_tokens, serialize_node
+from graphmem.core.device import to_device
+from graphmem.core.tokens import count_tokens, serialize_node
 
 RELATIONS: tuple[str, ...] = ("temporal", "semantic", "causal", "entity")
 NAME_KEYS = ("name", "sample_id", "graph")  # info keys that name a graph, in order
@@ -86,7 +86,7 @@ class MemoryGraph:
     ``("add", first row, count)``, ``("revise", row)`` (a new embedding), ``("text", row)`` (a new
     text), ``("remove", rows)`` (ascending rows before the removal; later rows shift down)."""
     indexes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    """Vector and BM25 indexes by name (:mod:`graphmem.vector_index`, :mod:`graphmem.lexical`); unlike the
+    """Vector and BM25 indexes by name (:mod:`graphmem.index.vector_index`, :mod:`graphmem.index.lexical`); unlike the
     cache they survive mutations and bring themselves up to date from :attr:`node_log`."""
 
     # ------------------------------------------------------------------ construction
@@ -164,7 +164,7 @@ class MemoryGraph:
         return perm[rowptr[node] : rowptr[node + 1]]
 
     def node_tokens(self) -> Tensor:
-        """``[N]`` long: tokens of each node's serialized line (see :mod:`graphmem.tokens`)."""
+        """``[N]`` long: tokens of each node's serialized line (see :mod:`graphmem.core.tokens`)."""
         return self.cached(
             "node_tokens",
             lambda: torch.tensor(

@@ -2,7 +2,7 @@
 
 A dataset such as HotpotQA has one small graph per question; walking them one call at a time is a
 per-query loop. :func:`graph_batch` stacks graphs ``G_0 .. G_{C-1}`` into one
-:class:`~graphmem.graph.MemoryGraph` (node rows of ``G_c`` are ``node_ptr[c] .. node_ptr[c+1]-1``,
+:class:`~graphmem.core.graph.MemoryGraph` (node rows of ``G_c`` are ``node_ptr[c] .. node_ptr[c+1]-1``,
 edge ids ``edge_ptr[c] .. edge_ptr[c+1]-1``, both in their original order), so a walk never leaves
 its component. What a policy must add is the query's *scope*: entry selection and any ranking
 of nodes look at the query's own component only (see :class:`graphmem.policies.scope.Scope`).
@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
 
 _TOKEN = "graph_batch.member"  # per-graph token tensor, a new object after each invalidation of the graph's cache
 

@@ -2,7 +2,7 @@
 
 Every feature is computed from the query text and the node text alone (never from gold), with
 statistics of the node's own graph, so it applies to any graph. With ``Q`` the distinct
-:func:`graphmem.lexical.tokenize` tokens of the query, ``T_v`` those of node ``v``, ``tf(t, v)`` the
+:func:`graphmem.index.lexical.tokenize` tokens of the query, ``T_v`` those of node ``v``, ``tf(t, v)`` the
 count of ``t`` in ``v``, ``|v|`` the node's length in tokens, ``avgdl`` the graph's mean length,
 ``idf(t)`` the graph's BM25 idf and ``k1, b`` its parameters:
 
@@ -18,7 +18,7 @@ count of ``t`` in ``v``, ``|v|`` the node's length in tokens, ``avgdl`` the grap
 * ``date``: month and weekday names (written capitalised), years (four digits, 1000-2999) and day
   ordinals (``1st`` .. ``31st``).
 
-The BM25 feature is the node's BM25 score (:class:`graphmem.lexical.BM25Index`) divided by the local
+The BM25 feature is the node's BM25 score (:class:`graphmem.index.lexical.BM25Index`) divided by the local
 bound ``max_score(q)``, so it needs no pass over the graph. Tokens are matched by a 64-bit hash of
 the token string (:func:`token_id`), so a graph batch is the concatenation of its graphs' tables.
 
@@ -42,8 +42,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from graphmem.csr import csr_positions
-from graphmem.lexical import bm25_for, tokenize
+from graphmem.core.csr import csr_positions
+from graphmem.index.lexical import bm25_for, tokenize
 
 FEATURES = ("bm25", "rare", "name", "number", "date")
 NUM_LEXICAL_FEATURES = len(FEATURES)
@@ -126,7 +126,7 @@ class NodeTerms:
 class GraphLexicon:
     """What a query's terms need of one graph: BM25 parameters, idf and document frequencies."""
 
-    index: object  # graphmem.lexical.BM25Index
+    index: object  # graphmem.index.lexical.BM25Index
     df: dict[str, int]
     num_nodes: int
     vocab: dict[str, int]  # token -> its row r(t) in NodeTerms.key
@@ -208,7 +208,7 @@ class Lexical:
 
 # ---------------------------------------------------------------------- building
 def _node_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
-    """From the graph's BM25 index (:func:`graphmem.lexical.bm25_for`): its CSR of term ids and counts."""
+    """From the graph's BM25 index (:func:`graphmem.index.lexical.bm25_for`): its CSR of term ids and counts."""
     index = bm25_for(graph)
     k1, b = index.k1, index.b
     indptr, terms, tf = (torch.from_numpy(a.copy()) for a in (index.indptr, index.terms, index.tf))

@@ -24,7 +24,7 @@ from typing import Protocol, Sequence, runtime_checkable
 import torch
 from torch import Tensor
 
-from graphmem.io import atomic_write
+from graphmem.store.io import atomic_write
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ def shard_sha256(digests: Tensor, embeddings: Tensor) -> str:
 def default_cache_dir() -> Path:
     """``$GRAPHMEM_CACHE_DIR`` or ``<repo root>/.cache/embeddings``."""
     env = os.environ.get("GRAPHMEM_CACHE_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / ".cache" / "embeddings"
+    return Path(env) if env else Path(__file__).resolve().parents[2] / ".cache" / "embeddings"
 
 
 def text_digest(text: str) -> bytes:

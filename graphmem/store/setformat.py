@@ -1,13 +1,13 @@
-"""What a saved :class:`graphmem.graphset.GraphSet` holds, and every check loading makes before using it.
+"""What a saved :class:`graphmem.store.graphset.GraphSet` holds, and every check loading makes before using it.
 
-:func:`write_set` commits one generation through :class:`graphmem.setstore.SetWriter`: each graph
-under its name (:func:`graphmem.io.save_graph`), the query embeddings, any extra files, then the
+:func:`write_set` commits one generation through :class:`graphmem.store.setstore.SetWriter`: each graph
+under its name (:func:`graphmem.store.io.save_graph`), the query embeddings, any extra files, then the
 manifest (``manifest_version`` 3) with the set's fields, its provenance, ``graphs`` = name ->
 {file, info}, ``queries``, the checksum of every file and of the manifest's own content. The
 query embeddings carry, in their file's header, ``qids_sha256`` (:func:`question_binding`) over
 the ordered (question id, graph) pairs their rows belong to.
 
-:func:`read_set` refuses, with :class:`graphmem.setstore.GraphSetError` naming the file:
+:func:`read_set` refuses, with :class:`graphmem.store.setstore.GraphSetError` naming the file:
 a manifest of another version (an older set: rebuild it), without its fields, with a field of the
 wrong type, or whose content differs from its checksum; a listed file that is missing or whose size
 or SHA-256 differs; a graph file that holds another graph (its saved name) or whose info differs
@@ -24,10 +24,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
+from graphmem.core.graph import GraphError
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.graph import GraphError
-from graphmem.io import load_graph, save_graph
-from graphmem.setstore import GraphSetError, SetWriter, file_sha256, read_manifest, verify_content, verify_files
+from graphmem.store.io import load_graph, save_graph
+from graphmem.store.setstore import GraphSetError, SetWriter, file_sha256, read_manifest, verify_content, verify_files
 
 MANIFEST_VERSION = 3  # 2: every file listed with its checksum; 3: the manifest's own checksum, bound query rows
 _FIELDS = {"dataset": str, "graphs": dict, "queries": str, "questions": list, "report": dict, "files": dict}

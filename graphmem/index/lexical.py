@@ -29,7 +29,7 @@ Mutations (:meth:`add`, :meth:`revise`, :meth:`remove`) rewrite the arrays and r
 weights lazily, on the next query (``O(nnz)``: ``N`` and ``avgdl`` change every weight).
 
 A graph's index lives in ``graph.indexes`` (:func:`bm25_for`); :meth:`BM25Index.sync` replays the
-graph's :attr:`~graphmem.graph.MemoryGraph.node_log` (``add``, ``text``, ``remove``) before each use,
+graph's :attr:`~graphmem.core.graph.MemoryGraph.node_log` (``add``, ``text``, ``remove``) before each use,
 and rebuilds when the texts changed in a way the log does not explain. Saved without pickle
 (:meth:`save` / :meth:`load`): one safetensors file with the arrays and the vocabulary (UTF-8,
 newline separated), a header with ``k1``, ``b``, the tokenizer name, a fingerprint of the graph's
@@ -48,7 +48,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
 
 TOKENIZER_NAME = "lower-alnum-stop-v1"
 FORMAT_VERSION = 1
@@ -388,7 +388,7 @@ class BM25Index:
     # ------------------------------------------------------------------ files
     def save(self, path: str | Path, graph: MemoryGraph) -> Path:
         """Write the index of ``graph`` (synced first) to one safetensors file, atomically."""
-        from graphmem.io import write_sealed
+        from graphmem.store.io import write_sealed
 
         self.sync(graph)
         tensors = {
@@ -410,7 +410,7 @@ class BM25Index:
     def load(cls, path: str | Path, graph: MemoryGraph) -> BM25Index:
         """Read an index written by :meth:`save` for ``graph``; a damaged file, another tokenizer's
         or one made for another graph is refused with an error naming the file."""
-        from graphmem.io import read_sealed
+        from graphmem.store.io import read_sealed
 
         path = Path(path)
         names = {"indptr", "terms", "tf", "vocab"}
@@ -450,7 +450,7 @@ LEXICAL_DIR = "lexical"
 def lexical_files(graphs: Mapping[str, MemoryGraph], k1: float = 1.5, b: float = 0.75) -> dict[str, Any]:
     """``{lexical/<safe name>/<key>.safetensors: write(path)}`` for every graph: the form in which a
     graph set takes further files to list, checksum and commit with its graphs."""
-    from graphmem.setformat import safe_name
+    from graphmem.store.setformat import safe_name
 
     return {
         f"{LEXICAL_DIR}/{safe_name(name)}/{index_key(k1, b)}.safetensors": (
@@ -462,7 +462,7 @@ def lexical_files(graphs: Mapping[str, MemoryGraph], k1: float = 1.5, b: float =
 
 def attach_lexical(graphs: Mapping[str, MemoryGraph], files: Mapping[str, str | Path]) -> int:
     """Load the BM25 files among a graph set's ``files`` into their graphs' ``graph.indexes``; returns how many."""
-    from graphmem.setformat import graph_files
+    from graphmem.store.setformat import graph_files
 
     pairs = graph_files(graphs, files, LEXICAL_DIR)
     for graph, path in pairs:

@@ -1,6 +1,6 @@
 """GraphSet: the graphs, questions and query embeddings every trainer and evaluator consumes.
 
-On disk (no pickle), one unit committed by its manifest (:mod:`graphmem.setstore`)::
+On disk (no pickle), one unit committed by its manifest (:mod:`graphmem.store.setstore`)::
 
     <dir>/manifest.json                    dataset, config hash, provenance, questions, load report,
                                            graphs (name -> file, info), every file's SHA-256 and
@@ -25,11 +25,11 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
+from graphmem.core import Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.graph import MemoryGraph
-from graphmem.policies.base import Query
-from graphmem.setformat import MANIFEST_VERSION, read_set, safe_name, write_set
-from graphmem.setstore import GraphSetError, file_sha256, read_manifest
+from graphmem.store.setformat import MANIFEST_VERSION, read_set, safe_name, write_set
+from graphmem.store.setstore import GraphSetError, file_sha256, read_manifest
 
 __all__ = ["GraphSet", "GraphSetError", "MANIFEST_VERSION", "file_sha256", "safe_name", "union"]
 
@@ -40,7 +40,7 @@ class GraphSet:
 
     ``provenance`` says where the set comes from (data file and its SHA-256, data and graph
     settings, config hash, build time; once saved or loaded, also the folder and the manifest's
-    SHA-256). ``files`` holds the verified paths of the set's other files (:mod:`graphmem.setstore`).
+    SHA-256). ``files`` holds the verified paths of the set's other files (:mod:`graphmem.store.setstore`).
     """
 
     dataset: str
@@ -97,7 +97,7 @@ class GraphSet:
         return self
 
     def save(self, directory: str | Path, extra_files: Mapping[str, Any] | None = None) -> Path:
-        """Write the set under ``directory`` as one committed unit (:func:`graphmem.setformat.write_set`).
+        """Write the set under ``directory`` as one committed unit (:func:`graphmem.store.setformat.write_set`).
 
         Args:
             extra_files: more files of the set, relative path -> ``write(path)`` function; they are
@@ -112,15 +112,15 @@ class GraphSet:
 
     @classmethod
     def load(cls, directory: str | Path) -> GraphSet:
-        """Read and verify a set written by :meth:`save` (:func:`graphmem.setformat.read_set`; no encoder needed).
+        """Read and verify a set written by :meth:`save` (:func:`graphmem.store.setformat.read_set`; no encoder needed).
 
         Vector indexes saved with the set (``indexes/``, ``scripts/build_index.py``) and BM25 indexes
         (``lexical/``, written by every build) are attached to their graphs
-        (:func:`graphmem.vector_index.attach_indexes`, :func:`graphmem.lexical.attach_lexical`); one
+        (:func:`graphmem.index.vector_index.attach_indexes`, :func:`graphmem.index.lexical.attach_lexical`); one
         built for other node ids, embeddings or texts than its graph's, or damaged, refuses the set.
         """
-        from graphmem.lexical import LexicalIndexError, attach_lexical
-        from graphmem.vector_index import VectorIndexError, attach_indexes
+        from graphmem.index.lexical import LexicalIndexError, attach_lexical
+        from graphmem.index.vector_index import VectorIndexError, attach_indexes
 
         graphset = read_set(cls, directory)
         try:

@@ -37,7 +37,7 @@ def _pyplot():
 
 
 def _save(fig, path: str | Path, dpi: int = 120) -> Path:
-    from graphmem.io import atomic_write
+    from graphmem.store.io import atomic_write
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,7 +247,7 @@ def plot_retrieval(
     """Side-by-side pictures of what each policy retrieved for one question (``per_row`` to a row).
 
     Args:
-        graph: the question's :class:`~graphmem.graph.MemoryGraph` (node texts for labels).
+        graph: the question's :class:`~graphmem.core.graph.MemoryGraph` (node texts for labels).
         question: the question text.
         gold: gold evidence node ids (drawn gold; a gold node never loaded is drawn hollow).
         traces: policy -> its retrieval trace (``entries``, ``loaded`` in load order,

@@ -15,8 +15,8 @@ when the config is composed: a wrong type (``budget.max_tokens=abc``) or an unkn
 YAML file or on the command line) fails before the script runs, with Hydra's own message naming
 the key. Range checks stay in each dataclass's ``__post_init__`` (run by :func:`to_object`); the
 bounds of every size-like key of every entry point's config (counts, sizes, epochs, folds, batch
-sizes), and the memory such a value would take, are one table in :mod:`graphmem.bounds`, checked
-when the command line is composed (:func:`graphmem.launch.check_command_line`).
+sizes), and the memory such a value would take, are one table in :mod:`graphmem.config.bounds`, checked
+when the command line is composed (:func:`graphmem.config.launch.check_command_line`).
 
 | group | schema |
 |---|---|
@@ -30,7 +30,7 @@ when the command line is composed (:func:`graphmem.launch.check_command_line`).
 | ``policy`` | each policy's constructor: ``policy/<name>_schema`` (:func:`policy_schema`) |
 
 A policy option also names its class under ``_target_`` (made with ``hydra.utils.instantiate``,
-:func:`graphmem.cli.make_configured_policy`); ``policy._target_=mypkg.MyPolicy`` swaps in a user's
+:func:`graphmem.config.cli.make_configured_policy`); ``policy._target_=mypkg.MyPolicy`` swaps in a user's
 class without editing ``graphmem`` (``+policy.<key>=...`` adds a parameter the schema lacks), and
 ``policy.name`` follows it (:func:`policy_label`).
 
@@ -53,8 +53,8 @@ from typing import Any, Optional, Sequence, Union
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-STUDIES_DIR = Path(__file__).resolve().parents[1] / "scripts" / "studies"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+STUDIES_DIR = Path(__file__).resolve().parents[2] / "scripts" / "studies"
 SCHEMA_NAME = "schema"
 CONFIGS_RESOLVER = "configs_dir"
 """``${configs_dir:}``: the absolute path of ``configs/``, for a study config's ``hydra.searchpath``."""

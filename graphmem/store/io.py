@@ -21,7 +21,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from graphmem.graph import GraphError, MemoryGraph
+from graphmem.core.graph import GraphError, MemoryGraph
 
 SCHEMA_VERSION = 1
 _TENSORS = ("embeddings", "timestamps", "edge_index", "edge_type", "S", "F", "edge_attr", "edge_attr_init")

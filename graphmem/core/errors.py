@@ -2,7 +2,7 @@
 
 Config values, data files, graph sets, checkpoints and run folders that cannot be used raise an
 error of their own type (``GraphSetError``, ``CheckpointError``, ``RunFolderError``, ...) that also
-derives from :class:`InputError`. :func:`graphmem.cli.run_or_exit` prints such an error as one
+derives from :class:`InputError`. :func:`graphmem.config.cli.run_or_exit` prints such an error as one
 ``error: ...`` line naming the file, record or field, and exits with status 2; any other
 exception is a bug and keeps its traceback. A run that worked but measured nothing (every call to
 an LLM failed) raises :class:`NothingMeasuredError`: one ``error:`` line and exit status 3.

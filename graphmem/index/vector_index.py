@@ -1,6 +1,6 @@
 """Approximate nearest-neighbour search over a graph's node embeddings (FAISS), kept up to date.
 
-A :class:`VectorIndex` holds the unit node embeddings of one :class:`~graphmem.graph.MemoryGraph`
+A :class:`VectorIndex` holds the unit node embeddings of one :class:`~graphmem.core.graph.MemoryGraph`
 in a FAISS index (HNSW by default, or IVF), built once per graph. Every vector sits in a *slot*
 (its FAISS id); ``slot_row[s]`` is the graph row the slot stands for, ``-1`` once the slot is dead.
 The graph's mutations append to :attr:`MemoryGraph.node_log`, and :meth:`VectorIndex.sync` replays
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphmem.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph
 
 INDEX_KINDS = ("hnsw", "ivf")
 FORMAT_VERSION = 1
@@ -299,7 +299,7 @@ class VectorIndex:
     # ------------------------------------------------------------------ files
     def save(self, path: str | Path, graph: MemoryGraph) -> Path:
         """Write the index of ``graph`` (synced first) to one safetensors file, atomically."""
-        from graphmem.io import write_sealed
+        from graphmem.store.io import write_sealed
 
         self.sync(graph)
         tensors = {"faiss": _faiss().serialize_index(self.index), "slot_row": self.slot_row}
@@ -315,7 +315,7 @@ class VectorIndex:
     def load(cls, path: str | Path, graph: MemoryGraph) -> VectorIndex:
         """Read an index written by :meth:`save` for ``graph``; a damaged file or one made for
         another graph is refused with an error naming the file."""
-        from graphmem.io import read_sealed
+        from graphmem.store.io import read_sealed
 
         path = Path(path)
         tensors, meta = read_sealed(path, "graphmem_index", {"faiss", "slot_row"}, "vector index", VectorIndexError)
@@ -364,7 +364,7 @@ INDEX_DIR = "indexes"
 
 def index_file(graph_name: str, spec: IndexSpec) -> str:
     """Relative path of a graph's index file inside a graph set: ``indexes/<safe name>/<spec key>.safetensors``."""
-    from graphmem.setformat import safe_name
+    from graphmem.store.setformat import safe_name
 
     return f"{INDEX_DIR}/{safe_name(graph_name)}/{spec.key}.safetensors"
 
@@ -379,7 +379,7 @@ def index_files(graphs: Mapping[str, MemoryGraph], spec: IndexSpec | None = None
 def attach_indexes(graphs: Mapping[str, MemoryGraph], files: Mapping[str, str | Path]) -> int:
     """Load the index files among a graph set's ``files`` (relative path -> path) into their graphs'
     ``graph.indexes``; returns how many. Each is checked against its graph (:meth:`VectorIndex.load`)."""
-    from graphmem.setformat import graph_files
+    from graphmem.store.setformat import graph_files
 
     pairs = graph_files(graphs, files, INDEX_DIR)
     for graph, path in pairs:

@@ -3,9 +3,9 @@ graph sets, policy configs and the metrics the scripts tabulate.
 
 Every script runs its work through :func:`run_or_exit`, which first checks the whole config
 (:func:`preflight`) and turns input errors (config, data, graph, checkpoint, run folder; see
-:mod:`graphmem.errors`) into one ``error: ...`` line and exit status 2:
+:mod:`graphmem.core.errors`) into one ``error: ...`` line and exit status 2:
 
-* every size-like key lies within its bounds and fits in memory (:mod:`graphmem.bounds`);
+* every size-like key lies within its bounds and fits in memory (:mod:`graphmem.config.bounds`);
 * every ``device`` (and ``*_devices`` list) must exist here: ``cuda`` needs CUDA, ``cuda:3`` four
   GPUs, ``mps`` Apple's backend;
 * every ``api_key_env`` must be the name of an environment variable, not a key (:func:`is_variable_name`:
@@ -15,7 +15,7 @@ Every script runs its work through :func:`run_or_exit`, which first checks the w
 
 :func:`guard_argv` runs before Hydra parses the command line, so an override whose value looks
 like a key is refused before Hydra writes it to ``.hydra/overrides.yaml`` or W&B records the
-command line; :func:`graphmem.launch.check_command_line` calls it, then composes and checks every
+command line; :func:`graphmem.config.launch.check_command_line` calls it, then composes and checks every
 job's config (:func:`preflight` and the script's own checks) before Hydra starts the first.
 """
 
@@ -29,12 +29,12 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from graphmem.errors import InputError, NothingMeasuredError
+from graphmem.core.errors import InputError, NothingMeasuredError
 
 _KEY_PREFIXES = ("sk-", "sk_", "rk_", "hf_", "ghp_", "gho_", "ghs_", "github_pat_", "glpat-", "xox", "AKIA", "AIza")
 _VARIABLE_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 # the test-set metrics the training and comparison scripts tabulate
 METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
 
@@ -207,7 +207,7 @@ def check_out_dir(path: str | Path, key: str = "out_dir") -> Path:
 
 
 def check_run_bounds(cfg: Any) -> None:
-    """:func:`graphmem.bounds.check_bounds` of ``cfg`` as the config of the running Hydra job (its
+    """:func:`graphmem.config.bounds.check_bounds` of ``cfg`` as the config of the running Hydra job (its
     ``config_name``); nothing outside a Hydra run (the config's name is not known there)."""
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -215,7 +215,7 @@ def check_run_bounds(cfg: Any) -> None:
         return
     if not HydraConfig.initialized() or not HydraConfig.get().job.get("config_name"):
         return
-    from graphmem.bounds import check_bounds
+    from graphmem.config.bounds import check_bounds
 
     check_bounds(HydraConfig.get().job.config_name, cfg)
 
@@ -223,8 +223,8 @@ def check_run_bounds(cfg: Any) -> None:
 def run_or_exit(run: Callable[[Any], Any], cfg: Any, errors: tuple[type[BaseException], ...] = ()) -> Any:
     """:func:`preflight`, then ``run(cfg)``; an input error prints one ``error: ...`` line and exits with status 2.
 
-    Input errors are ``ValueError``, ``KeyError``, :class:`graphmem.errors.InputError` and ``errors``;
-    a :class:`graphmem.errors.NothingMeasuredError` (every LLM call failed) exits with status 3.
+    Input errors are ``ValueError``, ``KeyError``, :class:`graphmem.core.errors.InputError` and ``errors``;
+    a :class:`graphmem.core.errors.NothingMeasuredError` (every LLM call failed) exits with status 3.
     Scripts check their whole config before any work, so config errors arrive before anything is
     loaded; data, graph, checkpoint and run-folder errors name the file, record or field.
     """
@@ -312,7 +312,7 @@ def policy_config(name: str, selected: Any = None) -> dict[str, Any]:
     if selected is not None and selected.get("name") == name:
         raw = OmegaConf.to_container(selected, resolve=True)
     elif path.is_file():
-        from graphmem.config import policy_option
+        from graphmem.config.schemas import policy_option
 
         raw = OmegaConf.to_container(policy_option(path), resolve=True)
     else:
@@ -324,17 +324,17 @@ def make_configured_policy(config: Mapping[str, Any]):
     """``hydra.utils.instantiate`` of a :func:`policy_config`: the class at ``_target_`` (a
     registered name or a dotted path to a :class:`~graphmem.policies.TraversalPolicy` subclass)
     with the other keys, checked first against its constructor (``ValueError`` naming the key) and
-    for an existing ``checkpoint`` file (:class:`graphmem.checkpoint.CheckpointError` naming it).
-    The policy reports under :func:`graphmem.config.policy_label` of its target."""
+    for an existing ``checkpoint`` file (:class:`graphmem.store.checkpoint.CheckpointError` naming it).
+    The policy reports under :func:`graphmem.config.schemas.policy_label` of its target."""
     import hydra
 
-    from graphmem.config import policy_label
+    from graphmem.config.schemas import policy_label
     from graphmem.policies import POLICIES
 
     kwargs = {k: v for k, v in config.items() if k != "_target_"}
     cls = POLICIES.check(config["_target_"], kwargs)
     if isinstance(kwargs.get("checkpoint"), (str, os.PathLike)):
-        from graphmem.checkpoint import require_checkpoint
+        from graphmem.store.checkpoint import require_checkpoint
 
         require_checkpoint(kwargs["checkpoint"])  # one line naming the key, not Hydra's wrapped error
     try:
@@ -454,6 +454,6 @@ def set_threads(cfg) -> int:
             torch.set_num_interop_threads(n)
         except RuntimeError:  # parallel work already ran in this process: torch keeps its pool
             pass
-    if "faiss" in sys.modules:  # graphmem.vector_index also follows torch's count at each build
+    if "faiss" in sys.modules:  # graphmem.index.vector_index also follows torch's count at each build
         sys.modules["faiss"].omp_set_num_threads(n)
     return n

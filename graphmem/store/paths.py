@@ -6,7 +6,7 @@ refuses, before any work, a name that could leave its folder or is no portable f
 :func:`run_path` joins checked names under a run's ``out_dir`` and refuses a result outside it
 (a symlink pointing elsewhere included); :func:`fresh_folder` gives a folder to move files aside
 into that never is an existing one. Names that are data rather than config (graph names,
-question ids) are encoded instead (:func:`graphmem.setformat.safe_name`,
+question ids) are encoded instead (:func:`graphmem.store.setformat.safe_name`,
 :func:`graphmem.tracking.artifacts.artifact_name`).
 """
 
@@ -16,7 +16,7 @@ import itertools
 import re
 from pathlib import Path
 
-from graphmem.errors import InputError
+from graphmem.core.errors import InputError
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,119}")
 

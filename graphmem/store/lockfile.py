@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from graphmem.errors import InputError
+from graphmem.core.errors import InputError
 
 _HELD: dict[tuple[int, str], list] = {}  # (pid, real path) -> [fd, depth]: a forked child holds none of these
 
