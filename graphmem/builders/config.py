@@ -56,6 +56,10 @@ class GraphConfig:
     """passage graphs (MuSiQue, pooled corpora): also one node per sentence of each passage."""
     duplicate_titles: str = "join"
     """passage graphs: distinct texts of one title are ``join``-ed into its passage, or only the ``first`` is kept."""
+    incremental: bool = False
+    """build with the rules of a live memory, which sees one record at a time: semantic and time-window neighbours
+    among earlier nodes only (equal distances to the earlier node), entities extracted in arrival order, an entity's
+    share cap applied as each mention arrives (:mod:`graphmem.builders.incremental`, ``docs/memory.md``)."""
     max_text_chars: int = 1_000_000
     """longest text field of a turn or passage, in characters; a longer one is refused naming the file, record and
     field (:func:`graphmem.builders.units.check_text_sizes`). Not hashed: it decides whether a set is built, not
@@ -66,8 +70,9 @@ class GraphConfig:
             raise ValueError(f"GraphConfig.features {self.features!r} is not one of {FEATURES}")
         if self.duplicate_titles not in ("join", "first"):
             raise ValueError(f"GraphConfig.duplicate_titles {self.duplicate_titles!r} is not one of ('join', 'first')")
-        if not isinstance(self.sentence_nodes, bool):
-            raise ValueError(f"GraphConfig.sentence_nodes must be true or false, got {self.sentence_nodes!r}")
+        for name in ("sentence_nodes", "incremental"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"GraphConfig.{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("semantic_k", "temporal_cap", "entity_fanout"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:

@@ -45,11 +45,17 @@ def sequence_pairs(group: Sequence, order: Sequence[int]) -> tuple[Tensor, Tenso
 
 
 def time_window_pairs(
-    timestamps: Tensor, window: float, cap: int, exclude: tuple[Tensor, Tensor] | None = None
+    timestamps: Tensor,
+    window: float,
+    cap: int,
+    exclude: tuple[Tensor, Tensor] | None = None,
+    earlier_only: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Each node to at most ``cap`` nearest-in-time other nodes with ``|t_i - t_j| <= window``.
 
     Pairs in ``exclude`` (e.g. the consecutive pairs, already linked) are not counted against the cap.
+    ``earlier_only`` (the live memory's rule): node ``i`` looks only at rows ``j < i``, nearest first and
+    equal gaps to the lower row, as :func:`graphmem.builders.incremental.window_neighbours` does for one node.
     """
     n = timestamps.numel()
     if n < 2 or cap == 0 or window <= 0:
@@ -62,39 +68,58 @@ def time_window_pairs(
     if exclude is not None and exclude[0].numel():
         dt[exclude[0], exclude[1]] = float("inf")
         dt[exclude[1], exclude[0]] = float("inf")
-    vals, nbr = torch.topk(dt, min(cap, n - 1), dim=1, largest=False)
+    if earlier_only:
+        dt[torch.ones(n, n, dtype=torch.bool).triu()] = float("inf")
+        vals, nbr = torch.sort(dt, dim=1, stable=True)
+        vals, nbr = vals[:, :cap], nbr[:, :cap]
+    else:
+        vals, nbr = torch.topk(dt, min(cap, n - 1), dim=1, largest=False)
     keep = torch.isfinite(vals)
     rows = torch.arange(n)[:, None].expand_as(nbr)
     return rows[keep], nbr[keep]
 
 
-def semantic_knn_pairs(embeddings: Tensor, k: int, threshold: float, block: int = 2048) -> tuple[Tensor, Tensor]:
+def semantic_knn_pairs(
+    embeddings: Tensor, k: int, threshold: float, block: int = 2048, earlier_only: bool = False
+) -> tuple[Tensor, Tensor]:
     """Each node to its ``k`` most cosine-similar other nodes with similarity ``>= threshold``.
 
     Similarities are computed ``block`` rows at a time, so a pooled corpus of 10^4 nodes never
-    holds the full ``[N, N]`` matrix.
+    holds the full ``[N, N]`` matrix. ``earlier_only`` (the live memory's rule): node ``i`` looks only at
+    rows ``j < i``, equal cosines to the lower row, as :func:`graphmem.builders.incremental.semantic_neighbours`.
     """
     n = embeddings.shape[0]
     if n < 2 or k == 0:
         return _pairs([], [])
     rows_out, nbr_out = [], []
     for start in range(0, n, block):
-        sim = embeddings[start : start + block] @ embeddings.T
-        local = torch.arange(sim.shape[0])
-        sim[local, local + start] = -float("inf")
-        vals, nbr = torch.topk(sim, min(k, n - 1), dim=1)
+        local = torch.arange(min(block, n - start))
+        if earlier_only:  # cosines in float64 rounded to float32: the same values as the one-node search
+            sim = (embeddings[start : start + block].double() @ embeddings.double().T).float()
+            sim[torch.arange(n)[None, :] >= (local + start)[:, None]] = -float("inf")
+            vals, nbr = torch.sort(sim, dim=1, descending=True, stable=True)
+            vals, nbr = vals[:, :k], nbr[:, :k]
+        else:
+            sim = embeddings[start : start + block] @ embeddings.T
+            sim[local, local + start] = -float("inf")
+            vals, nbr = torch.topk(sim, min(k, n - 1), dim=1)
         keep = vals >= threshold
         rows_out.append((local + start)[:, None].expand_as(nbr)[keep])
         nbr_out.append(nbr[keep])
     return torch.cat(rows_out), torch.cat(nbr_out)
 
 
-def entity_pairs(entities: Sequence[set[str]], fanout: int, max_share: float) -> tuple[Tensor, Tensor]:
+def entity_pairs(
+    entities: Sequence[set[str]], fanout: int, max_share: float, at_arrival: bool = False
+) -> tuple[Tensor, Tensor]:
     """Nodes mentioning the same entity, without cliques.
 
     The mentions of an entity, in node order, are linked each to the next ``fanout`` mentions
     (so an entity adds at most ``fanout`` pairs per mention). An entity mentioned by more than
-    ``max(10, max_share * N)`` nodes is skipped as too common to discriminate.
+    ``max(10, max_share * N)`` nodes is skipped as too common to discriminate. ``at_arrival`` (the live
+    memory's rule): the cap is applied as each mention arrives, with the mentions and nodes seen so far: the
+    ``q``-th mention (1-based) of an entity, at row ``r``, links to the ``fanout`` mentions before it when
+    ``q <= max(10, max_share * (r + 1))``, as :meth:`graphmem.builders.incremental.EntityIndex.link` does.
     """
     mentions: dict[str, list[int]] = {}
     for i, ents in enumerate(entities):
@@ -105,6 +130,12 @@ def entity_pairs(entities: Sequence[set[str]], fanout: int, max_share: float) ->
     b: list[int] = []
     for e in sorted(mentions):
         rows = mentions[e]
+        if at_arrival:
+            for q, j in enumerate(rows):
+                if q + 1 <= max(10.0, max_share * (j + 1)):
+                    a += rows[max(0, q - fanout) : q]
+                    b += [j] * (q - max(0, q - fanout))
+            continue
         if len(rows) < 2 or len(rows) > limit:
             continue
         for pos, i in enumerate(rows):
@@ -269,8 +300,13 @@ def sequence_positions(graph: MemoryGraph) -> tuple[list, list[int]]:
     """``(group, order)`` of every node from its metadata, the sequence the temporal pairs and ``p_t``
     follow: LoCoMo turns ``(session, position)``; document sentences ``(paragraph, sent_idx)`` with a
     title or passage node at order ``-1``; ``(None, row)`` for a node with neither."""
+    return sequence_positions_of(graph.metadata, range(graph.num_nodes))
+
+
+def sequence_positions_of(metadata: Sequence[dict], rows: Sequence[int]) -> tuple[list, list[int]]:
+    """:func:`sequence_positions` of the nodes with these ``metadata`` at these ``rows``."""
     group, order = [], []
-    for row, m in enumerate(graph.metadata):
+    for row, m in zip(rows, metadata, strict=True):
         if "session" in m:
             group.append(m["session"])
             order.append(int(m.get("position", row)))

@@ -8,7 +8,7 @@ text. Register another one (for example an LLM extractor following HAGE Appendix
 from __future__ import annotations
 
 import re
-from typing import Protocol, Sequence, runtime_checkable
+from typing import AbstractSet, Protocol, Sequence, runtime_checkable
 
 from graphmem.core.registry import Registry
 
@@ -112,10 +112,21 @@ class CueEntityExtractor:
             runs.append(current)
         return [[(w, i) for w, i, _ in run] for run in runs]
 
-    def extract(self, texts: Sequence[str]) -> list[set[str]]:
-        all_runs = [self._capitalised_runs(t) for t in texts]
+    @staticmethod
+    def _proper(all_runs: Sequence[list[list[tuple[str, bool]]]]) -> set[str]:
         proper = {w.lower() for runs in all_runs for run in runs for w, initial in run if not initial}
-        proper |= {w.lower() for runs in all_runs for run in runs if len(run) > 1 for w, _ in run}
+        return proper | {w.lower() for runs in all_runs for run in runs if len(run) > 1 for w, _ in run}
+
+    def proper_words(self, texts: Sequence[str]) -> set[str]:
+        """The lower-cased words ``texts`` show as names wherever they stand: capitalised somewhere not at a
+        sentence start, or inside a run of several capitalised words (the corpus vocabulary of :meth:`extract`)."""
+        return self._proper([self._capitalised_runs(t) for t in texts])
+
+    def extract(self, texts: Sequence[str], known: AbstractSet[str] = frozenset()) -> list[set[str]]:
+        """Entities of each text, the batch of ``texts`` plus the ``known`` proper words as the vocabulary
+        (a live memory passes the :meth:`proper_words` of the texts it already holds)."""
+        all_runs = [self._capitalised_runs(t) for t in texts]
+        proper = self._proper(all_runs) | set(known)
         out = []
         for text, runs in zip(texts, all_runs):
             found: set[str] = set()
@@ -133,6 +144,28 @@ class CueEntityExtractor:
                     found.add(number)
             out.append({e for e in found if len(e) >= self.min_length})
         return out
+
+
+def extract_in_order(extractor: EntityExtractor, texts: Sequence[str]) -> list[set[str]]:
+    """Entities of each text as a live memory extracts them, one text at a time in order: text ``i`` with the
+    proper words of texts ``0..i`` as its vocabulary (an extractor with :meth:`CueEntityExtractor.proper_words`),
+    or by itself (any other extractor)."""
+    known: set[str] = set()
+    out = []
+    for text in texts:
+        entities, words = extract_one(extractor, text, known)
+        known |= words
+        out.append(entities)
+    return out
+
+
+def extract_one(extractor: EntityExtractor, text: str, known: AbstractSet[str]) -> tuple[set[str], set[str]]:
+    """The entities of one arriving ``text`` with the proper words ``known`` from the texts before it, and the
+    proper words the text adds to that vocabulary (none for an extractor without a vocabulary)."""
+    if isinstance(extractor, CueEntityExtractor):
+        words = extractor.proper_words([text])
+        return extractor.extract([text], known | words)[0], words
+    return set(extractor.extract([text])[0]), set()
 
 
 _WORD = re.compile(r"\w+")

@@ -9,6 +9,10 @@ NaN when the session date is unknown. Edges (both directions, no self loops):
 * semantic: each turn to its ``semantic_k`` most similar turns with cosine ``>= semantic_threshold``;
 * entity: turns sharing an extracted entity (:func:`graphmem.builders.edges.entity_pairs`);
 * causal: question -> answer and causal-connective cues between consecutive turns.
+
+With ``GraphConfig.incremental`` the graph is the one a live memory grows turn by turn
+(:mod:`graphmem.builders.incremental`): neighbours among earlier turns, entities in arrival order,
+and the turn's words with its image caption as the memory receives them (``turn_body``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import torch
 from torch import Tensor
 
 from graphmem.builders import edges as E
-from graphmem.builders.entities import EntityExtractor
+from graphmem.builders.entities import EntityExtractor, extract_in_order
+from graphmem.builders.incremental import Record
 from graphmem.core.graph import MemoryGraph, default_key
 from graphmem.datasets.types import Conversation, Turn
 
@@ -29,15 +34,33 @@ if TYPE_CHECKING:
     from graphmem.builders.config import GraphConfig
 
 
+def turn_body(turn: Turn) -> str:
+    """The turn's words plus ``" [image: <caption>]"`` when it shares an image: what a live memory is given."""
+    return turn.text + f" [image: {turn.image_caption}]" if turn.image_caption else turn.text
+
+
 def turn_text(turn: Turn) -> str:
     """``"<speaker>: <text>"`` plus ``" [image: <caption>]"`` when the turn has an image caption."""
-    text = f"{turn.speaker}: {turn.text}"
-    return text + f" [image: {turn.image_caption}]" if turn.image_caption else text
+    return f"{turn.speaker}: {turn_body(turn)}"
 
 
 def node_texts(conv: Conversation) -> list[str]:
     """Node texts in node order (what the encoder embeds)."""
     return [turn_text(t) for t in conv.turns]
+
+
+def turn_records(conv: Conversation) -> list[Record]:
+    """The conversation's turns as a live memory receives them, in order: id = dia_id, the turn's words
+    (:func:`turn_body`), speaker, time (the session's datetime + position seconds; ``None`` when unknown), the
+    session index, and the dia_id and raw session date as metadata."""
+    out = []
+    for s in conv.sessions:
+        base = s.date_time.replace(tzinfo=timezone.utc).timestamp() if s.date_time else None
+        for t in s.turns:
+            meta = {"dia_id": t.dia_id, "date_time": s.raw_date_time}
+            time = None if base is None else base + t.position
+            out.append(Record(t.dia_id, turn_body(t), t.speaker, time, s.index, meta))
+    return out
 
 
 def build_locomo_graph(
@@ -70,16 +93,20 @@ def build_locomo_graph(
         [t.dia_id for t in turns],
         texts,
         embeddings,
-        keys=[f"{t.speaker}: {default_key(t.text, 10)}" for t in turns],
+        keys=[f"{t.speaker}: {default_key(turn_body(t) if cfg.incremental else t.text, 10)}" for t in turns],
         timestamps=timestamps,
         metadata=metadata,
     )
 
     group, order = E.sequence_positions(graph)
-    raw = [t.text + (f" {t.image_caption}" if t.image_caption else "") for t in turns]
-    entities = extractor.extract(raw)
+    if cfg.incremental:  # what a live memory reads of a turn, one turn at a time (graphmem.builders.incremental)
+        cues = [turn_body(t) for t in turns]
+        entities = extract_in_order(extractor, cues)
+    else:
+        cues = [t.text for t in turns]
+        entities = extractor.extract([t.text + (f" {t.image_caption}" if t.image_caption else "") for t in turns])
     causal = E.causal_pairs(
-        [t.text for t in turns],
+        cues,
         [t.speaker for t in turns],
         group,
         order,
@@ -87,12 +114,16 @@ def build_locomo_graph(
         cfg.causal_connective_confidence,
     )
     seq_a, seq_b = E.sequence_pairs(group, order)
-    win_a, win_b = E.time_window_pairs(graph.timestamps, cfg.temporal_window_s, cfg.temporal_cap, (seq_a, seq_b))
+    win_a, win_b = E.time_window_pairs(
+        graph.timestamps, cfg.temporal_window_s, cfg.temporal_cap, (seq_a, seq_b), earlier_only=cfg.incremental
+    )
     pairs = {
         "temporal": (torch.cat([seq_a, win_a]), torch.cat([seq_b, win_b])),
-        "semantic": E.semantic_knn_pairs(graph.embeddings, cfg.semantic_k, cfg.semantic_threshold),
+        "semantic": E.semantic_knn_pairs(
+            graph.embeddings, cfg.semantic_k, cfg.semantic_threshold, earlier_only=cfg.incremental
+        ),
         "causal": causal[:2],
-        "entity": E.entity_pairs(entities, cfg.entity_fanout, cfg.entity_max_share),
+        "entity": E.entity_pairs(entities, cfg.entity_fanout, cfg.entity_max_share, at_arrival=cfg.incremental),
     }
     E.add_relation_edges(graph, pairs, cfg.features, group, order, entities, causal, cfg.temporal_tau)
     return graph

@@ -44,6 +44,7 @@ _HASHED_WHEN_SET = {
     "sentence_nodes": False,
     "duplicate_titles": "join",
     "pool_size": None,
+    "incremental": False,
 }
 _UNHASHED = ("cache_dir", "max_text_chars")  # graph settings that never change what a build produces
 log = logging.getLogger(__name__)

@@ -1,0 +1,246 @@
+"""The batch builder's rules applied one record at a time, at a cost that does not grow with the memory.
+
+A live memory (:class:`graphmem.memory.Memory`) receives turns or passages one by one. A batch rule
+that reads records which have not arrived yet is replaced by its arrival-order form, and the batch
+builder offers the same form (``GraphConfig.incremental``), so that a memory grown record by record
+and a graph built at once from the same records are equal (``tests/test_memory_equivalence.py``).
+For record ``j`` (row ``j``, rows in arrival order):
+
+* **temporal**: the previous record of its session, and the ``temporal_cap`` nearest-in-time earlier
+  records with ``|t_i - t_j| <= temporal_window_s`` (not the previous record; equal gaps to the lower
+  row). The candidates come from a sorted time index, so the cost is the window's records, not ``N``.
+* **semantic**: the ``semantic_k`` most cosine-similar earlier records with cosine ``>=
+  semantic_threshold`` (equal cosines to the lower row), from the memory's neighbour search (exact
+  below a size, an HNSW index above it).
+* **entity**: the record's entities, extracted with the vocabulary of the records so far
+  (:func:`~graphmem.builders.entities.extract_one`); for each entity, its ``q``-th mention links to the
+  ``entity_fanout`` mentions before it while ``q <= max(10, entity_max_share * (j + 1))``.
+* **causal**: the question -> answer and connective cues between the previous record of the session and
+  this one (:func:`~graphmem.builders.edges.causal_pairs`).
+
+Every new edge is inserted in both directions with its Phase-1 features ``[p_t, p_s, p_c, p_e]``
+(:mod:`graphmem.builders.edges`) and Beta counters at the prior ``S = F = 0`` (GraphMemory eq. 17).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import Tensor
+
+from graphmem.builders import edges as E
+from graphmem.builders.config import GraphConfig
+from graphmem.builders.entities import EntityExtractor, extract_one
+from graphmem.core.graph import MemoryGraph, default_key
+
+Neighbours = Callable[[Tensor, int, int], tuple[list[int], list[float]]]
+"""``neighbours(x, k, n)``: the rows among the first ``n`` whose embeddings are nearest ``x`` (unit),
+and their cosines, most similar first, equal cosines to the lower row, at most ``k``."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One turn or passage as a live memory receives it.
+
+    Args:
+        id: the node id (unique in the memory).
+        text: the record's words; the node's text is ``"<speaker>: <text>"`` when a speaker is given.
+        speaker: who said it (conversations), else ``None``.
+        time: POSIX seconds, ``None`` when unknown.
+        session: the sequence it continues (a conversation session, a document); ``None``: none.
+        meta: free JSON metadata kept on the node.
+    """
+
+    id: str
+    text: str
+    speaker: str | None = None
+    time: float | None = None
+    session: str | int | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def node_text(self) -> str:
+        return f"{self.speaker}: {self.text}" if self.speaker else self.text
+
+    @property
+    def key(self) -> str:
+        return f"{self.speaker}: {default_key(self.text, 10)}" if self.speaker else default_key(self.text)
+
+
+@dataclass
+class Plan:
+    """What adding one record changes: its node's metadata and entities, the proper words it adds to the
+    extractor's vocabulary, and its new edges (both directions)."""
+
+    metadata: dict[str, Any]
+    entities: set[str]
+    words: set[str]
+    src: Tensor
+    dst: Tensor
+    relation: Tensor
+    features: Tensor | None
+
+
+class TimeIndex:
+    """Rows by timestamp (sorted), for the time-window candidates of an arriving record."""
+
+    def __init__(self) -> None:
+        self._keys: list[tuple[float, int]] = []
+
+    def add(self, t: float, row: int) -> None:
+        if math.isfinite(t):
+            bisect.insort(self._keys, (t, row))
+
+    def within(self, t: float, window: float) -> list[tuple[float, int]]:
+        """``(|t_i - t|, row)`` of the rows with ``|t_i - t| <= window``, nearest first, then by row."""
+        lo = bisect.bisect_left(self._keys, (t - window, -1))
+        hi = bisect.bisect_right(self._keys, (t + window, math.inf))
+        return sorted((abs(ti - t), row) for ti, row in self._keys[lo:hi] if abs(ti - t) <= window)
+
+    def remove(self, rows: set[int], new_row: Mapping[int, int]) -> None:
+        """Drop ``rows`` and renumber the others (after a deletion compacts the graph)."""
+        self._keys = [(t, new_row[r]) for t, r in self._keys if r not in rows]
+
+
+class EntityIndex:
+    """Mentions of each entity, in arrival order: the entity edges' state."""
+
+    def __init__(self) -> None:
+        self.mentions: dict[str, list[int]] = {}
+
+    def link(self, row: int, entities: set[str], fanout: int, max_share: float) -> list[int]:
+        """Record ``row``'s mentions; returns the earlier rows it links to (module docstring's rule)."""
+        out: list[int] = []
+        for e in sorted(entities):
+            rows = self.mentions.setdefault(e, [])
+            if len(rows) + 1 <= max(10.0, max_share * (row + 1)):
+                out += rows[max(0, len(rows) - fanout) :]
+            rows.append(row)
+        return out
+
+    def remove(self, rows: set[int], new_row: Mapping[int, int]) -> None:
+        for e in list(self.mentions):
+            kept = [new_row[r] for r in self.mentions[e] if r not in rows]
+            if kept:
+                self.mentions[e] = kept
+            else:
+                del self.mentions[e]
+
+
+class IncrementalBuilder:
+    """Plans the node metadata and edges of each arriving record (module docstring).
+
+    Args:
+        cfg: the graph config (``configs/graph``), the batch builder's settings.
+        extractor: the entity extractor (``cfg.entity_extractor`` made by the caller).
+        neighbours: the semantic neighbour search over the rows already present (:data:`Neighbours`).
+    """
+
+    def __init__(self, cfg: GraphConfig, extractor: EntityExtractor, neighbours: Neighbours) -> None:
+        self.cfg, self.extractor, self.neighbours = cfg, extractor, neighbours
+        self.vocabulary: set[str] = set()
+        self.times = TimeIndex()
+        self.entities = EntityIndex()
+        self.tails: dict[Any, tuple[int, int]] = {}  # session -> (row, position) of its last record
+        self.node_entities: list[set[str]] = []
+
+    def replay(self, graph: MemoryGraph, entities: list[set[str]], vocabulary: set[str]) -> None:
+        """Bring the state up to ``graph`` (a memory reopened from its store): its rows in order, their
+        stored entities and the extractor's vocabulary."""
+        self.vocabulary = set(vocabulary)
+        for row, (m, ents) in enumerate(zip(graph.metadata, entities, strict=True)):
+            self._remember(row, m, float(graph.timestamps[row]), ents)
+            for e in sorted(ents):
+                self.entities.mentions.setdefault(e, []).append(row)
+
+    def _remember(self, row: int, metadata: Mapping[str, Any], t: float, ents: set[str]) -> None:
+        self.times.add(t, row)
+        if metadata.get("session") is not None:
+            self.tails[metadata["session"]] = (row, int(metadata["position"]))
+        self.node_entities.append(ents)
+
+    def metadata(self, record: Record) -> dict[str, Any]:
+        """The node metadata of ``record``: speaker, session and position (the next of its session), its meta."""
+        out: dict[str, Any] = {**dict(record.meta)}
+        if record.speaker is not None:
+            out["speaker"] = record.speaker
+        if record.session is not None:
+            tail = self.tails.get(record.session)
+            out.setdefault("position", tail[1] + 1 if tail else 0)
+            out["session"] = record.session
+        return out
+
+    def plan(self, graph: MemoryGraph, record: Record, metadata: dict[str, Any]) -> Plan:
+        """The edges of ``record``, already appended to ``graph`` as its last row, with ``metadata``."""
+        cfg, j = self.cfg, graph.num_nodes - 1
+        entities, words = extract_one(self.extractor, record.text, self.vocabulary)
+        self.vocabulary |= words
+        pred = self.tails.get(record.session) if record.session is not None else None
+        pred_row = pred[0] if pred else None
+        t = float(graph.timestamps[j])
+        pairs: dict[str, list[int]] = {r: [] for r in ("temporal", "semantic", "causal", "entity")}
+        if pred_row is not None:
+            pairs["temporal"].append(pred_row)
+        if cfg.temporal_window_s > 0 and cfg.temporal_cap > 0 and math.isfinite(t):
+            near = [row for _, row in self.times.within(t, cfg.temporal_window_s) if row != pred_row]
+            pairs["temporal"] += near[: cfg.temporal_cap]
+        if cfg.semantic_k > 0 and j > 0:
+            rows, cos = self.neighbours(graph.embeddings[j], cfg.semantic_k, j)
+            pairs["semantic"] = [r for r, c in zip(rows, cos) if c >= cfg.semantic_threshold]
+        conf = 0.0
+        if pred_row is not None:
+            # the previous record's cue is whether its text ends with "?": its node text ends as its words do
+            cues = [graph.texts[pred_row], record.text]
+            speakers = [graph.metadata[pred_row].get("speaker"), record.speaker]
+            qa, connective = cfg.causal_qa_confidence, cfg.causal_connective_confidence
+            _, _, c = E.causal_pairs(cues, speakers, [0, 0], [0, 1], qa, connective)
+            if c.numel():
+                conf = float(c[0])
+                pairs["causal"].append(pred_row)
+        pairs["entity"] = self.entities.link(j, entities, cfg.entity_fanout, cfg.entity_max_share)
+        self._remember(j, metadata, t, entities)
+        src, dst, rel = [], [], []
+        for relation, rows in pairs.items():
+            for i in sorted(set(rows)):
+                src += [i, j]
+                dst += [j, i]
+                rel += [graph.relations.index(relation)] * 2
+        src_t, dst_t = torch.tensor(src, dtype=torch.long), torch.tensor(dst, dtype=torch.long)
+        rel_t = torch.tensor(rel, dtype=torch.long)
+        feats = self._features(graph, src_t, dst_t, pred_row, conf) if cfg.features == "scored" else None
+        return Plan(metadata, entities, words, src_t, dst_t, rel_t, feats)
+
+    def _features(self, graph: MemoryGraph, src: Tensor, dst: Tensor, pred: int | None, conf: float) -> Tensor:
+        """``[p_t, p_s, p_c, p_e]`` of the new edges, as :func:`graphmem.builders.edges.phase1_features` gives them."""
+        if src.numel() == 0:
+            return torch.empty(0, 4)
+        rows = sorted(set(src.tolist()))
+        local = {r: i for i, r in enumerate(rows)}
+        group, order = E.sequence_positions_of([graph.metadata[r] for r in rows], rows)
+        ls, ld = torch.tensor([local[r] for r in src.tolist()]), torch.tensor([local[r] for r in dst.tolist()])
+        emb = graph.embeddings
+        causal = (
+            (torch.tensor([pred]), torch.tensor([graph.num_nodes - 1]), torch.tensor([conf]))
+            if pred is not None and conf > 0
+            else (torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long), torch.empty(0))
+        )
+        return torch.stack(
+            [
+                E.temporal_proximity(group, order, ls, ld, self.cfg.temporal_tau),
+                (emb[src] * emb[dst]).sum(1).clamp(-1.0, 1.0),
+                E.lookup_pairs(graph.num_nodes, *causal, src, dst),
+                E.jaccard(self.node_entities, src, dst),
+            ],
+            dim=1,
+        )
+
+    def forget(self, rows: set[int], new_row: Mapping[int, int]) -> None:
+        """Drop deleted ``rows`` from the state and renumber the rest (``new_row``: old row -> new row)."""
+        self.times.remove(rows, new_row)
+        self.entities.remove(rows, new_row)
+        self.tails = {s: (new_row[r], p) for s, (r, p) in self.tails.items() if r not in rows}
+        self.node_entities = [e for i, e in enumerate(self.node_entities) if i not in rows]

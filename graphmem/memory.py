@@ -1,0 +1,726 @@
+"""The live memory: the one object an agent touches, to write turns as they happen, read before it answers,
+and improve the graph from what happened afterwards.
+
+    from graphmem import Memory
+
+    with Memory.open("outputs/memories/alice", encoder="hashing") as mem:
+        mem.add("I adopted a greyhound called Pixel last May.", speaker="Alice", session=1)
+        r = mem.retrieve("What is the name of Alice's dog?")
+        print(r.ranked_ids(), r.texts())
+        mem.feedback(r, helpful=r.ranked_ids()[:1])
+
+One memory is one folder: a SQLite database (:mod:`graphmem.store.memory_store`) is the truth, and the graph's
+tensors, the neighbour index, BM25 and the builder's state are derived from it, rebuilt at open. Each
+:meth:`Memory.add`, :meth:`Memory.add_many`, :meth:`Memory.forget`, :meth:`Memory.revise` and
+:meth:`Memory.feedback` is one transaction. A record's node and edges follow the batch builder's rules in their
+arrival-order form (:mod:`graphmem.builders.incremental`), so a memory grown record by record equals the graph
+the batch builder gives with ``graph.incremental=true``. Retrieval runs any registered policy over the graph
+(the trained walk when a checkpoint is given, else ``hybrid``); feedback applies GraphMemory's Beta update
+(eq. 21) to the transitions the retrieval used and is logged for later training (:mod:`graphmem.feedback`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import threading
+import uuid
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from graphmem.builders.config import GraphConfig
+from graphmem.builders.entities import CueEntityExtractor, extract_one, make_entity_extractor
+from graphmem.builders.incremental import IncrementalBuilder, Record
+from graphmem.core import Budget, Query
+from graphmem.core.errors import InputError
+from graphmem.core.graph import RELATIONS, MemoryGraph
+from graphmem.datasets.types import LoadReport, Question
+from graphmem.feedback import label_transitions
+from graphmem.index.embed import Encoder, encoder_fingerprint, make_encoder
+from graphmem.index.neighbours import RowIndex
+from graphmem.policies.base import TraversalPolicy
+from graphmem.store.graphset import GraphSet
+from graphmem.store.memory_store import EdgeRows, MemoryStoreError, NodeRow, SQLiteStore
+
+__all__ = ["Memory", "MemoryError", "MemoryRetrieval"]
+
+ANN_MIN_NODES = 4096
+"""memories of at least this many records find a new record's semantic neighbours in an HNSW index (exact below)"""
+
+
+class MemoryError(InputError, ValueError):  # noqa: A001  (the memory's own error, not the builtin's)
+    """Input a memory cannot take (an empty or oversized text, an unknown id, another encoder); one line."""
+
+
+@dataclass
+class MemoryRetrieval:
+    """What :meth:`Memory.retrieve` returns: the ranked records with their texts and the trace.
+
+    ``ranked`` is the policy's list, most relevant first (node ids); ``loaded`` the load order; ``traversed``
+    the edges the walk took, as ``(source id, target id, relation)``; ``id`` names it for :meth:`Memory.feedback`.
+    """
+
+    id: str
+    query: str
+    policy: str
+    ranked: list[str]
+    texts_by_id: dict[str, str]
+    scores: list[float] | None
+    loaded: list[str]
+    entries: list[str]
+    traversed: list[tuple[str, str, str]]
+    loaded_tokens: int
+    max_depth: int
+    wall_time_s: float
+
+    def ranked_ids(self) -> list[str]:
+        return list(self.ranked)
+
+    def texts(self) -> list[str]:
+        """The loaded texts in ranked order."""
+        return [self.texts_by_id[i] for i in self.ranked]
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["texts"] = self.texts()
+        out["traversed"] = [list(e) for e in self.traversed]
+        del out["texts_by_id"]
+        return out
+
+
+@dataclass
+class _Buffers:
+    """Capacity-doubling tensors behind the graph's fields: appending costs O(1) amortised, and the graph's
+    fields are views of their first rows."""
+
+    emb: Tensor
+    time: Tensor
+    edge_index: Tensor = field(default_factory=lambda: torch.empty(2, 64, dtype=torch.long))
+    edge_type: Tensor = field(default_factory=lambda: torch.empty(64, dtype=torch.long))
+    S: Tensor = field(default_factory=lambda: torch.empty(64))
+    F: Tensor = field(default_factory=lambda: torch.empty(64))
+    attr: Tensor = field(default_factory=lambda: torch.empty(64, 4))
+    attr_init: Tensor = field(default_factory=lambda: torch.empty(64, 4))
+
+    @staticmethod
+    def grown(buf: Tensor, need: int, dim: int = 0) -> Tensor:
+        size = buf.shape[dim]
+        if need <= size:
+            return buf
+        shape = list(buf.shape)
+        shape[dim] = max(need, 2 * size, 64)
+        out = torch.empty(shape, dtype=buf.dtype)
+        out.narrow(dim, 0, size).copy_(buf)
+        return out
+
+
+class Memory:
+    """One live memory (module docstring). Open it with :meth:`open`; every public method is thread-safe."""
+
+    def __init__(
+        self,
+        store: SQLiteStore,
+        cfg: GraphConfig,
+        encoder: Encoder,
+        policy: TraversalPolicy,
+        budget: Budget,
+        ann_min_nodes: int = ANN_MIN_NODES,
+    ) -> None:
+        self.store, self.cfg, self.encoder, self.policy, self.budget = store, cfg, encoder, policy, budget
+        self.ann_min_nodes = ann_min_nodes
+        self.extractor = make_entity_extractor(cfg.entity_extractor)
+        self._lock = threading.RLock()
+        self._recent: OrderedDict[str, MemoryRetrieval] = OrderedDict()
+        self._policies: dict[str, TraversalPolicy] = {policy.name: policy}
+        self._load()
+
+    # ------------------------------------------------------------------ opening and closing
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        encoder: str | Encoder = "minilm",
+        policy: str | TraversalPolicy | None = None,
+        checkpoint: str | Path | None = None,
+        create: bool = True,
+        graph: Mapping[str, Any] | None = None,
+        budget: Budget | None = None,
+        readonly: bool = False,
+        wait: bool = False,
+        synchronous: str = "normal",
+    ) -> Memory:
+        """Open the memory at ``path`` (a folder), creating it with ``create``.
+
+        Args:
+            path: the memory's folder (one memory, one namespace).
+            encoder: ``minilm`` or ``hashing`` (the names ``configs/graph`` takes), or an encoder object; a
+                memory is always reopened with the encoder it was created with.
+            policy: a registered policy name (configured as ``configs/policy/<name>.yaml``) or a policy object
+                (default: ``router`` with ``checkpoint``, else ``hybrid``).
+            checkpoint: a trained walk (``best.pt`` of ``scripts/train.py``), refused when trained on another
+                encoder's embeddings.
+            graph: graph settings as in ``configs/graph/default.yaml`` (stored at creation; a reopen with other
+                values is refused).
+            budget: the retrieval budget (default: GraphMemory's, :class:`~graphmem.core.Budget`).
+            readonly: open as a reader (no writes; any number of readers beside one writer).
+            wait: a second writer waits for the first to close instead of being refused.
+            synchronous: ``normal`` (a write survives a crash of the process) or ``full`` (also of the machine).
+        """
+        enc = make_encoder(encoder) if isinstance(encoder, str) else encoder
+        cfg = GraphConfig.from_mapping({**dict(graph or {}), "encoder": enc_name(encoder), "incremental": True})
+        settings = {
+            "graph": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("cache_dir",)},
+            "encoder": {"name": enc.name, "dim": int(enc.dim), "fingerprint": encoder_fingerprint(enc)},
+            "relations": list(RELATIONS),
+        }
+        store = SQLiteStore(path, settings, create=create, writer=not readonly, wait=wait, synchronous=synchronous)
+        try:
+            cfg = _check_settings(store, settings, graph)
+            made = _make_policy(policy, checkpoint, store.settings()["encoder"])
+            return cls(store, cfg, enc, made, budget or Budget())
+        except BaseException:
+            store.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            self.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.graph.num_nodes
+
+    # ------------------------------------------------------------------ derived state
+    def _load(self) -> None:
+        """Rebuild every derived structure from the store: graph, buffers, builder state, neighbour index."""
+        rows = list(self.store.nodes())
+        dim = int(self.store.settings()["encoder"]["dim"])
+        n = len(rows)
+        self.buffers = _Buffers(emb=torch.empty(max(n, 64), dim), time=torch.empty(max(n, 64), dtype=torch.float64))
+        if n:
+            self.buffers.emb[:n] = torch.from_numpy(np.stack([r.embedding for r in rows]))
+            self.buffers.time[:n] = torch.tensor(
+                [math.nan if r.time is None else r.time for r in rows], dtype=torch.float64
+            )
+        self.graph = MemoryGraph.empty(
+            dim,
+            info={
+                "dataset": "memory",
+                "name": self.store.folder.name,
+                "features": self.cfg.features,
+                "rules": "incremental",
+            },
+        )
+        g = self.graph
+        g.node_ids[:] = [r.id for r in rows]
+        g.texts[:] = [r.text for r in rows]
+        g.keys[:] = [r.key for r in rows]
+        g.metadata[:] = [dict(r.meta) for r in rows]
+        self._seq = [r.seq for r in rows]
+        self._row = {r.id: i for i, r in enumerate(rows)}
+        self._next_seq = self.store.next_seq() if self.store.lock is not None else (max(self._seq, default=-1) + 1)
+        edges = self.store.edges()
+        row_of_seq = {s: i for i, s in enumerate(self._seq)}
+        self._n_edges = 0
+        self._append_edges(
+            torch.tensor([row_of_seq[s] for s in edges.src.tolist()], dtype=torch.long),
+            torch.tensor([row_of_seq[s] for s in edges.dst.tolist()], dtype=torch.long),
+            torch.from_numpy(edges.relation),
+            torch.from_numpy(edges.attr),
+            torch.from_numpy(edges.S),
+            torch.from_numpy(edges.F),
+            torch.from_numpy(edges.attr_init),
+        )
+        self._views(n)
+        self.vocabulary = Counter(self.store.vocabulary())
+        self.builder = IncrementalBuilder(self.cfg, self.extractor, self._neighbours)
+        self.builder.replay(g, [set(r.entities) for r in rows], set(self.vocabulary))
+        self._ann: RowIndex | None = None
+        g.indexes.clear()
+        g.node_log.clear()
+        g.invalidate()
+
+    def _views(self, n: int) -> None:
+        b, g, e = self.buffers, self.graph, self._n_edges
+        g.embeddings, g.timestamps = b.emb[:n], b.time[:n]
+        g.edge_index, g.edge_type = b.edge_index[:, :e], b.edge_type[:e]
+        g.S, g.F, g.edge_attr, g.edge_attr_init = b.S[:e], b.F[:e], b.attr[:e], b.attr_init[:e]
+
+    def _append_edges(self, src, dst, rel, attr, S=None, F=None, attr_init=None) -> None:
+        b, k, e = self.buffers, int(src.numel()), self._n_edges
+        if k == 0:
+            return
+        b.edge_index = _Buffers.grown(b.edge_index, e + k, dim=1)
+        for name in ("edge_type", "S", "F", "attr", "attr_init"):
+            setattr(b, name, _Buffers.grown(getattr(b, name), e + k))
+        b.edge_index[0, e : e + k], b.edge_index[1, e : e + k] = src, dst
+        b.edge_type[e : e + k] = rel
+        b.S[e : e + k] = 0.0 if S is None else S
+        b.F[e : e + k] = 0.0 if F is None else F
+        b.attr[e : e + k] = attr
+        b.attr_init[e : e + k] = attr if attr_init is None else attr_init
+        self._n_edges = e + k
+
+    def _neighbours(self, x: Tensor, k: int, n: int) -> tuple[list[int], list[float]]:
+        """Semantic neighbours of ``x`` among the first ``n`` rows: exact cosine below :attr:`ann_min_nodes`
+        rows, else the HNSW index's candidates; most similar first, equal cosines to the lower row."""
+        if n < self.ann_min_nodes:
+            cos = (self.graph.embeddings[:n].double() @ x.double()).float()
+            vals, rows = torch.sort(cos, descending=True, stable=True)
+            return rows[:k].tolist(), vals[:k].tolist()
+        if self._ann is None:
+            self._ann = RowIndex(self.graph.dim)
+            self._ann.add(self.graph.embeddings[:n])
+        return self._ann.search(x, k, self.graph.embeddings[:n])
+
+    # ------------------------------------------------------------------ writes
+    def add(
+        self,
+        text: str,
+        *,
+        speaker: str | None = None,
+        time: float | None = None,
+        session: str | int | None = None,
+        id: str | None = None,  # noqa: A002  (the record's id, as the API names it)
+        meta: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Add one turn or passage; returns its id (a new UUID when none is given). One transaction."""
+        return self.add_many([dict(text=text, speaker=speaker, time=time, session=session, id=id, meta=meta)])[0]
+
+    def add_many(self, records: Iterable[Mapping[str, Any] | Record]) -> list[str]:
+        """Add records (mappings with :meth:`add`'s keys, or :class:`Record`) in one transaction; returns their ids."""
+        with self._lock:
+            recs = self._records(records)
+            if not recs:
+                return []
+            emb = torch.as_tensor(self.encoder.encode([r.node_text for r in recs]), dtype=torch.float32)
+            n0, e0 = len(self), self._n_edges
+            try:
+                with self.store.write() as tx:
+                    for r, x in zip(recs, emb):
+                        self._add_one(tx, r, x)
+            except BaseException:
+                self._load()  # the transaction rolled back: the derived state follows the store
+                raise
+            self.graph.node_log.append(("add", n0, len(recs)))
+            self.graph.invalidate()
+            del e0
+            return [r.id for r in recs]
+
+    def _add_one(self, tx, record: Record, x: Tensor) -> None:
+        g, b, j = self.graph, self.buffers, len(self)
+        b.emb = _Buffers.grown(b.emb, j + 1)
+        b.time = _Buffers.grown(b.time, j + 1)
+        b.emb[j] = x
+        b.time[j] = math.nan if record.time is None else float(record.time)
+        metadata = self.builder.metadata(record)
+        g.node_ids.append(record.id)
+        g.texts.append(record.node_text)
+        g.keys.append(record.key)
+        g.metadata.append(metadata)
+        self._views(j + 1)
+        plan = self.builder.plan(g, record, metadata)
+        attr = plan.features if plan.features is not None else _onehot(plan.relation)
+        self._append_edges(plan.src, plan.dst, plan.relation, attr)
+        self._views(j + 1)
+        seq = self._next_seq
+        self._seq.append(seq)
+        self._row[record.id] = j
+        self._next_seq += 1
+        if self._ann is not None:
+            self._ann.add(x[None, :])
+        tx.add_node(
+            NodeRow(
+                seq, record.id, record.node_text, record.key, record.time, metadata, sorted(plan.entities), x.numpy()
+            )
+        )
+        tx.add_edges(self._edge_rows(plan.src, plan.dst, plan.relation, attr))
+        new_words = [w for w in plan.words]
+        self.vocabulary.update(new_words)
+        tx.count_words(new_words, 1)
+
+    def _edge_rows(self, src: Tensor, dst: Tensor, rel: Tensor, attr: Tensor) -> EdgeRows:
+        seq = self._seq
+        z = np.zeros(src.numel(), np.float32)
+        a = attr.numpy().astype(np.float32)
+        return EdgeRows(
+            np.asarray([seq[i] for i in src.tolist()], np.int64),
+            np.asarray([seq[i] for i in dst.tolist()], np.int64),
+            rel.numpy().astype(np.int64),
+            z,
+            z,
+            a,
+            a,
+        )
+
+    def _records(self, records: Iterable[Mapping[str, Any] | Record]) -> list[Record]:
+        out, seen = [], set()
+        for i, raw in enumerate(records):
+            r = raw if isinstance(raw, Record) else _record(raw, i)
+            self._check_text(r.text, f"record {i}")
+            if r.id in self._row or r.id in seen:
+                raise MemoryError(f"record {i}: id {r.id!r} is already in the memory")
+            if r.time is not None and not math.isfinite(r.time):
+                raise MemoryError(f"record {i}: field 'time' must be a finite number of seconds, got {r.time!r}")
+            seen.add(r.id)
+            out.append(r)
+        return out
+
+    def _check_text(self, text: Any, where: str) -> None:
+        if not isinstance(text, str) or not text.strip():
+            raise MemoryError(f"{where}: field 'text' must be a non-empty string")
+        if len(text) > self.cfg.max_text_chars:
+            raise MemoryError(
+                f"{where}: field 'text' has {len(text):,} characters, "
+                f"more than max_text_chars {self.cfg.max_text_chars:,}"
+            )
+
+    def forget(self, ids: str | Sequence[str]) -> int:
+        """Delete records: their text, embedding, edges and index entries, and every mention in the feedback log
+        (the database file is overwritten where they were). Returns how many were deleted. One transaction."""
+        ids = [ids] if isinstance(ids, str) else list(ids)
+        with self._lock:
+            self._known(ids)
+            rows = sorted({self._row[i] for i in ids})
+            texts = [self.graph.texts[r] for r in rows]
+            words = Counter(w for r in rows for w in self._words(self._body(r)))
+            try:
+                with self.store.write() as tx:
+                    tx.delete_nodes([self._seq[r] for r in rows])
+                    tx.count_words(words, -1)
+                    for seq, entry in tx.feedback_mentioning(ids + texts):
+                        tx.rewrite_feedback(seq, _scrub(entry, set(ids), texts))
+            finally:
+                self._load()
+            for key in [k for k, r in self._recent.items() if set(ids) & set(r.loaded) or r.query in texts]:
+                del self._recent[key]
+            return len(rows)
+
+    def revise(self, id: str, text: str) -> None:  # noqa: A002
+        """Replace one record's text: its key, embedding and entities follow, its place, edges and counters are
+        kept, and the Phase-1 features of its edges (cosine ``p_s``, entity overlap ``p_e``) are recomputed."""
+        with self._lock:
+            self._known([id])
+            row = self._row[id]
+            self._check_text(text, f"record {id!r}")
+            r = Record(id=id, text=text, speaker=self.graph.metadata[row].get("speaker"))
+            x = torch.as_tensor(self.encoder.encode([r.node_text]), dtype=torch.float32)[0]
+            ents, new_words = extract_one(self.extractor, text, self.builder.vocabulary)
+            old_words = self._words(self._body(row))
+            try:
+                with self.store.write() as tx:
+                    tx.update_node(self._seq[row], r.node_text, r.key, ents, x.numpy())
+                    tx.count_words(old_words, -1)
+                    tx.count_words(new_words, 1)
+                    self._revise_features(tx, row, x, ents)
+                    for seq, entry in tx.feedback_mentioning([self.graph.texts[row]]):
+                        tx.rewrite_feedback(seq, _scrub(entry, set(), [self.graph.texts[row]]))
+            finally:
+                self._load()
+
+    def _revise_features(self, tx, row: int, x: Tensor, entities: set[str]) -> None:
+        g = self.graph
+        self.builder.node_entities[row] = entities
+        edges = ((g.edge_index[0] == row) | (g.edge_index[1] == row)).nonzero().flatten().tolist()
+        emb = g.embeddings.clone()
+        emb[row] = x
+        for e in edges:
+            s, d = int(g.edge_index[0, e]), int(g.edge_index[1, e])
+            a, b = self.builder.node_entities[s], self.builder.node_entities[d]
+            feats = g.edge_attr[e].clone()
+            init = g.edge_attr_init[e].clone()
+            if self.cfg.features == "scored":
+                p_s = float((emb[s] * emb[d]).sum().clamp(-1.0, 1.0))
+                p_e = len(a & b) / len(a | b) if a | b else 0.0
+                feats[1], feats[3], init[1], init[3] = p_s, p_e, p_s, p_e
+            tx.set_features(self._seq[s], self._seq[d], int(g.edge_type[e]), feats.numpy(), init.numpy())
+
+    def feedback(
+        self, retrieval: MemoryRetrieval | str, *, reward: float | None = None, helpful: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """Record the outcome of a retrieval and apply GraphMemory's Beta update (eq. 21) to the transitions it
+        traversed (labels: :func:`graphmem.feedback.label_transitions`). Exactly one of ``reward`` (in [0, 1])
+        and ``helpful`` (the ids that helped). The entry is logged for training; returns it."""
+        with self._lock:
+            r = self._recent.get(retrieval) if isinstance(retrieval, str) else retrieval
+            if r is None:
+                raise MemoryError(f"retrieval {retrieval!r} is unknown (not one of the last {len(self._recent)})")
+            labels = label_transitions(r.traversed, reward=reward, helpful=helpful)
+            g, applied, skipped = self.graph, 0, 0
+            with self.store.write() as tx:
+                for src, dst, label, c in labels:
+                    if src not in self._row or dst not in self._row or label == "neutral" or c == 0:
+                        skipped += src not in self._row or dst not in self._row
+                        continue
+                    u, v = self._row[src], self._row[dst]
+                    for e in g.edges_between(u, v).tolist():
+                        dS, dF = (c, 0.0) if label == "helpful" else (0.0, c)
+                        g.S[e] += dS
+                        g.F[e] += dF
+                        tx.add_counts(self._seq[u], self._seq[v], int(g.edge_type[e]), dS, dF)
+                        applied += 1
+                entry = {
+                    "retrieval": r.to_json(),
+                    "reward": reward,
+                    "helpful": None if helpful is None else list(helpful),
+                    "labels": [list(x) for x in labels],
+                    "edges_updated": applied,
+                    "transitions_gone": skipped,
+                }
+                entry["seq"] = tx.log_feedback({k: v for k, v in entry.items() if k != "seq"})
+            g.invalidate()
+            return entry
+
+    # ------------------------------------------------------------------ reads
+    def retrieve(
+        self, query: str, *, budget: Budget | None = None, policy: str | TraversalPolicy | None = None
+    ) -> MemoryRetrieval:
+        """The records ``policy`` (default: the memory's) loads for ``query`` under ``budget``, ranked."""
+        if not isinstance(query, str) or not query.strip():
+            raise MemoryError("field 'query' must be a non-empty string")
+        with self._lock:
+            pol = self._policy(policy)
+            x = torch.as_tensor(self.encoder.encode([query]), dtype=torch.float32)[0]
+            q = Query(qid=f"q{len(self._recent)}", text=query, embedding=x)
+            g = self.graph
+            r = pol.retrieve_batch(g, [q], budget or self.budget)[0]
+            ids = g.node_ids
+            out = MemoryRetrieval(
+                id=uuid.uuid4().hex,
+                query=query,
+                policy=pol.name,
+                ranked=[ids[i] for i in r.ranked],
+                texts_by_id={ids[i]: g.texts[i] for i in r.loaded},
+                scores=None if r.scores is None else [float(s) for s in r.scores],
+                loaded=[ids[i] for i in r.loaded],
+                entries=[ids[i] for i in r.entries],
+                traversed=[
+                    (ids[int(g.edge_index[0, e])], ids[int(g.edge_index[1, e])], g.relations[int(g.edge_type[e])])
+                    for e in r.edges_traversed
+                ],
+                loaded_tokens=int(r.loaded_tokens),
+                max_depth=int(r.max_depth),
+                wall_time_s=float(r.wall_time_s),
+            )
+            self._recent[out.id] = out
+            while len(self._recent) > 1024:
+                self._recent.popitem(last=False)
+            return out
+
+    def _policy(self, policy: str | TraversalPolicy | None) -> TraversalPolicy:
+        if policy is None:
+            return self.policy
+        if isinstance(policy, TraversalPolicy):
+            return policy
+        if policy not in self._policies:
+            self._policies[policy] = _make_policy(policy, None, self.store.settings()["encoder"])
+        return self._policies[policy]
+
+    def get(self, id: str) -> dict[str, Any]:  # noqa: A002
+        """One record: id, text, key, time and metadata."""
+        with self._lock:
+            self._known([id])
+            i = self._row[id]
+            t = float(self.graph.timestamps[i])
+            return {
+                "id": id,
+                "text": self.graph.texts[i],
+                "key": self.graph.keys[i],
+                "time": None if math.isnan(t) else t,
+                "meta": dict(self.graph.metadata[i]),
+            }
+
+    def stats(self) -> dict[str, Any]:
+        """Sizes (records, edges by relation, feedback entries), the database's bytes and the settings."""
+        with self._lock:
+            g = self.graph
+            counts = torch.bincount(g.edge_type, minlength=len(g.relations)).tolist()
+            files = [self.store.folder / n for n in ("memory.sqlite3", "memory.sqlite3-wal")]
+            return {
+                "name": self.store.folder.name,
+                "records": len(self),
+                "edges": g.num_edges,
+                "edges_by_relation": dict(zip(g.relations, counts)),
+                "feedback": int(self.store.conn.execute("SELECT count(*) FROM feedback").fetchone()[0]),
+                "bytes": sum(p.stat().st_size for p in files if p.exists()),
+                "encoder": self.store.settings()["encoder"]["name"],
+                "policy": self.policy.name,
+                "writer": self.store.lock is not None,
+            }
+
+    def feedback_log(self) -> list[dict[str, Any]]:
+        """Every logged feedback entry, oldest first (what a trainer reads)."""
+        with self._lock:
+            return self.store.feedback_log()
+
+    def integrity(self) -> list[str]:
+        """Problems found in the database and between it and the derived graph (an empty list: sound)."""
+        with self._lock:
+            problems = self.store.integrity()
+            n_db = int(self.store.conn.execute("SELECT count(*) FROM nodes").fetchone()[0])
+            e_db = int(self.store.conn.execute("SELECT count(*) FROM edges").fetchone()[0])
+            if (n_db, e_db) != (len(self), self.graph.num_edges):
+                problems.append(
+                    f"database holds {n_db} records and {e_db} edges, the graph {len(self)} and {self.graph.num_edges}"
+                )
+            try:
+                self.graph.validate()
+            except ValueError as err:
+                problems.append(str(err))
+            return problems
+
+    def export_graphset(self, folder: str | Path, questions: Sequence[Question]) -> Path:
+        """Write the memory as a graph set of one graph, named after the memory, with ``questions`` asked over it
+        (their ``graph`` is set to that name), which the scripts read (``scripts/evaluate.py graphset=<folder>``)."""
+        with self._lock:
+            if not questions:
+                raise MemoryError("export_graphset: a graph set needs at least one question over the memory")
+            name = self.graph.info["name"]
+            qs = [dataclasses.replace(q, graph=name) for q in questions]
+            emb = torch.as_tensor(self.encoder.encode([q.text for q in qs]), dtype=torch.float32)
+            settings = self.store.settings()
+            digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+            provenance = {
+                "encoder": settings["encoder"]["name"],
+                "encoder_fingerprint": settings["encoder"]["fingerprint"],
+                "memory": str(self.store.folder),
+                "config_hash": digest,
+            }
+            gs = GraphSet(
+                "memory",
+                {name: self.graph.copy()},
+                qs,
+                emb,
+                LoadReport(str(self.store.folder), 1, len(qs)),
+                config_hash=digest,
+                stats={"encoder": provenance["encoder"]},
+                provenance=provenance,
+            )
+            return gs.save(folder)
+
+    # ------------------------------------------------------------------ helpers
+    def _known(self, ids: Sequence[str]) -> None:
+        for i in ids:
+            if not isinstance(i, str) or i not in self._row:
+                raise MemoryError(f"id {i!r} is not a record of memory {self.store.folder.name!r}")
+
+    def _words(self, text: str) -> set[str]:
+        """The proper words a record's words add to the entity extractor's vocabulary (none without one)."""
+        return self.extractor.proper_words([text]) if isinstance(self.extractor, CueEntityExtractor) else set()
+
+    def _body(self, row: int) -> str:
+        """A stored record's own words: its node text without the ``"<speaker>: "`` prefix."""
+        text, speaker = self.graph.texts[row], self.graph.metadata[row].get("speaker")
+        return text[len(speaker) + 2 :] if speaker and text.startswith(f"{speaker}: ") else text
+
+
+def enc_name(encoder: str | Encoder) -> str:
+    """The config name of ``encoder`` (``minilm``, ``hashing``), or its own name for an encoder object."""
+    return encoder if isinstance(encoder, str) else getattr(encoder, "config_name", encoder.name)
+
+
+def _onehot(relation: Tensor) -> Tensor:
+    return torch.nn.functional.one_hot(relation.clamp(max=3), 4).float()
+
+
+def _record(raw: Mapping[str, Any], i: int) -> Record:
+    if not isinstance(raw, Mapping):
+        raise MemoryError(f"record {i}: must be a mapping with a 'text', got {type(raw).__name__}")
+    unknown = sorted(set(raw) - {"text", "speaker", "time", "session", "id", "meta"})
+    if unknown:
+        raise MemoryError(f"record {i}: unknown fields {unknown}")
+    rid = raw.get("id") or uuid.uuid4().hex
+    if not isinstance(rid, str):
+        raise MemoryError(f"record {i}: field 'id' must be a string, got {rid!r}")
+    meta = dict(raw.get("meta") or {})
+    reserved = sorted(set(meta) & {"speaker", "session"})
+    if reserved:
+        raise MemoryError(f"record {i}: field 'meta' may not hold {reserved} (give them as fields)")
+    t = raw.get("time")
+    if t is not None and (not isinstance(t, (int, float)) or isinstance(t, bool)):
+        raise MemoryError(f"record {i}: field 'time' must be a number of seconds, got {t!r}")
+    return Record(
+        id=rid, text=raw.get("text"), speaker=raw.get("speaker"), time=t, session=raw.get("session"), meta=meta
+    )
+
+
+def _scrub(entry: dict[str, Any], ids: set[str], texts: Sequence[str]) -> dict[str, Any]:
+    """A feedback entry with every mention of forgotten ``ids`` and ``texts`` removed."""
+    r = dict(entry.get("retrieval") or {})
+    for key in ("ranked", "loaded", "entries", "helpful"):
+        if isinstance(r.get(key), list):
+            r[key] = [i for i in r[key] if i not in ids]
+    keep = [i for i, rid in enumerate(entry.get("retrieval", {}).get("ranked", [])) if rid not in ids]
+    if isinstance(r.get("texts"), list):
+        r["texts"] = [r["texts"][i] for i in keep if i < len(r["texts"])]
+        r["texts"] = [t for t in r["texts"] if t not in texts]
+    if isinstance(r.get("scores"), list):
+        r["scores"] = [r["scores"][i] for i in keep if i < len(r["scores"])]
+    r["traversed"] = [e for e in r.get("traversed", []) if e[0] not in ids and e[1] not in ids]
+    if any(t and t in (r.get("query") or "") for t in texts):
+        r["query"] = "[forgotten]"
+    out = {**entry, "retrieval": r}
+    if isinstance(out.get("helpful"), list):
+        out["helpful"] = [i for i in out["helpful"] if i not in ids]
+    out["labels"] = [x for x in out.get("labels", []) if x[0] not in ids and x[1] not in ids]
+    return out
+
+
+def _check_settings(store: SQLiteStore, wanted: dict[str, Any], graph: Mapping[str, Any] | None) -> GraphConfig:
+    """The stored graph config, after refusing an open with another encoder or other explicit graph settings."""
+    have = store.settings()
+    enc, want = have["encoder"], wanted["encoder"]
+    if (enc["name"], enc["dim"]) != (want["name"], want["dim"]) or enc["fingerprint"] != want["fingerprint"]:
+        raise MemoryError(
+            f"memory {store.folder} was created with encoder {have['graph']['encoder']!r} ({enc['name']}, "
+            f"{enc['dim']}-d); open it with that encoder"
+        )
+    for key, value in (graph or {}).items():
+        if have["graph"].get(key) != value:
+            raise MemoryError(
+                f"memory {store.folder} was created with graph.{key}={have['graph'].get(key)!r}, not {value!r}"
+            )
+    return GraphConfig.from_mapping({**have["graph"], "cache_dir": None})
+
+
+def _make_policy(
+    policy: str | TraversalPolicy | None, checkpoint: str | Path | None, encoder: Mapping[str, Any]
+) -> TraversalPolicy:
+    """The memory's policy: an object as given, else ``configs/policy/<name>.yaml`` with ``checkpoint``
+    (default ``router`` with a checkpoint, else ``hybrid``); a checkpoint of another encoder is refused."""
+    if isinstance(policy, TraversalPolicy):
+        return policy
+    from graphmem.config.cli import make_configured_policy, policy_config  # noqa: PLC0415
+
+    name = policy or ("router" if checkpoint is not None else "hybrid")
+    config = policy_config(name)
+    if checkpoint is not None:
+        config["checkpoint"] = str(checkpoint)
+    made = make_configured_policy(config)
+    inputs = getattr(made, "trained_inputs", None) or {}
+    if inputs and (
+        inputs.get("embedding_dim") != encoder["dim"]
+        or (inputs.get("encoder_fingerprint") and inputs["encoder_fingerprint"] != encoder["fingerprint"])
+    ):
+        raise MemoryError(
+            f"checkpoint {checkpoint}: trained on {inputs.get('embedding_dim')}-d embeddings of "
+            f"{inputs.get('encoder')}, the memory's come from {encoder['name']} ({encoder['dim']}-d)"
+        )
+    return made
+
+
+_ = MemoryStoreError  # re-raised as is by :meth:`Memory.open`

@@ -1,0 +1,398 @@
+"""The live memory's durable store: one SQLite database per memory, the truth every derived structure comes from.
+
+A memory folder holds ``memory.sqlite3`` (with SQLite's ``-wal`` and ``-shm`` files) and ``writer.lock``.
+The database (the standard library's :mod:`sqlite3`, WAL journal) has five tables::
+
+    meta(key, value)                 schema version, the graph config, the encoder's name and width, relations
+    nodes(seq, id, text, key, time, meta, entities, embedding)
+                                     one row per record; seq is the arrival number (never reused)
+    edges(src, dst, relation, S, F, attr, attr_init)
+                                     directed edges between node seqs with their Beta counters and features
+    vocabulary(word, count)          the entity extractor's proper words and how many records show each
+    feedback(seq, time, entry)       every feedback, as the JSON entry a trainer reads later
+
+Every write (:meth:`SQLiteStore.write`) is one transaction: a crash leaves the database at the last
+committed write, and readers (other connections, other processes) see whole transactions only. One writer at
+a time: a read-write open takes ``writer.lock`` (:class:`~graphmem.store.lockfile.FileLock`, released by the
+kernel when its holder dies) and a second writer is refused with one line, or waits. Deleted content is
+overwritten in the file (``PRAGMA secure_delete``) and the WAL is checkpointed and truncated after a deletion,
+so a forgotten text is gone from the file bytes.
+
+:class:`MemoryStore` is the interface the live memory uses (transactions, records, edges, the log); a server
+database can take SQLite's place behind it (``docs/memory.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from graphmem.core.errors import InputError
+from graphmem.store.lockfile import FileLock, LockBusyError
+
+SCHEMA_VERSION = 1
+DB_NAME = "memory.sqlite3"
+LOCK_NAME = "writer.lock"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes(
+    seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, key TEXT NOT NULL, time REAL,
+    meta TEXT NOT NULL, entities TEXT NOT NULL, embedding BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS edges(
+    src INTEGER NOT NULL, dst INTEGER NOT NULL, relation INTEGER NOT NULL,
+    S REAL NOT NULL, F REAL NOT NULL, attr BLOB NOT NULL, attr_init BLOB NOT NULL,
+    UNIQUE(src, dst, relation));
+CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst);
+CREATE TABLE IF NOT EXISTS vocabulary(word TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS feedback(seq INTEGER PRIMARY KEY, time REAL NOT NULL, entry TEXT NOT NULL);
+"""
+
+
+class MemoryStoreError(InputError):
+    """A memory folder that cannot be used (damaged, another version, another writer); the message names it."""
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One stored record: ``seq`` its arrival number, ``embedding`` float32, ``entities`` its extracted entities."""
+
+    seq: int
+    id: str
+    text: str
+    key: str
+    time: float | None
+    meta: dict[str, Any]
+    entities: list[str]
+    embedding: np.ndarray
+
+
+@dataclass(frozen=True)
+class EdgeRows:
+    """Directed edges as columns: node seqs, relation index, counters and ``[E, 4]`` float32 features."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    relation: np.ndarray
+    S: np.ndarray
+    F: np.ndarray
+    attr: np.ndarray
+    attr_init: np.ndarray
+
+    @classmethod
+    def empty(cls) -> EdgeRows:
+        z = np.empty(0, dtype=np.int64)
+        f = np.empty(0, dtype=np.float32)
+        return cls(z, z, z, f, f, np.empty((0, 4), np.float32), np.empty((0, 4), np.float32))
+
+
+class MemoryStore(ABC):
+    """What the live memory needs of a database: settings, records, edges, the vocabulary and the feedback log,
+    read at open and written one transaction per operation."""
+
+    @abstractmethod
+    def settings(self) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def nodes(self) -> Iterator[NodeRow]: ...
+
+    @abstractmethod
+    def edges(self) -> EdgeRows: ...
+
+    @abstractmethod
+    def vocabulary(self) -> dict[str, int]: ...
+
+    @abstractmethod
+    def feedback_log(self) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def write(self) -> Any:
+        """A context manager holding one transaction: a :class:`Transaction` committed on exit, rolled back on error."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class Transaction:
+    """The writes of one transaction (:meth:`SQLiteStore.write`)."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+        self.deleted = False
+
+    def add_node(self, row: NodeRow) -> None:
+        self.conn.execute(
+            "INSERT INTO nodes(seq, id, text, key, time, meta, entities, embedding) VALUES (?,?,?,?,?,?,?,?)",
+            (
+                row.seq,
+                row.id,
+                row.text,
+                row.key,
+                row.time,
+                json.dumps(row.meta, sort_keys=True),
+                json.dumps(sorted(row.entities)),
+                np.ascontiguousarray(row.embedding, dtype="<f4").tobytes(),
+            ),
+        )
+
+    def add_edges(self, edges: EdgeRows) -> None:
+        self.conn.executemany(
+            "INSERT INTO edges(src, dst, relation, S, F, attr, attr_init) VALUES (?,?,?,?,?,?,?)",
+            zip(
+                edges.src.tolist(),
+                edges.dst.tolist(),
+                edges.relation.tolist(),
+                edges.S.tolist(),
+                edges.F.tolist(),
+                (a.astype("<f4").tobytes() for a in edges.attr),
+                (a.astype("<f4").tobytes() for a in edges.attr_init),
+            ),
+        )
+
+    def count_words(self, words: Iterable[str], delta: int) -> None:
+        """Add ``delta`` to each word's count in the vocabulary; a word at zero is deleted."""
+        for word in words:
+            self.conn.execute(
+                "INSERT INTO vocabulary(word, count) VALUES (?, ?) ON CONFLICT(word) DO UPDATE SET count = count + ?",
+                (word, delta, delta),
+            )
+        self.conn.execute("DELETE FROM vocabulary WHERE count <= 0")
+
+    def update_node(self, seq: int, text: str, key: str, entities: Iterable[str], embedding: np.ndarray) -> None:
+        self.conn.execute(
+            "UPDATE nodes SET text = ?, key = ?, entities = ?, embedding = ? WHERE seq = ?",
+            (text, key, json.dumps(sorted(entities)), np.ascontiguousarray(embedding, dtype="<f4").tobytes(), seq),
+        )
+        self.deleted = True  # the old text is overwritten: checkpoint the WAL so no copy of it stays
+
+    def delete_edges_of(self, seqs: Sequence[int], relations: Sequence[int] | None = None) -> None:
+        """Delete every edge touching ``seqs`` (of ``relations`` only, when given)."""
+        rel = "" if relations is None else f" AND relation IN ({','.join(str(int(r)) for r in relations)})"
+        for seq in seqs:
+            self.conn.execute(f"DELETE FROM edges WHERE (src = ? OR dst = ?){rel}", (seq, seq))
+        self.deleted = True
+
+    def set_features(self, src: int, dst: int, relation: int, attr: np.ndarray, attr_init: np.ndarray) -> None:
+        self.conn.execute(
+            "UPDATE edges SET attr = ?, attr_init = ? WHERE src = ? AND dst = ? AND relation = ?",
+            (attr.astype("<f4").tobytes(), attr_init.astype("<f4").tobytes(), src, dst, relation),
+        )
+
+    def delete_nodes(self, seqs: Sequence[int]) -> None:
+        self.delete_edges_of(seqs)
+        self.conn.executemany("DELETE FROM nodes WHERE seq = ?", [(s,) for s in seqs])
+
+    def add_counts(self, src: int, dst: int, relation: int, dS: float, dF: float) -> None:
+        """``S += dS``, ``F += dF`` on one stored edge (GraphMemory eq. 21)."""
+        self.conn.execute(
+            "UPDATE edges SET S = S + ?, F = F + ? WHERE src = ? AND dst = ? AND relation = ?",
+            (dS, dF, src, dst, relation),
+        )
+
+    def log_feedback(self, entry: dict[str, Any]) -> int:
+        cur = self.conn.execute(
+            "INSERT INTO feedback(time, entry) VALUES (?, ?)", (time.time(), json.dumps(entry, sort_keys=True))
+        )
+        return int(cur.lastrowid)
+
+    def feedback_mentioning(self, needles: Sequence[str]) -> list[tuple[int, dict[str, Any]]]:
+        """``(seq, entry)`` of the logged feedback whose JSON contains any of ``needles``."""
+        out, seen = [], set()
+        for needle in needles:
+            pattern = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            for seq, entry in self.conn.execute(
+                "SELECT seq, entry FROM feedback WHERE entry LIKE ? ESCAPE '\\'", (pattern,)
+            ):
+                if seq not in seen:
+                    seen.add(seq)
+                    out.append((seq, json.loads(entry)))
+        return out
+
+    def rewrite_feedback(self, seq: int, entry: dict[str, Any]) -> None:
+        self.conn.execute("UPDATE feedback SET entry = ? WHERE seq = ?", (json.dumps(entry, sort_keys=True), seq))
+        self.deleted = True
+
+
+class SQLiteStore(MemoryStore):
+    """:class:`MemoryStore` in one SQLite file (module docstring).
+
+    Args:
+        folder: the memory's folder (created with ``create``).
+        settings: what the memory is built with, stored at creation and compared at every open (JSON values).
+        writer: take the writer lock (read-write); ``False``: a reader.
+        wait: a writer waits for the lock instead of being refused (default: refused).
+        synchronous: SQLite's ``synchronous`` in WAL mode: ``normal`` (a commit survives a crash of the
+            process) or ``full`` (also of the machine) (default: ``normal``).
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        settings: dict[str, Any] | None = None,
+        *,
+        create: bool = True,
+        writer: bool = True,
+        wait: bool = False,
+        synchronous: str = "normal",
+    ) -> None:
+        self.folder = Path(folder)
+        db = self.folder / DB_NAME
+        if not db.exists() and not (create and writer):
+            raise MemoryStoreError(f"{self.folder}: no memory here ({DB_NAME} missing); open it with create=True")
+        if synchronous not in ("normal", "full"):
+            raise MemoryStoreError(f"synchronous={synchronous!r} is not one of ('normal', 'full')")
+        self.lock = None
+        if writer:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.lock = _take_writer(self.folder, wait)
+        try:
+            self.conn = self._connect(db, writer, synchronous)
+            self._settings = self._check_settings(settings)
+        except BaseException:
+            self._release()
+            raise
+
+    def _connect(self, db: Path, writer: bool, synchronous: str) -> sqlite3.Connection:
+        uri = f"file:{db}" + ("" if writer else "?mode=ro")
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0)
+            conn.execute("PRAGMA busy_timeout = 30000")
+            if writer:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+                conn.execute("PRAGMA secure_delete = ON")
+                conn.executescript(_SCHEMA)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as err:
+            raise MemoryStoreError(f"{db}: not a usable memory database ({err})") from None
+        return conn
+
+    def _check_settings(self, settings: dict[str, Any] | None) -> dict[str, Any]:
+        stored = {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+        if not stored:
+            if settings is None or self.lock is None:
+                raise MemoryStoreError(f"{self.folder}: the memory database holds no settings")
+            stored = {"schema_version": SCHEMA_VERSION, **settings}
+            with self.write() as tx:
+                tx.conn.executemany(
+                    "INSERT INTO meta(key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in stored.items()]
+                )
+        if stored.get("schema_version") != SCHEMA_VERSION:
+            raise MemoryStoreError(
+                f"{self.folder}: schema_version {stored.get('schema_version')!r} is not {SCHEMA_VERSION}"
+            )
+        return stored
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self._settings)
+
+    def nodes(self) -> Iterator[NodeRow]:
+        rows = self.conn.execute("SELECT seq, id, text, key, time, meta, entities, embedding FROM nodes ORDER BY seq")
+        for seq, nid, text, key, t, meta, entities, emb in rows:
+            yield NodeRow(seq, nid, text, key, t, json.loads(meta), json.loads(entities), np.frombuffer(emb, "<f4"))
+
+    def edges(self) -> EdgeRows:
+        cur = self.conn.execute("SELECT src, dst, relation, S, F, attr, attr_init FROM edges ORDER BY rowid")
+        rows = cur.fetchall()
+        if not rows:
+            return EdgeRows.empty()
+        src, dst, rel, s, f, attr, init = zip(*rows)
+        feats = np.frombuffer(b"".join(attr), "<f4").reshape(-1, 4)
+        inits = np.frombuffer(b"".join(init), "<f4").reshape(-1, 4)
+        return EdgeRows(
+            np.asarray(src, np.int64),
+            np.asarray(dst, np.int64),
+            np.asarray(rel, np.int64),
+            np.asarray(s, np.float32),
+            np.asarray(f, np.float32),
+            feats.copy(),
+            inits.copy(),
+        )
+
+    def vocabulary(self) -> dict[str, int]:
+        return dict(self.conn.execute("SELECT word, count FROM vocabulary"))
+
+    def feedback_log(self) -> list[dict[str, Any]]:
+        return [
+            {"seq": seq, "time": t, **json.loads(entry)}
+            for seq, t, entry in self.conn.execute("SELECT seq, time, entry FROM feedback ORDER BY seq")
+        ]
+
+    def next_seq(self) -> int:
+        return int(self.conn.execute("SELECT coalesce(max(seq), -1) + 1 FROM nodes").fetchone()[0])
+
+    @contextmanager
+    def write(self) -> Iterator[Transaction]:
+        if self.lock is None:
+            raise MemoryStoreError(f"memory {self.folder} is open for reading only")
+        tx = Transaction(self.conn)
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield tx
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        if tx.deleted:
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def integrity(self) -> list[str]:
+        """Problems SQLite's own check and the edges' ends find (an empty list: sound)."""
+        problems = [r[0] for r in self.conn.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        dangling = self.conn.execute(
+            "SELECT count(*) FROM edges WHERE src NOT IN (SELECT seq FROM nodes) OR dst NOT IN (SELECT seq FROM nodes)"
+        ).fetchone()[0]
+        if dangling:
+            problems.append(f"{dangling} edges name a node that is not stored")
+        return problems
+
+    def close(self) -> None:
+        try:
+            if self.lock is not None:
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self.conn.close()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self.lock is not None:
+            _give_writer(self.folder, self.lock)
+            self.lock = None
+
+
+_HELD: set[str] = set()  # memory folders this process holds a writer of (the file lock is per process)
+_HELD_CHANGED = threading.Condition()
+
+
+def _take_writer(folder: Path, wait: bool) -> FileLock:
+    """The writer lock of ``folder``: one writer per memory across processes (the lock file) and within this one."""
+    key = os.path.realpath(folder)
+    with _HELD_CHANGED:
+        while key in _HELD:
+            if not wait:
+                raise MemoryStoreError(f"memory {folder} has a writer already (in this process)")
+            _HELD_CHANGED.wait()
+        _HELD.add(key)
+    try:
+        return FileLock(folder / LOCK_NAME).acquire(blocking=wait)
+    except LockBusyError as err:
+        _give_writer(folder, None)
+        raise MemoryStoreError(f"memory {folder} has a writer already: {err}") from None
+
+
+def _give_writer(folder: Path, lock: FileLock | None) -> None:
+    if lock is not None:
+        lock.release()
+    with _HELD_CHANGED:
+        _HELD.discard(os.path.realpath(folder))
+        _HELD_CHANGED.notify_all()

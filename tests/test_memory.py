@@ -1,0 +1,214 @@
+"""The live memory (graphmem.memory): grown turn by turn it equals the batch graph; it persists, forgets to the byte,
+learns from feedback, and refuses bad input in one line."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphmem import Memory
+from graphmem.builders.config import GraphConfig
+from graphmem.builders.entities import make_entity_extractor
+from graphmem.builders.locomo import build_locomo_graph, node_texts, turn_records
+from graphmem.core import Budget
+from graphmem.datasets.locomo import load_locomo
+from graphmem.datasets.paths import data_file
+from graphmem.index.embed import HashingEncoder, encoder_fingerprint
+from graphmem.memory import MemoryError
+from graphmem.store.checkpoint import save_checkpoint
+from graphmem.store.memory_store import MemoryStoreError
+from models.walk_scorer import ScorerConfig, WalkScorer
+
+
+@pytest.fixture(scope="module")
+def conversations():
+    convs, _, _ = load_locomo(data_file("locomo/locomo_dev8.json"))
+    return convs
+
+
+def edge_table(g) -> list[tuple]:
+    """Every edge as (source id, target id, relation, features, initial features, S, F), sorted."""
+    ids, rel = g.node_ids, g.relations
+    return sorted(
+        (ids[s], ids[d], rel[r], tuple(a), tuple(a0), sf, ff)
+        for s, d, r, a, a0, sf, ff in zip(
+            g.edge_index[0].tolist(),
+            g.edge_index[1].tolist(),
+            g.edge_type.tolist(),
+            g.edge_attr.tolist(),
+            g.edge_attr_init.tolist(),
+            g.S.tolist(),
+            g.F.tolist(),
+        )
+    )
+
+
+def assert_same_graph(a, b) -> None:
+    assert a.node_ids == b.node_ids and a.texts == b.texts and a.keys == b.keys and a.metadata == b.metadata
+    assert torch.equal(a.embeddings, b.embeddings)
+    assert torch.allclose(a.timestamps, b.timestamps, equal_nan=True)
+    assert edge_table(a) == edge_table(b)
+
+
+def test_every_locomo_conversation_grown_turn_by_turn_equals_the_batch_graph(tmp_path, conversations):
+    cfg = GraphConfig(encoder="hashing", incremental=True)
+    extractor, enc = make_entity_extractor("offline"), HashingEncoder(384)
+    for i, conv in enumerate(conversations):
+        batch = build_locomo_graph(conv, enc.encode(node_texts(conv)), cfg, extractor)
+        with Memory.open(tmp_path / conv.sample_id, encoder="hashing") as mem:
+            records = turn_records(conv)
+            if i < 2:  # turn by turn, one transaction each
+                for r in records:
+                    mem.add(r.text, speaker=r.speaker, time=r.time, session=r.session, id=r.id, meta=r.meta)
+            else:  # one transaction per session: the same rules, record by record
+                for s in sorted({r.session for r in records}):
+                    mem.add_many([r for r in records if r.session == s])
+            assert_same_graph(batch, mem.graph)
+            live = edge_table(mem.graph)
+        with Memory.open(tmp_path / conv.sample_id, encoder="hashing", readonly=True) as again:
+            assert edge_table(again.graph) == live and again.integrity() == []
+
+
+def test_the_incremental_rules_differ_from_the_default_batch_rules(conversations):
+    """The option is a different rule, not a no-op: neighbours among earlier turns only change the graph."""
+    conv, enc, ext = conversations[0], HashingEncoder(384), make_entity_extractor("offline")
+    emb = enc.encode(node_texts(conv))
+    default = build_locomo_graph(conv, emb, GraphConfig(encoder="hashing"), ext)
+    incremental = build_locomo_graph(conv, emb, GraphConfig(encoder="hashing", incremental=True), ext)
+    assert edge_table(default) != edge_table(incremental)
+
+
+@pytest.fixture
+def mem(tmp_path):
+    with Memory.open(tmp_path / "m", encoder="hashing") as m:
+        m.add("I adopted a greyhound called Pixel last May.", speaker="Alice", session=1, id="a1", time=1000.0)
+        m.add("What a lovely name! Does Pixel like the beach?", speaker="Bob", session=1, id="b1", time=1001.0)
+        m.add("Yes, because the sand is soft, Pixel runs for hours.", speaker="Alice", session=1, id="a2", time=1002.0)
+        m.add("My sister Carmen lives in Lisbon.", speaker="Bob", session=2, id="b2", time=9000.0)
+        yield m
+
+
+def test_add_retrieve_get_and_stats(mem):
+    assert len(mem) == 4 and mem.get("a1")["text"] == "Alice: I adopted a greyhound called Pixel last May."
+    r = mem.retrieve("Where does Carmen live?")
+    assert r.ranked_ids()[0] == "b2" and r.texts()[0] == "Bob: My sister Carmen lives in Lisbon."
+    assert r.policy == "hybrid" and set(r.loaded) == set(r.ranked)
+    stats = mem.stats()
+    assert stats["records"] == 4 and stats["edges"] == mem.graph.num_edges > 0 and stats["feedback"] == 0
+    assert mem.graph.metadata[1] == {"speaker": "Bob", "session": 1, "position": 1}
+
+
+def test_feedback_updates_the_counters_of_the_traversed_transitions_and_is_logged(mem):
+    r = mem.retrieve("Does Pixel like the beach?", policy="beta_bfs", budget=Budget(max_entries=1))
+    assert r.traversed, "beta_bfs walks edges from its one entry"
+    src, dst, _ = r.traversed[0]
+    entry = mem.feedback(r, helpful=[dst])
+    u, v = mem._row[src], mem._row[dst]
+    edges = mem.graph.edges_between(u, v)
+    assert entry["edges_updated"] >= 1 and float(mem.graph.S[edges].min()) == 1.0
+    entry = mem.feedback(r.id, reward=0.25)
+    assert float(mem.graph.F[edges].min()) == 0.75 and float(mem.graph.S[edges].min()) == 1.25
+    log = mem.feedback_log()
+    assert [e["helpful"] for e in log] == [[dst], None] and log[1]["reward"] == 0.25
+    folder = mem.store.folder
+    mem.close()
+    with Memory.open(folder, encoder="hashing") as again:  # the counters persist
+        assert float(again.graph.S[again.graph.edges_between(u, v)].min()) == 1.25
+
+
+def _bytes(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file())
+
+
+def test_forget_removes_the_text_from_every_byte_of_the_store_and_from_retrieval(mem):
+    secret = "My sister Carmen lives in Lisbon."
+    r = mem.retrieve("Where does Carmen live?", policy="beta_bfs", budget=Budget(max_entries=1))
+    mem.feedback(r, reward=1.0)
+    assert secret.encode() in _bytes(mem.store.folder)
+    assert mem.forget("b2") == 1
+    assert secret.encode() not in _bytes(mem.store.folder)
+    assert b"Lisbon" not in _bytes(mem.store.folder)
+    assert len(mem) == 3 and "b2" not in mem.retrieve("Where does Carmen live?").ranked_ids()
+    for e in mem.feedback_log():
+        ids = e["retrieval"]["ranked"] + e["retrieval"]["loaded"] + [x for t in e["retrieval"]["traversed"] for x in t]
+        assert "b2" not in ids + [x for label in e["labels"] for x in label[:2]]
+    assert mem.integrity() == []
+    with pytest.raises(MemoryError, match="'b2' is not a record"):
+        mem.forget("b2")
+
+
+def test_revise_replaces_the_text_everywhere(mem):
+    mem.revise("a1", "I adopted a whippet called Comet in June.")
+    assert b"greyhound" not in _bytes(mem.store.folder)
+    assert mem.get("a1")["text"] == "Alice: I adopted a whippet called Comet in June."
+    assert mem.retrieve("Which dog is called Comet?").ranked_ids()[0] == "a1"
+    assert mem.integrity() == []
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda m: m.add(""), "field 'text' must be a non-empty string"),
+        (lambda m: m.add("x" * 1_000_001), "more than max_text_chars"),
+        (lambda m: m.add("hello", id="a1"), "id 'a1' is already in the memory"),
+        (lambda m: m.forget(["nope"]), "'nope' is not a record"),
+        (lambda m: m.revise("nope", "text"), "'nope' is not a record"),
+        (lambda m: m.feedback("no-such-retrieval", reward=1.0), "retrieval 'no-such-retrieval' is unknown"),
+        (lambda m: m.add_many([{"text": "a", "colour": "red"}]), "unknown fields"),
+        (lambda m: m.add("hi", time=float("inf")), "field 'time' must be a finite"),
+    ],
+)
+def test_bad_input_is_one_line(mem, call, message):
+    with pytest.raises((MemoryError, ValueError)) as err:
+        call(mem)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_memory_reopened_with_another_encoder_or_a_checkpoint_of_another_encoder_is_refused(tmp_path, mem):
+    folder = mem.store.folder
+    mem.close()
+    with pytest.raises(MemoryError, match="created with encoder 'hashing'"):
+        Memory.open(folder, encoder=HashingEncoder(128))
+    other = tmp_path / "walk.pt"
+    scorer = WalkScorer(ScorerConfig(dim=128))
+    inputs = {
+        "encoder": "hashing-bow-128",
+        "encoder_fingerprint": encoder_fingerprint(HashingEncoder(128)),
+        "embedding_dim": 128,
+        "graphset_config_hash": "x",
+        "train_graphs": [],
+        "val_graphs": [],
+    }
+    save_checkpoint(other, "walk", {"scorer": scorer.checkpoint()}, inputs)
+    with pytest.raises(MemoryError, match="trained on 128-d embeddings"):
+        Memory.open(folder, encoder="hashing", checkpoint=other)
+
+
+def test_a_second_writer_is_refused_in_one_line_or_waits(tmp_path):
+    first = Memory.open(tmp_path / "w", encoder="hashing")
+    with pytest.raises(MemoryStoreError, match="has a writer already") as err:
+        Memory.open(tmp_path / "w", encoder="hashing")
+    assert "\n" not in str(err.value)
+    reader = Memory.open(tmp_path / "w", encoder="hashing", readonly=True)  # readers open beside the writer
+    got = {}
+
+    def second():
+        with Memory.open(tmp_path / "w", encoder="hashing", wait=True) as m:
+            got["len"] = len(m)
+            m.add("the second writer's turn", id="w2")
+
+    t = threading.Thread(target=second)
+    t.start()
+    first.add("the first writer's turn", id="w1")
+    time.sleep(0.3)
+    assert t.is_alive()  # waiting for the lock
+    first.close()
+    t.join(30)
+    assert got["len"] == 1
+    reader.close()
+    with Memory.open(tmp_path / "w", encoder="hashing") as m:
+        assert sorted(m.graph.node_ids) == ["w1", "w2"]
