@@ -169,7 +169,7 @@ def test_new_settings_at_default_keep_saved_set_hashes():
     old_data = {
         k: v for k, v in asdict(data).items() if k in ("name", "file", "limit")
     }  # the fields sets were hashed on
-    new_graph_keys = ("cache_dir", "sentence_nodes", "duplicate_titles", "max_text_chars")
+    new_graph_keys = ("cache_dir", "sentence_nodes", "duplicate_titles", "max_text_chars", "incremental")
     old_graph = {k: v for k, v in asdict(graph).items() if k not in new_graph_keys}
     blob = json.dumps(
         {"data": old_data, "graph": old_graph, "data_sha256": "s", "builder": BUILDER_VERSION}, sort_keys=True
