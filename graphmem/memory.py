@@ -279,9 +279,12 @@ class Memory:
         """Semantic neighbours of ``x`` among the first ``n`` rows: exact cosine below :attr:`ann_min_nodes`
         rows, else the HNSW index's candidates; most similar first, equal cosines to the lower row."""
         if n < self.ann_min_nodes:
-            cos = (self.graph.embeddings[:n].double() @ x.double()).float()
-            vals, rows = torch.sort(cos, descending=True, stable=True)
-            return rows[:k].tolist(), vals[:k].tolist()
+            emb = self.graph.embeddings[:n]
+            rough = emb @ x  # candidates in float32; the ranking from float64 rounded to float32, as the batch's
+            near = (rough >= torch.topk(rough, min(k, n)).values[-1] - 1e-5).nonzero().flatten()
+            cos = (emb[near].double() @ x.double()).float()
+            pairs = sorted(zip((-cos).tolist(), near.tolist()))[:k]
+            return [r for _, r in pairs], [-c for c, _ in pairs]
         if self._ann is None:
             self._ann = RowIndex(self.graph.dim)
             self._ann.add(self.graph.embeddings[:n])
@@ -297,18 +300,25 @@ class Memory:
         session: str | int | None = None,
         id: str | None = None,  # noqa: A002  (the record's id, as the API names it)
         meta: Mapping[str, Any] | None = None,
+        embedding: Tensor | None = None,
     ) -> str:
-        """Add one turn or passage; returns its id (a new UUID when none is given). One transaction."""
-        return self.add_many([dict(text=text, speaker=speaker, time=time, session=session, id=id, meta=meta)])[0]
+        """Add one turn or passage; returns its id (a new UUID when none is given). One transaction.
 
-    def add_many(self, records: Iterable[Mapping[str, Any] | Record]) -> list[str]:
-        """Add records (mappings with :meth:`add`'s keys, or :class:`Record`) in one transaction; returns their ids."""
+        ``embedding``: the node text's embedding by the memory's encoder, when the caller has it already."""
+        record = dict(text=text, speaker=speaker, time=time, session=session, id=id, meta=meta)
+        return self.add_many([record], None if embedding is None else torch.as_tensor(embedding)[None, :])[0]
+
+    def add_many(self, records: Iterable[Mapping[str, Any] | Record], embeddings: Tensor | None = None) -> list[str]:
+        """Add records (mappings with :meth:`add`'s keys, or :class:`Record`) in one transaction; returns their ids.
+
+        ``embeddings``: ``[n, D]`` embeddings of the records' node texts by the memory's encoder (computed here
+        when not given); rows are L2-normalised."""
         with self._lock:
             recs = self._records(records)
             if not recs:
                 return []
-            emb = torch.as_tensor(self.encoder.encode([r.node_text for r in recs]), dtype=torch.float32)
-            n0, e0 = len(self), self._n_edges
+            emb = self._embeddings(recs, embeddings)
+            n0 = len(self)
             try:
                 with self.store.write() as tx:
                     for r, x in zip(recs, emb):
@@ -318,8 +328,24 @@ class Memory:
                 raise
             self.graph.node_log.append(("add", n0, len(recs)))
             self.graph.invalidate()
-            del e0
             return [r.id for r in recs]
+
+    def _embeddings(self, recs: list[Record], given: Tensor | None) -> Tensor:
+        if given is None:
+            return torch.as_tensor(self.encoder.encode([r.node_text for r in recs]), dtype=torch.float32)
+        emb = torch.as_tensor(given, dtype=torch.float32)
+        if emb.shape != (len(recs), self.graph.dim) or not torch.isfinite(emb).all():
+            raise MemoryError(
+                f"field 'embedding' must be {len(recs)} x {self.graph.dim} finite floats, got {tuple(emb.shape)}"
+            )
+        norms = emb.norm(dim=1, keepdim=True)
+        if (norms == 0).any():
+            raise MemoryError("field 'embedding' holds a zero vector")
+        off = ((norms - 1).abs() > 1e-4).flatten()
+        if off.any():
+            emb = emb.clone()
+            emb[off] = emb[off] / norms[off]
+        return emb
 
     def _add_one(self, tx, record: Record, x: Tensor) -> None:
         g, b, j = self.graph, self.buffers, len(self)

@@ -60,9 +60,10 @@ def test_kill_9_during_adds_loses_no_committed_add_and_answers_as_without_a_cras
     with Memory.open(tmp_path / "m", encoder="hashing") as mem:
         stored = list(mem.graph.node_ids)
         assert mem.integrity() == []
-        # every reported add is stored, in order; at most one more (committed, killed before it was reported)
-        assert stored[: len(reported)] == reported and len(stored) - len(reported) in (0, 1)
+        # the adds in arrival order, every reported one stored; at most one per kill committed but not reported
         assert stored == [r.id for r in records[: len(stored)]]
+        assert len(set(reported)) == len(reported) and set(reported) <= set(stored)
+        assert len(stored) - len(reported) <= 3
         crashed = edge_table(mem.graph)
         queries = ["When did Caroline go to the LGBTQ support group?", "What did Melanie paint?"]
         answers = [mem.retrieve(q).ranked_ids() for q in queries]

@@ -166,7 +166,8 @@ class Transaction:
                 "INSERT INTO vocabulary(word, count) VALUES (?, ?) ON CONFLICT(word) DO UPDATE SET count = count + ?",
                 (word, delta, delta),
             )
-        self.conn.execute("DELETE FROM vocabulary WHERE count <= 0")
+        if delta < 0:
+            self.conn.execute("DELETE FROM vocabulary WHERE count <= 0")
 
     def update_node(self, seq: int, text: str, key: str, entities: Iterable[str], embedding: np.ndarray) -> None:
         self.conn.execute(
