@@ -212,3 +212,16 @@ def test_a_second_writer_is_refused_in_one_line_or_waits(tmp_path):
     reader.close()
     with Memory.open(tmp_path / "w", encoder="hashing") as m:
         assert sorted(m.graph.node_ids) == ["w1", "w2"]
+
+
+def test_the_readme_example_runs(tmp_path, monkeypatch):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## A live memory", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert "Memory.open(" in block and "mem.feedback(" in block
+    monkeypatch.chdir(tmp_path)
+    code = block.replace(
+        'Memory.open("outputs/memories/alice")', 'Memory.open("outputs/memories/alice", encoder="hashing")'
+    )
+    exec(compile(code, "README.md", "exec"), {})
+    with Memory.open(tmp_path / "outputs/memories/alice", encoder="hashing") as mem:
+        assert len(mem) == 1 and len(mem.feedback_log()) == 1
