@@ -18,10 +18,12 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from graphmem.core.errors import InputError
+
 FEEDBACK_LABELS = ("helpful", "harmful", "neutral")
 
 
-class FeedbackError(ValueError):
+class FeedbackError(InputError, ValueError):
     """Feedback that cannot be applied (both or neither of reward and helpful, a reward outside [0, 1])."""
 
 
@@ -62,4 +64,22 @@ def label_transitions(
     for u, v in pairs:
         label = "helpful" if v in good else ("neutral" if below(v, set()) else "harmful")
         out.append((u, v, label, 1.0))
+    return out
+
+
+def check_labels(labels: Sequence[Sequence]) -> list[tuple[str, str, str, float]]:
+    """A Reflector's ``(source, target, label, confidence)`` transitions, checked: ids are strings, the label one
+    of :data:`FEEDBACK_LABELS`, the confidence a number in [0, 1]; otherwise :class:`FeedbackError` naming it."""
+    out = []
+    for i, item in enumerate(labels):
+        if not isinstance(item, (list, tuple)) or len(item) != 4:
+            raise FeedbackError(f"labels[{i}] must be (source, target, label, confidence), got {item!r}")
+        src, dst, label, c = item
+        if not isinstance(src, str) or not isinstance(dst, str):
+            raise FeedbackError(f"labels[{i}]: source and target must be record ids, got {src!r}, {dst!r}")
+        if label not in FEEDBACK_LABELS:
+            raise FeedbackError(f"labels[{i}]: label {label!r} is not one of {FEEDBACK_LABELS}")
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0.0 <= c <= 1.0:
+            raise FeedbackError(f"labels[{i}]: confidence {c!r} is not a number in [0, 1]")
+        out.append((src, dst, label, float(c)))
     return out

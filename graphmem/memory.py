@@ -43,7 +43,7 @@ from graphmem.core import Budget, Query
 from graphmem.core.errors import InputError
 from graphmem.core.graph import RELATIONS, MemoryGraph
 from graphmem.datasets.types import LoadReport, Question
-from graphmem.feedback import label_transitions
+from graphmem.feedback import check_labels, label_transitions
 from graphmem.index.embed import Encoder, encoder_fingerprint, make_encoder
 from graphmem.index.neighbours import RowIndex
 from graphmem.policies.base import TraversalPolicy
@@ -301,11 +301,12 @@ class Memory:
         id: str | None = None,  # noqa: A002  (the record's id, as the API names it)
         meta: Mapping[str, Any] | None = None,
         embedding: Tensor | None = None,
+        key: str | None = None,
     ) -> str:
         """Add one turn or passage; returns its id (a new UUID when none is given). One transaction.
 
         ``embedding``: the node text's embedding by the memory's encoder, when the caller has it already."""
-        record = dict(text=text, speaker=speaker, time=time, session=session, id=id, meta=meta)
+        record = dict(text=text, speaker=speaker, time=time, session=session, id=id, meta=meta, key=key)
         return self.add_many([record], None if embedding is None else torch.as_tensor(embedding)[None, :])[0]
 
     def add_many(self, records: Iterable[Mapping[str, Any] | Record], embeddings: Tensor | None = None) -> list[str]:
@@ -356,7 +357,7 @@ class Memory:
         metadata = self.builder.metadata(record)
         g.node_ids.append(record.id)
         g.texts.append(record.node_text)
-        g.keys.append(record.key)
+        g.keys.append(record.routing_key)
         g.metadata.append(metadata)
         self._views(j + 1)
         plan = self.builder.plan(g, record, metadata)
@@ -371,7 +372,14 @@ class Memory:
             self._ann.add(x[None, :])
         tx.add_node(
             NodeRow(
-                seq, record.id, record.node_text, record.key, record.time, metadata, sorted(plan.entities), x.numpy()
+                seq,
+                record.id,
+                record.node_text,
+                record.routing_key,
+                record.time,
+                metadata,
+                sorted(plan.entities),
+                x.numpy(),
             )
         )
         tx.add_edges(self._edge_rows(plan.src, plan.dst, plan.relation, attr))
@@ -436,20 +444,20 @@ class Memory:
                 del self._recent[key]
             return len(rows)
 
-    def revise(self, id: str, text: str) -> None:  # noqa: A002
+    def revise(self, id: str, text: str, key: str | None = None) -> None:  # noqa: A002
         """Replace one record's text: its key, embedding and entities follow, its place, edges and counters are
         kept, and the Phase-1 features of its edges (cosine ``p_s``, entity overlap ``p_e``) are recomputed."""
         with self._lock:
             self._known([id])
             row = self._row[id]
             self._check_text(text, f"record {id!r}")
-            r = Record(id=id, text=text, speaker=self.graph.metadata[row].get("speaker"))
+            r = Record(id=id, text=text, speaker=self.graph.metadata[row].get("speaker"), key=key)
             x = torch.as_tensor(self.encoder.encode([r.node_text]), dtype=torch.float32)[0]
             ents, new_words = extract_one(self.extractor, text, self.builder.vocabulary)
             old_words = self._words(self._body(row))
             try:
                 with self.store.write() as tx:
-                    tx.update_node(self._seq[row], r.node_text, r.key, ents, x.numpy())
+                    tx.update_node(self._seq[row], r.node_text, r.routing_key, ents, x.numpy())
                     tx.count_words(old_words, -1)
                     tx.count_words(new_words, 1)
                     self._revise_features(tx, row, x, ents)
@@ -475,17 +483,75 @@ class Memory:
                 feats[1], feats[3], init[1], init[3] = p_s, p_e, p_s, p_e
             tx.set_features(self._seq[s], self._seq[d], int(g.edge_type[e]), feats.numpy(), init.numpy())
 
+    def link(self, source: str, target: str, relation: str) -> bool:
+        """Add the edge ``source -> target`` of ``relation`` (a curator's edit, GraphMemory §3): Beta counters at
+        the prior ``S = F = 0`` (eq. 17), Phase-1 features as the builder computes them. False when it exists."""
+        with self._lock:
+            self._known([source, target])
+            if relation not in self.graph.relations or source == target:
+                raise MemoryError(
+                    f"link: relation {relation!r} is not one of {list(self.graph.relations)}"
+                    if source != target
+                    else f"link: {source!r} cannot link to itself"
+                )
+            u, v, rel = self._row[source], self._row[target], self.graph.relations.index(relation)
+            if bool((self.graph.edge_type[self.graph.edges_between(u, v)] == rel).any()):
+                return False
+            src, dst, r = torch.tensor([u]), torch.tensor([v]), torch.tensor([rel])
+            attr = (
+                self.builder._features(self.graph, src, dst, None, 0.0) if self.cfg.features == "scored" else _onehot(r)
+            )
+            with self.store.write() as tx:
+                tx.add_edges(self._edge_rows(src, dst, r, attr))
+            self._append_edges(src, dst, r, attr)
+            self._views(len(self))
+            self.graph.invalidate()
+            return True
+
+    def unlink(self, source: str, target: str, relation: str | None = None) -> int:
+        """Delete the edges ``source -> target`` (of ``relation`` only, when given); returns how many."""
+        with self._lock:
+            self._known([source, target])
+            g = self.graph
+            edges = g.edges_between(self._row[source], self._row[target])
+            if relation is not None:
+                edges = (
+                    edges[g.edge_type[edges] == g.relations.index(relation)] if relation in g.relations else edges[:0]
+                )
+            if edges.numel() == 0:
+                return 0
+            with self.store.write() as tx:
+                for e in edges.tolist():
+                    tx.delete_edge(
+                        self._seq[int(g.edge_index[0, e])], self._seq[int(g.edge_index[1, e])], int(g.edge_type[e])
+                    )
+            self._load()
+            return int(edges.numel())
+
     def feedback(
-        self, retrieval: MemoryRetrieval | str, *, reward: float | None = None, helpful: Sequence[str] | None = None
+        self,
+        retrieval: MemoryRetrieval | str,
+        *,
+        reward: float | None = None,
+        helpful: Sequence[str] | None = None,
+        labels: Sequence[Sequence[Any]] | None = None,
     ) -> dict[str, Any]:
-        """Record the outcome of a retrieval and apply GraphMemory's Beta update (eq. 21) to the transitions it
-        traversed (labels: :func:`graphmem.feedback.label_transitions`). Exactly one of ``reward`` (in [0, 1])
-        and ``helpful`` (the ids that helped). The entry is logged for training; returns it."""
+        """Record the outcome of a retrieval and apply GraphMemory's Beta update (eq. 21). Exactly one of
+        ``reward`` (in [0, 1]) or ``helpful`` (the ids that helped), which label the transitions the retrieval
+        traversed (:func:`graphmem.feedback.label_transitions`), or ``labels``: a Reflector's own
+        ``(source id, target id, helpful|harmful|neutral, confidence)`` transitions (:func:`graphmem.feedback.
+        check_labels`). Every parallel edge of a labelled transition is updated; none is created. The entry is
+        logged for training; returns it."""
         with self._lock:
             r = self._recent.get(retrieval) if isinstance(retrieval, str) else retrieval
             if r is None:
                 raise MemoryError(f"retrieval {retrieval!r} is unknown (not one of the last {len(self._recent)})")
-            labels = label_transitions(r.traversed, reward=reward, helpful=helpful)
+            if labels is not None:
+                if reward is not None or helpful is not None:
+                    raise MemoryError("feedback takes 'labels' alone, without 'reward' or 'helpful'")
+                labels = check_labels(labels)
+            else:
+                labels = label_transitions(r.traversed, reward=reward, helpful=helpful)
             g, applied, skipped = self.graph, 0, 0
             with self.store.write() as tx:
                 for src, dst, label, c in labels:
@@ -666,7 +732,7 @@ def _onehot(relation: Tensor) -> Tensor:
 def _record(raw: Mapping[str, Any], i: int) -> Record:
     if not isinstance(raw, Mapping):
         raise MemoryError(f"record {i}: must be a mapping with a 'text', got {type(raw).__name__}")
-    unknown = sorted(set(raw) - {"text", "speaker", "time", "session", "id", "meta"})
+    unknown = sorted(set(raw) - {"text", "speaker", "time", "session", "id", "meta", "key"})
     if unknown:
         raise MemoryError(f"record {i}: unknown fields {unknown}")
     rid = raw.get("id") or uuid.uuid4().hex
@@ -679,8 +745,17 @@ def _record(raw: Mapping[str, Any], i: int) -> Record:
     t = raw.get("time")
     if t is not None and (not isinstance(t, (int, float)) or isinstance(t, bool)):
         raise MemoryError(f"record {i}: field 'time' must be a number of seconds, got {t!r}")
+    key = raw.get("key")
+    if key is not None and not isinstance(key, str):
+        raise MemoryError(f"record {i}: field 'key' must be a string, got {key!r}")
     return Record(
-        id=rid, text=raw.get("text"), speaker=raw.get("speaker"), time=t, session=raw.get("session"), meta=meta
+        id=rid,
+        text=raw.get("text"),
+        speaker=raw.get("speaker"),
+        time=t,
+        session=raw.get("session"),
+        meta=meta,
+        key=key,
     )
 
 

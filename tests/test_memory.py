@@ -225,3 +225,20 @@ def test_the_readme_example_runs(tmp_path, monkeypatch):
     exec(compile(code, "README.md", "exec"), {})
     with Memory.open(tmp_path / "outputs/memories/alice", encoder="hashing") as mem:
         assert len(mem) == 1 and len(mem.feedback_log()) == 1
+
+
+def test_a_curator_links_and_unlinks_and_a_reflector_labels_transitions(mem):
+    assert mem.link("a1", "b2", "causal") and not mem.link("a1", "b2", "causal")
+    e = mem.graph.edges_between(mem._row["a1"], mem._row["b2"])
+    assert mem.graph.relations[int(mem.graph.edge_type[e[-1]])] == "causal" and float(mem.graph.S[e].sum()) == 0
+    r = mem.retrieve("Pixel", policy="beta_bfs")
+    entry = mem.feedback(r, labels=[("a1", "b2", "harmful", 0.5), ("a1", "nope", "helpful", 1.0)])
+    assert entry["edges_updated"] == int(e.numel()) and entry["transitions_gone"] == 1
+    assert float(mem.graph.F[mem.graph.edges_between(mem._row["a1"], mem._row["b2"])].min()) == 0.5
+    with pytest.raises(ValueError, match="label 'great' is not one of"):
+        mem.feedback(r, labels=[("a1", "b2", "great", 0.5)])
+    assert (
+        mem.unlink("a1", "b2") == int(e.numel())
+        and mem.graph.edges_between(mem._row["a1"], mem._row["b2"]).numel() == 0
+    )
+    assert mem.integrity() == []

@@ -53,6 +53,7 @@ class Record:
         time: POSIX seconds, ``None`` when unknown.
         session: the sequence it continues (a conversation session, a document); ``None``: none.
         meta: free JSON metadata kept on the node.
+        key: the node's short routing key (default: ``"<speaker>: "`` and its first ten words, or its first twelve).
     """
 
     id: str
@@ -61,13 +62,16 @@ class Record:
     time: float | None = None
     session: str | int | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    key: str | None = None
 
     @property
     def node_text(self) -> str:
         return f"{self.speaker}: {self.text}" if self.speaker else self.text
 
     @property
-    def key(self) -> str:
+    def routing_key(self) -> str:
+        if self.key is not None:
+            return self.key
         return f"{self.speaker}: {default_key(self.text, 10)}" if self.speaker else default_key(self.text)
 
 
@@ -218,7 +222,7 @@ class IncrementalBuilder:
         """``[p_t, p_s, p_c, p_e]`` of the new edges, as :func:`graphmem.builders.edges.phase1_features` gives them."""
         if src.numel() == 0:
             return torch.empty(0, 4)
-        rows = sorted(set(src.tolist()))
+        rows = sorted(set(src.tolist()) | set(dst.tolist()))
         local = {r: i for i, r in enumerate(rows)}
         group, order = E.sequence_positions_of([graph.metadata[r] for r in rows], rows)
         ls, ld = torch.tensor([local[r] for r in src.tolist()]), torch.tensor([local[r] for r in dst.tolist()])

@@ -189,6 +189,9 @@ class Transaction:
             (attr.astype("<f4").tobytes(), attr_init.astype("<f4").tobytes(), src, dst, relation),
         )
 
+    def delete_edge(self, src: int, dst: int, relation: int) -> None:
+        self.conn.execute("DELETE FROM edges WHERE src = ? AND dst = ? AND relation = ?", (src, dst, relation))
+
     def delete_nodes(self, seqs: Sequence[int]) -> None:
         self.delete_edges_of(seqs)
         self.conn.executemany("DELETE FROM nodes WHERE seq = ?", [(s,) for s in seqs])
