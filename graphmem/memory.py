@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from graphmem.builders.config import GraphConfig
-from graphmem.builders.entities import CueEntityExtractor, extract_one, make_entity_extractor
+from graphmem.builders.entities import CueEntityExtractor, EntityExtractor, extract_one, make_entity_extractor
 from graphmem.builders.incremental import IncrementalBuilder, Record
 from graphmem.core import Budget, Query
 from graphmem.core.errors import InputError
@@ -133,10 +133,11 @@ class Memory:
         policy: TraversalPolicy,
         budget: Budget,
         ann_min_nodes: int = ANN_MIN_NODES,
+        extractor: EntityExtractor | None = None,
     ) -> None:
         self.store, self.cfg, self.encoder, self.policy, self.budget = store, cfg, encoder, policy, budget
         self.ann_min_nodes = ann_min_nodes
-        self.extractor = make_entity_extractor(cfg.entity_extractor)
+        self.extractor = extractor if extractor is not None else _registered_extractor(cfg.entity_extractor)
         self._lock = threading.RLock()
         self._recent: OrderedDict[str, MemoryRetrieval] = OrderedDict()
         self._policies: dict[str, TraversalPolicy] = {policy.name: policy}
@@ -157,6 +158,7 @@ class Memory:
         readonly: bool = False,
         wait: bool = False,
         synchronous: str = "normal",
+        extractor: EntityExtractor | None = None,
     ) -> Memory:
         """Open the memory at ``path`` (a folder), creating it with ``create``.
 
@@ -174,9 +176,13 @@ class Memory:
             readonly: open as a reader (no writes; any number of readers beside one writer).
             wait: a second writer waits for the first to close instead of being refused.
             synchronous: ``normal`` (a write survives a crash of the process) or ``full`` (also of the machine).
+            extractor: an entity extractor object (e.g. a trained writer, :class:`rl.writer.extractor.
+                WriterExtractor`) instead of the registered ``graph.entity_extractor``; its name is stored, and a
+                reopen with another one is refused.
         """
         enc = make_encoder(encoder) if isinstance(encoder, str) else encoder
-        cfg = GraphConfig.from_mapping({**dict(graph or {}), "encoder": enc_name(encoder), "incremental": True})
+        graph = {**dict(graph or {}), **({"entity_extractor": extractor.name} if extractor is not None else {})}
+        cfg = GraphConfig.from_mapping({**graph, "encoder": enc_name(encoder), "incremental": True})
         settings = {
             "graph": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("cache_dir",)},
             "encoder": {"name": enc.name, "dim": int(enc.dim), "fingerprint": encoder_fingerprint(enc)},
@@ -186,7 +192,7 @@ class Memory:
         try:
             cfg = _check_settings(store, settings, graph)
             made = _make_policy(policy, checkpoint, store.settings()["encoder"])
-            return cls(store, cfg, enc, made, budget or Budget())
+            return cls(store, cfg, enc, made, budget or Budget(), extractor=extractor)
         except BaseException:
             store.close()
             raise
@@ -723,6 +729,15 @@ class Memory:
 def enc_name(encoder: str | Encoder) -> str:
     """The config name of ``encoder`` (``minilm``, ``hashing``), or its own name for an encoder object."""
     return encoder if isinstance(encoder, str) else getattr(encoder, "config_name", encoder.name)
+
+
+def _registered_extractor(name: str) -> EntityExtractor:
+    try:
+        return make_entity_extractor(name)
+    except (KeyError, ValueError) as err:
+        raise MemoryError(
+            f"the memory's entity extractor {name!r} is not a registered one; open it with extractor=<that object>"
+        ) from err
 
 
 def _onehot(relation: Tensor) -> Tensor:

@@ -242,3 +242,21 @@ def test_a_curator_links_and_unlinks_and_a_reflector_labels_transitions(mem):
         and mem.graph.edges_between(mem._row["a1"], mem._row["b2"]).numel() == 0
     )
     assert mem.integrity() == []
+
+
+def test_a_writer_writes_the_entities_of_each_record_as_it_arrives(tmp_path):
+    from rl.writer.extractor import WriterExtractor
+    from rl.writer.grpo import WriterConfig
+    from rl.writer.model import load_writer
+
+    model, tok = load_writer("tiny", seed=0)
+    writer = WriterExtractor(model, tok, WriterConfig(max_completion_length=24, grammar=False))
+    with Memory.open(tmp_path / "w", encoder="hashing", extractor=writer) as mem:
+        mem.add("Alice met Bob in Paris.", id="x")
+        mem.add("Bob flew back to Oslo.", id="y")
+        assert mem.store.settings()["graph"]["entity_extractor"] == writer.name
+        assert len(mem.builder.node_entities) == 2 and mem.integrity() == []
+    with pytest.raises(MemoryError, match="entity_extractor"):
+        Memory.open(tmp_path / "w", encoder="hashing", graph={"entity_extractor": "offline"})
+    with pytest.raises(MemoryError, match="open it with extractor="):
+        Memory.open(tmp_path / "w", encoder="hashing")
