@@ -260,3 +260,13 @@ def test_a_writer_writes_the_entities_of_each_record_as_it_arrives(tmp_path):
         Memory.open(tmp_path / "w", encoder="hashing", graph={"entity_extractor": "offline"})
     with pytest.raises(MemoryError, match="open it with extractor="):
         Memory.open(tmp_path / "w", encoder="hashing")
+
+
+def test_the_arrival_order_rules_are_refused_for_documents_in_one_line():
+    from graphmem.builders import DataConfig, build_graphset
+    from graphmem.builders.config import BatchRulesOnly
+
+    with pytest.raises(BatchRulesOnly, match="graph.incremental=true: HotpotQA paragraph graphs"):
+        build_graphset(
+            DataConfig(name="hotpotqa", limit=2), GraphConfig(encoder="hashing", incremental=True), progress=False
+        )

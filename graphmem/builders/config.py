@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from graphmem.core.errors import InputError
+
 FEATURES = ("scored", "onehot")
 
 
@@ -99,3 +101,16 @@ class GraphConfig:
     def from_mapping(cls, values: Mapping[str, Any]) -> GraphConfig:
         """Build from a dict / OmegaConf node; unknown keys are an error."""
         return config_from_mapping(cls, values)
+
+
+class BatchRulesOnly(InputError, ValueError):
+    """``graph.incremental`` asked of a builder that has only the batch rules (documents, pooled passages)."""
+
+
+def require_batch_rules(cfg: GraphConfig, what: str) -> None:
+    """Refuse ``graph.incremental=true`` for ``what``: the arrival-order rules are defined for conversations."""
+    if cfg.incremental:
+        raise BatchRulesOnly(
+            f"graph.incremental=true: {what} are built with the batch rules only (the arrival-order rules of a live "
+            "memory are defined for conversation turns, docs/memory.md)"
+        )

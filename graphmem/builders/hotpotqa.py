@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 from graphmem.builders import edges as E
+from graphmem.builders.config import require_batch_rules
 from graphmem.builders.entities import EntityExtractor
 from graphmem.builders.passages import strip_parenthetical
 from graphmem.core.graph import MemoryGraph, default_key
@@ -60,6 +61,7 @@ def build_hotpot_graph(
     record: HotpotRecord, embeddings: Tensor, cfg: GraphConfig, extractor: EntityExtractor
 ) -> MemoryGraph:
     """The graph of ``record`` from precomputed unit embeddings in :func:`node_texts` order."""
+    require_batch_rules(cfg, "HotpotQA paragraph graphs")
     nodes = _nodes(record)
     info = {"dataset": "hotpotqa", "qid": record.qid, "features": cfg.features}
     graph = MemoryGraph.empty(embeddings.shape[1], info=info)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from torch import Tensor
 
 from graphmem.builders import edges as E
+from graphmem.builders.config import require_batch_rules
 from graphmem.builders.entities import STOPWORDS, EntityExtractor
 from graphmem.core.graph import MemoryGraph, default_key
 from graphmem.datasets.hotpotqa import sentence_id
@@ -197,6 +198,7 @@ def build_passage_graph(
     c: PassageCorpus, embeddings: Tensor, cfg: GraphConfig, extractor: EntityExtractor
 ) -> MemoryGraph:
     """The graph of corpus ``c`` from precomputed unit embeddings in :func:`node_texts` order."""
+    require_batch_rules(cfg, "passage corpora")
     nodes = _nodes(c, cfg.sentence_nodes)
     info = {
         "dataset": c.dataset,
