@@ -30,7 +30,7 @@ def conversations():
     return convs
 
 
-def edge_table(g) -> list[tuple]:
+def edge_table(g) -> list[tuple]:  # noqa: D103
     """Every edge as (source id, target id, relation, features, initial features, S, F), sorted."""
     ids, rel = g.node_ids, g.relations
     return sorted(
