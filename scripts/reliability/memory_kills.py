@@ -1,6 +1,6 @@
 """kill -9 a live memory during a stream of adds, again and again, then check what it holds.
 
-    python scripts/reliability/memory_kills.py --kills 10 --out docs/results/reliability_memory.json
+    python scripts/reliability/memory_kills.py --kills 10 --out docs/results/memory_kills.json
 
 A child process opens a ``graphmem.Memory`` (hashing encoder) and adds the turns of the LoCoMo
 conversations one ``add`` at a time, from where the memory stands, printing each id once ``add`` has
