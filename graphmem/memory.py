@@ -50,7 +50,7 @@ from graphmem.policies.base import TraversalPolicy
 from graphmem.store.graphset import GraphSet
 from graphmem.store.memory_store import EdgeRows, MemoryStoreError, NodeRow, SQLiteStore
 
-__all__ = ["Memory", "MemoryError", "MemoryRetrieval"]
+__all__ = ["DuplicateIdError", "Memory", "MemoryError", "MemoryRetrieval", "UnknownIdError", "check_policy"]
 
 ANN_MIN_NODES = 4096
 """memories of at least this many records find a new record's semantic neighbours in an HNSW index (exact below)"""
@@ -58,6 +58,14 @@ ANN_MIN_NODES = 4096
 
 class MemoryError(InputError, ValueError):  # noqa: A001  (the memory's own error, not the builtin's)
     """Input a memory cannot take (an empty or oversized text, an unknown id, another encoder); one line."""
+
+
+class UnknownIdError(MemoryError):
+    """An id the memory does not hold: a record's, or a retrieval's that :meth:`Memory.feedback` no longer keeps."""
+
+
+class DuplicateIdError(MemoryError):
+    """A new record's id that the memory holds already (or that a batch gives twice)."""
 
 
 @dataclass
@@ -150,7 +158,7 @@ class Memory:
         path: str | Path,
         *,
         encoder: str | Encoder = "minilm",
-        policy: str | TraversalPolicy | None = None,
+        policy: str | TraversalPolicy | Mapping[str, Any] | None = None,
         checkpoint: str | Path | None = None,
         create: bool = True,
         graph: Mapping[str, Any] | None = None,
@@ -166,7 +174,8 @@ class Memory:
             path: the memory's folder (one memory, one namespace).
             encoder: ``minilm`` or ``hashing`` (the names ``configs/graph`` takes), or an encoder object; a
                 memory is always reopened with the encoder it was created with.
-            policy: a registered policy name (configured as ``configs/policy/<name>.yaml``) or a policy object
+            policy: a registered policy name (configured as ``configs/policy/<name>.yaml``), a policy config
+                (:func:`graphmem.config.cli.policy_config`: ``_target_`` and its arguments) or a policy object
                 (default: ``router`` with ``checkpoint``, else ``hybrid``).
             checkpoint: a trained walk (``best.pt`` of ``scripts/train.py``), refused when trained on another
                 encoder's embeddings.
@@ -413,7 +422,7 @@ class Memory:
             r = raw if isinstance(raw, Record) else _record(raw, i)
             self._check_text(r.text, f"record {i}")
             if r.id in self._row or r.id in seen:
-                raise MemoryError(f"record {i}: id {r.id!r} is already in the memory")
+                raise DuplicateIdError(f"record {i}: id {r.id!r} is already in the memory")
             if r.time is not None and not math.isfinite(r.time):
                 raise MemoryError(f"record {i}: field 'time' must be a finite number of seconds, got {r.time!r}")
             seen.add(r.id)
@@ -551,7 +560,7 @@ class Memory:
         with self._lock:
             r = self._recent.get(retrieval) if isinstance(retrieval, str) else retrieval
             if r is None:
-                raise MemoryError(f"retrieval {retrieval!r} is unknown (not one of the last {len(self._recent)})")
+                raise UnknownIdError(f"retrieval {retrieval!r} is unknown (not one of the last {len(self._recent)})")
             if labels is not None:
                 if reward is not None or helpful is not None:
                     raise MemoryError("feedback takes 'labels' alone, without 'reward' or 'helpful'")
@@ -714,7 +723,7 @@ class Memory:
     def _known(self, ids: Sequence[str]) -> None:
         for i in ids:
             if not isinstance(i, str) or i not in self._row:
-                raise MemoryError(f"id {i!r} is not a record of memory {self.store.folder.name!r}")
+                raise UnknownIdError(f"id {i!r} is not a record of memory {self.store.folder.name!r}")
 
     def _words(self, text: str) -> set[str]:
         """The proper words a record's words add to the entity extractor's vocabulary (none without one)."""
@@ -813,19 +822,33 @@ def _check_settings(store: SQLiteStore, wanted: dict[str, Any], graph: Mapping[s
     return GraphConfig.from_mapping({**have["graph"], "cache_dir": None})
 
 
-def _make_policy(
-    policy: str | TraversalPolicy | None, checkpoint: str | Path | None, encoder: Mapping[str, Any]
+def check_policy(
+    policy: str | TraversalPolicy | Mapping[str, Any] | None, checkpoint: str | Path | None, encoder: Encoder
 ) -> TraversalPolicy:
-    """The memory's policy: an object as given, else ``configs/policy/<name>.yaml`` with ``checkpoint``
-    (default ``router`` with a checkpoint, else ``hybrid``); a checkpoint of another encoder is refused."""
+    """The policy :meth:`Memory.open` makes for a memory of ``encoder`` (refusing a checkpoint of another encoder):
+    a check before any memory is opened, as a server's at its start."""
+    return _make_policy(
+        policy, checkpoint, {"name": encoder.name, "dim": int(encoder.dim), "fingerprint": encoder_fingerprint(encoder)}
+    )
+
+
+def _make_policy(
+    policy: str | TraversalPolicy | Mapping[str, Any] | None, checkpoint: str | Path | None, encoder: Mapping[str, Any]
+) -> TraversalPolicy:
+    """The memory's policy: an object as given, else a policy config (given, or ``configs/policy/<name>.yaml``)
+    with ``checkpoint`` (default ``router`` with a checkpoint, else ``hybrid``); a checkpoint of another encoder
+    is refused."""
     if isinstance(policy, TraversalPolicy):
         return policy
     from graphmem.config.cli import make_configured_policy, policy_config  # noqa: PLC0415
 
-    name = policy or ("router" if checkpoint is not None else "hybrid")
-    config = policy_config(name)
+    if isinstance(policy, Mapping):
+        config = dict(policy)
+    else:
+        config = policy_config(policy or ("router" if checkpoint is not None else "hybrid"))
     if checkpoint is not None:
         config["checkpoint"] = str(checkpoint)
+    checkpoint = config.get("checkpoint")
     made = make_configured_policy(config)
     inputs = getattr(made, "trained_inputs", None) or {}
     if inputs and (
