@@ -190,6 +190,13 @@ CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
         "suite.index_threads": Bound(0, 4096, null=True),
     },
     "build_graph": {"plot_max_nodes": Bound(1, 100_000)},
+    "serve": {
+        "port": Bound(0, 65_535),
+        "max_body_bytes": Bound(1, 2**31),
+        "max_records": Bound(1, COUNT_MAX),
+        "max_memories": Bound(1, 100_000),
+        "threads": Bound(0, 4096, null=True),
+    },
     "build_index": {"threads": Bound(0, 4096, null=True)},
     "head_to_head": {
         **_split("cv"),
