@@ -74,7 +74,7 @@ def test_the_whole_file_default_keeps_its_graph_name_hash_and_folder():
     old_graph = {
         k: v
         for k, v in asdict(graph).items()
-        if k not in ("cache_dir", "max_text_chars", "sentence_nodes", "duplicate_titles")
+        if k not in ("cache_dir", "max_text_chars", "sentence_nodes", "duplicate_titles", "incremental")
     }
     blob = json.dumps(
         {"data": old_data, "graph": old_graph, "data_sha256": "s", "builder": BUILDER_VERSION}, sort_keys=True
