@@ -162,6 +162,14 @@ def test_passage_recall_at_k_ranks_passages_by_first_loaded_node():
     assert m.evidence_recall == 0.5 and m.support_sentence_recall is None  # passage-level gold has no sentence
 
 
+def test_recall_at_k_on_a_conversation_reads_each_turn_as_its_passage():
+    g = passage_graph()  # any node ids will do: a question without supporting titles ranks nodes
+    q = Question(qid="c", graph="g", text="?", answer="x", evidence=("P4", "P5", "gone"), category=2)
+    m = question_metrics(q, g, ["P1", "P4", "P2", "P3", "P5", "P6"], 10, 1, 0.0)
+    assert m.passage_recall_2 == 0.5 and m.passage_recall_5 == 1.0  # "gone" names no node: gold is P4, P5
+    assert m.support_paragraph_recall is None and m.evidence_recall == 1.0
+
+
 def test_chain_following_counts_the_prefix_reached_in_order():
     g = passage_graph()
     loaded = ["P3", "P1", "P4::0", "P2", "P6"]  # passage positions P3 0, P1 1, P4 2, P2 3, P6 4

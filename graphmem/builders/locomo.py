@@ -1,8 +1,10 @@
-"""Build the memory graph of one LoCoMo conversation: one node per dialogue turn.
+"""Build the memory graph of one conversation (LoCoMo, REALTALK): one node per dialogue turn.
 
 Node ``dia_id``: text ``"<speaker>: <text>"`` plus ``" [image: <caption>]"`` when the turn shares
-an image; timestamp = session datetime (read as UTC) + the turn's 0-based position in seconds,
-NaN when the session date is unknown. Edges (both directions, no self loops):
+an image (``"<text>"`` alone when the speaker is a chat handle, not the name the dialogue uses:
+:attr:`graphmem.datasets.types.Conversation.speakers_are_names`; the speaker is in the metadata either way);
+timestamp = the turn's own time when it has one (REALTALK), else its session's datetime + its
+0-based position in seconds (read as UTC), NaN when neither is known. Edges (both directions, no self loops):
 
 * temporal: consecutive turns of a session, plus each turn to its ``temporal_cap`` nearest turns
   within ``temporal_window_s`` seconds;
@@ -28,7 +30,7 @@ from graphmem.builders import edges as E
 from graphmem.builders.entities import EntityExtractor, extract_in_order
 from graphmem.builders.incremental import Record
 from graphmem.core.graph import MemoryGraph, default_key
-from graphmem.datasets.types import Conversation, Turn
+from graphmem.datasets.types import Conversation, Session, Turn
 
 if TYPE_CHECKING:
     from graphmem.builders.config import GraphConfig
@@ -39,51 +41,62 @@ def turn_body(turn: Turn) -> str:
     return turn.text + f" [image: {turn.image_caption}]" if turn.image_caption else turn.text
 
 
-def turn_text(turn: Turn) -> str:
-    """``"<speaker>: <text>"`` plus ``" [image: <caption>]"`` when the turn has an image caption."""
-    return f"{turn.speaker}: {turn_body(turn)}"
+def turn_text(turn: Turn, speaker: bool = True) -> str:
+    """``"<speaker>: <text>"`` (``"<text>"`` without ``speaker``) plus ``" [image: <caption>]"`` when the turn
+    has an image caption."""
+    return f"{turn.speaker}: {turn_body(turn)}" if speaker else turn_body(turn)
 
 
 def node_texts(conv: Conversation) -> list[str]:
     """Node texts in node order (what the encoder embeds)."""
-    return [turn_text(t) for t in conv.turns]
+    return [turn_text(t, conv.speakers_are_names) for t in conv.turns]
+
+
+def _utc(date) -> float:
+    return date.replace(tzinfo=timezone.utc).timestamp()
+
+
+def _turn_time(turn: Turn, session: Session) -> tuple[float | None, str | None]:
+    """A turn's time and its date as written: its own (REALTALK), else its session's datetime + its position in
+    seconds; ``None`` when neither is known."""
+    if turn.date_time is not None:
+        return _utc(turn.date_time), turn.raw_date_time
+    return (None if session.date_time is None else _utc(session.date_time) + turn.position), session.raw_date_time
 
 
 def turn_records(conv: Conversation) -> list[Record]:
     """The conversation's turns as a live memory receives them, in order: id = dia_id, the turn's words
-    (:func:`turn_body`), speaker, time (the session's datetime + position seconds; ``None`` when unknown), the
-    session index, and the dia_id and raw session date as metadata."""
+    (:func:`turn_body`), speaker, time (the turn's own, else the session's datetime + position seconds; ``None``
+    when unknown), the session index, and the dia_id and raw date as metadata."""
     out = []
     for s in conv.sessions:
-        base = s.date_time.replace(tzinfo=timezone.utc).timestamp() if s.date_time else None
         for t in s.turns:
-            meta = {"dia_id": t.dia_id, "date_time": s.raw_date_time}
-            time = None if base is None else base + t.position
-            out.append(Record(t.dia_id, turn_body(t), t.speaker, time, s.index, meta))
+            time, raw = _turn_time(t, s)
+            out.append(Record(t.dia_id, turn_body(t), t.speaker, time, s.index, {"dia_id": t.dia_id, "date_time": raw}))
     return out
 
 
+def _key(turn: Turn, speaker: bool, incremental: bool) -> str:
+    key = default_key(turn_body(turn) if incremental else turn.text, 10)
+    return f"{turn.speaker}: {key}" if speaker else key
+
+
 def build_locomo_graph(
-    conv: Conversation, embeddings: Tensor, cfg: GraphConfig, extractor: EntityExtractor
+    conv: Conversation, embeddings: Tensor, cfg: GraphConfig, extractor: EntityExtractor, dataset: str = "locomo"
 ) -> MemoryGraph:
-    """The graph of ``conv`` from precomputed ``[turns, D]`` unit embeddings (module docstring)."""
+    """The graph of ``conv`` from precomputed ``[turns, D]`` unit embeddings (module docstring); ``dataset`` is
+    its ``info["dataset"]``."""
     turns, texts = conv.turns, node_texts(conv)
     timestamps, metadata = [], []
     for s in conv.sessions:
-        base = s.date_time.replace(tzinfo=timezone.utc).timestamp() if s.date_time else math.nan
         for t in s.turns:
-            timestamps.append(base + t.position)
+            time, raw = _turn_time(t, s)
+            timestamps.append(math.nan if time is None else time)
             metadata.append(
-                {
-                    "speaker": t.speaker,
-                    "session": s.index,
-                    "dia_id": t.dia_id,
-                    "position": t.position,
-                    "date_time": s.raw_date_time,
-                }
+                {"speaker": t.speaker, "session": s.index, "dia_id": t.dia_id, "position": t.position, "date_time": raw}
             )
     info = {
-        "dataset": "locomo",
+        "dataset": dataset,
         "sample_id": conv.sample_id,
         "speakers": [conv.speaker_a, conv.speaker_b],
         "features": cfg.features,
@@ -93,7 +106,7 @@ def build_locomo_graph(
         [t.dia_id for t in turns],
         texts,
         embeddings,
-        keys=[f"{t.speaker}: {default_key(turn_body(t) if cfg.incremental else t.text, 10)}" for t in turns],
+        keys=[_key(t, conv.speakers_are_names, cfg.incremental) for t in turns],
         timestamps=timestamps,
         metadata=metadata,
     )

@@ -73,6 +73,15 @@ def config_hash(data_cfg: DataConfig, graph_cfg: GraphConfig, data_sha256: str) 
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def data_sha256(paths: Sequence[Path]) -> str:
+    """The SHA-256 a set records of its data: the file's own for one file; for several (``data.file`` a list or a
+    folder), the SHA-256 over each file's name and SHA-256 in order (moving the data root changes nothing)."""
+    if len(paths) == 1:
+        return file_sha256(paths[0])
+    blob = "".join(f"{Path(p).name}\0{file_sha256(p)}\n" for p in paths)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def _at_default(key: str, value: Any) -> bool:
     return key in _HASHED_WHEN_SET and value == _HASHED_WHEN_SET[key]
 
@@ -92,19 +101,17 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     from tqdm.auto import tqdm
 
     from graphmem.builders.entities import make_entity_extractor
-    from graphmem.datasets.paths import data_file
+    from graphmem.datasets.paths import data_files
     from graphmem.index.embed import CachedEncoder, encoder_fingerprint, make_encoder
 
     extractor = make_entity_extractor(graph_cfg.entity_extractor)
-    path = data_file(data_cfg.file, data_cfg.root)
+    paths = data_files(data_cfg.file, data_cfg.root)
     t0 = time.perf_counter()
     units, questions, report = load_units(
-        data_cfg.name, path, graph_cfg, data_cfg.pooled, data_cfg.limit, data_cfg.pool_size
+        data_cfg.name, paths, graph_cfg, data_cfg.pooled, data_cfg.limit, data_cfg.pool_size
     )
-    if not units or not questions:
-        discarded = f", {len(report.discarded)} records or questions discarded" if report.discarded else ""
-        raise ValueError(f"{path}: {len(units)} graphs and {len(questions)} questions{discarded}: nothing to build")
-    log.info("%s: %d graph units, %d questions from %s", data_cfg.name, len(units), len(questions), path)
+    _check_something_to_build(units, questions, report)
+    log.info("%s: %d graph units, %d questions from %s", data_cfg.name, len(units), len(questions), report.source)
     if encoder is None:
         encoder = CachedEncoder(make_encoder(graph_cfg.encoder), graph_cfg.cache_dir)
         encoder.encoder.progress = progress  # the encoder's own bar over the embedding pass (long on CPU)
@@ -131,12 +138,12 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
         "encoder": encoder.name,
         "texts_embedded": len(flat),
     }
-    data_sha = file_sha256(path)
+    data_sha = data_sha256(paths)
     provenance = {
         "dataset": data_cfg.name,
         "data": {
             **{k: v for k, v in asdict(data_cfg).items() if k != "root"},
-            "resolved": str(path),
+            "resolved": str(paths[0]) if len(paths) == 1 else [str(p) for p in paths],
             "sha256": data_sha,
         },
         "graph": {k: v for k, v in asdict(graph_cfg).items() if k != "cache_dir"},
@@ -159,6 +166,15 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     )
 
 
+def _check_something_to_build(units: list, questions: list, report) -> None:
+    """``ValueError`` naming the data when a load left no graph or no question."""
+    if not units or not questions:
+        discarded = f", {len(report.discarded)} records or questions discarded" if report.discarded else ""
+        raise ValueError(
+            f"{report.source}: {len(units)} graphs and {len(questions)} questions{discarded}: nothing to build"
+        )
+
+
 def reuse_or_build(
     data_cfg: DataConfig,
     graph_cfg: GraphConfig,
@@ -177,11 +193,11 @@ def reuse_or_build(
     ``check(graphset)`` runs on a new build before it is committed (and on a reused set): raising
     there leaves the folder as it was (default: none).
     """
-    from graphmem.datasets.paths import data_file
+    from graphmem.datasets.paths import data_files
     from graphmem.index.lexical import lexical_files
 
     out_dir = Path(out_dir)
-    wanted = config_hash(data_cfg, graph_cfg, file_sha256(data_file(data_cfg.file, data_cfg.root)))
+    wanted = config_hash(data_cfg, graph_cfg, data_sha256(data_files(data_cfg.file, data_cfg.root)))
     lock = set_lock(out_dir)
     lock.acquire(blocking=True, on_wait=lambda h: log.info("waiting for another build of %s", out_dir))
     try:
@@ -373,15 +389,15 @@ def train_sources(
     if isinstance(train_sets, (str, Mapping)) or not isinstance(train_sets, Sequence):
         raise ValueError(f"train_sets must be a list of data mappings ([{{name: ..., file: ...}}]), got {train_sets!r}")
     sources += [TrainSource(f"train_sets[{i}]", _train_set_config(i, item)) for i, item in enumerate(train_sets)]
-    seen = {_resolved(main): "the main set (data)"}
+    seen = dict.fromkeys(_resolved(main), "the main set (data)")
     for src in sources:
-        path = _resolved(src.data, src.key)
-        if path in seen:
-            raise ValueError(
-                f"{src.label()} and {seen[path]} both read {path}: their graphs and questions would share names "
-                "(a training-only graph is never validated or tested); drop one of them"
-            )
-        seen[path] = src.label()
+        for path in _resolved(src.data, src.key):
+            if path in seen:
+                raise ValueError(
+                    f"{src.label()} and {seen[path]} both read {path}: their graphs and questions would share names "
+                    "(a training-only graph is never validated or tested); drop one of them"
+                )
+        seen.update(dict.fromkeys(_resolved(src.data, src.key), src.label()))
     return sources
 
 
@@ -407,17 +423,17 @@ def _train_set_config(i: int, item: Any) -> DataConfig:
         ) from None
 
 
-def _resolved(cfg: DataConfig, key: str | None = None) -> Path:
-    """The data file of ``cfg`` (resolved against its root); missing, refused naming ``<key>.file`` when given."""
-    from graphmem.datasets.paths import DataNotFoundError, data_file, data_root
+def _resolved(cfg: DataConfig, key: str | None = None) -> list[Path]:
+    """The data files of ``cfg`` (resolved against its root); missing, refused naming ``<key>.file`` when given."""
+    from graphmem.datasets.paths import DataNotFoundError, data_files, data_root
 
     try:
-        return data_file(cfg.file, cfg.root).resolve()
+        return [p.resolve() for p in data_files(cfg.file, cfg.root)]
     except DataNotFoundError as err:
         if key is not None:
             raise ValueError(f"{key}.file: {err}") from None
-        rel = Path(cfg.file).expanduser()
-        return (rel if rel.is_absolute() else data_root(cfg.root) / rel).resolve()
+        files = [cfg.file] if isinstance(cfg.file, str) else list(cfg.file)
+        return [(Path(f) if Path(f).is_absolute() else data_root(cfg.root) / f).expanduser().resolve() for f in files]
 
 
 def open_train_graphset(

@@ -9,6 +9,7 @@ bounded, how its records are named, and, when its records can be pooled, their p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
@@ -18,6 +19,7 @@ from graphmem.builders.config import config_from_mapping
 from graphmem.datasets.hotpotqa import load_hotpotqa
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.musique import load_musique
+from graphmem.datasets.realtalk import load_realtalk
 from graphmem.datasets.twowiki import load_twowiki
 from graphmem.datasets.types import LoadReport, Question
 
@@ -83,6 +85,15 @@ REGISTRY: dict[str, Dataset] = {
             id_key="sample_id",
         ),
         Dataset(
+            name="realtalk",
+            default_file="realtalk",  # the folder: one conversation per file
+            load=load_realtalk,
+            units=partial(U.locomo_units, dataset="realtalk"),
+            fields=partial(U.locomo_fields, prefix="", text="clean_text"),
+            record_id=_sample_id,
+            id_key="file",
+        ),
+        Dataset(
             name="hotpotqa",
             default_file="hotpotqa/hotpot_dev_distractor_200.jsonl",
             load=load_hotpotqa,
@@ -119,33 +130,61 @@ DEFAULT_FILES = {name: d.default_file for name, d in REGISTRY.items()}
 POOLABLE = tuple(name for name, d in REGISTRY.items() if d.poolable)
 
 
+def load_records(dataset: Dataset, paths: Path | list[Path]) -> tuple[list, list[Question], LoadReport, list[Path]]:
+    """The records, questions and load report of one file or several (``data.file`` a list or a folder: their
+    records in file order, one report over them), and the file each record came from. A record whose id
+    (``dataset.id_key``) an earlier file already holds is refused, naming both files."""
+    paths = [paths] if isinstance(paths, Path) else list(paths)
+    records, questions, report, origin, seen = [], [], None, [], {}
+    for path in paths:
+        r, q, rep = dataset.load(path)
+        for record in r:
+            rid = dataset.record_id(record)
+            if rid in seen:
+                raise ValueError(f"{path}: {dataset.id_key} {rid!r} is also in {seen[rid]}: one record, one file")
+            seen[rid] = path
+        records, questions, origin = records + r, questions + q, origin + [path] * len(r)
+        report = rep if report is None else report.merge(rep)
+    if len(paths) > 1:
+        report.source = f"{paths[0].parent} ({len(paths)} files: {', '.join(p.name for p in paths[:3])}" + (
+            ", ...)" if len(paths) > 3 else ")"
+        )
+    return records, questions, report, origin
+
+
 def load_units(
     kind: str,
-    path: Path,
+    path: Path | list[Path],
     cfg: GraphConfig,
     pooled: bool = False,
     limit: int | None = None,
     pool_size: int | None = None,
 ) -> tuple[list[U.GraphUnit], list[Question], LoadReport]:
-    """Load ``path`` as dataset ``kind`` and return its graph units, questions and load report.
+    """Load ``path`` (one file, or several: :func:`load_records`) as dataset ``kind`` and return its graph units,
+    questions and load report.
 
     ``limit`` keeps the first ``limit`` records and the questions asked over them; their text
-    sizes are checked (:meth:`Dataset.check_text_sizes`) before any unit is made. With ``pooled``,
-    ``pool_size`` cuts the records into pooled graphs of that many records each
+    sizes are checked (:meth:`Dataset.check_text_sizes`) before any unit is made. With ``pooled``
+    (one file only), ``pool_size`` cuts the records into pooled graphs of that many records each
     (:mod:`graphmem.builders.units`; ``None`` = one over them all).
     """
     if kind not in REGISTRY:
         raise ValueError(f"unknown dataset kind {kind!r}")
     dataset = REGISTRY[kind]
     if pooled and not dataset.poolable:
-        raise ValueError(f"pooled mode is for {POOLABLE}, not {kind!r} (a LoCoMo graph is already one memory)")
+        raise ValueError(f"pooled mode is for {POOLABLE}, not {kind!r} (a conversation graph is already one memory)")
     _check_pool_size(pooled, pool_size)
-    records, questions, report = dataset.load(path)
+    paths = [path] if isinstance(path, Path) else list(path)
+    if pooled and len(paths) != 1:
+        raise ValueError(f"pooled mode reads one data file (its graph is named after it), got {len(paths)} files")
+    records, questions, report, origin = load_records(dataset, paths)
     if limit is not None:
-        records = records[:limit]
+        records, origin = records[:limit], origin[:limit]
         keep = {dataset.record_id(r) for r in records}
         questions = [q for q in questions if q.graph in keep]
-    dataset.check_text_sizes(path, records, cfg.max_text_chars)
+    for p in paths:
+        dataset.check_text_sizes(p, [r for r, o in zip(records, origin) if o == p], cfg.max_text_chars)
+    path = paths[0]
     if pooled:
         units, questions = U.pooled_units(path, dataset, records, questions, report, cfg, pool_size)
     else:
@@ -171,9 +210,11 @@ class DataConfig:
     """Which benchmark file to load (mirrored by ``configs/data/*.yaml``)."""
 
     name: str = "locomo"
-    """dataset kind: ``locomo``, ``hotpotqa``, ``musique`` or ``2wiki``."""
-    file: str | None = None
-    """data file, relative to the data root (or absolute); ``None`` = the dataset's file in ``DEFAULT_FILES``."""
+    """dataset kind: ``locomo``, ``realtalk``, ``hotpotqa``, ``musique`` or ``2wiki``."""
+    file: Any = None
+    """data file, relative to the data root (or absolute): one file, a folder (its ``.json`` / ``.jsonl`` files,
+    sorted by name) or a list of files and folders, read as one set (:func:`load_records`); ``None`` = the
+    dataset's file in ``DEFAULT_FILES``."""
     root: str | None = None
     """data root; ``None`` = ``$GRAPHMEM_DATA_ROOT`` or ``<repo>/../shared/data``."""
     limit: int | None = None
@@ -202,8 +243,12 @@ class DataConfig:
         object.__setattr__(self, "train_files", tuple(files or ()))
         if self.file is None:
             object.__setattr__(self, "file", DEFAULT_FILES[self.name])
-        if not isinstance(self.file, str) or not self.file:
-            raise ValueError("DataConfig.file must be a non-empty path")
+        if isinstance(self.file, (list, tuple)) and not isinstance(self.file, str):
+            if not self.file or not all(isinstance(f, str) and f for f in self.file):
+                raise ValueError(f"DataConfig.file must be a non-empty path or a list of them, got {self.file!r}")
+            object.__setattr__(self, "file", tuple(self.file) if len(self.file) > 1 else self.file[0])
+        if not isinstance(self.file, (str, tuple)) or not self.file:
+            raise ValueError(f"DataConfig.file must be a non-empty path or a list of them, got {self.file!r}")
         if self.limit is not None and (
             not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1
         ):

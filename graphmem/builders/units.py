@@ -4,7 +4,7 @@ Each dataset's entry in :mod:`graphmem.builders.registry` names its unit maker (
 per record) and its text fields (``*_fields``) from here; :func:`graphmem.builders.registry.load_units`
 runs them, or :func:`pooled_units` over a poolable dataset's passages.
 
-* ``locomo``: one graph per conversation; ``hotpotqa`` and ``2wiki``: one graph per question
+* ``locomo``, ``realtalk``: one graph per conversation; ``hotpotqa`` and ``2wiki``: one graph per question
   (title and sentence nodes, :mod:`graphmem.builders.hotpotqa`); ``musique``: one passage graph per
   question (:mod:`graphmem.builders.passages`).
 * ``pooled`` (HotpotQA, MuSiQue, 2Wiki): one passage graph over every distinct passage of the
@@ -17,11 +17,12 @@ runs them, or :func:`pooled_units` over a poolable dataset's passages.
   become their passages; MuSiQue's evidence is passage-level already.
 
 Size bound: every text field a node is made of (a LoCoMo turn's ``speaker``, ``text`` and
-``blip_caption``; a HotpotQA or 2Wiki paragraph's title and its sentences together; a MuSiQue
-paragraph's ``title`` and ``paragraph_text``) holds at most ``GraphConfig.max_text_chars`` characters. A longer
-one is refused, not split (a turn or passage is one node, the one its gold evidence names), by
-:class:`TextSizeError` (:meth:`graphmem.builders.registry.Dataset.check_text_sizes`): one line naming the
-file, the record and the field.
+``blip_caption``, a REALTALK turn's ``speaker``, ``clean_text`` and ``blip_caption``; a HotpotQA or
+2Wiki paragraph's title and its sentences together; a MuSiQue paragraph's ``title`` and
+``paragraph_text``) holds at most ``GraphConfig.max_text_chars`` characters. A longer one is refused,
+not split (a turn or passage is one node, the one its gold evidence names), by :class:`TextSizeError`
+(:meth:`graphmem.builders.registry.Dataset.check_text_sizes`): one line naming the file, the record
+and the field.
 """
 
 from __future__ import annotations
@@ -62,12 +63,13 @@ class TextSizeError(ValueError, InputError):
     """A turn or passage field longer than ``GraphConfig.max_text_chars``; the message names file, record and field."""
 
 
-def locomo_fields(conv) -> Iterator[tuple[str, str]]:
-    """``(field, text)`` of every text a LoCoMo conversation's turn nodes are made of."""
+def locomo_fields(conv, prefix: str = "conversation.", text: str = "text") -> Iterator[tuple[str, str]]:
+    """``(field, text)`` of every text a LoCoMo conversation's turn nodes are made of; a REALTALK
+    conversation's with ``prefix=""`` and ``text="clean_text"`` (its fields' names in the file)."""
     for t in conv.turns:
-        where = f"conversation.session_{t.session}[{t.position}] (dia_id {t.dia_id!r})"
-        for name in ("speaker", "text"):
-            yield f"{where}: field {name!r}", getattr(t, name)
+        where = f"{prefix}session_{t.session}[{t.position}] (dia_id {t.dia_id!r})"
+        yield f"{where}: field 'speaker'", t.speaker
+        yield f"{where}: field {text!r}", t.text
         yield f"{where}: field 'blip_caption'", t.image_caption or ""
 
 
@@ -91,11 +93,14 @@ def pooled_name(path: str | Path, group: int | None = None) -> str:
     return f"pooled:{Path(path).stem}" + ("" if group is None else f":{group}")
 
 
-def locomo_units(path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig):
-    """One turn graph per LoCoMo conversation, named by its ``sample_id``."""
+def locomo_units(
+    path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig, dataset: str = "locomo"
+):
+    """One turn graph per conversation (LoCoMo; REALTALK with ``dataset="realtalk"``), named by its ``sample_id``."""
     from graphmem.builders.locomo import build_locomo_graph, node_texts
 
-    return [GraphUnit(r.sample_id, node_texts(r), partial(build_locomo_graph, r)) for r in records], questions
+    units = [GraphUnit(r.sample_id, node_texts(r), partial(build_locomo_graph, r, dataset=dataset)) for r in records]
+    return units, questions
 
 
 def hotpot_units(path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig):

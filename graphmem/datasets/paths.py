@@ -66,3 +66,33 @@ def data_file(relative: str | os.PathLike, root: str | os.PathLike | None = None
             f"data.root=<dir> or {ENV_VAR}=<dir> (the file path is relative to that root)"
         )
     return path
+
+
+DATA_SUFFIXES = (".json", ".jsonl")
+"""The files a data folder holds for a loader (``data.file`` naming a folder); others (a README) are skipped."""
+
+
+def data_files(spec: str | os.PathLike | list | tuple, root: str | os.PathLike | None = None) -> list[Path]:
+    """The data files ``spec`` names, resolved as :func:`data_file` does: one file; a folder, for its
+    :data:`DATA_SUFFIXES` files sorted by name; or a list of files and folders, in the given order. A missing
+    file, a folder without data files, an empty list or a file named twice raises (naming it)."""
+    specs = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    if not specs:
+        raise DataNotFoundError("data.file is an empty list: name a file, a folder or a list of them")
+    out: list[Path] = []
+    for item in specs:
+        rel = Path(item).expanduser()
+        path = rel if rel.is_absolute() else data_root(root) / rel
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in DATA_SUFFIXES)
+            if not found:
+                raise DataNotFoundError(f"data folder {path} (from {item}) holds no {'/'.join(DATA_SUFFIXES)} file")
+            out += found
+        else:
+            out.append(data_file(item, root))
+    seen: set[Path] = set()
+    for path in out:
+        if path.resolve() in seen:
+            raise DataNotFoundError(f"data file {path} is named twice in data.file={spec!r}")
+        seen.add(path.resolve())
+    return out

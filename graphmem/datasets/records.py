@@ -9,6 +9,15 @@ from typing import Any, Iterator
 from graphmem.datasets.paths import read_text
 
 
+def read_json(path: Path, error: type[Exception]) -> Any:
+    """The JSON value of ``path``; invalid JSON raises ``error`` naming the file, bytes that are not UTF-8
+    :class:`graphmem.datasets.paths.DataEncodingError`."""
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as err:
+        raise error(f"{path}: not valid JSON ({err})") from None
+
+
 def json_records(path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
     """``(where, record)`` for each record of ``path``: ``where`` is ``"record <i>"`` (0-based list
     index) or ``"line <n>"`` (1-based; blank lines skipped). Invalid JSON raises ``error`` naming the

@@ -6,6 +6,7 @@ Gold fields (answers, evidence, categories) live only on :class:`Question`; poli
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -20,7 +21,10 @@ LOCOMO_CATEGORIES: dict[int, str] = {
 
 @dataclass(frozen=True)
 class Turn:
-    """One LoCoMo dialogue turn."""
+    """One dialogue turn (LoCoMo, REALTALK).
+
+    ``date_time`` is the turn's own time when the file gives one (REALTALK), else ``None`` (its
+    session's date is the time); ``raw_date_time`` is that field as written."""
 
     dia_id: str
     speaker: str
@@ -29,6 +33,8 @@ class Turn:
     position: int  # 0-based order inside its session
     image_caption: str | None = None
     image_query: str | None = None
+    date_time: datetime | None = None
+    raw_date_time: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,10 +47,15 @@ class Session:
 
 @dataclass(frozen=True)
 class Conversation:
+    """A conversation of sessions of turns. ``speakers_are_names``: whether a turn's ``speaker`` is the name the
+    dialogue and the questions use (LoCoMo), so the node text starts with it; REALTALK's ``speaker`` is a chat
+    handle (participants chat in persona), kept in the node's metadata and out of its text."""
+
     sample_id: str
     speaker_a: str
     speaker_b: str
     sessions: tuple[Session, ...]
+    speakers_are_names: bool = True
 
     @property
     def turns(self) -> list[Turn]:
@@ -165,6 +176,18 @@ class LoadReport:
     chains_in_fact_order: list[str] = field(default_factory=list)
     """questions whose gold chain is their supporting titles in ``supporting_facts`` order, because their
     evidence triples (2Wiki) do not name every supporting title"""
+    unresolved_gold: list[str] = field(default_factory=list)
+    """questions whose evidence field names no existing turn (empty, or every id dangling or malformed): kept
+    without gold, so recall leaves them out"""
+
+    def merge(self, other: LoadReport) -> LoadReport:
+        """This report and ``other``'s (another file of the same load) as one: counts added, lists joined."""
+        merged = LoadReport(source=self.source, records=self.records + other.records)
+        merged.questions = self.questions + other.questions
+        for f in dataclasses.fields(self):
+            if f.name not in ("source", "records", "questions"):
+                setattr(merged, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return merged
 
     def lines(self) -> list[str]:
         out = [f"{self.source}: {self.records} records, {self.questions} questions"]
@@ -174,6 +197,7 @@ class LoadReport:
             ("malformed evidence strings dropped", self.malformed_evidence, ", ", 5),
             ("unparsable session dates (timestamp unknown)", self.unparsed_dates, ", ", 3),
             ("questions without a gold field (kept, no gold)", self.missing_gold, ", ", 5),
+            ("questions with no resolvable evidence (kept, left out of recall)", self.unresolved_gold, "; ", 3),
             ("gold chains in supporting-facts order (not all in the triples)", self.chains_in_fact_order, ", ", 3),
             ("discarded items (questions, repeated paragraphs)", self.discarded, "; ", 3),
             ("titles with several texts, joined into one passage", self.merged_titles, "; ", 3),

@@ -27,6 +27,8 @@ HotpotQA and MuSiQue add the passage ranking ``P``: the distinct titles of the n
 list order (a policy that returns sentences ranks a passage by its best-ranked sentence), and
 
 * passage recall@k (HippoRAG 2, GFM-RAG)  ``|P[:k] ∩ T| / |T|``, for k = 2 and 5;
+* on a conversation (no supporting titles: LoCoMo, REALTALK) a turn is the passage, so R@k is
+  ``|L[:k] ∩ G| / |G|``, the share of the gold turns among the list's first k;
 * chain following (MuSiQue)  ``max{j : c_1..c_j ∈ P, pos(c_1) <= ... <= pos(c_j)} / m`` over the
   gold chain ``c_1..c_m`` (the supporting passage of each decomposition step, in step order;
   ``pos`` is the position in ``P``): the share of the chain's steps reached in chain order.
@@ -133,6 +135,8 @@ def question_metrics(
         steps = [node_title(graph, c) for c in question.support_chain if graph.has_node(c)]
         if steps:
             chain = chain_following(ranking, steps)
+    elif gold:  # a conversation: each turn is its own passage
+        recall_2, recall_5 = recall_at(ranked, gold, 2), recall_at(ranked, gold, 5)
     return QuestionMetrics(
         n_loaded=len(ranked),
         n_gold=len(gold),
