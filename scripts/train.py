@@ -22,6 +22,11 @@ checkpoints in ``out_dir`` (in a multirun, in each job's sweep folder instead).
 training part of every fold; ``results.json`` records each (``train_sets``: file, SHA-256, counts).
 
     python scripts/train.py +experiment=multihop out_dir=<dir>    # 2Wiki pools, HotpotQA and MuSiQue pools added
+    python scripts/train.py +experiment=conversations out_dir=<dir>   # LoCoMo and REALTALK cross-validated together
+
+``cv_sets`` adds sets cross-validated with the main one (each source split on its own and spread over every fold,
+:func:`rl.common.splits.source_folds`; results per source in ``by_source``); a variant's ``sources`` trains and
+selects it on those sources' conversations only.
 
     python scripts/train.py -m hydra/launcher=joblib trainer.run.seed=0,1,2        # a local parallel sweep
 
@@ -49,7 +54,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import check_configs
-from graphmem.builders.pipeline import open_train_graphset, train_sources
+from graphmem.builders.pipeline import open_cv_graphset, open_train_graphset, train_sources
 from graphmem.config.bounds import Bound
 from graphmem.config.cli import (
     METRICS,
@@ -70,7 +75,7 @@ from graphmem.core.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.eval.plots import plot_learning_curves
 from graphmem.eval.report import fold_markdown, paired_table
-from graphmem.eval.runs import node_sweep_payload, paired_groups, plot_node_sweep
+from graphmem.eval.runs import node_sweep_payload, paired_groups, plot_node_sweep, source_results
 from graphmem.eval.stats import comparisons_markdown, fold_summary
 from graphmem.policies import POLICIES
 from graphmem.policies.router import RouterPolicy
@@ -90,7 +95,7 @@ from graphmem.tracking import (
 )
 from rl.common.distributed import init_from_env, shutdown
 from rl.common.logging import MultiLogger, PrintLogger, ProgressLogger, TrackerLogger
-from rl.common.splits import check_fraction, conversation_folds
+from rl.common.splits import check_fraction, source_folds
 from rl.walk.trainer import TrainConfig, WalkTrainer
 
 ARTIFACTS = (
@@ -111,9 +116,22 @@ FOLD_LIST = Bound(0, each=True, null=True)
 """``cv.folds``: fold numbers (compared with ``cv.k`` below) or null, checked before they are compared."""
 
 
-def train_set_items(cfg: DictConfig) -> list:
-    """``train_sets``: the training-only sets of any kind, each a mapping of data keys; empty when absent."""
-    return OmegaConf.to_container(cfg.train_sets, resolve=True) if cfg.get("train_sets") else []
+def train_set_items(cfg: DictConfig, key: str = "train_sets") -> list:
+    """``train_sets`` (the training-only sets of any kind) or ``cv_sets`` (the sets cross-validated with the main
+    one), each a mapping of data keys; empty when absent."""
+    return OmegaConf.to_container(cfg[key], resolve=True) if cfg.get(key) else []
+
+
+def variant_sources(overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str] | None]:
+    """A variant's trainer overrides without its ``sources`` key, and that key: the sources (dataset kinds:
+    ``locomo``, ``realtalk``) whose training and validation graphs it learns from; ``None`` = all."""
+    rest = dict(overrides)
+    sources = rest.pop("sources", None)
+    if sources is not None and (
+        not isinstance(sources, list) or not sources or not all(isinstance(x, str) for x in sources)
+    ):
+        raise ValueError(f"variants.*.sources must be a non-empty list of dataset kinds, got {sources!r}")
+    return rest, sources
 
 
 def load_train_graphset(cfg: DictConfig, main: GraphSet) -> GraphSet | None:
@@ -176,12 +194,19 @@ def check(cfg: DictConfig):
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     base = OmegaConf.to_container(cfg.trainer, resolve=True)
     variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
+    items = [item for key in ("cv_sets", "train_sets") for item in train_set_items(cfg, key)]
+    kinds = {cfg.data.name} | {item.get("name") for item in items if isinstance(item, dict)}
     for name, overrides in variants.items():
         check_name("variants", name)
         if not isinstance(overrides, dict):
             raise ValueError(
                 f"variants.{name} must be a mapping of trainer overrides ({{}} for none), got {overrides!r}; "
                 f"~variants.{name} drops the variant"
+            )
+        overrides, sources = variant_sources(overrides)
+        if sources and set(sources) - kinds:
+            raise ValueError(
+                f"variants.{name}.sources: {sorted(set(sources) - kinds)} not among this run's sets {sorted(kinds)}"
             )
         TrainConfig.merged(base, overrides)
     stats = stats_config(cfg)
@@ -214,7 +239,7 @@ def check(cfg: DictConfig):
     check_fraction("cv.val_fraction", cfg.cv.val_fraction)
     data = OmegaConf.to_container(cfg.data, resolve=True)
     check_configs(data, OmegaConf.to_container(cfg.graph, resolve=True))
-    train_sources(data, train_set_items(cfg), bool(cfg.get("train_extra")))
+    train_sources(data, train_set_items(cfg), bool(cfg.get("train_extra")), train_set_items(cfg, "cv_sets"))
     return out, budget, base, variants, baselines
 
 
@@ -233,12 +258,20 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
 
 @dataclasses.dataclass
 class TrainData:
-    """The graph set, its training-only graphs (``train_extra``, ``train_sets``; None without) and the graphs every
-    fold trains on."""
+    """The graph set (with the graphs of ``cv_sets``), its training-only graphs (``train_extra``, ``train_sets``;
+    None without), the graphs every fold trains on, and each graph's source (its ``info["dataset"]``)."""
 
     gs: GraphSet
     extra: GraphSet | None
     train_graphs: dict
+    source_of: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def by_source(self) -> dict[str, list[str]]:
+        """Source -> the names of its graphs in the cross-validated set."""
+        out: dict[str, list[str]] = {}
+        for name in self.gs.graphs:
+            out.setdefault(self.source_of[name], []).append(name)
+        return out
 
 
 @dataclasses.dataclass
@@ -305,7 +338,7 @@ class Collected:
 def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants, baselines) -> dict[str, Any] | None:
     """Train every variant of every fold and test it next to the baselines; rank 0 returns the results."""
     data = load_data(cfg, world, folder)
-    splits = conversation_folds(list(data.gs.graphs), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
+    splits = source_folds(data.by_source(), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
     collected = Collected(node_budgets(cfg, budget))
     started = time.perf_counter()
@@ -326,6 +359,10 @@ def load_data(cfg: DictConfig, world, folder) -> TrainData:
     if not world.is_main:
         world.barrier()
     gs = load_graphset(cfg)
+    if cfg.get("cv_sets"):
+        data, graph = (OmegaConf.to_container(cfg[k], resolve=True) for k in ("data", "graph"))
+        root = hydra.utils.to_absolute_path(cfg.graphset_dir)
+        gs = open_cv_graphset(data, graph, gs, train_set_items(cfg, "cv_sets"), root, progress=cfg.progress)
     extra = load_train_graphset(cfg, gs)
     if world.is_main:
         world.barrier()
@@ -340,7 +377,8 @@ def load_data(cfg: DictConfig, world, folder) -> TrainData:
                 rec["file"],
             )
     train_graphs = gs.graphs if extra is None else union(gs, extra).graphs  # refuses shared graph names
-    return TrainData(gs, extra, train_graphs)
+    source_of = {name: str(g.info.get("dataset", gs.dataset)) for name, g in train_graphs.items()}
+    return TrainData(gs, extra, train_graphs, source_of)
 
 
 def run_context(cfg: DictConfig, world, out: Path, folder, budget: Budget, base, data: TrainData) -> RunContext:
@@ -388,9 +426,35 @@ def run_fold(ctx: RunContext, fold: Fold, variants, baselines, collected: Collec
     log.info("fold %d test:\n%s", fold.k, fold_markdown(summarize([fold.metrics]), counts))
 
 
+def learned_parts(ctx: RunContext, fold: Fold, sources: list[str] | None):
+    """The fold's training questions and embeddings, validation questions and embeddings, and the training and
+    validation graph names a variant learns from: those of ``sources`` (``None``: every source)."""
+    extra = list(ctx.data.extra.graphs) if ctx.data.extra is not None else []
+    graphs = ([*fold.split.train, *extra], list(fold.split.val))
+    parts = (fold.train_q, fold.train_e, fold.val_q, fold.val_e)
+    if sources is None:
+        return parts, graphs
+    keep = set(sources)
+    mine = [[q.graph for q in qs] for qs in (fold.train_q, fold.val_q)]
+    rows = [[i for i, g in enumerate(gs) if ctx.data.source_of[g] in keep] for gs in mine]
+    if not rows[0] or not rows[1]:
+        raise ValueError(
+            f"fold {fold.k}: sources {sources} leave no {'training' if not rows[0] else 'validation'} question"
+        )
+    parts = (
+        [fold.train_q[i] for i in rows[0]],
+        fold.train_e[rows[0]],
+        [fold.val_q[i] for i in rows[1]],
+        fold.val_e[rows[1]],
+    )
+    return parts, tuple([g for g in names if ctx.data.source_of[g] in keep] for names in graphs)
+
+
 def train_variant(ctx: RunContext, fold: Fold, name: str, overrides, collected: Collected) -> None:
-    """Train one variant on the fold (its checkpoints under ``fold<k>/<name>``); rank 0 then tests it."""
+    """Train one variant on the fold (its checkpoints under ``fold<k>/<name>``), on the training and validation
+    graphs of its ``sources`` (all when unset); rank 0 then tests it on the fold's test graphs of every source."""
     cfg, k = ctx.cfg, fold.k
+    overrides, sources = variant_sources(overrides)
     here = {"device": str(ctx.rank_device)} if ctx.world.distributed else {}  # this rank's GPU
     ckpt_dir = run_path(ctx.out, f"fold{k}", name)
     tc = TrainConfig.merged(ctx.base, overrides, checkpoint_dir=str(ckpt_dir), run_id=ctx.folder.run_id, **here)
@@ -405,9 +469,8 @@ def train_variant(ctx: RunContext, fold: Fold, name: str, overrides, collected: 
     logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar) if ctx.world.is_main else None
     t0 = time.perf_counter()
     selector = cfg.policy.get("entry_selector", "embedding")
-    extra = list(ctx.data.extra.graphs) if ctx.data.extra is not None else []
-    inputs = checkpoint_inputs(ctx.data.gs, [*fold.split.train, *extra], fold.split.val)
-    parts = (fold.train_q, fold.train_e, fold.val_q, fold.val_e)
+    parts, (train_graphs, val_graphs) = learned_parts(ctx, fold, sources)
+    inputs = checkpoint_inputs(ctx.data.gs, train_graphs, val_graphs)
     trainer = WalkTrainer(tc, ctx.data.train_graphs, *parts, ctx.budget, logger, selector, inputs)
     try:
         result = trainer.learn()
@@ -481,6 +544,12 @@ def assemble(ctx: RunContext, collected: Collected, splits, folds: list[int], va
     table = fold_markdown(summary, question_counts(collected.test_rows))
     for comparisons in groups:
         table += "\n\n" + comparisons_markdown(comparisons) if comparisons else ""
+    by_source = None
+    if len(set(ctx.data.by_source())) > 1:  # cv_sets: every source's test questions apart
+        by_source, text = source_results(
+            collected.test_rows, ctx.data.source_of, reference, list(variants), also, n_boot, seed
+        )
+        table += "\n\n## By source\n\n" + text
     log.info("%s: test graphs, %d fold(s), budget %s\n%s", gs.dataset, len(folds), dataclasses.asdict(budget), table)
     payload = {
         "run_id": ctx.folder.run_id,
@@ -492,6 +561,8 @@ def assemble(ctx: RunContext, collected: Collected, splits, folds: list[int], va
         "questions": question_counts(collected.test_rows),
         "reference": reference,
         "paired": [c.to_json() for c in paired],
+        "by_source": by_source,  # with cv_sets: per source, each policy's means and the paired comparisons
+        "cv_sets": (gs.provenance or {}).get("cv_sets", []),  # each set cross-validated with the main one
         "train_extra": None if extra is None else {"graphs": len(extra.graphs), "questions": len(extra.questions)},
         "train_sets": [] if extra is None else extra.provenance["train_sets"],  # each set: file, sha256, counts
         "records": collected.records,

@@ -356,10 +356,11 @@ class TrainSource:
     data: DataConfig
 
     def folder(self, root: str | Path, graph_cfg: GraphConfig) -> Path:
-        """Its set folder: a ``train_sets`` item's own :func:`graphset_dir` (one folder per source, as every set);
-        a ``data.train_files`` file's ``<its graphset_dir>-train-<file stem>``, where such sets have always lived."""
+        """Its set folder: a ``train_sets`` or ``cv_sets`` item's own :func:`graphset_dir` (one folder per source,
+        as every set); a ``data.train_files`` file's ``<its graphset_dir>-train-<file stem>``, where such sets have
+        always lived."""
         own = graphset_dir(root, self.data, graph_cfg)
-        if self.key.startswith("train_sets["):
+        if not self.key.startswith("data.train_files["):
             return own
         return own.with_name(f"{own.name}-train-{safe_name(Path(self.data.file).stem)}")
 
@@ -369,25 +370,28 @@ class TrainSource:
 
 
 def train_sources(
-    data: Mapping[str, Any], train_sets: Sequence[Any] = (), train_files: bool = True
+    data: Mapping[str, Any], train_sets: Sequence[Any] = (), train_files: bool = True, cv_sets: Sequence[Any] = ()
 ) -> list[TrainSource]:
-    """The training-only sets of a run, checked before any work: each file of ``data.train_files`` (with
+    """The sets of a run beside its main one, checked before any work: the sets cross-validated with it
+    (``cv_sets``, keyed ``cv_sets[i]``), then the training-only sets: each file of ``data.train_files`` (with
     ``train_files``; built like the main file: same kind and ``pooled``, no ``limit``), then each item of
-    ``train_sets``, a mapping of :class:`DataConfig` keys (``name`` required) over its defaults, so a set may be
-    of another kind than the main one.
+    ``train_sets``. A ``cv_sets`` or ``train_sets`` item is a mapping of :class:`DataConfig` keys (``name``
+    required) over its defaults, so a set may be of another kind than the main one (conversations or passages).
 
     A bad item raises ``ValueError`` in one line naming ``train_sets[i].<key>``. Two sets reading the same data
     file (the main one included) are refused, naming both: their graphs and questions would share names.
     """
     main = DataConfig.from_mapping(data)
     sources = []
+    for key, items in (("cv_sets", cv_sets), ("train_sets", train_sets)):
+        if isinstance(items, (str, Mapping)) or not isinstance(items, Sequence):
+            raise ValueError(f"{key} must be a list of data mappings ([{{name: ..., file: ...}}]), got {items!r}")
+    sources += [TrainSource(f"cv_sets[{i}]", _train_set_config(i, item, "cv_sets")) for i, item in enumerate(cv_sets)]
     if train_files:
         sources += [
             TrainSource(f"data.train_files[{i}]", dataclasses.replace(main, file=f, limit=None, train_files=()))
             for i, f in enumerate(main.train_files)
         ]
-    if isinstance(train_sets, (str, Mapping)) or not isinstance(train_sets, Sequence):
-        raise ValueError(f"train_sets must be a list of data mappings ([{{name: ..., file: ...}}]), got {train_sets!r}")
     sources += [TrainSource(f"train_sets[{i}]", _train_set_config(i, item)) for i, item in enumerate(train_sets)]
     seen = dict.fromkeys(_resolved(main), "the main set (data)")
     for src in sources:
@@ -401,9 +405,10 @@ def train_sources(
     return sources
 
 
-def _train_set_config(i: int, item: Any) -> DataConfig:
-    """``train_sets[i]`` as a :class:`DataConfig`, any error one line naming ``train_sets[i].<key>``."""
-    key = f"train_sets[{i}]"
+def _train_set_config(i: int, item: Any, group: str = "train_sets") -> DataConfig:
+    """``<group>[i]`` (``train_sets``, ``cv_sets``) as a :class:`DataConfig`, any error one line naming
+    ``<group>[i].<key>``."""
+    key = f"{group}[{i}]"
     if not isinstance(item, Mapping):
         raise ValueError(f"{key} must be a mapping of data keys ({{name: hotpotqa, file: ...}}), got {item!r}")
     fields = [f.name for f in dataclasses.fields(DataConfig)]
@@ -455,17 +460,51 @@ def open_train_graphset(
     lists each set's :func:`train_record`.
     """
     graph_cfg = check_configs(data, graph)[1]
-    out, records, loaded = None, [], [("the main set", main)] if main is not None else []
-    for src in train_sources(data, train_sets, train_files):
-        part = load_or_build(src.data, graph_cfg, src.folder(root, graph_cfg), progress=progress)
-        for label, other in loaded:
-            _check_apart(src.label(), part, label, other)
+    out, records = None, []
+    every = [src for src in train_sources(data, train_sets, train_files) if not src.key.startswith("cv_sets[")]
+    for src, part, folder in _open_sets(every, graph_cfg, root, progress, main):
         for g in part.graphs.values():
             g.info["train_only"] = True
-        loaded.append((src.label(), part))
-        records.append(train_record(src, part, src.folder(root, graph_cfg)))
+        records.append(train_record(src, part, folder))
         out = part if out is None else union(out, part)
     return None if out is None else dataclasses.replace(out, provenance={"train_sets": records})
+
+
+def open_cv_graphset(
+    data: Mapping[str, Any],
+    graph: Mapping[str, Any],
+    main: GraphSet,
+    cv_sets: Sequence[Any],
+    root: str | Path = "outputs/graphs",
+    progress: bool = True,
+) -> GraphSet:
+    """``main`` with the graphs and questions of every ``cv_sets`` item (:func:`train_sources`), each built (or
+    reused) with the run's graph settings in its own folder under ``root``, to be cross-validated together (a
+    trainer splits them by source: :func:`rl.common.splits.source_folds`). Graph names and question ids must
+    differ between the sets (refused naming both). The set's ``dataset`` joins the sets' names
+    (``locomo+realtalk``), its provenance is ``main``'s with ``cv_sets``, each set's :func:`train_record`."""
+    graph_cfg = check_configs(data, graph)[1]
+    out, records, names = main, [], [main.dataset]
+    every = train_sources(data, cv_sets=cv_sets, train_files=False)
+    for src, part, folder in _open_sets(every, graph_cfg, root, progress, main):
+        records.append(train_record(src, part, folder))
+        names.append(part.dataset)
+        out = union(out, part)
+    provenance = {**(main.provenance or {}), "cv_sets": records}
+    return dataclasses.replace(out, dataset="+".join(names), provenance=provenance)
+
+
+def _open_sets(sources: list[TrainSource], graph_cfg: GraphConfig, root, progress: bool, main: GraphSet | None):
+    """``(source, its set, its folder)`` for each source, built or reused in its folder; each set is checked apart
+    from ``main`` and the sets before it (:func:`_check_apart`) before the next is built."""
+    loaded = [("the main set", main)] if main is not None else []
+    for src in sources:
+        folder = src.folder(root, graph_cfg)
+        part = load_or_build(src.data, graph_cfg, folder, progress=progress)
+        for label, other in loaded:
+            _check_apart(src.label(), part, label, other)
+        loaded.append((src.label(), part))
+        yield src, part, folder
 
 
 def _check_apart(label: str, part: GraphSet, other_label: str, other: GraphSet) -> None:

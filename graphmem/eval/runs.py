@@ -159,6 +159,53 @@ def paired_groups(
     return groups
 
 
+SOURCE_METRICS = ("evidence_recall", "all_evidence_hit", "passage_recall_2", "passage_recall_5", "loaded_tokens")
+"""The per-question means :func:`source_results` reports for each source."""
+
+
+def source_results(
+    rows: dict[str, list[dict]],
+    source_of: dict[str, str],
+    reference: str | None,
+    variants: list[str],
+    also: list[str],
+    n_boot: int,
+    seed: int,
+) -> tuple[dict[str, Any], str]:
+    """Each source's part of a run's test rows (policy -> question rows; ``source_of``: graph -> source): per
+    policy its question count and the mean of each of :data:`SOURCE_METRICS` over the ``overall`` group, and the
+    paired groups of :func:`paired_groups` on that source's questions alone. Returns ``source -> {questions,
+    means, paired}`` and its markdown (a section per source)."""
+    from graphmem.eval.stats import comparisons_markdown
+
+    out, text = {}, []
+    for source in sorted({source_of[r["graph"]] for rs in rows.values() for r in rs}):
+        mine = {
+            p: [r for r in rs if source_of[r["graph"]] == source and in_overall(r.get("category", ""))]
+            for p, rs in rows.items()
+        }
+        means = {p: {m: _mean([r["metrics"].get(m) for r in rs]) for m in SOURCE_METRICS} for p, rs in mine.items()}
+        groups = paired_groups(mine, reference, variants, also, n_boot, seed)
+        out[source] = {
+            "questions": {p: len(rs) for p, rs in mine.items()},
+            "means": means,
+            "paired": [c.to_json() for g in groups for c in g],
+        }
+        head = "| policy | questions | " + " | ".join(SOURCE_METRICS) + " |\n|---|---:|" + "---:|" * len(SOURCE_METRICS)
+        lines = [
+            f"| `{p}` | {len(mine[p])} | " + " | ".join("–" if v is None else f"{v:.3f}" for v in ms.values()) + " |"
+            for p, ms in means.items()
+        ]
+        text.append(f"### {source}\n\n{head}\n" + "\n".join(lines))
+        text += [comparisons_markdown(g) for g in groups if g]
+    return out, "\n\n".join(text)
+
+
+def _mean(values: list) -> float | None:
+    kept = [float(v) for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
 def sweep_recall(rows: dict[str, dict[int, list[dict]]]) -> dict[str, dict[int, list[float]]]:
     """Policy -> node budget -> the evidence recall of each row of the ``overall`` group that has one."""
     return {

@@ -4,6 +4,8 @@ The graph names are shuffled once by ``seed`` and cut into ``k`` near-equal test
 ``i`` tests on part ``i`` (every graph is tested exactly once over the folds), validates on the
 next ``max(1, round(val_fraction · n))`` graphs after it in the shuffled cycle, and trains on
 the rest. Validation picks the checkpoint; the test part is evaluated once, after training.
+Graphs of several sources (LoCoMo's and REALTALK's conversations) are split source by source and
+joined fold by fold (:func:`source_folds`), so each source's graphs are spread over every fold.
 
 :class:`FoldSplit` is the schema of the ``split`` config group (``configs/split/default.yaml``,
 registered when this module is imported), the one fold-split block of every config that splits:
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from graphmem.config.schemas import add_schema
 
@@ -38,6 +40,9 @@ class FoldSplit:
 
 
 add_schema("split", FoldSplit)
+
+
+PARTS = ("train", "val", "test")
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,26 @@ def conversation_folds(names: Sequence[str], k: int = 5, seed: int = 0, val_frac
             raise ValueError(f"fold {i}: {n} graphs are too few for {k} folds with validation")
         splits.append(Split(i, tuple(sorted(rest[n_v:])), tuple(sorted(rest[:n_v])), tuple(sorted(test))))
     return splits
+
+
+def source_folds(
+    sources: Mapping[str, Sequence[str]], k: int = 5, seed: int = 0, val_fraction: float = 0.2
+) -> list[Split]:
+    """``k`` splits of graphs from several sources (``source -> graph names``: LoCoMo's and REALTALK's
+    conversations), each source's graphs spread over every fold: each source is split alone by
+    :func:`conversation_folds` (the split it would have on its own, so a run over one source and a run over
+    several test the same graphs of it), and fold ``i`` joins the sources' parts ``i``. One source gives
+    :func:`conversation_folds` itself; a source too small for ``k`` folds is refused, naming it."""
+    per_source = []
+    for name, names in sources.items():
+        try:
+            per_source.append(conversation_folds(names, k, seed, val_fraction))
+        except ValueError as err:
+            raise ValueError(f"source {name!r}: {err}") from None
+    return [
+        Split(i, *(tuple(sorted(n for folds in per_source for n in getattr(folds[i], part))) for part in PARTS))
+        for i in range(k)
+    ]
 
 
 @dataclass(frozen=True)
