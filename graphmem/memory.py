@@ -219,6 +219,11 @@ class Memory:
     def __len__(self) -> int:
         return self.graph.num_nodes
 
+    def __contains__(self, id: object) -> bool:  # noqa: A002
+        """Whether ``id`` is the id of one of the memory's records."""
+        with self._lock:
+            return id in self._row
+
     # ------------------------------------------------------------------ derived state
     def _load(self) -> None:
         """Rebuild every derived structure from the store: graph, buffers, builder state, neighbour index."""

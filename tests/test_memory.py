@@ -3,6 +3,7 @@ learns from feedback, and refuses bad input in one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -13,8 +14,10 @@ import torch
 from graphmem import Memory
 from graphmem.builders.config import GraphConfig
 from graphmem.builders.entities import make_entity_extractor
+from graphmem.builders.incremental import Record, records_of
 from graphmem.builders.locomo import build_locomo_graph, node_texts, turn_records
 from graphmem.core import Budget
+from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
 from graphmem.index.embed import HashingEncoder, encoder_fingerprint
@@ -73,6 +76,28 @@ def test_every_locomo_conversation_grown_turn_by_turn_equals_the_batch_graph(tmp
             assert edge_table(again.graph) == live and again.integrity() == []
 
 
+def test_a_built_graphs_records_regrow_its_nodes_and_with_the_incremental_rules_its_edges(tmp_path, conversations):
+    conv, enc = conversations[1], HashingEncoder(384)
+    batch = build_locomo_graph(
+        conv,
+        enc.encode(node_texts(conv)),
+        GraphConfig(encoder="hashing", incremental=True),
+        make_entity_extractor("offline"),
+    )
+    records = records_of(batch)
+    # the turns as the memory receives them, with the node's position and key kept
+    assert [
+        dataclasses.replace(r, meta={**r.meta, "position": p}, key=k)
+        for r, p, k in zip(turn_records(conv), [m["position"] for m in batch.metadata], batch.keys)
+    ] == records
+    with Memory.open(tmp_path / "m", encoder="hashing") as mem:
+        mem.add_many(records, embeddings=batch.embeddings)  # the graph's own embeddings: nothing re-encoded
+        assert_same_graph(batch, mem.graph)
+    g = MemoryGraph.empty(2)  # a speaker without its prefix stays in the metadata; no time is None
+    g.add_nodes(["x"], ["no prefix"], torch.eye(2)[:1], metadata=[{"speaker": "Ann", "title": "t"}])
+    assert records_of(g) == [Record("x", "no prefix", None, None, None, {"speaker": "Ann", "title": "t"}, g.keys[0])]
+
+
 def test_the_incremental_rules_differ_from_the_default_batch_rules(conversations):
     """The option is a different rule, not a no-op: neighbours among earlier turns only change the graph."""
     conv, enc, ext = conversations[0], HashingEncoder(384), make_entity_extractor("offline")
@@ -94,6 +119,7 @@ def mem(tmp_path):
 
 def test_add_retrieve_get_and_stats(mem):
     assert len(mem) == 4 and mem.get("a1")["text"] == "Alice: I adopted a greyhound called Pixel last May."
+    assert "a1" in mem and "z9" not in mem and 3 not in mem
     r = mem.retrieve("Where does Carmen live?")
     assert r.ranked_ids()[0] == "b2" and r.texts()[0] == "Bob: My sister Carmen lives in Lisbon."
     assert r.policy == "hybrid" and set(r.loaded) == set(r.ranked)

@@ -11,6 +11,7 @@ import litellm
 import pytest
 from hydra import compose, initialize_config_dir
 
+from graphmem import Memory
 from graphmem.config.cli import is_variable_name, run_or_exit
 from graphmem.config.schemas import config_dir_of
 from graphmem.core.errors import NothingMeasuredError
@@ -124,8 +125,9 @@ def test_memory_loop_compares_recall_before_and_after_on_the_questions_it_ran(sm
     name = sorted(gs.graphs)[0]
     ran = [i for i, q in enumerate(gs.questions) if q.graph == name][:2]
     budget = script.Budget(**script.OmegaConf.to_container(cfg.budget))
-    expected = script.beta_recall(gs, name, gs.graphs[name], ran, budget)
-    # every example failed, so the graph is unchanged: before and after are one measurement
+    with Memory.open(tmp_path / "out" / "memory", encoder="hashing", readonly=True) as mem:  # grown from the graph
+        expected = script.beta_recall(gs, name, mem.graph, ran, budget)
+    # every example failed, so the memory is unchanged: before and after are one measurement on it
     assert summary["beta_bfs_recall"] == {"questions": 2, "before": expected, "after": expected}
     assert summary["run_id"] == json.loads((tmp_path / "out" / "run.json").read_text())["run_id"]
 

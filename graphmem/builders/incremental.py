@@ -20,6 +20,9 @@ For record ``j`` (row ``j``, rows in arrival order):
 
 Every new edge is inserted in both directions with its Phase-1 features ``[p_t, p_s, p_c, p_e]``
 (:mod:`graphmem.builders.edges`) and Beta counters at the prior ``S = F = 0`` (GraphMemory eq. 17).
+
+:func:`records_of` turns a built graph back into the records that regrow its nodes, so that a saved graph can
+seed a live memory; the memory's edges are then those of these rules, whatever rules built the graph.
 """
 
 from __future__ import annotations
@@ -87,6 +90,27 @@ class Plan:
     dst: Tensor
     relation: Tensor
     features: Tensor | None
+
+
+def records_of(graph: MemoryGraph) -> list[Record]:
+    """The records that regrow ``graph``'s nodes in a live memory, in row order: id, text, key, time and metadata.
+
+    A node's ``speaker`` and ``session`` metadata become the record's fields, and its text loses the
+    ``"<speaker>: "`` prefix the record puts back; the rest of its metadata (``position`` included) is the
+    record's ``meta``, and an unknown time (NaN) is ``None``. A speaker whose node text does not carry the prefix
+    stays in ``meta``, so that the node text is regrown as it is."""
+    out = []
+    for i, nid in enumerate(graph.node_ids):
+        meta, text = dict(graph.metadata[i]), graph.texts[i]
+        speaker, session = meta.get("speaker"), meta.pop("session", None)
+        if speaker and text.startswith(f"{speaker}: "):
+            text = text[len(speaker) + 2 :]
+            del meta["speaker"]
+        else:
+            speaker = None
+        t = float(graph.timestamps[i])
+        out.append(Record(nid, text, speaker, t if math.isfinite(t) else None, session, meta, graph.keys[i]))
+    return out
 
 
 class TimeIndex:

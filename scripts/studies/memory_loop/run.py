@@ -1,29 +1,36 @@
-"""GraphMemory's Retrieve-Generate-Reflect-Curate loop end to end on a slice of one graph.
+"""GraphMemory's Retrieve-Generate-Reflect-Curate loop end to end on a live memory grown from one graph.
 
     python scripts/studies/memory_loop/run.py graphset=outputs/graphs/locomo  # local SmolLM2, offline
     python scripts/studies/memory_loop/run.py llm=openai entry_selector=llm graph_name=... n_questions=50
 
-For each of the first ``n_questions`` questions of graph ``graph_name`` (in graph-set order),
-:class:`memory_loop.MemoryLoop` retrieves (Beta BFS from embedding entries, or from the
+The run grows a :class:`graphmem.Memory` in ``<out_dir>/memory`` from graph ``graph_name`` of the graph set:
+its records in row order (:func:`graphmem.builders.incremental.records_of`: each node's text, speaker, session,
+time, metadata and key) with the set's own embeddings, nothing re-encoded, under the set's graph settings. The
+memory's edges follow the live memory's arrival-order rules (``docs/memory.md``), so its initial graph may
+differ from the saved one in its edges. ``encoder`` embeds the questions and the Curator's lessons; one that is
+not the graph set's (name, fingerprint, width) is refused in one line. The saved graph set is not modified.
+
+For each of the first ``n_questions`` questions of that graph (in graph-set order),
+:class:`memory_loop.MemoryLoop` retrieves from the memory (Beta BFS from embedding entries, or from the
 LLM retriever's selection over the compact index with ``entry_selector=llm``), generates an answer and
 influence trace, and only then receives feedback on the prediction; the Reflector's labels
-update the Beta counters (eq. 21) and the Curator's validated edits change the graph, which is
-validated after every edit. The graph is a copy: the saved graph set is not modified.
+update the Beta counters (eq. 21, one ``Memory.feedback``) and the Curator's validated edits change the memory,
+whose integrity is checked after every edit.
 
-Beta BFS (embedding entries) evidence recall is measured on the saved graph (before) and on the
-evolved copy (after), both over the questions the loop ran (all ``n_questions`` unless it stopped
+Beta BFS (embedding entries) evidence recall is measured on the memory's initial graph (before) and on the
+evolved memory (after), both over the questions the loop ran (all ``n_questions`` unless it stopped
 early). Prints the counts of calls, schema-valid replies per role, tokens,
 applied transitions and edits, and discarded items, and writes one JSON line per example
-(``trace.jsonl``) and the totals (``summary.json``) in ``out_dir``. Tracked as one ``evaluate``
-run (:mod:`graphmem.tracking`): per-example counts against the example number, the totals in the
+(``trace.jsonl``) and the totals (``summary.json``) in ``out_dir``, beside the evolved memory. Tracked as one
+``evaluate`` run (:mod:`graphmem.tracking`): per-example counts against the example number, the totals in the
 run summary, one row per example in a table, the graph set as input and the files as its results.
 
 Failures are loud: an example whose retrieval or generation call failed stops there, and after
 ``max_consecutive_failures`` failed examples in a row the run stops, writes what it has, prints
 the failure summary and exits with status 3; so does a run in which every example failed, or
 every LLM call did, however few ran. The run owns ``out_dir`` (:mod:`graphmem.store.run_folder`): a live
-run's folder is refused, an earlier run's files are moved into ``replaced-<run id>/``, and
-``run.json`` and ``summary.json`` carry the run id.
+run's folder is refused, an earlier run's files (its memory included) are moved into ``replaced-<run id>/``,
+and ``run.json`` and ``summary.json`` carry the run id.
 """
 
 from __future__ import annotations
@@ -42,13 +49,20 @@ from memory_loop import ExampleRecord, MemoryLoop
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
+from graphmem.builders.config import GraphConfig
+from graphmem.builders.incremental import records_of
 from graphmem.config.cli import check_int, check_out_dir, load_graphset, run_or_exit, set_threads
 from graphmem.config.launch import check_command_line
 from graphmem.core import Budget
+from graphmem.core.errors import InputError
 from graphmem.eval.harness import evaluate_policy, write_jsonl
+from graphmem.index.embed import encoder_fingerprint, make_encoder
 from graphmem.llm.client import LLMClient, LLMConfig
+from graphmem.memory import Memory
+from graphmem.policies.base import TraversalPolicy
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.selectors import make_entry_selector
+from graphmem.store.checkpoint import checkpoint_inputs
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
 from graphmem.store.run_folder import open_run_folder
@@ -69,7 +83,7 @@ def feedback_note(answer: str | None) -> Any:
 
 
 EXIT_FAILURES = 3
-ARTIFACTS = ("trace.jsonl", "summary.json", "tracking", "wandb")
+ARTIFACTS = ("trace.jsonl", "summary.json", "memory", "tracking", "wandb")
 """What a run writes in its folder: a fresh run moves an earlier run's aside (graphmem.store.run_folder)."""
 
 
@@ -123,6 +137,43 @@ def beta_recall(gs: GraphSet, name: str, graph, idx: list[int], budget: Budget) 
     return evaluate_policy(BetaBFS(), view, budget, progress=False).overall.get("evidence_recall")
 
 
+def check_encoder(gs: GraphSet, name: str) -> None:
+    """Refuse ``encoder=name`` when the graph set's embeddings come from another encoder (its recorded name and
+    fingerprint, else its width): the memory embeds questions and lessons with it beside the set's embeddings."""
+    enc, have = make_encoder(name), checkpoint_inputs(gs, ())
+    theirs, fingerprint, dim = have["encoder"], have["encoder_fingerprint"], have["embedding_dim"]
+    if enc.dim == dim and theirs in (None, enc.name) and fingerprint in (None, encoder_fingerprint(enc)):
+        return
+    built = ((gs.provenance or {}).get("graph") or {}).get("encoder")
+    raise InputError(
+        f"encoder={name} ({enc.name}, {enc.dim}-d) is not the graph set's encoder ({theirs or 'not recorded'}, "
+        f"{dim}-d): the memory embeds questions and lessons beside the set's embeddings; "
+        + (f"use encoder={built}" if built else "use the encoder the set was built with")
+    )
+
+
+def memory_settings(gs: GraphSet, cfg: DictConfig) -> dict[str, Any]:
+    """The graph settings the memory grows under: the set's (as its provenance records them), else ``graph``."""
+    saved = (gs.provenance or {}).get("graph")
+    settings = dict(saved) if isinstance(saved, dict) else OmegaConf.to_container(cfg.graph, resolve=True)
+    known = {f.name for f in dataclasses.fields(GraphConfig)} - {"encoder", "cache_dir", "incremental"}
+    return {k: v for k, v in settings.items() if k in known}
+
+
+def grow_memory(folder: Path, gs: GraphSet, name: str, cfg: DictConfig, policy: TraversalPolicy) -> Memory:
+    """A memory in ``folder`` grown from graph ``name`` of ``gs``: its records in row order with the set's
+    embeddings (nothing re-encoded), under the set's graph settings, by the live memory's arrival-order rules."""
+    check_encoder(gs, cfg.encoder)
+    graph = gs.graphs[name]
+    mem = Memory.open(folder, encoder=cfg.encoder, graph=memory_settings(gs, cfg), policy=policy)
+    try:
+        mem.add_many(records_of(graph), embeddings=graph.embeddings)
+    except BaseException:
+        mem.close()
+        raise
+    return mem
+
+
 def check(cfg: DictConfig) -> Path:
     """Refuse an impossible config before any work; returns the run's folder."""
     out = check_out_dir(hydra.utils.to_absolute_path(cfg.out_dir))
@@ -159,42 +210,59 @@ class LoopTally:
 
 
 def _run(cfg: DictConfig, out: Path, run_id: str) -> dict[str, Any]:
-    """The loop over the graph's first ``n_questions`` questions, tracked; writes trace.jsonl and summary.json
-    and exits with EXIT_FAILURES when it stopped early."""
+    """The loop over the graph's first ``n_questions`` questions on a memory grown from it, tracked; writes
+    trace.jsonl and summary.json and exits with EXIT_FAILURES when it stopped early."""
     gs: GraphSet = load_graphset(cfg)
     name = cfg.graph_name or sorted(gs.graphs)[0]
     if name not in gs.graphs:
         raise KeyError(f"graph {name!r} is not in the graph set; have {sorted(gs.graphs)}")
-    graph = gs.graphs[name].copy()
     idx = [i for i, q in enumerate(gs.questions) if q.graph == name][: cfg.n_questions]
     client, selector = _client_and_selector(cfg)
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
-    policy, embed = BetaBFS(entry_selector=selector), _lazy_encoder(cfg)
-    loop = MemoryLoop(client, policy, embed=embed, budget=budget, max_tokens=_max_tokens(cfg))
-    before = {"nodes": graph.num_nodes, "edges": graph.num_edges}
-    log.info("graph %s: %d nodes, %d edges; %d questions; model %s", name, *before.values(), len(idx), client.model)
-    group = experiment_group("evaluate", gs.dataset)
-    with make_tracker(cfg.logger, cfg, out, name=f"memory_loop-{name}", job_type="evaluate", group=group) as tracker:
-        use_graphset(tracker, graphset_location(cfg))
-        tracker.define_metric("example")
-        tracker.define_metric("loop/*", step_metric="example")
-        t_start = time.perf_counter()
-        tally = _run_examples(cfg, loop, gs, graph, idx, tracker)
-        wall = time.perf_counter() - t_start
-        graph.validate()
-        usage, failures = client.usage_report(), client.failure_summary()
-        tally.stopped = _stop_reason(tally, client)
-        head = {"run_id": run_id, "graph": name, "questions": len(idx), "examples_run": len(tally.rows)}
-        head |= {"examples_failed": _failed(tally.rows), "stopped_early": tally.stopped, "loop_wall_s": round(wall, 1)}
-        summary = head | _summary(gs, name, graph, idx, tally, usage, failures, selector, budget, before)
-        _write_results(out, tracker, tally.rows, summary)
-        if failures["failures"]:
-            print(f"LLM call failures: {json.dumps(failures, default=str)}", file=sys.stderr)
-        if tally.stopped:
-            print(f"error: stopped after {len(tally.rows)} of {len(idx)} examples: {tally.stopped}", file=sys.stderr)
-            tracker.finish(exit_code=EXIT_FAILURES)
-            sys.exit(EXIT_FAILURES)
-        return summary
+    policy = BetaBFS(entry_selector=selector)
+    loop = MemoryLoop(client, policy, budget=budget, max_tokens=_max_tokens(cfg))
+    with grow_memory(out / "memory", gs, name, cfg, policy) as mem:
+        initial = mem.graph.copy()  # Beta BFS recall "before" is measured on it
+        before = {"nodes": initial.num_nodes, "edges": initial.num_edges}
+        log.info(
+            "memory of graph %s: %d records, %d edges; %d questions; model %s",
+            name,
+            *before.values(),
+            len(idx),
+            client.model,
+        )
+        group = experiment_group("evaluate", gs.dataset)
+        with make_tracker(
+            cfg.logger, cfg, out, name=f"memory_loop-{name}", job_type="evaluate", group=group
+        ) as tracker:
+            use_graphset(tracker, graphset_location(cfg))
+            tracker.define_metric("example")
+            tracker.define_metric("loop/*", step_metric="example")
+            t_start = time.perf_counter()
+            tally = _run_examples(cfg, loop, gs, mem, idx, tracker)
+            wall = time.perf_counter() - t_start
+            if problems := mem.integrity():
+                raise RuntimeError(f"memory {mem.store.folder}: {'; '.join(problems)}")
+            usage, failures = client.usage_report(), client.failure_summary()
+            tally.stopped = _stop_reason(tally, client)
+            head = {"run_id": run_id, "graph": name, "questions": len(idx), "examples_run": len(tally.rows)}
+            head |= {
+                "examples_failed": _failed(tally.rows),
+                "stopped_early": tally.stopped,
+                "loop_wall_s": round(wall, 1),
+            }
+            graphs = {"initial": initial, "evolved": mem.graph, "before": before}
+            summary = head | _summary(gs, name, graphs, idx, tally, usage, failures, selector, budget)
+            _write_results(out, tracker, tally.rows, summary)
+            if failures["failures"]:
+                print(f"LLM call failures: {json.dumps(failures, default=str)}", file=sys.stderr)
+            if tally.stopped:
+                print(
+                    f"error: stopped after {len(tally.rows)} of {len(idx)} examples: {tally.stopped}", file=sys.stderr
+                )
+                tracker.finish(exit_code=EXIT_FAILURES)
+                sys.exit(EXIT_FAILURES)
+            return summary
 
 
 def _client_and_selector(cfg: DictConfig):
@@ -211,21 +279,6 @@ def _client_and_selector(cfg: DictConfig):
     return client, selector
 
 
-def _lazy_encoder(cfg: DictConfig):
-    """``texts -> [n, D]`` embeddings by ``cfg.encoder``, the encoder loaded at the first call (curated nodes only)."""
-    encoder = None
-
-    def embed(texts):
-        nonlocal encoder
-        if encoder is None:
-            from graphmem.index.embed import make_encoder
-
-            encoder = make_encoder(cfg.encoder)
-        return encoder.encode(list(texts))
-
-    return embed
-
-
 def _max_tokens(cfg: DictConfig):
     """``max_tokens``: one reply cap, or a cap per role."""
     if OmegaConf.is_dict(cfg.max_tokens):
@@ -233,13 +286,13 @@ def _max_tokens(cfg: DictConfig):
     return cfg.max_tokens
 
 
-def _run_examples(cfg: DictConfig, loop: MemoryLoop, gs: GraphSet, graph, idx: list[int], tracker) -> LoopTally:
+def _run_examples(cfg: DictConfig, loop: MemoryLoop, gs: GraphSet, mem: Memory, idx: list[int], tracker) -> LoopTally:
     """One loop step per question (the answer read only after the prediction), each logged and tracked;
     stops after ``max_consecutive_failures`` failed examples in a row (0: never)."""
-    tally, streak, queries = LoopTally(), 0, gs.queries()
+    tally, streak = LoopTally(), 0
     for i in idx:
-        t0 = time.perf_counter()
-        rec = loop.step(graph, queries[i], feedback_note(gs.questions[i].answer))  # answer read only after predict
+        t0, q = time.perf_counter(), gs.questions[i]
+        rec = loop.step(mem, q.qid, q.text, feedback_note(q.answer))  # the answer is read only after the prediction
         tally.rows.append(record_json(rec, gs.questions[i].text, time.perf_counter() - t0))
         tally.discarded.update(rec.discarded)
         tally.ops.update(op.split()[0] for op in rec.applied_ops)
@@ -276,11 +329,13 @@ def _stop_reason(tally: LoopTally, client: LLMClient) -> str | None:
     return stopped or client.all_calls_failed()
 
 
-def _summary(gs, name, graph, idx, tally: LoopTally, usage, failures, selector, budget, before) -> dict[str, Any]:
+def _summary(gs, name, graphs, idx, tally: LoopTally, usage, failures, selector, budget) -> dict[str, Any]:
     """summary.json after the run's head: the model and its calls and tokens, schema validity, the edits and
-    checks, Beta BFS's evidence recall on the questions run over the graph before and after, what was
-    discarded, the client's failures, the entry selector's stats, the graph before and after, the usage."""
+    checks, Beta BFS's evidence recall on the questions run over the memory's initial graph (before) and the
+    evolved one (after), what was discarded, the client's failures, the entry selector's stats, the memory's graph
+    before and after, the usage. ``graphs``: ``initial`` and ``evolved`` graphs, ``before`` the initial counts."""
     rows, ran = tally.rows, idx[: len(tally.rows)]  # before and after on the same questions: those the loop ran
+    graph = graphs["evolved"]
     return {
         "model": usage["model"],
         "local_substitute": usage["local_substitute"],
@@ -298,7 +353,7 @@ def _summary(gs, name, graph, idx, tally: LoopTally, usage, failures, selector, 
         "graph_checks": sum(r["graph_checks"] for r in rows),
         "beta_bfs_recall": {
             "questions": len(ran),
-            "before": beta_recall(gs, name, gs.graphs[name], ran, budget),
+            "before": beta_recall(gs, name, graphs["initial"], ran, budget),
             "after": beta_recall(gs, name, graph, ran, budget),
         },
         "discarded": dict(tally.discarded),
@@ -306,7 +361,7 @@ def _summary(gs, name, graph, idx, tally: LoopTally, usage, failures, selector, 
         "entry_selection": {k: v for k, v in vars(selector.stats).items() if k != "last_sections"}
         if hasattr(selector, "stats")
         else {},
-        "graph_before": before,
+        "graph_before": graphs["before"],
         "graph_after": {
             "nodes": graph.num_nodes,
             "edges": graph.num_edges,
