@@ -95,7 +95,7 @@ from graphmem.tracking import (
 )
 from rl.common.distributed import init_from_env, shutdown
 from rl.common.logging import MultiLogger, PrintLogger, ProgressLogger, TrackerLogger
-from rl.common.splits import check_fraction, source_folds
+from rl.common.splits import check_fraction, check_share, source_folds, subsample
 from rl.walk.trainer import TrainConfig, WalkTrainer
 
 ARTIFACTS = (
@@ -237,6 +237,7 @@ def check(cfg: DictConfig):
             f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}"
         )
     check_fraction("cv.val_fraction", cfg.cv.val_fraction)
+    check_share("train_fraction", cfg.get("train_fraction", 1.0))
     data = OmegaConf.to_container(cfg.data, resolve=True)
     check_configs(data, OmegaConf.to_container(cfg.graph, resolve=True))
     train_sources(data, train_set_items(cfg), bool(cfg.get("train_extra")), train_set_items(cfg, "cv_sets"))
@@ -406,6 +407,10 @@ def open_fold(ctx: RunContext, k: int, split) -> Fold:
     train_q, train_e = train_set.questions, train_set.query_embeddings
     if extra is not None:
         train_q, train_e = train_q + extra.questions, torch.cat([train_e, extra.query_embeddings])
+    fraction = float(ctx.cfg.get("train_fraction", 1.0))
+    if fraction < 1:  # a learning curve's point: a share of the training questions, drawn by train_seed
+        keep = subsample([q.qid for q in train_q], fraction, int(ctx.cfg.get("train_seed", 0)))
+        train_q, train_e = [train_q[i] for i in keep], train_e[keep]
     return Fold(k, split, train_q, train_e, val_set.questions, val_set.query_embeddings, test_set)
 
 
@@ -508,6 +513,7 @@ def test_variant(ctx: RunContext, fold: Fold, name: str, policy, tc, trainer, re
             "best_phase": result.best_phase,
             "best_epoch": result.best_epoch,
             "val_return": result.best_score,
+            "train_questions": len(trainer.train.qids),  # those trained on (with a gold node and entries)
             "dropped_train_questions": trainer.train.dropped,
             "reward_calls": result.reward_calls,  # the LLM-backed reward's calls and failures (null: none)
             "rank_head": rank_record(result.rank),  # which order the router returns, and the validation figures

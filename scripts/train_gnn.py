@@ -39,7 +39,7 @@ from graphmem.store.run_folder import RunFolderError, open_run_folder
 from graphmem.tracking import experiment_group, graphset_location, make_tracker, use_graphset
 from rl.common.checkpoint import CheckpointError
 from rl.common.logging import TrackerLogger
-from rl.common.splits import check_fraction
+from rl.common.splits import check_fraction, check_share
 from rl.gnn.split import split_examples, write_split
 from rl.gnn.train import (
     GNNTrainConfig,
@@ -63,6 +63,7 @@ def run(cfg: DictConfig) -> dict:
     train_cfg = GNNTrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
     check_fraction("split.val_fraction", cfg.split.val_fraction)
+    check_share("train_fraction", cfg.get("train_fraction", 1.0))
     data = OmegaConf.to_container(cfg.data, resolve=True)
     check_configs(data, OmegaConf.to_container(cfg.graph, resolve=True))
     train_sources(data, train_set_items(cfg), train_files=False)
@@ -96,7 +97,8 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
         train_files=False,
         main=gs,
     )
-    parts, ex = split_examples(gs, cfg.split, budget, extra)
+    fraction, seed = float(cfg.get("train_fraction", 1.0)), int(cfg.get("train_seed", 0))
+    parts, ex = split_examples(gs, cfg.split, budget, extra, fraction, seed)
     log.info(
         "%s graphs; %s questions; %d threads",
         {k: len(v) for k, v in parts.items()},
@@ -131,6 +133,7 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
             "graphset": gs.provenance,
             "budget": asdict(budget),
             "split": parts,
+            "train_questions": sum(len(e.qids) for e in ex["train"]),  # those trained on (with a gold node)
             "split_file": str(split_file),
             "train_sets": [] if extra is None else extra.provenance["train_sets"],  # each set: file, sha256, counts
             "train": asdict(train_cfg),

@@ -201,7 +201,9 @@ def test_the_multihop_experiments_train_on_the_same_pools(tmp_path):
     assert sets == [
         ("hotpotqa", "hotpotqa/hotpot_train_100.jsonl", 200),
         ("hotpotqa", "hotpotqa/hotpot_train_500.jsonl", 200),
+        ("hotpotqa", "hotpotqa/hotpot_dev_distractor_rpt_993.jsonl", 200),
         ("musique", "musique/musique_ans_train_199.json", 50),
+        ("musique", "musique/musique_migres_200.jsonl", 50),
     ]
     assert walk.data.name == "2wiki" and walk.data.pooled and walk.data.pool_size == 100
     assert walk.cv.k == 5 and list(walk.cv.folds) == [0] and walk.policy.entry_selector == "hybrid"

@@ -102,6 +102,26 @@ def source_folds(
     ]
 
 
+def check_share(name: str, value: Any) -> float:
+    """``value`` when it is a number in ``(0, 1]``; else a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a share in (0, 1], got {value!r}")
+    return float(value)
+
+
+def subsample(qids: Sequence[str], fraction: float, seed: int = 0) -> list[int]:
+    """The positions in ``qids`` of a ``fraction`` of them (``max(1, round(fraction · n))``), in input order: the
+    ids sorted, shuffled by ``Random(seed)`` and cut, so for one seed a smaller fraction's questions are among a
+    larger one's (a learning curve adds questions, never swaps them). ``fraction = 1`` keeps every position."""
+    check_share("fraction", fraction)
+    if fraction == 1:
+        return list(range(len(qids)))
+    order = sorted(set(qids))
+    random.Random(seed).shuffle(order)
+    kept = set(order[: max(1, round(fraction * len(order)))])
+    return [i for i, q in enumerate(qids) if q in kept]
+
+
 @dataclass(frozen=True)
 class QuestionSplit:
     """Question ids split within each conversation: every graph contributes to every part."""

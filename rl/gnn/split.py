@@ -10,6 +10,7 @@ from pathlib import Path
 from graphmem.core import Budget
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
+from rl.common.splits import subsample
 from rl.gnn.train import examples_from_graphset, graph_split
 
 
@@ -20,18 +21,27 @@ def split_parts(gs: GraphSet, split_cfg) -> dict[str, list[str]]:
     )
 
 
-def split_examples(gs: GraphSet, split_cfg, budget: Budget, extra: GraphSet | None = None) -> tuple[dict, dict]:
+def split_examples(
+    gs: GraphSet, split_cfg, budget: Budget, extra: GraphSet | None = None, fraction: float = 1.0, seed: int = 0
+) -> tuple[dict, dict]:
     """The split's parts and each part's training examples (:func:`examples_from_graphset`); the training-only
     set ``extra`` (``train_sets``), when given, adds its examples to ``train`` and its graph names as part
-    ``train_only`` (never validated or tested on)."""
+    ``train_only`` (never validated or tested on). ``fraction < 1`` trains on that share of the training
+    questions, the training-only ones included, drawn by ``seed`` (:func:`rl.common.splits.subsample`)."""
     parts = split_parts(gs, split_cfg)
-    examples = {}
-    for name, graphs in parts.items():
-        keep = set(graphs)
-        examples[name] = examples_from_graphset(gs, [i for i, q in enumerate(gs.questions) if q.graph in keep], budget)
+    part_of = {g: name for name, graphs in parts.items() for g in graphs}
+    at = {name: [i for i, q in enumerate(gs.questions) if part_of.get(q.graph) == name] for name in parts}
+    extra_at = list(range(len(extra.questions))) if extra is not None else []
+    if fraction < 1:
+        every = [("main", i, gs.questions[i].qid) for i in at["train"]]
+        every += [("extra", i, extra.questions[i].qid) for i in extra_at]
+        kept = [every[j] for j in subsample([qid for *_, qid in every], fraction, seed)]
+        at["train"] = [i for where, i, _ in kept if where == "main"]
+        extra_at = [i for where, i, _ in kept if where == "extra"]
+    examples = {name: examples_from_graphset(gs, rows, budget) for name, rows in at.items()}
     if extra is not None:
         parts["train_only"] = sorted(extra.graphs)
-        examples["train"] += examples_from_graphset(extra, range(len(extra.questions)), budget)
+        examples["train"] += examples_from_graphset(extra, extra_at, budget)
     return parts, examples
 
 
