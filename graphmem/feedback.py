@@ -11,16 +11,27 @@ rooted at the entries. :func:`label_transitions` labels them from what an agent 
 * a scalar ``reward`` ``r ∈ [0, 1]`` (an answer's score): every transition is helpful with confidence ``r`` and
   harmful with confidence ``1 - r``, so that ``S / (S + F)`` follows the mean reward of the retrievals that
   passed the edge.
+
+What an answer tells, without any evidence label (:func:`answer_feedback`): with ``A`` the answer's distinct
+tokens (:func:`answer_tokens`: the BM25 tokenizer's lowercased words without stop words) and ``T(v)`` the tokens
+a record offers (:func:`node_offer`: its ``date_time`` / ``title`` metadata, then its text), the helpful records
+of a retrieval are ``{v ∈ L : T(v) ∩ A ≠ ∅}`` and its reward is the answer's token recall in the loaded text,
+``|A ∩ ∪_{v ∈ L} T(v)| / |A|`` (the walk trainer's ``answer`` reward, :mod:`rl.walk.rewards`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 from graphmem.core.errors import InputError
+from graphmem.core.graph import MemoryGraph
+from graphmem.index.lexical import tokenize
 
 FEEDBACK_LABELS = ("helpful", "harmful", "neutral")
+MAX_ANSWER_TOKENS = 62  # answer tokens kept per question (one bit each of an int64 mask in rl.walk.rewards)
+CONTEXT_FIELDS = ("date_time", "title")
 
 
 class FeedbackError(InputError, ValueError):
@@ -83,3 +94,37 @@ def check_labels(labels: Sequence[Sequence]) -> list[tuple[str, str, str, float]
             raise FeedbackError(f"labels[{i}]: confidence {c!r} is not a number in [0, 1]")
         out.append((src, dst, label, float(c)))
     return out
+
+
+# ---------------------------------------------------------------------------- feedback from an answer
+def node_offer(graph: MemoryGraph, row: int) -> str:
+    """The text a node offers an answer check: its ``date_time`` / ``title`` metadata, then its text."""
+    meta = graph.metadata[row] or {}
+    tags = " ".join(f"[{meta[f]}]" for f in CONTEXT_FIELDS if meta.get(f) not in (None, ""))
+    return f"{tags} {graph.texts[row]}".strip()
+
+
+def answer_tokens(answer: str | None) -> list[str]:
+    """The distinct tokens ``A`` of an answer, in order, at most :data:`MAX_ANSWER_TOKENS`."""
+    return list(dict.fromkeys(tokenize(answer or "")))[:MAX_ANSWER_TOKENS]
+
+
+@dataclass(frozen=True)
+class AnswerFeedback:
+    """What an answer says of one loaded list (module docstring): the helpful records, in list order, and the
+    answer's token recall in the loaded text (``None`` when the answer has no token)."""
+
+    helpful: tuple[str, ...]
+    recall: float | None
+
+
+def answer_feedback(graph: MemoryGraph, loaded_ids: Sequence[str], answer: str | None) -> AnswerFeedback:
+    """:class:`AnswerFeedback` of the records ``loaded_ids`` of ``graph`` for the reference ``answer``."""
+    wanted = set(answer_tokens(answer))
+    helpful, found = [], set()
+    for nid in dict.fromkeys(loaded_ids):
+        held = wanted.intersection(tokenize(node_offer(graph, graph.index_of(nid))))
+        if held:
+            helpful.append(nid)
+            found |= held
+    return AnswerFeedback(tuple(helpful), len(found) / len(wanted) if wanted else None)

@@ -599,14 +599,26 @@ class Memory:
 
     # ------------------------------------------------------------------ reads
     def retrieve(
-        self, query: str, *, budget: Budget | None = None, policy: str | TraversalPolicy | None = None
+        self,
+        query: str,
+        *,
+        budget: Budget | None = None,
+        policy: str | TraversalPolicy | None = None,
+        embedding: Tensor | None = None,
     ) -> MemoryRetrieval:
-        """The records ``policy`` (default: the memory's) loads for ``query`` under ``budget``, ranked."""
+        """The records ``policy`` (default: the memory's) loads for ``query`` under ``budget``, ranked.
+
+        ``embedding``: the query's embedding by the memory's encoder, when the caller has it already."""
         if not isinstance(query, str) or not query.strip():
             raise MemoryError("field 'query' must be a non-empty string")
         with self._lock:
             pol = self._policy(policy)
-            x = torch.as_tensor(self.encoder.encode([query]), dtype=torch.float32)[0]
+            if embedding is None:
+                x = torch.as_tensor(self.encoder.encode([query]), dtype=torch.float32)[0]
+            else:
+                x = torch.as_tensor(embedding, dtype=torch.float32).flatten()
+                if x.shape != (self.graph.dim,) or not torch.isfinite(x).all():
+                    raise MemoryError(f"field 'embedding' must be {self.graph.dim} finite floats, got {tuple(x.shape)}")
             q = Query(qid=f"q{len(self._recent)}", text=query, embedding=x)
             g = self.graph
             r = pol.retrieve_batch(g, [q], budget or self.budget)[0]

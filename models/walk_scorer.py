@@ -15,7 +15,11 @@ For a query ``q`` (unit ``q̂``), its relation intent ``π(q)``, the best cosine
              (:mod:`graphmem.index.lexical_features`; only with ``lexical``)
     w_uv   = h([m(q) ⊙ e_uv ; a_uv ; σ_uv ; ρ_v ; λ_qv])        structural weight, h: MLP
     ι_qv   = (A q̂) · (B x̂_v)                                   low-rank query/node interaction (rank 0: none)
-    s_uv   = cos(q, x_v) + ι_qv + w_uv                          the candidate's score
+    s_uv   = cos(q, x_v) + ι_qv + w_uv (+ b_uv)                 the candidate's score
+
+with ``b_uv`` a fixed term a caller may add (the router's reading of the memory's Beta counters,
+:class:`graphmem.policies.router.RouterPolicy` ``counter_weight``): per pair (``_Context.pair_bias``, 0 for
+entries) and per target node (``_Context.node_bias``, entries included).
 
 Entries have no parent: ``e = a = 0`` and ``cos(q, x_u) = c*``. At initialisation ``A = 0`` and
 the last layers of ``g`` and ``h`` are zero, so ``s = cos(q, x_v)``: the untrained router walks
@@ -127,6 +131,8 @@ class _Context:
         self.nodes = None  # [N, 5] one query's node columns of σ (WalkScorer.query_nodes), made on first use
         self.lexical_nodes = None  # [N, 5] one query's λ_qv of every node (WalkScorer.query_lexical), likewise
         self.stop = None  # the stop head's weights as float32 scalars (WalkScorer.stop_value), likewise
+        self.pair_bias = None  # [P] a fixed term added to every pair's score (the memory's counters), or None
+        self.node_bias = None  # [N] a fixed term added to the score of every candidate with that target, or None
 
     def cosine(self, query: Tensor, nodes: Tensor) -> Tensor:
         """``[C]`` ``cos(q, x_v)`` of query rows and nodes: a lookup in the dense ``[B, N]`` table
@@ -256,6 +262,10 @@ class WalkScorer(nn.Module):
         s = cos_v + self.head(z).squeeze(-1)
         if ctx.qa is not None:
             s = s + (ctx.qa[cand.query] * ctx.xb[cand.child]).sum(-1)
+        if ctx.pair_bias is not None:
+            s = s + ctx.pair_bias[p] * inner[:, 0]
+        if ctx.node_bias is not None:
+            s = s + ctx.node_bias[cand.child]
         return s
 
     @staticmethod
@@ -281,7 +291,8 @@ class WalkScorer(nn.Module):
         cos_uv = raw[:, EDGE_FEATURE_DIM + 1 : EDGE_FEATURE_DIM + 2]
         path = _path_rows(False, depth, (order,), raw.dtype, raw.device).expand(deg, -1)
         parts = [ctx.m[:1] * ctx.pair_e[lo:hi], raw, at_u[:, :1], at_v[:, :1], cos_uv, at_u[:, 1:2], at_v[:, 1:], path]
-        return self._head_score(ctx, parts, child, at_v)
+        s = self._head_score(ctx, parts, child, at_v)
+        return s if ctx.pair_bias is None else s + ctx.pair_bias[lo:hi]
 
     def score_entries(self, ctx: _Context, child: Tensor, cols: tuple[int, ...]) -> Tensor:
         """:meth:`score` of entries ``child`` (columns ``cols``) of query row 0, as :meth:`score_span` does:
@@ -317,6 +328,8 @@ class WalkScorer(nn.Module):
         s = at_v[:, 0] + h.squeeze(-1)
         if ctx.qa is not None:
             s = s + (ctx.qa[:1] * ctx.xb.index_select(0, child)).sum(-1)
+        if ctx.node_bias is not None:
+            s = s + ctx.node_bias.index_select(0, child)
         return s
 
     @staticmethod

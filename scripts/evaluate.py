@@ -7,6 +7,18 @@
     python scripts/evaluate.py data=musique_pooled 'policies=[dense_topk,router]' \
         policy=router policy.checkpoint=outputs/train/hotpotqa/fold0/router/best.pt   # HotpotQA -> MuSiQue
 
+``protocol=streaming`` (:mod:`graphmem.eval.streaming`, settings in ``configs/streaming``) feeds each
+conversation turn by turn into a fresh live memory and asks each question when its evidence has arrived
+(``streaming.ask_at``); with ``streaming.feedback`` (answer, evidence, judge) each question's feedback reaches the
+policies that learn after its row is written, and each of them also runs frozen (``<name>_frozen``): Beta BFS
+learns its counters, the router learns online (:mod:`rl.walk.online`, wired here). ``results.json`` pairs each
+online policy with its frozen copy on every question and on the second half of each stream (group
+``second_half``), beside the usual pairs with the reference; ``recall_vs_position.png`` draws recall against the
+question's place in its stream::
+
+    python scripts/evaluate.py protocol=streaming graphset=<set built with graph.incremental=true> \
+        'policies=[hybrid,beta_bfs,router]' policy=router policy.checkpoint=<best.pt> streaming.feedback=answer
+
 Every table carries paired per-question statistics against ``stats.reference`` (default
 ``dense_topk``, evaluated too when not listed): mean difference, bootstrap CI and paired t-test
 p-value (:mod:`graphmem.eval.stats`).
@@ -51,9 +63,20 @@ from graphmem.config.launch import check_command_line
 from graphmem.core import Budget
 from graphmem.core.errors import InputError, NothingMeasuredError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
-from graphmem.eval.plots import plot_recall_vs_budget, plot_retrieval, sweep_values
+from graphmem.eval.plots import plot_recall_vs_budget, plot_recall_vs_position, plot_retrieval, sweep_values
 from graphmem.eval.report import full_report, paired_table, results_payload, table_data
 from graphmem.eval.stats import PairedComparison, compare_policies
+from graphmem.eval.streaming import (
+    PROTOCOLS,
+    SECOND_HALF,
+    StreamConfig,
+    position_curve,
+    run_streaming,
+    second_half_rows,
+    streaming_markdown,
+    streaming_payload,
+)
+from graphmem.index.embed import make_encoder
 from graphmem.policies import POLICIES, TraversalPolicy
 from graphmem.store.checkpoint import check_policies
 from graphmem.store.graphset import GraphSet
@@ -70,6 +93,7 @@ from graphmem.tracking import (
     use_graphset,
 )
 from graphmem.tracking.artifacts import artifact_name
+from rl.walk.online import OnlineConfig, stream_policies  # test-time learning of the walk, wired here
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +103,7 @@ ARTIFACTS = (
     "questions_*.jsonl",
     "qa_*.jsonl",
     "budget_sweep.png",
+    "recall_vs_position.png",
     "question_*.png",
     "tracking",
     "wandb",
@@ -100,6 +125,7 @@ class Plan:
     out_dir: Path
     reference: str | None = None
     policy_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    streaming: StreamConfig | None = None  # protocol=streaming: its settings (None: the batch protocol)
 
 
 def plan_run(cfg: DictConfig) -> Plan:
@@ -156,7 +182,30 @@ def plan_run(cfg: DictConfig) -> Plan:
             raise ConfigError("out_dir is not set and no Hydra run directory exists")
         out_dir = HydraConfig.get().runtime.output_dir
     out_dir = check_out_dir(hydra.utils.to_absolute_path(str(out_dir)))
-    return Plan(data, graph, budget, sweep, policies, out_dir, reference or None, configs)
+    streaming = _streaming_config(cfg)
+    if streaming is not None:
+        sweep = []  # the budget sweep belongs to the batch protocol
+    return Plan(data, graph, budget, sweep, policies, out_dir, reference or None, configs, streaming)
+
+
+def _streaming_config(cfg: DictConfig) -> StreamConfig | None:
+    """The checked streaming settings with ``protocol=streaming`` (their online walk's too), else ``None``."""
+    protocol = cfg.get("protocol", "batch")
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    if protocol == "batch":
+        return None
+    if (cfg.get("qa") or {}).get("enabled"):
+        raise ConfigError("protocol=streaming does not answer questions: set qa.enabled=false")
+    try:
+        streaming = StreamConfig(**OmegaConf.to_container(cfg.streaming, resolve=True))
+        online = OnlineConfig(**streaming.online)
+        for name, overrides in streaming.variants.items():
+            check_name("streaming.variants", name)
+            OnlineConfig(**{**asdict(online), **dict(overrides)})
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"invalid streaming config: {err}") from None
+    return streaming
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
@@ -168,18 +217,43 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     with open_run_folder(
         plan.out_dir, config, resume=False, artifacts=ARTIFACTS, resume_hint=None, kind="evaluate"
     ) as folder:
+        if plan.streaming is not None:
+            return _evaluate_streaming(cfg, plan, folder.run_id)
         return _evaluate(cfg, plan, qa_settings, folder.run_id)
 
 
-def _evaluate(cfg: DictConfig, plan: Plan, qa_settings, run_id: str) -> dict[str, Any]:
-    torch.manual_seed(int(cfg.seed))
-    out = plan.out_dir
+def _load(cfg: DictConfig, plan: Plan) -> GraphSet:
+    """The run's graph set, restricted to ``graphs``, its policies checked against it."""
     t0 = time.perf_counter()
     gs = load_graphset(cfg, asdict(plan.data), asdict(plan.graph))
     gs = restrict_graphs(gs, cfg.get("graphs"), cfg.get("graphs_part") or "test")
     check_policies(plan.policies, gs)  # trained on this encoder and embedding size; not on these graphs
     log.info("%s", "\n".join(gs.report.lines()))
     log.info("%d graphs, %d questions (%.1fs to load)", len(gs.graphs), len(gs.questions), time.perf_counter() - t0)
+    return gs
+
+
+def _meta(cfg: DictConfig, plan: Plan, gs: GraphSet, run_id: str) -> dict[str, Any]:
+    return {
+        "dataset": gs.dataset,
+        "graphs": len(gs.graphs),
+        "questions": len(gs.questions),
+        "config_hash": gs.config_hash,
+        "graphset": gs.provenance,  # the set's own data file, settings and build time, not the CLI's data.*
+        "data": gs.provenance.get("data"),
+        "graph": gs.provenance.get("graph"),
+        "load_report": gs.report.lines(),
+        "seed": int(cfg.seed),
+        "run_id": run_id,
+        "reference": plan.reference,
+        "policy_configs": plan.policy_configs,
+    }
+
+
+def _evaluate(cfg: DictConfig, plan: Plan, qa_settings, run_id: str) -> dict[str, Any]:
+    torch.manual_seed(int(cfg.seed))
+    out = plan.out_dir
+    gs = _load(cfg, plan)
     question = _plot_question(cfg, gs)
 
     results: list[EvalResult] = []
@@ -207,21 +281,7 @@ def _evaluate(cfg: DictConfig, plan: Plan, qa_settings, run_id: str) -> dict[str
     report = full_report(results, paired) + (_qa_report(qa_results) if qa_results else "")
     log.info("\n%s", report)
     (out / "results.md").write_text(report, encoding="utf-8")
-    meta = {
-        "dataset": gs.dataset,
-        "graphs": len(gs.graphs),
-        "questions": len(gs.questions),
-        "config_hash": gs.config_hash,
-        "graphset": gs.provenance,  # the set's own data file, settings and build time, not the CLI's data.*
-        "data": gs.provenance.get("data"),
-        "graph": gs.provenance.get("graph"),
-        "load_report": gs.report.lines(),
-        "seed": int(cfg.seed),
-        "run_id": run_id,
-        "reference": plan.reference,
-        "policy_configs": plan.policy_configs,
-    }
-    payload = results_payload(results, sweeps, meta, paired)
+    payload = results_payload(results, sweeps, _meta(cfg, plan, gs, run_id), paired)
     if qa_results:
         payload["qa"] = {p: {"summary": r.summary, "info": r.info} for p, r in qa_results.items()}
     write_json(out / "results.json", payload, indent=2)
@@ -233,6 +293,51 @@ def _evaluate(cfg: DictConfig, plan: Plan, qa_settings, run_id: str) -> dict[str
     _track(cfg, plan, gs, results, sweeps, out, qa_results, paired)
     log.info("results written to %s", out)
     return payload
+
+
+def _evaluate_streaming(cfg: DictConfig, plan: Plan, run_id: str) -> dict[str, Any]:
+    """The streaming protocol (module docstring): rows, paired statistics (with the reference, and each online
+    policy with its frozen copy on all questions and on the second half of each stream), the learners' cost, the
+    memories' growth and recall against the place in the stream."""
+    torch.manual_seed(int(cfg.seed))
+    out, sc = plan.out_dir, plan.streaming
+    gs = _load(cfg, plan)
+    online = OnlineConfig(**sc.online)
+    stream, pairs = stream_policies(plan.policies, sc.feedback, online, plan.budget, sc.variants)
+    graph_settings = gs.provenance.get("graph") or asdict(plan.graph)
+    if not graph_settings.get("incremental"):
+        log.warning("the set was not built with graph.incremental=true: the memories' graphs differ from its graphs")
+    encoder = make_encoder(graph_settings.get("encoder", plan.graph.encoder))
+    run = run_streaming(
+        gs, stream, plan.budget, sc, encoder=encoder, graph_config=graph_settings, progress=cfg.progress
+    )
+    for r in run.results:
+        write_jsonl(r.rows, run_path(out, f"questions_{r.policy}.jsonl"))
+    paired = _paired(cfg, plan, run.results) + _online_pairs(cfg, run.results, pairs)
+    report = full_report(run.results, paired) + streaming_markdown(run, pairs)
+    log.info("\n%s", report)
+    (out / "results.md").write_text(report, encoding="utf-8")
+    payload = results_payload(run.results, {}, _meta(cfg, plan, gs, run_id), paired)
+    payload["streaming"] = streaming_payload(run, sc, pairs, online)
+    write_json(out / "results.json", payload, indent=2)
+    curves = {r.policy: position_curve(r.rows) for r in run.results}
+    plot_recall_vs_position(curves, out / "recall_vs_position.png", title=f"{gs.dataset}: recall by place in stream")
+    _track(cfg, plan, gs, run.results, {}, out, None, paired)
+    log.info("results written to %s", out)
+    return payload
+
+
+def _online_pairs(cfg: DictConfig, results: list[EvalResult], pairs: dict[str, str]) -> list[PairedComparison]:
+    """Each online policy against its frozen copy, on every question and on the second half of each stream."""
+    stats, rows = cfg.get("stats") or {}, {r.policy: r.rows for r in results}
+    kwargs = dict(n_boot=int(stats.get("n_boot", 10_000)), level=float(stats.get("level", 0.95)), seed=int(cfg.seed))
+    out: list[PairedComparison] = []
+    for online, frozen in pairs.items():
+        both = {online: rows[online], frozen: rows[frozen]}
+        out += compare_policies(both, frozen, **kwargs)
+        late = {k: second_half_rows(v) for k, v in both.items()}
+        out += compare_policies(late, frozen, group=SECOND_HALF, **kwargs)
+    return out
 
 
 def _plot_question(cfg: DictConfig, gs: GraphSet):

@@ -22,6 +22,7 @@ PRIMARY = {
     "data": "evaluate",
     "graph": "evaluate",
     "logger": "evaluate",
+    "streaming": "evaluate",
     "llm": "memory_loop",
     "trainer": "train",
     "split": "gnn",

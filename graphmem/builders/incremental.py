@@ -272,3 +272,22 @@ class IncrementalBuilder:
         self.entities.remove(rows, new_row)
         self.tails = {s: (new_row[r], p) for s, (r, p) in self.tails.items() if r not in rows}
         self.node_entities = [e for i, e in enumerate(self.node_entities) if i not in rows]
+
+
+NODE_FIELDS = ("speaker", "session", "position")
+"""metadata a memory sets itself (:meth:`IncrementalBuilder.metadata`), so a record does not carry it"""
+
+
+def graph_records(graph: MemoryGraph) -> list[Record]:
+    """The records of ``graph`` in node order, as a live memory would have received them: id, the node's words
+    (its text without the ``"<speaker>: "`` prefix), speaker, time (``None`` when unknown), session, the other
+    metadata and its key. A memory grown from them by the incremental rules is the graph built with ``graph.incremental``."""
+    out = []
+    for i, (nid, text, meta) in enumerate(zip(graph.node_ids, graph.texts, graph.metadata)):
+        meta = dict(meta or {})
+        speaker, session = meta.get("speaker"), meta.get("session")
+        body = text[len(speaker) + 2 :] if speaker and text.startswith(f"{speaker}: ") else text
+        t = float(graph.timestamps[i])
+        extra = {k: v for k, v in meta.items() if k not in NODE_FIELDS}
+        out.append(Record(nid, body, speaker, None if math.isnan(t) else t, session, extra, graph.keys[i]))
+    return out

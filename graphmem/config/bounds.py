@@ -160,6 +160,12 @@ CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
         "graphs_part": OneOf(("train", "val", "test")),
         "sweep_tokens": Bound(1, 10**9, each=True, null=True),
         "stats.n_boot": Bound(1, COUNT_MAX),
+        "protocol": OneOf(("batch", "streaming")),
+        "streaming.ask_at": OneOf(("evidence", "end")),
+        "streaming.feedback": OneOf(("none", "answer", "evidence", "judge")),
+        "streaming.online.rollouts": Bound(2, 4096),
+        "streaming.online.steps": Bound(0, 1000),
+        "streaming.online.seed": Bound(0, SEED_MAX),
     },
     "benchmark": {
         "sizes": Bound(1, 10**9, each=True),

@@ -200,24 +200,9 @@ def evaluate_policy(
     metrics: list[QuestionMetrics] = []
     for q, r, lat in zip(questions, retrievals, latency):
         graph = graphset.graphs[q.graph]
-        ranked = r.ranked_ids(graph)
-        m = question_metrics(q, graph, ranked, r.loaded_tokens, r.max_depth, lat)
+        row, m = question_row(q, graph, r.ranked_ids(graph), r.loaded_ids(graph), r.to_json(graph), lat)
         metrics.append(m)
-        rows.append(
-            {
-                "qid": q.qid,
-                "graph": q.graph,
-                "category": q.category,
-                "category_name": category_name(q.category),
-                "question": q.text,
-                "ranked": ranked,
-                "loaded": r.loaded_ids(graph),
-                "gold_evidence": list(q.evidence),
-                "dangling_evidence": list(q.dangling_evidence),
-                "trace": r.to_json(graph),
-                "metrics": m.to_json(),
-            }
-        )
+        rows.append(row)
     summary = summarize([q.category for q in questions], metrics)
     info = {
         "graphs": len({q.graph for q in questions}),
@@ -229,6 +214,29 @@ def evaluate_policy(
     return EvalResult(
         policy=name, dataset=graphset.dataset, budget=budget, rows=rows, summary=summary, wall_time_s=wall, info=info
     )
+
+
+def question_row(
+    q: Question, graph: MemoryGraph, ranked: list[str], loaded: list[str], trace: dict[str, Any], latency_s: float
+) -> tuple[dict[str, Any], QuestionMetrics]:
+    """One question's row of the results (ids, category, ranked and loaded ids, gold, the trace, metrics) and its
+    metrics: where a retrieval meets the question's gold fields, after it has returned. ``trace`` holds the
+    retrieval's ``loaded_tokens`` and ``max_depth``."""
+    m = question_metrics(q, graph, ranked, trace["loaded_tokens"], trace["max_depth"], latency_s)
+    row = {
+        "qid": q.qid,
+        "graph": q.graph,
+        "category": q.category,
+        "category_name": category_name(q.category),
+        "question": q.text,
+        "ranked": ranked,
+        "loaded": loaded,
+        "gold_evidence": list(q.evidence),
+        "dangling_evidence": list(q.dangling_evidence),
+        "trace": trace,
+        "metrics": m.to_json(),
+    }
+    return row, m
 
 
 def scaled_budgets(base: Budget, max_tokens: Iterable[int]) -> list[Budget]:

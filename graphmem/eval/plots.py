@@ -9,6 +9,8 @@
   evidence, found or missed, laid out hop by hop (:func:`retrieval_columns`).
 * :func:`plot_recall_tokens` — mean recall against mean loaded tokens: node-sweep curves with 95 % bands
   and the token-cost variants' points (``scripts/studies/cost_curve/run.py``).
+* :func:`plot_recall_vs_position` — the streaming protocol's recall against the question's place in its stream
+  (the share of the conversation's records in the memory when it was asked), one line per policy, 95% bands.
 * :func:`plot_build_scaling` — graph-set build time against the length of one turn or passage, log-log,
   with the linear reference and the size limit (``scripts/benchmarks/build_scaling.py``).
 
@@ -440,4 +442,29 @@ def plot_build_scaling(payload: Mapping[str, Any], path: str | Path) -> Path:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title(payload.get("title", "build time against text length"), fontsize=10)
+    return _save(fig, path)
+
+
+def plot_recall_vs_position(
+    curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, title: str | None = None
+) -> Path:
+    """PNG of mean evidence recall per interval of the stream (``graphmem.eval.streaming.position_curve``: ``lo``,
+    ``hi``, ``recall``, ``half_width``), one line per policy at the intervals' midpoints with its 95% band."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)
+    for name, curve in curves.items():
+        pts = [c for c in curve if c["recall"] is not None]
+        xs = [(c["lo"] + c["hi"]) / 2 for c in pts]
+        ys = [c["recall"] for c in pts]
+        (line,) = ax.plot(xs, ys, marker="o", label=name)
+        lo = [y - c["half_width"] for y, c in zip(ys, pts)]
+        hi = [y + c["half_width"] for y, c in zip(ys, pts)]
+        ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.12)
+    ax.set_xlabel("place in the stream (share of the conversation's records in the memory when asked)")
+    ax.set_ylabel("evidence recall")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "recall by place in the stream")
     return _save(fig, path)

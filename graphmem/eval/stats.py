@@ -16,7 +16,7 @@ For a metric and two policies A (compared) and R (the reference) scored on the s
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -50,6 +50,7 @@ class PairedComparison:
     test: str = "paired t-test"
     ci_level: float = 0.95
     n_boot: int = 10_000
+    group: str = "overall"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,11 +159,13 @@ def compare_policies(
     n_boot: int = 10_000,
     level: float = 0.95,
     seed: int = 0,
+    group: str = "overall",
 ) -> list[PairedComparison]:
     """Every policy of ``rows`` (policy -> per-question rows) other than ``reference`` against it,
     on each metric the rows define; in policy order, then metric order. Only the questions of the
     ``overall`` group take part (:func:`graphmem.eval.metrics.in_overall`: LoCoMo's adversarial
-    category is reported apart), so ``n`` matches the overall tables."""
+    category is reported apart), so ``n`` matches the overall tables; ``group`` names the questions the rows
+    hold (``overall``, or a part of them such as the streaming protocol's ``second_half``)."""
     from graphmem.eval.metrics import in_overall
 
     if reference not in rows:
@@ -184,7 +187,7 @@ def compare_policies(
                 seed,
             )
             if c is not None:
-                out.append(c)
+                out.append(c if group == "overall" else replace(c, group=group))
     return out
 
 
@@ -207,8 +210,9 @@ def comparisons_markdown(comparisons: Sequence[PairedComparison]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for c in comparisons:
+        label = c.policy if c.group == "overall" else f"{c.policy} ({c.group})"
         lines.append(
-            f"| {c.policy} | {c.metric} | {c.n} | {c.mean:.3f} | {c.reference_mean:.3f} | {c.mean_diff:+.3f} | "
+            f"| {label} | {c.metric} | {c.n} | {c.mean:.3f} | {c.reference_mean:.3f} | {c.mean_diff:+.3f} | "
             f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}] | {_fmt_p(c.p_value)} |"
         )
     return "\n".join(lines)

@@ -13,6 +13,15 @@ scorer applies to graphs it never saw). The episode trained is this walk, sample
 MDP is an objective of the same trainer (``objective.rl=hage_mdp``). The policy sees the query
 and the budget only.
 
+With ``counter_weight`` ``κ > 0`` the walk also reads the memory's Beta counters (GraphMemory eq. 19), 0 at
+``S = F = 0`` so that a memory that received no feedback is walked as without it (:func:`counter_bias`):
+
+* ``counter_pool="pair"``: a pair ``u -> v`` with mean counters ``S̄_uv, F̄_uv`` over its edges gains
+  ``b_uv = κ · ((S̄_uv + 1) / (S̄_uv + F̄_uv + 2) - 1/2)`` (GraphMemory's transitions);
+* ``counter_pool="target"``: every candidate with target ``v`` (entries too) gains
+  ``b_v = κ · ((S_v + 1) / (S_v + F_v + 2) - 1/2)`` with ``S_v = Σ_u S̄_uv``, ``F_v = Σ_u F̄_uv`` over the pairs
+  into ``v``: what was learned of ``v`` through any parent.
+
 The walk decides what is loaded; the returned list is ordered by the checkpoint's ranking head
 (:class:`models.rank_head.RankHead`, trained by :mod:`rl.walk.rank` on the walk's own lists), the
 load order staying in the trace. A checkpoint without a head, or ``rank=False``, returns the load
@@ -39,6 +48,8 @@ from graphmem.store.checkpoint import CheckpointError, load_checkpoint, require_
 from models.rank_head import RankHead, RankInputs
 from models.walk_scorer import WalkScorer
 
+COUNTER_POOLS = ("pair", "target")
+
 
 def read_router_checkpoint(path: str | Path) -> dict:
     """The state of a walk router checkpoint (:func:`graphmem.store.checkpoint.load_checkpoint` of kind ``"walk"``,
@@ -63,6 +74,10 @@ class RouterPolicy(TraversalPolicy):
         rank: order the returned list by the checkpoint's ranking head (``False``: load order)
             (default: ``True``).
         rank_head: a :class:`~models.rank_head.RankHead` to rank with, instead of the checkpoint's.
+        counter_weight: ``κ`` of the counters' term (module docstring; 0: the counters are not read)
+            (default: ``0.0``).
+        counter_pool: ``pair`` or ``target``: which counters a candidate reads (module docstring)
+            (default: ``"pair"``).
     """
 
     def __init__(
@@ -74,7 +89,14 @@ class RouterPolicy(TraversalPolicy):
         strict_split: bool = False,
         rank: bool = True,
         rank_head: RankHead | None = None,
+        counter_weight: float = 0.0,
+        counter_pool: str = "pair",
     ):
+        if isinstance(counter_weight, bool) or not isinstance(counter_weight, (int, float)) or counter_weight < 0:
+            raise ValueError(f"RouterPolicy.counter_weight must be a number >= 0, got {counter_weight!r}")
+        if counter_pool not in COUNTER_POOLS:
+            raise ValueError(f"RouterPolicy.counter_pool must be one of {COUNTER_POOLS}, got {counter_pool!r}")
+        self.counter_weight, self.counter_pool = float(counter_weight), counter_pool
         self.device = resolve_device(device)
         self.entry_selector = make_entry_selector(entry_selector)
         state = read_router_checkpoint(checkpoint) if checkpoint is not None else None
@@ -118,6 +140,14 @@ class RouterPolicy(TraversalPolicy):
             entries, tr.tokens, tr.query, tr.node, tr.depth, considered, traversed, tr.score, rank=rank
         )
 
+    def read_counters(self, ctx, graph, tables) -> None:
+        """Set ``ctx``'s pair or node term from ``graph``'s counters (module docstring)."""
+        bias = counter_bias(graph, tables.pairs, self.counter_weight, self.counter_pool).to(tables.x.device)
+        if self.counter_pool == "pair":
+            ctx.pair_bias = bias
+        else:
+            ctx.node_bias = bias
+
     def list_inputs(self, scope: Scope, budget: Budget, negatives: int = 0) -> RankInputs:
         """The ranking head's :class:`~models.rank_head.RankInputs` of the walk's lists for the scope's queries
         (what :meth:`traverse` ranks), with up to ``negatives`` hard negatives per query: the entry selector's
@@ -140,6 +170,8 @@ class RouterPolicy(TraversalPolicy):
         lexical = scope_lexical(scope) if self.scorer.config.lexical else None  # per query: never cached
         with torch.no_grad():
             ctx = self.scorer.prepare(tables, q, entries[:, : budget.max_entries].to(scope.device), lexical, static)
+        if self.counter_weight:
+            self.read_counters(ctx, scope.graph, tables)
         if q.shape[0] == 1:
             return tables, walk_one(tables, self.scorer, q, entries, budget, ctx), q, lexical
         return tables, walk_trace(walk(tables, self.scorer, q, entries, budget, ctx=ctx), tables, budget), q, lexical
@@ -169,3 +201,17 @@ class RouterPolicy(TraversalPolicy):
         names = ",".join(g.name or "" for g in scope.batch.graphs) if residual is not None else ""
         key = f"policies.walk_static:{self.device}:{id(scorer)}:{names}"
         return tables, graph.cached(key, static, (*deps, *self._weights))
+
+
+def counter_bias(graph, pairs, weight: float, pool: str = "pair") -> Tensor:
+    """``[P]`` ``b_uv`` of every pair of ``pairs`` (``graph``'s :class:`~models.edge_encoder.PairTable`), or with
+    ``pool="target"`` ``[N]`` ``b_v`` of every node (module docstring)."""
+    held = pairs.edge_pair >= 0
+    at = pairs.edge_pair[held].cpu()
+    count = torch.zeros(pairs.num_pairs).index_add_(0, at, torch.ones(at.numel()))
+    s = torch.zeros(pairs.num_pairs).index_add_(0, at, graph.S[held.cpu()].float()) / count.clamp(min=1)
+    f = torch.zeros(pairs.num_pairs).index_add_(0, at, graph.F[held.cpu()].float()) / count.clamp(min=1)
+    if pool == "target":
+        n, dst = graph.num_nodes, pairs.dst.cpu()
+        s, f = torch.zeros(n).index_add_(0, dst, s), torch.zeros(n).index_add_(0, dst, f)
+    return weight * ((s + 1) / (s + f + 2) - 0.5)

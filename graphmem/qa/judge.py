@@ -160,3 +160,27 @@ class Judge:
             if on_done is not None:
                 on_done(len(chunk))
         return out
+
+
+# ---------------------------------------------------------------------------- sufficiency of loaded records
+SUFFICIENCY_ROLE = "walk_judge"
+"""the prompt of a sufficiency verdict (the walk trainer's ``judge`` reward, the streaming ``judge`` feedback)"""
+
+
+def sufficiency_messages(question: str, reference: str, records: Sequence[str]) -> Messages:
+    """System + user messages of one judgement of whether ``records`` suffice to give ``reference`` as the answer
+    to ``question`` (template ``walk_judge``), each part in its own delimited block."""
+    nonce = make_nonce([question, reference, *records])
+    memory = "\n".join(block("record", r, nonce, str(i)) for i, r in enumerate(records))
+    return render(
+        SUFFICIENCY_ROLE,
+        nonce,
+        memory_block=memory,
+        question_block=block("question", question, nonce),
+        reference_block=block("reference", reference, nonce),
+    )
+
+
+def usable_score(text: str) -> str | None:
+    """``None`` when a reply holds a score in ``[0, 1]``, else why it is unusable (the client retries it)."""
+    return None if parse_score(text) is not None else "no score in [0, 1] in the reply"

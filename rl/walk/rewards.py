@@ -38,28 +38,15 @@ from torch import Tensor
 
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
+from graphmem.feedback import CONTEXT_FIELDS, MAX_ANSWER_TOKENS, answer_tokens, node_offer  # noqa: F401 (one home)
 from graphmem.index.lexical import tokenize
 from graphmem.llm.client import LLMClient
-from graphmem.llm.prompts import block, make_nonce, render
 from graphmem.policies.walk import WalkEpisodes, WalkTables
-from graphmem.qa.judge import parse_score
+from graphmem.qa.judge import SUFFICIENCY_ROLE as JUDGE_ROLE
+from graphmem.qa.judge import parse_score, usable_score
+from graphmem.qa.judge import sufficiency_messages as judge_messages
 
 REWARDS = ("evidence", "answer", "judge")
-MAX_ANSWER_TOKENS = 62  # answer tokens kept per question (one bit each of an int64 mask)
-CONTEXT_FIELDS = ("date_time", "title")
-JUDGE_ROLE = "walk_judge"
-
-
-def node_offer(graph: MemoryGraph, row: int) -> str:
-    """The text a node offers a reward: its ``date_time`` / ``title`` metadata, then its text."""
-    meta = graph.metadata[row] or {}
-    tags = " ".join(f"[{meta[f]}]" for f in CONTEXT_FIELDS if meta.get(f) not in (None, ""))
-    return f"{tags} {graph.texts[row]}".strip()
-
-
-def answer_tokens(answer: str | None) -> list[str]:
-    """The distinct tokens ``A`` of an answer, in order, at most :data:`MAX_ANSWER_TOKENS`."""
-    return list(dict.fromkeys(tokenize(answer or "")))[:MAX_ANSWER_TOKENS]
 
 
 def evidence_rewards(ep: WalkEpisodes, gold: Tensor) -> Tensor:
@@ -146,19 +133,6 @@ def answer_targets(
 
 
 # ---------------------------------------------------------------------------- the LLM judge
-def judge_messages(question: str, reference: str, records: Sequence[str]) -> list[dict[str, str]]:
-    """System + user messages of one sufficiency judgement (template ``walk_judge``)."""
-    nonce = make_nonce([question, reference, *records])
-    memory = "\n".join(block("record", r, nonce, str(i)) for i, r in enumerate(records))
-    return render(
-        JUDGE_ROLE,
-        nonce,
-        memory_block=memory,
-        question_block=block("question", question, nonce),
-        reference_block=block("reference", reference, nonce),
-    )
-
-
 @dataclass
 class JudgeReward:
     """The ``judge`` reward (module docstring) of walks over a union of graphs.
@@ -185,7 +159,7 @@ class JudgeReward:
                 question, reference = self.questions[r]
                 todo.append(key)
                 batch.append(judge_messages(question, reference, [self.offers[v] for v in key[1]]))
-        replies = self.client.complete_many(JUDGE_ROLE, batch, validate=_usable) if batch else []
+        replies = self.client.complete_many(JUDGE_ROLE, batch, validate=usable_score) if batch else []
         for key, reply in zip(todo, replies):
             score = None if reply is None else parse_score(reply.text)
             self.calls += 1
@@ -212,10 +186,6 @@ def failed_share_problem(reward: str, model: str, calls: int, failures: int, lim
         return f"reward {reward} ({model}): all {calls} calls failed {where}"
     share = f"{failures} of {calls} calls ({failures / calls:.0%}) failed {where}"
     return f"reward {reward} ({model}): {share}, more than trainer.objective.max_failed_share={limit}"
-
-
-def _usable(text: str) -> str | None:
-    return None if parse_score(text) is not None else "no score in [0, 1] in the reply"
 
 
 def judge_reward(
