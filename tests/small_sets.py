@@ -15,28 +15,35 @@ def saved_locomo_set(root: Path, limit: int, name: str = "set") -> Path:
     return gs.save(root / name)
 
 
-def short_locomo_set(root: Path, sessions: int = 3, questions: int = 24, name: str = "short") -> Path:
-    """The first LoCoMo conversation cut to its first ``sessions`` sessions and at most ``questions`` of the
-    questions whose evidence lies there (plus one adversarial one and one without evidence), built with the
-    live memory's rules (``graph.incremental``, hashing encoder) and saved to ``root/name``: a stream in seconds."""
+def short_locomo_set(root: Path, sessions: int = 3, questions: int = 24, name: str = "short", conversations: int = 1):
+    """The first ``conversations`` LoCoMo conversations cut to their first ``sessions`` sessions and at most
+    ``questions`` of the questions whose evidence lies there (plus one adversarial one and one without evidence),
+    built with the live memory's rules (``graph.incremental``, hashing encoder) and saved to ``root/name``: streams
+    of seconds."""
     import json
 
     from graphmem.datasets.paths import data_file
 
-    conv = json.loads(Path(data_file("locomo/locomo_dev8.json")).read_text())[0]
-    keep = {f"session_{i}" for i in range(1, sessions + 1)} | {f"session_{i}_date_time" for i in range(1, sessions + 1)}
-    conv["conversation"] = {k: v for k, v in conv["conversation"].items() if k in keep or not k.startswith("session")}
-    inside = lambda e: e.startswith("D") and int(e[1:].split(":")[0]) <= sessions  # noqa: E731
-    qa = [q for q in conv["qa"] if q.get("evidence") and all(inside(e) for e in q["evidence"]) and q["category"] != 5]
-    adversarial = [q for q in conv["qa"] if q["category"] == 5 and all(inside(e) for e in q.get("evidence", []))]
-    conv["qa"] = (
-        qa[:questions] + adversarial[:1] + [{"question": "Who?", "answer": "Caroline", "evidence": [], "category": 4}]
-    )
+    convs = json.loads(Path(data_file("locomo/locomo_dev8.json")).read_text())[:conversations]
+    for conv in convs:
+        _cut(conv, sessions, questions)
     file = root / f"{name}.json"
-    file.write_text(json.dumps([conv]))
+    file.write_text(json.dumps(convs))
     gs = build_graphset(
         DataConfig(name="locomo", file=str(file)),
         GraphConfig(encoder="hashing", incremental=True, cache_dir=str(root / "cache")),
         progress=False,
     )
     return gs.save(root / name)
+
+
+def _cut(conv: dict, sessions: int, questions: int) -> None:
+    """``conv`` (a LoCoMo record) cut in place to its first ``sessions`` sessions and their questions."""
+    keep = {f"session_{i}" for i in range(1, sessions + 1)} | {f"session_{i}_date_time" for i in range(1, sessions + 1)}
+    conv["conversation"] = {k: v for k, v in conv["conversation"].items() if k in keep or not k.startswith("session")}
+    inside = lambda e: e.startswith("D") and int(e[1:].split(":")[0]) <= sessions  # noqa: E731
+    qa = [q for q in conv["qa"] if q.get("evidence") and all(inside(e) for e in q["evidence"]) and q["category"] != 5]
+    adversarial = [q for q in conv["qa"] if q["category"] == 5 and all(inside(e) for e in q.get("evidence", []))]
+    speaker = conv["conversation"]["speaker_a"]
+    unresolved = {"question": "Who?", "answer": speaker, "evidence": [], "category": 4}
+    conv["qa"] = qa[:questions] + adversarial[:1] + [unresolved]

@@ -281,7 +281,8 @@ NODE_FIELDS = ("speaker", "session", "position")
 def graph_records(graph: MemoryGraph) -> list[Record]:
     """The records of ``graph`` in node order, as a live memory would have received them: id, the node's words
     (its text without the ``"<speaker>: "`` prefix), speaker, time (``None`` when unknown), session, the other
-    metadata and its key. A memory grown from them by the incremental rules is the graph built with ``graph.incremental``."""
+    metadata and its key. A memory grown from them by the incremental rules is the graph built with
+    ``graph.incremental``."""
     out = []
     for i, (nid, text, meta) in enumerate(zip(graph.node_ids, graph.texts, graph.metadata)):
         meta = dict(meta or {})

@@ -116,6 +116,9 @@ class Learner(Protocol):
     def learn(self, memory: Memory, query: Query, retrieval: MemoryRetrieval, feedback: Feedback) -> dict[str, float]:
         """Apply ``feedback`` on the served ``retrieval``; returns what it did (counts, seconds)."""
 
+    def finish(self, memory: Memory) -> dict[str, float]:
+        """What was learned on the stream that ends on ``memory`` (sizes, distances from the start)."""
+
 
 @dataclass
 class StreamPolicy:
@@ -150,6 +153,16 @@ class BetaCounters:
         else:
             entry = memory.feedback(retrieval, reward=feedback.reward)
         return {"edges_updated": float(entry["edges_updated"])}
+
+    def finish(self, memory: Memory) -> dict[str, float]:
+        return counter_state(memory)
+
+
+def counter_state(memory: Memory) -> dict[str, float]:
+    """The memory's edges with evidence (``S + F > 0``), and their counters' sums."""
+    g = memory.graph
+    seen = (g.S + g.F) > 0
+    return {"edges_with_evidence": float(seen.sum()), "S": float(g.S.sum()), "F": float(g.F.sum())}
 
 
 # ---------------------------------------------------------------------------- the schedule
@@ -229,7 +242,7 @@ class StreamResult:
     """What :func:`run_streaming` measured: one :class:`EvalResult` per stream policy (rows in ask order, stream
     by stream), the learners' cost (``learning``: feedback steps, seconds, steps per second, per policy) and the
     memories' growth (``memory``: records, edges and database bytes of each policy's memory at each stream's end,
-    with the seconds spent adding records)."""
+    with the seconds spent adding records and what its learner learned there, :meth:`Learner.finish`)."""
 
     results: list[EvalResult]
     learning: dict[str, dict[str, float]]
@@ -306,10 +319,12 @@ class _Stream:
             }
             for p in self.policies:
                 self.ask(p, memories[p.name], q, queries[q.qid], place)
+        learners = {p.name: p.learner for p in self.policies if p.learner is not None}
         for policy, mem in memories.items():
             s = mem.stats()
             growth = {k: s[k] for k in ("records", "edges", "feedback", "bytes")}
-            self.memory.append({"graph": name, "policy": policy, **growth, "add_seconds": add_seconds})
+            learned = learners[policy].finish(mem) if policy in learners else {}
+            self.memory.append({"graph": name, "policy": policy, **growth, "add_seconds": add_seconds, **learned})
         for mem in distinct:
             mem.close()
 

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from graphmem.core import Budget, Query
-from graphmem.eval.streaming import BetaCounters, Feedback, StreamPolicy
+from graphmem.eval.streaming import BetaCounters, Feedback, StreamPolicy, counter_state
 from graphmem.index.lexical_features import scope_lexical
 from graphmem.memory import Memory, MemoryRetrieval
 from graphmem.policies.base import Scope, TraversalPolicy
@@ -185,6 +185,10 @@ class OnlineWalk:
                     out[key] = out.get(key, 0.0) + value
             out["pg_seconds"] = time.perf_counter() - t0
         return out
+
+    def finish(self, memory: Memory) -> dict[str, float]:
+        """How far the stream moved the walk: ``||θ - θ0||``, the residual's rows that moved, the counters."""
+        return {"router_drift": self.router_drift(), **self.edge_movement(), **counter_state(memory)}
 
     # ------------------------------------------------------------------ one policy-gradient step
     def step(self, memory: Memory, query: Query, feedback: Feedback) -> dict[str, float]:
