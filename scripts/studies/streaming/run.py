@@ -38,14 +38,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.config.cli import (
-    load_graphset,
-    make_configured_policy,
-    policy_config,
-    restrict_graphs,
-    run_or_exit,
-    set_threads,
-)
+from graphmem.config import cli
 from graphmem.config.launch import check_command_line
 from graphmem.core import Budget
 from graphmem.eval.metrics import in_overall
@@ -102,7 +95,7 @@ def fold_policies(cfg: DictConfig, fold: int, names: list[str]) -> dict[str, Any
     checkpoint that does not exist leaves the reader out), the others as ``configs/policy`` makes them."""
     out = {}
     for name in names:
-        config = policy_config(name)
+        config = cli.policy_config(name)
         if name in ("router", "gnn"):
             path = cfg.checkpoint if name == "router" else cfg.gnn_checkpoint
             path = None if path is None else Path(str(path).replace("{fold}", str(fold)))
@@ -112,13 +105,13 @@ def fold_policies(cfg: DictConfig, fold: int, names: list[str]) -> dict[str, Any
                 log.warning("fold %d: no GNN reader at %s: left out", fold, path)
                 continue
             config.update(checkpoint=str(path), device="cpu")
-        out[name] = make_configured_policy(config)
+        out[name] = cli.make_configured_policy(config)
     return out
 
 
 def stream(cfg: DictConfig, gs, names, policies, protocol: StreamConfig):
     """One :func:`run_streaming` over the conversations ``names`` of ``gs``."""
-    part = restrict_graphs(gs, list(names))
+    part = cli.restrict_graphs(gs, list(names))
     settings = gs.provenance.get("graph") or OmegaConf.to_container(cfg.graph, resolve=True)
     encoder = make_encoder(settings.get("encoder", "minilm"))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
@@ -277,9 +270,9 @@ def pooled(cfg: DictConfig, spec: RunSpec, parts: list[dict]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the study
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Every fold's tuning and runs, pooled per run; writes ``out`` and ``plot``."""
-    set_threads(cfg)
+    cli.set_threads(cfg)
     t0 = time.perf_counter()
-    gs = load_graphset(cfg)
+    gs = cli.load_graphset(cfg)
     specs = [RunSpec(**OmegaConf.to_container(r, resolve=True)) for r in cfg.runs]
     tuning = TuneSpec(**OmegaConf.to_container(cfg.tune, resolve=True))
     base = OnlineConfig(**OmegaConf.to_container(cfg.streaming.online, resolve=True))
@@ -327,11 +320,11 @@ def fold_record(fold: Fold) -> dict[str, Any]:
     }
 
 
-@hydra.main(version_base="1.3", config_path=".", config_name="streaming")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(run, cfg)
+def main() -> None:
+    """Every job's config composed and checked before Hydra writes ``.hydra/``, then :func:`run` under Hydra."""
+    check_command_line("streaming")
+    hydra.main(version_base="1.3", config_path=".", config_name="streaming")(lambda cfg: cli.run_or_exit(run, cfg))()
 
 
 if __name__ == "__main__":
-    check_command_line("streaming")  # every job's config composed and checked before Hydra writes .hydra/
     main()
