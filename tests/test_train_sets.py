@@ -197,7 +197,7 @@ def test_train_gnn_trains_on_the_training_sets(main_set):
 def test_the_multihop_experiments_train_on_the_same_pools(tmp_path):
     walk = compose_cfg("train", ["+experiment=multihop", f"out_dir={tmp_path}"])
     reader = compose_cfg("gnn", ["+experiment=multihop_gnn"])
-    sets = [(s["name"], s["file"], s["pool_size"]) for s in walk.train_sets]
+    sets = [(s["name"], s["file"], s.get("pool_size")) for s in walk.train_sets]
     assert sets == [
         ("hotpotqa", "hotpotqa/hotpot_train_100.jsonl", 200),
         ("hotpotqa", "hotpotqa/hotpot_train_500.jsonl", 200),
@@ -211,3 +211,19 @@ def test_the_multihop_experiments_train_on_the_same_pools(tmp_path):
     assert reader.data == walk.data and reader.train_sets == walk.train_sets
     assert (reader.split.k, reader.split.fold) == (5, 0)
     load_script("train").check(walk)  # every set's file exists, none is the main one
+
+
+def test_one_training_file_in_both_shapes_trains_under_ids_of_its_own(main_set):
+    pooled = {"name": "musique", "pooled": True, "limit": 3}
+    per_question = {"name": "musique", "limit": 3}
+    both = train_sources({"name": "hotpotqa"}, [pooled, per_question], train_files=False)
+    assert [s.data.pooled for s in both] == [True, False]
+    with pytest.raises(ValueError, match=r"train_sets\[1\] .* and train_sets\[0\] .* both read"):
+        train_sources({"name": "hotpotqa"}, [pooled, pooled], train_files=False)
+    with pytest.raises(ValueError, match="the main set"):  # never the main file, in either shape
+        train_sources({"name": "musique", "pooled": True}, [per_question], train_files=False)
+    graph = {"encoder": "hashing"}
+    extra = open_train_graphset({"name": "hotpotqa"}, graph, main_set / "sets", False, [pooled, per_question], False)
+    qids = [q.qid for q in extra.questions]
+    assert len(qids) == 6 and len(set(qids)) == 6
+    assert {q for q in qids if q.endswith("@per-question")} == {f"{q}@per-question" for q in musique_qids()}

@@ -379,7 +379,9 @@ def train_sources(
     required) over its defaults, so a set may be of another kind than the main one (conversations or passages).
 
     A bad item raises ``ValueError`` in one line naming ``train_sets[i].<key>``. Two sets reading the same data
-    file (the main one included) are refused, naming both: their graphs and questions would share names.
+    file (the main one included) are refused, naming both: their graphs and questions would share names; except
+    two training-only sets of which one is pooled and the other not (one file's questions over their own graphs
+    and over the pools: :func:`open_train_graphset` gives the later set's questions ids of their own).
     """
     main = DataConfig.from_mapping(data)
     sources = []
@@ -393,15 +395,20 @@ def train_sources(
             for i, f in enumerate(main.train_files)
         ]
     sources += [TrainSource(f"train_sets[{i}]", _train_set_config(i, item)) for i, item in enumerate(train_sets)]
-    seen = dict.fromkeys(_resolved(main), "the main set (data)")
+    seen = dict.fromkeys(_resolved(main), ("the main set (data)", None))
     for src in sources:
         for path in _resolved(src.data, src.key):
-            if path in seen:
+            label, pooled = seen.get(path, (None, None))
+            if label is not None and not (src.key.startswith("train_sets[") and pooled not in (None, src.data.pooled)):
                 raise ValueError(
-                    f"{src.label()} and {seen[path]} both read {path}: their graphs and questions would share names "
-                    "(a training-only graph is never validated or tested); drop one of them"
+                    f"{src.label()} and {label} both read {path}: their graphs and questions would share names "
+                    "(a training-only graph is never validated or tested); drop one of them, or pool one of two "
+                    "training-only sets and not the other"
                 )
-        seen.update(dict.fromkeys(_resolved(src.data, src.key), src.label()))
+        training_only = not src.key.startswith("cv_sets[")
+        seen.update(
+            dict.fromkeys(_resolved(src.data, src.key), (src.label(), src.data.pooled if training_only else None))
+        )
     return sources
 
 
@@ -462,7 +469,8 @@ def open_train_graphset(
     graph_cfg = check_configs(data, graph)[1]
     out, records = None, []
     every = [src for src in train_sources(data, train_sets, train_files) if not src.key.startswith("cv_sets[")]
-    for src, part, folder in _open_sets(every, graph_cfg, root, progress, main):
+    read: set[Path] = set()
+    for src, part, folder in _open_sets(every, graph_cfg, root, progress, main, read):
         for g in part.graphs.values():
             g.info["train_only"] = True
         records.append(train_record(src, part, folder))
@@ -494,17 +502,31 @@ def open_cv_graphset(
     return dataclasses.replace(out, dataset="+".join(names), provenance=provenance)
 
 
-def _open_sets(sources: list[TrainSource], graph_cfg: GraphConfig, root, progress: bool, main: GraphSet | None):
+def _open_sets(
+    sources: list[TrainSource], graph_cfg: GraphConfig, root, progress: bool, main: GraphSet | None, read=None
+):
     """``(source, its set, its folder)`` for each source, built or reused in its folder; each set is checked apart
-    from ``main`` and the sets before it (:func:`_check_apart`) before the next is built."""
+    from ``main`` and the sets before it (:func:`_check_apart`) before the next is built. With ``read`` (the files
+    read so far), a set of a file read before (the other shape of a training file: :func:`train_sources`) has its
+    question ids suffixed ``@pooled`` or ``@per-question``, so that both shapes' questions train."""
     loaded = [("the main set", main)] if main is not None else []
     for src in sources:
         folder = src.folder(root, graph_cfg)
         part = load_or_build(src.data, graph_cfg, folder, progress=progress)
+        files = set(_resolved(src.data))
+        if read is not None and files & read:
+            part = _renamed(part, "@pooled" if src.data.pooled else "@per-question")
+        read = None if read is None else read | files
         for label, other in loaded:
             _check_apart(src.label(), part, label, other)
         loaded.append((src.label(), part))
         yield src, part, folder
+
+
+def _renamed(part: GraphSet, suffix: str) -> GraphSet:
+    """``part`` with ``suffix`` after each question id (its graphs and embeddings as they are)."""
+    questions = [dataclasses.replace(q, qid=q.qid + suffix) for q in part.questions]
+    return dataclasses.replace(part, questions=questions)
 
 
 def _check_apart(label: str, part: GraphSet, other_label: str, other: GraphSet) -> None:

@@ -4,8 +4,10 @@ baselines on the pooled passage corpora; runs scripts/evaluate.py per set and po
     python scripts/studies/multihop/run.py --walk outputs/train/multihop/fold0/router/best.pt \\
         --gnn outputs/gnn/multihop/gnn.pt --sets hotpotqa-pooled musique-pooled --out docs/results
 
-For each set of ``--sets`` (a saved graph set under ``--graphs``) one ``scripts/evaluate.py`` run per
-configuration, each into its own folder ``<runs>/<set>/<run>`` (a router run's rows are always
+For each set of ``--sets`` (a saved graph set under ``--graphs``; with ``--questions-of SET=RUN_DIR``, a set of
+per-question graphs cut to the questions that a ``scripts/train.py`` run tested, ``evaluate.py graphs=``: the
+2Wiki questions of the walk's held-out pool) one ``scripts/evaluate.py`` run per configuration, each into its
+own folder ``<runs>/<set>/<run>`` (a router run's rows are always
 ``questions_router.jsonl``): the walk ranked by its head (``policy=router policy.checkpoint=<walk>``), the
 same walk in load order (``policy.rank=false``, reported as ``<walk>_load_order``), each ``--extra-walk
 NAME=PATH`` (ranked), the GNN reader (``policy=gnn``) when ``--gnn`` is given, and one run of the
@@ -168,12 +170,21 @@ def same_questions(name: str, rows: dict[str, dict[str, dict]]) -> None:
             )
 
 
-def study_set(name: str, graphset: Path, runs_dir: Path, runs: list[Run], runner: Runner | None, n_boot: int):
-    """Evaluate every run of one set (``runner`` None: only the commands) and its results entry."""
+def held_out_graphs(name: str, run_dir: Path, runs_dir: Path) -> list[str]:
+    """The overrides restricting set ``name`` (per-question graphs, each named by its question id) to the questions
+    a training run tested (``<run_dir>/questions_router.jsonl``): ``graphs=<runs>/<name>/graphs.json``."""
+    qids = sorted({r["qid"] for r in question_rows(run_dir, "router")})
+    path = write_json(run_path(runs_dir, name, "graphs.json", key="--runs"), {"test": qids})
+    return [f"graphs={shown(path)}", "graphs_part=test"]
+
+
+def study_set(name: str, graphset: Path, runs_dir: Path, runs: list[Run], runner: Runner | None, n_boot: int, only=()):
+    """Evaluate every run of one set (``runner`` None: only the commands) and its results entry; ``only``: overrides
+    restricting its graphs (:func:`held_out_graphs`)."""
     commands, folders = {}, {}
     for run in runs:
         folders[run.name] = run_path(runs_dir, name, run.name, key="--runs")
-        cmd = evaluate_command(graphset, folders[run.name], run)
+        cmd = evaluate_command(graphset, folders[run.name], Run(run.name, [*run.overrides, *only], run.policies))
         commands[run.name] = command_text(cmd)
         if runner is None:
             print(commands[run.name])
@@ -187,6 +198,7 @@ def study_set(name: str, graphset: Path, runs_dir: Path, runs: list[Run], runner
     return {
         "graphset": shown(graphset),
         "dataset": dataset,
+        "graphs": only[0].split("=", 1)[1] if only else None,
         "evaluate": commands,
         "policies": {p: {"run": run.name, **policy_means(rows[p])} for run in runs for p in run.policies},
         "rows": rows,
@@ -202,7 +214,7 @@ def main(argv: list[str] | None = None, runner: Runner = run_subprocess) -> int:
         runs = plan_runs(checkpoints, args.device)
         if args.dry_run:
             for name in args.sets:
-                study_set(name, args.graphs / name, args.runs, runs, None, args.n_boot)
+                study_set(name, args.graphs / name, args.runs, runs, None, args.n_boot, restrict(args, name))
             return 0
         payload = study(args, checkpoints, runs, runner)
     except (InputError, PathNameError, ValueError) as err:
@@ -225,7 +237,7 @@ def study(args: argparse.Namespace, checkpoints: list[Checkpoint], runs: list[Ru
     described = {c.name: describe_checkpoint(c) for c in checkpoints}  # damaged files stop before any run
     sets = {}
     for name in args.sets:
-        entry = study_set(name, args.graphs / name, args.runs, runs, runner, args.n_boot)
+        entry = study_set(name, args.graphs / name, args.runs, runs, runner, args.n_boot, restrict(args, name))
         rows = entry.pop("rows")
         entry["paired"] = paired(rows, pairs(args.walk_name, checkpoints, list(rows)), args.n_boot)
         sets[name] = entry
@@ -241,6 +253,17 @@ def study(args: argparse.Namespace, checkpoints: list[Checkpoint], runs: list[Ru
         "sets": sets,
         "wall_s": round(time.perf_counter() - started, 1),
     }
+
+
+def restrict(args: argparse.Namespace, name: str) -> list[str]:
+    """The overrides restricting set ``name`` to a training run's test questions (``--questions-of``), or none."""
+    for item in args.questions_of:
+        which, sep, run_dir = item.partition("=")
+        if not sep or not which or not run_dir:
+            raise InputError(f"--questions-of {item!r}: expected SET=RUN_DIR (a scripts/train.py out_dir)")
+        if which == name:
+            return held_out_graphs(name, Path(run_dir), args.runs)
+    return []
 
 
 def study_checkpoints(args: argparse.Namespace) -> list[Checkpoint]:
@@ -323,6 +346,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--graphs", type=Path, default=Path("outputs/graphs"), help="where the saved sets lie")
     parser.add_argument("--runs", type=Path, default=Path("outputs/multihop_study"), help="the evaluate runs")
     parser.add_argument("--out", type=Path, default=Path("docs/results"), help="where multihop.json goes")
+    parser.add_argument(
+        "--questions-of",
+        action="append",
+        default=[],
+        metavar="SET=RUN_DIR",
+        help="evaluate SET (per-question graphs) on the questions a scripts/train.py run tested only",
+    )
     parser.add_argument("--device", default=None, help="evaluate's device= for every run (default: each policy's)")
     parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples of each paired CI")
     parser.add_argument("--dry-run", action="store_true", help="print the evaluate commands; run nothing")
