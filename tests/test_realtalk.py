@@ -53,10 +53,10 @@ def test_dia_ids_are_not_session_numbers_and_turns_carry_their_time(realtalk):
     assert session_4.turns[0].dia_id == "D3:30"  # the D<n> part counts days here
     first = chat_1.sessions[0].turns[0]
     assert first.date_time == datetime(2023, 12, 29, 22, 42, 4) and first.raw_date_time == "29.12.2023, 22:42:04"
-    assert first.speaker == "Emi" and not chat_1.speakers_are_names
+    assert first.speaker == "Emi"
 
 
-def test_graph_keeps_handles_out_of_the_text_and_times_per_turn():
+def test_graph_heads_each_turn_with_its_handle_and_times_it_on_its_own():
     cfg = GraphConfig(encoder="hashing")
     units, questions, _ = load_units("realtalk", data_files(CHAT_1), cfg)
     (unit,) = units
@@ -66,7 +66,7 @@ def test_graph_keeps_handles_out_of_the_text_and_times_per_turn():
     )
     first = conv.sessions[0].turns[0]
     assert unit.name == "Chat_1_Emi_Elise" and graph.info["dataset"] == "realtalk"
-    assert graph.texts[0] == first.text and not graph.texts[0].startswith("Emi:")
+    assert graph.texts[0] == f"Emi: {first.text}"  # the handle, never mapped to the persona's name
     assert graph.metadata[0]["speaker"] == "Emi" and graph.metadata[0]["date_time"] == "29.12.2023, 22:42:04"
     assert graph.timestamps[0].item() == pytest.approx(first.date_time.replace(tzinfo=timezone.utc).timestamp())
     assert all(math.isfinite(t) for t in graph.timestamps.tolist())

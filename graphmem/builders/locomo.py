@@ -1,10 +1,10 @@
 """Build the memory graph of one conversation (LoCoMo, REALTALK): one node per dialogue turn.
 
 Node ``dia_id``: text ``"<speaker>: <text>"`` plus ``" [image: <caption>]"`` when the turn shares
-an image (``"<text>"`` alone when the speaker is a chat handle, not the name the dialogue uses:
-:attr:`graphmem.datasets.types.Conversation.speakers_are_names`; the speaker is in the metadata either way);
-timestamp = the turn's own time when it has one (REALTALK), else its session's datetime + its
-0-based position in seconds (read as UTC), NaN when neither is known. Edges (both directions, no self loops):
+an image (REALTALK's speaker is a chat handle: it heads the text as LoCoMo's speaker does, and entities come
+from the turn's own words only, so a handle is never matched as a name); timestamp = the turn's own
+time when it has one (REALTALK), else its session's datetime + its 0-based position in seconds (read
+as UTC), NaN when neither is known. Edges (both directions, no self loops):
 
 * temporal: consecutive turns of a session, plus each turn to its ``temporal_cap`` nearest turns
   within ``temporal_window_s`` seconds;
@@ -41,15 +41,14 @@ def turn_body(turn: Turn) -> str:
     return turn.text + f" [image: {turn.image_caption}]" if turn.image_caption else turn.text
 
 
-def turn_text(turn: Turn, speaker: bool = True) -> str:
-    """``"<speaker>: <text>"`` (``"<text>"`` without ``speaker``) plus ``" [image: <caption>]"`` when the turn
-    has an image caption."""
-    return f"{turn.speaker}: {turn_body(turn)}" if speaker else turn_body(turn)
+def turn_text(turn: Turn) -> str:
+    """``"<speaker>: <text>"`` plus ``" [image: <caption>]"`` when the turn has an image caption."""
+    return f"{turn.speaker}: {turn_body(turn)}"
 
 
 def node_texts(conv: Conversation) -> list[str]:
     """Node texts in node order (what the encoder embeds)."""
-    return [turn_text(t, conv.speakers_are_names) for t in conv.turns]
+    return [turn_text(t) for t in conv.turns]
 
 
 def _utc(date) -> float:
@@ -74,11 +73,6 @@ def turn_records(conv: Conversation) -> list[Record]:
             time, raw = _turn_time(t, s)
             out.append(Record(t.dia_id, turn_body(t), t.speaker, time, s.index, {"dia_id": t.dia_id, "date_time": raw}))
     return out
-
-
-def _key(turn: Turn, speaker: bool, incremental: bool) -> str:
-    key = default_key(turn_body(turn) if incremental else turn.text, 10)
-    return f"{turn.speaker}: {key}" if speaker else key
 
 
 def build_locomo_graph(
@@ -106,7 +100,7 @@ def build_locomo_graph(
         [t.dia_id for t in turns],
         texts,
         embeddings,
-        keys=[_key(t, conv.speakers_are_names, cfg.incremental) for t in turns],
+        keys=[f"{t.speaker}: {default_key(turn_body(t) if cfg.incremental else t.text, 10)}" for t in turns],
         timestamps=timestamps,
         metadata=metadata,
     )

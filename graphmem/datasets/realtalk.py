@@ -7,10 +7,10 @@ from LoCoMo, and what this loader does with it:
   (``Chat_1_Emi_Elise``), and several files are read as several conversations
   (``data.file`` a folder or a list, :func:`graphmem.builders.registry.load_records`).
 * The speakers are ``name.speaker_1`` / ``name.speaker_2``, and a turn's ``speaker`` is a chat
-  handle: participants chat in persona, so the dialogue and the questions call "Emi" "Kate". The
-  handle stays in the turn's ``speaker`` (node metadata) and out of the node text
-  (:attr:`graphmem.datasets.types.Conversation.speakers_are_names`), so a handle is never matched
-  as a name; nothing maps handles to names.
+  handle: participants chat in persona, so the dialogue and the questions may call "Emi" "Kate". The
+  handle stays the turn's ``speaker``, apart from the names in its text: it heads the node text as
+  LoCoMo's speaker does, entities are extracted from the turn's own words only
+  (:mod:`graphmem.builders.locomo`), and nothing maps handles to names.
 * The turn text is ``clean_text``; every turn carries its own ``date_time`` (``"%d.%m.%Y, %H:%M:%S"``),
   which is the node's time. An unparsable one falls back to its session's date and is reported.
 * ``dia_id``s are ``D<n>:<t>`` where ``<n>`` counts days in some files, not sessions; they are unique
@@ -86,13 +86,7 @@ def _conversation(raw: dict, sample_id: str, where: str, report: LoadReport) -> 
         speakers.append(value)
     read_turn = partial(_turn, sample_id=sample_id, report=report)
     sessions = read_sessions(raw, sample_id, where, "", report, RealtalkFormatError, read_turn, (DATE_FORMAT,))
-    return Conversation(
-        sample_id=sample_id,
-        speaker_a=speakers[0],
-        speaker_b=speakers[1],
-        sessions=tuple(sessions),
-        speakers_are_names=False,
-    )
+    return Conversation(sample_id=sample_id, speaker_a=speakers[0], speaker_b=speakers[1], sessions=sessions)
 
 
 def _turn(t: dict, session: int, pos: int, where: str, sample_id: str, report: LoadReport) -> Turn:

@@ -47,15 +47,12 @@ class Session:
 
 @dataclass(frozen=True)
 class Conversation:
-    """A conversation of sessions of turns. ``speakers_are_names``: whether a turn's ``speaker`` is the name the
-    dialogue and the questions use (LoCoMo), so the node text starts with it; REALTALK's ``speaker`` is a chat
-    handle (participants chat in persona), kept in the node's metadata and out of its text."""
+    """A conversation of sessions of turns (LoCoMo; REALTALK, whose ``speaker`` is a chat handle)."""
 
     sample_id: str
     speaker_a: str
     speaker_b: str
     sessions: tuple[Session, ...]
-    speakers_are_names: bool = True
 
     @property
     def turns(self) -> list[Turn]:
