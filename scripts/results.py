@@ -51,6 +51,7 @@ from graphmem.eval.runs import (
     read_fold_runs,
     read_jsonl,
     results_file,
+    source_results,
 )
 from graphmem.eval.stats import STAT_METRICS, compare_policies, fold_summary
 from graphmem.eval.variants import GROUPS, trained_variants
@@ -95,6 +96,8 @@ def merge(folders: list[Path], also: list[str], n_boot: int) -> dict:
         "dataset": first["dataset"],
         "graphset": first.get("graphset"),
         "budget": first["budget"],
+        "by_source": merged_sources(runs, rows, reference, variants, also, n_boot, seed),
+        "cv_sets": first.get("cv_sets") or [],
         "folds": sorted(k for run in runs for k in run["folds"]),
         "runs": [run.get("run_id") for run in runs],
         "summary": fold_summary([per_fold[k] for k in sorted(per_fold)], METRICS),
@@ -105,6 +108,16 @@ def merge(folders: list[Path], also: list[str], n_boot: int) -> dict:
         "node_sweep": node_sweep,
         "wall_s": [run.get("wall_s") for run in runs],
     }
+
+
+def merged_sources(runs: list[dict], rows, reference, variants, also, n_boot: int, seed: int) -> dict | None:
+    """Per source, the runs' rows apart (:func:`graphmem.eval.runs.source_results`) when the runs cross-validated
+    several (``cv_sets``: their ``sources`` map graphs to sources); one such run's own ``by_source`` when it
+    records no map; ``None`` for runs of one source."""
+    sources = {g: s for run in runs for g, s in (run.get("sources") or {}).items()}
+    if sources:
+        return source_results(rows, sources, reference, variants, also, n_boot, seed)[0]
+    return runs[0].get("by_source") if len(runs) == 1 else None
 
 
 def run_merge(args: argparse.Namespace, argv: list[str]) -> int:

@@ -568,6 +568,7 @@ def assemble(ctx: RunContext, collected: Collected, splits, folds: list[int], va
         "reference": reference,
         "paired": [c.to_json() for c in paired],
         "by_source": by_source,  # with cv_sets: per source, each policy's means and the paired comparisons
+        "sources": None if by_source is None else {g: ctx.data.source_of[g] for g in gs.graphs},
         "cv_sets": (gs.provenance or {}).get("cv_sets", []),  # each set cross-validated with the main one
         "train_extra": None if extra is None else {"graphs": len(extra.graphs), "questions": len(extra.questions)},
         "train_sets": [] if extra is None else extra.provenance["train_sets"],  # each set: file, sha256, counts

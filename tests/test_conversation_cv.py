@@ -59,11 +59,11 @@ def run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(module, "WalkTrainer", Recording)
         payload = module.run(cfg)
-    return payload, seen
+    return payload, seen, tmp / "out"
 
 
 def test_both_sources_are_cross_validated_and_reported_apart(run):
-    payload, seen = run
+    payload, seen, _ = run
     (split,) = payload["splits"]
     test = set(split["test"])
     assert any(n.startswith("conv-") for n in test) and any(n.startswith("Chat_") for n in test)
@@ -80,6 +80,13 @@ def test_both_sources_are_cross_validated_and_reported_apart(run):
         assert {c["policy"] for c in part["paired"] if c["reference"] == "hybrid"} == {"router", "realtalk_only"}
     n = sum(part["questions"]["router"] for part in by_source.values())  # LoCoMo's adversarial category apart
     assert 0 < n <= payload["questions"]["router"]
+
+
+def test_a_merge_of_the_run_keeps_each_source_apart(run):
+    payload, _, out = run
+    merged = load_script("results").merge([out], also=[], n_boot=100)
+    assert set(merged["by_source"]) == {"locomo", "realtalk"} and merged["cv_sets"] == payload["cv_sets"]
+    assert merged["by_source"]["realtalk"]["questions"] == payload["by_source"]["realtalk"]["questions"]
 
 
 def test_conversation_sets_as_training_only_or_cross_validated_sets():
