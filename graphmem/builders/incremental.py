@@ -57,6 +57,8 @@ class Record:
         session: the sequence it continues (a conversation session, a document); ``None``: none.
         meta: free JSON metadata kept on the node.
         key: the node's short routing key (default: ``"<speaker>: "`` and its first ten words, or its first twelve).
+        speaker_in_text: whether the node's text starts with ``"<speaker>: "`` (``False``: the speaker is in the
+            metadata only, as a REALTALK handle is) (default: ``True``).
     """
 
     id: str
@@ -66,10 +68,11 @@ class Record:
     session: str | int | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     key: str | None = None
+    speaker_in_text: bool = True
 
     @property
     def node_text(self) -> str:
-        return f"{self.speaker}: {self.text}" if self.speaker else self.text
+        return f"{self.speaker}: {self.text}" if self.speaker and self.speaker_in_text else self.text
 
     @property
     def routing_key(self) -> str:
@@ -281,14 +284,16 @@ NODE_FIELDS = ("speaker", "session", "position")
 def graph_records(graph: MemoryGraph) -> list[Record]:
     """The records of ``graph`` in node order, as a live memory would have received them: id, the node's words
     (its text without the ``"<speaker>: "`` prefix), speaker, time (``None`` when unknown), session, the other
-    metadata and its key. A memory grown from them by the incremental rules is the graph built with
-    ``graph.incremental``."""
+    metadata and its key (a speaker that is not in the text stays out of it). A memory grown from them by the
+    incremental rules is the graph built with ``graph.incremental``."""
     out = []
     for i, (nid, text, meta) in enumerate(zip(graph.node_ids, graph.texts, graph.metadata)):
         meta = dict(meta or {})
         speaker, session = meta.get("speaker"), meta.get("session")
-        body = text[len(speaker) + 2 :] if speaker and text.startswith(f"{speaker}: ") else text
+        prefixed = bool(speaker) and text.startswith(f"{speaker}: ")
+        body = text[len(speaker) + 2 :] if prefixed else text
         t = float(graph.timestamps[i])
         extra = {k: v for k, v in meta.items() if k not in NODE_FIELDS}
-        out.append(Record(nid, body, speaker, None if math.isnan(t) else t, session, extra, graph.keys[i]))
+        time = None if math.isnan(t) else t
+        out.append(Record(nid, body, speaker, time, session, extra, graph.keys[i], prefixed or not speaker))
     return out
