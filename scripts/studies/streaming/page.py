@@ -22,6 +22,11 @@ TRAIN = {
         "for k in 0 1 2 3 4; do python scripts/train_gnn.py graphset=outputs/graphs/locomo-inc split.fold=$k "
         "checkpoint=outputs/gnn/stream/fold$k.pt; done",
     ],
+    "realtalk": [
+        "python scripts/build_graph.py data=realtalk graph.incremental=true graphset=outputs/graphs/realtalk-inc",
+        "for k in 0 1 2 3 4; do python scripts/train.py data=realtalk graphset=outputs/graphs/realtalk-inc "
+        "\"cv.folds=[$k]\" 'baselines=[]' out_dir=outputs/train/stream_realtalk/fold$k; done",
+    ],
 }
 
 
