@@ -24,13 +24,15 @@ def _equivalence(payload: dict) -> list[str]:
     lines = [
         fill(TEMPLATE, "equivalence"),
         "",
-        "| conversation | turns | edges | `given` equal | `encoded`: edges only in batch / only in memory | turns/s |",
-        "|---|---:|---:|---|---:|---:|",
+        "| conversation | turns | edges | `given` equal | `encoded`: edges only in batch / only in memory "
+        "| largest feature / embedding difference | turns/s |",
+        "|---|---:|---:|---|---:|---:|---:|",
     ]
     for r in payload["conversations"]:
         lines.append(
             f"| {r['graph']} | {r['turns']} | {r['edges']:,} | {'yes' if r['given_equal'] else 'NO'} | "
             f"{r['encoded_edges_only_in_batch']} / {r['encoded_edges_only_in_memory']} | "
+            f"{r['encoded_max_feature_diff']:.1e} / {r['encoded_max_embedding_diff']:.1e} | "
             f"{r['encoded_turns_per_s']:.0f} |"
         )
     lines += ["", f"Made by `{payload['command']}` ({payload['wall_s'] / 60:.1f} min)."]

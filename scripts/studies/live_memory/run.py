@@ -9,8 +9,9 @@ For every conversation of a LoCoMo graph set (built with the batch rules, ``scri
 * ``given``: its turns are added one ``Memory.add`` at a time with the set's embeddings of their node texts; the
   memory's graph is compared with the batch builder's graph of the same embeddings under ``graph.incremental=true``
   (nodes, texts, keys, metadata, embeddings, every edge with its features and counters);
-* ``encoded``: the memory embeds each turn itself with the set's encoder (one text per call); its edges are counted
-  against the same batch graph (a turn embedded alone may differ in the last bits from the batched embedding).
+* ``encoded``: the memory embeds each turn itself with the set's encoder (one text per call); its edges (source,
+  target, relation) are counted against the same batch graph, with the largest feature and embedding differences
+  (a turn embedded alone may differ in the last bits from the batched embedding).
 
 Then each trained walk of ``--checkpoints`` (one per fold, configured as ``configs/policy/router.yaml``) ranks its
 test questions (the graphs its checkpoint names neither as training nor as validation graphs) on the batch graph and
@@ -52,6 +53,11 @@ def edge_table(graph) -> list[tuple]:
         (ids[s], ids[d], rel[r], tuple(a), tuple(a0), sf, ff)
         for (s, d, r, a, a0), sf, ff in zip(zip(*(c.tolist() for c in columns)), graph.S.tolist(), graph.F.tolist())
     )
+
+
+def _edges(graph) -> dict[tuple, tuple]:
+    """(source id, target id, relation) -> the edge's features."""
+    return {(s, d, r): a for s, d, r, a, *_ in edge_table(graph)}
 
 
 def same_nodes(a, b) -> bool:
@@ -109,7 +115,8 @@ def build_all(gs: GraphSet, tmp: Path) -> tuple[dict, dict, dict, list[dict]]:
         t = time.perf_counter()
         encoded[name] = grow(tmp / f"{name}-encoded", conv, graph.embeddings, encoder, False)
         wall = time.perf_counter() - t
-        b, e = set(edge_table(batch[name])), set(edge_table(encoded[name]))
+        b, e = _edges(batch[name]), _edges(encoded[name])
+        common = sorted(set(b) & set(e))
         rows.append(
             {
                 "graph": name,
@@ -117,8 +124,10 @@ def build_all(gs: GraphSet, tmp: Path) -> tuple[dict, dict, dict, list[dict]]:
                 "edges": batch[name].num_edges,
                 "given_equal": same_nodes(batch[name], given[name])
                 and edge_table(batch[name]) == edge_table(given[name]),
-                "encoded_edges_only_in_batch": len(b - e),
-                "encoded_edges_only_in_memory": len(e - b),
+                "encoded_edges_only_in_batch": len(set(b) - set(e)),
+                "encoded_edges_only_in_memory": len(set(e) - set(b)),
+                "encoded_max_feature_diff": max((abs(x - y) for k in common for x, y in zip(b[k], e[k])), default=0.0),
+                "encoded_max_embedding_diff": float((encoded[name].embeddings - graph.embeddings).abs().max()),
                 "encoded_turns_per_s": graph.num_nodes / wall,
             }
         )
