@@ -86,7 +86,7 @@ def render(results_dir: Path) -> str:
     reference = field(res, path, "reference")
     by_source = field(res, path, "by_source")
     folds = field(res, path, "folds")
-    out = [fill(PAGE, "intro"), "", "## The run", "", "```bash", field(res, path, "command"), "```", ""]
+    out = [fill(PAGE, "intro"), "", "## The run", "", fill(PAGE, "run", merge=field(res, path, "command")), ""]
     sets = ", ".join(f"{s['name']} (`{s['file']}`, {s['graphs']} conversations)" for s in res.get("cv_sets") or [])
     out += [
         f"Folds {', '.join(map(str, folds))}; main set {res['dataset'].split('+')[0]}; cross-validated with it: "

@@ -93,7 +93,8 @@ def trained_questions(results: dict, kind: str) -> int:
     """The number of questions the run trained on."""
     if kind == "gnn":
         return int(results["train_questions"])
-    return int(next(r["train_questions"] for r in results["records"] if "train_questions" in r))
+    fold = results["folds"][0]
+    return int(next(r["train_questions"] for r in results["records"] if (r["fold"], r["policy"]) == (fold, "router")))
 
 
 def measure(policy, gs: GraphSet, budget: Budget, metrics: list[str]) -> dict[str, dict[str, float]]:
