@@ -19,8 +19,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from graphmem.config.cli import run_or_exit, set_threads
 from graphmem.config.launch import check_command_line
-from graphmem.index.vector_index import IndexSpec, VectorIndexError, index_files, index_for
+from graphmem.index.vector_index import IndexSpec, VectorIndexError, index_for
 from graphmem.store.graphset import GraphSet
+from graphmem.store.indexes import index_files
 from graphmem.store.setstore import add_files
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")

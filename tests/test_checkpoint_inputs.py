@@ -10,10 +10,11 @@ from script_loader import load_script
 
 import rl.walk  # noqa: F401  (adds the trainer schema before Hydra composes train)
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
-from graphmem.index.embed import CachedEncoder, HashingEncoder
+from graphmem.index.embed import HashingEncoder
 from graphmem.policies.gnn import GNNPolicy
 from graphmem.policies.router import RouterPolicy
 from graphmem.store.checkpoint import CheckpointError, check_policies
+from graphmem.store.encoder_cache import CachedEncoder
 from graphmem.store.graphset import GraphSet
 from models.gnn_reader import GNNReader, ReaderConfig
 from rl.gnn.train import save_checkpoint as save_reader

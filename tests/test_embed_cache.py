@@ -7,7 +7,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
-from graphmem.index.embed import CachedEncoder, HashingEncoder, encoder_fingerprint
+from graphmem.index.embed import HashingEncoder, encoder_fingerprint
+from graphmem.store.encoder_cache import CachedEncoder
 
 TEXTS = [f"memory {i} about topic {i % 7} and place {i % 5}" for i in range(200)]
 
@@ -32,7 +33,7 @@ def test_a_damaged_shard_is_dropped_with_a_warning_and_recomputed(tmp_path, capl
     (shard,) = first.dir.glob("shard-*.safetensors")
     _flip_signs(shard)
     again = CachedEncoder(HashingEncoder(64), tmp_path)
-    with caplog.at_level(logging.WARNING, logger="graphmem.index.embed"):
+    with caplog.at_level(logging.WARNING, logger="graphmem.store.encoder_cache"):
         rows = again.encode(TEXTS)
     assert torch.equal(rows, truth) and again.misses == len(TEXTS) and again.dropped == 1
     assert "differ from their checksum (damaged)" in caplog.text
@@ -66,7 +67,7 @@ def test_a_shard_of_another_model_copied_in_is_not_used(tmp_path, caplog):
     (shard,) = a.dir.glob("shard-*.safetensors")
     b.dir.mkdir(parents=True)
     (b.dir / shard.name).write_bytes(shard.read_bytes())
-    with caplog.at_level(logging.WARNING, logger="graphmem.index.embed"):
+    with caplog.at_level(logging.WARNING, logger="graphmem.store.encoder_cache"):
         rows = b.encode(TEXTS)
     assert b.hits == 0 and "written for another model" in caplog.text
     assert torch.equal(rows, _Renamed(True).encode(TEXTS))

@@ -12,7 +12,8 @@ import torch
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset, load_or_build, reuse_or_build
 from graphmem.core import Query
-from graphmem.index.embed import CachedEncoder, HashingEncoder
+from graphmem.index.embed import HashingEncoder
+from graphmem.store.encoder_cache import CachedEncoder
 from graphmem.store.graphset import GraphSet, GraphSetError, safe_name
 
 ROOT = Path(__file__).resolve().parents[1]

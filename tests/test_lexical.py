@@ -9,16 +9,9 @@ import torch
 from graphmem.builders import DataConfig, GraphConfig, reuse_or_build
 from graphmem.core.graph import MemoryGraph
 from graphmem.eval.references import okapi
-from graphmem.index.lexical import (
-    BM25Index,
-    LexicalIndexError,
-    attach_lexical,
-    bm25_for,
-    index_key,
-    lexical_files,
-    tokenize,
-)
+from graphmem.index.lexical import BM25Index, LexicalIndexError, bm25_for, index_key, tokenize
 from graphmem.store.graphset import GraphSet, GraphSetError
+from graphmem.store.indexes import attach_lexical, lexical_files, load_bm25, save_bm25
 
 DOCS = ["the cat sat on the mat", "dog dog barks", "a cat and a dog", "quiet evening"]
 
@@ -108,20 +101,20 @@ def test_texts_replaced_outside_the_log_rebuild():
 def test_save_load_round_trip_and_refusals(tmp_path):
     g = text_graph(DOCS)
     path = tmp_path / "bm25.safetensors"
-    bm25_for(g).save(path, g)
-    loaded = BM25Index.load(path, g)
+    save_bm25(bm25_for(g), path, g)
+    loaded = load_bm25(path, g)
     assert loaded.top_k(["dog cat"], 4)[1].tolist() == bm25_for(g).top_k(["dog cat"], 4)[1].tolist()
     other = text_graph(["something else"] + DOCS[1:])
     with pytest.raises(LexicalIndexError, match="another graph"):
-        BM25Index.load(path, other)
+        load_bm25(path, other)
     data = bytearray(path.read_bytes())
     data[-3] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(LexicalIndexError, match=f"{path}: checksum mismatch"):
-        BM25Index.load(path, g)
+        load_bm25(path, g)
     path.write_bytes(b"not a file")
     with pytest.raises(LexicalIndexError, match=str(path)):
-        BM25Index.load(path, g)
+        load_bm25(path, g)
 
 
 def test_lexical_files_attach_to_their_graphs(tmp_path):

@@ -8,17 +8,10 @@ import torch
 from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
-from graphmem.index.vector_index import (
-    IndexSpec,
-    VectorIndex,
-    VectorIndexError,
-    attach_indexes,
-    index_file,
-    index_files,
-    index_for,
-)
+from graphmem.index.vector_index import IndexSpec, VectorIndex, VectorIndexError, index_for
 from graphmem.policies import make_entry_selector, make_policy
 from graphmem.policies.selectors import EmbeddingEntrySelector
+from graphmem.store.indexes import attach_indexes, index_file, index_files, load_vector_index, save_vector_index
 
 BUDGET = Budget()
 
@@ -105,25 +98,25 @@ def test_save_load_without_pickle_and_refusals(tmp_path):
     g = make_synthetic_graph(1200, dim=16, seed=7)
     index = VectorIndex.build(g)
     g.add_nodes(["late"], ["t"], torch.randn(1, 16))
-    path = index.save(tmp_path / "index.safetensors", g)
+    path = save_vector_index(index, tmp_path / "index.safetensors", g)
     from safetensors.numpy import load_file
 
     stored = load_file(str(path))  # a plain safetensors file: FAISS's own bytes and the slot table
     assert set(stored) == {"faiss", "slot_row"} and stored["faiss"].dtype.name == "uint8"
-    loaded = VectorIndex.load(path, g)
+    loaded = load_vector_index(path, g)
     q = near(g)
     assert torch.equal(loaded.search(g, q, 6), index.search(g, q, 6))
     other = make_synthetic_graph(1201, dim=16, seed=8)
     with pytest.raises(VectorIndexError, match="another graph"):
-        VectorIndex.load(path, other)
+        load_vector_index(path, other)
     blob = bytearray(path.read_bytes())
     blob[-5] ^= 0xFF
     (tmp_path / "bad.safetensors").write_bytes(bytes(blob))
     with pytest.raises(VectorIndexError, match="bad.safetensors: checksum mismatch"):
-        VectorIndex.load(tmp_path / "bad.safetensors", g)
+        load_vector_index(tmp_path / "bad.safetensors", g)
     (tmp_path / "junk.safetensors").write_bytes(b"not an index")
     with pytest.raises(VectorIndexError, match="junk.safetensors"):
-        VectorIndex.load(tmp_path / "junk.safetensors", g)
+        load_vector_index(tmp_path / "junk.safetensors", g)
 
 
 def test_spec_validation():

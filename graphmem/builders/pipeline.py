@@ -23,6 +23,7 @@ import torch
 from graphmem.builders.config import GraphConfig
 from graphmem.builders.registry import DataConfig, load_units
 from graphmem.store.graphset import GraphSet, union
+from graphmem.store.indexes import lexical_files
 from graphmem.store.paths import check_name
 from graphmem.store.setformat import safe_name
 from graphmem.store.setstore import (
@@ -93,7 +94,7 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
         data_cfg: which file to load.
         graph_cfg: builder settings.
         encoder: an :class:`graphmem.index.embed.Encoder`; ``None`` = ``graph_cfg.encoder`` wrapped in
-            :class:`graphmem.index.embed.CachedEncoder` at ``graph_cfg.cache_dir`` (default: ``None``).
+            :class:`graphmem.store.encoder_cache.CachedEncoder` at ``graph_cfg.cache_dir`` (default: ``None``).
         progress: show tqdm bars (default: ``True``).
     """
     import time
@@ -102,7 +103,8 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
 
     from graphmem.builders.entities import make_entity_extractor
     from graphmem.datasets.paths import data_files
-    from graphmem.index.embed import CachedEncoder, encoder_fingerprint, make_encoder
+    from graphmem.index.embed import encoder_fingerprint, make_encoder
+    from graphmem.store.encoder_cache import CachedEncoder
 
     extractor = make_entity_extractor(graph_cfg.entity_extractor)
     paths = data_files(data_cfg.file, data_cfg.root)
@@ -194,7 +196,6 @@ def reuse_or_build(
     there leaves the folder as it was (default: none).
     """
     from graphmem.datasets.paths import data_files
-    from graphmem.index.lexical import lexical_files
 
     out_dir = Path(out_dir)
     wanted = config_hash(data_cfg, graph_cfg, data_sha256(data_files(data_cfg.file, data_cfg.root)))

@@ -30,19 +30,15 @@ weights lazily, on the next query (``O(nnz)``: ``N`` and ``avgdl`` change every 
 
 A graph's index lives in ``graph.indexes`` (:func:`bm25_for`); :meth:`BM25Index.sync` replays the
 graph's :attr:`~graphmem.core.graph.MemoryGraph.node_log` (``add``, ``text``, ``remove``) before each use,
-and rebuilds when the texts changed in a way the log does not explain. Saved without pickle
-(:meth:`save` / :meth:`load`): one safetensors file with the arrays and the vocabulary (UTF-8,
-newline separated), a header with ``k1``, ``b``, the tokenizer name, a fingerprint of the graph's
-node ids and texts and a SHA-256 over header and arrays; a damaged file or one made for another
-graph is refused with an error naming it.
+and rebuilds when the texts changed in a way the log does not explain. Its files (the arrays, the
+vocabulary and :func:`text_fingerprint`, no pickle) are :mod:`graphmem.store.indexes`'.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -341,7 +337,7 @@ class BM25Index:
         return scores, rows
 
     # ------------------------------------------------------------------ keeping up with a graph
-    def _mark_synced(self, graph: MemoryGraph) -> None:
+    def mark_synced(self, graph: MemoryGraph) -> None:
         self._mark = (len(graph.node_log), graph.texts, list(graph.texts))
 
     def sync(self, graph: MemoryGraph) -> None:
@@ -364,7 +360,7 @@ class BM25Index:
             source = [s if s >= 0 and seen[s] == graph.texts[i] else -1 for i, s in enumerate(source)]
             if source != list(range(self.num_rows)) or self.num_rows != graph.num_nodes:
                 self._assemble(source, {i: graph.texts[i] for i, s in enumerate(source) if s < 0})
-        self._mark_synced(graph)
+        self.mark_synced(graph)
 
     def _replay(self, graph: MemoryGraph) -> list[int] | None:
         """Old row (or -1: index anew) of every current row of ``graph``, from its log; ``None``
@@ -385,48 +381,6 @@ class BM25Index:
                 return None
         return source if len(source) == graph.num_nodes == len(graph.texts) else None
 
-    # ------------------------------------------------------------------ files
-    def save(self, path: str | Path, graph: MemoryGraph) -> Path:
-        """Write the index of ``graph`` (synced first) to one safetensors file, atomically."""
-        from graphmem.store.io import write_sealed
-
-        self.sync(graph)
-        tensors = {
-            "indptr": self.indptr,
-            "terms": self.terms,
-            "tf": self.tf,
-            "vocab": np.frombuffer("\n".join(self.tokens).encode(), dtype=np.uint8).copy(),
-        }
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "tokenizer": TOKENIZER_NAME,
-            "k1": self.k1,
-            "b": self.b,
-            "graph_fingerprint": text_fingerprint(graph),
-        }
-        return write_sealed(path, tensors, "graphmem_bm25", meta)
-
-    @classmethod
-    def load(cls, path: str | Path, graph: MemoryGraph) -> BM25Index:
-        """Read an index written by :meth:`save` for ``graph``; a damaged file, another tokenizer's
-        or one made for another graph is refused with an error naming the file."""
-        from graphmem.store.io import read_sealed
-
-        path = Path(path)
-        names = {"indptr", "terms", "tf", "vocab"}
-        tensors, meta = read_sealed(path, "graphmem_bm25", names, "BM25 index", LexicalIndexError)
-        for key, want in (("format_version", FORMAT_VERSION), ("tokenizer", TOKENIZER_NAME)):
-            if meta.get(key) != want:
-                raise LexicalIndexError(f"{path}: {key} {meta.get(key)!r} is not {want!r}; rebuild the graph set")
-        if meta.get("graph_fingerprint") != text_fingerprint(graph):
-            raise LexicalIndexError(f"{path}: the index was built for another graph (node ids or texts differ)")
-        vocab = tensors["vocab"].tobytes().decode().split("\n") if tensors["vocab"].size else []
-        out = cls(vocab, tensors["indptr"], tensors["terms"], tensors["tf"], meta["k1"], meta["b"])
-        if out.num_rows != graph.num_nodes or (out.terms.size and int(out.terms.max()) >= len(vocab)):
-            raise LexicalIndexError(f"{path}: arrays do not match the graph ({graph.num_nodes} nodes)")
-        out._mark_synced(graph)
-        return out
-
 
 def index_key(k1: float = 1.5, b: float = 0.75) -> str:
     """Name of a BM25 index in :attr:`MemoryGraph.indexes`."""
@@ -438,34 +392,6 @@ def bm25_for(graph: MemoryGraph, k1: float = 1.5, b: float = 0.75) -> BM25Index:
     index = graph.indexes.get(index_key(k1, b))
     if index is None:
         index = graph.indexes[index_key(k1, b)] = BM25Index.build(graph.texts, k1, b)
-        index._mark_synced(graph)
+        index.mark_synced(graph)
     index.sync(graph)
     return index
-
-
-# ---------------------------------------------------------------------------- with a graph set
-LEXICAL_DIR = "lexical"
-
-
-def lexical_files(graphs: Mapping[str, MemoryGraph], k1: float = 1.5, b: float = 0.75) -> dict[str, Any]:
-    """``{lexical/<safe name>/<key>.safetensors: write(path)}`` for every graph: the form in which a
-    graph set takes further files to list, checksum and commit with its graphs."""
-    from graphmem.store.setformat import safe_name
-
-    return {
-        f"{LEXICAL_DIR}/{safe_name(name)}/{index_key(k1, b)}.safetensors": (
-            lambda path, g=g: bm25_for(g, k1, b).save(path, g)
-        )
-        for name, g in graphs.items()
-    }
-
-
-def attach_lexical(graphs: Mapping[str, MemoryGraph], files: Mapping[str, str | Path]) -> int:
-    """Load the BM25 files among a graph set's ``files`` into their graphs' ``graph.indexes``; returns how many."""
-    from graphmem.store.setformat import graph_files
-
-    pairs = graph_files(graphs, files, LEXICAL_DIR)
-    for graph, path in pairs:
-        index = BM25Index.load(path, graph)
-        graph.indexes[index_key(index.k1, index.b)] = index
-    return len(pairs)

@@ -20,10 +20,8 @@ rebuilds it, so a search never answers for stale vectors.
 candidates (``k + overfetch`` asked of FAISS), re-scored exactly from the graph's embeddings and
 ordered by (cosine desc, node id asc) like the exact selector. The index sees embeddings only.
 
-Saved without pickle (:meth:`save` / :meth:`load`): one safetensors file holding FAISS's own
-serialised bytes and ``slot_row``, with the spec, a fingerprint of the graph (node ids and
-embeddings) and a SHA-256 of everything in its header; a file of another graph, or a damaged one,
-is refused.
+Its files (FAISS's own bytes, :meth:`VectorIndex.to_bytes`, beside ``slot_row`` and
+:func:`graph_fingerprint`, no pickle) are :mod:`graphmem.store.indexes`'.
 """
 
 from __future__ import annotations
@@ -33,7 +31,6 @@ import functools
 import hashlib
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -148,7 +145,7 @@ class VectorIndex:
         spec = spec or IndexSpec()
         out = cls(spec, _new_index(spec, graph.dim, graph.num_nodes), np.empty(0, dtype=np.int64), graph.dim)
         out._train_and_add(graph)
-        out._mark_synced(graph)
+        out.mark_synced(graph)
         return out
 
     def _train_and_add(self, graph: MemoryGraph) -> None:
@@ -171,7 +168,7 @@ class VectorIndex:
         self.index = _new_index(self.spec, graph.dim, graph.num_nodes)
         self._train_and_add(graph)
         self.builds += 1
-        self._mark_synced(graph)
+        self.mark_synced(graph)
 
     # ------------------------------------------------------------------ keeping up with the graph
     @property
@@ -184,7 +181,7 @@ class VectorIndex:
             self._dead = int((self.slot_row < 0).sum())
         return self._dead
 
-    def _mark_synced(self, graph: MemoryGraph) -> None:
+    def mark_synced(self, graph: MemoryGraph) -> None:
         self._mark = (len(graph.node_log), weakref.ref(graph.embeddings), graph.embeddings._version)
 
     def is_synced(self, graph: MemoryGraph) -> bool:
@@ -207,7 +204,7 @@ class VectorIndex:
         if self.num_dead > self.spec.rebuild_fraction * max(self.num_slots, 1):
             self.rebuild(graph)
             return
-        self._mark_synced(graph)
+        self.mark_synced(graph)
 
     def _replay(self, events: list[tuple], graph: MemoryGraph) -> bool:
         """Replay ``events`` on ``slot_row``; False when they do not lead to the graph's node count."""
@@ -296,39 +293,15 @@ class VectorIndex:
             rows[i, : len(pairs)] = [p[2] for p in pairs]
         return torch.from_numpy(np.ascontiguousarray(rows[:, :k]))
 
-    # ------------------------------------------------------------------ files
-    def save(self, path: str | Path, graph: MemoryGraph) -> Path:
-        """Write the index of ``graph`` (synced first) to one safetensors file, atomically."""
-        from graphmem.store.io import write_sealed
-
-        self.sync(graph)
-        tensors = {"faiss": _faiss().serialize_index(self.index), "slot_row": self.slot_row}
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "spec": dataclasses.asdict(self.spec),
-            "dim": self.dim,
-            "graph_fingerprint": graph_fingerprint(graph),
-        }
-        return write_sealed(path, tensors, "graphmem_index", meta)
+    # ------------------------------------------------------------------ as bytes
+    def to_bytes(self) -> np.ndarray:
+        """FAISS's own serialisation of the index (``uint8``), what a file of it holds beside ``slot_row``."""
+        return _faiss().serialize_index(self.index)
 
     @classmethod
-    def load(cls, path: str | Path, graph: MemoryGraph) -> VectorIndex:
-        """Read an index written by :meth:`save` for ``graph``; a damaged file or one made for
-        another graph is refused with an error naming the file."""
-        from graphmem.store.io import read_sealed
-
-        path = Path(path)
-        tensors, meta = read_sealed(path, "graphmem_index", {"faiss", "slot_row"}, "vector index", VectorIndexError)
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise VectorIndexError(f"{path}: format_version {meta.get('format_version')!r} is not {FORMAT_VERSION}")
-        if meta["graph_fingerprint"] != graph_fingerprint(graph):
-            raise VectorIndexError(f"{path}: the index was built for another graph (node ids or embeddings differ)")
-        index = _faiss().deserialize_index(tensors["faiss"])
-        out = cls(IndexSpec.from_mapping(meta["spec"]), index, tensors["slot_row"], int(meta["dim"]))
-        if index.ntotal != out.num_slots or int((out.slot_row >= 0).sum()) != graph.num_nodes:
-            raise VectorIndexError(f"{path}: field 'slot_row' does not match the index ({index.ntotal} vectors)")
-        out._mark_synced(graph)
-        return out
+    def from_bytes(cls, spec: IndexSpec, data: np.ndarray, slot_row: np.ndarray, dim: int) -> VectorIndex:
+        """The index :meth:`to_bytes` gave, with its slot table (not yet synced with a graph)."""
+        return cls(spec, _faiss().deserialize_index(data), slot_row, dim)
 
 
 def _new_index(spec: IndexSpec, dim: int, n: int):
@@ -356,33 +329,3 @@ def index_for(graph: MemoryGraph, spec: IndexSpec | None = None) -> VectorIndex:
     if index is None or index.dim != graph.dim:
         index = graph.indexes[spec.key] = VectorIndex.build(graph, spec)
     return index
-
-
-# ---------------------------------------------------------------------------- with a graph set
-INDEX_DIR = "indexes"
-
-
-def index_file(graph_name: str, spec: IndexSpec) -> str:
-    """Relative path of a graph's index file inside a graph set: ``indexes/<safe name>/<spec key>.safetensors``."""
-    from graphmem.store.setformat import safe_name
-
-    return f"{INDEX_DIR}/{safe_name(graph_name)}/{spec.key}.safetensors"
-
-
-def index_files(graphs: Mapping[str, MemoryGraph], spec: IndexSpec | None = None) -> dict[str, Any]:
-    """``{relative path: write(path)}`` for the index of every graph (built or taken from ``graph.indexes``),
-    the form in which a graph set takes further files to list, checksum and commit with its graphs."""
-    spec = spec or IndexSpec()
-    return {index_file(name, spec): (lambda path, g=g: index_for(g, spec).save(path, g)) for name, g in graphs.items()}
-
-
-def attach_indexes(graphs: Mapping[str, MemoryGraph], files: Mapping[str, str | Path]) -> int:
-    """Load the index files among a graph set's ``files`` (relative path -> path) into their graphs'
-    ``graph.indexes``; returns how many. Each is checked against its graph (:meth:`VectorIndex.load`)."""
-    from graphmem.store.setformat import graph_files
-
-    pairs = graph_files(graphs, files, INDEX_DIR)
-    for graph, path in pairs:
-        index = VectorIndex.load(path, graph)
-        graph.indexes[index.spec.key] = index
-    return len(pairs)

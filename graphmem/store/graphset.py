@@ -28,6 +28,9 @@ from torch import Tensor
 from graphmem.core import Query
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import LoadReport, Question
+from graphmem.index.lexical import LexicalIndexError
+from graphmem.index.vector_index import VectorIndexError
+from graphmem.store.indexes import attach_indexes, attach_lexical
 from graphmem.store.setformat import MANIFEST_VERSION, read_set, safe_name, write_set
 from graphmem.store.setstore import GraphSetError, file_sha256, read_manifest
 
@@ -116,12 +119,9 @@ class GraphSet:
 
         Vector indexes saved with the set (``indexes/``, ``scripts/build_index.py``) and BM25 indexes
         (``lexical/``, written by every build) are attached to their graphs
-        (:func:`graphmem.index.vector_index.attach_indexes`, :func:`graphmem.index.lexical.attach_lexical`); one
+        (:func:`graphmem.store.indexes.attach_indexes`, :func:`graphmem.store.indexes.attach_lexical`); one
         built for other node ids, embeddings or texts than its graph's, or damaged, refuses the set.
         """
-        from graphmem.index.lexical import LexicalIndexError, attach_lexical
-        from graphmem.index.vector_index import VectorIndexError, attach_indexes
-
         graphset = read_set(cls, directory)
         try:
             attach_indexes(graphset.graphs, graphset.files)

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from graphmem.index.lexical import BM25Index, tokenize
+from graphmem.store.indexes import load_bm25, save_bm25
 from graphmem.store.io import write_json
 
 K = 12
@@ -96,9 +97,9 @@ class Graphmem:
 
         g = MemoryGraph.empty(1)
         g.add_nodes([str(i) for i in range(len(self.texts))], self.texts, torch.zeros(len(self.texts), 1))
-        self.index._mark_synced(g)
-        path = self.index.save(folder / "bm25.safetensors", g)
-        self.index = BM25Index.load(path, g)
+        self.index.mark_synced(g)
+        path = save_bm25(self.index, folder / "bm25.safetensors", g)
+        self.index = load_bm25(path, g)
         return path.stat().st_size
 
 

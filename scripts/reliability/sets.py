@@ -25,7 +25,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
-from graphmem.index.embed import CachedEncoder, HashingEncoder
+from graphmem.index.embed import HashingEncoder
+from graphmem.store.encoder_cache import CachedEncoder
 from graphmem.store.io import write_json
 from graphmem.store.setstore import content_sha256, file_sha256
 
