@@ -37,7 +37,6 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import scatter
 
 from graphmem.index.lexical_features import NUM_LEXICAL_FEATURES
-from graphmem.store.checkpoint import load_checkpoint
 
 
 @dataclass
@@ -334,12 +333,11 @@ class GNNReader(nn.Module):
         }
 
     @classmethod
-    def from_checkpoint(cls, source) -> GNNReader:
-        """Rebuild from :meth:`checkpoint` output (or a loaded checkpoint holding it) or the path of a ``"gnn"``
-        checkpoint (:func:`graphmem.store.checkpoint.load_checkpoint`)."""
-        ckpt = source if isinstance(source, dict) else load_checkpoint(source, "gnn")
-        reader = cls(ReaderConfig(**ckpt["config"]))
-        reader.load_state_dict(ckpt["state_dict"])
+    def from_checkpoint(cls, state: dict) -> GNNReader:
+        """Rebuild from :meth:`checkpoint` output (or a loaded checkpoint holding it; the file is read by
+        :func:`graphmem.policies.gnn.load_reader`)."""
+        reader = cls(ReaderConfig(**state["config"]))
+        reader.load_state_dict(state["state_dict"])
         return reader
 
 

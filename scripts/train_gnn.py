@@ -32,6 +32,7 @@ from graphmem.builders.pipeline import open_train_graphset, train_sources
 from graphmem.config.cli import load_graphset, run_or_exit, set_threads
 from graphmem.config.launch import check_command_line
 from graphmem.core import Budget
+from graphmem.policies.gnn import load_reader
 from graphmem.store.checkpoint import checkpoint_inputs
 from graphmem.store.io import write_json
 from graphmem.store.lockfile import FileLock, LockBusyError, describe
@@ -45,7 +46,6 @@ from rl.gnn.train import (
     GNNTrainConfig,
     cosine_walk_recall,
     evidence_recall,
-    load_reader,
     save_checkpoint,
     train_reader,
 )
@@ -110,7 +110,9 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
         cfg.logger, cfg, out_dir, name=name, job_type="train", group=experiment_group("train", gs.dataset)
     ) as tracker:
         use_graphset(tracker, graphset_location(cfg))
-        init = load_reader(hydra.utils.to_absolute_path(cfg.init_checkpoint)) if cfg.init_checkpoint else None
+        init = None
+        if cfg.init_checkpoint:
+            init, _ = load_reader(hydra.utils.to_absolute_path(cfg.init_checkpoint), "init_checkpoint")
         t0 = time.perf_counter()
         reader, history = train_reader(
             ex["train"], train_cfg, budget, val=ex["val"] or None, reader=init, progress=cfg.progress

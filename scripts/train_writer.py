@@ -30,8 +30,8 @@ import graphmem.config.schemas  # noqa: F401  (registers the config-group schema
 from graphmem.config.cli import load_graphset, run_or_exit, set_threads
 from graphmem.config.launch import check_command_line
 from graphmem.eval.harness import write_jsonl
+from graphmem.policies.gnn import load_reader
 from graphmem.store.io import atomic_write, write_json
-from rl.gnn.train import load_reader
 from rl.writer.grpo import WriterConfig
 from rl.writer.run import plot_curve, report_to_wandb, run_warm_start, run_writer
 from rl.writer.sft import SFTConfig
@@ -61,7 +61,7 @@ def run(cfg: DictConfig) -> None:
     if not wcfg.reader_checkpoint:
         raise ValueError("writer.reader_checkpoint is required: train a reader with scripts/train_gnn.py first")
     sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
-    reader = load_reader(wcfg.reader_checkpoint)
+    reader, _ = load_reader(wcfg.reader_checkpoint, "writer.reader_checkpoint")
     gs = load_graphset(cfg)
     report_to_wandb(wcfg, gs, out_dir)  # both trainers report there (TRL's W&B callback)
     model, tokenizer, warm = run_warm_start(gs, cfg, wcfg, sft)

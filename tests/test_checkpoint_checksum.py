@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem.policies.gnn import GNNPolicy
+from graphmem.policies.gnn import GNNPolicy, load_reader
 from graphmem.policies.router import RouterPolicy
 from graphmem.store.checkpoint import FORMAT, CheckpointError, load_checkpoint, save_checkpoint, state_digest
 from models.gnn_reader import GNNReader
-from rl.gnn.train import load_reader
 from rl.gnn.train import save_checkpoint as save_reader
 from tests.one_line_errors import error_line, run_script
 from tests.test_walk_trainer import config, trainer
@@ -96,9 +95,9 @@ def test_resuming_from_a_damaged_last_pt_is_refused(router_best, tmp_path):
 
 
 def test_a_gnn_checkpoint_with_a_flipped_byte_is_refused(gnn_checkpoint, tmp_path):
-    assert load_reader(gnn_checkpoint).config.input_dim == 8 and GNNPolicy(checkpoint=gnn_checkpoint).reader
+    assert load_reader(gnn_checkpoint)[0].config.input_dim == 8 and GNNPolicy(checkpoint=gnn_checkpoint).reader
     bad = damaged_copy(gnn_checkpoint, tmp_path / "bad.pt")
-    for load in (lambda p: GNNPolicy(checkpoint=p), load_reader, GNNReader.from_checkpoint):
+    for load in (lambda p: GNNPolicy(checkpoint=p), load_reader):
         assert "differ from their checksum" in refusal(load, bad)
 
 

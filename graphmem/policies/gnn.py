@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from os import PathLike
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -67,13 +67,14 @@ from graphmem.policies.tables import csr, dense_rows, distinct_neighbors, node_i
 from graphmem.store.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
 
 
-def read_reader_checkpoint(path: str | PathLike):
-    """``(reader, state)``: the :class:`models.gnn_reader.GNNReader` of a ``"gnn"`` checkpoint
-    (:func:`graphmem.store.checkpoint.load_checkpoint`) and the checkpoint's state; a state that does not
-    rebuild a reader is a :class:`~graphmem.store.checkpoint.CheckpointError` naming the file."""
-    from models.gnn_reader import GNNReader
+def load_reader(path: str | PathLike, key: str = "policy.checkpoint") -> tuple[Any, dict[str, Any]]:
+    """``(reader, state)``: the :class:`models.gnn_reader.GNNReader` of the ``"gnn"`` checkpoint ``path``
+    (:func:`graphmem.store.checkpoint.load_checkpoint`) and the checkpoint's state; the one way a reader is
+    loaded. A missing file (named by the config ``key``), a damaged one or a state that does not rebuild a
+    reader is a :class:`~graphmem.store.checkpoint.CheckpointError` naming the file."""
+    from models.gnn_reader import GNNReader  # lazily: torch_geometric takes seconds to import
 
-    state = load_checkpoint(path, "gnn")
+    state = load_checkpoint(require_checkpoint(path, key), "gnn")
     try:
         return GNNReader.from_checkpoint(state), state
     except Exception as err:  # noqa: BLE001 - a missing key or a shape mismatch: not a reader file
@@ -88,7 +89,7 @@ class GNNPolicy(TraversalPolicy):
     Args:
         reader: a trained :class:`models.gnn_reader.GNNReader` (default: None).
         checkpoint: path to a ``"gnn"`` checkpoint written by :func:`rl.gnn.train.save_checkpoint`, read by
-            :func:`read_reader_checkpoint` (default: None).
+            :func:`load_reader` (default: None).
         entry_selector: a registered entry-selector name, or an object with
             ``select(graph, queries, budget) -> list[list[int]]`` (default: ``"embedding"``).
         query_chunk: queries scored per forward pass, bounding memory to
@@ -121,7 +122,7 @@ class GNNPolicy(TraversalPolicy):
             raise ValueError("GNNPolicy needs exactly one of `reader` or `checkpoint`")
         self.checkpoint_path, self.strict_split, self.trained_inputs = checkpoint, bool(strict_split), None
         if checkpoint is not None:
-            reader, state = read_reader_checkpoint(require_checkpoint(checkpoint))
+            reader, state = load_reader(checkpoint)
             self.trained_inputs = state.get("inputs")
         self.reader = reader
         self.reader = self.reader.to(self.device).eval()

@@ -48,10 +48,9 @@ from torch import Tensor
 from graphmem.core import Budget
 from graphmem.core.graph import MemoryGraph
 from graphmem.index.lexical_features import Lexical, dense_features, lexical_inputs
-from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more, read_reader_checkpoint, reader_inputs
+from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more, reader_inputs
 from graphmem.policies.subgraph import ball, layered_subgraphs, lookup, relational_in_degree
 from graphmem.policies.tables import csr
-from graphmem.store.checkpoint import CheckpointError
 from graphmem.store.checkpoint import save_checkpoint as write_checkpoint
 from models.gnn_reader import GNNReader, ReaderConfig, ReaderShape, ball_scores, start_mask
 from rl.common.seeding import deterministic
@@ -374,14 +373,6 @@ def save_checkpoint(
     if run_id is not None:
         ckpt["run_id"] = run_id
     return write_checkpoint(path, "gnn", ckpt, inputs)
-
-
-def load_reader(path: str | Path) -> GNNReader:
-    """The reader of the ``"gnn"`` checkpoint ``path`` (:func:`graphmem.policies.gnn.read_reader_checkpoint`),
-    any failure a :class:`~graphmem.store.checkpoint.CheckpointError` naming it."""
-    if not Path(path).is_file():
-        raise CheckpointError(f"{path}: reader checkpoint not found (train one with scripts/train_gnn.py)")
-    return read_reader_checkpoint(path)[0]
 
 
 def graph_split(

@@ -33,9 +33,10 @@ from graphmem.builders import GraphConfig
 from graphmem.config.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
 from graphmem.config.launch import check_command_line
 from graphmem.core import Budget
+from graphmem.policies.gnn import load_reader
 from graphmem.store.io import write_json
 from rl.gnn.split import split_examples
-from rl.gnn.train import GNNTrainConfig, evidence_recall, load_reader, save_checkpoint, train_reader
+from rl.gnn.train import GNNTrainConfig, evidence_recall, save_checkpoint, train_reader
 from rl.writer.grpo import WriterConfig, load_writer, rewrite_graph
 from rl.writer.run import plot_curve, run_writer
 
@@ -60,7 +61,7 @@ def run(cfg: DictConfig) -> None:
     wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
     tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
-    reader = load_reader(wcfg.reader_checkpoint)
+    reader, _ = load_reader(wcfg.reader_checkpoint, "writer.reader_checkpoint")
     gs = restrict_graphs(load_graphset(cfg), sorted(str(n) for n in cfg.get("graphs") or []))
     graph_cfg = GraphConfig(**gs.provenance["graph"])
     rounds = []

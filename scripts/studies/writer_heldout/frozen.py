@@ -15,16 +15,16 @@ from graphmem.core import Budget
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.stats import paired_comparison, per_question
-from graphmem.policies.gnn import GNNPolicy
+from graphmem.policies.gnn import GNNPolicy, load_reader
 from rl.gnn.split import split_examples
-from rl.gnn.train import GNNTrainConfig, load_reader, save_checkpoint, train_reader
+from rl.gnn.train import GNNTrainConfig, save_checkpoint, train_reader
 
 
 def frozen_reader(gs, cfg: DictConfig, budget: Budget, out_dir: Path, checkpoint: str | None = None):
     """The reader of ``checkpoint`` when given, else one trained (``reader`` settings) on the split's training
     graphs of ``gs`` (best validation epoch) and saved to ``<out_dir>/reader.pt``; ``(reader, info)``."""
     if checkpoint:
-        return load_reader(checkpoint), {"checkpoint": str(checkpoint)}
+        return load_reader(checkpoint, "writer.reader_checkpoint")[0], {"checkpoint": str(checkpoint)}
     tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.reader, resolve=True))
     _, ex = split_examples(gs, cfg.split, budget)
     t0 = time.perf_counter()
