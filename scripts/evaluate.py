@@ -50,6 +50,7 @@ from graphmem.builders import DataConfig, GraphConfig
 from graphmem.config.cli import (
     ConfigError,
     check_out_dir,
+    graphset_location,
     load_graphset,
     make_configured_policy,
     name_list,
@@ -87,7 +88,6 @@ from graphmem.tracking import (
     checkpoint_artifact,
     describe_artifact,
     experiment_group,
-    graphset_location,
     log_question_tables,
     make_tracker,
     use_graphset,

@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import check_configs
 from graphmem.builders.pipeline import open_train_graphset, train_sources
-from graphmem.config.cli import load_graphset, run_or_exit, set_threads
+from graphmem.config.cli import graphset_location, load_graphset, run_or_exit, set_threads
 from graphmem.config.launch import check_command_line
 from graphmem.core import Budget
 from graphmem.policies.gnn import load_reader
@@ -37,7 +37,7 @@ from graphmem.store.checkpoint import checkpoint_inputs
 from graphmem.store.io import write_json
 from graphmem.store.lockfile import FileLock, LockBusyError, describe
 from graphmem.store.run_folder import RunFolderError, open_run_folder
-from graphmem.tracking import experiment_group, graphset_location, make_tracker, use_graphset
+from graphmem.tracking import experiment_group, make_tracker, use_graphset
 from rl.common.checkpoint import CheckpointError
 from rl.common.logging import TrackerLogger
 from rl.common.splits import check_fraction, check_share

@@ -37,6 +37,7 @@ from torch import Tensor
 from graphmem.builders import edges as E
 from graphmem.builders.config import require_batch_rules
 from graphmem.builders.entities import STOPWORDS, EntityExtractor
+from graphmem.builders.sentences import split_sentences
 from graphmem.core.graph import MemoryGraph, default_key
 from graphmem.datasets.hotpotqa import sentence_id
 from graphmem.datasets.musique import passage_id
@@ -118,7 +119,6 @@ def corpus(
 def _sentences(p: Passage) -> tuple[str, ...]:
     if p.sentences is not None:
         return tuple(s for s in p.sentences if s)
-    from graphmem.builders.sentences import split_sentences
 
     return split_sentences(p.text)
 

@@ -21,7 +21,11 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from graphmem.builders.config import GraphConfig
+from graphmem.builders.entities import make_entity_extractor
 from graphmem.builders.registry import DataConfig, load_units
+from graphmem.datasets.paths import DataNotFoundError, data_files, data_root
+from graphmem.index.embed import encoder_fingerprint, make_encoder
+from graphmem.store.encoder_cache import CachedEncoder
 from graphmem.store.graphset import GraphSet, union
 from graphmem.store.indexes import lexical_files
 from graphmem.store.paths import check_name
@@ -100,11 +104,6 @@ def build_graphset(data_cfg: DataConfig, graph_cfg: GraphConfig, encoder=None, p
     import time
 
     from tqdm.auto import tqdm
-
-    from graphmem.builders.entities import make_entity_extractor
-    from graphmem.datasets.paths import data_files
-    from graphmem.index.embed import encoder_fingerprint, make_encoder
-    from graphmem.store.encoder_cache import CachedEncoder
 
     extractor = make_entity_extractor(graph_cfg.entity_extractor)
     paths = data_files(data_cfg.file, data_cfg.root)
@@ -195,8 +194,6 @@ def reuse_or_build(
     ``check(graphset)`` runs on a new build before it is committed (and on a reused set): raising
     there leaves the folder as it was (default: none).
     """
-    from graphmem.datasets.paths import data_files
-
     out_dir = Path(out_dir)
     wanted = config_hash(data_cfg, graph_cfg, data_sha256(data_files(data_cfg.file, data_cfg.root)))
     lock = set_lock(out_dir)
@@ -438,8 +435,6 @@ def _train_set_config(i: int, item: Any, group: str = "train_sets") -> DataConfi
 
 def _resolved(cfg: DataConfig, key: str | None = None) -> list[Path]:
     """The data files of ``cfg`` (resolved against its root); missing, refused naming ``<key>.file`` when given."""
-    from graphmem.datasets.paths import DataNotFoundError, data_files, data_root
-
     try:
         return [p.resolve() for p in data_files(cfg.file, cfg.root)]
     except DataNotFoundError as err:

@@ -22,6 +22,7 @@ import torch
 
 from graphmem.core import Query
 from graphmem.core.graph import RELATIONS, MemoryGraph
+from graphmem.index.lexical import STOP_WORDS
 
 DEFAULT_MIX: dict[str, float] = {"temporal": 0.25, "semantic": 0.4, "causal": 0.15, "entity": 0.2}
 _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "qu", "di", "fe", "go", "hu", "ja")
@@ -211,8 +212,6 @@ _MONTHS = ("January February March April May June July August September October 
 
 def _word_pool(rng: np.random.Generator) -> np.ndarray:
     """Every word of 2-4 syllables (about 70,000), shuffled, none of them a stop word."""
-    from graphmem.index.lexical import STOP_WORDS
-
     words = {"".join(p) for r in (2, 3, 4) for p in itertools.product(_SYLLABLES, repeat=r)}
     pool = np.array(sorted({w for w in words if len(w) >= 4 and w not in STOP_WORDS}))
     return pool[rng.permutation(pool.size)]

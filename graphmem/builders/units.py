@@ -34,8 +34,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Protocol
 
 from torch import Tensor
 
+from graphmem.builders import hotpotqa, locomo
+from graphmem.builders import passages as P
 from graphmem.core.errors import InputError
 from graphmem.core.graph import MemoryGraph
+from graphmem.datasets.hotpotqa import title_id
+from graphmem.datasets.musique import passage_id
 from graphmem.datasets.types import LoadReport, Question
 
 if TYPE_CHECKING:
@@ -97,17 +101,17 @@ def locomo_units(
     path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig, dataset: str = "locomo"
 ):
     """One turn graph per conversation (LoCoMo; REALTALK with ``dataset="realtalk"``), named by its ``sample_id``."""
-    from graphmem.builders.locomo import build_locomo_graph, node_texts
-
-    units = [GraphUnit(r.sample_id, node_texts(r), partial(build_locomo_graph, r, dataset=dataset)) for r in records]
+    units = [
+        GraphUnit(r.sample_id, locomo.node_texts(r), partial(locomo.build_locomo_graph, r, dataset=dataset))
+        for r in records
+    ]
     return units, questions
 
 
 def hotpot_units(path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig):
     """One title-and-sentence graph per HotpotQA question."""
-    from graphmem.builders.hotpotqa import build_hotpot_graph, node_texts
-
-    return [GraphUnit(r.qid, node_texts(r), partial(build_hotpot_graph, r)) for r in records], questions
+    units = [GraphUnit(r.qid, hotpotqa.node_texts(r), partial(hotpotqa.build_hotpot_graph, r)) for r in records]
+    return units, questions
 
 
 def twowiki_units(path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig):
@@ -124,8 +128,6 @@ def _as_dataset(name: str, build: Callable, *args) -> MemoryGraph:
 
 def musique_units(path: Path, records: list, questions: list[Question], report: LoadReport, cfg: GraphConfig):
     """One passage graph per MuSiQue question."""
-    from graphmem.builders import passages as P
-
     corpora = [
         P.corpus(r.qid, "musique", P.musique_passages(r), duplicate_titles=cfg.duplicate_titles) for r in records
     ]
@@ -145,8 +147,6 @@ def pooled_units(
     """One passage graph over the passages (``dataset.passages(record)``) of each group of ``pool_size``
     consecutive records, of all of them when ``pool_size`` is ``None`` (module docstring); each question is
     asked over its own record's group."""
-    from graphmem.builders import passages as P
-
     groups = [records]
     if pool_size is not None:
         groups = [records[i : i + pool_size] for i in range(0, len(records), pool_size)]
@@ -167,8 +167,6 @@ def _pooled_question(q: Question, graph: str, kind: str, cfg: GraphConfig) -> Qu
     graph has no sentence nodes, and 2Wiki's chain of title nodes as passages (a pooled graph has no title node)."""
     if kind not in ("hotpotqa", "2wiki"):
         return dataclasses.replace(q, graph=graph)
-    from graphmem.datasets.hotpotqa import title_id
-    from graphmem.datasets.musique import passage_id
 
     evidence = q.evidence if cfg.sentence_nodes else tuple(passage_id(t) for t in q.support_titles)
     chain = tuple(passage_id(c.removesuffix(title_id(""))) for c in q.support_chain)

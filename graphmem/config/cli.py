@@ -29,7 +29,12 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from graphmem.builders import DataConfig, GraphConfig, graphset_dir, open_graphset
+from graphmem.config.bounds import check_bounds
+from graphmem.config.schemas import policy_label, policy_option
 from graphmem.core.errors import InputError, NothingMeasuredError
+from graphmem.policies import POLICIES
+from graphmem.store.checkpoint import require_checkpoint
 
 _KEY_PREFIXES = ("sk-", "sk_", "rk_", "hf_", "ghp_", "gho_", "ghs_", "github_pat_", "glpat-", "xox", "AKIA", "AIza")
 _VARIABLE_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
@@ -215,7 +220,6 @@ def check_run_bounds(cfg: Any) -> None:
         return
     if not HydraConfig.initialized() or not HydraConfig.get().job.get("config_name"):
         return
-    from graphmem.config.bounds import check_bounds
 
     check_bounds(HydraConfig.get().job.config_name, cfg)
 
@@ -285,8 +289,6 @@ def load_graphset(cfg: Any, data: Mapping | None = None, graph: Mapping | None =
     import hydra
     from omegaconf import OmegaConf
 
-    from graphmem.builders import open_graphset
-
     if data is None:
         check_graphset_data(cfg)
     saved = hydra.utils.to_absolute_path(cfg.graphset) if cfg.get("graphset") else None
@@ -297,6 +299,26 @@ def load_graphset(cfg: Any, data: Mapping | None = None, graph: Mapping | None =
         hydra.utils.to_absolute_path(cfg.graphset_dir),
         progress=bool(cfg.get("progress", True)),
     )
+
+
+def graphset_location(cfg: Any) -> Path:
+    """The folder of the saved graph set a script's config reads: ``graphset`` when set, else the
+    folder ``load_or_build`` uses under ``graphset_dir`` for ``data`` and ``graph``."""
+    from omegaconf import OmegaConf
+
+    def absolute(path: str) -> Path:
+        from hydra.utils import to_absolute_path
+
+        try:
+            return Path(to_absolute_path(path))
+        except ValueError:  # no Hydra run: relative to the working directory
+            return Path(path).resolve()
+
+    if cfg.get("graphset"):
+        return absolute(cfg.graphset)
+    data = DataConfig.from_mapping(OmegaConf.to_container(cfg.data, resolve=True))
+    graph = GraphConfig.from_mapping(OmegaConf.to_container(cfg.graph, resolve=True))
+    return graphset_dir(absolute(cfg.graphset_dir), data, graph)
 
 
 def policy_config(name: str, selected: Any = None) -> dict[str, Any]:
@@ -312,8 +334,6 @@ def policy_config(name: str, selected: Any = None) -> dict[str, Any]:
     if selected is not None and selected.get("name") == name:
         raw = OmegaConf.to_container(selected, resolve=True)
     elif path.is_file():
-        from graphmem.config.schemas import policy_option
-
         raw = OmegaConf.to_container(policy_option(path), resolve=True)
     else:
         raw = {"_target_": name}
@@ -328,14 +348,9 @@ def make_configured_policy(config: Mapping[str, Any]):
     The policy reports under :func:`graphmem.config.schemas.policy_label` of its target."""
     import hydra
 
-    from graphmem.config.schemas import policy_label
-    from graphmem.policies import POLICIES
-
     kwargs = {k: v for k, v in config.items() if k != "_target_"}
     cls = POLICIES.check(config["_target_"], kwargs)
     if isinstance(kwargs.get("checkpoint"), (str, os.PathLike)):
-        from graphmem.store.checkpoint import require_checkpoint
-
         require_checkpoint(kwargs["checkpoint"])  # one line naming the key, not Hydra's wrapped error
     try:
         policy = hydra.utils.instantiate(

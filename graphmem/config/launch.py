@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator
 
 from graphmem.config.bounds import check_bounds
 from graphmem.config.cli import check_graphset_data, guard_argv, preflight
+from graphmem.config.schemas import config_dir_of
 from graphmem.core.errors import InputError
 
 # Hydra flags after which the command does not run jobs (help, config printing, completion, rerun)
@@ -102,8 +103,6 @@ def _jobs(name: str, overrides: list[str], multirun: bool) -> Iterator[tuple[lis
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
-
-    from graphmem.config.schemas import config_dir_of  # (its import registers the config-group schemas)
 
     with initialize_config_dir(config_dir=str(config_dir_of(name)), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()

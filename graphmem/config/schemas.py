@@ -54,6 +54,8 @@ from typing import Any, Optional, Sequence, Union
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from graphmem.policies import POLICIES
+
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 STUDIES_DIR = Path(__file__).resolve().parents[2] / "scripts" / "studies"
 SCHEMA_NAME = "schema"
@@ -142,8 +144,6 @@ def policy_label(target: str) -> str:
 
     ``target`` is a registered name or a dotted path (``_target_``); one that cannot be imported
     keeps its last component (the import error is raised where the policy is made)."""
-    from graphmem.policies import POLICIES
-
     try:
         cls = POLICIES.resolve(target)
     except ValueError:
@@ -221,8 +221,6 @@ def policy_option(path: str | Path) -> DictConfig:
 
 def policy_schemas() -> dict[str, type]:
     """``<name>_schema`` -> schema of every registered policy."""
-    from graphmem.policies import POLICIES
-
     return {f"{name}_schema": policy_schema(cls) for name, cls in sorted(POLICIES.items())}
 
 

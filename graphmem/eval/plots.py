@@ -24,6 +24,9 @@ import textwrap
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from graphmem.eval.metrics import ADVERSARIAL_CATEGORY
+from graphmem.store.io import atomic_write
+
 RELATION_COLOURS = {"temporal": "#1f77b4", "semantic": "#2ca02c", "causal": "#d62728", "entity": "#ff7f0e"}
 _EXTRA_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 GOLD, LOADED, MISSED, VISITED = "#f2b705", "#a6cee3", "#ffffff", "#e0e0e0"
@@ -39,8 +42,6 @@ def _pyplot():
 
 
 def _save(fig, path: str | Path, dpi: int = 120) -> Path:
-    from graphmem.store.io import atomic_write
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
@@ -134,8 +135,6 @@ def sweep_values(
     """policy -> max_tokens -> per-question values of ``metric``, from :func:`graphmem.eval.harness.budget_sweep`
     results (questions without a value, e.g. no resolvable gold, are left out; LoCoMo category 5
     only when ``adversarial``, matching the ``overall`` group)."""
-    from graphmem.eval.metrics import ADVERSARIAL_CATEGORY
-
     out: dict[str, dict[int, list[float]]] = {}
     for policy, results in sweeps.items():
         out[policy] = {}

@@ -16,6 +16,7 @@ from typing import Any
 
 from graphmem.core.errors import InputError
 from graphmem.eval.metrics import in_overall
+from graphmem.eval.plots import plot_recall_vs_budget
 from graphmem.eval.stats import PairedComparison, bootstrap_ci, compare_policies, paired_comparison
 
 
@@ -224,8 +225,6 @@ def sweep_recall(rows: dict[str, dict[int, list[dict]]]) -> dict[str, dict[int, 
 def plot_node_sweep(rows: dict[str, dict[int, list[dict]]], path: Path, title: str) -> Path:
     """The PNG of evidence recall against the node budget (``max_nodes``) of node-sweep ``rows``, one line per
     policy with its 95% band (:func:`graphmem.eval.plots.plot_recall_vs_budget` over :func:`sweep_recall`)."""
-    from graphmem.eval.plots import plot_recall_vs_budget
-
     values = {"evidence recall": sweep_recall(rows)}
     return plot_recall_vs_budget(values, path, title=title, xlabel="nodes loaded (max_nodes)")
 

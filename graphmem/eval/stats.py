@@ -21,6 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from graphmem.eval.metrics import in_overall
+
 # Per-question metrics compared by default (each where the dataset defines it).
 STAT_METRICS = (
     "evidence_recall",
@@ -166,8 +168,6 @@ def compare_policies(
     ``overall`` group take part (:func:`graphmem.eval.metrics.in_overall`: LoCoMo's adversarial
     category is reported apart), so ``n`` matches the overall tables; ``group`` names the questions the rows
     hold (``overall``, or a part of them such as the streaming protocol's ``second_half``)."""
-    from graphmem.eval.metrics import in_overall
-
     if reference not in rows:
         raise ValueError(f"reference policy {reference!r} was not evaluated (policies: {sorted(rows)})")
     rows = {p: [r for r in rs if in_overall(r.get("category", ""))] for p, rs in rows.items()}

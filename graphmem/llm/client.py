@@ -36,7 +36,9 @@ from typing import Any, Callable, Sequence, TypeVar
 from pydantic import BaseModel
 
 from graphmem.llm.cache import ResponseCache, cache_key
+from graphmem.llm.local import register_local_provider
 from graphmem.llm.schemas import Parsed, parse_structured, response_schema
+from graphmem.tracking.secrets import redact
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm fetches prices at import otherwise
 
@@ -195,8 +197,6 @@ class LLMClient:
         self._sleep: Callable[[float], None] = time.sleep
         self._format_support: bool | None = None
         if self.config.model.startswith("local/"):
-            from graphmem.llm.local import register_local_provider
-
             register_local_provider()
 
     @property
@@ -482,6 +482,4 @@ class LLMClient:
 
     def _redact(self, text: str) -> str:
         """``text`` without the configured key's value or any other credential (module docstring)."""
-        from graphmem.tracking.secrets import redact  # lazily: graphmem.tracking imports the graph set
-
         return redact(text, [os.environ.get(self.config.api_key_env) if self.config.api_key_env else None])

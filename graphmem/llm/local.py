@@ -27,6 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from graphmem.llm.constrained import SchemaDecoder
+
 PROVIDER = "local"
 MODEL_NAME = "smollm2-135m"
 LOCAL_MODEL = f"{PROVIDER}/{MODEL_NAME}"
@@ -81,8 +83,6 @@ class LocalLM:
     @property
     def decoder(self):
         if self._decoder is None:
-            from graphmem.llm.constrained import SchemaDecoder
-
             self._decoder = SchemaDecoder(self.tokenizer, self.model)
         return self._decoder
 

@@ -133,7 +133,7 @@ class GNNPolicy(TraversalPolicy):
     @torch.no_grad()
     def score(self, graph: MemoryGraph, queries: Sequence[Query], entries: list[list[int]]) -> Tensor:
         """``[B, N]`` reader scores of one graph on the policy's device, ``query_chunk`` queries at a time."""
-        from models.gnn_reader import start_mask
+        from models.gnn_reader import start_mask  # lazily, as in load_reader
 
         dev = self.device
         x, ei, et, ea = (t.to(dev) for t in (graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr))
@@ -383,7 +383,7 @@ class BallScores:
     @torch.no_grad()
     def need(self, nodes: Tensor) -> None:
         """Score the real nodes (``< N``) of ``nodes`` ``[B, M]`` not scored yet."""
-        from models.gnn_reader import ball_scores
+        from models.gnn_reader import ball_scores  # lazily, as in load_reader
 
         n, cfg = self.graph.num_nodes, self.reader.config
         rows = torch.arange(nodes.shape[0], device=self.device)[:, None].expand_as(nodes)
@@ -410,7 +410,7 @@ class BallScores:
     def _full_pass(self, queries: Tensor) -> tuple[Tensor, Tensor]:
         """``(keys, scores)`` of every node not scored yet for ``queries`` (distinct, sorted), from
         full-graph passes of ``chunk`` queries each."""
-        from models.gnn_reader import start_mask
+        from models.gnn_reader import start_mask  # lazily, as in load_reader
 
         g, dev, n = self.graph, self.device, self.graph.num_nodes
         x, ei, et, ea = (t.to(dev) for t in (g.embeddings, g.edge_index, g.edge_type, g.edge_attr))

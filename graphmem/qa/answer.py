@@ -30,9 +30,12 @@ import torch
 
 from graphmem.core import Query
 from graphmem.core.graph import RELATIONS, MemoryGraph
+from graphmem.index.embed import MiniLMEncoder
 from graphmem.llm.client import LLMClient, Messages
 from graphmem.llm.prompts import block, make_nonce, memory_block, render
+from graphmem.policies.router import read_router_checkpoint
 from graphmem.qa.scoring import ABSTENTION_PHRASES, is_abstention
+from models.intent import RelationIntent
 
 ROLE = "qa_answer"
 GENERAL = "general"
@@ -110,14 +113,10 @@ def make_intent_predictor(
     ``prototype`` embeds :data:`INTENT_DESCRIPTIONS` with ``encoder`` (default: the MiniLM encoder,
     which must be the encoder of the graph set's query embeddings).
     """
-    from models.intent import RelationIntent
-
     if kind == "uniform":
         return IntentPredictor(None, min_weight)
     if kind == "prototype":
         if encoder is None:
-            from graphmem.index.embed import MiniLMEncoder
-
             encoder = MiniLMEncoder()
         protos = torch.as_tensor(encoder.encode([INTENT_DESCRIPTIONS[r] for r in RELATIONS]), dtype=torch.float32)
         module = RelationIntent(protos.shape[1], "prototype", len(RELATIONS), temperature, prototypes=protos)
@@ -125,7 +124,6 @@ def make_intent_predictor(
     if kind == "checkpoint":
         if not checkpoint:
             raise ValueError("intent kind 'checkpoint' needs qa.answer.intent_checkpoint (a router checkpoint)")
-        from graphmem.policies.router import read_router_checkpoint
 
         state = read_router_checkpoint(checkpoint)
         module = RelationIntent(**state["intent_config"])

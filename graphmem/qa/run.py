@@ -34,6 +34,7 @@ from typing import Any, Mapping, Sequence
 from graphmem.core import Query
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
+from graphmem.eval.harness import write_jsonl
 from graphmem.eval.metrics import category_name, percentile
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.qa.answer import Answerer, IntentPredictor, build_requests, make_intent_predictor
@@ -362,6 +363,4 @@ def summary_lines(result: QAResult) -> list[str]:
 
 
 def write_rows(result: QAResult, path: str | Path) -> Path:
-    from graphmem.eval.harness import write_jsonl
-
     return write_jsonl(result.rows, path)

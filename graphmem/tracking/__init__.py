@@ -17,7 +17,6 @@ from graphmem.tracking.artifacts import (
 )
 from graphmem.tracking.jobs import (
     experiment_group,
-    graphset_location,
     log_checkpoints,
     log_question_tables,
     use_graphset,
@@ -41,7 +40,6 @@ __all__ = [
     "config_for_logging",
     "describe_artifact",
     "experiment_group",
-    "graphset_location",
     "graphset_artifact",
     "is_secret_name",
     "lineage",

@@ -37,28 +37,6 @@ def experiment_group(job_type: str, dataset: str) -> str:
     return artifact_name("-".join(p for p in (job_type, dataset, experiment, stamp) if p))
 
 
-def graphset_location(cfg: Any) -> Path:
-    """The folder of the saved graph set a script's config reads: ``graphset`` when set, else the
-    folder ``load_or_build`` uses under ``graphset_dir`` for ``data`` and ``graph``."""
-    from omegaconf import OmegaConf
-
-    from graphmem.builders import DataConfig, GraphConfig, graphset_dir
-
-    def absolute(path: str) -> Path:
-        from hydra.utils import to_absolute_path
-
-        try:
-            return Path(to_absolute_path(path))
-        except ValueError:  # no Hydra run: relative to the working directory
-            return Path(path).resolve()
-
-    if cfg.get("graphset"):
-        return absolute(cfg.graphset)
-    data = DataConfig.from_mapping(OmegaConf.to_container(cfg.data, resolve=True))
-    graph = GraphConfig.from_mapping(OmegaConf.to_container(cfg.graph, resolve=True))
-    return graphset_dir(absolute(cfg.graphset_dir), data, graph)
-
-
 def use_graphset(tracker: Tracker, directory: str | Path | None) -> ArtifactRef | None:
     """Declare the saved graph set in ``directory`` an input of the run (nothing when it has no manifest)."""
     if directory is None or not (Path(directory) / "manifest.json").is_file():

@@ -45,10 +45,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graphmem.core import Budget
+from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
 from graphmem.index.lexical_features import Lexical, dense_features, lexical_inputs
 from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more, reader_inputs
+from graphmem.policies.selectors import make_entry_selector
 from graphmem.policies.subgraph import ball, layered_subgraphs, lookup, relational_in_degree
 from graphmem.policies.tables import csr
 from graphmem.store.checkpoint import save_checkpoint as write_checkpoint
@@ -109,9 +110,6 @@ def examples_from_graphset(
 
     Entries come from the selector named ``entries`` (or given as an object), exactly as at retrieval.
     """
-    from graphmem.core import Query
-    from graphmem.policies.selectors import make_entry_selector
-
     entry_selector = make_entry_selector(entries)
     by_graph: dict[str, list[int]] = {}
     for i in question_indices:
@@ -253,8 +251,6 @@ def evidence_recall(
     """Mean ``|loaded ∩ gold| / |gold|`` of the ``gnn`` walk under ``budget`` over all questions: with
     ``neighbourhood``, scored as ``method: ball`` scores (the same walk and loaded sets up to float
     summation order), else by one full-graph pass per ``chunk`` questions."""
-    from graphmem.core import Query
-
     reader.eval()
     total, count = 0.0, 0
     for ex in examples:

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from graphmem.builders import GraphConfig
 from graphmem.builders.entities import make_entity_extractor
+from graphmem.tracking import experiment_group
 from rl.gnn.split import split_parts
 from rl.writer.grpo import (
     WriterConfig,
@@ -68,7 +69,6 @@ def report_to_wandb(wcfg: WriterConfig, gs, out_dir: Path, job_type: str = "trai
     (offline unless ``WANDB_MODE`` says otherwise), the run folder under ``out_dir``; else nothing."""
     if "wandb" not in wcfg.report_to:
         return
-    from graphmem.tracking import experiment_group
 
     os.environ.setdefault("WANDB_RUN_GROUP", experiment_group("train", gs.dataset))
     os.environ.setdefault("WANDB_JOB_TYPE", job_type)

@@ -61,7 +61,7 @@ from feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.config.cli import METRICS, load_graphset, run_or_exit, set_threads
+from graphmem.config.cli import METRICS, graphset_location, load_graphset, run_or_exit, set_threads
 from graphmem.config.launch import check_command_line
 from graphmem.core import Budget
 from graphmem.core.errors import NothingMeasuredError
@@ -75,7 +75,6 @@ from graphmem.tracking import (
     describe_artifact,
     experiment_group,
     graphset_artifact,
-    graphset_location,
     make_tracker,
 )
 from rl.common.splits import conversation_folds, within_conversation_split

@@ -51,7 +51,7 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders.config import GraphConfig
 from graphmem.builders.incremental import records_of
-from graphmem.config.cli import check_int, check_out_dir, load_graphset, run_or_exit, set_threads
+from graphmem.config.cli import check_int, check_out_dir, graphset_location, load_graphset, run_or_exit, set_threads
 from graphmem.config.launch import check_command_line
 from graphmem.core import Budget
 from graphmem.core.errors import InputError
@@ -66,7 +66,7 @@ from graphmem.store.checkpoint import checkpoint_inputs
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
 from graphmem.store.run_folder import open_run_folder
-from graphmem.tracking import describe_artifact, experiment_group, graphset_location, make_tracker, use_graphset
+from graphmem.tracking import describe_artifact, experiment_group, make_tracker, use_graphset
 
 log = logging.getLogger(__name__)
 
