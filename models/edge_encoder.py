@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
+from graphmem.core.tokens import node_tokens
 
 EDGE_MODES = ("onehot", "phase1", "table", "inductive")
 NUM_PAIR_FEATURES = 22  # width of PairTable.raw for 4 relations (see pair_features)
@@ -142,7 +143,7 @@ def pair_features(
     do = torch.where(ordered, order[dst] - order[src], torch.zeros_like(order[src]))
     o_dst = torch.where(torch.isfinite(order[dst]), order[dst], torch.zeros_like(order[dst]))
     deg = rowptr.diff().float()
-    tokens = graph.node_tokens().float()
+    tokens = node_tokens(graph).float()
     cols = [
         onehot,
         phase1,
@@ -165,12 +166,12 @@ def pair_features(
 
 
 def pair_table(graph: MemoryGraph) -> PairTable:
-    """:func:`build_pair_table`, cached on ``graph`` while its edges, Phase-1 features and timestamps are unchanged."""
-    return graph.cached(
-        "models.edge_encoder.pair_table",
-        lambda: build_pair_table(graph),
-        (graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps),
-    )
+    """:func:`build_pair_table`, kept in ``graph.derived`` while its edges, Phase-1 features and timestamps stay."""
+    deps = (graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps)
+    table = graph.derived.get("models.edge_encoder.pair_table", deps)
+    if table is None:
+        table = graph.derived.put("models.edge_encoder.pair_table", build_pair_table(graph), deps)
+    return table
 
 
 class PerEdgeResidual(nn.Module):

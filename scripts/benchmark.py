@@ -52,6 +52,7 @@ from graphmem.config.cli import run_or_exit, set_threads
 from graphmem.config.launch import check_command_line
 from graphmem.core import Budget, Query
 from graphmem.core.device import resolve_device
+from graphmem.core.tokens import node_tokens
 from graphmem.eval.scaling import bench_policy, make_queries
 from graphmem.eval.scaling_text import sweep_for
 from graphmem.policies import Scope
@@ -433,7 +434,7 @@ def _run(cfg: DictConfig) -> dict:
     for size in tqdm(cfg.sizes, desc="synthetic sizes", disable=not progress):
         t = time.perf_counter()
         graph = make_synthetic_graph(int(size), avg_degree=cfg.avg_degree, dim=cfg.dim, seed=cfg.seed)
-        graph.node_tokens()
+        node_tokens(graph)
         entry = {"nodes": graph.num_nodes, "edges": graph.num_edges, "build_s": round(time.perf_counter() - t, 3)}
         log.info("graph %d nodes, %d edges built in %.1fs", graph.num_nodes, graph.num_edges, entry["build_s"])
         queries = make_queries(graph, cfg.num_queries, cfg.query_noise, cfg.seed + 1)

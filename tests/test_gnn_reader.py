@@ -11,6 +11,7 @@ import torch
 
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
+from graphmem.core.tokens import node_tokens
 from graphmem.policies.batched import pad_rows
 from graphmem.policies.gnn import GNNPolicy, batched_walk
 from graphmem.policies.selectors import EmbeddingEntrySelector
@@ -145,7 +146,7 @@ def test_gnn_policy_honours_budget(budget, tmp_path):
     policy = GNNPolicy(checkpoint=path)  # default EmbeddingEntrySelector
     queries = [Query(f"q{i}", "text", torch.randn(8)) for i in range(6)]
     results = policy.retrieve_batch(g, queries, budget)
-    tokens = g.node_tokens()
+    tokens = node_tokens(g)
     for r, q in zip(results, queries):
         assert len(r.entries) <= budget.max_entries
         assert len(r.loaded) <= budget.max_nodes and len(set(r.loaded)) == len(r.loaded)

@@ -6,7 +6,8 @@ import struct
 import pytest
 import torch
 
-from graphmem.core.graph import GraphError, MemoryGraph
+from graphmem.core.graph import GraphError, MemoryGraph, out_csr
+from graphmem.core.pyg import from_pyg, to_pyg
 from graphmem.store.io import SCHEMA_VERSION, load_graph, save_graph
 
 
@@ -50,7 +51,7 @@ def test_observe_never_creates_edges_and_ignores_neutral():
 def test_csr_lists_out_edges_by_target():
     g = toy_graph()
     g.add_edges([0], [3], "semantic")
-    rowptr, perm = g.csr()
+    rowptr, perm = out_csr(g)
     assert rowptr.tolist() == [0, 3, 4, 5, 5]
     assert g.edge_index[1, g.out_edges(0)].tolist() == [1, 2, 3]
     assert g.edge_index[1, g.out_edges(3)].tolist() == []
@@ -111,7 +112,7 @@ def test_validate_names_edge_and_field():
 def test_pyg_round_trip():
     g = toy_graph()
     g.observe("a", "c", "harmful", 0.5)
-    h = MemoryGraph.from_pyg(g.to_pyg())
+    h = from_pyg(to_pyg(g))
     for name in ("embeddings", "edge_index", "edge_type", "S", "F", "edge_attr", "edge_attr_init"):
         assert torch.equal(getattr(h, name), getattr(g, name)), name
     assert h.node_ids == g.node_ids and h.metadata == g.metadata and h.info == g.info

@@ -12,6 +12,7 @@ from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
 from graphmem.core.graph_batch import GraphBatch, graph_batch
+from graphmem.core.tokens import node_tokens
 from graphmem.eval.harness import evaluate_policy, run_retrievals
 from graphmem.policies import POLICIES, make_policy
 
@@ -67,7 +68,7 @@ def test_union_keeps_each_component():
         a.num_edges + b.num_edges,
     ]
     assert torch.equal(u.edge_index[:, a.num_edges :] - 30, b.edge_index)
-    assert torch.equal(u.node_tokens(), torch.cat([a.node_tokens(), b.node_tokens()]))
+    assert torch.equal(node_tokens(u), torch.cat([node_tokens(a), node_tokens(b)]))
     assert sorted(range(50), key=lambda i: u.node_ids[30 + i]) == sorted(range(50), key=lambda i: b.node_ids[i])
     assert batch.node_component.tolist() == [0] * 30 + [1] * 50
     u.validate()

@@ -11,6 +11,7 @@ import pytest
 import torch
 from scipy import stats
 
+from graphmem.core.tokens import node_tokens
 from graphmem.policies.walk import walk_tables
 from models.edge_encoder import pair_table
 from models.walk_scorer import WalkScorer
@@ -130,7 +131,7 @@ def test_gold_is_kept_off_the_graph(family):
 
 def test_scorer_without_modulation_weighs_edges_by_the_intent_alone(family):
     g = next(iter(family.graphs.values()))
-    tables = walk_tables(torch.nn.functional.normalize(g.embeddings, dim=1), g.node_tokens(), pair_table(g))
+    tables = walk_tables(torch.nn.functional.normalize(g.embeddings, dim=1), node_tokens(g), pair_table(g))
     q, entries = family.query_embeddings[:4], torch.zeros(4, 1, dtype=torch.long)
     uniform = WalkScorer(dim=g.dim, intent="uniform", modulation=False, lexical=False)
     assert uniform.modulator is None

@@ -6,6 +6,7 @@ import torch
 from graphmem.builders.synthetic import make_bridge_graph, make_synthetic_graph
 from graphmem.core import Budget
 from graphmem.core.graph import RELATIONS
+from graphmem.core.tokens import node_tokens
 from graphmem.policies import make_policy
 
 
@@ -16,7 +17,7 @@ def test_synthetic_graph_shape_mix_and_texts():
     by_rel = torch.bincount(g.edge_type, minlength=len(RELATIONS))
     assert by_rel[RELATIONS.index("semantic")] == 0 and by_rel[RELATIONS.index("causal")] == 0
     assert (g.edge_index[0] != g.edge_index[1]).all()
-    tokens = g.node_tokens().float()
+    tokens = node_tokens(g).float()
     assert 10 <= float(tokens.mean()) <= 45 and int(tokens.min()) >= 8
     assert torch.allclose(g.embeddings.norm(dim=1), torch.ones(2000), atol=1e-5)
     assert g.node_ids == sorted(g.node_ids)

@@ -9,6 +9,7 @@ import torch
 from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.core import Budget
 from graphmem.core.graph import MemoryGraph
+from graphmem.core.tokens import node_tokens
 from graphmem.policies.walk import step_log_probs, walk, walk_tables, walk_trace
 from models.edge_encoder import pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
@@ -32,7 +33,7 @@ class NodeValueScorer:
 
 def tables_of(graph: MemoryGraph):
     x = torch.nn.functional.normalize(graph.embeddings, dim=1)
-    return walk_tables(x, graph.node_tokens(), pair_table(graph))
+    return walk_tables(x, node_tokens(graph), pair_table(graph))
 
 
 def toy_graph(long_node: int | None = None) -> MemoryGraph:
@@ -80,7 +81,7 @@ def test_stop_action_ends_the_walk():
 
 
 def check_walk_invariants(graph: MemoryGraph, ep, entries: torch.Tensor, budget: Budget) -> None:
-    tokens = graph.node_tokens()
+    tokens = node_tokens(graph)
     pairs = set(map(tuple, graph.edge_index.T.tolist()))
     for b in range(entries.shape[0]):
         loaded = [v for v in ep.loaded[b].tolist() if v >= 0]
@@ -171,4 +172,4 @@ def test_walk_trace_of_the_toy_walk():
     assert tr.edge.tolist() == [-1, 0, 3, 2, -1]
     assert torch.allclose(tr.score, torch.tensor([0.9, 0.8, 0.95, 0.75, 0.1]))
     assert tr.expanded_node.tolist() == [0, 2, 4, 1]  # 5 is at max_hops: its out-pairs are never read
-    assert tr.tokens.tolist() == [int(g.node_tokens()[[0, 2, 5, 4, 1]].sum())]
+    assert tr.tokens.tolist() == [int(node_tokens(g)[[0, 2, 5, 4, 1]].sum())]

@@ -8,6 +8,7 @@ import torch
 
 from graphmem.builders.synthetic import make_bridge_graph
 from graphmem.core import Budget
+from graphmem.core.tokens import node_tokens
 from graphmem.policies.walk import walk, walk_tables
 from models.edge_encoder import pair_table
 from models.walk_scorer import ScorerConfig, WalkScorer
@@ -60,7 +61,7 @@ def test_oracle_positives_by_hand():
 def bridge_part(seed: int):
     graph, queries, gold = make_bridge_graph(num_queries=8, seed=seed, dim=32)
     x = torch.nn.functional.normalize(graph.embeddings, dim=1)
-    tables = walk_tables(x, graph.node_tokens(), pair_table(graph))
+    tables = walk_tables(x, node_tokens(graph), pair_table(graph))
     q = torch.stack([qq.embedding for qq in queries])
     entries = (torch.nn.functional.normalize(q, dim=1) @ x.T).argmax(1, keepdim=True)
     return tables, q, entries, torch.tensor(gold)[:, None]

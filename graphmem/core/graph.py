@@ -22,8 +22,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
-from graphmem.core.device import to_device
-from graphmem.core.tokens import count_tokens, serialize_node
+from graphmem.core.derived import DerivedTables
 
 RELATIONS: tuple[str, ...] = ("temporal", "semantic", "causal", "entity")
 NAME_KEYS = ("name", "sample_id", "graph")  # info keys that name a graph, in order
@@ -80,14 +79,16 @@ class MemoryGraph:
     edge_attr_init: Tensor
     relations: tuple[str, ...] = RELATIONS
     info: dict[str, Any] = field(default_factory=dict)
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    derived: DerivedTables = field(default_factory=DerivedTables, repr=False, compare=False)
+    """Tables derived from the graph, built and kept by the layer that owns each (:mod:`graphmem.core.derived`);
+    every mutation through this class drops them."""
     node_log: list[tuple] = field(default_factory=list, repr=False, compare=False)
     """Append-only record of node mutations, for structures kept across them (vector indexes):
     ``("add", first row, count)``, ``("revise", row)`` (a new embedding), ``("text", row)`` (a new
     text), ``("remove", rows)`` (ascending rows before the removal; later rows shift down)."""
     indexes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Vector and BM25 indexes by name (:mod:`graphmem.index.vector_index`, :mod:`graphmem.index.lexical`); unlike the
-    cache they survive mutations and bring themselves up to date from :attr:`node_log`."""
+    derived tables they survive mutations and bring themselves up to date from :attr:`node_log`."""
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -131,75 +132,40 @@ class MemoryGraph:
         """Edge weight ``w_e = (S_e + 1) / (S_e + F_e + 2)`` (GraphMemory eq. 19)."""
         return (self.S + 1.0) / (self.S + self.F + 2.0)
 
+    @property
+    def version(self) -> int:
+        """Goes up with every mutation through this class (:meth:`invalidate`)."""
+        return self.derived.version
+
+    def _rows(self) -> dict[str, int]:
+        rows = self.derived.get("core.rows")
+        if rows is None:
+            rows = self.derived.put("core.rows", {n: i for i, n in enumerate(self.node_ids)})
+        return rows
+
     def index_of(self, node_id: str) -> int:
         """Row of ``node_id``; raises :class:`GraphError` for an unknown id."""
-        lookup = self.cached("id_to_index", lambda: {n: i for i, n in enumerate(self.node_ids)})
         try:
-            return lookup[node_id]
+            return self._rows()[node_id]
         except KeyError:
             raise GraphError(f"unknown node id {node_id!r}") from None
 
     def has_node(self, node_id: str) -> bool:
-        return node_id in self.cached("id_to_index", lambda: {n: i for i, n in enumerate(self.node_ids)})
-
-    def csr(self) -> tuple[Tensor, Tensor]:
-        """Out-neighbor access: ``(rowptr [N+1], perm [E])``.
-
-        The out-edges of node ``i`` are edge ids ``perm[rowptr[i]:rowptr[i+1]]``, ordered by target.
-        """
-
-        def build() -> tuple[Tensor, Tensor]:
-            src, dst = self.edge_index
-            perm = torch.argsort(src * max(self.num_nodes, 1) + dst, stable=True)
-            counts = torch.bincount(src, minlength=self.num_nodes)
-            rowptr = torch.zeros(self.num_nodes + 1, dtype=torch.long)
-            rowptr[1:] = torch.cumsum(counts, 0)
-            return rowptr, perm
-
-        return self.cached("csr", build)
+        return node_id in self._rows()
 
     def out_edges(self, node: int) -> Tensor:
-        """Edge ids leaving row ``node`` (ordered by target)."""
-        rowptr, perm = self.csr()
+        """Edge ids leaving row ``node`` (ordered by target; :func:`out_csr`)."""
+        rowptr, perm = out_csr(self)
         return perm[rowptr[node] : rowptr[node + 1]]
-
-    def node_tokens(self) -> Tensor:
-        """``[N]`` long: tokens of each node's serialized line (see :mod:`graphmem.core.tokens`)."""
-        return self.cached(
-            "node_tokens",
-            lambda: torch.tensor(
-                [count_tokens(serialize_node(i, t)) for i, t in zip(self.node_ids, self.texts)], dtype=torch.long
-            ),
-        )
 
     def edges_between(self, src: int, dst: int) -> Tensor:
         """Edge ids of all parallel edges ``src -> dst`` (any relation)."""
         out = self.out_edges(src)
         return out[self.edge_index[1, out] == dst]
 
-    def cached(self, name: str, build, deps: Sequence[Tensor] = (), device: str | torch.device | None = None):
-        """Derived structure ``build()`` memoised on this graph: the one per-graph cache.
-
-        Policies keep per-graph precomputations here (e.g. top-k neighbor tables). Any mutation
-        through this class, :meth:`observe` included, drops them; ``deps`` also invalidates the entry
-        when one of those tensors is replaced or edited in place (tracked by the tensor's version
-        counter), so code that writes ``S``/``F`` directly cannot read a stale table. With a
-        non-CPU ``device``, a copy of the value (a tensor or a tuple of tensors) moved there is
-        cached as well, so query batches find the graph's tables on their device.
-        """
-        if device is not None and torch.device(device).type != "cpu":
-            return self.cached(f"{name}@{device}", lambda: to_device(self.cached(name, build, deps), device), deps)
-        key = tuple((id(t), t._version) for t in deps)
-        hit = self._cache.get(name)
-        if hit is not None and hit[0] == key and all(a is b for a, b in zip(hit[1], deps)):
-            return hit[2]
-        value = build()
-        self._cache[name] = (key, tuple(deps), value)
-        return value
-
     def invalidate(self) -> None:
-        """Drop every derived structure."""
-        self._cache.clear()
+        """Drop every derived table (:attr:`derived`); :attr:`version` goes up."""
+        self.derived.clear()
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> MemoryGraph:
@@ -484,49 +450,7 @@ class MemoryGraph:
         self.invalidate()
         return int(edges.numel())
 
-    # ------------------------------------------------------------------ conversion
-    def to_pyg(self):
-        """A ``torch_geometric.data.Data`` holding every field (text fields as Python lists)."""
-        from torch_geometric.data import Data
-
-        return Data(
-            x=self.embeddings,
-            edge_index=self.edge_index,
-            edge_type=self.edge_type,
-            edge_attr=self.edge_attr,
-            edge_attr_init=self.edge_attr_init,
-            S=self.S,
-            F=self.F,
-            timestamps=self.timestamps,
-            node_ids=list(self.node_ids),
-            texts=list(self.texts),
-            node_keys=list(self.keys),
-            node_metadata=[dict(m) for m in self.metadata],
-            relations=list(self.relations),
-            info=dict(self.info),
-            num_nodes=self.num_nodes,
-        )
-
-    @classmethod
-    def from_pyg(cls, data) -> MemoryGraph:
-        """Inverse of :meth:`to_pyg` (validated)."""
-        return cls(
-            node_ids=list(data.node_ids),
-            texts=list(data.texts),
-            keys=list(data.node_keys),
-            embeddings=data.x,
-            timestamps=data.timestamps,
-            metadata=[dict(m) for m in data.node_metadata],
-            edge_index=data.edge_index,
-            edge_type=data.edge_type,
-            S=data.S,
-            F=data.F,
-            edge_attr=data.edge_attr,
-            edge_attr_init=data.edge_attr_init,
-            relations=tuple(data.relations),
-            info=dict(data.info),
-        ).validate()
-
+    # ------------------------------------------------------------------ copies
     def copy(self) -> MemoryGraph:
         """A deep copy (tensors cloned)."""
         return MemoryGraph(
@@ -546,18 +470,20 @@ class MemoryGraph:
             info=dict(self.info),
         )
 
-    def summary(self) -> dict[str, Any]:
-        """Node/edge counts by relation and out-degree statistics."""
-        deg = torch.bincount(self.edge_index[0], minlength=self.num_nodes).float() if self.num_nodes else torch.zeros(1)
-        by_rel = torch.bincount(self.edge_type, minlength=len(self.relations)).tolist()
-        return {
-            "nodes": self.num_nodes,
-            "edges": self.num_edges,
-            "edges_by_relation": dict(zip(self.relations, by_rel)),
-            "out_degree_mean": round(float(deg.mean()), 3),
-            "out_degree_max": int(deg.max()) if deg.numel() else 0,
-            "nodes_without_out_edges": int((deg == 0).sum()),
-        }
+
+def out_csr(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
+    """Out-neighbour access: ``(rowptr [N+1], perm [E])``, kept in ``graph.derived``.
+
+    The out-edges of node ``i`` are edge ids ``perm[rowptr[i]:rowptr[i+1]]``, ordered by target.
+    """
+    table = graph.derived.get("core.csr")
+    if table is None:
+        src, dst = graph.edge_index
+        perm = torch.argsort(src * max(graph.num_nodes, 1) + dst, stable=True)
+        rowptr = torch.zeros(graph.num_nodes + 1, dtype=torch.long)
+        rowptr[1:] = torch.cumsum(torch.bincount(src, minlength=graph.num_nodes), 0)
+        table = graph.derived.put("core.csr", (rowptr, perm))
+    return table
 
 
 def default_key(text: str, words: int = 12) -> str:

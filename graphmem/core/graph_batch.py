@@ -21,8 +21,7 @@ import torch
 from torch import Tensor
 
 from graphmem.core.graph import MemoryGraph
-
-_TOKEN = "graph_batch.member"  # per-graph token tensor, a new object after each invalidation of the graph's cache
+from graphmem.core.tokens import NODE_TOKENS, node_tokens
 
 
 @dataclass
@@ -63,13 +62,13 @@ class GraphBatch:
 
     @classmethod
     def single(cls, graph: MemoryGraph) -> GraphBatch:
-        """One graph as a batch of one: the union is the graph itself (nothing is copied; cached)."""
-
-        def build() -> GraphBatch:
+        """One graph as a batch of one: the union is the graph itself (nothing is copied; kept in ``graph.derived``)."""
+        batch = graph.derived.get("core.graph_batch.single")
+        if batch is None:
             ptr = lambda n: torch.tensor([0, n], device=torch.device("cpu"))  # noqa: E731
-            return cls(graph, [graph], ptr(graph.num_nodes), ptr(graph.num_edges), [graph.name or "0"])
-
-        return graph.cached("graph_batch.single", build)
+            batch = cls(graph, [graph], ptr(graph.num_nodes), ptr(graph.num_edges), [graph.name or "0"])
+            graph.derived.put("core.graph_batch.single", batch)
+        return batch
 
     @classmethod
     def from_graphs(cls, graphs: Sequence[MemoryGraph] | Mapping[str, MemoryGraph]) -> GraphBatch:
@@ -110,8 +109,7 @@ class GraphBatch:
             info={"graph_batch": len(graphs)},
         )
         # token counts are those of the component graphs (the prefixed ids must not change them)
-        tokens = torch.cat([g.node_tokens() for g in graphs])
-        union.cached("node_tokens", lambda: tokens)
+        union.derived.put(NODE_TOKENS, torch.cat([node_tokens(g) for g in graphs]))
         return cls(union, graphs, node_ptr, edge_ptr, names)
 
     def query_components(self, counts: Sequence[int], device: str | torch.device = "cpu") -> Tensor:
@@ -122,25 +120,15 @@ class GraphBatch:
 
 
 def graph_batch(graphs: Sequence[MemoryGraph]) -> GraphBatch:
-    """:meth:`GraphBatch.from_graphs`, cached on the first graph until any component changes.
+    """:meth:`GraphBatch.from_graphs`, kept in the first graph's ``derived`` tables until any component changes.
 
-    A component counts as changed when its cache was invalidated (every structural or counter
-    mutation through :class:`MemoryGraph` does this: its member token is then a new object) or when
-    one of its tensors was replaced or edited in place (the version counters that
-    :meth:`MemoryGraph.cached` tracks).
+    A component counts as changed when its :attr:`~MemoryGraph.version` went up (every structural or
+    counter mutation through :class:`MemoryGraph`) or when one of its tensors was replaced or edited in
+    place (the version counters :class:`~graphmem.core.derived.DerivedTables` tracks).
     """
     graphs = list(graphs)
-    deps = [
-        t
-        for g in graphs
-        for t in (
-            g.cached(_TOKEN, lambda: torch.empty(0)),
-            g.embeddings,
-            g.edge_index,
-            g.edge_type,
-            g.S,
-            g.F,
-            g.edge_attr,
-        )
-    ]
-    return graphs[0].cached("graph_batch", lambda: GraphBatch.from_graphs(graphs), deps)
+    deps = [t for g in graphs for t in (g, g.embeddings, g.edge_index, g.edge_type, g.S, g.F, g.edge_attr)]
+    batch = graphs[0].derived.get("core.graph_batch", deps)
+    if batch is None:
+        batch = graphs[0].derived.put("core.graph_batch", GraphBatch.from_graphs(graphs), deps)
+    return batch

@@ -9,8 +9,16 @@ a token is a maximal run of word characters or a single non-space symbol
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from graphmem.core.graph import MemoryGraph
 
 TOKENIZER_NAME = "regex-word-v1"
+NODE_TOKENS = "core.node_tokens"  # the key of a graph's token counts in ``graph.derived``
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
 
@@ -22,3 +30,12 @@ def count_tokens(text: str) -> int:
 def serialize_node(node_id: str, text: str) -> str:
     """One line of serialized memory, ``Ser`` in GraphMemory Algorithm 1: ``[id] text``."""
     return f"[{node_id}] {text}"
+
+
+def node_tokens(graph: MemoryGraph) -> Tensor:
+    """``[N]`` long: tokens of each node's serialized line, kept in ``graph.derived``."""
+    counts = graph.derived.get(NODE_TOKENS)
+    if counts is None:
+        lines = (serialize_node(i, t) for i, t in zip(graph.node_ids, graph.texts))
+        counts = graph.derived.put(NODE_TOKENS, torch.tensor([count_tokens(x) for x in lines], dtype=torch.long))
+    return counts

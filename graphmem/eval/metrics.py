@@ -159,8 +159,11 @@ def question_metrics(
 
 
 def graph_titles(graph: MemoryGraph) -> set[str]:
-    """The passage titles of ``graph``'s nodes (cached on the graph)."""
-    return graph.cached("eval.titles", lambda: {node_title(graph, n) for n in graph.node_ids}, ())
+    """The passage titles of ``graph``'s nodes (kept in ``graph.derived``)."""
+    titles = graph.derived.get("eval.titles")
+    if titles is None:
+        titles = graph.derived.put("eval.titles", {node_title(graph, n) for n in graph.node_ids})
+    return titles
 
 
 def passage_ranking(graph: MemoryGraph, ranked: Sequence[str]) -> list[str]:

@@ -21,6 +21,7 @@ import torch
 
 from graphmem.core import Budget, Query, Retrieval
 from graphmem.core.graph import MemoryGraph
+from graphmem.core.tokens import node_tokens
 from graphmem.policies import POLICIES, TraversalPolicy
 from graphmem.policies.batched import load_under_budget
 from graphmem.policies.ppr import hop_distance, transition_matrix
@@ -88,7 +89,7 @@ def bounded_bfs(graph: MemoryGraph, entries: Sequence[int], budget: Budget, expa
     The trace lists every inspected out-edge and, for each loaded non-entry node, the edge whose
     push loaded it.
     """
-    tokens = graph.node_tokens().tolist()
+    tokens = node_tokens(graph).tolist()
     queue: deque[tuple[int, int, int]] = deque((v, 0, -1) for v in entries)
     loaded: list[int] = []
     visited: set[int] = set()
@@ -260,12 +261,12 @@ def router(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieva
     entries = entries_of(policy, graph, query, budget)
     residual = scorer.edges.residual
     rows = None if residual is None else residual.edge_rows([graph.name], [graph.num_edges])
-    tables = graph_walk_tables(graph, rows, device=dev)
+    tables = graph_walk_tables(graph, rows).to(dev)
     q = query_matrix(graph, [query]).to(dev)
     given = (lexical_inputs([graph], [[query.text]], dev),) if scorer.config.lexical else ()
     ctx = scorer.prepare(tables, q, torch.tensor([entries], dtype=torch.long, device=dev).reshape(1, -1), *given)
     rowptr, dst, pair_edge = (t.tolist() for t in (tables.pairs.rowptr, tables.pairs.dst, tables.pairs.edge))
-    tokens = graph.node_tokens().tolist()
+    tokens = node_tokens(graph).tolist()
 
     def scored(parent: int, children: list[int], pairs: list[int], depth: int, order: list[int]) -> list[float]:
         def t(v):

@@ -34,6 +34,7 @@ import torch
 from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
+from graphmem.core.tokens import node_tokens
 from graphmem.eval.latency import batched_throughput, serving_latency
 from graphmem.index.vector_index import IndexSpec, index_for
 from graphmem.policies import TraversalPolicy, make_policy
@@ -217,7 +218,7 @@ def built(make, size: int, cfg: Mapping[str, Any]) -> tuple[MemoryGraph, dict[st
     (nodes, edges, ``graph_build_s``)."""
     t = time.perf_counter()
     graph = make(int(size), avg_degree=cfg["avg_degree"], dim=cfg["dim"], seed=cfg["seed"])
-    graph.node_tokens()
+    node_tokens(graph)
     entry: dict[str, Any] = {"nodes": graph.num_nodes, "edges": graph.num_edges}
     entry["graph_build_s"] = time.perf_counter() - t
     return graph, entry

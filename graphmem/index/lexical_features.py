@@ -229,8 +229,11 @@ def _node_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
 
 
 def graph_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
-    """:class:`NodeTerms` and :class:`GraphLexicon` of a graph, cached on it (dropped on any mutation)."""
-    return graph.cached("lexical_features.node_terms", lambda: _node_tables(graph), (graph.embeddings,))
+    """:class:`NodeTerms` and :class:`GraphLexicon` of a graph, kept in ``graph.derived`` (dropped on any mutation)."""
+    tables = graph.derived.get("index.lexical_features.node_terms", (graph.embeddings,))
+    if tables is None:
+        tables = graph.derived.put("index.lexical_features.node_terms", _node_tables(graph), (graph.embeddings,))
+    return tables
 
 
 def node_terms(graph) -> NodeTerms:

@@ -17,6 +17,7 @@ from torch import Tensor
 from graphmem.core.csr import csr_positions  # noqa: F401  (re-exported for the policies)
 from graphmem.core.graph import MemoryGraph
 from graphmem.core.retrieval import Budget, RetrievalBatch
+from graphmem.core.tokens import node_tokens
 from graphmem.policies.tables import csr
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ ExpandBatch = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 # ---------------------------------------------------------------------------- ragged helpers
 def csr_values(rowptr: Tensor, values: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
     """:func:`csr_positions` read through ``values``: ``(seg [C], values[pos] [C])`` (e.g. with
-    ``values = perm`` of :meth:`MemoryGraph.csr`, the out-edges of ``nodes``)."""
+    ``values = perm`` of :func:`graphmem.core.graph.out_csr`, the out-edges of ``nodes``)."""
     seg, pos = csr_positions(rowptr, nodes)
     return seg, values[pos]
 
@@ -94,7 +95,7 @@ def compact_left(values: Tensor, *others: Tensor, keep: Tensor | None = None) ->
 # ---------------------------------------------------------------------------- budget admission
 def load_under_budget(graph: MemoryGraph, ranked: Iterable[int], budget: Budget) -> tuple[list[int], int]:
     """Load nodes in ``ranked`` order, skipping any that would break the node or token budget."""
-    tokens = graph.node_tokens()
+    tokens = node_tokens(graph)
     loaded, used, seen = [], 0, set()
     for v in ranked:
         if len(loaded) >= budget.max_nodes:

@@ -44,6 +44,7 @@ from graphmem.policies.tables import (
     distinct_neighbors,
     edge_targets,
     first_occurrence,
+    kept,
     node_id_rank,
     token_counts,
 )
@@ -94,7 +95,7 @@ class BetaBFS(TraversalPolicy):
         """``[C]`` score of each edge of ``edges`` under :attr:`ranking` (module docstring); each
         call makes new Thompson draws."""
         deps = (graph.S, graph.F)
-        counters = graph.cached("policies.beta_counters", lambda: torch.stack(deps).double(), deps, edges.device)
+        counters = kept(graph, "policies.beta_counters", lambda: torch.stack(deps).double(), deps, edges.device)
         alpha, beta = counters[0, edges] + 1.0, counters[1, edges] + 1.0
         total = alpha + beta
         if self.ranking == "thompson":
@@ -148,4 +149,4 @@ def top_neighbors(graph: MemoryGraph, k: int, device: str | torch.device | None 
         rowptr, target, edge = distinct_neighbors(graph, by_weight=True)
         return dense_rows(rowptr, target, k, -1), dense_rows(rowptr, edge, k, -1)
 
-    return graph.cached(f"policies.beta_bfs_top{k}", build, (graph.edge_index, graph.S, graph.F), device)
+    return kept(graph, f"policies.beta_bfs_top{k}", build, (graph.edge_index, graph.S, graph.F), device)

@@ -33,7 +33,7 @@ from graphmem.index.lexical import bm25_for
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import load_rankings
 from graphmem.policies.selectors import register_entry_selector
-from graphmem.policies.tables import node_id_rank
+from graphmem.policies.tables import kept, node_id_rank
 
 
 def bm25_ranking(graph: MemoryGraph, query: str, k1: float = 1.5, b: float = 0.75) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +78,7 @@ def _bounded_ranking(graph: MemoryGraph, query: str, first: int, k1: float, b: f
 
 def id_order(graph: MemoryGraph) -> list[int]:
     """Every row of ``graph`` by ascending string id (cached)."""
-    return graph.cached("policies.id_order", lambda: torch.argsort(node_id_rank(graph)).tolist())
+    return kept(graph, "policies.id_order", lambda: torch.argsort(node_id_rank(graph)).tolist())
 
 
 def _then_the_rest(graph: MemoryGraph, rows: list[int]) -> Iterator[int]:

@@ -63,7 +63,7 @@ from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolic
 from graphmem.policies.batched import compact_left, csr_values, greedy_admit, rank_in_group
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.subgraph import layered_subgraphs, lookup, relational_in_degree
-from graphmem.policies.tables import csr, dense_rows, distinct_neighbors, node_id_rank, token_counts
+from graphmem.policies.tables import csr, dense_rows, distinct_neighbors, kept, node_id_rank, token_counts
 from graphmem.store.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
 
 
@@ -224,7 +224,7 @@ def neighbor_table(graph: MemoryGraph, device: str | torch.device | None = None)
         nbr = torch.cat([dense_rows(rowptr, target, width, n), torch.full((1, width), n, dtype=torch.long)])
         return nbr, torch.cat([dense_rows(rowptr, edge, width, -1), torch.full((1, width), -1, dtype=torch.long)])
 
-    return graph.cached("policies.gnn.neighbor_table", build, (graph.edge_index,), device)
+    return kept(graph, "policies.gnn.neighbor_table", build, (graph.edge_index,), device)
 
 
 @dataclass
@@ -311,7 +311,8 @@ class DenseScores:
 def reader_inputs(graph: MemoryGraph, device: str | torch.device | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """``(embeddings [N, D], edge_type [E], edge_attr [E, d_e])`` of ``graph`` on ``device``, copied there
     once per graph (cached), so that reading some of their rows costs no transfer of the whole."""
-    return graph.cached(
+    return kept(
+        graph,
         "policies.gnn.reader_inputs",
         lambda: (graph.embeddings, graph.edge_type, graph.edge_attr),
         (graph.embeddings, graph.edge_type, graph.edge_attr),

@@ -51,7 +51,7 @@ from graphmem.policies.batched import csr_values, greedy_admit, rank_in_group
 from graphmem.policies.push import PushTable, forward_push, push_retrieval, push_table
 from graphmem.policies.ranking import topk_by_score
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
-from graphmem.policies.tables import csr, edge_targets, node_id_rank, token_counts
+from graphmem.policies.tables import csr, edge_targets, kept, node_id_rank, token_counts
 
 
 def transition_matrix(
@@ -284,7 +284,8 @@ class PersonalizedPageRank(TraversalPolicy):
         graph, batch = scope.graph, scope.batch
         name = f"policies.ppr_operators:{sorted(self.relation_weights.items())}:{self.use_posterior}:{self.alpha}"
         parts = {"node_comp": batch.node_component, "num_comp": batch.num_graphs} if batch.num_graphs > 1 else {}
-        return graph.cached(
+        return kept(
+            graph,
             name,
             lambda: ppr_operators(
                 *transition_matrix(graph, self.relation_weights, self.use_posterior), self.alpha, **parts
@@ -297,7 +298,8 @@ class PersonalizedPageRank(TraversalPolicy):
         """The :class:`~graphmem.policies.push.PushTable` of ``scope.graph`` (cached)."""
         graph = scope.graph
         name = f"policies.ppr_push:{sorted(self.relation_weights.items())}:{self.use_posterior}"
-        return graph.cached(
+        return kept(
+            graph,
             name,
             lambda: push_table(transition_matrix(graph, self.relation_weights, self.use_posterior)[0], graph.num_nodes),
             (graph.edge_index, graph.edge_type, graph.S, graph.F),

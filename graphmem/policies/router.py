@@ -42,6 +42,7 @@ from graphmem.policies.batched import csr_positions
 from graphmem.policies.rank_features import rank_inputs
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
+from graphmem.policies.tables import csr, kept
 from graphmem.policies.walk import graph_walk_tables, walk, walk_tables, walk_trace
 from graphmem.policies.walk_one import walk_one
 from graphmem.store.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
@@ -124,7 +125,7 @@ class RouterPolicy(TraversalPolicy):
         once per graph and weights. With a ranking head, each loaded node's ``rank`` is its relevance."""
         graph, dev = scope.graph, scope.device
         tables, tr, q, lexical = self._trace(scope, entries, budget)
-        rowptr, perm = graph.csr()
+        rowptr, perm = csr(graph)
         seg, pos = csr_positions(rowptr.to(dev), tr.expanded_node)
         considered = (tr.expanded_query[seg], perm.to(dev)[pos])
         moved = tr.edge >= 0
@@ -185,10 +186,10 @@ class RouterPolicy(TraversalPolicy):
         residual = scorer.edges.residual
 
         def build():
-            return graph_walk_tables(graph, device=self.device)
+            return graph_walk_tables(graph).to(self.device)
 
         deps = (graph.embeddings, graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps)
-        tables = graph.cached(f"policies.walk_tables:{self.device}", build, deps)
+        tables = kept(graph, f"policies.walk_tables:{self.device}", build, deps)
         if residual is not None:
             parts = scope.batch.graphs
             rows = residual.edge_rows([g.name for g in parts], [g.num_edges for g in parts]).to(self.device)
@@ -200,7 +201,7 @@ class RouterPolicy(TraversalPolicy):
 
         names = ",".join(g.name or "" for g in scope.batch.graphs) if residual is not None else ""
         key = f"policies.walk_static:{self.device}:{id(scorer)}:{names}"
-        return tables, graph.cached(key, static, (*deps, *self._weights))
+        return tables, kept(graph, key, static, (*deps, *self._weights))
 
 
 def counter_bias(graph, pairs, weight: float, pool: str = "pair") -> Tensor:

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from graphmem.core.graph import MemoryGraph
 from graphmem.policies.batched import csr_positions
-from graphmem.policies.tables import edge_sources
+from graphmem.policies.tables import edge_sources, kept
 
 
 def undirected_csr(graph: MemoryGraph, device: str | torch.device | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -40,7 +40,7 @@ def undirected_csr(graph: MemoryGraph, device: str | torch.device | None = None)
         rowptr[1:] = torch.cumsum(torch.bincount(row, minlength=n), 0)
         return rowptr, nbr[order], edge[order]
 
-    return graph.cached("policies.undirected_csr", build, (graph.edge_index,), device)
+    return kept(graph, "policies.undirected_csr", build, (graph.edge_index,), device)
 
 
 def ball(
@@ -120,7 +120,7 @@ def relational_in_degree(graph: MemoryGraph, inverse: bool, device: str | torch.
             return undirected_csr(graph)[0].diff()
         return torch.bincount(graph.edge_index[1], minlength=graph.num_nodes)
 
-    return graph.cached(f"policies.relational_degree.{inverse}", build, (graph.edge_index,), device)
+    return kept(graph, f"policies.relational_degree.{inverse}", build, (graph.edge_index,), device)
 
 
 class LayeredSubgraphs(NamedTuple):

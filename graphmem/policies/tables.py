@@ -1,4 +1,5 @@
-"""Per-graph tables the policies share, built once and kept in :meth:`MemoryGraph.cached`.
+"""Per-graph tables the policies share, built once by :func:`kept` and kept in the graph's derived tables
+(:mod:`graphmem.core.derived`).
 
 Each table depends on the graph only, never on a query, so a batch of queries (or many batches)
 reads it without rebuilding; ``device`` keeps a copy where the batched path runs. Tables that
@@ -8,32 +9,62 @@ them.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Sequence
+
+import numpy as np
 import torch
 from torch import Tensor
 
-from graphmem.core.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph, out_csr
+from graphmem.core.tokens import node_tokens
 
 Device = str | torch.device | None
 
 
+def to_device(value: Any, device: Device) -> Any:
+    """A tensor (or numpy array), or a tuple of them (other items unchanged), moved to ``device``."""
+    if isinstance(value, Tensor):
+        return value.to(device)
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value).to(device)
+    if isinstance(value, tuple):
+        moved = [to_device(v, device) for v in value]
+        return type(value)(*moved) if hasattr(value, "_fields") else tuple(moved)  # named tuples keep their type
+    return value
+
+
+def kept(graph: MemoryGraph, key: str, build: Callable[[], Any], deps: Sequence[Any] = (), device: Device = None):
+    """``build()``, kept in ``graph.derived`` under ``key`` while ``deps`` are unchanged (and until the graph
+    changes). With a non-CPU ``device``, a copy of the value (a tensor or a tuple of tensors) moved there is
+    kept as well, so query batches find the graph's tables on their device."""
+    if device is not None and torch.device(device).type != "cpu":
+        moved = graph.derived.get(f"{key}@{device}", deps)
+        if moved is None:
+            cpu = kept(graph, key, build, deps)
+            moved = graph.derived.put(f"{key}@{device}", to_device(cpu, device), deps)
+        return moved
+    value = graph.derived.get(key, deps)
+    return value if value is not None else graph.derived.put(key, build(), deps)
+
+
 def token_counts(graph: MemoryGraph, device: Device = None) -> Tensor:
-    """``[N]`` long :meth:`MemoryGraph.node_tokens`, on ``device``."""
-    return graph.cached("policies.node_tokens", graph.node_tokens, (), device)
+    """``[N]`` long :func:`graphmem.core.tokens.node_tokens`, on ``device``."""
+    return kept(graph, "policies.node_tokens", lambda: node_tokens(graph), (), device)
 
 
 def csr(graph: MemoryGraph, device: Device = None) -> tuple[Tensor, Tensor]:
-    """``(rowptr [N+1], perm [E])`` of :meth:`MemoryGraph.csr`, on ``device``."""
-    return graph.cached("policies.csr", graph.csr, (graph.edge_index,), device)
+    """``(rowptr [N+1], perm [E])`` of :func:`graphmem.core.graph.out_csr`, on ``device``."""
+    return kept(graph, "policies.csr", lambda: out_csr(graph), (graph.edge_index,), device)
 
 
 def edge_targets(graph: MemoryGraph, device: Device = None) -> Tensor:
     """``[E]`` target row of every edge, on ``device``."""
-    return graph.cached("policies.edge_targets", lambda: graph.edge_index[1], (graph.edge_index,), device)
+    return kept(graph, "policies.edge_targets", lambda: graph.edge_index[1], (graph.edge_index,), device)
 
 
 def edge_sources(graph: MemoryGraph, device: Device = None) -> Tensor:
     """``[E]`` source row of every edge, on ``device``."""
-    return graph.cached("policies.edge_sources", lambda: graph.edge_index[0], (graph.edge_index,), device)
+    return kept(graph, "policies.edge_sources", lambda: graph.edge_index[0], (graph.edge_index,), device)
 
 
 def node_id_rank(graph: MemoryGraph, device: Device = None) -> Tensor:
@@ -45,12 +76,13 @@ def node_id_rank(graph: MemoryGraph, device: Device = None) -> Tensor:
         rank[torch.tensor(order, dtype=torch.long)] = torch.arange(graph.num_nodes)
         return rank
 
-    return graph.cached("policies.id_rank", build, (), device)
+    return kept(graph, "policies.id_rank", build, (), device)
 
 
 def unit_embeddings(graph: MemoryGraph, device: Device = None) -> Tensor:
     """``[N, D]`` L2-normalised node embeddings (cached while the embedding tensor is unchanged)."""
-    return graph.cached(
+    return kept(
+        graph,
         "policies.unit_embeddings",
         lambda: torch.nn.functional.normalize(graph.embeddings.float(), dim=1),
         (graph.embeddings,),
@@ -96,7 +128,7 @@ def distinct_neighbors(
         return rowptr, dst[rep], rep
 
     deps = (graph.edge_index, graph.S, graph.F) if by_weight else (graph.edge_index,)
-    return graph.cached(f"policies.neighbors:{by_weight}:{self_loops}", build, deps, device)
+    return kept(graph, f"policies.neighbors:{by_weight}:{self_loops}", build, deps, device)
 
 
 def dense_rows(rowptr: Tensor, values: Tensor, width: int, fill: int) -> Tensor:

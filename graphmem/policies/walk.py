@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from graphmem.core.graph import MemoryGraph
+from graphmem.core.tokens import node_tokens
 from graphmem.policies.base import Budget
 from graphmem.policies.batched import csr_positions
 from graphmem.policies.tables import unit_embeddings
@@ -81,6 +82,11 @@ class WalkTables:
     def num_nodes(self) -> int:
         return int(self.x.shape[0])
 
+    def to(self, device: str | torch.device) -> WalkTables:
+        """The tables on ``device``."""
+        rows = None if self.edge_rows is None else self.edge_rows.to(device)
+        return WalkTables(self.x.to(device), self.tokens.to(device), self.pairs.to(device), rows)
+
 
 @dataclass
 class WalkEpisodes:
@@ -125,14 +131,15 @@ class WalkEpisodes:
 def walk_tables(
     x_unit: Tensor, tokens: Tensor, pairs: PairTable, edge_rows: Tensor | None = None, device=None
 ) -> WalkTables:
-    dev = device if device is not None else x_unit.device
-    return WalkTables(x_unit.to(dev), tokens.to(dev), pairs.to(dev), None if edge_rows is None else edge_rows.to(dev))
+    return WalkTables(x_unit, tokens, pairs, edge_rows).to(device if device is not None else x_unit.device)
 
 
-def graph_walk_tables(graph: MemoryGraph, edge_rows: Tensor | None = None, device=None) -> WalkTables:
-    """:class:`WalkTables` of ``graph``: its unit embeddings, node tokens and (cached) pair table, with
-    ``edge_rows`` (rows of a per-edge residual table, or None), on ``device`` (default: the embeddings')."""
-    return walk_tables(unit_embeddings(graph), graph.node_tokens(), pair_table(graph), edge_rows, device)
+def graph_walk_tables(graph: MemoryGraph, edge_rows: Tensor | None = None) -> WalkTables:
+    """:class:`WalkTables` of ``graph``: its unit embeddings, node tokens and (kept) pair table, with
+    ``edge_rows`` (rows of a per-edge residual table, or None), where the embeddings are."""
+    x_unit = unit_embeddings(graph)
+    pairs = pair_table(graph)
+    return WalkTables(x_unit, node_tokens(graph), pairs, edge_rows)
 
 
 def has_pair(tables: WalkTables, src: Tensor, dst: Tensor) -> Tensor:

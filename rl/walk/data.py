@@ -22,7 +22,7 @@ from graphmem.core.graph_batch import GraphBatch
 from graphmem.datasets.types import Question
 from graphmem.index.lexical_features import Lexical, lexical_inputs
 from graphmem.policies.selectors import make_entry_selector
-from graphmem.policies.walk import WalkTables, graph_walk_tables, walk_tables
+from graphmem.policies.walk import WalkTables, graph_walk_tables
 from models.edge_encoder import PerEdgeResidual
 from rl.walk.rewards import REWARDS, AnswerTargets, answer_targets, answer_tokens
 
@@ -61,8 +61,7 @@ class WalkData:
         return len(self.qids)
 
     def to(self, device: str | torch.device) -> WalkData:
-        t = self.tables
-        tables = walk_tables(t.x, t.tokens, t.pairs, t.edge_rows, device)
+        tables = self.tables.to(device)
         moved = (x.to(device) for x in (self.q, self.entries, self.gold))
         lexical = None if self.lexical is None else self.lexical.to(device)
         answers = None if self.answers is None else self.answers.to(device)
@@ -99,18 +98,14 @@ def walk_data(
     labels = reward == "evidence"
     selector = make_entry_selector(entry_selector)
     names = sorted({q.graph for q in questions})
-    batch = GraphBatch.from_graphs([graphs[n] for n in names])
-    union = batch.graph
-    edge_rows = None
-    if residual is not None:
-        edge_rows = residual.edge_rows(names, [graphs[n].num_edges for n in names])
-    tables = graph_walk_tables(union, edge_rows)
+    members = [graphs[n] for n in names]
+    node_ptr = torch.tensor([0] + [g.num_nodes for g in members], device=torch.device("cpu")).cumsum(0)
     by_graph: dict[str, list[int]] = {}
     for i, q in enumerate(questions):
         by_graph.setdefault(q.graph, []).append(i)
     keep, entries, gold, dropped, texts, graph_of = [], [], [], 0, [], []
     for c, name in enumerate(names):
-        graph, off = graphs[name], int(batch.node_ptr[c])
+        graph, off = graphs[name], int(node_ptr[c])
         idx = by_graph[name]
         queries = [Query(questions[i].qid, questions[i].text, embeddings[i]) for i in idx]
         texts.append([])
@@ -129,9 +124,8 @@ def walk_data(
             gold.append([v + off for v in rows])
     q = embeddings[torch.tensor(keep, dtype=torch.long)].float() if keep else embeddings[:0].float()
     qids = [questions[i].qid for i in keep]
-    members = [graphs[n] for n in names]
+    answers = None if labels else answer_targets(members, node_ptr, [questions[i] for i in keep], graph_of)
+    edge_rows = None if residual is None else residual.edge_rows(names, [g.num_edges for g in members])
     lexical = lexical_inputs(members, texts)
-    answers = None if labels else answer_targets(members, batch.node_ptr, [questions[i] for i in keep], graph_of)
-    return WalkData(
-        tables, names, batch.node_ptr, q, padded(entries), padded(gold), qids, dropped, lexical, answers, keep
-    )
+    tables = graph_walk_tables(GraphBatch.from_graphs(members).graph, edge_rows)
+    return WalkData(tables, names, node_ptr, q, padded(entries), padded(gold), qids, dropped, lexical, answers, keep)

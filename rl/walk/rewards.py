@@ -115,7 +115,8 @@ def answer_targets(
             g, off = graphs[c], int(node_ptr[c])
             index[c] = {}
             for v in range(g.num_nodes):
-                for t in set(tokenize(node_offer(g, v))):
+                offered = node_offer(g, v)
+                for t in set(tokenize(offered)):
                     index[c].setdefault(t, []).append(off + v)
         masks: dict[int, int] = {}
         for j, t in enumerate(tokens):
