@@ -2,7 +2,7 @@
 
 For every graph and policy it measures, on the same graph and queries in the same run:
 
-* the per-query reference loop (the policy's oracle in :mod:`graphmem.eval.references`, once per query; a
+* the per-query reference loop (the policy's oracle in ``scripts/benchmarks/policy_references.py``, once per query; a
   policy without one: ``retrieve``, its batched code for one query), the batched code called once per
   query (``retrieve_batch([q])``) and the batched form over all queries (``retrieve_batch``), as
   milliseconds per query, queries per second and the ratios ``batched_over_loop`` (vs the
@@ -53,14 +53,19 @@ from graphmem.config.launch import check_command_line
 from graphmem.core import Budget, Query
 from graphmem.core.device import resolve_device
 from graphmem.core.tokens import node_tokens
-from graphmem.eval.scaling import bench_policy, make_queries
-from graphmem.eval.scaling_text import sweep_for
+from graphmem.eval.harness import run_retrievals
 from graphmem.policies import Scope
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
 from graphmem.store.paths import check_name, run_path
 from graphmem.tracking import describe_artifact, experiment_group, make_tracker, use_graphset
 from graphmem.tracking.peak_memory import PeakMemory
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmarks"))  # the benchmarks' helpers, by their names
+from policy_references import REFERENCES  # noqa: E402
+from scale_sweep import bench_policy, make_queries  # noqa: E402
+from text_sweep import sweep_for  # noqa: E402
+from train_throughput import training_throughput  # noqa: E402
 
 log = logging.getLogger("benchmark")
 warnings.filterwarnings("ignore", message="Sparse")
@@ -70,10 +75,8 @@ build_policy = bench_policy  # a registered policy; router and gnn with untraine
 
 
 def reference_loop(policy, graph, budget):
-    """One query's per-query reference, ``fn(query)``: the policy's oracle from :mod:`graphmem.eval.references`
-    when registered there, else ``policy.retrieve`` (its batched code for one query)."""
-    from graphmem.eval.references import REFERENCES
-
+    """One query's per-query reference, ``fn(query)``: the policy's oracle from ``policy_references``
+    (``scripts/benchmarks/``) when registered there, else ``policy.retrieve`` (its batched code for one query)."""
     ref = REFERENCES.get(policy.name)
     if ref is None:
         return lambda q: policy.retrieve(graph, q, budget)
@@ -291,8 +294,6 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
     loop (on ``dataset_loop_queries`` questions spread over the set), one ``retrieve_batch`` per
     graph, and the evaluation harness's batched path (:func:`graphmem.eval.harness.run_retrievals`:
     ``retrieve_graphs`` over groups of graphs, each group one call over the graphs' union)."""
-    from graphmem.eval.harness import run_retrievals
-
     if not (Path(path) / "manifest.json").exists():
         log.info("dataset %s: no graph set at %s, skipped", name, path)
         return None
@@ -356,10 +357,8 @@ def dataset_benchmark(cfg: DictConfig, name: str, path: str, budget: Budget) -> 
 
 def train_benchmark(cfg: DictConfig) -> dict:
     """Router training episodes/s of the walk trainer's step (``rollout`` + ``update``) at batch 1 and
-    batched, per phase (:func:`rl.walk.throughput.training_throughput`), on ``device`` and each of
+    batched, per phase (:func:`train_throughput.training_throughput`), on ``device`` and each of
     ``compare_devices``, with each one's batched rate (reinforce phase) over the main device's."""
-    from rl.walk.throughput import training_throughput
-
     t = cfg.train
     runs = {}
     for dev in [cfg.device, *cfg.compare_devices]:
@@ -392,7 +391,7 @@ def run(cfg: DictConfig) -> dict:
 
 def scaling_suite(cfg: DictConfig, budget: Budget) -> dict:
     """``+suite=scaling`` / ``scaling_ann`` / ``scaling_text``: only that scale sweep
-    (:func:`graphmem.eval.scaling.scaling_sweep`, :func:`graphmem.eval.scaling_text.text_scaling_sweep`), written to
+    (:func:`scale_sweep.scaling_sweep`, :func:`text_sweep.text_scaling_sweep`), written to
     ``<out_dir>/<suite.out_file>``."""
     suite = OmegaConf.to_container(cfg.suite, resolve=True)
     report = {"config": OmegaConf.to_container(cfg, resolve=True)}

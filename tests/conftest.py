@@ -1,6 +1,8 @@
 """Shared test setup: offline everything, small real data from ../shared/data."""
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -13,6 +15,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # (test_determinism) ask for them; idle OpenMP threads then sleep instead of spinning.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# The docs' renderers (scripts/docgen/, imported as ``docgen`` as by scripts/make_docs.py) and the benchmarks'
+# helpers (scripts/benchmarks/: the policies' per-query references, the scale sweeps, the training throughput,
+# imported by their own names as when a benchmark runs).
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+sys.path[:0] = [str(SCRIPTS), str(SCRIPTS / "benchmarks")]
 
 # Policies defined in the tests register here, before any test module is collected, so that the
 # registry-driven tests (names taken from graphmem.policies.POLICIES) cover them too.

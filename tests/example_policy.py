@@ -9,11 +9,11 @@ builds and times its results. ``conftest.py`` imports this module, so every regi
 """
 
 import torch
+from policy_references import bounded_bfs, distinct_targets, entries_of, reference
 from torch import Tensor
 
 from graphmem.core import Budget, RetrievalBatch
 from graphmem.core.device import resolve_device
-from graphmem.eval.references import bounded_bfs, distinct_targets, entries_of, reference
 from graphmem.policies import Scope, TraversalPolicy, make_entry_selector, register_policy
 from graphmem.policies.batched import csr_positions, level_bfs, rank_in_group, segment_topk
 from graphmem.policies.ranking import cosine_matrix

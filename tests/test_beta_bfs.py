@@ -13,7 +13,7 @@ from graphmem.policies import make_policy
 from graphmem.policies.beta_bfs import BetaBFS
 
 sys.path.insert(0, str(Path(__file__).parent))
-from graphmem.eval.references import REFERENCES  # noqa: E402
+from policy_references import REFERENCES  # noqa: E402
 
 
 class Fixed:

@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from text_sweep import exact_twin, selector_recall, text_scaling_sweep
 
 from graphmem.builders.synthetic import make_text_graph, text_queries
 from graphmem.core import Budget, Query
-from graphmem.eval.scaling_text import exact_twin, selector_recall, text_scaling_sweep
 from graphmem.index.lexical import BM25Index
 from graphmem.policies import make_policy
 from graphmem.policies.bm25 import BM25EntrySelector, bm25_ranking, bm25_top
@@ -166,7 +166,7 @@ def test_benchmark_script_runs_the_text_suite(tmp_path):
 def test_bounded_page_renders_the_lexical_section(tmp_path):
     import json
 
-    from graphmem.docgen import bounded
+    from docgen import bounded
 
     run = {"evidence_recall": 0.63, "served_p50_ms": 0.3, "served_p95_ms": 0.4}
     pair = {

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from docgen.headline import render_headline
+from docgen.sources import ResultsFileError
 
 import rl.walk  # noqa: F401  (registers the trainer group's schema)
 from graphmem.config.bounds import CONFIG_BOUNDS, BoundsError, check_bounds
 from graphmem.config.cli import ConfigError, name_list, split_names
 from graphmem.config.schemas import compose
-from graphmem.docgen.headline import render_headline
-from graphmem.docgen.sources import ResultsFileError
 from tests.one_line_errors import error_line, run_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

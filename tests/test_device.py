@@ -16,9 +16,8 @@ from graphmem.core import Budget, Query
 from graphmem.policies import POLICIES
 
 sys.path.insert(0, str(Path(__file__).parent))
+from policy_references import make_test_policy  # noqa: E402
 from varied_graphs import varied_posterior_graph  # noqa: E402
-
-from graphmem.eval.references import make_test_policy  # noqa: E402
 
 NAMES = sorted(POLICIES)
 

@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-from graphmem.docgen import bounded
+from docgen import bounded
 
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_script  # noqa: E402

@@ -5,9 +5,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from graphmem.docgen import policy_gradients
-from graphmem.docgen.sources import ResultsFileError
+from docgen import policy_gradients
+from docgen.sources import ResultsFileError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fold_runs import COST, DENSE, ROUTER, trainer, two_folds  # noqa: E402

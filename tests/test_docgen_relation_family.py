@@ -4,8 +4,8 @@ import json
 from statistics import stdev
 
 import pytest
+from docgen.sources import ResultsFileError
 
-from graphmem.docgen.sources import ResultsFileError
 from tests.script_loader import load_study
 
 relation_family = load_study("relation_family", "page")

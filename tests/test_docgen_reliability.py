@@ -2,7 +2,7 @@
 
 import json
 
-from graphmem.docgen.reliability_cases import render
+from docgen.reliability_cases import render
 
 
 def test_every_results_file_becomes_a_section_with_its_rows(tmp_path):

@@ -1,4 +1,4 @@
-"""The page templates of graphmem/docgen/templates/: each block is used by its renderer, and ``fill``
+"""The page templates of scripts/docgen/templates/: each block is used by its renderer, and ``fill``
 refuses a field without a value and a value without a field."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import string
 from pathlib import Path
 
 import pytest
-
-from graphmem.docgen.sources import TEMPLATES, TemplateError, blocks, fill
+from docgen.sources import TEMPLATES, TemplateError, blocks, fill
 
 DOCGEN = Path(TEMPLATES).parent
 
@@ -45,6 +44,6 @@ def test_fill_refuses_a_field_without_a_value_and_a_value_without_a_field():
 
 @pytest.mark.parametrize("page", sorted(p.stem for p in TEMPLATES.glob("*.md")))
 def test_a_page_renders_its_missing_file_blocks_from_an_empty_results_folder(page: str, tmp_path: Path):
-    module = importlib.import_module(f"graphmem.docgen.{page}")
+    module = importlib.import_module(f"docgen.{page}")
     text = module.render(tmp_path) if hasattr(module, "render") else module.render_headline(tmp_path)
     assert text.startswith("# " if hasattr(module, "render") else "No headline results yet")

@@ -22,9 +22,8 @@ from graphmem.store.graphset import GraphSet
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
+from policy_references import REFERENCES  # noqa: E402
 from script_loader import load_script  # noqa: E402
-
-from graphmem.eval.references import REFERENCES  # noqa: E402
 
 
 def compose_cfg(name: str, overrides: list[str]):

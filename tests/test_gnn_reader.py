@@ -20,7 +20,7 @@ from rl.common.splits import conversation_folds
 from rl.gnn.train import GNNTrainConfig, ReaderExample, evidence_recall, graph_split, save_checkpoint, train_reader
 
 sys.path.insert(0, str(Path(__file__).parent))
-from graphmem.eval.references import REFERENCES, walk_and_load  # noqa: E402
+from policy_references import REFERENCES, walk_and_load  # noqa: E402
 
 
 def toy_conv():

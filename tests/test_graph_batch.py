@@ -17,9 +17,8 @@ from graphmem.eval.harness import evaluate_policy, run_retrievals
 from graphmem.policies import POLICIES, make_policy
 
 sys.path.insert(0, str(Path(__file__).parent))
+from policy_references import REFERENCES, make_test_policy  # noqa: E402
 from varied_graphs import varied_posterior_graph  # noqa: E402
-
-from graphmem.eval.references import REFERENCES, make_test_policy  # noqa: E402
 
 NAMES = sorted(POLICIES)
 BUDGETS = [

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from scale_sweep import entry_recall, growth, scaling_sweep
 
 from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.core import Budget, Query, RetrievalBatch
 from graphmem.eval.latency import batched_throughput, latency_summary, serving_latency
-from graphmem.eval.scaling import entry_recall, growth, scaling_sweep
 from graphmem.policies import TraversalPolicy, make_policy
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -5,10 +5,10 @@ import math
 
 import pytest
 import torch
+from policy_references import okapi
 
 from graphmem.builders import DataConfig, GraphConfig, reuse_or_build
 from graphmem.core.graph import MemoryGraph
-from graphmem.eval.references import okapi
 from graphmem.index.lexical import BM25Index, LexicalIndexError, bm25_for, index_key, tokenize
 from graphmem.store.graphset import GraphSet, GraphSetError
 from graphmem.store.indexes import attach_lexical, lexical_files, load_bm25, save_bm25

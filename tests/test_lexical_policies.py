@@ -5,13 +5,13 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from policy_references import REFERENCES
 
 from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.config.cli import make_configured_policy
 from graphmem.config.schemas import compose
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
-from graphmem.eval.references import REFERENCES
 from graphmem.policies import make_entry_selector, make_policy
 from graphmem.policies.hybrid import HybridEntrySelector, rrf
 
@@ -136,7 +136,7 @@ def test_entry_selector_hybrid_composes_with_every_walk(walk, tmp_path):
 
 
 def test_the_lexical_page_renders_from_its_results_and_names_missing_ones(tmp_path):
-    from graphmem.docgen.lexical import render
+    from docgen.lexical import render
 
     empty = render(tmp_path)
     assert "`lexical_baselines.json` is missing" in empty and "`lexical_library_bench.json` is missing" in empty

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from docgen.headline import RESULTS, render_headline
+from docgen.sources import ResultsFileError
 
-from graphmem.docgen.headline import RESULTS, render_headline
-from graphmem.docgen.sources import ResultsFileError
 from graphmem.eval.stats import compare_policies, fold_summary
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -25,7 +25,7 @@ README = "# title\n\nintro\n\n<!-- headline:begin -->\nold table\n<!-- headline:
 
 
 def fake_package(root: Path, name: str) -> None:
-    """A renderer package: one page from ``value.json``, one helper module without ``render``, a headline."""
+    """A renderers' folder: one page from ``value.json``, one helper module without ``render``, a headline."""
     pkg = root / name
     pkg.mkdir()
     (pkg / "__init__.py").write_text('"""Renderers for the test."""\n')
@@ -35,6 +35,8 @@ def fake_package(root: Path, name: str) -> None:
             f"""
             import json
             from {name}.helper import fmt
+
+            PAGE = "page"
 
             def render(results_dir):
                 value = json.loads((results_dir / "value.json").read_text())["value"]
@@ -48,7 +50,12 @@ def fake_package(root: Path, name: str) -> None:
 
 
 def args(tmp_path: Path, package: str) -> list[str]:
-    return ["--package", package, "--results", str(tmp_path / "results"), "--docs", str(tmp_path / "docs")] + [
+    pages = (
+        str(tmp_path / package)
+        if package != "docgen"
+        else str(Path(__file__).resolve().parents[1] / "scripts" / "docgen")
+    )
+    return ["--pages", pages, "--results", str(tmp_path / "results"), "--docs", str(tmp_path / "docs")] + [
         "--readme",
         str(tmp_path / "README.md"),
         "--studies",
@@ -68,7 +75,9 @@ def test_a_page_whose_results_file_changed_is_stale_and_a_module_without_render_
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "value.json").write_text(json.dumps({"value": 0.5}))
     (tmp_path / "README.md").write_text(README)
-    assert list(make_docs.renderers("docgen_fake")) == ["page"]  # helper and headline have no render
+    assert list(make_docs.renderers(sorted((tmp_path / "docgen_fake").glob("*.py")))) == [
+        "page"
+    ]  # the others: no render
 
     assert make_docs.main(["--check", *args(tmp_path, "docgen_fake")]) == 1  # nothing written yet
     assert not (tmp_path / "docs").exists()
@@ -88,7 +97,7 @@ def test_a_page_whose_results_file_changed_is_stale_and_a_module_without_render_
     assert (tmp_path / "docs" / "page.md").read_text() == before  # --check writes nothing
 
 
-def test_a_study_folders_page_modules_are_pages_named_by_their_page_or_their_study(tmp_path, monkeypatch, capsys):
+def test_a_study_folders_page_modules_are_pages_named_by_their_page(tmp_path, monkeypatch, capsys):
     fake_package(tmp_path, "docgen_fake_too")
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "results").mkdir()
@@ -96,7 +105,7 @@ def test_a_study_folders_page_modules_are_pages_named_by_their_page_or_their_stu
     (tmp_path / "README.md").write_text(README)
     study = tmp_path / "studies" / "probe"
     study.mkdir(parents=True)
-    (study / "page.py").write_text("def render(results_dir):\n    return '# probe'\n")
+    (study / "page.py").write_text("PAGE = 'probe'\n\ndef render(results_dir):\n    return '# probe'\n")
     (study / "page_other.py").write_text("PAGE = 'other'\n\ndef render(results_dir):\n    return '# other'\n")
     (study / "run.py").write_text("def render(results_dir):\n    return '# not a page'\n")
     assert make_docs.main(args(tmp_path, "docgen_fake_too")) == 0
@@ -114,13 +123,13 @@ def test_an_unreadable_results_file_or_missing_markers_is_one_error_line(tmp_pat
     shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "results", tmp_path / "results")  # every page's
     (tmp_path / "results" / RESULTS).write_text('{"summary": ')
     (tmp_path / "README.md").write_text(README)
-    assert make_docs.main(["--check", *args(tmp_path, "graphmem.docgen")]) == 2
+    assert make_docs.main(["--check", *args(tmp_path, "docgen")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and RESULTS in err and len(err.strip().splitlines()) == 1
 
     (tmp_path / "results" / RESULTS).unlink()
     (tmp_path / "README.md").write_text("# no markers\n")
-    assert make_docs.main(["--check", *args(tmp_path, "graphmem.docgen")]) == 2
+    assert make_docs.main(["--check", *args(tmp_path, "docgen")]) == 2
     assert "headline:begin" in capsys.readouterr().err
 
 

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from docgen.sources import ResultsFileError
 from hydra import compose, initialize_config_dir
 from script_loader import load_script, load_study
 from script_runner import run as run_script
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
-from graphmem.docgen.sources import ResultsFileError
 from graphmem.store.checkpoint import checkpoint_inputs
 from graphmem.store.graphset import GraphSet
 from graphmem.store.setstore import file_sha256
@@ -233,7 +233,7 @@ def test_the_page_says_what_it_does_not_know(tmp_path):
 
 
 def test_make_docs_renders_the_page_and_the_committed_page_is_current(tmp_path):
-    render = load_script("make_docs").study_renderers(ROOT / "scripts" / "studies")["multihop"]
+    render = load_script("make_docs").renderers([ROOT / "scripts" / "studies" / "multihop" / "page.py"])["multihop"]
     (tmp_path / "multihop.json").write_text(json.dumps(small_results()))
     assert render(tmp_path) == page.render(tmp_path) and "| multihop | 0.800 | 0.900 |" in render(tmp_path)
     committed = (ROOT / "docs" / "multihop.md").read_text(encoding="utf-8")

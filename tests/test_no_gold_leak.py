@@ -23,8 +23,7 @@ from graphmem.store.graphset import GraphSet
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pytest  # noqa: E402
-
-from graphmem.eval.references import make_test_policy  # noqa: E402
+from policy_references import make_test_policy  # noqa: E402
 
 DIM = 16
 GOLD_FIELDS = ("answer", "evidence", "category", "dangling_evidence", "support_titles", "support_chain")

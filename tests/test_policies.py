@@ -23,9 +23,8 @@ from graphmem.policies.selectors import EmbeddingEntrySelector, EntrySelector, v
 from graphmem.policies.uniform_bfs import UniformBFS
 
 sys.path.insert(0, str(Path(__file__).parent))
+from policy_references import REFERENCES, make_test_policy  # noqa: E402
 from varied_graphs import varied_posterior_graph  # noqa: E402
-
-from graphmem.eval.references import REFERENCES, make_test_policy  # noqa: E402
 
 NAMES = sorted(POLICIES)
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,9 +11,8 @@ from graphmem.core.graph import MemoryGraph
 from graphmem.policies.ppr import PersonalizedPageRank, transition_matrix
 
 sys.path.insert(0, str(Path(__file__).parent))
+from policy_references import REFERENCES  # noqa: E402
 from varied_graphs import varied_posterior_graph  # noqa: E402
-
-from graphmem.eval.references import REFERENCES  # noqa: E402
 
 
 def small_graph(dangling: bool) -> MemoryGraph:

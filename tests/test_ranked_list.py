@@ -3,13 +3,13 @@
 
 import pytest
 import torch
+from policy_references import make_test_policy
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.core import Budget, Query, Retrieval, RetrievalBatch
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.eval.harness import evaluate_policy
-from graphmem.eval.references import make_test_policy
 from graphmem.policies import POLICIES, Scope, TraversalPolicy
 from graphmem.store.graphset import GraphSet
 

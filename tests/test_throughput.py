@@ -1,10 +1,10 @@
 """The training benchmark times the step of the walk trainer scripts/train.py runs (rl.walk.trainer.WalkTrainer)."""
 
 from omegaconf import OmegaConf
+from train_throughput import training_throughput
 
 import rl.walk.trainer
 from graphmem.config.schemas import compose
-from rl.walk.throughput import training_throughput
 from rl.walk.trainer import TrainConfig as WalkConfig
 from rl.walk.trainer import WalkTrainer
 
@@ -47,7 +47,7 @@ def test_thread_cliff_runs_three_modes_beside_one_busy_process_and_stops_it(monk
     import json
     import subprocess
 
-    import rl.walk.throughput as tp
+    import train_throughput as tp
 
     seen, busy = [], []
     real_popen = subprocess.Popen
@@ -75,7 +75,7 @@ def test_thread_cliff_runs_three_modes_beside_one_busy_process_and_stops_it(monk
 
 
 def test_step_seconds_times_real_training_steps():
-    from rl.walk.throughput import step_seconds
+    from train_throughput import step_seconds
 
     got = step_seconds(nodes=100, dim=8, batch=4, steps=2)
     assert len(got) == 2 and all(s > 0 for s in got)

@@ -14,7 +14,7 @@ writes the plumbing once, as Stable-Baselines3's ``learn`` calls ``collect_rollo
 
 ``retrieve(graph, query, budget)`` is ``retrieve_batch(graph, [query], budget)[0]``: production
 code runs what evaluation measures. The per-query reference implementations that the batched
-paths are tested against are :mod:`graphmem.eval.references`.
+paths are tested against are ``scripts/benchmarks/policy_references.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every kernel works on all ``B`` queries of a call at once with ``[B, L]`` blocks whose width is
 bounded by the budget (never by the graph size), so the cost of a batch after entry selection does
 not grow with ``N``. The tests check the policies built on them against per-query reference
-implementations (:mod:`graphmem.eval.references`), trace included.
+implementations (``scripts/benchmarks/policy_references.py``), trace included.
 """
 
 from __future__ import annotations

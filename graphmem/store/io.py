@@ -21,6 +21,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from graphmem.core.errors import InputError
 from graphmem.core.graph import GraphError, MemoryGraph
 
 SCHEMA_VERSION = 1
@@ -61,6 +62,15 @@ def write_json(path: str | Path, payload: Any, indent: int | None = 1) -> Path:
     ``str``) with a trailing newline, atomically (:func:`atomic_write`): the one JSON writer of the project."""
     text = json.dumps(payload, indent=indent, ensure_ascii=False, default=str) + "\n"
     return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON value in ``path``; an :class:`~graphmem.core.errors.InputError` naming the file when it cannot be
+    read: the one JSON reader beside :func:`write_json`."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"{path}: not a readable JSON file: {err}") from None
 
 
 def save_graph(graph: MemoryGraph, path: str | Path, name: str | None = None) -> Path:

@@ -3,7 +3,7 @@
     python scripts/benchmarks/bench_train.py                       # CPU, writes outputs/benchmark/train_episodes.json
     python scripts/benchmarks/bench_train.py --device cpu,cuda --batch 4096   # both devices in one run, with ratios
 
-The measurement is :func:`rl.walk.throughput.training_throughput`, which times the step of the trainer
+The measurement is :func:`train_throughput.training_throughput`, which times the step of the trainer
 ``scripts/train.py`` runs (:class:`rl.walk.trainer.WalkTrainer`: ``rollout`` then ``update``, with
 ``configs/trainer/default.yaml``), each phase (imitation, reinforce) on its own; ``scripts/benchmark.py``
 runs it too. With several devices each is measured in turn and every later device gets its batched
@@ -11,13 +11,13 @@ episodes/s (of the reinforce phase) over the first's.
 
     python scripts/benchmarks/bench_train.py --ranks 1,2 --out docs/results/distributed_throughput.json
 
-``--ranks`` measures data parallelism instead (:func:`rl.walk.parallel_throughput.data_parallel_throughput`):
+``--ranks`` measures data parallelism instead (:func:`parallel_throughput.data_parallel_throughput`):
 the reinforce step at the same global batch under ``torchrun`` with each rank count (CPU, gloo), one
 job after the other in this run, with each count's questions/s over the first's.
 
     python scripts/benchmarks/bench_train.py --cliff --out docs/results/thread_cliff.json
 
-``--cliff`` measures the thread cliff instead (:func:`rl.walk.throughput.thread_cliff`): seconds per
+``--cliff`` measures the thread cliff instead (:func:`train_throughput.thread_cliff`): seconds per
 training step (``--batch`` questions, ``--steps`` steps, ``--rounds`` rounds) with one busy process
 beside it, threads forced to the core count (the old ``threads: 2``), the default settings, and
 ``OMP_NUM_THREADS=1``, with the ratios to the last. Every report records the threads it ran with.
@@ -31,11 +31,11 @@ import sys
 from pathlib import Path
 
 import torch
+from parallel_throughput import data_parallel_throughput
+from train_throughput import thread_cliff, training_throughput
 
 from graphmem.config.cli import ConfigError, check_device, set_threads
 from graphmem.store.io import atomic_write
-from rl.walk.parallel_throughput import data_parallel_throughput
-from rl.walk.throughput import thread_cliff, training_throughput
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ Builds small HotpotQA sets (6 records; hashing encoder at 384 and 128 dimensions
 trains a router for one fold on the first, then runs every case as its own process on a fresh copy
 of a set: the command, its exit code and its outcome (the first ``error:`` line, else the first
 warning, else what the case checks afterwards), with the temporary folder written as ``<tmp>``.
-``docs/reliability_cases.md`` renders the table (graphmem/docgen/reliability_cases.py).
+``docs/reliability_cases.md`` renders the table (scripts/docgen/reliability_cases.py).
 """
 
 from __future__ import annotations

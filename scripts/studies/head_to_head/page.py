@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import fill, read_json
+from docgen.sources import fill, read_json
 
+PAGE = "head_to_head"
 TEMPLATE = str(Path(__file__).with_name("page"))
-"""the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
+"""the page's prose: ``page.md`` beside this file (:func:`~docgen.sources.fill` takes its path)"""
 
 METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from graphmem.docgen.sources import field, fill, p_value, read_json
+from docgen.sources import field, fill, p_value, read_json
+
 from graphmem.eval.report import markdown_grid
 
 PAGE = "exploration"
@@ -15,7 +16,7 @@ PAGE = "exploration"
 
 RESULTS = "exploration.json"
 TEMPLATE = str(Path(__file__).with_name("page_exploration"))
-"""the page's prose: ``page_exploration.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
+"""the page's prose: ``page_exploration.md`` beside this file (:func:`~docgen.sources.fill` takes its path)"""
 PLOT = "exploration_rounds.png"
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import fill, load_results
+from docgen.sources import fill, load_results
 
 PAGE = "memory"
 TEMPLATE = str(Path(__file__).with_name("page"))
-"""the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
+"""the page's prose: ``page.md`` beside this file (:func:`~docgen.sources.fill` takes its path)"""
 
 
 def _pair(c: dict | None) -> str:

@@ -7,12 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from graphmem.docgen.sources import field, fill, load_results, p_value
+from docgen.sources import field, fill, load_results, p_value
+
 from graphmem.eval.report import markdown_grid
 
 RESULTS = "multihop.json"
+PAGE = "multihop"
 TEMPLATE = str(Path(__file__).with_name("page"))
-"""the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
+"""the page's prose: ``page.md`` beside this file (:func:`~docgen.sources.fill` takes its path)"""
 SHOWN = {
     "passage_recall_2": "R@2",
     "passage_recall_5": "R@5",

@@ -39,12 +39,11 @@ from typing import Any, Callable
 
 from graphmem.config.cli import set_threads
 from graphmem.core.errors import InputError
-from graphmem.docgen.sources import read_json
 from graphmem.eval.metrics import in_overall, mean
 from graphmem.eval.runs import question_rows, results_file, shell_word
 from graphmem.eval.stats import compare_policies
 from graphmem.store.checkpoint import load_checkpoint
-from graphmem.store.io import write_json
+from graphmem.store.io import read_json, write_json
 from graphmem.store.paths import PathNameError, check_name, run_path
 from graphmem.store.setstore import file_sha256
 

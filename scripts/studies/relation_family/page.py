@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import check_spread, field, fill, load_results, p_value
+from docgen.sources import check_spread, field, fill, load_results, p_value
+
 from graphmem.eval.report import markdown_grid
 
 RESULTS = "relation_family.json"
 UNTYPED_RESULTS = "relation_family_untyped.json"
+PAGE = "relation_family"
 TEMPLATE = str(Path(__file__).with_name("page"))
-"""the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
+"""the page's prose: ``page.md`` beside this file (:func:`~docgen.sources.fill` takes its path)"""
 VARIANTS = (
     ("full", "—", "learned inductive edge features `e = e0 + f(a, Px ⊙ Px)`, intent head `π(q)`, "
      "modulation `m(q) = 4 π(q) + g([q ; π(q)])`"),

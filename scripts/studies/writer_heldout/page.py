@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import field, fill, load_results, p_value
+from docgen.sources import field, fill, load_results, p_value
+
 from graphmem.eval.report import markdown_grid
 
 SETS = (
@@ -69,8 +70,9 @@ LINK_ARMS = (
     ("silver_linked", "silver triples, linked by mention"),
     ("silver_grounded", "silver triples, linked, only the entities their fragments name"),
 )
+PAGE = "writer_heldout"
 TEMPLATE = str(Path(__file__).with_name("page"))
-"""the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
+"""the page's prose: ``page.md`` beside this file (:func:`~docgen.sources.fill` takes its path)"""
 COMMAND = "python scripts/studies/writer_heldout/run.py"
 EVOLVED = (
     ("evolved_minus_frozen", "recalibrated − frozen reader, both on GRPO graphs"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import fill, read_json
+from docgen.sources import fill, read_json
 from graphmem.index.lexical import STOP_WORDS, TOKENIZER_NAME
 
 METRICS = {"evidence_recall": "evidence recall", "all_evidence_hit": "all-evidence hit"}

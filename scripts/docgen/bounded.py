@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from graphmem.docgen.sources import fill, read_json
+from docgen.sources import fill, read_json
 
 PAGE = "bounded"
 

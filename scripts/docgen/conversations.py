@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from graphmem.docgen.results import LABELS, paired_table
-from graphmem.docgen.sources import field, fill, load_results
+from docgen.results import LABELS, paired_table
+from docgen.sources import field, fill, load_results
 from graphmem.eval.report import markdown_grid
 
 PAGE = "conversations"

@@ -12,7 +12,7 @@ Rendered from the files of ``docs/results/``:
 
 The per-fold tables take each fold's value from the run's ``records`` and compute the mean and the
 std (ddof = 1) from those folds (no stored mean is shown beside them); pages that show a stored
-mean next to its folds refuse one the folds do not give (:func:`graphmem.docgen.sources.check_spread`).
+mean next to its folds refuse one the folds do not give (:func:`docgen.sources.check_spread`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from graphmem.docgen.sources import fill, p_value, read_json
+from docgen.sources import fill, p_value, read_json
 from graphmem.eval.report import markdown_grid
 from graphmem.eval.stats import fold_std
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import fill, read_json
+from docgen.sources import fill, read_json
 
 PAGE = "serving"
 

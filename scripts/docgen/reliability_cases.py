@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import fill, read_json
+from docgen.sources import fill, read_json
 
 PAGE = "reliability_cases"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import field, fill, read_json
+from docgen.sources import field, fill, read_json
 
 PAGE = "serving_memory"
 RESULTS = "serve_load.json"

@@ -2,7 +2,7 @@
 
 For each rank count, one ``torchrun --nproc_per_node=N`` job runs :func:`worker`: every rank builds the
 same :class:`rl.walk.trainer.WalkTrainer` (``configs/trainer/default.yaml``, the questions of
-:func:`rl.walk.throughput.synthetic_questions` on one synthetic graph) and takes ``steps`` steps of
+:func:`train_throughput.synthetic_questions` on one synthetic graph) and takes ``steps`` steps of
 the reinforce phase at the same *global* batch (``batch`` questions over all ranks), as
 :meth:`~rl.walk.trainer.WalkTrainer.learn` takes them (``update(rollout(rows))``: sampled walks of the
 rank's slice, the loss, DDP's all-reduce of the gradients, one Adam step), after one warm-up step
@@ -25,19 +25,19 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from train_throughput import default_trainer, synthetic_questions
 
-ROOT = Path(__file__).resolve().parents[2]
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.store.io import write_json
+from rl.common.distributed import init_from_env, shutdown
+from rl.common.seeding import deterministic_algorithms
+from rl.walk.trainer import TrainConfig, WalkTrainer
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: graphmem and rl import from it
 
 
 def worker(nodes: int, dim: int, batch: int, steps: int, seed: int, out: str) -> None:
     """One rank's part of the measurement (module docstring); rank 0 writes ``out`` (JSON)."""
-    from graphmem.builders.synthetic import make_synthetic_graph
-    from graphmem.store.io import write_json
-    from rl.common.distributed import init_from_env, shutdown
-    from rl.common.seeding import deterministic_algorithms
-    from rl.walk.throughput import default_trainer, synthetic_questions
-    from rl.walk.trainer import TrainConfig, WalkTrainer
-
     torch.set_num_threads(1)
     world = init_from_env("cpu")
     try:
@@ -87,7 +87,7 @@ def data_parallel_throughput(
         out = workdir / f"ranks{n}.json"
         out.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={n}"]
-        cmd += ["--master_addr=127.0.0.1", f"--master_port={_free_port()}", "-m", "rl.walk.parallel_throughput"]
+        cmd += ["--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(Path(__file__).resolve())]
         cmd += [f"--{k}={v}" for k, v in dict(nodes=nodes, dim=dim, batch=batch, steps=steps, seed=seed).items()]
         load = os.getloadavg()
         proc = subprocess.run([*cmd, f"--out={out}"], cwd=ROOT, env=env, capture_output=True, text=True)

@@ -6,7 +6,7 @@ Rendered from ``docs/results/learned_vs_hybrid_locomo.json``, a copy of the ``re
 its ``trainer`` config), ``questions`` (test questions per policy over all folds) and ``paired``
 (per-question comparisons, :class:`graphmem.eval.stats.PairedComparison`). A stored mean or std
 that the row's per-fold values do not give (a hand edit) is refused, naming the file and field
-(:func:`graphmem.docgen.sources.check_spread`). The module has no
+(:func:`docgen.sources.check_spread`). The module has no
 ``render``: it is not a page of its own; ``scripts/make_docs.py`` puts its table in README.md.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from graphmem.docgen.sources import check_spread, field, fill, load_results, p_value
+from docgen.sources import check_spread, field, fill, load_results, p_value
 from graphmem.eval.report import markdown_grid
 
 RESULTS = "learned_vs_hybrid_locomo.json"

@@ -22,6 +22,8 @@ import torch
 from graphmem.core import Budget, Query, Retrieval
 from graphmem.core.graph import MemoryGraph
 from graphmem.core.tokens import node_tokens
+from graphmem.index.lexical import tokenize
+from graphmem.index.lexical_features import lexical_inputs
 from graphmem.policies import POLICIES, TraversalPolicy
 from graphmem.policies.batched import load_under_budget
 from graphmem.policies.ppr import hop_distance, transition_matrix
@@ -29,6 +31,7 @@ from graphmem.policies.ranking import cosine_matrix, query_matrix
 from graphmem.policies.selectors import validate_entries
 from graphmem.policies.tables import node_id_rank
 from graphmem.policies.uniform_bfs import _signed, neighbor_priority, query_seed
+from graphmem.policies.walk import Candidates, graph_walk_tables
 
 Reference = Callable[[TraversalPolicy, MemoryGraph, Query, Budget], Retrieval]
 REFERENCES: dict[str, Reference] = {}
@@ -45,13 +48,13 @@ def reference(name: str) -> Callable[[Reference], Reference]:
 
 
 def _scorer(dim: int, relations: int):
-    from models.walk_scorer import ScorerConfig, WalkScorer
+    from models.walk_scorer import ScorerConfig, WalkScorer  # lazily: torch_geometric takes seconds to import
 
     return WalkScorer(ScorerConfig(dim=dim, hidden=8))
 
 
 def _reader(dim: int, relations: int):
-    from models.gnn_reader import GNNReader
+    from models.gnn_reader import GNNReader  # lazily: torch_geometric takes seconds to import
 
     return GNNReader(input_dim=dim, num_relations=relations)
 
@@ -183,8 +186,6 @@ def okapi(docs: list[list[str]], query: list[str], k1: float = 1.5, b: float = 0
 
 def hand_bm25(graph: MemoryGraph, text: str, k1: float, b: float) -> list[float]:
     """:func:`okapi` of ``text`` to every node text of ``graph``, both tokenized."""
-    from graphmem.index.lexical import tokenize
-
     return okapi([tokenize(t) for t in graph.texts], tokenize(text), k1, b)
 
 
@@ -254,9 +255,6 @@ def router(policy, graph: MemoryGraph, query: Query, budget: Budget) -> Retrieva
     target is not loaded, its parent has fewer than ``top_k_neighbors`` children and its target
     fits the token budget.
     """
-    from graphmem.index.lexical_features import lexical_inputs
-    from graphmem.policies.walk import Candidates, graph_walk_tables
-
     dev, scorer = policy.device, policy.scorer
     entries = entries_of(policy, graph, query, budget)
     residual = scorer.edges.residual

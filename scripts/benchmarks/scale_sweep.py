@@ -56,11 +56,11 @@ def bench_policy(name: str, graph: MemoryGraph, seed: int, /, device: str = "cpu
     for ``graph`` (timings do not depend on the weights; ``seed`` seeds them, a policy's own ``seed`` is a kwarg)."""
     torch.manual_seed(seed)
     if name == "router" and not kwargs.get("checkpoint"):  # a trained walk when given, else a fresh one
-        from models.walk_scorer import ScorerConfig, WalkScorer
+        from models.walk_scorer import ScorerConfig, WalkScorer  # lazily: torch_geometric takes seconds to import
 
         kwargs["scorer"] = WalkScorer(ScorerConfig(dim=graph.dim))
     elif name == "gnn":
-        from models.gnn_reader import GNNReader
+        from models.gnn_reader import GNNReader  # lazily: torch_geometric takes seconds to import
 
         kwargs["reader"] = GNNReader(input_dim=graph.dim, num_relations=len(graph.relations))
     return make_policy(name, device=device, **kwargs)

@@ -29,12 +29,15 @@ import torch
 from omegaconf import OmegaConf
 
 from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.config.cli import set_threads
 from graphmem.datasets.types import Question
 from graphmem.tracking.peak_memory import PeakMemory
 from rl.common.seeding import deterministic_algorithms
 from rl.walk.trainer import TrainConfig, WalkTrainer
 
-DEFAULT_TRAINER = Path(__file__).resolve().parents[2] / "configs" / "trainer" / "default.yaml"
+HERE = Path(__file__).resolve().parent
+CLIFF_CHILD = "import sys; sys.path.insert(0, {here!r}); import train_throughput as t; t.cliff_child(sys.argv[1])"
+DEFAULT_TRAINER = HERE.parents[1] / "configs" / "trainer" / "default.yaml"
 
 
 def default_trainer() -> dict[str, Any]:
@@ -175,8 +178,6 @@ def cliff_child(spec: str) -> None:
     ``forced``: ``torch.set_num_threads`` to the affinity count (what a fixed ``threads: 2`` did on two
     cores); ``default`` and ``omp1``: :func:`graphmem.config.cli.set_threads` with ``threads: null`` (the
     parent leaves ``OMP_NUM_THREADS`` unset, or sets it to 1)."""
-    from graphmem.config.cli import set_threads
-
     args = json.loads(spec)
     if args["mode"] == "forced":
         torch.set_num_threads(len(os.sched_getaffinity(0)))
@@ -207,7 +208,7 @@ def thread_cliff(nodes: int = 2000, dim: int = 64, batch: int = 64, steps: int =
         for _ in range(rounds):
             for mode in CLIFF_MODES:
                 spec = json.dumps({"mode": mode, "nodes": nodes, "dim": dim, "batch": batch, "steps": steps})
-                code = "import sys; from rl.walk.throughput import cliff_child; cliff_child(sys.argv[1])"
+                code = CLIFF_CHILD.format(here=str(HERE))
                 done = subprocess.run(
                     [sys.executable, "-c", code, spec], env=_child_env(mode), capture_output=True, text=True
                 )

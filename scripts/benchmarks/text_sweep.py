@@ -7,11 +7,11 @@ vector index of every hybrid variant's spec (``index``: build seconds and MB, at
 the lexical feature tables (``lexical_tables_s``). Queries quote a random node's words
 (:func:`graphmem.builders.synthetic.text_queries`). Each variant names a policy file of ``configs/policy/``
 (``config``), made with those settings on the CPU (``router``: a fresh scorer of the trainer's default
-shape, :func:`graphmem.eval.scaling.bench_policy`), and is timed as in the ANN sweep
-(:func:`graphmem.eval.scaling.time_variant`: end-to-end p50/p95/p99 wall and CPU, batched throughput,
+shape, :func:`scale_sweep.bench_policy`), and is timed as in the ANN sweep
+(:func:`scale_sweep.time_variant`: end-to-end p50/p95/p99 wall and CPU, batched throughput,
 peak memory).
 
-``entry_recall_at_k`` is the top-``max_entries`` overlap (:func:`graphmem.eval.scaling.entry_recall`)
+``entry_recall_at_k`` is the top-``max_entries`` overlap (:func:`scale_sweep.entry_recall`)
 of the variant's selector as served (bounded above its ``min_nodes``) against the same selector forced
 exact (``min_nodes`` above ``N``: the ``[Q, N]`` cosine and the full BM25 ranking); for the ``hybrid``
 and ``bm25`` policies their fusion / BM25 entries, for a walk with the exact cosine selector ``None``
@@ -27,20 +27,23 @@ import time
 from typing import Any, Mapping
 
 import torch
-
-from graphmem.builders.synthetic import make_text_graph, text_queries
-from graphmem.core import Budget, Query
-from graphmem.core.graph import MemoryGraph
-from graphmem.eval.scaling import (
+from scale_sweep import (
     bench_policy,
     built,
     entry_recall,
     finish,
     new_report,
     run_variants,
+    scaling_sweep,
     time_slow_or_not,
 )
+
+from graphmem.builders.synthetic import make_text_graph, text_queries
+from graphmem.config.schemas import policy_option
+from graphmem.core import Budget, Query
+from graphmem.core.graph import MemoryGraph
 from graphmem.index.lexical import bm25_for
+from graphmem.index.lexical_features import graph_tables
 from graphmem.index.vector_index import index_for
 from graphmem.policies import TraversalPolicy
 from graphmem.policies.bm25 import BM25EntrySelector, BM25Policy
@@ -52,8 +55,6 @@ def variant_kwargs(variant: Mapping[str, Any]) -> dict[str, Any]:
     """The policy settings of a sweep variant: its ``config`` file (``configs/policy/<name>.yaml`` as
     composed on its schema) without target, name, checkpoint and device, then the variant's own keys."""
     from omegaconf import OmegaConf
-
-    from graphmem.config.schemas import policy_option
 
     out: dict[str, Any] = {}
     if variant.get("config"):
@@ -100,8 +101,6 @@ def _rss_mb() -> float:
 
 def _tables(graph: MemoryGraph, specs: dict, threads: int, entry: dict) -> None:
     """Build the size's per-graph tables outside the timed calls, recording their cost in ``entry``."""
-    from graphmem.index.lexical_features import graph_tables
-
     t = time.perf_counter()
     bm25_for(graph)._d()
     entry["bm25_build_s"] = time.perf_counter() - t
@@ -163,15 +162,12 @@ def text_scaling_sweep(cfg: Mapping[str, Any], budget: Budget, log=print) -> dic
     return finish(report)
 
 
-SWEEPS = {"scaling": "graphmem.eval.scaling:scaling_sweep", "scaling_text": f"{__name__}:text_scaling_sweep"}
-"""Benchmark suite name (``suite.name``) -> its sweep function (``module:function``)."""
+SWEEPS = {"scaling": scaling_sweep, "scaling_text": text_scaling_sweep}
+"""Benchmark suite name (``suite.name``) -> its sweep function."""
 
 
 def sweep_for(name: str):
     """The sweep function of suite ``name``; ``ValueError`` naming the known ones otherwise."""
-    import importlib
-
     if name not in SWEEPS:
         raise ValueError(f"unknown benchmark suite {name!r}; known: {sorted(SWEEPS)}")
-    module, function = SWEEPS[name].split(":")
-    return getattr(importlib.import_module(module), function)
+    return SWEEPS[name]

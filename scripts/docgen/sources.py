@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 import string
 from pathlib import Path
 from typing import Any
 
 from graphmem.core.errors import InputError
+from graphmem.store import io
 
 
 class ResultsFileError(InputError, ValueError):
@@ -25,9 +25,9 @@ def read_json(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``, or an error naming the file."""
     path = Path(path)
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ResultsFileError(f"{path}: not a readable JSON file: {err}") from None
+        payload = io.read_json(path)
+    except InputError as err:
+        raise ResultsFileError(str(err)) from None
     if not isinstance(payload, dict):
         raise ResultsFileError(f"{path}: expected a JSON object, got {type(payload).__name__}")
     return payload
@@ -80,7 +80,7 @@ _BLOCK = "<!-- block: "
 
 
 class TemplateError(InputError, ValueError):
-    """A page template under graphmem/docgen/templates/ whose block is absent or whose fields and values differ."""
+    """A page template under scripts/docgen/templates/ whose block is absent or whose fields and values differ."""
 
 
 def blocks(template_name: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import ResultsFileError, field, fill, load_results, p_value
+from docgen.sources import ResultsFileError, field, fill, load_results, p_value
 from graphmem.eval.report import markdown_grid
 from graphmem.eval.variants import GROUPS, trained_variants
 
