@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     if name in ("Memory", "MemoryRetrieval"):
-        from graphmem import memory
+        from graphmem import memory  # lazily: the front door stands on every floor below it
 
         return getattr(memory, name)
     raise AttributeError(f"module 'graphmem' has no attribute {name!r}")

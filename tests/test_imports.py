@@ -1,51 +1,55 @@
-"""Imports point down: no import circle between the library's modules.
+"""Imports point down: the library's folders stand in a declared order, and no import runs back up or in a circle.
 
-Every module of ``graphmem/`` is parsed (no import runs); every ``import`` and ``from ... import``
-counts, at module level, inside functions and under ``TYPE_CHECKING``. ``from a.b import c`` is an
-edge to the module ``a.b.c`` when that is a module of the library, else to ``a.b``; an edge to a
-package is an edge to its ``__init__.py``, and a module's own package ``__init__`` is not counted.
+Every module of ``graphmem/``, ``models/`` and ``rl/`` is parsed (no import runs; the reader is the one that
+draws docs/architecture.md, ``scripts/docgen/architecture.py``); every ``import`` and ``from ... import`` counts,
+at module level, inside functions and under ``TYPE_CHECKING``.
+
+A module belongs to a *unit*: a folder of ``graphmem/`` (``graphmem/store/`` is ``graphmem.store``), a loose
+module at the root of ``graphmem/`` (``graphmem.memory``), ``models`` or ``rl``. :data:`LAYERS` lists the units
+from the ground floor up; a module may import its own unit and the units of lower floors, never a unit of its
+own floor or above.
 """
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+from docgen.architecture import FACE, import_graph, imports, modules, unit
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = "graphmem"
+
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"graphmem.core"}),  # the contracts: imports nothing else of the project
+    frozenset({"graphmem.index", "graphmem.datasets"}),  # in-memory indexes; dataset loaders
+    frozenset({"graphmem.store"}),  # every file the project reads or writes
+    frozenset({"graphmem.builders", "models"}),  # graphs from records; PyTorch modules
+    frozenset({"graphmem.policies", "graphmem.feedback"}),  # the readers; the feedback labels
+    frozenset({"graphmem.config", "graphmem.tracking"}),  # configs and entry checks; experiment tracking
+    frozenset({"graphmem.eval", "graphmem.llm", "graphmem.memory"}),  # evaluation; LLM access; the live memory
+    frozenset({"graphmem.qa"}),  # answer quality
+    frozenset({"rl"}),  # the trainers, above the library
+)
 
 
-def _modules() -> dict[str, Path]:
-    """Dotted name -> file of every module of the library (``pkg/__init__.py`` is ``pkg``)."""
-    out = {}
-    for path in sorted((ROOT / LIBRARY).rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return out
+def floor(name: str) -> int:
+    """The floor of a unit in :data:`LAYERS` (0 is the ground)."""
+    for i, layer in enumerate(LAYERS):
+        if name in layer:
+            return i
+    raise KeyError(name)
 
 
-def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The library modules ``name`` imports anywhere in its file (relative imports resolved)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(up + ([base] if base else []))
-            for alias in node.names:
-                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
-    return {m for m in found if m in modules and m != name and not (name.startswith(m + ".") and m == package)}
-
-
-def import_graph() -> dict[str, set[str]]:
-    modules = _modules()
-    return {name: _imported(name, path, modules) for name, path in modules.items()}
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """``a -> b`` for every import between units that does not point to a lower floor."""
+    bad = []
+    for source, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if source == FACE or unit(source) == unit(target):
+                continue
+            if floor(unit(target)) >= floor(unit(source)):
+                bad.append(f"{source} -> {target} ({unit(source)} may not import {unit(target)})")
+    return bad
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -60,7 +64,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in sorted(graph[v]):
+        for w in sorted(graph.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -88,21 +92,50 @@ def graph() -> dict[str, set[str]]:
     return import_graph()
 
 
-def test_no_import_cycle_in_the_library(graph):
+def test_every_unit_stands_on_a_declared_floor(graph):
+    missing = sorted({unit(m) for m in graph if m != FACE} - set().union(*LAYERS))
+    assert not missing, f"units on no floor of LAYERS (place them, and draw them in docs/architecture.md): {missing}"
+
+
+def test_every_import_points_down(graph):
+    bad = upward(graph)
+    assert not bad, "imports that run up or sideways:\n" + "\n".join(bad)
+
+
+def test_core_imports_nothing_else_of_the_project(graph):
+    out = sorted(
+        f"{m} -> {t}" for m, ts in graph.items() if unit(m) == "graphmem.core" for t in ts if unit(t) != unit(m)
+    )
+    assert not out, out
+
+
+def test_no_import_cycle(graph):
     found = cycles(graph)
     assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
-def test_graph_set_imports_no_builder(graph):
-    up = sorted(
-        m for m in graph["graphmem.store.graphset"] if m == "graphmem.builders" or m.startswith("graphmem.builders.")
-    )
-    assert not up, f"graphmem/store/graphset.py imports {up}"
+def test_an_import_inside_a_function_says_why():
+    """An import of the project's own modules inside a function (a heavy dependency loaded on first use, a
+    registry filled on demand) carries its reason as a comment on its line."""
+    known = modules(ROOT)
+    silent = []
+    for name, path in known.items():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for _, line, inside in imports(name, path, known):
+            if inside and "#" not in lines[line - 1]:
+                silent.append(f"{path.relative_to(ROOT)}:{line}")
+    assert not silent, "imports inside functions without a reason: " + ", ".join(sorted(set(silent)))
 
 
-def test_policy_types_do_not_import_scope(graph):
-    assert "graphmem.policies.scope" not in graph["graphmem.core.retrieval"]
-
-
-def test_the_cycle_finder_sees_a_circle():
+def test_the_checks_see_an_upward_import_and_a_circle():
+    assert upward({"graphmem.core.graph": {"graphmem.policies.base"}, "graphmem.policies.base": set()}) == [
+        "graphmem.core.graph -> graphmem.policies.base (graphmem.core may not import graphmem.policies)"
+    ]
+    assert upward({"graphmem.eval.x": {"graphmem.llm.y"}})  # a unit of the same floor is sideways
+    assert not upward({"rl.walk.data": {"graphmem.core.graph", "rl.common.seeding"}})
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_graph_set_imports_no_builder(graph):
+    up = sorted(m for m in graph["graphmem.store.graphset"] if unit(m) == "graphmem.builders")
+    assert not up, f"graphmem/store/graphset.py imports {up}"
