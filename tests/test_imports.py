@@ -27,7 +27,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"graphmem.policies", "graphmem.feedback"}),  # the readers; the feedback labels
     frozenset({"graphmem.config", "graphmem.tracking"}),  # configs and entry checks; experiment tracking
     frozenset({"graphmem.eval", "graphmem.llm", "graphmem.memory"}),  # evaluation; LLM access; the live memory
-    frozenset({"graphmem.qa"}),  # answer quality
+    frozenset({"graphmem.qa", "graphmem.serve"}),  # answer quality; the live memory over HTTP
     frozenset({"rl"}),  # the trainers, above the library
 )
 

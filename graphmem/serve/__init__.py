@@ -12,7 +12,7 @@ __all__ = ["MemoryClient", "MemoryServerError", "ServeLimits", "make_app"]
 
 def __getattr__(name: str):
     if name in ("make_app", "ServeLimits"):
-        from graphmem.serve import app
+        from graphmem.serve import app  # lazily: FastAPI is part of the full install
 
         return getattr(app, name)
     raise AttributeError(f"module 'graphmem.serve' has no attribute {name!r}")

@@ -39,6 +39,7 @@ from graphmem.core import Budget
 from graphmem.core.errors import InputError
 from graphmem.index.embed import make_encoder
 from graphmem.memory import DuplicateIdError, Memory, MemoryError, MemoryRetrieval, UnknownIdError, check_policy
+from graphmem.policies import POLICIES
 from graphmem.serve.gate import Gate, error_response
 from graphmem.serve.memories import OpenMemories, TooManyMemoriesError, UnknownMemoryError
 from graphmem.serve.schemas import (
@@ -236,8 +237,6 @@ def _routes(app: FastAPI, memories: OpenMemories, limits: ServeLimits) -> None:
 
 def _registered_policy(name: str | None) -> str | None:
     """A policy a request names: a registered name only (a dotted class path would import a module)."""
-    from graphmem.policies import POLICIES
-
     if name is not None and name not in POLICIES and name not in POLICIES.lazy:
         raise MemoryError(f"field 'policy': {name!r} is not a registered policy; registered: {sorted(POLICIES)}")
     return name
