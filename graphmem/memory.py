@@ -46,6 +46,7 @@ from graphmem.datasets.types import LoadReport, Question
 from graphmem.feedback import check_labels, label_transitions
 from graphmem.index.embed import Encoder, encoder_fingerprint, make_encoder
 from graphmem.index.neighbours import RowIndex
+from graphmem.policies import make_policy
 from graphmem.policies.base import TraversalPolicy
 from graphmem.store.graphset import GraphSet
 from graphmem.store.memory_store import EdgeRows, MemoryStoreError, NodeRow, SQLiteStore
@@ -857,7 +858,7 @@ def _make_policy(
     is refused."""
     if isinstance(policy, TraversalPolicy):
         return policy
-    from graphmem.config.cli import make_configured_policy, policy_config  # noqa: PLC0415
+    from graphmem.config.cli import policy_config  # noqa: PLC0415
 
     if isinstance(policy, Mapping):
         config = dict(policy)
@@ -866,7 +867,7 @@ def _make_policy(
     if checkpoint is not None:
         config["checkpoint"] = str(checkpoint)
     checkpoint = config.get("checkpoint")
-    made = make_configured_policy(config)
+    made = make_policy(config)
     inputs = getattr(made, "trained_inputs", None) or {}
     if inputs and (
         inputs.get("embedding_dim") != encoder["dim"]

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
@@ -52,7 +51,6 @@ from graphmem.config.cli import (
     check_out_dir,
     graphset_location,
     load_graphset,
-    make_configured_policy,
     name_list,
     policy_config,
     restrict_graphs,
@@ -78,7 +76,7 @@ from graphmem.eval.streaming import (
     streaming_payload,
 )
 from graphmem.index.embed import make_encoder
-from graphmem.policies import POLICIES, TraversalPolicy
+from graphmem.policies import POLICIES, TraversalPolicy, make_policy
 from graphmem.store.checkpoint import check_policies
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
@@ -93,6 +91,7 @@ from graphmem.tracking import (
     use_graphset,
 )
 from graphmem.tracking.artifacts import artifact_name
+from rl.common.seeding import seed_everything
 from rl.walk.online import OnlineConfig, stream_policies  # test-time learning of the walk, wired here
 
 log = logging.getLogger(__name__)
@@ -169,7 +168,7 @@ def plan_run(cfg: DictConfig) -> Plan:
         try:
             if cfg.get("device"):
                 config["device"] = cfg.device
-            policies[n] = make_configured_policy(config)
+            policies[n] = make_policy(config)
         except InputError:
             raise
         except Exception as err:  # noqa: BLE001 - any constructor failure is a config problem here
@@ -251,7 +250,7 @@ def _meta(cfg: DictConfig, plan: Plan, gs: GraphSet, run_id: str) -> dict[str, A
 
 
 def _evaluate(cfg: DictConfig, plan: Plan, qa_settings, run_id: str) -> dict[str, Any]:
-    torch.manual_seed(int(cfg.seed))
+    seed_everything(int(cfg.seed))
     out = plan.out_dir
     gs = _load(cfg, plan)
     question = _plot_question(cfg, gs)
@@ -299,7 +298,7 @@ def _evaluate_streaming(cfg: DictConfig, plan: Plan, run_id: str) -> dict[str, A
     """The streaming protocol (module docstring): rows, paired statistics (with the reference, and each online
     policy with its frozen copy on all questions and on the second half of each stream), the learners' cost, the
     memories' growth and recall against the place in the stream."""
-    torch.manual_seed(int(cfg.seed))
+    seed_everything(int(cfg.seed))
     out, sc = plan.out_dir, plan.streaming
     gs = _load(cfg, plan)
     online = OnlineConfig(**sc.online)

@@ -62,7 +62,6 @@ from graphmem.config.cli import (
     check_out_dir,
     graphset_location,
     load_graphset,
-    make_configured_policy,
     name_list,
     policy_config,
     restrict_graphs,
@@ -78,8 +77,7 @@ from graphmem.eval.plots import plot_learning_curves
 from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.runs import node_sweep_payload, paired_groups, plot_node_sweep, source_results
 from graphmem.eval.stats import comparisons_markdown, fold_summary
-from graphmem.policies import POLICIES
-from graphmem.policies.router import RouterPolicy
+from graphmem.policies import POLICIES, make_policy
 from graphmem.store.checkpoint import checkpoint_inputs
 from graphmem.store.graphset import GraphSet, union
 from graphmem.store.io import atomic_write, write_json
@@ -224,7 +222,7 @@ def check(cfg: DictConfig):
         except ValueError:
             raise ValueError(f"unknown baseline policy {name!r}; registered: {sorted(POLICIES)}") from None
         try:
-            baselines[name] = make_configured_policy(policy_config(name))
+            baselines[name] = make_policy(policy_config(name))
         except (OSError, TypeError, ValueError, KeyError) as err:
             raise ValueError(f"baseline {name!r} cannot be built from its policy config: {err}") from None
     for name in fold_baseline_config(cfg):
@@ -422,7 +420,7 @@ def run_fold(ctx: RunContext, fold: Fold, variants, baselines, collected: Collec
         return
     for name, kwargs in fold_baseline_config(ctx.cfg).items():
         given = {key: v.format(fold=fold.k) if isinstance(v, str) else v for key, v in kwargs.items()}
-        baselines[name] = make_configured_policy({**policy_config(name), **given})
+        baselines[name] = make_policy({**policy_config(name), **given})
     for name, policy in baselines.items():
         res = collected.test(name, policy, fold, ctx.budget)
         collected.records.append({"fold": fold.k, "policy": name, "test": res.overall})
@@ -488,7 +486,7 @@ def train_variant(ctx: RunContext, fold: Fold, name: str, overrides, collected: 
     bar.close()
     collected.curves.setdefault(name, {})[k] = result.history
     if ctx.world.is_main:  # rank 0 tests and reports
-        policy = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=selector)
+        policy = make_policy("router", scorer=result.scorer, device=tc.run.device, entry_selector=selector)
         test_variant(ctx, fold, name, policy, tc, trainer, result, train_s, tracker, collected)
 
 

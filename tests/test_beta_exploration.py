@@ -5,10 +5,11 @@ import math
 import pytest
 import torch
 
-from graphmem.config.cli import make_configured_policy, policy_config
+from graphmem.config.cli import policy_config
 from graphmem.config.schemas import compose
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
+from graphmem.policies import make_policy
 from graphmem.policies.beta_bfs import BetaBFS
 
 Q = Query("q0", "toy question", torch.ones(4))
@@ -112,9 +113,9 @@ def test_a_batch_gives_each_query_its_own_thompson_draws():
 
 def test_ranking_is_a_config_option_of_beta_bfs_and_bad_values_are_refused():
     cfg = compose("evaluate", ["policy=beta_bfs", "policy.ranking=thompson", "policy.seed=3", "policy.ucb_c=2.5"])
-    policy = make_configured_policy(policy_config("beta_bfs", cfg.policy))
+    policy = make_policy(policy_config("beta_bfs", cfg.policy))
     assert (policy.ranking, policy.seed, policy.ucb_c) == ("thompson", 3, 2.5)
-    assert make_configured_policy(policy_config("beta_bfs")).ranking == "mean"  # the default stays GraphMemory's
+    assert make_policy(policy_config("beta_bfs")).ranking == "mean"  # the default stays GraphMemory's
     with pytest.raises(ValueError, match="ranking must be one of"):
         BetaBFS(ranking="greedy")
     with pytest.raises(ValueError, match="ucb_c must be >= 0"):

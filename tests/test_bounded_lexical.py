@@ -210,10 +210,10 @@ def test_hybrid_index_is_set_from_the_command_line():
     from omegaconf import OmegaConf
 
     import graphmem.config.schemas  # noqa: F401  (registers the schemas)
-    from graphmem.config.cli import make_configured_policy
+    from graphmem.policies import make_policy
 
     def made(cfg):
-        return make_configured_policy({k: v for k, v in OmegaConf.to_container(cfg.policy).items() if k != "name"})
+        return make_policy({k: v for k, v in OmegaConf.to_container(cfg.policy).items() if k != "name"})
 
     root = Path(__file__).resolve().parents[1]
     with initialize_config_dir(config_dir=str(root / "configs"), version_base="1.3"):

@@ -8,7 +8,6 @@ from omegaconf import OmegaConf
 from policy_references import REFERENCES
 
 from graphmem.builders.synthetic import make_synthetic_graph
-from graphmem.config.cli import make_configured_policy
 from graphmem.config.schemas import compose
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
@@ -116,7 +115,7 @@ def _configured(walk: str, overrides: list[str], tmp_path: Path):
         from models.walk_scorer import ScorerConfig, WalkScorer
 
         cfg["scorer"] = WalkScorer(ScorerConfig(dim=8, hidden=8))
-    return make_configured_policy(cfg)
+    return make_policy(cfg)
 
 
 @pytest.mark.parametrize("walk", WALKS)

@@ -155,8 +155,8 @@ def test_policy_yaml_matches_the_constructor(path, tmp_path):
     default is listed in the file, and the config builds the policy."""
     from omegaconf import OmegaConf
 
-    from graphmem.config.cli import make_configured_policy
     from graphmem.config.schemas import policy_option
+    from graphmem.policies import make_policy
 
     listed = set(yaml.safe_load(path.read_text())) - {"defaults", "_target_"}
     cfg = OmegaConf.to_container(policy_option(path), resolve=True)
@@ -175,7 +175,7 @@ def test_policy_yaml_matches_the_constructor(path, tmp_path):
         from models.walk_scorer import ScorerConfig, WalkScorer
 
         cfg["scorer"] = WalkScorer(ScorerConfig(dim=8))
-    built = make_configured_policy({"_target_": target, **cfg})
+    built = make_policy({"_target_": target, **cfg})
     assert built.name == name and isinstance(built, POLICIES[name])
 
 

@@ -31,10 +31,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from graphmem.builders import DataConfig, GraphConfig, graphset_dir, open_graphset
 from graphmem.config.bounds import check_bounds
-from graphmem.config.schemas import policy_label, policy_option
+from graphmem.config.schemas import policy_option
 from graphmem.core.errors import InputError, NothingMeasuredError
-from graphmem.policies import POLICIES
-from graphmem.store.checkpoint import require_checkpoint
 
 _KEY_PREFIXES = ("sk-", "sk_", "rk_", "hf_", "ghp_", "gho_", "ghs_", "github_pat_", "glpat-", "xox", "AKIA", "AIza")
 _VARIABLE_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
@@ -327,7 +325,7 @@ def policy_config(name: str, selected: Any = None) -> dict[str, Any]:
     From the selected ``policy`` config group when it is that policy (``selected.name``, derived
     from its ``_target_``, so ``policy._target_=mypkg.MyPolicy`` selects a user's class), else
     ``configs/policy/<name>.yaml`` on its schema, else ``{"_target_": name}`` (a policy registered
-    elsewhere, with its defaults). :func:`make_configured_policy` makes it."""
+    elsewhere, with its defaults). :func:`graphmem.policies.make_policy` makes it."""
     from omegaconf import OmegaConf
 
     path = CONFIG_DIR / "policy" / f"{name}.yaml"
@@ -338,33 +336,6 @@ def policy_config(name: str, selected: Any = None) -> dict[str, Any]:
     else:
         raw = {"_target_": name}
     return {k: v for k, v in raw.items() if k != "name"}
-
-
-def make_configured_policy(config: Mapping[str, Any]):
-    """``hydra.utils.instantiate`` of a :func:`policy_config`: the class at ``_target_`` (a
-    registered name or a dotted path to a :class:`~graphmem.policies.TraversalPolicy` subclass)
-    with the other keys, checked first against its constructor (``ValueError`` naming the key) and
-    for an existing ``checkpoint`` file (:class:`graphmem.store.checkpoint.CheckpointError` naming it).
-    The policy reports under :func:`graphmem.config.schemas.policy_label` of its target."""
-    import hydra
-
-    kwargs = {k: v for k, v in config.items() if k != "_target_"}
-    cls = POLICIES.check(config["_target_"], kwargs)
-    if isinstance(kwargs.get("checkpoint"), (str, os.PathLike)):
-        require_checkpoint(kwargs["checkpoint"])  # one line naming the key, not Hydra's wrapped error
-    try:
-        policy = hydra.utils.instantiate(
-            {"_target_": f"{cls.__module__}.{cls.__qualname__}", **kwargs}, _convert_="all"
-        )
-    except Exception as err:  # Hydra wraps what the constructor raised: a refused input keeps its own line
-        cause = err.__cause__ or err.__context__
-        if isinstance(cause, InputError):
-            raise cause from None
-        raise
-    label = policy_label(config["_target_"])
-    if policy.name != label:
-        policy.name = label  # an unregistered class: its results carry its class name
-    return policy
 
 
 def restrict_graphs(gs, graphs: str | Sequence[str] | None, part: str = "test"):

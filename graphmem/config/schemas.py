@@ -31,7 +31,7 @@ when the command line is composed (:func:`graphmem.config.launch.check_command_l
 | ``policy`` | each policy's constructor: ``policy/<name>_schema`` (:func:`policy_schema`) |
 
 A policy option also names its class under ``_target_`` (made with ``hydra.utils.instantiate``,
-:func:`graphmem.config.cli.make_configured_policy`); ``policy._target_=mypkg.MyPolicy`` swaps in a user's
+:func:`graphmem.policies.make_policy`); ``policy._target_=mypkg.MyPolicy`` swaps in a user's
 class without editing ``graphmem`` (``+policy.<key>=...`` adds a parameter the schema lacks), and
 ``policy.name`` follows it (:func:`policy_label`).
 
@@ -55,6 +55,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from graphmem.policies import POLICIES
+from graphmem.policies.base import policy_label
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 STUDIES_DIR = Path(__file__).resolve().parents[2] / "scripts" / "studies"
@@ -137,18 +138,6 @@ def compose(config_name: str, overrides: Sequence[str] = (), config_dir: str | P
 
 # ---------------------------------------------------------------------------- the policy group
 POLICY_RESOLVER = "policy_name"
-
-
-def policy_label(target: str) -> str:
-    """The name a policy class is reported under: its registered name, else its class name.
-
-    ``target`` is a registered name or a dotted path (``_target_``); one that cannot be imported
-    keeps its last component (the import error is raised where the policy is made)."""
-    try:
-        cls = POLICIES.resolve(target)
-    except ValueError:
-        return target.rpartition(".")[2]
-    return cls.name if POLICIES.get(cls.name) is cls else cls.__name__
 
 
 def _config_type(annotation: Any, default: Any) -> Any:

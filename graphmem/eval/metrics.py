@@ -52,6 +52,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
+import torch
+from torch import Tensor
+
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import LOCOMO_CATEGORIES, Question
 
@@ -175,6 +178,30 @@ def recall_at(ranking: Sequence[str], gold: Sequence[str], k: int) -> float:
     """``|ranking[:k] ∩ gold| / |gold|`` (gold deduplicated; needs a non-empty ``gold``)."""
     gold_set = set(gold)
     return len(set(ranking[:k]) & gold_set) / len(gold_set)
+
+
+# ---------------------------------------------------------------------------- batched, as tensors (training)
+def mask_recall(loaded: Tensor, gold: Tensor) -> Tensor:
+    """``[B]`` evidence recall ``|L ∩ G| / |G|`` of ``[B, N]`` masks of loaded and gold rows (0 without gold)."""
+    return (loaded & gold).sum(1).float() / gold.sum(1).clamp(min=1).float()
+
+
+def evidence_shares(loaded: Tensor, gold: Tensor) -> Tensor:
+    """``[T, B]`` ``1(v_t ∈ G_b) / |G_b|`` for ``[T, B]`` loaded rows in load order (``-1`` none) and ``[B, G]``
+    gold rows (``-1`` padded): summed over ``t``, each walk's evidence recall."""
+    n_gold = (gold >= 0).sum(1).clamp(min=1).float()
+    hit = ((loaded[..., None] == gold[None]) & (gold[None] >= 0)).any(-1) & (loaded >= 0)
+    return hit.float() / n_gold[None]
+
+
+def mean_recall_at(query: Tensor, gold: Tensor, position: Tensor, n_gold: Tensor, cuts: Sequence[int]) -> float:
+    """Mean over questions and over ``k`` in ``cuts`` of recall@k, from the ranked items of every question:
+    ``query`` (its question), ``gold`` (whether it is gold) and ``position`` (its rank in its question's list),
+    with ``n_gold`` the gold count of each question."""
+    total = torch.zeros(n_gold.numel())
+    for k in cuts:
+        total += torch.zeros_like(total).index_add(0, query, (gold & (position < k)).float())
+    return float((total / len(cuts) / n_gold).mean())
 
 
 def chain_following(ranking: Sequence[str], chain: Sequence[str]) -> float:

@@ -19,9 +19,10 @@ paths are tested against are ``scripts/benchmarks/policy_references.py``.
 
 from __future__ import annotations
 
+import os
 import time
 from abc import ABC, abstractmethod
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -32,6 +33,7 @@ from graphmem.core.registry import Registry
 from graphmem.core.retrieval import Budget, Query, Retrieval, RetrievalBatch
 from graphmem.policies.scope import Scope
 from graphmem.policies.selectors import EntrySelector, entry_rows, entry_tensor
+from graphmem.store.checkpoint import require_checkpoint
 
 __all__ = [
     "POLICIES",
@@ -169,8 +171,36 @@ POLICIES = Registry("policy", base=TraversalPolicy)
 register_policy = POLICIES.register
 
 
-def make_policy(name: str, **kwargs) -> TraversalPolicy:
-    """Instantiate a registered policy by name; keyword arguments are checked against its constructor."""
+def policy_label(target: str) -> str:
+    """The name a policy class is reported under: its registered name, else its class name.
+
+    ``target`` is a registered name or a dotted path (``_target_``); one that cannot be imported
+    keeps its last component (the import error is raised where the policy is made)."""
+    try:
+        cls = POLICIES.resolve(target)
+    except ValueError:
+        return target.rpartition(".")[2]
+    return cls.name if POLICIES.get(cls.name) is cls else cls.__name__
+
+
+def make_policy(target: str | Mapping[str, Any], **kwargs: Any) -> TraversalPolicy:
+    """The one way a policy is built by name.
+
+    ``target`` is a registered name or a dotted path to a :class:`TraversalPolicy` subclass, or a config
+    mapping holding it under ``_target_`` beside keyword arguments (what :func:`graphmem.config.cli.policy_config`
+    gives; ``kwargs`` override them). The arguments are checked against the constructor first (``ValueError``
+    naming the key) and a ``checkpoint`` path must be a file (:class:`~graphmem.store.checkpoint.CheckpointError`
+    naming it); the policy reports under :func:`policy_label` of its target."""
     import graphmem.policies  # noqa: F401  (registers the built-in policies)
 
-    return POLICIES.make(name, **kwargs)
+    if isinstance(target, Mapping):
+        kwargs = {**{k: v for k, v in target.items() if k not in ("_target_", "name")}, **kwargs}
+        target = target["_target_"]
+    cls = POLICIES.check(target, kwargs)
+    if isinstance(kwargs.get("checkpoint"), (str, os.PathLike)):
+        require_checkpoint(kwargs["checkpoint"])
+    policy = cls(**kwargs)
+    label = policy_label(target)
+    if policy.name != label:
+        policy.name = label  # an unregistered class: its results carry its class name
+    return policy

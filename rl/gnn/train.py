@@ -47,6 +47,7 @@ from torch import Tensor
 
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
+from graphmem.eval.metrics import mask_recall
 from graphmem.index.lexical_features import Lexical, dense_features, lexical_inputs
 from graphmem.policies.gnn import BallScores, batched_walk, parts_cost_more, reader_inputs
 from graphmem.policies.selectors import make_entry_selector
@@ -54,7 +55,7 @@ from graphmem.policies.subgraph import ball, layered_subgraphs, lookup, relation
 from graphmem.policies.tables import csr
 from graphmem.store.checkpoint import save_checkpoint as write_checkpoint
 from models.gnn_reader import GNNReader, ReaderConfig, ReaderShape, ball_scores, start_mask
-from rl.common.seeding import deterministic
+from rl.common.seeding import deterministic, seed_everything
 from rl.common.splits import conversation_folds
 
 
@@ -233,10 +234,8 @@ def gold_mask(ex: ReaderExample) -> Tensor:
 
 def walk_recall(ex: ReaderExample, scores, budget: Budget) -> Tensor:
     """``[B]`` evidence recall ``|loaded ∩ gold| / |gold|`` of the batched walk ranked by ``scores``."""
-    gold = gold_mask(ex)
     entries = [list(e)[: budget.max_entries] for e in ex.entries]
-    loaded = batched_walk(ex.graph, entries, scores, budget).loaded_mask().cpu()
-    return (loaded & gold).sum(1).float() / gold.sum(1).clamp(min=1).float()
+    return mask_recall(batched_walk(ex.graph, entries, scores, budget).loaded_mask().cpu(), gold_mask(ex))
 
 
 @torch.no_grad()
@@ -286,7 +285,7 @@ def train_reader(
     Without ``val`` the last epoch is kept. Deterministic on CPU for a fixed ``cfg.seed`` and thread count
     (:mod:`rl.common.seeding`).
     """
-    torch.manual_seed(cfg.seed)
+    seed_everything(cfg.seed)
     rng = random.Random(cfg.seed)
     device = torch.device(cfg.device)
     if reader is None:

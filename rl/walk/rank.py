@@ -28,11 +28,13 @@ from torch import Tensor
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
+from graphmem.eval.metrics import mean_recall_at
 from graphmem.policies.base import Scope
 from graphmem.policies.rank_features import NUM_RANK_FEATURES
 from graphmem.policies.router import RouterPolicy
 from models.rank_head import RankHead, RankHeadConfig, RankInputs, listwise_loss
 from rl.common.logging import Logger
+from rl.common.seeding import seed_everything
 
 CUTS = (2, 5)
 QUERIES_PER_CALL = 128  # questions walked together when the lists are collected (bounds the walk's [B, P] tensors)
@@ -174,17 +176,14 @@ def ranked_recall(scores: Tensor | None, lists: Lists) -> float:
     query, gold = query[order], gold[order]
     counts = torch.bincount(query, minlength=lists.n_gold.numel())
     position = torch.arange(query.numel()) - (torch.cumsum(counts, 0) - counts)[query]
-    total = torch.zeros(lists.n_gold.numel())
-    for k in CUTS:
-        total += torch.zeros_like(total).index_add(0, query, (gold & (position < k)).float())
-    return float((total / len(CUTS) / lists.n_gold).mean())
+    return mean_recall_at(query, gold, position, lists.n_gold, CUTS)
 
 
 def train_rank_head(
     cfg: RankConfig, train: Lists, val: Lists | None, logger: Logger | None = None, seed: int = 0
 ) -> RankResult:
     """The loop of the module docstring; without validation lists the last epoch is kept."""
-    torch.manual_seed(seed)
+    seed_everything(seed)
     head = RankHead(RankHeadConfig(NUM_RANK_FEATURES, cfg.hidden, cfg.residual))
     optimizer = torch.optim.Adam(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     generator = torch.Generator().manual_seed(seed)

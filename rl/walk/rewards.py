@@ -38,6 +38,7 @@ from torch import Tensor
 
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
+from graphmem.eval.metrics import evidence_shares
 from graphmem.feedback import CONTEXT_FIELDS, MAX_ANSWER_TOKENS, answer_tokens, node_offer  # noqa: F401 (one home)
 from graphmem.index.lexical import tokenize
 from graphmem.llm.client import LLMClient
@@ -50,11 +51,9 @@ REWARDS = ("evidence", "answer", "judge")
 
 
 def evidence_rewards(ep: WalkEpisodes, gold: Tensor) -> Tensor:
-    """``[T, B]`` ``1(v_t ∈ G_b) / |G_b|``; ``gold`` is ``[B, G]`` rows, ``-1`` padded."""
-    loaded = ep.loaded.T  # [T, B]
-    n_gold = (gold >= 0).sum(1).clamp(min=1).float()
-    hit = ((loaded[..., None] == gold[None]) & (gold[None] >= 0)).any(-1) & (loaded >= 0)
-    return hit.float() / n_gold[None]
+    """``[T, B]`` ``1(v_t ∈ G_b) / |G_b|`` (:func:`graphmem.eval.metrics.evidence_shares`); ``gold`` is ``[B, G]``
+    rows, ``-1`` padded."""
+    return evidence_shares(ep.loaded.T, gold)
 
 
 def costs(ep: WalkEpisodes, tables: WalkTables, node_cost: float, token_cost: float) -> Tensor:

@@ -41,7 +41,7 @@ from graphmem.core.errors import NothingMeasuredError
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
 from graphmem.llm.client import LLMClient, LLMConfig
-from graphmem.policies.router import RouterPolicy
+from graphmem.policies import make_policy
 from graphmem.policies.walk import walk
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.common.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -603,8 +603,8 @@ class WalkTrainer:
     def train_rank_head(self) -> RankResult:
         """The ranking head on the lists of the selected walk (:mod:`rl.walk.rank`), the walk frozen."""
         rc = self.cfg.rank
-        policy = RouterPolicy(
-            scorer=self.scorer, device=str(self.device), entry_selector=self.entry_selector, rank=False
+        policy = make_policy(
+            "router", scorer=self.scorer, device=str(self.device), entry_selector=self.entry_selector, rank=False
         )
         questions, embeddings, val_questions, val_embeddings = self.parts
         lists = lambda qs, emb: collect_lists(  # noqa: E731

@@ -57,7 +57,7 @@ from graphmem.builders.entities import ground_mentions, link_mentions
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
 from graphmem.eval.stats import paired_comparison
-from graphmem.policies.gnn import GNNPolicy
+from graphmem.policies import make_policy
 from rl.writer.format import format_score, judged_lines, parse_triples, render_prompt, repetition_rate
 from rl.writer.grammar import constrain_generate, make_grammar
 from rl.writer.model import (
@@ -319,7 +319,7 @@ class ReaderReward:
             raise ValueError("writer reward: tasks on whole graphs need the graphs' GraphConfig (graph_cfg)")
         self.graph_cfg = graph_cfg
         self.eos_token_id = eos_token_id
-        self.policy = GNNPolicy(reader=reader)
+        self.policy = make_policy("gnn", reader=reader)
         self.budget = Budget(**cfg.reader_budget)
         self.cfg = cfg
         self._linking = (cfg.link_mentions, cfg.grounded)

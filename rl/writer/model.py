@@ -6,6 +6,8 @@ from pathlib import Path
 
 import torch
 
+from rl.common.seeding import seed_everything
+
 
 def byte_tokenizer():
     """A byte-level tokenizer (256 symbols + specials) built locally, for tests and smoke runs."""
@@ -29,7 +31,7 @@ def load_writer(name: str, seed: int = 0, hidden: int = 64, layers: int = 3):
 
     if name == "tiny":
         tok = byte_tokenizer()
-        torch.manual_seed(seed)
+        seed_everything(seed)
         cfg = LlamaConfig(
             vocab_size=len(tok),
             hidden_size=hidden,

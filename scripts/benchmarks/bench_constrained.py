@@ -25,6 +25,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsP
 
 from graphmem.llm.local import load_model
 from graphmem.llm.schemas import Curation, Reflection, parse_structured
+from rl.common.seeding import seed_everything
 from rl.writer.grpo import byte_tokenizer
 
 REFL = {
@@ -136,7 +137,7 @@ def run(lib, model, tok, name, enc, n_new, sample, seeds):
     vocab = model.config.vocab_size
     res = {"valid": 0, "n": 0, "tokens": 0, "gen_s": 0.0, "setup_s": []}
     for s in seeds:
-        torch.manual_seed(s)
+        seed_everything(s)
         try:
             kw, setup = make(lib, tok, schema, vocab, model)
         except Exception as e:
@@ -197,7 +198,7 @@ if __name__ == "__main__":
             bos_token_id=tok.bos_token_id,
             eos_token_id=tok.eos_token_id,
         )
-        torch.manual_seed(0)
+        seed_everything(0)
         model = LlamaForCausalLM(cfg).eval()
         enc = tok("Reply in JSON: ", return_tensors="pt")
         for lib in libs:

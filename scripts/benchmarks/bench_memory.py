@@ -44,8 +44,8 @@ from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
 from graphmem.eval.latency import latency_summary
 from graphmem.index.embed import HashingEncoder
+from graphmem.policies import make_policy
 from graphmem.policies.rank_features import NUM_RANK_FEATURES
-from graphmem.policies.router import RouterPolicy
 from graphmem.store.io import atomic_write
 from models.rank_head import RankHead, RankHeadConfig
 from models.walk_scorer import ScorerConfig, WalkScorer
@@ -90,7 +90,8 @@ def run(args) -> dict:
     emb = torch.cat([encoder.encode(texts[i : i + 20000]) for i in range(0, top, 20000)])
     encode = [timed(lambda t=t: encoder.encode([t])) for t in texts[:200]]
     report: dict = {"texts_s": time.perf_counter() - t0, "encode_ms": summary(encode), "sizes": []}
-    router = RouterPolicy(
+    router = make_policy(
+        "router",
         scorer=WalkScorer(ScorerConfig(dim=384)),
         rank_head=RankHead(RankHeadConfig(NUM_RANK_FEATURES)),
         entry_selector="hybrid",

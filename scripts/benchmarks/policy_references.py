@@ -24,7 +24,7 @@ from graphmem.core.graph import MemoryGraph
 from graphmem.core.tokens import node_tokens
 from graphmem.index.lexical import tokenize
 from graphmem.index.lexical_features import lexical_inputs
-from graphmem.policies import POLICIES, TraversalPolicy
+from graphmem.policies import POLICIES, TraversalPolicy, make_policy
 from graphmem.policies.batched import load_under_budget
 from graphmem.policies.ppr import hop_distance, transition_matrix
 from graphmem.policies.ranking import cosine_matrix, query_matrix
@@ -32,6 +32,7 @@ from graphmem.policies.selectors import validate_entries
 from graphmem.policies.tables import node_id_rank
 from graphmem.policies.uniform_bfs import _signed, neighbor_priority, query_seed
 from graphmem.policies.walk import Candidates, graph_walk_tables
+from rl.common.seeding import seed_everything
 
 Reference = Callable[[TraversalPolicy, MemoryGraph, Query, Budget], Retrieval]
 REFERENCES: dict[str, Reference] = {}
@@ -64,16 +65,17 @@ MODULES = {"scorer": _scorer, "reader": _reader}
 
 
 def make_test_policy(name: str, dim: int = 16, relations: int = 4, **kwargs) -> TraversalPolicy:
-    """``POLICIES[name](**kwargs)`` on the CPU, with seeded untrained modules for :data:`MODULES` parameters."""
+    """:func:`~graphmem.policies.make_policy` of ``name`` on the CPU, with seeded untrained modules for the
+    :data:`MODULES` parameters."""
     cls = POLICIES[name]
     params = inspect.signature(cls).parameters
-    torch.manual_seed(0)
+    seed_everything(0)
     for param, factory in MODULES.items():
         if param in params and param not in kwargs:
             kwargs[param] = factory(dim, relations)
     if "device" in params:
         kwargs.setdefault("device", "cpu")
-    return cls(**kwargs)
+    return make_policy(name, **kwargs)
 
 
 def entries_of(policy: TraversalPolicy, graph: MemoryGraph, query: Query, budget: Budget) -> list[int]:

@@ -41,6 +41,7 @@ from graphmem.policies import TraversalPolicy, make_policy
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import EmbeddingEntrySelector
 from graphmem.tracking.peak_memory import PeakMemory
+from rl.common.seeding import seed_everything
 
 
 def make_queries(graph: MemoryGraph, num: int, noise: float, seed: int) -> list[Query]:
@@ -54,7 +55,7 @@ def make_queries(graph: MemoryGraph, num: int, noise: float, seed: int) -> list[
 def bench_policy(name: str, graph: MemoryGraph, seed: int, /, device: str = "cpu", **kwargs) -> TraversalPolicy:
     """A registered policy on ``device``; ``router`` (the walk) and ``gnn`` get untrained modules sized
     for ``graph`` (timings do not depend on the weights; ``seed`` seeds them, a policy's own ``seed`` is a kwarg)."""
-    torch.manual_seed(seed)
+    seed_everything(seed)
     if name == "router" and not kwargs.get("checkpoint"):  # a trained walk when given, else a fresh one
         from models.walk_scorer import ScorerConfig, WalkScorer  # lazily: torch_geometric takes seconds to import
 

@@ -38,6 +38,7 @@ from graphmem.datasets.types import Question
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.metrics import in_overall, question_metrics
 from graphmem.eval.stats import bootstrap_ci, compare_policies
+from graphmem.policies import make_policy
 from graphmem.policies.beta_bfs import RANKINGS, BetaBFS
 from graphmem.policies.selectors import SelectorSpec
 from graphmem.store.graphset import GraphSet
@@ -137,8 +138,10 @@ def run_learner(
     own = {n: g.copy() for n, g in graphs.items()}
     for g in own.values():
         g.S.zero_(), g.F.zero_(), g.invalidate()
-    explore = BetaBFS(entry_selector=entry_selector, ranking=learner.ranking, ucb_c=learner.ucb_c, seed=learner.seed)
-    evaluate = BetaBFS(entry_selector=entry_selector)
+    explore = make_policy(
+        "beta_bfs", entry_selector=entry_selector, ranking=learner.ranking, ucb_c=learner.ucb_c, seed=learner.seed
+    )
+    evaluate = make_policy("beta_bfs", entry_selector=entry_selector)
     (sq, se), (hq, he) = stream, heldout
     bounds, stats, t0 = round_bounds(len(sq), rounds), EvidenceStats(), time.perf_counter()
     out: dict[str, Any] = {"served": [], "heldout": [heldout_rows(evaluate, dataset, own, hq, he, budget)]}

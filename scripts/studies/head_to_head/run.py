@@ -67,8 +67,7 @@ from graphmem.core import Budget
 from graphmem.core.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import compare_policies
-from graphmem.policies.beta_bfs import BetaBFS
-from graphmem.policies.router import RouterPolicy
+from graphmem.policies import make_policy
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import atomic_write, write_json
 from graphmem.tracking import (
@@ -178,7 +177,7 @@ def beta_curve(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget, train, 
     graphs = {n: g.copy() for n, g in gs.graphs.items()}  # the saved graph set is never touched
     for g in graphs.values():
         g.S.zero_(), g.F.zero_(), g.invalidate()
-    beta = BetaBFS(entry_selector=cfg.entry_selector)
+    beta = make_policy("beta_bfs", entry_selector=cfg.entry_selector)
     oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
     stats, seen, curve_beta = EvidenceStats(), 0, []
     for n in counts:
@@ -218,7 +217,7 @@ def router_curve(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget, data,
         q, e = (train_q[:n], train_e[:n]) if n else (train_q, train_e)  # n = 0: initialisation only
         trainer = WalkTrainer(tc, gs.graphs, q, e, val_q, val_e, budget=budget, entry_selector=selector)
         result = trainer.learn()
-        router = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=selector)
+        router = make_policy("router", scorer=result.scorer, device=tc.run.device, entry_selector=selector)
         row = {
             "examples": n,
             **evaluate(router, gs, gs.graphs, test_q, test_e, budget, test_rows["router"]),
@@ -264,7 +263,7 @@ def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[
     keep = [i for i, q in enumerate(test_q) if q.graph == name]
     questions, embeddings = [train_q[i] for i in order], train_e[order]
     test_q, test_e = [test_q[i] for i in keep], test_e[keep]
-    beta = BetaBFS(entry_selector=cfg.entry_selector)
+    beta = make_policy("beta_bfs", entry_selector=cfg.entry_selector)
     rows: dict[str, Any] = {}
     for source in fb.sources:
         graph = gs.graphs[name].copy()

@@ -34,13 +34,14 @@ from graphmem import Memory
 from graphmem.builders.config import GraphConfig
 from graphmem.builders.entities import make_entity_extractor
 from graphmem.builders.locomo import build_locomo_graph, turn_records
-from graphmem.config.cli import make_configured_policy, policy_config, set_threads
+from graphmem.config.cli import policy_config, set_threads
 from graphmem.core import Budget
 from graphmem.core.errors import InputError
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import paired_comparison
+from graphmem.policies import make_policy
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
 
@@ -139,7 +140,7 @@ def compare_walks(gs: GraphSet, graphs: dict[str, dict], checkpoints: list[str])
     """Per checkpoint, its test questions ranked on each graph variant: identical lists and paired recall."""
     out, budget = [], Budget()
     for path in checkpoints:
-        policy = make_configured_policy({**policy_config("router"), "checkpoint": path})
+        policy = make_policy({**policy_config("router"), "checkpoint": path})
         seen = set(policy.trained_inputs.get("train_graphs", [])) | set(policy.trained_inputs.get("val_graphs", []))
         questions = [q for q in gs.questions if q.graph not in seen]
         runs = {k: evaluate_policy(policy, Graphs(gs, g), budget, questions, progress=False) for k, g in graphs.items()}

@@ -59,8 +59,8 @@ from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.index.embed import encoder_fingerprint, make_encoder
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.memory import Memory
+from graphmem.policies import make_policy
 from graphmem.policies.base import TraversalPolicy
-from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.selectors import make_entry_selector
 from graphmem.store.checkpoint import checkpoint_inputs
 from graphmem.store.graphset import GraphSet
@@ -134,7 +134,7 @@ def schema_validity(usage: dict[str, Any]) -> dict[str, dict[str, float]]:
 def beta_recall(gs: GraphSet, name: str, graph, idx: list[int], budget: Budget) -> float | None:
     """Evidence recall of Beta BFS (embedding entries) on questions ``idx`` over ``graph``."""
     view = GraphSet(gs.dataset, {name: graph}, [gs.questions[i] for i in idx], gs.query_embeddings[idx], gs.report)
-    return evaluate_policy(BetaBFS(), view, budget, progress=False).overall.get("evidence_recall")
+    return evaluate_policy(make_policy("beta_bfs"), view, budget, progress=False).overall.get("evidence_recall")
 
 
 def check_encoder(gs: GraphSet, name: str) -> None:
@@ -219,7 +219,7 @@ def _run(cfg: DictConfig, out: Path, run_id: str) -> dict[str, Any]:
     idx = [i for i, q in enumerate(gs.questions) if q.graph == name][: cfg.n_questions]
     client, selector = _client_and_selector(cfg)
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
-    policy = BetaBFS(entry_selector=selector)
+    policy = make_policy("beta_bfs", entry_selector=selector)
     loop = MemoryLoop(client, policy, budget=budget, max_tokens=_max_tokens(cfg))
     with grow_memory(out / "memory", gs, name, cfg, policy) as mem:
         initial = mem.graph.copy()  # Beta BFS recall "before" is measured on it

@@ -35,7 +35,6 @@ from synthetic_relations import KINDS, make_relation_family
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.config.cli import (
     check_int,
-    make_configured_policy,
     policy_config,
     restrict_graphs,
     run_or_exit,
@@ -46,8 +45,7 @@ from graphmem.core import Budget
 from graphmem.datasets.types import LoadReport
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import PairedComparison, fold_summary, paired_comparison, per_question
-from graphmem.policies import POLICIES
-from graphmem.policies.router import RouterPolicy
+from graphmem.policies import POLICIES, make_policy
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
 from models.walk_scorer import ScorerConfig, WalkScorer
@@ -193,12 +191,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                 "seed %d %s: best %s epoch %d, val recall %.3f",
                 *(seed, name, result.best_phase, result.best_epoch, result.best_score),
             )
-            policies[name] = RouterPolicy(scorer=result.scorer, device=tc.run.device, entry_selector=cfg.entry_selector)
+            policies[name] = make_policy(
+                "router", scorer=result.scorer, device=tc.run.device, entry_selector=cfg.entry_selector
+            )
         if cfg.cosine_walk:
             scorer = WalkScorer(ScorerConfig(dim=gs.graphs[split.test[0]].dim))
-            policies[COSINE_WALK] = RouterPolicy(scorer=scorer, device="cpu", entry_selector=cfg.entry_selector)
+            policies[COSINE_WALK] = make_policy(
+                "router", scorer=scorer, device="cpu", entry_selector=cfg.entry_selector
+            )
         for name in heuristics:
-            policies[name] = make_configured_policy(policy_config(name))
+            policies[name] = make_policy(policy_config(name))
         fold_metrics = {}
         for name, policy in policies.items():
             res = evaluate_policy(policy, test, budget, progress=False)

@@ -15,7 +15,8 @@ from graphmem.core import Budget
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.stats import paired_comparison, per_question
-from graphmem.policies.gnn import GNNPolicy, load_reader
+from graphmem.policies import make_policy
+from graphmem.policies.gnn import load_reader
 from rl.gnn.split import split_examples
 from rl.gnn.train import GNNTrainConfig, save_checkpoint, train_reader
 
@@ -40,7 +41,7 @@ def reader_recall(reader, gs, graphs, names, budget: Budget) -> dict[str, float 
     keep = set(names)
     questions = [q for q in gs.questions if q.graph in keep and in_overall(q.category)]
     arm = dataclasses.replace(gs, graphs={**gs.graphs, **graphs})
-    rows = evaluate_policy(GNNPolicy(reader=reader), arm, budget, questions=questions, progress=False).rows
+    rows = evaluate_policy(make_policy("gnn", reader=reader), arm, budget, questions=questions, progress=False).rows
     return {q: v for q, v in per_question(rows, "evidence_recall").items() if v is not None}
 
 
