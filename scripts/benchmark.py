@@ -41,15 +41,14 @@ import time
 import warnings
 from pathlib import Path
 
-import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders.synthetic import make_synthetic_graph
-from graphmem.config.cli import run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import set_threads
+from graphmem.config.entry import main
 from graphmem.core import Budget, Query
 from graphmem.core.device import resolve_device
 from graphmem.core.tokens import node_tokens
@@ -572,11 +571,5 @@ def plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
-@hydra.main(config_path="../configs", config_name="benchmark", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(run, cfg)
-
-
 if __name__ == "__main__":
-    check_command_line("benchmark")  # every job's config composed and checked before Hydra writes .hydra/
-    main()
+    main("benchmark", run)

@@ -17,7 +17,6 @@ import math
 import time
 from pathlib import Path
 
-import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import to_absolute_path
@@ -25,14 +24,12 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import check_configs, graphset_dir, reuse_or_build
-from graphmem.config.cli import ConfigError, run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import ConfigError, set_threads
+from graphmem.config.entry import main
 from graphmem.core.graph import MemoryGraph
 from graphmem.tracking import experiment_group, graphset_artifact, make_tracker
 
 log = logging.getLogger(__name__)
-
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
 
 def degree_stats(graphs: list[MemoryGraph]) -> dict:
@@ -101,11 +98,6 @@ def plot_neighbourhood(graph: MemoryGraph, center: str | None, max_nodes: int, p
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="build_graph", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(build, cfg)
 
 
 def build(cfg: DictConfig) -> dict:
@@ -203,5 +195,4 @@ def _track(cfg, run_dir: Path, dataset: str, out_dir: Path, status: str, summary
 
 
 if __name__ == "__main__":
-    check_command_line("build_graph")  # every job's config composed and checked before Hydra writes .hydra/
-    main()
+    main("build_graph", build)

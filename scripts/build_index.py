@@ -13,18 +13,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from graphmem.config.cli import run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import set_threads
+from graphmem.config.entry import main
 from graphmem.index.vector_index import IndexSpec, VectorIndexError, index_for
 from graphmem.store.graphset import GraphSet
 from graphmem.store.indexes import index_files
 from graphmem.store.setstore import add_files
-
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
 
 def build(cfg: DictConfig) -> dict[str, str]:
@@ -47,11 +44,5 @@ def build(cfg: DictConfig) -> dict[str, str]:
     return mine
 
 
-@hydra.main(config_path=CONFIG_DIR, config_name="build_index", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(build, cfg, errors=(VectorIndexError,))
-
-
 if __name__ == "__main__":
-    check_command_line("build_index")  # every job's config composed and checked before Hydra writes .hydra/
-    main()
+    main("build_index", build, errors=(VectorIndexError,))

@@ -54,11 +54,10 @@ from graphmem.config.cli import (
     name_list,
     policy_config,
     restrict_graphs,
-    run_or_exit,
     set_threads,
     split_names,
 )
-from graphmem.config.launch import check_command_line
+from graphmem.config.entry import main
 from graphmem.core import Budget
 from graphmem.core.errors import InputError, NothingMeasuredError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
@@ -77,6 +76,7 @@ from graphmem.eval.streaming import (
 )
 from graphmem.index.embed import make_encoder
 from graphmem.policies import POLICIES, TraversalPolicy, make_policy
+from graphmem.qa.run import QASettings, evaluate_qa, make_components, qa_failure, summary_lines, write_rows
 from graphmem.store.checkpoint import check_policies
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
@@ -449,7 +449,6 @@ def _qa_settings(cfg: DictConfig):
     qa = cfg.get("qa")
     if qa is None or not qa.get("enabled", False):
         return None
-    from graphmem.qa.run import QASettings
 
     try:
         return QASettings.from_mapping(OmegaConf.to_container(qa, resolve=True))
@@ -459,8 +458,6 @@ def _qa_settings(cfg: DictConfig):
 
 def _run_qa(settings, gs: GraphSet, result: EvalResult, out: Path, progress: bool, shared: dict[str, Any]):
     """Answer + score a seeded sample from ``result``'s loaded nodes; rows to ``qa_<policy>.jsonl``."""
-    from graphmem.qa.run import evaluate_qa, make_components, summary_lines, write_rows
-
     components = make_components(settings, intents=shared.get("intents"))  # fresh clients per policy
     shared["intents"] = components[2]  # the intent source (and its encoder) is built once per run
     loaded = {row["qid"]: row["loaded"] for row in result.rows}
@@ -471,8 +468,6 @@ def _run_qa(settings, gs: GraphSet, result: EvalResult, out: Path, progress: boo
 
 
 def _qa_failure(result) -> str | None:
-    from graphmem.qa.run import qa_failure
-
     return qa_failure(result)
 
 
@@ -556,12 +551,5 @@ def _track_qa(tracker, qa_results: dict[str, Any]) -> None:
         )
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="evaluate")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(evaluate, cfg, errors=(ConfigError,))
-
-
 if __name__ == "__main__":
-    # every job's config checked before Hydra writes .hydra/ or the first job starts
-    check_command_line("evaluate", lambda cfg: plan_run(cfg).out_dir, errors=(ConfigError,))
-    main()
+    main("evaluate", evaluate, lambda cfg: plan_run(cfg).out_dir, errors=(ConfigError,))

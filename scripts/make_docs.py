@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
+from graphmem.config.entry import command
 from graphmem.core.errors import InputError
 from graphmem.store.io import atomic_write
 
@@ -79,7 +80,7 @@ def shown(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is out of date")
     parser.add_argument("--pages", type=Path, default=ROOT / "scripts" / "docgen", help="the renderers' folder")
@@ -87,12 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=ROOT / "docs" / "results", help="the results files")
     parser.add_argument("--docs", type=Path, default=ROOT / "docs", help="where the pages go")
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="the file with the headline markers")
-    args = parser.parse_args(argv)
-    try:
-        wanted = outputs(args.pages, args.studies, args.results, args.docs, args.readme)
-    except (InputError, ValueError, OSError) as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
+    return parser
+
+
+def write_pages(args: argparse.Namespace) -> int:
+    """Write the stale pages, or with ``--check`` name them; 1 when ``--check`` found one."""
+    wanted = outputs(args.pages, args.studies, args.results, args.docs, args.readme)
     stale = [p for p, text in wanted.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
     if args.check:
         for path in stale:
@@ -102,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write(path, lambda tmp, text=wanted[path]: tmp.write_text(text, encoding="utf-8"))
         print(f"wrote {shown(path)}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), write_pages, argv, errors=(OSError,))
 
 
 if __name__ == "__main__":

@@ -40,8 +40,10 @@ import sys
 from pathlib import Path
 
 from graphmem.config.cli import set_threads
+from graphmem.config.entry import command
 from graphmem.core.errors import InputError
 from graphmem.eval.metrics import in_overall
+from graphmem.eval.plots import plot_learning_curves
 from graphmem.eval.runs import (
     compare_runs,
     node_sweep_payload,
@@ -240,8 +242,6 @@ def grouped_curves(records: list[dict], where: str) -> dict[str, dict[str, dict]
 
 
 def run_curves(args: argparse.Namespace, argv: list[str]) -> int:
-    from graphmem.eval.plots import plot_learning_curves
-
     if args.prefix:
         check_name("--prefix", args.prefix)  # a part of each PNG's name: no folder, nothing outside --out-dir
     records, dataset, folds = read_records(args.sources)
@@ -335,13 +335,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(argv)
-    set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
-    try:
+
+    def run(args: argparse.Namespace) -> int:
+        set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
         return args.handler(args, argv)
-    except InputError as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
+
+    return command(parser(), run, argv)
 
 
 if __name__ == "__main__":

@@ -13,26 +13,18 @@ import signal
 import socket
 from pathlib import Path
 
-import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.config.cli import ConfigError, check_out_dir, policy_config, run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import ConfigError, check_out_dir, policy_config, set_threads
+from graphmem.config.entry import main
 from graphmem.core import Budget
-
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
-
-
-@hydra.main(config_path=CONFIG_DIR, config_name="serve", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(serve, cfg)
 
 
 def check(cfg: DictConfig) -> Path:
     """Refuse, before anything is opened: no token where one is required, a ``memory_root`` that is a file."""
-    from graphmem.serve.app import serve_token
+    from graphmem.serve.app import serve_token  # lazily: FastAPI is part of the full install
 
     root = check_out_dir(to_absolute_path(cfg.memory_root), "memory_root")
     serve_token(cfg.auth, cfg.host)
@@ -43,7 +35,7 @@ def serve(cfg: DictConfig) -> None:
     """Bind the port, then run uvicorn over :func:`graphmem.serve.make_app` until stopped."""
     import uvicorn
 
-    from graphmem.serve.app import ServeLimits, make_app, serve_token
+    from graphmem.serve.app import ServeLimits, make_app, serve_token  # lazily, as in check
 
     root = check(cfg)
     set_threads(cfg)
@@ -84,5 +76,4 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 if __name__ == "__main__":
-    check_command_line("serve", check)  # every config checked before Hydra writes .hydra/
-    main()
+    main("serve", serve, check)

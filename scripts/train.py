@@ -65,10 +65,9 @@ from graphmem.config.cli import (
     name_list,
     policy_config,
     restrict_graphs,
-    run_or_exit,
     set_threads,
 )
-from graphmem.config.launch import check_command_line
+from graphmem.config.entry import main
 from graphmem.core import Budget
 from graphmem.core.device import resolve_device
 from graphmem.core.errors import NothingMeasuredError
@@ -635,14 +634,13 @@ def log_summary(ctx: RunContext, collected: Collected, summary: dict, paired: li
         tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
-def main(cfg: DictConfig) -> None:
+def run_and_shut_down(cfg: DictConfig) -> None:
+    """:func:`run`, then the process group (a ``torchrun`` job's) shut down."""
     try:
-        run_or_exit(run, cfg)
+        run(cfg)
     finally:
         shutdown()
 
 
 if __name__ == "__main__":
-    check_command_line("train", lambda cfg: check(cfg)[0])  # every job's config, before Hydra writes .hydra/
-    main()
+    main("train", run_and_shut_down, lambda cfg: check(cfg)[0])

@@ -29,8 +29,8 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import check_configs
 from graphmem.builders.pipeline import open_train_graphset, train_sources
-from graphmem.config.cli import graphset_location, load_graphset, run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import graphset_location, load_graphset, set_threads
+from graphmem.config.entry import main
 from graphmem.core import Budget
 from graphmem.policies.gnn import load_reader
 from graphmem.store.checkpoint import checkpoint_inputs
@@ -51,11 +51,6 @@ from rl.gnn.train import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@hydra.main(config_path="../configs", config_name="gnn", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(run, cfg, errors=(CheckpointError,))
 
 
 def run(cfg: DictConfig) -> dict:
@@ -155,5 +150,4 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
 
 
 if __name__ == "__main__":
-    check_command_line("gnn")  # every job's config composed and checked before Hydra writes .hydra/
-    main()
+    main("gnn", run, errors=(CheckpointError,))

@@ -27,8 +27,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.config.cli import load_graphset, run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import load_graphset, set_threads
+from graphmem.config.entry import main
 from graphmem.eval.harness import write_jsonl
 from graphmem.policies.gnn import load_reader
 from graphmem.store.io import atomic_write, write_json
@@ -47,11 +47,6 @@ def _quarter_line(quarters: dict) -> str:
         else f"{part}: n/a"
         for part, c in quarters.items()
     )
-
-
-@hydra.main(config_path="../configs", config_name="writer", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(run, cfg)
 
 
 def run(cfg: DictConfig) -> None:
@@ -87,5 +82,4 @@ def run(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_command_line("writer")  # every job's config composed and checked before Hydra writes .hydra/
-    main()
+    main("writer", run)

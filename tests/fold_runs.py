@@ -6,7 +6,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 import rl.walk  # noqa: F401  (the trainer schema)
-from graphmem.config.schemas import compose
+from tests.script_loader import compose
 
 BUDGET = {"max_entries": 6, "top_k_neighbors": 2, "max_hops": 2, "max_nodes": 12, "max_tokens": 2500}
 SWEEP_BUDGETS = [{**BUDGET, "max_tokens": 1000000, "max_hops": 3, "max_nodes": n, "max_entries": 2} for n in (2, 4)]

@@ -21,6 +21,20 @@ def load_script(name: str) -> ModuleType:
     return module
 
 
+def config_folder(config_name: str) -> Path:
+    """The folder of ``<config_name>.yaml`` as a script finds it (``graphmem.config.entry.config_dir``): a study's
+    own folder ``scripts/studies/<config_name>/`` when it holds it, else ``configs/``."""
+    study = STUDIES / config_name
+    return study if (study / f"{config_name}.yaml").is_file() else SCRIPTS.parent / "configs"
+
+
+def compose(config_name: str, overrides=(), config_dir=None):
+    """:func:`graphmem.config.schemas.compose` from the folder a script composes from (:func:`config_folder`)."""
+    from graphmem.config import schemas
+
+    return schemas.compose(config_name, overrides, config_folder(config_name) if config_dir is None else config_dir)
+
+
 class _StudyFinder:
     """Finds a top-level module among the files of one study folder, as ``python <folder>/run.py`` would
     (the folder of the script run is the first place Python looks)."""

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from graphmem.config.cli import policy_config
-from graphmem.config.schemas import compose
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
 from graphmem.policies import make_policy
 from graphmem.policies.beta_bfs import BetaBFS
+from tests.script_loader import compose
 
 Q = Query("q0", "toy question", torch.ones(4))
 ONE_HOP = Budget(max_entries=1, top_k_neighbors=1, max_hops=1, max_nodes=2)

@@ -13,8 +13,8 @@ from docgen.sources import ResultsFileError
 import rl.walk  # noqa: F401  (registers the trainer group's schema)
 from graphmem.config.bounds import CONFIG_BOUNDS, BoundsError, check_bounds
 from graphmem.config.cli import ConfigError, name_list, split_names
-from graphmem.config.schemas import compose
 from tests.one_line_errors import error_line, run_script
+from tests.script_loader import compose
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from script_loader import load_script, load_study  # noqa: E402

@@ -9,12 +9,13 @@ from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from graphmem.builders import DataConfig, GraphConfig
-from graphmem.config.schemas import CONFIG_DIR, SCHEMAS, compose, schema_class, to_object
+from graphmem.config.schemas import CONFIG_DIR, SCHEMAS, schema_class, to_object
 from graphmem.core import Budget
 from graphmem.llm.client import LLMConfig
 from graphmem.tracking import LoggerConfig
 from rl.walk.trainer import TrainConfig
 from tests import script_runner
+from tests.script_loader import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIMARY = {

@@ -99,8 +99,8 @@ def test_training_command_overrides_compose_back_to_the_recorded_config():
     from omegaconf import OmegaConf
 
     import rl.walk  # noqa: F401  (the trainer schema)
-    from graphmem.config.schemas import compose
     from graphmem.eval.runs import run_overrides
+    from tests.script_loader import compose
 
     given = [
         "cv.folds=[3]",

@@ -10,7 +10,6 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from graphmem.builders.synthetic import make_synthetic_graph
-from graphmem.config.schemas import config_dir_of
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import LoadReport, Question
@@ -20,7 +19,7 @@ from graphmem.tracking import read_runs
 from rl.common.splits import within_conversation_split
 
 sys.path.insert(0, str(Path(__file__).parent))
-from script_loader import load_study  # noqa: E402
+from script_loader import config_folder, load_study  # noqa: E402
 
 feedback = load_study("head_to_head", "feedback")
 OracleConfig, TransitionLabel, apply_labels = feedback.OracleConfig, feedback.TransitionLabel, feedback.apply_labels
@@ -190,7 +189,7 @@ def test_head_to_head_smoke_on_synthetic_graphs(tmp_path):
     )
     gs_dir = GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic")).save(tmp_path / "set")
     script = load_study("head_to_head", "run")
-    with initialize_config_dir(config_dir=str(config_dir_of("head_to_head")), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_folder("head_to_head")), version_base="1.3"):
         cfg = compose(
             config_name="head_to_head",
             overrides=[
@@ -311,7 +310,7 @@ def test_head_to_head_compares_feedback_sources_on_the_same_questions(tmp_path):
     ]
     emb = torch.nn.functional.normalize(torch.randn(20, 16, generator=torch.Generator().manual_seed(0)), dim=1)
     gs_dir = GraphSet("locomo", graphs, questions, emb, LoadReport("synthetic")).save(tmp_path / "set")
-    with initialize_config_dir(config_dir=str(config_dir_of("head_to_head")), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_folder("head_to_head")), version_base="1.3"):
         cfg = compose(
             config_name="head_to_head",
             overrides=[

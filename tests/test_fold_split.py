@@ -5,8 +5,9 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
-from graphmem.config.schemas import compose, to_object
+from graphmem.config.schemas import to_object
 from rl.common.splits import FoldSplit
+from tests.script_loader import compose
 
 SPLITTING = [
     ("train", "cv"),

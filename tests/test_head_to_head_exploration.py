@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from graphmem.builders.synthetic import make_synthetic_graph
-from graphmem.config.schemas import compose
 from graphmem.core import Budget
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.eval.harness import evaluate_policy
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.store.graphset import GraphSet
+from tests.script_loader import compose
 
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_study  # noqa: E402

@@ -8,11 +8,11 @@ from omegaconf import OmegaConf
 from policy_references import REFERENCES
 
 from graphmem.builders.synthetic import make_synthetic_graph
-from graphmem.config.schemas import compose
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
 from graphmem.policies import make_entry_selector, make_policy
 from graphmem.policies.hybrid import HybridEntrySelector, rrf
+from tests.script_loader import compose
 
 WALKS = ["beta_bfs", "ppr", "uniform_bfs", "router", "gnn"]
 WORDS = "apple river stone cloud garden lamp violin harbor meadow pepper".split()

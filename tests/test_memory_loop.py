@@ -12,7 +12,6 @@ from hydra import compose, initialize_config_dir
 
 from graphmem import Memory
 from graphmem.config.cli import run_or_exit
-from graphmem.config.schemas import config_dir_of
 from graphmem.core import Budget
 from graphmem.index.embed import HashingEncoder
 from graphmem.llm.client import LLMClient, LLMConfig
@@ -22,7 +21,7 @@ from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.tracking import read_runs
 
 sys.path.insert(0, str(Path(__file__).parent))
-from script_loader import load_study  # noqa: E402
+from script_loader import config_folder, load_study  # noqa: E402
 from small_sets import saved_locomo_set  # noqa: E402
 
 MemoryLoop = load_study("memory_loop", "memory_loop").MemoryLoop
@@ -294,7 +293,7 @@ def locomo_set(tmp_path_factory):
 
 
 def loop_config(*overrides):
-    with initialize_config_dir(config_dir=str(config_dir_of("memory_loop")), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_folder("memory_loop")), version_base="1.3"):
         return compose(config_name="memory_loop", overrides=["progress=false", *overrides])
 
 

@@ -13,12 +13,11 @@ import torch
 from safetensors.torch import save_file
 
 from graphmem.config.cli import run_or_exit
-from graphmem.config.schemas import compose
 from graphmem.core.graph import GraphError, MemoryGraph
 from graphmem.store.io import SCHEMA_VERSION, _digest, load_graph
 from rl.common.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tests import script_runner
-from tests.script_loader import load_script
+from tests.script_loader import compose, load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 

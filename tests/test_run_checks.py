@@ -13,12 +13,11 @@ from hydra import compose, initialize_config_dir
 
 from graphmem import Memory
 from graphmem.config.cli import is_variable_name, run_or_exit
-from graphmem.config.schemas import config_dir_of
 from graphmem.core.errors import NothingMeasuredError
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.store.lockfile import FileLock
 from tests import script_runner
-from tests.script_loader import load_script, load_study
+from tests.script_loader import config_folder, load_script, load_study
 from tests.small_sets import saved_locomo_set
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +132,7 @@ def test_memory_loop_compares_recall_before_and_after_on_the_questions_it_ran(sm
 
 
 def _compose(config_name, overrides):
-    with initialize_config_dir(config_dir=str(config_dir_of(config_name)), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_folder(config_name)), version_base="1.3"):
         return compose(config_name=config_name, overrides=overrides)
 
 

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from graphmem.config.cli import ConfigError, set_threads
-from graphmem.config.schemas import config_dir_of
+from tests.script_loader import config_folder
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ALLOWED = len(os.sched_getaffinity(0))
@@ -69,7 +69,7 @@ def _thread_keys(value, path=""):
 
 @pytest.mark.parametrize("name", ["gnn", "writer", "build_index", "head_to_head", "memory_loop", "benchmark"])
 def test_no_config_fixes_more_than_one_thread(name):
-    keys = dict(_thread_keys(yaml.safe_load((config_dir_of(name) / f"{name}.yaml").read_text())))
+    keys = dict(_thread_keys(yaml.safe_load((config_folder(name) / f"{name}.yaml").read_text())))
     assert "threads" in keys
     assert all(v in (None, 0, 1) for v in keys.values()), keys
 

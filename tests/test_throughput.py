@@ -4,9 +4,9 @@ from omegaconf import OmegaConf
 from train_throughput import training_throughput
 
 import rl.walk.trainer
-from graphmem.config.schemas import compose
 from rl.walk.trainer import TrainConfig as WalkConfig
 from rl.walk.trainer import WalkTrainer
+from tests.script_loader import compose
 
 
 def test_training_throughput_times_the_walk_trainers_rollout_and_update(monkeypatch):

@@ -9,7 +9,6 @@ import pytest
 
 from graphmem.builders import REGISTRY, DataConfig, GraphConfig, build_graphset
 from graphmem.builders.units import pooled_name
-from graphmem.config.schemas import compose
 from graphmem.core import Budget, Query
 from graphmem.datasets import TwoWikiFormatError, data_file, load_twowiki
 from graphmem.datasets.twowiki import chain_order
@@ -17,6 +16,7 @@ from graphmem.eval.harness import evaluate_policy
 from graphmem.index.embed import HashingEncoder
 from graphmem.policies import make_policy
 from graphmem.store.graphset import GraphSet
+from tests.script_loader import compose
 
 TWOWIKI = "2wikimultihopqa/2wiki_train_500.json"
 FIRST = "93402dbc0bdb11eba7f7acde48001122"  # compositional: Get Low -> Dillon Francis

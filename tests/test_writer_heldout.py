@@ -8,9 +8,8 @@ import json
 import pytest
 
 import rl.common.splits  # noqa: F401  (registers the split schema before compose)
-from graphmem.config.schemas import compose
 from graphmem.store.graphset import GraphSet
-from tests.script_loader import load_study
+from tests.script_loader import compose, load_study
 from tests.small_sets import saved_locomo_set
 
 PAIRED_KEYS = {"mean_diff", "ci_low", "ci_high", "n", "mean", "reference_mean", "p_value"}

@@ -7,12 +7,11 @@ import json
 import pytest
 import torch
 
-from graphmem.config.schemas import compose
 from graphmem.store.graphset import GraphSet
 from models.gnn_reader import GNNReader
 from rl.gnn.train import save_checkpoint
 from rl.writer.run import moving_mean
-from tests.script_loader import load_script, load_study
+from tests.script_loader import compose, load_script, load_study
 from tests.small_sets import saved_locomo_set
 
 STEPS, BATCH = 4, 4

@@ -245,8 +245,8 @@ CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
         "threads": Bound(0, 4096, null=True),
     },
 }
-"""Entry point's config name (``configs/<name>.yaml``, a study's ``scripts/studies/<name>/<name>.yaml``:
-:func:`graphmem.config.schemas.config_dir_of`) -> dotted key -> bound."""
+"""Entry point's config name (``configs/<name>.yaml``, or a study's own ``<name>.yaml`` beside its script)
+-> dotted key -> bound."""
 CONFIG_BOUNDS["self_evolve"] = {  # the writer's config, the reader's fine-tune (gnn's train.*) and the rounds
     **CONFIG_BOUNDS["writer"],
     **{key: bound for key, bound in CONFIG_BOUNDS["gnn"].items() if key.startswith("train.")},

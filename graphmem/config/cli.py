@@ -31,13 +31,12 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from graphmem.builders import DataConfig, GraphConfig, graphset_dir, open_graphset
 from graphmem.config.bounds import check_bounds
-from graphmem.config.schemas import policy_option
+from graphmem.config.schemas import CONFIG_DIR, policy_option
 from graphmem.core.errors import InputError, NothingMeasuredError
 
 _KEY_PREFIXES = ("sk-", "sk_", "rk_", "hf_", "ghp_", "gho_", "ghs_", "github_pat_", "glpat-", "xox", "AKIA", "AIza")
 _VARIABLE_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 # the test-set metrics the training and comparison scripts tabulate
 METRICS = ("evidence_recall", "all_evidence_hit", "precision", "loaded_tokens")
 
@@ -234,13 +233,15 @@ def run_or_exit(run: Callable[[Any], Any], cfg: Any, errors: tuple[type[BaseExce
         preflight(cfg)
         check_run_bounds(cfg)
         return run(cfg)
-    except NothingMeasuredError as err:
-        print(f"error: {' '.join(line.strip() for line in str(err).splitlines())}", file=sys.stderr)
-        sys.exit(3)
-    except (ValueError, KeyError, InputError, *errors) as err:
-        message = str(err).strip().splitlines() or [type(err).__name__]
-        print(f"error: {' '.join(line.strip() for line in message)}", file=sys.stderr)
-        sys.exit(2)
+    except (NothingMeasuredError, ValueError, KeyError, InputError, *errors) as err:
+        sys.exit(report_error(err))
+
+
+def report_error(err: BaseException) -> int:
+    """Print ``err`` as one ``error: ...`` line on stderr; returns the exit status: 3 for a
+    :class:`~graphmem.core.errors.NothingMeasuredError` (every LLM call failed), else 2."""
+    print(f"error: {' '.join(str(err).split()) or type(err).__name__}", file=sys.stderr)
+    return 3 if isinstance(err, NothingMeasuredError) else 2
 
 
 def saved_dataset_kind(path: Path) -> str | None:

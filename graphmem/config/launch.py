@@ -1,9 +1,8 @@
 """Checks of a script's whole command line before Hydra starts it: every job of a sweep, nothing written yet.
 
-:func:`check_command_line` runs in a script's ``__main__`` block before the ``@hydra.main``
-function. It composes the config of every job the command line asks for, exactly as Hydra will
-(the overrides, then ``-m`` sweeps split by Hydra's basic sweeper, with ``hydra.sweeper.params``),
-and checks each one:
+:func:`check_command_line` runs first in :func:`graphmem.config.entry.main`, before Hydra starts the job. It
+composes the config of every job the command line asks for, exactly as Hydra will (the overrides, then ``-m``
+sweeps split by Hydra's basic sweeper, with ``hydra.sweeper.params``), and checks each one:
 
 * composition errors (``budget.max_nodes=abc``, an unknown key or option) become one
   ``error: <override>: <reason> (key <full key>)`` line;
@@ -29,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 from graphmem.config.bounds import check_bounds
 from graphmem.config.cli import check_graphset_data, guard_argv, preflight
-from graphmem.config.schemas import config_dir_of
+from graphmem.config.schemas import CONFIG_DIR
 from graphmem.core.errors import InputError
 
 # Hydra flags after which the command does not run jobs (help, config printing, completion, rerun)
@@ -42,6 +41,7 @@ def check_command_line(
     check: Callable[[Any], Any] | None = None,
     argv: list[str] | None = None,
     errors: tuple[type[BaseException], ...] = (),
+    config_dir: str | Path = CONFIG_DIR,
 ) -> None:
     """Exit 2 with one ``error:`` line when any job of the command line ``argv`` (default:
     ``sys.argv[1:]``) fails composition, :func:`preflight` or ``check`` (module docstring).
@@ -53,6 +53,7 @@ def check_command_line(
             output folder.
         errors: exception types of ``check`` that are input errors, besides ``ValueError``,
             ``KeyError`` and :class:`~graphmem.core.errors.InputError`.
+        config_dir: the folder of ``<config_name>.yaml`` (default: ``configs/``; a study's own folder).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     guard_argv(args)
@@ -72,7 +73,7 @@ def check_command_line(
         elif not arg.startswith("-"):
             overrides.append(arg)
     try:
-        _check_jobs(name, overrides, multirun, check, errors)
+        _check_jobs(name, overrides, multirun, check, errors, Path(config_dir))
     except _Refused as refused:
         print(f"error: {refused}", file=sys.stderr)
         sys.exit(2)
@@ -95,7 +96,9 @@ def _one_line(err: BaseException) -> str:
     return f"{text} (key {key})" if key and key not in text.split(":")[0] else text or type(err).__name__
 
 
-def _jobs(name: str, overrides: list[str], multirun: bool) -> Iterator[tuple[list[str], Callable[[], Any]]]:
+def _jobs(
+    name: str, overrides: list[str], multirun: bool, config_dir: Path
+) -> Iterator[tuple[list[str], Callable[[], Any]]]:
     """``(the job's values of the swept keys, a function composing the job's config with its hydra node)``
     of every job Hydra would run; composing is left to the caller, so an error in it names its own job."""
     from hydra import initialize_config_dir
@@ -104,7 +107,7 @@ def _jobs(name: str, overrides: list[str], multirun: bool) -> Iterator[tuple[lis
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
 
-    with initialize_config_dir(config_dir=str(config_dir_of(name)), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         if not multirun:
             yield [], lambda: loader.load_configuration(name, overrides, run_mode=RunMode.RUN)
@@ -119,7 +122,7 @@ def _jobs(name: str, overrides: list[str], multirun: bool) -> Iterator[tuple[lis
                 yield shown, lambda job=job: loader.load_sweep_config(master, list(job))
 
 
-def _check_jobs(name, overrides, multirun, check, errors) -> None:
+def _check_jobs(name, overrides, multirun, check, errors, config_dir: Path) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.errors import HydraException
     from hydra.types import RunMode
@@ -127,7 +130,7 @@ def _check_jobs(name, overrides, multirun, check, errors) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     folders: dict[Path, str] = {}
-    job, jobs = [], _jobs(name, overrides, multirun)
+    job, jobs = [], _jobs(name, overrides, multirun, config_dir)
     script = Path(sys.argv[0]).stem or name
     try:
         for num, (job, compose_job) in enumerate(jobs):

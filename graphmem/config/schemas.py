@@ -58,18 +58,9 @@ from graphmem.policies import POLICIES
 from graphmem.policies.base import policy_label
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-STUDIES_DIR = Path(__file__).resolve().parents[2] / "scripts" / "studies"
 SCHEMA_NAME = "schema"
 CONFIGS_RESOLVER = "configs_dir"
 """``${configs_dir:}``: the absolute path of ``configs/``, for a study config's ``hydra.searchpath``."""
-
-
-def config_dir_of(config_name: str) -> Path:
-    """The folder of ``<config_name>.yaml``: the study's own ``scripts/studies/<config_name>/`` when it
-    holds it (its shared groups found through ``hydra.searchpath: [file://${configs_dir:}]``), else
-    ``configs/``."""
-    study = STUDIES_DIR / config_name
-    return study if (study / f"{config_name}.yaml").is_file() else CONFIG_DIR
 
 
 SCHEMAS: dict[str, str] = {
@@ -125,13 +116,13 @@ def to_object(node: Any) -> Any:
 
 
 def compose(config_name: str, overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> DictConfig:
-    """Compose ``<config_name>.yaml`` of ``config_dir`` (default :func:`config_dir_of`) with ``overrides``
-    as a script would (schemas registered)."""
+    """Compose ``<config_name>.yaml`` of ``config_dir`` (default ``configs/``; a study's own folder) with
+    ``overrides`` as a script would (schemas registered)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     register_schemas()
-    folder = config_dir_of(config_name) if config_dir is None else Path(config_dir)
+    folder = CONFIG_DIR if config_dir is None else Path(config_dir)
     with initialize_config_dir(config_dir=str(folder.resolve()), version_base="1.3"):
         return hydra_compose(config_name=config_name, overrides=list(overrides))
 

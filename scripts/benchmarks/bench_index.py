@@ -37,6 +37,8 @@ import numpy as np
 import torch
 
 from graphmem.builders.synthetic import synthetic_embeddings
+from graphmem.config.entry import command
+from graphmem.store.graphset import GraphSet
 
 K = 6
 
@@ -286,8 +288,6 @@ def install_weight(dist: str) -> dict:
 
 def minilm_collection(paths: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
     """Node embeddings and question embeddings of the saved graph sets (unit rows)."""
-    from graphmem.store.graphset import GraphSet
-
     data, queries = [], []
     for p in paths:
         if not (Path(p) / "manifest.json").exists():
@@ -301,7 +301,7 @@ def minilm_collection(paths: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
     return unit(data), unit(queries)
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000, 1000000])
     parser.add_argument("--dim", type=int, default=64)
@@ -317,7 +317,10 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="candidate names to run (default: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/benchmark")
-    args = parser.parse_args()
+    return parser
+
+
+def work(args: argparse.Namespace) -> None:
 
     cands, missing = candidates(args)
     if args.only:
@@ -361,6 +364,10 @@ def main() -> None:
         report["collections"][name] = entry
         (out / "index_choice.json").write_text(json.dumps(report, indent=2))
     print(f"wrote {out / 'index_choice.json'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.config.entry import command
+from graphmem.core.graph import MemoryGraph
 from graphmem.index.lexical import BM25Index, tokenize
+from graphmem.store.graphset import GraphSet
 from graphmem.store.indexes import load_bm25, save_bm25
 from graphmem.store.io import write_json
 
@@ -93,8 +97,6 @@ class Graphmem:
         self.index.remove(rows)
 
     def roundtrip(self, folder: Path) -> int:
-        from graphmem.core.graph import MemoryGraph
-
         g = MemoryGraph.empty(1)
         g.add_nodes([str(i) for i in range(len(self.texts))], self.texts, torch.zeros(len(self.texts), 1))
         self.index.mark_synced(g)
@@ -226,9 +228,6 @@ MODULES = {"bm25s": "bm25s", "tantivy": "tantivy"}  # pip install graphmem[bench
 # ---------------------------------------------------------------------------- measuring
 def corpora(sets: list[str], sizes: list[int], max_queries: int) -> list[tuple[str, list[list[str]], list[list[str]]]]:
     """``(name, tokenized texts, tokenized queries)`` of each set's largest graph and each synthetic size."""
-    from graphmem.builders.synthetic import make_synthetic_graph
-    from graphmem.store.graphset import GraphSet
-
     out = []
     for path in sets:
         gs = GraphSet.load(path)
@@ -299,14 +298,17 @@ def hand_check(cls) -> dict:
     }
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", nargs="*", default=["outputs/graphs/locomo", "outputs/graphs/hotpotqa-pooled"])
     parser.add_argument("--sizes", nargs="*", type=int, default=[10000, 100000])
     parser.add_argument("--queries", type=int, default=200, help="queries per corpus")
     parser.add_argument("--only", nargs="*", default=sorted(CANDIDATES), help="candidates to run (if installed)")
     parser.add_argument("--out", default="docs/results")
-    args = parser.parse_args()
+    return parser
+
+
+def work(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     missing = [n for n in args.only if n in MODULES and importlib.util.find_spec(MODULES[n]) is None]
     args.only = [n for n in args.only if n not in missing]
@@ -327,5 +329,9 @@ def main() -> None:
     print(f"wrote {out}")
 
 
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from graphmem.config.cli import set_threads
+from graphmem.config.entry import command
 from graphmem.core import Budget
 from graphmem.eval.latency import latency_summary
 from graphmem.index.lexical_features import scope_lexical
@@ -92,7 +93,7 @@ def command_line(argv: list[str]) -> list[str]:
     return out
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphset", required=True, help="a saved graph set directory")
     ap.add_argument("--checkpoint", default=None, help="walk checkpoint of scripts/train.py (default: untrained)")
@@ -101,7 +102,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (0: $OMP_NUM_THREADS, else 1)")
     ap.add_argument("--note", default=None, help="what the run measures, kept with the report (its `code`)")
     ap.add_argument("--out", default="outputs/benchmark/serve_latency.json")
-    args = ap.parse_args()
+    return ap
+
+
+def work(args: argparse.Namespace) -> None:
     try:
         threads = set_threads({"threads": args.threads})
         gs = GraphSet.load(args.graphset)
@@ -155,5 +159,9 @@ def main() -> None:
     print(f"written to {out}")
 
 
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -35,10 +35,11 @@ from parallel_throughput import data_parallel_throughput
 from train_throughput import thread_cliff, training_throughput
 
 from graphmem.config.cli import ConfigError, check_device, set_threads
+from graphmem.config.entry import command
 from graphmem.store.io import atomic_write
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--dim", type=int, default=64)
@@ -55,35 +56,36 @@ def main() -> None:
     ap.add_argument("--cliff", action="store_true", help="the thread cliff under one busy process (module docstring)")
     ap.add_argument("--rounds", type=int, default=2, help="with --cliff: interleaved rounds of the three modes")
     ap.add_argument("--out", default="outputs/benchmark/train_episodes.json")
-    args = ap.parse_args()
+    return ap
+
+
+def work(args: argparse.Namespace) -> None:
     if args.cliff:
         if min(args.steps, args.rounds, args.batch) < 1:
-            ap.error("--steps, --rounds and --batch must be positive")
+            raise ConfigError("--steps, --rounds and --batch must be positive")
         result = thread_cliff(args.nodes, args.dim, args.batch, args.steps, args.rounds)
         return write(result, Path(args.out))
     if args.ranks:
         try:
             ranks = [int(r) for r in args.ranks.split(",")]
         except ValueError:
-            ap.error(f"--ranks must be integers separated by commas, got {args.ranks!r}")
+            raise ConfigError(f"--ranks must be integers separated by commas, got {args.ranks!r}") from None
         if not ranks or min(ranks) < 1:
-            ap.error(f"--ranks must be positive, got {args.ranks!r}")
+            raise ConfigError(f"--ranks must be positive, got {args.ranks!r}")
         return write(data_parallel_throughput(ranks, args.nodes, args.dim, args.batch, args.steps), Path(args.out))
     devices = [d.strip() for d in args.device.split(",") if d.strip()]
-    try:
-        for d in devices:
-            check_device(d, "--device")
-    except ValueError as err:
-        ap.error(str(err))  # one line, exit status 2
-    try:
-        threads = set_threads({"threads": args.threads})
-    except ConfigError as err:
-        ap.error(str(err))
+    for d in devices:
+        check_device(d, "--device")  # a refused device is one error line, exit status 2
+    threads = set_threads({"threads": args.threads})
     runs = [training_throughput(args.nodes, args.dim, args.batch, args.single, device=d) for d in devices]
     for run in runs[1:]:
         run[f"batched_over_{runs[0]['device']}"] = run["batched_episodes_per_s"] / runs[0]["batched_episodes_per_s"]
     result = runs[0] if len(runs) == 1 else {"devices": runs}
     write({**result, "threads": threads}, Path(args.out))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
 
 
 def write(result: dict, out: Path) -> None:
@@ -95,4 +97,4 @@ def write(result: dict, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -30,6 +30,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from graphmem.builders import DataConfig, GraphConfig, reuse_or_build
+from graphmem.builders.entities import CueEntityExtractor
+from graphmem.builders.sentences import split_sentences
+from graphmem.config.cli import set_threads
+from graphmem.config.entry import command
+from graphmem.datasets import data_file, load_locomo, load_musique
+from graphmem.eval.plots import plot_build_scaling
+from graphmem.store.io import atomic_write
+
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
 
@@ -41,8 +50,6 @@ def repeated(text: str, chars: int) -> str:
 
 def sources() -> dict[str, str]:
     """Real text to repeat: the first LoCoMo conversation's turns, and every distinct MuSiQue paragraph."""
-    from graphmem.datasets import data_file, load_locomo, load_musique
-
     convs, _, _ = load_locomo(data_file("locomo/locomo_dev8.json"))
     records, _, _ = load_musique(data_file("musique/musique_ans_50.json"))
     paragraphs = dict.fromkeys(p.text for r in records for p in r.paragraphs)
@@ -65,8 +72,6 @@ def locomo_file(folder: Path, turn: str) -> Path:
 
 def musique_file(folder: Path, passage: str) -> Path:
     """The first MuSiQue record with its first paragraph's text replaced by ``passage``."""
-    from graphmem.datasets import data_file
-
     record = json.loads(data_file("musique/musique_ans_50.json").read_text(encoding="utf-8"))[0]
     record["paragraphs"][0]["paragraph_text"] = passage
     path = folder / "musique_long_passage.json"
@@ -83,10 +88,6 @@ def timed(fn) -> tuple[float, float, object]:
 
 def build_row(kind: str, path: Path, text: str, folder: Path, sentence_nodes: bool) -> dict:
     """One timed build of ``path`` (dataset ``kind``) and the builders' text passes alone on ``text``."""
-    from graphmem.builders import DataConfig, GraphConfig, reuse_or_build
-    from graphmem.builders.entities import CueEntityExtractor
-    from graphmem.builders.sentences import split_sentences
-
     default = GraphConfig().max_text_chars
     graph = GraphConfig(
         encoder="hashing",
@@ -151,10 +152,6 @@ def growth(rows: list[dict]) -> list[dict]:
 def run(args: dict) -> dict:
     import torch
 
-    from graphmem.builders import GraphConfig
-    from graphmem.eval.plots import plot_build_scaling
-    from graphmem.store.io import atomic_write
-
     if not args["sizes"] or any(n < 1 for n in args["sizes"]):
         raise ValueError(f"--sizes must be positive character counts, got {args['sizes']}")
     torch.set_num_threads(1)
@@ -184,17 +181,22 @@ def run(args: dict) -> dict:
     return report
 
 
-def main() -> None:
-    from graphmem.config.cli import run_or_exit, set_threads
-
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="characters of the long text")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "build_scaling.json")
     parser.add_argument("--plot", default=str(ROOT / "docs" / "build_scaling.png"), help="PNG path; '' for none")
-    args = parser.parse_args()
+    return parser
+
+
+def work(args: argparse.Namespace) -> None:
     set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
-    run_or_exit(run, {"sizes": args.sizes, "out": str(args.out), "plot": args.plot})
+    run({"sizes": args.sizes, "out": str(args.out), "plot": args.plot})
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

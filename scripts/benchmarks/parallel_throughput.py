@@ -28,6 +28,7 @@ import torch
 from train_throughput import default_trainer, synthetic_questions
 
 from graphmem.builders.synthetic import make_synthetic_graph
+from graphmem.config.entry import command
 from graphmem.store.io import write_json
 from rl.common.distributed import init_from_env, shutdown
 from rl.common.seeding import deterministic_algorithms
@@ -111,14 +112,21 @@ def data_parallel_throughput(
     }
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description="one rank of the data-parallel throughput measurement")
     for name in ("nodes", "dim", "batch", "steps", "seed"):
         ap.add_argument(f"--{name}", type=int, required=True)
     ap.add_argument("--out", required=True)
-    a = ap.parse_args()
+    return ap
+
+
+def work(a: argparse.Namespace) -> None:
     worker(a.nodes, a.dim, a.batch, a.steps, a.seed, a.out)
 
 
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from graphmem.config.entry import command
+from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,8 +67,6 @@ def only_set(root: Path) -> Path:
 
 def describe(folder: Path) -> dict:
     """What the folder loads as: config hash and edge count, or the refusal."""
-    from graphmem.store.graphset import GraphSet
-
     try:
         gs = GraphSet.load(folder)
     except Exception as err:  # noqa: BLE001 - any refusal is an outcome to report
@@ -91,7 +91,7 @@ def written_since(folder: Path, before: dict[Path, int]) -> int:
     return count
 
 
-def main() -> int:
+def arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="hotpotqa")
     ap.add_argument("--limit", type=int, default=None)
@@ -101,7 +101,10 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seed", type=int, default=None, help="seed of the kill points (default: random, printed)")
     ap.add_argument("--out", type=Path, default=ROOT / "outputs" / "kill_rebuild")
-    args = ap.parse_args()
+    return ap
+
+
+def work(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     rng = random.Random(seed)
@@ -158,6 +161,10 @@ def main() -> int:
     payload = {"seed": seed, "base": base, "other": other, "graph_files": graphs, "runs": runs, "args": vars(args)}
     write_json(args.out / "kill_rebuild.json", payload)
     return int(any(r["mixed"] for r in runs))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from graphmem.builders import DataConfig, GraphConfig, build_graphset
+from graphmem.config.entry import command
 from graphmem.store.io import write_json
 from graphmem.store.lockfile import FileLock
 
@@ -108,12 +110,13 @@ def outcome(stderr: str, stdout: str) -> str:
     return re.sub(r"replaced-\d{8}-\d{6}-[0-9a-f]{6}", "replaced-<run id>", found)
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "reliability_runs.json")
-    args = parser.parse_args()
-    from graphmem.builders import DataConfig, GraphConfig, build_graphset
+    return parser
 
+
+def work(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="reliability-runs-") as name:
         tmp = Path(name)
         graph = GraphConfig(encoder="hashing", cache_dir=str(tmp / "cache"))
@@ -144,5 +147,9 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

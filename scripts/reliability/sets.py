@@ -25,6 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
+from graphmem.config.entry import command
 from graphmem.index.embed import HashingEncoder
 from graphmem.store.encoder_cache import CachedEncoder
 from graphmem.store.io import write_json
@@ -100,12 +101,9 @@ def evaluate(graphset: Path, *more: str) -> list[str]:
     return ["scripts/evaluate.py", f"graphset={graphset}", *DATA, "graph.encoder=hashing", *QUIET, *more]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "reliability_sets.json")
-    args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="reliability-"))
-    c = Cases(tmp)
+def prepare(tmp: Path, c: Cases) -> tuple[list[str], Path, list[str]]:
+    """Three small sets (hashing 384-d, 128-d, MiniLM) and a trained walk: ``(its train command, its best.pt,
+    its test graphs)``."""
     data = DataConfig(name="hotpotqa", limit=6)
     for name, encoder in (("hashing", HashingEncoder(384)), ("dim128", HashingEncoder(128))):
         build_graphset(data, GraphConfig(encoder="hashing"), CachedEncoder(encoder, tmp / "cache"), False).save(
@@ -131,8 +129,11 @@ def main() -> None:
     subprocess.run([sys.executable, *train], cwd=ROOT, env=c.env, check=True, capture_output=True)
     best = out / "fold0" / "router" / "best.pt"
     test_graphs = json.loads((out / "results.json").read_text())["splits"][0]["test"]
+    return train, best, test_graphs
 
-    # 1. names that become paths
+
+def names_cases(c: Cases, tmp: Path, train: list[str]) -> None:
+    """1. Names that become paths."""
     (tmp / "configs" / "experiment").mkdir(parents=True)
     (tmp / "configs" / "experiment" / "escape.yaml").write_text(
         "# @package _global_\nvariants:\n  ../../victim/fold0/router: {}\n"
@@ -150,7 +151,10 @@ def main() -> None:
     )
     c.run("policies=[../x]", evaluate(tmp / "hashing", "policies=[../x]", f"out_dir={tmp / 'o1'}"))
 
-    # 2. the manifest
+
+def manifest_cases(c: Cases) -> None:
+    """2. The manifest: edits, restamped checksums, an older format, a query row of zeros."""
+
     def question_text(m):
         m["questions"][3]["text"] = m["questions"][3]["text"][:-1] + "X"
 
@@ -185,6 +189,9 @@ def main() -> None:
     rewrite_queries(d, lambda emb: emb[2].zero_())
     c.run("an all-zero query row, checksums restamped", evaluate(d, "policies=[dense_topk]", f"out_dir={d}-out"))
 
+
+def build_cases(c: Cases, tmp: Path) -> list[str]:
+    """Builds: a bad plot option, an orphan generation, a full disk; returns the build command."""
     build = ["scripts/build_graph.py", *DATA, "graph.encoder=hashing", *QUIET, f"out_dir={tmp / 'b'}"]
     sets = tmp / "sets"
     c.run(
@@ -225,16 +232,22 @@ def main() -> None:
         == 0
     )
 
-    # 3. the embedding cache
+    return build
+
+
+def cache_cases(c: Cases, tmp: Path, build: list[str]) -> None:
+    """3. The embedding cache."""
     for shard in (tmp / "cache").rglob("shard-*.safetensors"):
         if "hashing-bow-384" in str(shard):
             flip_signs(shard)
     c.run(
         "5% of the signs flipped in the cache shards, then a build into a new folder",
-        [*build, f"graphset_dir={sets / 'fresh'}"],
+        [*build, f"graphset_dir={tmp / 'sets' / 'fresh'}"],
     )
 
-    # 4. checkpoints
+
+def checkpoint_cases(c: Cases, tmp: Path, best: Path, test_graphs: list[str]) -> None:
+    """4. Checkpoints: another encoder, another width, training graphs, a missing file."""
     router = ["policy=router", f"policy.checkpoint={best}", "policy.device=cpu"]
     test_only = f"graphs=[{','.join(test_graphs)}]"
     c.run(
@@ -257,11 +270,31 @@ def main() -> None:
         evaluate(tmp / "hashing", "policy=router", f"policy.checkpoint={tmp / 'nope.pt'}", f"out_dir={tmp / 'o7'}"),
     )
 
+
+def arguments() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "reliability_sets.json")
+    return parser
+
+
+def work(args: argparse.Namespace) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="reliability-"))
+    c = Cases(tmp)
+    train, best, test_graphs = prepare(tmp, c)
+    names_cases(c, tmp, train)
+    manifest_cases(c)
+    build = build_cases(c, tmp)
+    cache_cases(c, tmp, build)
+    checkpoint_cases(c, tmp, best, test_graphs)
     payload = {"command": "python scripts/reliability/sets.py", "cases": c.rows}
     write_json(args.out, payload)
     print(f"wrote {args.out}")
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
+from graphmem.config.entry import command
 from graphmem.store.io import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -305,10 +306,13 @@ def edited_fold(r: Runner) -> None:
     r.run(f"make_docs.py after hybrid's fold 1 in {path.name} was edited by hand", "scripts/make_docs.py", docs)
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "reliability_stops.json")
-    args = parser.parse_args()
+    return parser
+
+
+def work(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="reliability-stops-") as name:
         tmp = Path(name)
         graph = GraphConfig(encoder="hashing", cache_dir=str(tmp / "cache"))
@@ -332,5 +336,9 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -32,7 +32,10 @@ from typing import Any
 from tradeoff import curve, paired_token_ratio, point, question_values, tokens_to_reach
 
 from graphmem.config.cli import set_threads
+from graphmem.config.entry import command
+from graphmem.config.schemas import CONFIG_DIR, compose
 from graphmem.core.errors import InputError
+from graphmem.eval.plots import plot_recall_tokens
 from graphmem.eval.runs import fold_rows, read_fold_runs, run_overrides, shell_word
 from graphmem.eval.stats import paired_comparison
 from graphmem.store.io import write_json
@@ -70,9 +73,6 @@ def training_commands(folders: list[Path], runs: list[dict]) -> list[dict]:
     """Each fold run's ``scripts/train.py`` command: the overrides that turn the repository's default train
     config (with the run's ``data``) into the config its ``run.json`` recorded; ``None`` without a run.json."""
     from omegaconf import OmegaConf
-
-    import rl.walk  # noqa: F401  (adds the trainer schema, as train.py composes)
-    from graphmem.config.schemas import CONFIG_DIR, compose
 
     out = []
     for f, run in zip(folders, runs):
@@ -163,7 +163,7 @@ def tradeoff(folders: list[Path], fixed: str, pattern: str, n_boot: int) -> dict
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folders", type=Path, nargs="+")
     p.add_argument("--fixed", default="router", help="the fixed-budget walk (a trained variant without token cost)")
@@ -171,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-boot", type=int, default=10_000)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--plot", type=Path, default=None, help="PNG of recall against mean loaded tokens")
-    args = p.parse_args(argv)
+    return p
+
+
+def work(args: argparse.Namespace, argv: list[str]) -> int:
     set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
     try:
         payload = tradeoff(args.folders, args.fixed, args.cost, args.n_boot)
@@ -179,16 +182,19 @@ def main(argv: list[str] | None = None) -> int:
         message = f"a record or row lacks the field {err}" if isinstance(err, KeyError) else str(err)
         print(f"error: {' '.join(message.split())}", file=sys.stderr)
         return 2
-    command = " ".join([".venv/bin/python scripts/studies/cost_curve/run.py", *(argv or sys.argv[1:])])
-    payload = {"command": command, **payload, "plot": None if args.plot is None else str(args.plot)}
+    shown = " ".join([".venv/bin/python scripts/studies/cost_curve/run.py", *argv])
+    payload = {"command": shown, **payload, "plot": None if args.plot is None else str(args.plot)}
     if args.plot is not None:  # the picture first: the results file is written last, when all went well
-        from graphmem.eval.plots import plot_recall_tokens
-
         title = f"{payload['dataset']}: recall against loaded tokens, folds {payload['folds']} (test questions)"
         plot_recall_tokens(payload, args.plot, title=title)
     write_json(args.out, payload)
     print(f"{args.out}: {len(payload['cost_variants'])} cost variant(s) against {args.fixed!r}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return command(arguments(), lambda args: work(args, argv), argv)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ from torch import Tensor
 from graphmem.core import Budget, Query, Retrieval
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
+from graphmem.llm.call_schemas import reflection_schema
+from graphmem.llm.prompts import block, make_nonce, memory_block, render
+from graphmem.llm.schemas import Reflection
 from graphmem.policies.base import TraversalPolicy
 
 
@@ -164,8 +167,6 @@ class LLMReflector:
         self.client, self.max_tokens = client, int(max_tokens)
 
     def messages(self, graph: MemoryGraph, question: str, retrieval: Retrieval, reference: str) -> list[dict]:
-        from graphmem.llm.prompts import block, make_nonce, memory_block, render
-
         records = [(graph.node_ids[v], graph.texts[v]) for v in retrieval.loaded]
         nonce = make_nonce([*(t for _, t in records), question])
         listing = "\n".join(f"- {a} -> {b}" for a, b in traversed_pairs(graph, retrieval)) or "(none)"
@@ -183,9 +184,6 @@ class LLMReflector:
         self, graph: MemoryGraph, question: str, retrieval: Retrieval, reference: str
     ) -> list[TransitionLabel] | None:
         """Valid labels of the traversed transitions, or ``None`` when the call failed."""
-        from graphmem.llm.call_schemas import reflection_schema
-        from graphmem.llm.schemas import Reflection
-
         pairs = traversed_pairs(graph, retrieval)
         if not pairs:
             return []

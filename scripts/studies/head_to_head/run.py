@@ -61,12 +61,13 @@ from feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.config.cli import METRICS, graphset_location, load_graphset, run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import METRICS, graphset_location, load_graphset, set_threads
+from graphmem.config.entry import main
 from graphmem.core import Budget
 from graphmem.core.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.stats import compare_policies
+from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.policies import make_policy
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import atomic_write, write_json
@@ -271,8 +272,6 @@ def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[
         before = evaluate(beta, gs, {name: graph}, test_q, test_e, budget)
         reflector, client = None, None
         if source == "llm":
-            from graphmem.llm.client import LLMClient, LLMConfig
-
             llm_cfg = OmegaConf.to_container(cfg.llm, resolve=True)
             if llm_cfg.get("cache_dir"):
                 llm_cfg["cache_dir"] = hydra.utils.to_absolute_path(llm_cfg["cache_dir"])
@@ -477,11 +476,5 @@ def track(
         tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 
-@hydra.main(version_base="1.3", config_path=".", config_name="head_to_head")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(run, cfg)
-
-
 if __name__ == "__main__":
-    check_command_line("head_to_head")  # every job's config composed and checked before Hydra writes .hydra/
-    main()
+    main("head_to_head", run)

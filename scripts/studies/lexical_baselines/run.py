@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from graphmem.config.cli import set_threads
+from graphmem.config.entry import command
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.stats import paired_comparison
 from graphmem.store.io import write_json
@@ -101,7 +102,7 @@ def select(sets: list[str], graphs: Path, runs: Path, depths: list[int], reuse: 
     return out
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--sets", nargs="*", default=["locomo", "hotpotqa", "musique", "musique-pooled", "hotpotqa-pooled"]
@@ -114,7 +115,10 @@ def main() -> None:
     parser.add_argument("--select-graphs", type=Path, default=Path("outputs/graphs-train"))
     parser.add_argument("--depths", nargs="*", type=int, default=[6, 12, 24, 48, 100])
     parser.add_argument("--reuse", action="store_true", help="selection: keep runs whose results.json exists")
-    args = parser.parse_args()
+    return parser
+
+
+def work(args: argparse.Namespace) -> None:
     set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
     try:  # every set name becomes a run folder under --runs
         for key, names in (("--sets", args.sets), ("--select-sets", args.select_sets), ("--walk-set", [args.walk_set])):
@@ -160,5 +164,9 @@ def main() -> None:
     write_json(args.out / "lexical_baselines_walks.json", walks, indent=2)
 
 
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -51,8 +51,8 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders.config import GraphConfig
 from graphmem.builders.incremental import records_of
-from graphmem.config.cli import check_int, check_out_dir, graphset_location, load_graphset, run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import check_int, check_out_dir, graphset_location, load_graphset, set_threads
+from graphmem.config.entry import main
 from graphmem.core import Budget
 from graphmem.core.errors import InputError
 from graphmem.eval.harness import evaluate_policy, write_jsonl
@@ -387,11 +387,5 @@ def _write_results(out: Path, tracker, rows: list[dict[str, Any]], summary: dict
     tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 
-@hydra.main(version_base="1.3", config_path=".", config_name="memory_loop")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(run, cfg)
-
-
 if __name__ == "__main__":
-    check_command_line("memory_loop", check)  # every job's config, before Hydra writes .hydra/
-    main()
+    main("memory_loop", run, check)

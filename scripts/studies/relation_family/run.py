@@ -37,10 +37,9 @@ from graphmem.config.cli import (
     check_int,
     policy_config,
     restrict_graphs,
-    run_or_exit,
     set_threads,
 )
-from graphmem.config.launch import check_command_line
+from graphmem.config.entry import main
 from graphmem.core import Budget
 from graphmem.datasets.types import LoadReport
 from graphmem.eval.harness import evaluate_policy
@@ -261,11 +260,5 @@ def assemble(
     return payload, paired
 
 
-@hydra.main(version_base="1.3", config_path=".", config_name="relation_family")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(run, cfg)
-
-
 if __name__ == "__main__":
-    check_command_line("relation_family", lambda cfg: check(cfg)[0])
-    main()
+    main("relation_family", run, lambda cfg: check(cfg)[0])

@@ -30,8 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import GraphConfig
-from graphmem.config.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import load_graphset, restrict_graphs, set_threads
+from graphmem.config.entry import main
 from graphmem.core import Budget
 from graphmem.policies.gnn import load_reader
 from graphmem.store.io import write_json
@@ -47,11 +47,6 @@ def entity_edge_count(graphs) -> int:
     return sum(
         int((g.edge_type == g.relations.index("entity")).sum()) for g in graphs.values() if "entity" in g.relations
     )
-
-
-@hydra.main(config_path=".", config_name="self_evolve", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(run, cfg)
 
 
 def run(cfg: DictConfig) -> None:
@@ -125,5 +120,4 @@ def run(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_command_line("self_evolve")  # every job's config composed and checked before Hydra writes .hydra/
-    main()
+    main("self_evolve", run)

@@ -21,15 +21,14 @@ import logging
 import time
 from pathlib import Path
 
-import hydra
 from frozen import command_line, frozen_reader, paired_json, reader_recall
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import GraphConfig, make_entity_extractor
-from graphmem.config.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import load_graphset, restrict_graphs, set_threads
+from graphmem.config.entry import main
 from graphmem.core import Budget
 from graphmem.store.io import write_json
 from rl.gnn.split import split_examples
@@ -128,11 +127,5 @@ def run(cfg: DictConfig) -> dict:
     return payload
 
 
-@hydra.main(config_path=".", config_name="writer_heldout", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(run, cfg)
-
-
 if __name__ == "__main__":
-    check_command_line("writer_heldout")
-    main()
+    main("writer_heldout", run)

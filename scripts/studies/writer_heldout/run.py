@@ -44,15 +44,14 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import hydra
 from frozen import command_line, frozen_reader, paired_json, reader_recall
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import GraphConfig
-from graphmem.config.cli import load_graphset, restrict_graphs, run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import load_graphset, restrict_graphs, set_threads
+from graphmem.config.entry import main
 from graphmem.core import Budget
 from graphmem.store.io import atomic_write, write_json
 from graphmem.tracking.peak_memory import PeakMemory
@@ -304,11 +303,6 @@ def _part_means(tasks: dict[str, dict]) -> dict[str, float]:
     return {k: sum(t[k] for t in tasks.values()) / max(len(tasks), 1) for k in keys}
 
 
-@hydra.main(config_path=".", config_name="writer_heldout", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(run, cfg)
-
-
 def save_results(cfg: DictConfig, measured: dict, t0: float, peak_mb: float | None, threads: int) -> dict:
     """Write ``cfg.results`` (the run facts, then ``measured``) and the GRPO reward curve PNG beside it; the payload.
 
@@ -352,5 +346,4 @@ def run(cfg: DictConfig) -> dict:
 
 
 if __name__ == "__main__":
-    check_command_line("writer_heldout")  # every job's config composed and checked before Hydra writes .hydra/
-    main()
+    main("writer_heldout", run)
