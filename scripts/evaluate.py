@@ -7,7 +7,7 @@
     python scripts/evaluate.py data=musique_pooled 'policies=[dense_topk,router]' \
         policy=router policy.checkpoint=outputs/train/hotpotqa/fold0/router/best.pt   # HotpotQA -> MuSiQue
 
-``protocol=streaming`` (:mod:`graphmem.eval.streaming`, settings in ``configs/streaming``) feeds each
+``protocol=streaming`` (:mod:`graphmem.streaming`, settings in ``configs/streaming``) feeds each
 conversation turn by turn into a fresh live memory and asks each question when its evidence has arrived
 (``streaming.ask_at``); with ``streaming.feedback`` (answer, evidence, judge) each question's feedback reaches the
 policies that learn after its row is written, and each of them also runs frozen (``<name>_frozen``): Beta BFS
@@ -64,7 +64,15 @@ from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, sca
 from graphmem.eval.plots import plot_recall_vs_budget, plot_recall_vs_position, plot_retrieval, sweep_values
 from graphmem.eval.report import full_report, paired_table, results_payload, table_data
 from graphmem.eval.stats import PairedComparison, compare_policies
-from graphmem.eval.streaming import (
+from graphmem.index.embed import make_encoder
+from graphmem.policies import POLICIES, TraversalPolicy, make_policy
+from graphmem.qa.run import QASettings, evaluate_qa, make_components, qa_failure, summary_lines, write_rows
+from graphmem.store.checkpoint import check_policies
+from graphmem.store.graphset import GraphSet
+from graphmem.store.io import write_json
+from graphmem.store.paths import check_name, run_path
+from graphmem.store.run_folder import open_run_folder
+from graphmem.streaming import (
     PROTOCOLS,
     SECOND_HALF,
     StreamConfig,
@@ -74,14 +82,6 @@ from graphmem.eval.streaming import (
     streaming_markdown,
     streaming_payload,
 )
-from graphmem.index.embed import make_encoder
-from graphmem.policies import POLICIES, TraversalPolicy, make_policy
-from graphmem.qa.run import QASettings, evaluate_qa, make_components, qa_failure, summary_lines, write_rows
-from graphmem.store.checkpoint import check_policies
-from graphmem.store.graphset import GraphSet
-from graphmem.store.io import write_json
-from graphmem.store.paths import check_name, run_path
-from graphmem.store.run_folder import open_run_folder
 from graphmem.tracking import (
     checkpoint_artifact,
     describe_artifact,

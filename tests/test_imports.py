@@ -28,6 +28,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"graphmem.config", "graphmem.tracking"}),  # configs and entry checks; experiment tracking
     frozenset({"graphmem.eval", "graphmem.llm", "graphmem.memory"}),  # evaluation; LLM access; the live memory
     frozenset({"graphmem.qa", "graphmem.serve"}),  # answer quality; the live memory over HTTP
+    frozenset({"graphmem.streaming"}),  # the streaming protocol: the live memory fed turn by turn, judged
     frozenset({"rl"}),  # the trainers, above the library
 )
 

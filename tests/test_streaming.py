@@ -1,4 +1,4 @@
-"""The streaming protocol (graphmem.eval.streaming) and the walk's test-time learning (rl.walk.online): the memory
+"""The streaming protocol (graphmem.streaming) and the walk's test-time learning (rl.walk.online): the memory
 grown from a set's records is the set's graph, questions are asked when their evidence has arrived, each row is
 written before its feedback reaches a learner, and no gold evidence reaches anything under answer feedback."""
 
@@ -12,18 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphmem import Memory
+from graphmem import Memory, streaming
 from graphmem.builders.incremental import graph_records
 from graphmem.core import Budget
 from graphmem.datasets.types import Question
-from graphmem.eval import streaming
-from graphmem.eval.streaming import BetaCounters, StreamConfig, StreamPolicy, ask_schedule, run_streaming
 from graphmem.index.embed import HashingEncoder
 from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.hybrid import HybridPolicy
 from graphmem.policies.router import RouterPolicy
 from graphmem.store.checkpoint import save_checkpoint
 from graphmem.store.graphset import GraphSet
+from graphmem.streaming import BetaCounters, StreamConfig, StreamPolicy, ask_schedule, run_streaming
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.walk.online import OnlineConfig, OnlineWalk, stream_policies
 

@@ -25,7 +25,7 @@ when the command line is composed (:func:`graphmem.config.launch.check_command_l
 | ``graph`` | :class:`graphmem.builders.config.GraphConfig` |
 | ``logger`` | :class:`graphmem.tracking.runs.LoggerConfig` |
 | ``llm`` | :class:`graphmem.llm.client.LLMConfig` |
-| ``streaming`` | :class:`graphmem.eval.streaming.StreamConfig` |
+| ``streaming`` | :class:`graphmem.streaming.StreamConfig` |
 | ``trainer`` | :class:`rl.walk.trainer.TrainConfig` (added by :mod:`rl.walk` when it is imported) |
 | ``split`` | :class:`rl.common.splits.FoldSplit` (added by :mod:`rl.common` when it is imported; also at ``cv``) |
 | ``policy`` | each policy's constructor: ``policy/<name>_schema`` (:func:`policy_schema`) |
@@ -69,7 +69,7 @@ SCHEMAS: dict[str, str] = {
     "graph": "graphmem.builders.config:GraphConfig",
     "logger": "graphmem.tracking.runs:LoggerConfig",
     "llm": "graphmem.llm.client:LLMConfig",
-    "streaming": "graphmem.eval.streaming:StreamConfig",
+    "streaming": "graphmem.streaming:StreamConfig",
 }
 """Config group -> ``module:class`` of its schema dataclass (the trainers add theirs: :func:`add_schema`)."""
 

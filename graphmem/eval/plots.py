@@ -447,7 +447,7 @@ def plot_build_scaling(payload: Mapping[str, Any], path: str | Path) -> Path:
 def plot_recall_vs_position(
     curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, title: str | None = None
 ) -> Path:
-    """PNG of mean evidence recall per interval of the stream (``graphmem.eval.streaming.position_curve``: ``lo``,
+    """PNG of mean evidence recall per interval of the stream (``graphmem.streaming.position_curve``: ``lo``,
     ``hi``, ``recall``, ``half_width``), one line per policy at the intervals' midpoints with its 95% band."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)

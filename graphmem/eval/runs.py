@@ -17,7 +17,13 @@ from typing import Any
 from graphmem.core.errors import InputError
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.plots import plot_recall_vs_budget
-from graphmem.eval.stats import PairedComparison, bootstrap_ci, compare_policies, paired_comparison
+from graphmem.eval.stats import (
+    PairedComparison,
+    bootstrap_ci,
+    compare_policies,
+    comparisons_markdown,
+    paired_comparison,
+)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -177,8 +183,6 @@ def source_results(
     policy its question count and the mean of each of :data:`SOURCE_METRICS` over the ``overall`` group, and the
     paired groups of :func:`paired_groups` on that source's questions alone. Returns ``source -> {questions,
     means, paired}`` and its markdown (a section per source)."""
-    from graphmem.eval.stats import comparisons_markdown
-
     out, text = {}, []
     for source in sorted({source_of[r["graph"]] for rs in rows.values() for r in rs}):
         mine = {

@@ -1,8 +1,8 @@
 """Test-time learning of the walk from each question's feedback in a stream (HAGE's weighted graph evolution).
 
-:class:`OnlineWalk` is a learner of the streaming protocol (:class:`graphmem.eval.streaming.Learner`): it starts
+:class:`OnlineWalk` is a learner of the streaming protocol (:class:`graphmem.streaming.Learner`): it starts
 every stream (a memory) from the offline checkpoint and, after each question was scored, learns from its
-:class:`~graphmem.eval.streaming.Feedback`. What learns (``OnlineConfig.parts``):
+:class:`~graphmem.streaming.Feedback`. What learns (``OnlineConfig.parts``):
 
 * ``counters``: the memory's Beta counters, by GraphMemory's update (eq. 21) on the served retrieval through
   :meth:`graphmem.Memory.feedback` (helpful ids, or the judge's reward); the walk reads them with the weight
@@ -39,7 +39,6 @@ import torch
 from torch import Tensor, nn
 
 from graphmem.core import Budget, Query
-from graphmem.eval.streaming import BetaCounters, Feedback, StreamPolicy, counter_state
 from graphmem.index.lexical_features import scope_lexical
 from graphmem.memory import Memory, MemoryRetrieval
 from graphmem.policies.base import Scope, TraversalPolicy
@@ -47,6 +46,7 @@ from graphmem.policies.beta_bfs import BetaBFS
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.router import RouterPolicy
 from graphmem.policies.walk import graph_walk_tables, walk
+from graphmem.streaming import BetaCounters, Feedback, StreamPolicy, counter_state
 from models.edge_encoder import PerEdgeResidual
 from rl.walk.objectives import LeaveOneOut, reinforce_loss
 
@@ -291,7 +291,7 @@ def stream_policies(
     """The streaming protocol's policies and which frozen copy each learner is paired with.
 
     Without feedback every policy runs frozen under its own name. With feedback, a policy that learns runs twice:
-    online under its name (Beta BFS: :class:`graphmem.eval.streaming.BetaCounters`; the router: :class:`OnlineWalk`
+    online under its name (Beta BFS: :class:`graphmem.streaming.BetaCounters`; the router: :class:`OnlineWalk`
     with ``online``) and frozen as ``<name>_frozen``; each of ``variants`` (name -> :class:`OnlineConfig` fields
     over ``online``, e.g. one online part alone) is one more :class:`OnlineWalk` of the first router, paired with
     that router's frozen copy.

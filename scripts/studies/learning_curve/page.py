@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import field, load_results, p_value
+from docgen.sources import field, load_results, p_value
+
 from graphmem.eval.report import markdown_grid
 
 RESULTS = "learning_curve.json"

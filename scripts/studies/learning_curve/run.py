@@ -39,14 +39,15 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.config.cli import make_configured_policy, policy_config, restrict_graphs, run_or_exit, set_threads
-from graphmem.config.launch import check_command_line
+from graphmem.config.cli import policy_config, restrict_graphs, set_threads
+from graphmem.config.entry import main
 from graphmem.core import Budget
 from graphmem.core.errors import InputError
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.runs import results_file
 from graphmem.eval.stats import paired_comparison
+from graphmem.policies import make_policy
 from graphmem.store.graphset import GraphSet, union
 from graphmem.store.io import write_json
 
@@ -109,7 +110,7 @@ def train_point(spec: dict, fraction: float, seed: int, folder: Path, cfg: DictC
         runner(train_command(spec, fraction, seed, folder, list(cfg.extra)))
     results = results_file(folder, spec["script"])
     kind = spec["kind"]
-    policy = make_configured_policy(
+    policy = make_policy(
         {**policy_config("gnn" if kind == "gnn" else "router"), "checkpoint": str(folder / KINDS[kind][1])}
     )
     budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
@@ -250,11 +251,5 @@ def command_line() -> str:
     return shlex.join(["python", "scripts/studies/learning_curve/run.py", *overrides])
 
 
-@hydra.main(version_base="1.3", config_path=".", config_name="learning_curve")
-def main(cfg: DictConfig) -> None:
-    run_or_exit(run, cfg, errors=(InputError,))
-
-
 if __name__ == "__main__":
-    check_command_line("learning_curve")
-    main()
+    main("learning_curve", run, errors=(InputError,))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.docgen.sources import fill, load_results, p_value
+from docgen.sources import fill, load_results, p_value
 
 PAGE = "streaming"
 TEMPLATE = str(Path(__file__).with_name("page"))
-"""the page's prose: ``page.md`` beside this file (:func:`~graphmem.docgen.sources.fill` takes its path)"""
+"""the page's prose: ``page.md`` beside this file (:func:`~docgen.sources.fill` takes its path)"""
 DATASETS = ("locomo", "realtalk")
 SECOND_HALF = "second_half"
 PARTS = ("walk_counters", "walk_edges", "walk_router", "walk_edges_router", "router")

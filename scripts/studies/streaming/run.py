@@ -8,7 +8,7 @@ For each fold of the set's conversations (:func:`rl.common.splits.conversation_f
 ``scripts/train.py``), with the fold's trained walk (``checkpoint``) and GNN reader (``gnn_checkpoint``):
 
 1. **tune**, on the fold's validation conversations only: the online walk (:mod:`rl.walk.online`) is streamed
-   (:mod:`graphmem.eval.streaming`) with each setting of ``tune.grid`` (``OnlineConfig`` fields over
+   (:mod:`graphmem.streaming`) with each setting of ``tune.grid`` (``OnlineConfig`` fields over
    ``streaming.online``) beside the frozen walk; the setting with the largest mean recall difference over the
    validation questions is kept (the first among equals);
 2. **runs**, on the fold's test conversations: each entry of ``runs`` streams them with its ``ask_at`` and
@@ -34,19 +34,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.config import cli
-from graphmem.config.launch import check_command_line
+from graphmem.config.entry import main
 from graphmem.core import Budget
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.plots import plot_recall_vs_position
 from graphmem.eval.stats import compare_policies
-from graphmem.eval.streaming import SECOND_HALF, StreamConfig, position_curve, run_streaming, second_half_rows
 from graphmem.index.embed import make_encoder
+from graphmem.policies import make_policy
 from graphmem.store.io import write_json
+from graphmem.streaming import SECOND_HALF, StreamConfig, position_curve, run_streaming, second_half_rows
 from rl.common.splits import conversation_folds
 from rl.walk.online import FROZEN, OnlineConfig, stream_policies
 
@@ -105,7 +105,7 @@ def fold_policies(cfg: DictConfig, fold: int, names: list[str]) -> dict[str, Any
                 log.warning("fold %d: no GNN reader at %s: left out", fold, path)
                 continue
             config.update(checkpoint=str(path), device="cpu")
-        out[name] = cli.make_configured_policy(config)
+        out[name] = make_policy(config)
     return out
 
 
@@ -199,7 +199,7 @@ def summary(rows: list[dict]) -> dict[str, Any]:
 
 def moved(rows: dict[str, list[dict]], memory: list[dict], pairs: dict[str, str]) -> dict[str, Any]:
     """Per online policy: the share of questions whose loaded set differs from its frozen copy's, and the means over
-    streams of what its learner reported at each stream's end (:meth:`graphmem.eval.streaming.Learner.finish`)."""
+    streams of what its learner reported at each stream's end (:meth:`graphmem.streaming.Learner.finish`)."""
     out = {}
     for online, frozen in pairs.items():
         mine = {(r["fold"], r["qid"]): set(r["loaded"]) for r in rows[online]}
@@ -320,11 +320,5 @@ def fold_record(fold: Fold) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    """Every job's config composed and checked before Hydra writes ``.hydra/``, then :func:`run` under Hydra."""
-    check_command_line("streaming")
-    hydra.main(version_base="1.3", config_path=".", config_name="streaming")(lambda cfg: cli.run_or_exit(run, cfg))()
-
-
 if __name__ == "__main__":
-    main()
+    main("streaming", run)

@@ -52,8 +52,10 @@ from graphmem.datasets.types import Question
 from graphmem.eval.harness import EvalResult, question_row
 from graphmem.eval.metrics import QuestionMetrics, aggregate, in_overall, summarize
 from graphmem.feedback import answer_feedback, node_offer
+from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.memory import Memory, MemoryRetrieval
 from graphmem.policies.base import TraversalPolicy
+from graphmem.qa.judge import SUFFICIENCY_ROLE, parse_score, sufficiency_messages, usable_score
 
 PROTOCOLS = ("batch", "streaming")
 ASK_AT = ("evidence", "end")
@@ -188,16 +190,12 @@ class SufficiencyJudge:
     """
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        from graphmem.llm.client import LLMClient, LLMConfig
-
         self.client = LLMClient(LLMConfig.from_dict(dict(config)))
         self.model = self.client.model
         self.calls = self.failures = 0
         self._seen: dict[tuple, float] = {}
 
     def __call__(self, question: str, reference: str, records: Sequence[str]) -> float:
-        from graphmem.qa.judge import SUFFICIENCY_ROLE, parse_score, sufficiency_messages, usable_score
-
         key = (question, reference, tuple(records))
         if key not in self._seen:
             reply = self.client.complete(
