@@ -42,13 +42,13 @@ import warnings
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders.synthetic import make_synthetic_graph
 from graphmem.config.cli import set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget, Query
 from graphmem.core.device import resolve_device
 from graphmem.core.tokens import node_tokens
@@ -392,8 +392,8 @@ def scaling_suite(cfg: DictConfig, budget: Budget) -> dict:
     """``+suite=scaling`` / ``scaling_ann`` / ``scaling_text``: only that scale sweep
     (:func:`scale_sweep.scaling_sweep`, :func:`text_sweep.text_scaling_sweep`), written to
     ``<out_dir>/<suite.out_file>``."""
-    suite = OmegaConf.to_container(cfg.suite, resolve=True)
-    report = {"config": OmegaConf.to_container(cfg, resolve=True)}
+    suite = plain(cfg.suite)
+    report = {"config": plain(cfg)}
     report["command"] = " ".join(["python scripts/benchmark.py", *sys.argv[1:]])
     report.update(sweep_for(suite["name"])(suite, budget, log=log.info))
     report["process_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -409,14 +409,14 @@ def scaling_suite(cfg: DictConfig, budget: Budget) -> dict:
 
 
 def _run(cfg: DictConfig) -> dict:
-    budget = Budget(**OmegaConf.to_container(cfg.budget))
+    budget = typed(cfg.budget, Budget)
     suite = cfg.get("suite")
     if suite is not None:
         sweep_for(suite.get("name"))  # an unknown suite name: the error names the known ones
         run_path(cfg.out_dir, check_name("suite.out_file", suite.get("out_file")))  # inside out_dir, before the sweep
         return scaling_suite(cfg, budget)
     report: dict = {
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": plain(cfg),
         "torch_threads": torch.get_num_threads(),
         "sizes": {},
     }

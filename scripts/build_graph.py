@@ -20,12 +20,12 @@ from pathlib import Path
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import to_absolute_path
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import check_configs, graphset_dir, reuse_or_build
 from graphmem.config.cli import ConfigError, set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain
 from graphmem.core.graph import MemoryGraph
 from graphmem.tracking import experiment_group, graphset_artifact, make_tracker
 
@@ -104,9 +104,7 @@ def build(cfg: DictConfig) -> dict:
     """Build (or reuse) the graph set, log its statistics, and track one ``build`` run whose output
     is the set as a ``dataset`` artifact (an input, when a verified saved set was reused)."""
     set_threads(cfg)
-    data_cfg, graph_cfg = check_configs(
-        OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.graph, resolve=True)
-    )
+    data_cfg, graph_cfg = check_configs(plain(cfg.data), plain(cfg.graph))
     if cfg.get("graphset"):
         out_dir = Path(to_absolute_path(cfg.graphset))
     else:

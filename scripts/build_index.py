@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from hydra.utils import to_absolute_path
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from graphmem.config.cli import set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain
 from graphmem.index.vector_index import IndexSpec, VectorIndexError, index_for
 from graphmem.store.graphset import GraphSet
 from graphmem.store.indexes import index_files
@@ -25,7 +25,7 @@ from graphmem.store.setstore import add_files
 
 
 def build(cfg: DictConfig) -> dict[str, str]:
-    spec = IndexSpec.from_mapping(OmegaConf.to_container(cfg.index, resolve=True))
+    spec = IndexSpec.from_mapping(plain(cfg.index))
     directory = Path(to_absolute_path(str(cfg.graphset)))
     gs = GraphSet.load(directory)
     set_threads(cfg)

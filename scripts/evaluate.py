@@ -57,7 +57,7 @@ from graphmem.config.cli import (
     set_threads,
     split_names,
 )
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 from graphmem.core.errors import InputError, NothingMeasuredError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
@@ -130,12 +130,12 @@ class Plan:
 def plan_run(cfg: DictConfig) -> Plan:
     """Check the config and build policies and budgets; raises :class:`ConfigError` with a clear message."""
     try:
-        data = DataConfig.from_mapping(OmegaConf.to_container(cfg.data, resolve=True))
-        graph = GraphConfig.from_mapping(OmegaConf.to_container(cfg.graph, resolve=True))
+        data = DataConfig.from_mapping(plain(cfg.data))
+        graph = GraphConfig.from_mapping(plain(cfg.graph))
     except (TypeError, ValueError) as err:
         raise ConfigError(f"invalid data/graph config: {err}") from None
     try:
-        budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+        budget = typed(cfg.budget, Budget)
         sweep = scaled_budgets(budget, list(cfg.sweep_tokens or []))
     except (TypeError, ValueError) as err:
         raise ConfigError(f"invalid budget: {err}") from None
@@ -197,7 +197,7 @@ def _streaming_config(cfg: DictConfig) -> StreamConfig | None:
     if (cfg.get("qa") or {}).get("enabled"):
         raise ConfigError("protocol=streaming does not answer questions: set qa.enabled=false")
     try:
-        streaming = StreamConfig(**OmegaConf.to_container(cfg.streaming, resolve=True))
+        streaming = typed(cfg.streaming, StreamConfig)
         online = OnlineConfig(**streaming.online)
         for name, overrides in streaming.variants.items():
             check_name("streaming.variants", name)
@@ -212,7 +212,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     set_threads(cfg)
     plan = plan_run(cfg)
     qa_settings = _qa_settings(cfg)
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = plain(cfg)
     with open_run_folder(
         plan.out_dir, config, resume=False, artifacts=ARTIFACTS, resume_hint=None, kind="evaluate"
     ) as folder:

@@ -14,11 +14,11 @@ import socket
 from pathlib import Path
 
 from hydra.utils import to_absolute_path
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.config.cli import ConfigError, check_out_dir, policy_config, set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 
 
@@ -42,9 +42,9 @@ def serve(cfg: DictConfig) -> None:
     app = make_app(
         root,
         token=serve_token(cfg.auth, cfg.host),
-        graph=OmegaConf.to_container(cfg.graph, resolve=True),
+        graph=plain(cfg.graph),
         policy=policy_config(cfg.policy.name, cfg.policy),
-        budget=Budget(**OmegaConf.to_container(cfg.budget, resolve=True)),
+        budget=typed(cfg.budget, Budget),
         limits=ServeLimits(cfg.max_body_bytes, cfg.max_records, cfg.max_memories),
     )
     sock = bind(cfg.host, cfg.port)

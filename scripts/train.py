@@ -67,7 +67,7 @@ from graphmem.config.cli import (
     restrict_graphs,
     set_threads,
 )
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 from graphmem.core.device import resolve_device
 from graphmem.core.errors import NothingMeasuredError
@@ -135,8 +135,8 @@ def load_train_graphset(cfg: DictConfig, main: GraphSet) -> GraphSet | None:
     """The training-only graphs and questions (``data.train_files`` with ``train_extra``, and ``train_sets``),
     built with the run's graph config, apart from ``main``; ``None`` when the run has none."""
     return open_train_graphset(
-        OmegaConf.to_container(cfg.data, resolve=True),
-        OmegaConf.to_container(cfg.graph, resolve=True),
+        plain(cfg.data),
+        plain(cfg.graph),
         hydra.utils.to_absolute_path(cfg.graphset_dir),
         progress=cfg.progress,
         train_sets=train_set_items(cfg),
@@ -152,19 +152,19 @@ def summarize(per_fold: list[dict[str, dict[str, float]]]) -> dict[str, dict[str
 
 def stats_config(cfg: DictConfig) -> dict[str, Any]:
     """The ``stats`` group (``reference`` policy of the paired comparisons, ``n_boot``); empty when absent."""
-    return OmegaConf.to_container(cfg.stats, resolve=True) if cfg.get("stats") else {}
+    return plain(cfg.stats) if cfg.get("stats") else {}
 
 
 def fold_baseline_config(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     """``fold_baselines``: policy name -> kwargs whose strings may hold ``{fold}``; empty when absent."""
-    given = OmegaConf.to_container(cfg.fold_baselines, resolve=True) if cfg.get("fold_baselines") else {}
+    given = plain(cfg.fold_baselines) if cfg.get("fold_baselines") else {}
     return {name: dict(kwargs or {}) for name, kwargs in given.items()}
 
 
 def node_budgets(cfg: DictConfig, budget: Budget) -> list[Budget]:
     """``node_sweep``: the budget at each of ``levels`` loaded nodes (``max_nodes``, entries capped by it),
     with the sweep's ``budget`` overrides (e.g. unbounded tokens, so the unit is the node)."""
-    sweep = OmegaConf.to_container(cfg.node_sweep, resolve=True) if cfg.get("node_sweep") else {}
+    sweep = plain(cfg.node_sweep) if cfg.get("node_sweep") else {}
     over = dict(sweep.get("budget") or {})
     return [
         dataclasses.replace(budget, **{**over, "max_nodes": int(n), "max_entries": min(budget.max_entries, int(n))})
@@ -188,9 +188,9 @@ def output_dir(cfg: DictConfig) -> Path:
 def check(cfg: DictConfig):
     """Every setting checked before any work: the run folder, budget, variants, baselines, folds, data/graph."""
     out = check_out_dir(output_dir(cfg))
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
-    base = OmegaConf.to_container(cfg.trainer, resolve=True)
-    variants = OmegaConf.to_container(cfg.variants, resolve=True) or {"router": {}}
+    budget = typed(cfg.budget, Budget)
+    base = plain(cfg.trainer)
+    variants = plain(cfg.variants) or {"router": {}}
     items = [item for key in ("cv_sets", "train_sets") for item in train_set_items(cfg, key)]
     kinds = {cfg.data.name} | {item.get("name") for item in items if isinstance(item, dict)}
     for name, overrides in variants.items():
@@ -228,15 +228,15 @@ def check(cfg: DictConfig):
         check_name("fold_baselines", name)
         POLICIES.resolve(name)
     check_int(cfg, "cv.k"), check_int(cfg, "cv.seed")
-    FOLD_LIST.check(cfg, "cv.folds", OmegaConf.to_container(cfg.cv, resolve=True).get("folds"))
+    FOLD_LIST.check(cfg, "cv.folds", plain(cfg.cv).get("folds"))
     if cfg.cv.k < 3 or any(not 0 <= f < cfg.cv.k for f in (cfg.cv.folds or [])):
         raise ValueError(
             f"cv.k must be >= 3 and cv.folds within [0, {cfg.cv.k}), got k={cfg.cv.k}, folds={cfg.cv.folds}"
         )
     check_fraction("cv.val_fraction", cfg.cv.val_fraction)
     check_share("train_fraction", cfg.get("train_fraction", 1.0))
-    data = OmegaConf.to_container(cfg.data, resolve=True)
-    check_configs(data, OmegaConf.to_container(cfg.graph, resolve=True))
+    data = plain(cfg.data)
+    check_configs(data, plain(cfg.graph))
     train_sources(data, train_set_items(cfg), bool(cfg.get("train_extra")), train_set_items(cfg, "cv_sets"))
     return out, budget, base, variants, baselines
 
@@ -247,7 +247,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
     out, budget, base, variants, baselines = check(cfg)
     run_cfg = base.get("run") or {}
     device = world.device(resolve_device(run_cfg.get("device", "auto")))
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = plain(cfg)
     with open_run_folder_on_main(
         world, out, config, bool(run_cfg.get("resume")), device, artifacts=ARTIFACTS, kind="train"
     ) as folder:
@@ -460,7 +460,7 @@ def train_variant(ctx: RunContext, fold: Fold, name: str, overrides, collected: 
     here = {"device": str(ctx.rank_device)} if ctx.world.distributed else {}  # this rank's GPU
     ckpt_dir = run_path(ctx.out, f"fold{k}", name)
     tc = TrainConfig.merged(ctx.base, overrides, checkpoint_dir=str(ckpt_dir), run_id=ctx.folder.run_id, **here)
-    run_config = {**OmegaConf.to_container(cfg, resolve=True), "fold": k, "variant": name}
+    run_config = {**plain(cfg), "fold": k, "variant": name}
     tracker = make_tracker(
         ctx.logger_cfg, run_config, out_dir=ctx.out, name=f"fold{k}-{name}", job_type="train", group=ctx.group
     )

@@ -24,13 +24,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import check_configs
 from graphmem.builders.pipeline import open_train_graphset, train_sources
 from graphmem.config.cli import graphset_location, load_graphset, set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 from graphmem.policies.gnn import load_reader
 from graphmem.store.checkpoint import checkpoint_inputs
@@ -55,15 +55,15 @@ log = logging.getLogger(__name__)
 
 def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
-    train_cfg = GNNTrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    train_cfg = typed(cfg.train, GNNTrainConfig)
+    budget = typed(cfg.budget, Budget)
     check_fraction("split.val_fraction", cfg.split.val_fraction)
     check_share("train_fraction", cfg.get("train_fraction", 1.0))
-    data = OmegaConf.to_container(cfg.data, resolve=True)
-    check_configs(data, OmegaConf.to_container(cfg.graph, resolve=True))
+    data = plain(cfg.data)
+    check_configs(data, plain(cfg.graph))
     train_sources(data, train_set_items(cfg), train_files=False)
     checkpoint = Path(hydra.utils.to_absolute_path(cfg.checkpoint))
-    with open_run_folder(out_dir, OmegaConf.to_container(cfg, resolve=True), resume=False, kind="train_gnn") as folder:
+    with open_run_folder(out_dir, plain(cfg), resume=False, kind="train_gnn") as folder:
         try:  # the checkpoint path is shared by default (runs/gnn/reader.pt): one writer at a time
             ckpt_lock = FileLock(checkpoint.with_name(checkpoint.name + ".lock"), {"run_id": folder.run_id}).acquire()
         except LockBusyError as err:
@@ -76,7 +76,7 @@ def run(cfg: DictConfig) -> dict:
 
 def train_set_items(cfg: DictConfig) -> list:
     """``train_sets``: the training-only sets of any kind, each a mapping of data keys; empty when absent."""
-    return OmegaConf.to_container(cfg.train_sets, resolve=True) if cfg.get("train_sets") else []
+    return plain(cfg.train_sets) if cfg.get("train_sets") else []
 
 
 def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTrainConfig, budget: Budget) -> dict:
@@ -84,8 +84,8 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
     threads = set_threads(cfg)
     gs = load_graphset(cfg)
     extra = open_train_graphset(
-        OmegaConf.to_container(cfg.data, resolve=True),
-        OmegaConf.to_container(cfg.graph, resolve=True),
+        plain(cfg.data),
+        plain(cfg.graph),
         hydra.utils.to_absolute_path(cfg.graphset_dir),
         progress=cfg.progress,
         train_sets=train_set_items(cfg),

@@ -24,11 +24,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.config.cli import load_graphset, set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, typed
 from graphmem.eval.harness import write_jsonl
 from graphmem.policies.gnn import load_reader
 from graphmem.store.io import atomic_write, write_json
@@ -52,10 +52,10 @@ def _quarter_line(quarters: dict) -> str:
 def run(cfg: DictConfig) -> None:
     out_dir = Path(cfg.out_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
     set_threads(cfg)
-    wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
+    wcfg = typed(cfg.writer, WriterConfig)
     if not wcfg.reader_checkpoint:
         raise ValueError("writer.reader_checkpoint is required: train a reader with scripts/train_gnn.py first")
-    sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
+    sft = typed(cfg.sft, SFTConfig)
     reader, _ = load_reader(wcfg.reader_checkpoint, "writer.reader_checkpoint")
     gs = load_graphset(cfg)
     report_to_wandb(wcfg, gs, out_dir)  # both trainers report there (TRL's W&B callback)

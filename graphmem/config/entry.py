@@ -86,9 +86,14 @@ def command(
     return int(status or 0)
 
 
-def typed(node: Any) -> Any:
-    """The dataclass a config group with a schema describes (its ``__post_init__`` checks run)."""
-    return to_object(node)
+def typed(node: Any, cls: type | None = None) -> Any:
+    """The dataclass a config node describes: a group with a schema is its own (``OmegaConf.to_object``; its
+    ``__post_init__`` checks run), any other node is ``cls`` made from its plain values."""
+    if OmegaConf.is_config(node) and OmegaConf.get_type(node) not in (dict, list, None):
+        return to_object(node)
+    if cls is None:
+        raise TypeError("typed: a node without a schema needs the class to make")
+    return cls(**plain(node))
 
 
 def plain(node: Any) -> Any:

@@ -58,11 +58,11 @@ import hydra
 import torch
 from exploration import compare_rankings, make_learners, plot_rounds, round_bounds
 from feedback import EvidenceStats, LLMReflector, OracleConfig, learn_evidence
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.config.cli import METRICS, graphset_location, load_graphset, set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 from graphmem.core.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy
@@ -179,7 +179,7 @@ def beta_curve(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget, train, 
     for g in graphs.values():
         g.S.zero_(), g.F.zero_(), g.invalidate()
     beta = make_policy("beta_bfs", entry_selector=cfg.entry_selector)
-    oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
+    oracle = typed(cfg.oracle, OracleConfig)
     stats, seen, curve_beta = EvidenceStats(), 0, []
     for n in counts:
         t0 = time.perf_counter()
@@ -208,8 +208,8 @@ def router_curve(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget, data,
     """The router trained on each prefix of the training questions (0: its initialisation only) and tested;
     the curve, its last test rows in ``test_rows["router"]``."""
     (train_q, train_e, val_q, val_e), (test_q, test_e, _) = data, test
-    base = OmegaConf.to_container(cfg.trainer, resolve=True)
-    selector = OmegaConf.to_container(cfg.policy, resolve=True)["entry_selector"]
+    base = plain(cfg.trainer)
+    selector = plain(cfg.policy)["entry_selector"]
     untrained = {"objective": {"imitation_epochs": 0, "rl_epochs": 0}}
     curve_router, test_rows["router"] = [], []
     for n in counts:
@@ -272,7 +272,7 @@ def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[
         before = evaluate(beta, gs, {name: graph}, test_q, test_e, budget)
         reflector, client = None, None
         if source == "llm":
-            llm_cfg = OmegaConf.to_container(cfg.llm, resolve=True)
+            llm_cfg = plain(cfg.llm)
             if llm_cfg.get("cache_dir"):
                 llm_cfg["cache_dir"] = hydra.utils.to_absolute_path(llm_cfg["cache_dir"])
             client = LLMClient(LLMConfig.from_dict(llm_cfg))
@@ -280,7 +280,7 @@ def run_feedback_sources(gs: GraphSet, cfg: DictConfig, budget: Budget) -> dict[
         elif source != "oracle":
             raise ValueError(f"feedback.sources: unknown source {source!r}; use oracle or llm")
         t0 = time.perf_counter()
-        oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
+        oracle = typed(cfg.oracle, OracleConfig)
         stats = learn_evidence({name: graph}, questions, embeddings, beta, budget, oracle, reflector=reflector)
         after = evaluate(beta, gs, {name: graph}, test_q, test_e, budget)
         rows[source] = {
@@ -320,7 +320,7 @@ def run_exploration(gs: GraphSet, cfg: DictConfig, budget: Budget, out: Path) ->
         log.info("[exploration] %s: labels %s (%.0fs)", name, run["evidence"]["labels"], run["seconds"])
 
     stream = ([train_q[i] for i in order], train_e[order])
-    oracle = OracleConfig(**OmegaConf.to_container(cfg.oracle, resolve=True))
+    oracle = typed(cfg.oracle, OracleConfig)
     kwargs = {"rounds": ex.rounds, "thompson_seeds": list(ex.thompson_seeds), "ucb_c": list(ex.ucb_c), "oracle": oracle}
     result = compare_rankings(
         gs.graphs,
@@ -402,7 +402,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out = Path(hydra.utils.to_absolute_path(cfg.out_dir))
     out.mkdir(parents=True, exist_ok=True)
     set_threads(cfg)
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    budget = typed(cfg.budget, Budget)
     if (ex := cfg.exploration).rankings:  # the exploration settings are checked before anything is loaded
         make_learners(list(ex.rankings), list(ex.thompson_seeds), list(ex.ucb_c)), round_bounds(0, ex.rounds)
     gs = load_graphset(cfg)
@@ -419,7 +419,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "results": results,
         "feedback_sources": feedback,
         "exploration": exploration,
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": plain(cfg),
     }
     write_json(out / "results.json", payload)
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
@@ -444,7 +444,7 @@ def track(
             name = f"{r['protocol']}-{learner}"
             with make_tracker(
                 cfg.logger,
-                {**OmegaConf.to_container(cfg, resolve=True), "protocol": r["protocol"]},
+                {**plain(cfg), "protocol": r["protocol"]},
                 out,
                 name=name,
                 job_type="train",

@@ -40,7 +40,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.config.cli import policy_config, restrict_graphs, set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 from graphmem.core.errors import InputError
 from graphmem.eval.harness import evaluate_policy
@@ -113,7 +113,7 @@ def train_point(spec: dict, fraction: float, seed: int, folder: Path, cfg: DictC
     policy = make_policy(
         {**policy_config("gnn" if kind == "gnn" else "router"), "checkpoint": str(folder / KINDS[kind][1])}
     )
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    budget = typed(cfg.budget, Budget)
     targets = {}
     if spec.get("parts"):
         gs, split = run_sets(results), run_split(results, kind)
@@ -221,7 +221,7 @@ def run(cfg: DictConfig, runner: Runner = run_subprocess) -> dict:
         "command": command_line(),
         "fractions": fractions,
         "seeds": seeds,
-        "budget": OmegaConf.to_container(cfg.budget, resolve=True),
+        "budget": plain(cfg.budget),
         "n_boot": int(cfg.n_boot),
         "curves": curves,
         "wall_s": round(time.perf_counter() - started, 1),

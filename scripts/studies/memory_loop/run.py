@@ -52,7 +52,7 @@ import graphmem.config.schemas  # noqa: F401  (registers the config-group schema
 from graphmem.builders.config import GraphConfig
 from graphmem.builders.incremental import records_of
 from graphmem.config.cli import check_int, check_out_dir, graphset_location, load_graphset, set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 from graphmem.core.errors import InputError
 from graphmem.eval.harness import evaluate_policy, write_jsonl
@@ -155,7 +155,7 @@ def check_encoder(gs: GraphSet, name: str) -> None:
 def memory_settings(gs: GraphSet, cfg: DictConfig) -> dict[str, Any]:
     """The graph settings the memory grows under: the set's (as its provenance records them), else ``graph``."""
     saved = (gs.provenance or {}).get("graph")
-    settings = dict(saved) if isinstance(saved, dict) else OmegaConf.to_container(cfg.graph, resolve=True)
+    settings = dict(saved) if isinstance(saved, dict) else plain(cfg.graph)
     known = {f.name for f in dataclasses.fields(GraphConfig)} - {"encoder", "cache_dir", "incremental"}
     return {k: v for k, v in settings.items() if k in known}
 
@@ -179,8 +179,8 @@ def check(cfg: DictConfig) -> Path:
     out = check_out_dir(hydra.utils.to_absolute_path(cfg.out_dir))
     check_int(cfg, "n_questions", 1)
     check_int(cfg, "max_consecutive_failures", 0)
-    LLMConfig.from_dict(OmegaConf.to_container(cfg.llm, resolve=True))
-    Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    LLMConfig.from_dict(plain(cfg.llm))
+    typed(cfg.budget, Budget)
     if cfg.entry_selector != "llm":
         make_entry_selector(cfg.entry_selector)
     return out
@@ -190,7 +190,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """The loop in its own run folder (a live run's folder is refused, an earlier run's files moved aside)."""
     set_threads(cfg)
     out = check(cfg)
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = plain(cfg)
     with open_run_folder(
         out, config, resume=False, artifacts=ARTIFACTS, resume_hint=None, kind="memory_loop"
     ) as folder:
@@ -218,7 +218,7 @@ def _run(cfg: DictConfig, out: Path, run_id: str) -> dict[str, Any]:
         raise KeyError(f"graph {name!r} is not in the graph set; have {sorted(gs.graphs)}")
     idx = [i for i, q in enumerate(gs.questions) if q.graph == name][: cfg.n_questions]
     client, selector = _client_and_selector(cfg)
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    budget = typed(cfg.budget, Budget)
     policy = make_policy("beta_bfs", entry_selector=selector)
     loop = MemoryLoop(client, policy, budget=budget, max_tokens=_max_tokens(cfg))
     with grow_memory(out / "memory", gs, name, cfg, policy) as mem:
@@ -267,7 +267,7 @@ def _run(cfg: DictConfig, out: Path, run_id: str) -> dict[str, Any]:
 
 def _client_and_selector(cfg: DictConfig):
     """The LLM client (``llm``; its cache folder made absolute) and the entry selector (the LLM one uses it)."""
-    llm_cfg = OmegaConf.to_container(cfg.llm, resolve=True)
+    llm_cfg = plain(cfg.llm)
     if llm_cfg.get("cache_dir"):
         llm_cfg["cache_dir"] = hydra.utils.to_absolute_path(llm_cfg["cache_dir"])
     client = LLMClient(LLMConfig.from_dict(llm_cfg))
@@ -282,7 +282,7 @@ def _client_and_selector(cfg: DictConfig):
 def _max_tokens(cfg: DictConfig):
     """``max_tokens``: one reply cap, or a cap per role."""
     if OmegaConf.is_dict(cfg.max_tokens):
-        return OmegaConf.to_container(cfg.max_tokens, resolve=True)
+        return plain(cfg.max_tokens)
     return cfg.max_tokens
 
 

@@ -29,7 +29,7 @@ import hydra
 import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from synthetic_relations import KINDS, make_relation_family
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
@@ -39,7 +39,7 @@ from graphmem.config.cli import (
     restrict_graphs,
     set_threads,
 )
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 from graphmem.datasets.types import LoadReport
 from graphmem.eval.harness import evaluate_policy
@@ -61,8 +61,8 @@ def check(cfg: DictConfig) -> tuple[Path, Budget, dict, dict[str, dict], list[st
     out = Path(hydra.utils.to_absolute_path(cfg.out))
     if out.is_dir():
         raise ValueError(f"out={cfg.out} is a folder; it names the results JSON file")
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
-    family = OmegaConf.to_container(cfg.family, resolve=True)
+    budget = typed(cfg.budget, Budget)
+    family = plain(cfg.family)
     seeds = list(cfg.seeds or [])
     if not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
         raise ValueError(f"seeds must be a non-empty list of non-negative integers, got {seeds}")
@@ -70,8 +70,8 @@ def check(cfg: DictConfig) -> tuple[Path, Budget, dict, dict[str, dict], list[st
     if cfg.split.fold >= cfg.split.k:
         raise ValueError(f"split.fold must lie in [0, {cfg.split.k}), got {cfg.split.fold}")
     check_fraction("split.val_fraction", cfg.split.val_fraction)
-    base = OmegaConf.to_container(cfg.trainer, resolve=True)
-    variants = OmegaConf.to_container(cfg.variants, resolve=True) or {}
+    base = plain(cfg.trainer)
+    variants = plain(cfg.variants) or {}
     if not variants:
         raise ValueError("variants must name at least one router variant (name -> trainer overrides)")
     names = set(variants) | set(cfg.heuristics) | ({COSINE_WALK} if cfg.cosine_walk else set())
@@ -100,7 +100,7 @@ def command_line() -> str:
 def family_set(cfg: DictConfig, seed: int) -> tuple[GraphSet, torch.Tensor]:
     """The family of ``seed`` as a :class:`GraphSet` (what the harness and :func:`restrict_graphs` take) and its
     ``[kinds, D]`` intent directions."""
-    fam = make_relation_family(**OmegaConf.to_container(cfg.family, resolve=True), seed=seed)
+    fam = make_relation_family(**plain(cfg.family), seed=seed)
     report = LoadReport(
         source=f"make_relation_family(seed={seed})", records=len(fam.graphs), questions=len(fam.questions)
     )
@@ -242,13 +242,13 @@ def assemble(
     summary = fold_summary(per_seed, (METRIC,))
     payload = {
         "command": command_line(),
-        "family": OmegaConf.to_container(cfg.family, resolve=True),
+        "family": plain(cfg.family),
         "seeds": list(cfg.seeds),
-        "split": OmegaConf.to_container(cfg.split, resolve=True),
+        "split": plain(cfg.split),
         "budget": dataclasses.asdict(budget),
         "entry_selector": cfg.entry_selector,
         "variants": variants,
-        "trainer": OmegaConf.to_container(cfg.trainer, resolve=True),
+        "trainer": plain(cfg.trainer),
         "reference": reference,
         "per_seed": {name: [fold[name][METRIC] for fold in per_seed] for name in rows},
         "summary": {name: summary[name][METRIC] for name in rows},

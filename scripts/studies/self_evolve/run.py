@@ -26,12 +26,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import GraphConfig
 from graphmem.config.cli import load_graphset, restrict_graphs, set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, typed
 from graphmem.core import Budget
 from graphmem.policies.gnn import load_reader
 from graphmem.store.io import write_json
@@ -53,9 +53,9 @@ def run(cfg: DictConfig) -> None:
     out_dir = Path(cfg.out_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     set_threads(cfg)
-    wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
-    tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    wcfg = typed(cfg.writer, WriterConfig)
+    tcfg = typed(cfg.train, GNNTrainConfig)
+    budget = typed(cfg.budget, Budget)
     reader, _ = load_reader(wcfg.reader_checkpoint, "writer.reader_checkpoint")
     gs = restrict_graphs(load_graphset(cfg), sorted(str(n) for n in cfg.get("graphs") or []))
     graph_cfg = GraphConfig(**gs.provenance["graph"])

@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.config import cli
-from graphmem.config.entry import main
+from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.plots import plot_recall_vs_position
@@ -112,9 +112,9 @@ def fold_policies(cfg: DictConfig, fold: int, names: list[str]) -> dict[str, Any
 def stream(cfg: DictConfig, gs, names, policies, protocol: StreamConfig):
     """One :func:`run_streaming` over the conversations ``names`` of ``gs``."""
     part = cli.restrict_graphs(gs, list(names))
-    settings = gs.provenance.get("graph") or OmegaConf.to_container(cfg.graph, resolve=True)
+    settings = gs.provenance.get("graph") or plain(cfg.graph)
     encoder = make_encoder(settings.get("encoder", "minilm"))
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    budget = typed(cfg.budget, Budget)
     return run_streaming(part, policies, budget, protocol, encoder=encoder, graph_config=settings)
 
 
@@ -124,7 +124,7 @@ def tune(cfg: DictConfig, gs, fold: Fold, spec: TuneSpec, base: OnlineConfig) ->
     grid = spec.grid or [{}]
     router = {"router": fold.policies["router"]}
     variants = {f"setting{i}": overrides for i, overrides in enumerate(grid)}
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    budget = typed(cfg.budget, Budget)
     policies, _ = stream_policies(router, spec.feedback, base, budget, variants)
     policies = [p for p in policies if p.name != "router"]  # the settings and the frozen walk
     protocol = StreamConfig(ask_at=spec.ask_at, feedback=spec.feedback)
@@ -159,7 +159,7 @@ def run_fold(cfg: DictConfig, gs, fold: Fold, spec: RunSpec) -> dict[str, Any]:
     """One run on the fold's test conversations: rows (tagged with the fold), learners' cost, memories."""
     names = spec.policies or list(cfg.policies)
     chosen = {n: p for n, p in fold.policies.items() if n in names}
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    budget = typed(cfg.budget, Budget)
     policies, pairs = stream_policies(chosen, spec.feedback, fold.online, budget, spec.variants or None)
     protocol = StreamConfig(ask_at=spec.ask_at, feedback=spec.feedback, judge=dict(spec.judge))
     t0 = time.perf_counter()
@@ -274,8 +274,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     gs = cli.load_graphset(cfg)
     specs = [RunSpec(**OmegaConf.to_container(r, resolve=True)) for r in cfg.runs]
-    tuning = TuneSpec(**OmegaConf.to_container(cfg.tune, resolve=True))
-    base = OnlineConfig(**OmegaConf.to_container(cfg.streaming.online, resolve=True))
+    tuning = TuneSpec(**plain(cfg.tune))
+    base = typed(cfg.streaming.online, OnlineConfig)
     splits = conversation_folds(sorted(gs.graphs), cfg.cv.k, cfg.cv.seed, cfg.cv.val_fraction)
     chosen = range(cfg.cv.k) if cfg.cv.folds is None else list(cfg.cv.folds)
     folds, parts = [], {s.name: [] for s in specs}
@@ -292,7 +292,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "dataset": gs.dataset,
         "graphset": gs.provenance.get("path"),
         "encoder": gs.provenance.get("encoder"),
-        "budget": OmegaConf.to_container(cfg.budget, resolve=True),
+        "budget": plain(cfg.budget),
         "reference": cfg.reference,
         "online": dataclasses.asdict(base),
         "folds": [fold_record(f) for f in folds],

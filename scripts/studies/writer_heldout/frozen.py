@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from graphmem.config.entry import typed
 from graphmem.core import Budget
 from graphmem.eval.harness import evaluate_policy
 from graphmem.eval.metrics import in_overall
@@ -26,7 +27,7 @@ def frozen_reader(gs, cfg: DictConfig, budget: Budget, out_dir: Path, checkpoint
     graphs of ``gs`` (best validation epoch) and saved to ``<out_dir>/reader.pt``; ``(reader, info)``."""
     if checkpoint:
         return load_reader(checkpoint, "writer.reader_checkpoint")[0], {"checkpoint": str(checkpoint)}
-    tcfg = GNNTrainConfig(**OmegaConf.to_container(cfg.reader, resolve=True))
+    tcfg = typed(cfg.reader, GNNTrainConfig)
     _, ex = split_examples(gs, cfg.split, budget)
     t0 = time.perf_counter()
     reader, history = train_reader(ex["train"], tcfg, budget, val=ex["val"] or None)

@@ -23,12 +23,12 @@ from pathlib import Path
 
 from frozen import command_line, frozen_reader, paired_json, reader_recall
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import GraphConfig, make_entity_extractor
 from graphmem.config.cli import load_graphset, restrict_graphs, set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, typed
 from graphmem.core import Budget
 from graphmem.store.io import write_json
 from rl.gnn.split import split_examples
@@ -50,8 +50,8 @@ PAIRS = (
 def silver_arms(gs, names, cfg: DictConfig, graph_cfg: GraphConfig) -> tuple[dict, dict]:
     """The four arms' graphs over ``names`` and the silver triple and entity-edge counts."""
     extractor = make_entity_extractor(cfg.graph.entity_extractor)  # the warm start's extractor
-    sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
-    wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
+    sft = typed(cfg.sft, SFTConfig)
+    wcfg = typed(cfg.writer, WriterConfig)
     arms = {arm: {} for arm in ARMS}
     counts = {"triples": 0, "entity_edges": {arm: 0 for arm in ARMS}}
     for name in names:
@@ -98,7 +98,7 @@ def by_window(recall: dict, where: dict[str, str]) -> dict:
 def run(cfg: DictConfig) -> dict:
     set_threads(cfg)
     t0 = time.perf_counter()
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    budget = typed(cfg.budget, Budget)
     gs = restrict_graphs(load_graphset(cfg), sorted(str(n) for n in cfg.get("graphs") or []))
     graph_cfg = GraphConfig(**gs.provenance["graph"])
     parts, _ = split_examples(gs, cfg.split, budget)

@@ -51,7 +51,7 @@ from omegaconf import DictConfig, OmegaConf
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import GraphConfig
 from graphmem.config.cli import load_graphset, restrict_graphs, set_threads
-from graphmem.config.entry import main
+from graphmem.config.entry import main, typed
 from graphmem.core import Budget
 from graphmem.store.io import atomic_write, write_json
 from graphmem.tracking.peak_memory import PeakMemory
@@ -174,7 +174,7 @@ def select_grpo(cfg: DictConfig, gs, parts: dict, wcfg: WriterConfig, graph_cfg:
     they rewrite; ``(trainer, grpo summary, its WriterConfig, selection record)``."""
     model, tokenizer = sft_writer
     val, batch = list(parts["val"]), int(cfg.rebuild_batch)
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    budget = typed(cfg.budget, Budget)
 
     def val_recall(written) -> dict:
         return reader_recall(reader, gs, written, val, budget)
@@ -235,10 +235,10 @@ def measure(cfg: DictConfig, out_dir: Path, save=None) -> dict:
 
     With ``self_evolution``, ``save`` (when given) is handed the payload of steps 1-5 before step 6 starts, so
     the results file holds them, whole, while the round runs."""
-    wcfg = WriterConfig(**OmegaConf.to_container(cfg.writer, resolve=True))
+    wcfg = typed(cfg.writer, WriterConfig)
     reward_candidates(cfg)
-    sft = SFTConfig(**OmegaConf.to_container(cfg.sft, resolve=True))
-    budget = Budget(**OmegaConf.to_container(cfg.budget, resolve=True))
+    sft = typed(cfg.sft, SFTConfig)
+    budget = typed(cfg.budget, Budget)
     gs = restrict_graphs(load_graphset(cfg), sorted(str(n) for n in cfg.get("graphs") or []))
     graph_cfg = GraphConfig(**gs.provenance["graph"])
     report_to_wandb(wcfg, gs, out_dir, "study")
