@@ -4,8 +4,8 @@ run's checkpoint measured on its validation conversations, the curve's statistic
 import pytest
 from script_loader import load_script, load_study
 
-from graphmem.config.schemas import compose
 from graphmem.core.errors import InputError
+from tests.script_loader import compose
 
 
 def in_process(cmd):

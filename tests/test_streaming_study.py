@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from graphmem.config.schemas import compose
 from graphmem.store.checkpoint import save_checkpoint
 from models.walk_scorer import ScorerConfig, WalkScorer
+from tests.script_loader import compose
 
 sys.path.insert(0, str(Path(__file__).parent))
 from script_loader import load_study  # noqa: E402
