@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphmem.datasets.records import keyed_records
-from graphmem.datasets.types import HotpotRecord, LoadReport, Paragraph, Question
+from graphmem.datasets.types import HotpotRecord, LoadReport, Paragraph, Question, record_question
 
 
 class HotpotFormatError(ValueError):
@@ -107,15 +107,4 @@ def _question(record: HotpotRecord, report: LoadReport) -> Question:
             target.append(node)
         if title not in titles:
             titles.append(title)
-    for d in dangling:
-        report.dangling_evidence.append(f"{record.qid}: {d}")
-    return Question(
-        qid=record.qid,
-        graph=record.qid,
-        text=record.question,
-        answer=record.answer,
-        evidence=tuple(evidence),
-        category=record.type,
-        dangling_evidence=tuple(dangling),
-        support_titles=tuple(titles),
-    )
+    return record_question(record, report, evidence, dangling, record.type, titles)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphmem.datasets.records import keyed_records
-from graphmem.datasets.types import LoadReport, MusiqueParagraph, MusiqueRecord, MusiqueStep, Question
+from graphmem.datasets.types import LoadReport, MusiqueParagraph, MusiqueRecord, MusiqueStep, Question, record_question
 
 
 class MusiqueFormatError(ValueError):
@@ -139,17 +139,5 @@ def _question(record: MusiqueRecord, report: LoadReport) -> Question:
             report.repaired_evidence.append(f"{record.qid}: step {step.id} names paragraph {paragraph.idx}, not marked")
             evidence.append(passage_id(paragraph.title))
         chain.append(passage_id(paragraph.title))
-    for d in dangling:
-        report.dangling_evidence.append(f"{record.qid}: {d}")
     evidence = list(dict.fromkeys(evidence))
-    return Question(
-        qid=record.qid,
-        graph=record.qid,
-        text=record.question,
-        answer=record.answer,
-        evidence=tuple(evidence),
-        category=record.hops,
-        dangling_evidence=tuple(dangling),
-        support_titles=tuple(evidence),
-        support_chain=tuple(chain),
-    )
+    return record_question(record, report, evidence, dangling, record.hops, evidence, chain)

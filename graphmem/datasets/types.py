@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, Sequence
 
 LOCOMO_CATEGORIES: dict[int, str] = {
     1: "multi-hop",
@@ -204,3 +205,29 @@ class LoadReport:
                 more = " ..." if len(items) > shown else ""
                 out.append(f"  {label}: {len(items)} ({sep.join(items[:shown])}{more})")
         return out
+
+
+def record_question(
+    record: Any,
+    report: LoadReport,
+    evidence: Sequence[str],
+    dangling: Sequence[str],
+    category: Any,
+    titles: Sequence[str],
+    chain: Sequence[str] = (),
+) -> Question:
+    """The question of a record that holds one (HotpotQA, MuSiQue: its graph is named after it), its dangling
+    evidence reported."""
+    for d in dangling:
+        report.dangling_evidence.append(f"{record.qid}: {d}")
+    return Question(
+        qid=record.qid,
+        graph=record.qid,
+        text=record.question,
+        answer=record.answer,
+        evidence=tuple(evidence),
+        category=category,
+        dangling_evidence=tuple(dangling),
+        support_titles=tuple(titles),
+        support_chain=tuple(chain),
+    )
