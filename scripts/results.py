@@ -338,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(args: argparse.Namespace) -> int:
         set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
+        if getattr(args, "n_boot", 1) < 1:
+            raise InputError(f"--n-boot {args.n_boot}: must be a positive number of bootstrap draws")
         return args.handler(args, argv)
 
     return command(parser(), run, argv)

@@ -54,12 +54,13 @@ from omegaconf import DictConfig, OmegaConf
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import check_configs
-from graphmem.builders.pipeline import open_cv_graphset, open_train_graphset, train_sources
+from graphmem.builders.pipeline import TRAIN_SETS_EXAMPLE, open_cv_graphset, open_train_graphset, train_sources
 from graphmem.config.bounds import Bound
 from graphmem.config.cli import (
     METRICS,
     check_int,
     check_out_dir,
+    config_list,
     graphset_location,
     load_graphset,
     name_list,
@@ -116,7 +117,7 @@ FOLD_LIST = Bound(0, each=True, null=True)
 def train_set_items(cfg: DictConfig, key: str = "train_sets") -> list:
     """``train_sets`` (the training-only sets of any kind) or ``cv_sets`` (the sets cross-validated with the main
     one), each a mapping of data keys; empty when absent."""
-    return OmegaConf.to_container(cfg[key], resolve=True) if cfg.get(key) else []
+    return config_list(cfg, key, TRAIN_SETS_EXAMPLE.replace("train_sets", key))
 
 
 def variant_sources(overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str] | None]:

@@ -28,10 +28,11 @@ from omegaconf import DictConfig
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
 from graphmem.builders import check_configs
-from graphmem.builders.pipeline import open_train_graphset, train_sources
-from graphmem.config.cli import graphset_location, load_graphset, set_threads
+from graphmem.builders.pipeline import TRAIN_SETS_EXAMPLE, open_train_graphset, train_sources
+from graphmem.config.cli import config_list, graphset_location, load_graphset, set_threads
 from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
+from graphmem.core.errors import DivergedError
 from graphmem.policies.gnn import load_reader
 from graphmem.store.checkpoint import checkpoint_inputs
 from graphmem.store.io import write_json
@@ -76,7 +77,7 @@ def run(cfg: DictConfig) -> dict:
 
 def train_set_items(cfg: DictConfig) -> list:
     """``train_sets``: the training-only sets of any kind, each a mapping of data keys; empty when absent."""
-    return plain(cfg.train_sets) if cfg.get("train_sets") else []
+    return config_list(cfg, "train_sets", TRAIN_SETS_EXAMPLE)
 
 
 def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTrainConfig, budget: Budget) -> dict:
@@ -109,9 +110,12 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
         if cfg.init_checkpoint:
             init, _ = load_reader(hydra.utils.to_absolute_path(cfg.init_checkpoint), "init_checkpoint")
         t0 = time.perf_counter()
-        reader, history = train_reader(
-            ex["train"], train_cfg, budget, val=ex["val"] or None, reader=init, progress=cfg.progress
-        )
+        try:
+            reader, history = train_reader(
+                ex["train"], train_cfg, budget, val=ex["val"] or None, reader=init, progress=cfg.progress
+            )
+        except DivergedError as err:  # nothing of a diverged reader is a result
+            raise DivergedError(f"fold {cfg.split.fold} reader: {err}; no checkpoint or results.json written") from None
         curve = TrackerLogger(tracker)
         for row in history:
             curve.log(row, row["epoch"])

@@ -2,6 +2,7 @@
 checks that used to come after the work, as tracebacks or as vague messages."""
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -60,6 +61,11 @@ GIB = 1 << 30
         ("writer", "writer.num_generations=0", "writer.num_generations=0: must be an integer in [1, 10000]"),
         ("self_evolve", "rounds=0", "rounds=0: must be an integer in [1, 100000]"),
         ("self_evolve", "train.epochs=0", "train.epochs=0: must be an integer in [1, 100000]"),
+        ("writer_heldout", "writer.max_steps=0", "writer.max_steps=0: must be an integer in [1, 10000000]"),
+        ("writer_heldout", "writer.max_steps=-1", "writer.max_steps=-1: must be an integer in [1, 10000000]"),
+        ("writer_heldout", "sft.max_steps=0", "sft.max_steps=0: must be an integer in [1, 10000000]"),
+        ("writer_heldout", "reader.epochs=0", "reader.epochs=0: must be an integer in [1, 100000]"),
+        ("writer", "sft.learning_rate=1e20", "sft.learning_rate=1e+20: must be a finite number in (0, 10]"),
     ],
 )
 def test_a_size_out_of_its_bounds_is_refused_naming_the_key_and_range(config, override, message):
@@ -72,6 +78,22 @@ def test_a_size_out_of_its_bounds_is_refused_naming_the_key_and_range(config, ov
 @pytest.mark.parametrize("config", sorted(CONFIG_BOUNDS))
 def test_every_entry_points_defaults_lie_within_their_bounds(config):
     check_bounds(config, compose(config), memory=64 * GIB)  # the shipped settings are all allowed
+
+
+def test_every_hydra_entry_point_and_study_has_its_bounds():
+    names = {  # each script starts with graphmem.config.entry.main("<config name>", ...)
+        m.group(1)
+        for path in ROOT.joinpath("scripts").rglob("*.py")
+        for m in re.finditer(r'(?:config_name=|\bmain\()"(\w+)"', path.read_text(encoding="utf-8"))
+    }
+    assert names and not names - set(CONFIG_BOUNDS), sorted(names - set(CONFIG_BOUNDS))
+
+
+def test_a_writer_model_that_is_not_there_is_refused_naming_the_key(tmp_path):
+    from rl.writer.grpo import WriterConfig
+
+    with pytest.raises(ValueError, match=r"writer.model='.*missing': neither 'smollm2' nor 'tiny' nor a model folder"):
+        WriterConfig(model=str(tmp_path / "missing"))
 
 
 def test_what_a_size_allocates_is_held_against_the_memory_available():

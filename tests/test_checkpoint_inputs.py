@@ -13,7 +13,7 @@ from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.index.embed import HashingEncoder
 from graphmem.policies.gnn import GNNPolicy
 from graphmem.policies.router import RouterPolicy
-from graphmem.store.checkpoint import CheckpointError, check_policies
+from graphmem.store.checkpoint import CheckpointError, check_inputs, check_policies
 from graphmem.store.encoder_cache import CachedEncoder
 from graphmem.store.graphset import GraphSet
 from models.gnn_reader import GNNReader, ReaderConfig
@@ -153,3 +153,10 @@ def test_evaluate_refuses_a_router_on_a_128d_set_in_one_line(trained, tmp_path):
         f"out_dir={tmp_path / 'o'}", tmp_path=tmp_path,
     )  # fmt: skip
     assert "trained on 384-d embeddings" in error_line(proc)
+
+
+def test_strict_split_refuses_a_checkpoint_that_records_no_inputs(tmp_path):
+    path = tmp_path / "old.pt"
+    assert "unchecked" in check_inputs(path, None, graphset=None)[0]
+    with pytest.raises(CheckpointError, match=r"old.pt: the checkpoint records no inputs .*policy.strict_split=true"):
+        check_inputs(path, None, graphset=None, strict_split=True)

@@ -85,6 +85,19 @@ def test_non_utf8_and_empty_data_files_are_refused_naming_the_file(tmp_path):
     assert not (tmp_path / "sets").exists() or not any((tmp_path / "sets").rglob("manifest.json"))
 
 
+def test_deeply_nested_json_in_a_data_file_is_one_line_naming_the_file(tmp_path):
+    good = data_file("hotpotqa/hotpot_dev_distractor_200.jsonl").read_text(encoding="utf-8").splitlines()[0]
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text(good + "\n" + '{"_id": "x", "extra": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    common = ["graph.encoder=hashing", f"graphset_dir={tmp_path / 'sets'}", "plot=false", "progress=false"]
+    proc = _run("build_graph.py", "data=hotpotqa", f"data.file={deep}", *common, tmp_path=tmp_path)
+    _one_line_error(proc, f"{deep}: line 2: JSON nested deeper than Python's recursion limit")
+    conversation = tmp_path / "deep.json"
+    conversation.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="deep.json: JSON nested deeper"):
+        load_locomo(conversation)
+
+
 def test_truncated_manifest_and_damaged_graph_are_one_line_errors(small_set, tmp_path):
     damaged = shutil.copytree(small_set, tmp_path / "set")
     manifest = damaged / "manifest.json"

@@ -209,7 +209,7 @@ def test_a_memory_reopened_with_another_encoder_or_a_checkpoint_of_another_encod
         "train_graphs": [],
         "val_graphs": [],
     }
-    save_checkpoint(other, "walk", {"scorer": scorer.checkpoint()}, inputs)
+    save_checkpoint(other, "walk", {"scorer": scorer.checkpoint(), "finished": True}, inputs)
     with pytest.raises(MemoryError, match="trained on 128-d embeddings"):
         Memory.open(folder, encoder="hashing", checkpoint=other)
 

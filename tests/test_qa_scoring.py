@@ -117,6 +117,22 @@ def test_judge_score_parsing():
         assert parse_score(bad) is None, bad
 
 
+def test_the_judge_parser_reads_only_a_plain_number_in_range():
+    for bad in (
+        "1e308",
+        "1e-300",
+        "Score 1/10",
+        "Score: 1e-300",
+        '{"score": true}',
+        '{"score": "1e-300"}',
+        "1.5",
+        "-1",
+    ):
+        assert parse_score(bad) is None, bad
+    assert parse_score("0.5/1") is None and parse_score("score: 2, but 0.5 overall") is None
+    assert parse_score('{"score": "0.6"}') == 0.6 and parse_score("score=0.9, fine") == 0.9
+
+
 def test_judge_config_checks():
     answer = LLMConfig(model="local/smollm2-135m")
     with pytest.raises(SameModelError, match="allow_same_model"):

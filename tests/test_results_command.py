@@ -4,6 +4,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 from fold_runs import two_folds  # noqa: E402
 from script_loader import load_script  # noqa: E402
@@ -70,3 +72,12 @@ def test_paired_per_fold_means_and_a_missing_policy(tmp_path, capsys):
     capsys.readouterr()
     assert results_main(["paired", str(folders[0]), "--policy", "nope", "--reference", "dense_topk"]) == 2
     assert "questions_nope.jsonl: no question file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n_boot", ["0", "-5"])
+def test_a_bootstrap_of_no_draws_is_one_line(tmp_path, capsys, n_boot):
+    folders = two_folds(tmp_path / "runs")
+    args = ["paired", str(folders[0]), "--policy", "router", "--reference", "dense_topk", "--n-boot", n_boot]
+    assert results_main(args) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --n-boot {n_boot}: must be a positive number of bootstrap draws\n"

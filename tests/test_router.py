@@ -84,5 +84,6 @@ def test_a_checkpoint_without_a_walk_scorer_is_refused(tmp_path):
     no_scorer = save_checkpoint(tmp_path / "no_scorer.pt", "walk", {"weights": {"w": torch.zeros(2)}})
     with pytest.raises(CheckpointError, match="not a router checkpoint"):
         RouterPolicy(checkpoint=no_scorer, device="cpu")
-    good = save_checkpoint(tmp_path / "walk.pt", "walk", {"scorer": WalkScorer(ScorerConfig(dim=4)).checkpoint()})
+    scorer = WalkScorer(ScorerConfig(dim=4)).checkpoint()
+    good = save_checkpoint(tmp_path / "walk.pt", "walk", {"scorer": scorer, "finished": True})
     assert RouterPolicy(checkpoint=good, device="cpu").scorer.config.dim == 4

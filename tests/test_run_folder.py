@@ -190,3 +190,15 @@ def test_a_training_run_never_writes_into_an_evaluations_folder(tmp_path):
         with pytest.raises(RunFolderError, match=rf"holds run {folder.run_id}, an evaluation \(scripts/evaluate.py\)"):
             open_run_folder(tmp_path, CONFIG, resume=False, kind=kind)
     assert json.loads((tmp_path / "run.json").read_text())["run_id"] == folder.run_id
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_no_run_writes_into_a_training_runs_checkpoint_folder_or_below_a_run(tmp_path, recorded):
+    out = tmp_path / "train"
+    run_id = _training_folder(out, recorded)
+    with pytest.raises(RunFolderError, match=r"router holds best.pt, the checkpoint folder of a training run"):
+        open_run_folder(out / "fold0" / "router", CONFIG, resume=False, kind="evaluate")
+    if recorded:
+        with pytest.raises(RunFolderError, match=rf"lies inside {out}, the folder of run {run_id}, a training run"):
+            open_run_folder(out / "fold0" / "eval", CONFIG, resume=False, kind="evaluate")
+    assert not (out / "fold0" / "router" / "run.json").exists() and not (out / "fold0" / "eval").exists()

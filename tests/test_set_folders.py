@@ -66,9 +66,15 @@ def test_a_build_from_another_data_file_is_refused_unless_forced(tmp_path):
     assert GraphSet.load(folder).provenance["data"]["file"] == TRAIN_FILE
 
 
-def test_a_set_kept_aside_never_lands_on_an_earlier_one(tmp_path):
+def test_a_set_kept_aside_never_lands_on_an_earlier_one_and_is_kept_once(tmp_path):
     folder = saved_locomo_set(tmp_path, limit=1)
     manifest = json.loads((folder / "manifest.json").read_text())
-    first, second = keep_aside(folder, manifest, "replaced-x"), keep_aside(folder, manifest, "replaced-x")
-    assert (first.name, second.name) == ("replaced-x", "replaced-x-2")
-    assert GraphSet.load(first).config_hash == GraphSet.load(second).config_hash == manifest["config_hash"]
+    (folder / "replaced-x").mkdir()
+    (folder / "replaced-x" / "manifest.json").write_text('{"content_sha256": "another set"}')  # an earlier one
+    first = keep_aside(folder, manifest, "replaced-x")
+    again = keep_aside(folder, manifest, "replaced-x")  # the same set, as a forced build killed before its commit
+    assert first.name == again.name == "replaced-x-2" and sorted(p.name for p in folder.glob("replaced-*")) == [
+        "replaced-x",
+        "replaced-x-2",
+    ]
+    assert GraphSet.load(first).config_hash == manifest["config_hash"]

@@ -161,7 +161,7 @@ def test_no_gold_evidence_reaches_a_learner_under_answer_feedback(short, tmp_pat
 
 def test_each_learner_runs_online_and_frozen_with_its_pairs(short, tmp_path):
     ckpt = tmp_path / "walk.pt"
-    save_checkpoint(ckpt, "walk", {"scorer": WalkScorer(ScorerConfig(dim=384)).checkpoint()}, {})
+    save_checkpoint(ckpt, "walk", {"scorer": WalkScorer(ScorerConfig(dim=384)).checkpoint(), "finished": True}, {})
     policies = {"beta_bfs": BetaBFS(), "router": RouterPolicy(ckpt, device="cpu"), "hybrid": HybridPolicy()}
     stream, pairs = stream_policies(policies, "answer", OnlineConfig(), BUDGET, {"walk_edges": {"parts": ["edges"]}})
     assert [p.name for p in stream] == [
@@ -186,7 +186,7 @@ def test_evaluate_streaming_writes_rows_pairs_costs_and_the_position_plot(short,
 
     schemas.register_schemas()
     ckpt = tmp_path / "walk.pt"
-    save_checkpoint(ckpt, "walk", {"scorer": WalkScorer(ScorerConfig(dim=384)).checkpoint()}, {})
+    save_checkpoint(ckpt, "walk", {"scorer": WalkScorer(ScorerConfig(dim=384)).checkpoint(), "finished": True}, {})
     overrides = [
         f"graphset={short.provenance['path']}",
         f"out_dir={tmp_path / 'out'}",

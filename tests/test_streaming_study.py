@@ -18,7 +18,9 @@ from small_sets import short_locomo_set  # noqa: E402
 
 def test_the_study_tunes_on_validation_runs_on_test_and_renders_its_page(tmp_path):
     gs = short_locomo_set(tmp_path, sessions=2, questions=8, conversations=3)
-    save_checkpoint(tmp_path / "walk0.pt", "walk", {"scorer": WalkScorer(ScorerConfig(dim=384)).checkpoint()}, {})
+    save_checkpoint(
+        tmp_path / "walk0.pt", "walk", {"scorer": WalkScorer(ScorerConfig(dim=384)).checkpoint(), "finished": True}, {}
+    )
     results = tmp_path / "results"
     cfg = compose(
         "streaming",

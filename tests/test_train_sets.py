@@ -130,6 +130,29 @@ def test_a_bad_item_is_refused_naming_its_key(item, key, tmp_path):
     assert str(err.value).startswith(key) and "\n" not in str(err.value)
 
 
+def test_a_name_where_the_list_belongs_is_refused_naming_the_key(tmp_path):
+    proc = run_script("train.py", "train_sets=hotpotqa", f"graphset={tmp_path / 'missing'}", tmp_path=tmp_path)
+    assert error_line(proc).startswith(
+        "error: train_sets='hotpotqa': must be a list of data mappings, e.g. train_sets="
+    )
+
+
+def test_the_test_file_under_renamed_ids_is_refused_as_a_training_set(tmp_path):
+    lines = data_file("hotpotqa/hotpot_dev_distractor_200.jsonl").read_text().splitlines()[:3]
+    renamed = [json.dumps({**json.loads(x), "_id": f"renamed{i}"}) for i, x in enumerate(lines)]
+    copy = tmp_path / "renamed.jsonl"
+    copy.write_text("\n".join(renamed) + "\n")
+    graph = {"encoder": "hashing", "cache_dir": str(tmp_path / "cache")}
+    main = build_graphset(DataConfig(name="hotpotqa", limit=3), GraphConfig(**graph), progress=False)
+    item = {"name": "hotpotqa", "file": str(copy)}
+    with pytest.raises(ValueError, match=r"and the main set share 3 question texts under other names \(renamed0 = "):
+        open_train_graphset({"name": "hotpotqa"}, graph, tmp_path / "sets", False, [item], main=main)
+    texts = [json.dumps({**json.loads(x), "question": f"Another question {i}?"}) for i, x in enumerate(renamed)]
+    copy.write_text("\n".join(texts) + "\n")  # the same passages under new questions: the same graphs
+    with pytest.raises(ValueError, match=r"share 3 graphs of the same passages under other names"):
+        open_train_graphset({"name": "hotpotqa"}, graph, tmp_path / "sets2", False, [item], main=main)
+
+
 def test_a_bad_item_stops_the_command_line_in_one_line(tmp_path):
     proc = run_script(
         "train.py", "data=hotpotqa", "train_sets=[{name: musique, limit: -1}]", f"out_dir={tmp_path}", tmp_path=tmp_path

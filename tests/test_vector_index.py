@@ -128,6 +128,19 @@ def test_spec_validation():
         IndexSpec.from_mapping({"efsearch": 3})
 
 
+def test_an_index_size_no_machine_holds_is_one_line_before_any_work(tmp_path):
+    import sys
+
+    from tests import script_runner
+    from tests.one_line_errors import ROOT, error_line
+
+    with pytest.raises(VectorIndexError, match=r"IndexSpec.m=100000000: must be an integer in \[1, 1,024\]"):
+        IndexSpec(m=100_000_000)
+    cmd = [sys.executable, "scripts/build_index.py", f"graphset={tmp_path / 'missing'}", "index.m=100000000"]
+    proc = script_runner.run([*cmd, f"hydra.run.dir={tmp_path / 'hydra'}"], cwd=ROOT, timeout=300)
+    assert error_line(proc) == "error: IndexSpec.m=100000000: must be an integer in [1, 1,024]"
+
+
 def test_ann_selector_below_min_nodes_is_exact_and_builds_no_index():
     g = make_synthetic_graph(500, dim=16, seed=9)
     queries = [Query(f"q{i}", "", e) for i, e in enumerate(near(g))]

@@ -367,6 +367,10 @@ class TrainSource:
         return f"{self.key} ({self.data.name}{' pooled' if self.data.pooled else ''} {self.data.file})"
 
 
+TRAIN_SETS_EXAMPLE = " of data mappings, e.g. train_sets='[{name: hotpotqa, file: hotpotqa/hotpot_train_100.jsonl}]'"
+"""How a refusal of ``train_sets`` shows what the key takes."""
+
+
 def train_sources(
     data: Mapping[str, Any], train_sets: Sequence[Any] = (), train_files: bool = True, cv_sets: Sequence[Any] = ()
 ) -> list[TrainSource]:
@@ -385,7 +389,7 @@ def train_sources(
     sources = []
     for key, items in (("cv_sets", cv_sets), ("train_sets", train_sets)):
         if isinstance(items, (str, Mapping)) or not isinstance(items, Sequence):
-            raise ValueError(f"{key} must be a list of data mappings ([{{name: ..., file: ...}}]), got {items!r}")
+            raise ValueError(f"{key}={items!r}: must be a list{TRAIN_SETS_EXAMPLE.replace('train_sets', key)}")
     sources += [TrainSource(f"cv_sets[{i}]", _train_set_config(i, item, "cv_sets")) for i, item in enumerate(cv_sets)]
     if train_files:
         sources += [
@@ -513,8 +517,8 @@ def _open_sets(
         if read is not None and files & read:
             part = _renamed(part, "@pooled" if src.data.pooled else "@per-question")
         read = None if read is None else read | files
-        for label, other in loaded:
-            _check_apart(src.label(), part, label, other)
+        for label, other in loaded:  # by content against the evaluated set: two training shapes of a file may share it
+            _check_apart(src.label(), part, label, other, content=other is main)
         loaded.append((src.label(), part))
         yield src, part, folder
 
@@ -525,17 +529,42 @@ def _renamed(part: GraphSet, suffix: str) -> GraphSet:
     return dataclasses.replace(part, questions=questions)
 
 
-def _check_apart(label: str, part: GraphSet, other_label: str, other: GraphSet) -> None:
-    """Refuse ``part`` beside ``other`` (naming both) when they share graph names or question ids, or when their
+def _check_apart(label: str, part: GraphSet, other_label: str, other: GraphSet, content: bool = True) -> None:
+    """Refuse ``part`` beside ``other`` (naming both) when they share graph names or question ids, or (``content``:
+    ``other`` is the evaluated set), whatever the names, a question's text (:func:`_question_key`) or a graph's
+    passages (:func:`_graph_key`): a copy of the test file with renamed ids is the test set; refused too when their
     embeddings differ in size."""
     shared = sorted(set(part.graphs) & set(other.graphs))
     repeated = sorted({q.qid for q in part.questions} & {q.qid for q in other.questions})
     if shared or repeated:
         what = f"graphs {shared[:3]}" if shared else f"questions {repeated[:3]}"
         raise ValueError(f"{label} and {other_label} share {what}: a training-only set must be apart from the others")
+    theirs = {_question_key(q.text): q.qid for q in other.questions} if content else {}
+    same_text = [(q.qid, theirs[k]) for q in part.questions if (k := _question_key(q.text)) in theirs]
+    graphs = {_graph_key(g): n for n, g in other.graphs.items()} if content else {}
+    same_graph = [(n, graphs[k]) for n, g in part.graphs.items() if (k := _graph_key(g)) in graphs]
+    if same_text or same_graph:
+        pairs = same_text or same_graph
+        what = "question texts" if same_text else "graphs of the same passages"
+        first = ", ".join(f"{a} = {b}" for a, b in pairs[:3])
+        raise ValueError(
+            f"{label} and {other_label} share {len(pairs)} {what} under other names ({first}"
+            f"{' ...' if len(pairs) > 3 else ''}): a training-only set holding the evaluated content would leak it"
+        )
     dims = int(part.query_embeddings.shape[1]), int(other.query_embeddings.shape[1])
     if dims[0] != dims[1]:
         raise ValueError(f"{label} has {dims[0]}-d embeddings, {other_label} {dims[1]}-d: build both with one encoder")
+
+
+def _question_key(text: str) -> str:
+    """A question's text compared by content: case and runs of white space ignored."""
+    return " ".join(text.casefold().split())
+
+
+def _graph_key(graph) -> str:
+    """A graph compared by content: the SHA-256 of its passages' texts (:func:`_question_key`), in sorted order."""
+    texts = sorted(_question_key(t) for t in graph.texts)
+    return hashlib.sha256("\0".join(texts).encode("utf-8")).hexdigest()
 
 
 def train_record(src: TrainSource, part: GraphSet, folder: Path) -> dict[str, Any]:

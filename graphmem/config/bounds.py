@@ -18,6 +18,7 @@ starting a run that cannot end; the memory estimates are documented at :func:`wa
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any, Callable, Mapping
 
@@ -77,6 +78,28 @@ class Bound:
 
 
 @dataclasses.dataclass(frozen=True)
+class Real:
+    """A finite number ``lo <= value <= hi`` (``lo < value`` with ``lo_open``), e.g. a learning rate: a value far
+    past ``hi`` (``lr=1e20``) makes a training diverge or overflow, so it is refused before any work."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    each: bool = False
+
+    def check(self, cfg: Any, key: str, value: Any) -> None:
+        span = f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}]"
+        what = f"a list of finite numbers, each in {span}" if self.each else f"a finite number in {span}"
+        values = value if self.each and isinstance(value, list) else [value]
+        if (self.each and not isinstance(value, list)) or not all(self._within(v) for v in values):
+            raise BoundsError(f"{key}={_show(value)}: must be {what}")
+
+    def _within(self, v: Any) -> bool:
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        return number and v <= self.hi and (v > self.lo if self.lo_open else v >= self.lo)
+
+
+@dataclasses.dataclass(frozen=True)
 class OneOf:
     """One of ``values``."""
 
@@ -105,7 +128,15 @@ BUDGET = {
     "max_nodes": Bound(0, 1_000_000),
     "max_tokens": Bound(0, 10**9),
 }
+LR = Real(0, 10, lo_open=True)
+"""A learning rate: Adam above 10 only diverges (measured runs use 1e-5 to 3e-3)."""
+DECAY = Real(0, 10)
+OPTIM = {"lr": LR, "rl_lr": LR, "weight_decay": DECAY, "max_grad_norm": Real(0, 1e6), "batch_size": Bound(1, 1_000_000)}
+"""The walk trainer's optimiser keys (``trainer.optim``), checked at compose time and by ``OptimConfig`` itself."""
 TRAINER = {
+    **{f"optim.{k}": v for k, v in OPTIM.items()},
+    "rank.lr": LR,
+    "rank.weight_decay": DECAY,
     "model.rank": Bound(0, 4096),
     "model.hidden": Bound(1, 65_536),
     "model.edge_hidden": Bound(1, 65_536),
@@ -114,7 +145,6 @@ TRAINER = {
     "objective.rl_epochs": Bound(0, EPOCHS_MAX),
     "objective.group_size": Bound(1, 65_536),
     "objective.ppo_epochs": Bound(1, 1000),
-    "optim.batch_size": Bound(1, 1_000_000),
     "run.seed": Bound(0, SEED_MAX),
     "run.eval_every": Bound(1, EPOCHS_MAX),
     "rank.epochs": Bound(0, EPOCHS_MAX),
@@ -123,7 +153,19 @@ TRAINER = {
     "rank.batch_size": Bound(1, 1_000_000),
     "rank.graphs_per_call": Bound(1, 1_000_000),
 }
-GROUP_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {"budget": BUDGET, "trainer": TRAINER}
+STREAMING = {  # the online walk's test-time learning (rl.walk.online.OnlineConfig)
+    "online.rollouts": Bound(1, 65_536),
+    "online.steps": Bound(1, 1000),
+    "online.router_lr": Real(0, 10),
+    "online.edge_lr": Real(0, 100),
+    "online.max_grad_norm": Real(0, 1e6),
+    "online.seed": Bound(0, SEED_MAX),
+}
+GROUP_BOUNDS: dict[str, dict[str, Bound | Real | OneOf]] = {
+    "budget": BUDGET,
+    "trainer": TRAINER,
+    "streaming": STREAMING,
+}
 """Shared config group -> key within it -> bound (every config holding the group)."""
 
 
@@ -139,7 +181,7 @@ def _prefixed(prefix: str, table: Mapping[str, Any]) -> dict[str, Any]:
     return {f"{prefix}.{k}": v for k, v in table.items()}
 
 
-CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
+CONFIG_BOUNDS: dict[str, dict[str, Bound | Real | OneOf]] = {
     "train": {
         **_split("cv"),
         "node_sweep.levels": Bound(1, 1_000_000, each=True, null=True),
@@ -147,6 +189,8 @@ CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
     },
     "gnn": {
         **_split("split"),
+        "train.lr": LR,
+        "train.weight_decay": DECAY,
         "train.hidden_dim": Bound(1, 65_536),
         "train.num_layers": Bound(1, 64),
         "train.epochs": Bound(1, EPOCHS_MAX),
@@ -203,7 +247,7 @@ CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
         "max_memories": Bound(1, 100_000),
         "threads": Bound(0, 4096, null=True),
     },
-    "build_index": {"threads": Bound(0, 4096, null=True)},
+    "build_index": {"threads": Bound(0, 4096, null=True)},  # index.*: graphmem.index.vector_index.SPEC_RANGES
     "head_to_head": {
         **_split("cv"),
         "within.seed": Bound(0, SEED_MAX),
@@ -237,7 +281,9 @@ CONFIG_BOUNDS: dict[str, dict[str, Bound | OneOf]] = {
         "writer.max_completion_length": Bound(1, 1_000_000),
         "writer.num_iterations": Bound(1, 10_000),
         "writer.seed": Bound(0, SEED_MAX),
-        "sft.max_steps": Bound(0, 10**7),
+        "writer.learning_rate": LR,
+        "sft.learning_rate": LR,
+        "sft.max_steps": Bound(1, 10**7),  # TRL reads 0 as "one epoch"; sft.enabled=false skips the warm start
         "sft.batch_size": Bound(1, 100_000),
         "sft.eval_tasks": Bound(0, COUNT_MAX),
         "sft_tasks": Bound(0, COUNT_MAX),
@@ -253,6 +299,24 @@ CONFIG_BOUNDS["self_evolve"] = {  # the writer's config, the reader's fine-tune 
     "writer.max_steps": Bound(0, 10**7),  # 0: the writer as it is rebuilds the graphs
     "rounds": Bound(1, 100_000),
     "rebuild_batch": Bound(1, 100_000),
+}
+CONFIG_BOUNDS["streaming"] = {
+    **_split("cv"),
+    "seed": Bound(0, SEED_MAX),
+    "n_boot": Bound(1, COUNT_MAX),
+    "threads": Bound(0, 4096, null=True),
+}
+CONFIG_BOUNDS["learning_curve"] = {  # each point is a train.py or train_gnn.py run, bounded by its own table
+    "seeds": Bound(0, SEED_MAX, each=True),
+    "fractions": Real(0, 1, lo_open=True, each=True),
+    "n_boot": Bound(1, COUNT_MAX),
+    "threads": Bound(0, 4096, null=True),
+}
+CONFIG_BOUNDS["writer_heldout"] = {  # the writer's config, its frozen reader (gnn's train.* under reader.*)
+    **CONFIG_BOUNDS["writer"],
+    **{f"reader.{key[6:]}": bound for key, bound in CONFIG_BOUNDS["gnn"].items() if key.startswith("train.")},
+    "rebuild_batch": Bound(1, 100_000),
+    "curve_window": Bound(1, 100_000),
 }
 
 
@@ -326,9 +390,9 @@ def available_memory() -> int | None:
         return None
 
 
-def bounds_for(config_name: str, cfg: Any) -> dict[str, Bound | OneOf]:
+def bounds_for(config_name: str, cfg: Any) -> dict[str, Bound | Real | OneOf]:
     """Every bound of config ``config_name``: its own table and those of the shared groups it holds."""
-    table: dict[str, Bound | OneOf] = {}
+    table: dict[str, Bound | Real | OneOf] = {}
     for group, bounds in GROUP_BOUNDS.items():
         if isinstance(_select(cfg, group), dict):
             table.update(_prefixed(group, bounds))

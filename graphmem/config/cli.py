@@ -400,6 +400,19 @@ def name_list(value: Any, key: str) -> list[str]:
     raise ConfigError(f"{key}={value!r}: must be a policy name or a list of names, e.g. {key}=[beta_bfs,ppr]")
 
 
+def config_list(cfg: Any, key: str, example: str = "") -> list:
+    """The list at dotted ``key`` of a script's config as plain values (``[]`` when absent or null);
+    :class:`ConfigError` naming ``key`` for any other value (a name given where a list belongs)."""
+    from omegaconf import ListConfig, OmegaConf
+
+    value = OmegaConf.select(cfg, key)
+    if value is None:
+        return []
+    if not isinstance(value, (ListConfig, list, tuple)):
+        raise ConfigError(f"{key}={value!r}: must be a list{example}")
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, ListConfig) else list(value)
+
+
 def set_threads(cfg) -> int:
     """Size torch's intra-op and inter-op threads and FAISS's OpenMP threads for this process; returns the count.
 

@@ -5,7 +5,8 @@ error of their own type (``GraphSetError``, ``CheckpointError``, ``RunFolderErro
 derives from :class:`InputError`. :func:`graphmem.config.cli.run_or_exit` prints such an error as one
 ``error: ...`` line naming the file, record or field, and exits with status 2; any other
 exception is a bug and keeps its traceback. A run that worked but measured nothing (every call to
-an LLM failed) raises :class:`NothingMeasuredError`: one ``error:`` line and exit status 3.
+an LLM failed) raises :class:`NothingMeasuredError`: one ``error:`` line and exit status 3; a training whose
+loss or weights went non-finite raises :class:`DivergedError`, one of those.
 """
 
 
@@ -15,3 +16,7 @@ class InputError(Exception):
 
 class NothingMeasuredError(RuntimeError):
     """The run could not measure what it is for (e.g. every LLM call failed); scripts exit with status 3."""
+
+
+class DivergedError(NothingMeasuredError):
+    """A training's loss or weights went non-finite (NaN or inf): nothing of it is promoted or tested (exit 3)."""

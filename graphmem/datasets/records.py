@@ -8,26 +8,33 @@ from typing import Any, Iterator
 
 from graphmem.datasets.paths import read_text
 
+TOO_DEEP = "JSON nested deeper than Python's recursion limit (no record of a dataset nests so deep): refused"
+
 
 def read_json(path: Path, error: type[Exception]) -> Any:
-    """The JSON value of ``path``; invalid JSON raises ``error`` naming the file, bytes that are not UTF-8
-    :class:`graphmem.datasets.paths.DataEncodingError`."""
+    """The JSON value of ``path``; invalid JSON, or JSON nested past the recursion limit, raises ``error`` naming
+    the file, bytes that are not UTF-8 :class:`graphmem.datasets.paths.DataEncodingError`."""
     try:
         return json.loads(read_text(path))
     except json.JSONDecodeError as err:
         raise error(f"{path}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise error(f"{path}: {TOO_DEEP}") from None
 
 
 def json_records(path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
     """``(where, record)`` for each record of ``path``: ``where`` is ``"record <i>"`` (0-based list
-    index) or ``"line <n>"`` (1-based; blank lines skipped). Invalid JSON raises ``error`` naming the
-    file; bytes that are not UTF-8 raise :class:`graphmem.datasets.paths.DataEncodingError`."""
+    index) or ``"line <n>"`` (1-based; blank lines skipped). Invalid JSON, or JSON nested past the recursion
+    limit, raises ``error`` naming the file (and line); bytes that are not UTF-8 raise
+    :class:`graphmem.datasets.paths.DataEncodingError`."""
     text = read_text(path)
     if text.lstrip().startswith("["):
         try:
             items = json.loads(text)
         except json.JSONDecodeError as err:
             raise error(f"{path}: not valid JSON ({err})") from None
+        except RecursionError:
+            raise error(f"{path}: {TOO_DEEP}") from None
         for i, item in enumerate(items):
             yield f"record {i}", item
         return
@@ -35,9 +42,12 @@ def json_records(path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]
         if not line.strip():
             continue
         try:
-            yield f"line {n}", json.loads(line)
+            record = json.loads(line)
         except json.JSONDecodeError as err:
             raise error(f"{path}: line {n}: not valid JSON ({err})") from None
+        except RecursionError:
+            raise error(f"{path}: line {n}: {TOO_DEEP}") from None
+        yield f"line {n}", record
 
 
 def keyed_records(

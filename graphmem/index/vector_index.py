@@ -47,6 +47,18 @@ class VectorIndexError(ValueError):
     """A vector index file or spec is invalid; the message names the file or field."""
 
 
+SPEC_RANGES = {
+    "m": (1, 1024),
+    "ef_construction": (1, 1_000_000),
+    "ef_search": (1, 1_000_000),
+    "nprobe": (1, 1_000_000),
+    "nlist": (0, 10_000_000),
+    "overfetch": (0, 1_000_000),
+}
+"""``IndexSpec`` integer field -> allowed ``[lo, hi]``: FAISS allocates ``m`` links per node and level, so an
+``m`` of 10^8 asks for more memory than any machine holds; the caps are far above any useful setting."""
+
+
 @dataclass(frozen=True)
 class IndexSpec:
     """Which FAISS index to build and how to search it (``configs/policy/*`` ``entry_index``).
@@ -74,14 +86,10 @@ class IndexSpec:
     def __post_init__(self) -> None:
         if self.kind not in INDEX_KINDS:
             raise VectorIndexError(f"IndexSpec.kind {self.kind!r} is not one of {INDEX_KINDS}")
-        for name in ("m", "ef_construction", "ef_search", "nprobe"):
+        for name, (lo, hi) in SPEC_RANGES.items():
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise VectorIndexError(f"IndexSpec.{name} must be a positive integer, got {v!r}")
-        for name in ("nlist", "overfetch"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise VectorIndexError(f"IndexSpec.{name} must be a non-negative integer, got {v!r}")
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                raise VectorIndexError(f"IndexSpec.{name}={v!r}: must be an integer in [{lo}, {hi:,}]")
         if not isinstance(self.rebuild_fraction, (int, float)) or not 0 < self.rebuild_fraction <= 1:
             raise VectorIndexError(f"IndexSpec.rebuild_fraction must be in (0, 1], got {self.rebuild_fraction!r}")
 

@@ -54,10 +54,18 @@ COUNTER_POOLS = ("pair", "target")
 
 def read_router_checkpoint(path: str | Path) -> dict:
     """The state of a walk router checkpoint (:func:`graphmem.store.checkpoint.load_checkpoint` of kind ``"walk"``,
-    on the CPU) that holds its ``scorer``; :class:`~graphmem.store.checkpoint.CheckpointError` naming the file."""
+    on the CPU) that holds its ``scorer`` and was written by a training that ran to its end (field ``finished``,
+    set by the trainer's last save of ``best.pt``); :class:`~graphmem.store.checkpoint.CheckpointError` naming the
+    file otherwise: a killed training's ``best.pt``, or any ``last.pt``, holds weights no selection finished."""
     state = load_checkpoint(require_checkpoint(path), "walk")
     if "scorer" not in state:
         raise CheckpointError(f"{path}: not a router checkpoint (kind 'walk' without its 'scorer')")
+    if state.get("finished") is not True:
+        at = f" (saved at phase {state.get('phase')} epoch {state.get('epoch')})" if "epoch" in state else ""
+        raise CheckpointError(
+            f"{path}: written by a training that never finished{at}, field 'finished': its weights are no selected "
+            "model; resume that run (trainer.run.resume=true) or evaluate the best.pt of a finished one"
+        )
     return state
 
 

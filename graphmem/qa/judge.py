@@ -9,17 +9,20 @@ Its model is configured apart from the answer model and must run at temperature 
 with the same model (and endpoint) that produced the answers is refused unless explicitly
 allowed (:func:`check_judge_config`), because a model grading itself is biased.
 
-Parsing: the ``score`` of the first JSON object in the reply; else a ``score: s`` pattern; else
-the first percentage ``p%`` (as ``p/100``); else the first standalone ``0``, ``1``, ``0.x`` or
-``1.0`` in the text (small local models answer in prose). A value outside ``[0, 1]`` or no value at all
-is an unusable reply
-and is retried by the client; after the last retry the verdict has ``score=None`` and counts as a
+Parsing: the ``score`` of the first JSON object in the reply that has one; else the value of a ``score: s``
+pattern; else the first percentage ``p%`` (as ``p/100``); else the first standalone ``0``, ``1``, ``0.x`` or
+``1.0`` in the text (small local models answer in prose). Only a plain decimal number counts, and only in
+``[0, 1]``: a JSON boolean, an exponent (``1e308``, ``1e-300``), a fraction or ratio (``1/10``), a signed value
+or a number run into other characters is no score, and a reply whose ``score`` field or label holds such a
+value has none (no other number of the reply is read instead). A reply without a usable value
+is retried by the client; after the last retry the verdict has ``score=None`` and counts as a
 judge failure (excluded from the judge mean, reported as a failure).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
@@ -31,9 +34,11 @@ from graphmem.qa.answer import CallUsage
 
 ROLE = "qa_judge"
 _OBJECT = re.compile(r"\{.*?\}", re.DOTALL)
-_SCORE = re.compile(r"score\"?\s*[:=]\s*\"?(-?\d+(?:\.\d+)?)", re.IGNORECASE)
-_PERCENT = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d+)?)\s*%")
-_UNIT = re.compile(r"(?<![\d.\-])(0(?:\.\d+)?|1(?:\.0+)?)(?![\d.]*\d)")
+_DECIMAL = re.compile(r"\d+(?:\.\d+)?|\.\d+")
+_ALONE = r"(?<![\w.+\-/])({})(?![\w/%]|\.\d)"  # a number standing alone: no sign, exponent, fraction or suffix
+_LABEL = re.compile(r"score\"?\s*[:=]\s*\"?([^\s\",}]*)", re.IGNORECASE)
+_PERCENT = re.compile(r"(?<![\w.+\-/])(\d{1,3}(?:\.\d+)?)\s*%")
+_UNIT = re.compile(_ALONE.format(r"0(?:\.\d+)?|1(?:\.0+)?"))
 
 
 class SameModelError(ValueError):
@@ -56,26 +61,30 @@ def parse_score(text: str | None) -> float | None:
     """The judge's score in ``[0, 1]``, or ``None`` when the reply has none (module docstring)."""
     if not text:
         return None
-    value: Any = None
     for match in _OBJECT.finditer(text):
         try:
             obj = json.loads(match.group(0))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
         if isinstance(obj, dict) and "score" in obj:
-            value = obj["score"]
-            break
-    if value is None and (m := _SCORE.search(text)):
-        value = m.group(1)
-    if value is None and (m := _PERCENT.search(text)):
-        value = float(m.group(1)) / 100.0
-    if value is None and (m := _UNIT.search(text)):
-        value = m.group(1)
-    try:
-        score = float(value)
-    except (TypeError, ValueError):
+            return _unit_score(obj["score"])
+    if m := _LABEL.search(text):
+        return _unit_score(m.group(1).rstrip(".;"))
+    if m := _PERCENT.search(text):
+        return _unit_score(m.group(1), scale=100.0)
+    if m := _UNIT.search(text):
+        return _unit_score(m.group(1))
+    return None
+
+
+def _unit_score(value: Any, scale: float = 1.0) -> float | None:
+    """``value`` (a JSON number, or the text of a plain decimal) over ``scale`` when that lies in ``[0, 1]``."""
+    if isinstance(value, str):
+        value = float(value) if _DECIMAL.fullmatch(value.strip()) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
-    return score if 0.0 <= score <= 1.0 else None
+    score = value / scale
+    return float(score) if 0.0 <= score <= 1.0 else None
 
 
 def parse_reason(text: str | None) -> str:

@@ -11,7 +11,8 @@ Every trainer stores :func:`checkpoint_inputs` under the key ``"inputs"`` of its
 
 :func:`check_inputs` refuses (:class:`CheckpointError`, one line naming the file) a set built with
 another encoder or of another embedding size, and warns when the evaluated graphs include graphs
-the checkpoint was trained or selected on (refuses with ``strict_split``).
+the checkpoint was trained or selected on (refuses with ``strict_split``, which also refuses a checkpoint
+that records no inputs: what it was trained on cannot be checked).
 :func:`require_checkpoint` refuses a checkpoint path that is no file, naming the config key.
 
 Every checkpoint is written by :func:`save_checkpoint` and read by :func:`load_checkpoint`. The file is
@@ -26,7 +27,8 @@ one ``torch.save``'d dict of tensors and plain containers:
 It is written atomically (:func:`graphmem.store.io.atomic_write`) and read with ``torch.load(weights_only=True)``
 (no pickled code runs), on the CPU; the loader recomputes the digest and refuses, in one line naming
 the file, a file that is no checkpoint, truncated, of another kind or another run, of an older format
-(no checksum), or whose tensors or values differ from what was written.
+(no checksum), whose tensors or values differ from what was written, or whose floating-point tensors
+hold a NaN or infinite value (a diverged training: :mod:`rl.common.divergence` stops such a run first).
 """
 
 from __future__ import annotations
@@ -75,7 +77,10 @@ def checkpoint_inputs(graphset, train_graphs: Iterable[str], val_graphs: Iterabl
 def check_inputs(path: str | Path, inputs: Mapping[str, Any] | None, graphset, strict_split: bool = False) -> list[str]:
     """Refuse ``graphset`` for a checkpoint trained on other inputs; returns the warnings (module docstring)."""
     if not inputs:
-        return [f"{path}: the checkpoint records no inputs (encoder, embedding size, training graphs): unchecked"]
+        message = f"{path}: the checkpoint records no inputs (encoder, embedding size, training graphs)"
+        if strict_split:  # what it was trained on cannot be known, so neither can a held-out split
+            raise CheckpointError(message + ": its split cannot be checked (policy.strict_split=true)")
+        return [message + ": unchecked"]
     here = checkpoint_inputs(graphset, ())
     if inputs.get("embedding_dim") != here["embedding_dim"]:
         raise CheckpointError(
@@ -142,6 +147,21 @@ def _digest_into(h, key_path: str, value: Any) -> None:
         h.update(f"{key_path}\0{type(value).__name__}\0{value!r}\0".encode())
 
 
+def _non_finite(value: Any, key_path: str = "") -> Iterable[tuple[str, int]]:
+    """``(key path, count)`` of every floating-point tensor in a nested state that holds NaN or infinite values."""
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() and value.numel():
+            count = int((~torch.isfinite(value)).sum())
+            if count:
+                yield key_path.lstrip("/"), count
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _non_finite(item, f"{key_path}/{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _non_finite(item, f"{key_path}[{i}]")
+
+
 def _reason(err: Exception) -> str:
     """The gist of a ``torch.load`` failure in one short line (the unpickler's own error, not its advice)."""
     text = str(err)
@@ -169,7 +189,8 @@ def load_checkpoint(path: str | Path, kind: str, run_id: str | None = None) -> d
     """The state of the checkpoint ``path`` of ``kind`` (with its ``format``, ``kind``, ``inputs`` and
     ``sha256`` entries), its tensors on the CPU; :class:`CheckpointError` in one line naming the file
     when it is missing, unreadable, of an older format, of another kind, damaged (its digest differs
-    from the recorded one) or, with ``run_id``, written by another run (:mod:`graphmem.store.run_folder`)."""
+    from the recorded one), holding a non-finite tensor or, with ``run_id``, written by another run
+    (:mod:`graphmem.store.run_folder`)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found")
@@ -194,6 +215,13 @@ def load_checkpoint(path: str | Path, kind: str, run_id: str | None = None) -> d
             "written; restore or retrain it"
         )
     state["sha256"] = recorded
+    bad = next(_non_finite(state), None)
+    if bad is not None:
+        key, count = bad
+        raise CheckpointError(
+            f"{path}: tensor {key!r} holds {count} NaN or infinite values: written by a training that diverged; "
+            "retrain it (a smaller learning rate)"
+        )
     if run_id and state.get("run_id") != run_id:
         raise CheckpointError(f"{path}: written by run {state.get('run_id')!r}, not by this run {run_id!r}")
     return state

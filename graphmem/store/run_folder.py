@@ -15,7 +15,9 @@
   folder for an evaluation, an evaluation's for a training run, ...), naming the folder, that
   run's id and its script: one folder never holds the checkpoints, results and plots of two runs
   of different scripts. A folder of a run recorded without a kind counts as a training run's
-  when it holds ``fold*/*/best.pt`` or ``last.pt``.
+  when it holds ``fold*/*/best.pt`` or ``last.pt``;
+* a folder inside another run's folder (a folder above it holds a ``run.json``), or one holding a
+  ``best.pt`` or ``last.pt`` itself (a training run's ``fold0/router/``).
 
 A fresh run (no ``resume``) into a folder holding an earlier run of its kind gets a new id and moves
 that run's files (the ``artifacts`` patterns) into ``<out>/replaced-<old id>/`` (``-2``, ``-3``, ...
@@ -170,6 +172,7 @@ def open_run_folder(
             recorded by another kind is refused (default: ``"run"``).
     """
     path = Path(path)
+    _check_inside_run(path)  # before the lock file is made there
     run_id = new_run_id()
     lock = FileLock(path / LOCK, {"run_id": run_id})
     try:
@@ -222,6 +225,25 @@ def _move_aside(path: Path, found: Sequence[str], old_id: str) -> Path:
         (aside / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(path / rel), str(aside / rel))
     return aside
+
+
+def _check_inside_run(path: Path) -> None:
+    """Refuse a folder that lies inside another run's folder (a folder above it holds that run's ``run.json``), or
+    that holds a checkpoint itself (a training run's ``fold<k>/<variant>/``): its files would mix with that run's."""
+    own = [p.name for p in (path / "best.pt", path / "last.pt") if p.is_file()]
+    if own:
+        raise RunFolderError(
+            f"out_dir {path} holds {', '.join(own)}, the checkpoint folder of a training run; a run never writes "
+            "beside a checkpoint (their files would be mixed): choose another out_dir"
+        )
+    for folder in path.resolve().parents:
+        if (folder / RECORD).is_file():
+            held = _read_record(folder) or {}
+            that = KINDS.get(str(held.get("kind")), f"a {held.get('kind') or 'recorded'} run")
+            raise RunFolderError(
+                f"out_dir {path} lies inside {folder}, the folder of run {held.get('run_id')}, {that}; a run never "
+                "writes into another run's folder (their files would be mixed): choose another out_dir"
+            )
 
 
 def _check_kind(path: Path, previous: Mapping[str, Any] | None, kind: str) -> None:

@@ -273,9 +273,19 @@ def keep_aside(directory: str | Path, manifest: Mapping[str, Any], name: str) ->
     The manifest and every file it lists are hard-linked (copied where links fail) there, the
     manifest last, so the kept copy loads as a set of its own; ``directory`` itself is not changed,
     so the commit that replaces it stays the one atomic step and a build killed before it leaves
-    the folder as it was. Call with the set's write lock held.
+    the folder as it was. A folder ``<name>[-N]`` that already holds this very set (the same manifest
+    ``content_sha256``: a forced build killed after keeping it) is returned instead, so repeated
+    killed rebuilds keep one copy. Call with the set's write lock held.
     """
     directory = Path(directory)
+    for earlier in sorted(directory.glob(f"{name}*")):  # a killed build kept this very set already: not again
+        if earlier.name == name or earlier.name.removeprefix(name + "-").isdigit():
+            try:
+                kept = read_manifest(earlier)
+            except GraphSetError:
+                continue
+            if kept is not None and kept.get(CONTENT) and kept.get(CONTENT) == manifest.get(CONTENT):
+                return earlier
     aside = fresh_folder(directory / name)
     for rel in manifest.get("files") or {}:
         if not Path(rel).is_absolute() and ".." not in Path(rel).parts and (directory / rel).is_file():

@@ -55,6 +55,7 @@ from graphmem.policies.subgraph import ball, layered_subgraphs, lookup, relation
 from graphmem.policies.tables import csr
 from graphmem.store.checkpoint import save_checkpoint as write_checkpoint
 from models.gnn_reader import GNNReader, ReaderConfig, ReaderShape, ball_scores, start_mask
+from rl.common.divergence import check_loss, check_weights
 from rl.common.seeding import deterministic, seed_everything
 from rl.common.splits import conversation_folds
 
@@ -282,8 +283,9 @@ def train_reader(
 ) -> tuple[GNNReader, list[dict]]:
     """Train (or fine-tune ``reader``) and return the best-on-validation reader and per-epoch history.
 
-    Without ``val`` the last epoch is kept. Deterministic on CPU for a fixed ``cfg.seed`` and thread count
-    (:mod:`rl.common.seeding`).
+    Without ``val`` the last epoch is kept. A non-finite loss or weight stops it
+    (:class:`graphmem.core.errors.DivergedError`, :mod:`rl.common.divergence`). Deterministic on CPU for a fixed
+    ``cfg.seed`` and thread count (:mod:`rl.common.seeding`).
     """
     seed_everything(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -317,8 +319,8 @@ def train_reader(
         reader.train()
         rng.shuffle(batches)
         total, t0 = 0.0, time.perf_counter()
-        for k, rows in batches:
-            ex = train[k]
+        for step, (k, rows) in enumerate(batches):
+            ex, where = train[k], f"epoch {epoch} step {step}"
             if cfg.neighbourhood:
                 loss = candidate_loss(cfg, *candidate_scores(reader, ex, rows, budget, device), ex, rows)
             else:
@@ -331,9 +333,11 @@ def train_reader(
                     if cfg.loss == "ranking"
                     else weighted_bce_loss(scores, positive, cfg.pos_weight)
                 )
+            check_loss(loss, where, f" (learning rate {cfg.lr:g})")
             opt.zero_grad()
             loss.backward()
             opt.step()
+            check_weights(reader, where, f" (learning rate {cfg.lr:g})")
             total += loss.item()
         row = {"epoch": epoch, "loss": total / max(len(batches), 1), "train_s": time.perf_counter() - t0}
         if val:

@@ -32,7 +32,8 @@ from graphmem.eval.metrics import mean_recall_at
 from graphmem.policies.base import Scope
 from graphmem.policies.rank_features import NUM_RANK_FEATURES
 from graphmem.policies.router import RouterPolicy
-from models.rank_head import RankHead, RankHeadConfig, RankInputs, listwise_loss
+from models.rank_head import RESIDUALS, RankHead, RankHeadConfig, RankInputs, listwise_loss
+from rl.common.divergence import check_loss, check_weights
 from rl.common.logging import Logger
 from rl.common.seeding import seed_everything
 
@@ -73,6 +74,8 @@ class RankConfig:
                 raise ValueError(f"trainer.rank.{name} must be a positive integer, got {v!r}")
         if not self.lr > 0 or not self.weight_decay >= 0:
             raise ValueError(f"trainer.rank: lr must be > 0 and weight_decay >= 0, got {self.lr}, {self.weight_decay}")
+        if self.residual not in RESIDUALS:  # before the walk trains, and with epochs=0 too
+            raise ValueError(f"trainer.rank.residual={self.residual!r}: must be one of {sorted(RESIDUALS)}")
 
 
 @dataclass
@@ -193,12 +196,14 @@ def train_rank_head(
     for epoch in range(cfg.epochs):
         perm, losses = torch.randperm(n, generator=generator), []
         head.train()
-        for lo in range(0, n, cfg.batch_size):
+        for step, lo in enumerate(range(0, n, cfg.batch_size)):
             items, gold = train.batch(perm[lo : lo + cfg.batch_size])
             loss = listwise_loss(head(items), items.query, gold)
+            check_loss(loss, f"rank epoch {epoch} step {step}", f" (trainer.rank.lr={cfg.lr:g})")
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            check_weights(head, f"rank epoch {epoch} step {step}", f" (trainer.rank.lr={cfg.lr:g})")
             losses.append(float(loss.detach()))
         head.eval()
         row = {"phase": "rank", "epoch": epoch, "rank_loss": sum(losses) / len(losses)}

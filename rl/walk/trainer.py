@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from graphmem.config.bounds import OPTIM
 from graphmem.core import Budget
 from graphmem.core.device import resolve_device
 from graphmem.core.errors import NothingMeasuredError
@@ -46,6 +47,7 @@ from graphmem.policies.walk import walk
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.common.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rl.common.distributed import current_world
+from rl.common.divergence import check_loss, check_weights
 from rl.common.logging import Logger
 from rl.common.seeding import deterministic, seed_everything
 from rl.walk.data import WalkData, walk_data
@@ -180,6 +182,8 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         _checked(self, ("lr", "rl_lr", "batch_size"), ("weight_decay", "max_grad_norm"))
+        for name, bound in OPTIM.items():  # a variant's overrides meet the compose-time bounds here
+            bound.check(None, f"trainer.optim.{name}", getattr(self, name))
 
 
 @dataclass
@@ -337,6 +341,7 @@ class WalkTrainer:
                 if data is not None:
                     self.judges[name] = judge_reward(client, graphs, data.names, [qs[i] for i in data.kept])
         self.generator = torch.Generator().manual_seed(cfg.run.seed)
+        self.finished = False
         self.mdp = cfg.objective.hage_mdp()
         self.result = TrainResult(self.scorer)
         self.ckpt = Path(cfg.run.checkpoint_dir) if cfg.run.checkpoint_dir else None
@@ -400,22 +405,26 @@ class WalkTrainer:
             gained = self.judges[split].rewards(ep, rows)
         return gained - costs(ep, data.tables, o.node_cost, o.token_cost)
 
-    def update(self, batch: Rollout, phase: str) -> dict[str, float]:
+    def update(self, batch: Rollout, phase: str, where: str = "") -> dict[str, float]:
         """The phase's loss and ``λ_anchor · L_anchor`` (:class:`rl.walk.parallel.WalkLoss`), one Adam step
-        (``ppo_epochs`` of them on the same walks for PPO)."""
+        (``ppo_epochs`` of them on the same walks for PPO); a non-finite loss or weight raises
+        :class:`graphmem.core.errors.DivergedError` naming ``where`` (:mod:`rl.common.divergence`)."""
         steps = self.cfg.objective.ppo_epochs if phase == "reinforce" and self.cfg.objective.estimator == "ppo" else 1
         first: dict[str, float] = {}
+        hint = f" (learning rate {self.optimizer.param_groups[0]['lr']:g})"
         for step in range(steps):
             if step:  # the first pass's graph is freed by its backward
                 batch.ctx = self.scorer.prepare(
                     self.train.tables, batch.q, batch.entries, self.train.lexical[batch.rows]
                 )
             total, stats = self.model(batch, phase, self.baseline)
+            check_loss(total, where or phase, hint)
             self.optimizer.zero_grad(set_to_none=True)
             total.backward()
             if self.cfg.optim.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self.scorer.parameters(), self.cfg.optim.max_grad_norm)
             self.optimizer.step()
+            check_weights(self.scorer, where or phase, hint)
             first = first or stats
         return {**first, **{k: stats[k] for k in ("kl", "clip_fraction") if k in stats}}
 
@@ -497,6 +506,7 @@ class WalkTrainer:
             "best": [self.result.best_phase, self.result.best_epoch, self.result.best_score],
             "rng": rng_state(self.generator),
             "rank_head": None if self.result.rank is None else self.result.rank.checkpoint(),
+            "finished": self.finished,  # written true once, by the last save of a training that ran to its end
         }
 
     def save(self, name: str, phase: int, epoch: int) -> Path | None:
@@ -562,10 +572,10 @@ class WalkTrainer:
             for epoch in range(start_epoch if p == start_phase else 0, epochs):
                 t0, rows, since = time.perf_counter(), [], self._reward_counts()
                 perm = torch.randperm(len(self.train), generator=self.generator).to(self.device)
-                for lo in range(0, len(self.train), self.cfg.optim.batch_size):
+                for step, lo in enumerate(range(0, len(self.train), self.cfg.optim.batch_size)):
                     batch = self.rollout(perm[lo : lo + self.cfg.optim.batch_size], phase)
                     self._check_rewards(since, f"in {phase} epoch {epoch}")  # before a step on failed rewards
-                    rows.append(self.update(batch, phase))
+                    rows.append(self.update(batch, phase, f"{phase} epoch {epoch} step {step}"))
                 row = {
                     "phase": phase,
                     "epoch": epoch,
@@ -575,6 +585,7 @@ class WalkTrainer:
                 validated = self.val is not None and ((epoch + 1) % self.cfg.run.eval_every == 0 or epoch + 1 == epochs)
                 if validated:
                     row["val_return"] = self.validate()
+                    check_loss(row["val_return"], f"the validation of {phase} epoch {epoch} (its mean return)")
                 row.update(self._check_rewards(since, f"in {phase} epoch {epoch}"))  # before anything is promoted
                 if validated:
                     improved = not (row["val_return"] <= self.result.best_score)  # first validation: NaN best
@@ -595,9 +606,10 @@ class WalkTrainer:
         # the head learns from evidence labels: a run from the answer or judge reward reads none, so it has no head
         if self.cfg.rank.epochs and self.cfg.objective.reward == "evidence" and self.world.is_main:
             self.result.rank = self.train_rank_head()
-            names = [name for name, _, _ in phases]
-            if self.result.best_phase in names:  # best.pt: the selected walk with its head
-                self.save("best.pt", names.index(self.result.best_phase), self.result.best_epoch)
+        names = [name for name, _, _ in phases]
+        if self.result.best_phase in names:  # best.pt, last: the selected walk (with its head), marked finished
+            self.finished = True
+            self.save("best.pt", names.index(self.result.best_phase), self.result.best_epoch)
         return self.result
 
     def train_rank_head(self) -> RankResult:

@@ -46,6 +46,7 @@ Training is trl's ``GRPOTrainer`` with the clipped objective (``loss_type="grpo"
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -145,9 +146,26 @@ class WriterConfig:
     def __post_init__(self):
         if self.reward_graph not in REWARD_GRAPHS:
             raise ValueError(f"writer.reward_graph: {self.reward_graph!r} is not one of {', '.join(REWARD_GRAPHS)}")
+        if self.model not in WRITER_MODELS and not (isinstance(self.model, str) and Path(self.model).is_dir()):
+            raise ValueError(
+                f"writer.model={self.model!r}: neither {' nor '.join(map(repr, WRITER_MODELS))} nor a model folder "
+                "that exists here (a local Hugging Face folder saved with save_model=...)"
+            )
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 0:
+            raise ValueError(f"writer.max_steps={self.max_steps!r}: must be a non-negative integer of GRPO steps")
+
+
+WRITER_MODELS = ("smollm2", "tiny")
 
 
 REWARD_GRAPHS = ("window", "whole")
+
+
+def _steps(key: str, n: int) -> int:
+    """``n`` optimizer steps for a TRL trainer, which reads ``max_steps <= 0`` as "train by epochs": refused."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{key}={n!r}: the trainer needs at least one step (TRL would run an epoch instead)")
+    return n
 
 
 @dataclass
@@ -490,7 +508,7 @@ def train_writer(
     data = Dataset.from_list([{"prompt": _prompt(t, cfg, chat), "task_id": t.task_id} for t in tasks])
     args = GRPOConfig(
         output_dir=cfg.output_dir,
-        max_steps=cfg.max_steps,
+        max_steps=_steps("writer.max_steps", cfg.max_steps),
         per_device_train_batch_size=cfg.batch_size,
         num_generations=cfg.num_generations,
         max_completion_length=cfg.max_completion_length,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rl.writer.format import anchor_label, clean_entity, well_formed
-from rl.writer.grpo import WriterConfig, WriterTask, _prompt, generate_completions, uses_chat
+from rl.writer.grpo import WriterConfig, WriterTask, _prompt, _steps, generate_completions, uses_chat
 
 
 @dataclass
@@ -124,7 +124,7 @@ def warm_start(model, tokenizer, tasks: Sequence[WriterTask], extractor, cfg: Wr
         raise ValueError("warm start: no task has a fragment with an extracted entity")
     args = TRLSFTConfig(
         output_dir=f"{cfg.output_dir}/sft",
-        max_steps=sft.max_steps,
+        max_steps=_steps("sft.max_steps", sft.max_steps),
         per_device_train_batch_size=sft.batch_size,
         learning_rate=sft.learning_rate,
         lr_scheduler_type="constant",
