@@ -62,6 +62,7 @@ from graphmem.core import Budget
 from graphmem.core.errors import InputError, NothingMeasuredError
 from graphmem.eval.harness import EvalResult, budget_sweep, evaluate_policy, scaled_budgets, write_jsonl
 from graphmem.eval.plots import plot_recall_vs_budget, plot_recall_vs_position, plot_retrieval, sweep_values
+from graphmem.eval.provenance import run_provenance
 from graphmem.eval.report import full_report, paired_table, results_payload, table_data
 from graphmem.eval.stats import PairedComparison, compare_policies
 from graphmem.index.embed import make_encoder
@@ -283,12 +284,14 @@ def _evaluate(cfg: DictConfig, plan: Plan, qa_settings, run_id: str) -> dict[str
     payload = results_payload(results, sweeps, _meta(cfg, plan, gs, run_id), paired)
     if qa_results:
         payload["qa"] = {p: {"summary": r.summary, "info": r.info} for p, r in qa_results.items()}
-    write_json(out / "results.json", payload, indent=2)
+    rows = {r.policy: len(r.rows) for r in results}  # data file, graph set and config hashes; finished with this file
+    payload["provenance"] = run_provenance(plain(cfg), gs, rows)
     if plan.sweep:
         panels = {"evidence recall": sweep_values(sweeps), "all-evidence hit": sweep_values(sweeps, "all_evidence_hit")}
         plot_recall_vs_budget(panels, out / "budget_sweep.png", title=f"{gs.dataset}: recall vs token budget")
     if question is not None:
         _draw_question(question, gs, results, out, cfg.get("plot_policies"))
+    write_json(out / "results.json", payload, indent=2)  # last of the run's files: its presence marks it finished
     _track(cfg, plan, gs, results, sweeps, out, qa_results, paired)
     log.info("results written to %s", out)
     return payload
@@ -318,9 +321,11 @@ def _evaluate_streaming(cfg: DictConfig, plan: Plan, run_id: str) -> dict[str, A
     (out / "results.md").write_text(report, encoding="utf-8")
     payload = results_payload(run.results, {}, _meta(cfg, plan, gs, run_id), paired)
     payload["streaming"] = streaming_payload(run, sc, pairs, online)
-    write_json(out / "results.json", payload, indent=2)
+    rows = {r.policy: len(r.rows) for r in run.results}
+    payload["provenance"] = run_provenance(plain(cfg), gs, rows)
     curves = {r.policy: position_curve(r.rows) for r in run.results}
     plot_recall_vs_position(curves, out / "recall_vs_position.png", title=f"{gs.dataset}: recall by place in stream")
+    write_json(out / "results.json", payload, indent=2)  # last of the run's files: its presence marks it finished
     _track(cfg, plan, gs, run.results, {}, out, None, paired)
     log.info("results written to %s", out)
     return payload

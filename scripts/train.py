@@ -74,6 +74,7 @@ from graphmem.core.device import resolve_device
 from graphmem.core.errors import NothingMeasuredError
 from graphmem.eval.harness import evaluate_policy, write_jsonl
 from graphmem.eval.plots import plot_learning_curves
+from graphmem.eval.provenance import run_provenance
 from graphmem.eval.report import fold_markdown, paired_table
 from graphmem.eval.runs import node_sweep_payload, paired_groups, plot_node_sweep, source_results
 from graphmem.eval.stats import comparisons_markdown, fold_summary
@@ -576,6 +577,8 @@ def assemble(ctx: RunContext, collected: Collected, splits, folds: list[int], va
         "wall_s": round(time.perf_counter() - started, 2),
         "device": str(resolve_device(ctx.base.get("run", {}).get("device", "auto"))),
         "world_size": ctx.world.size,
+        # data file, graph set and config hashes; written with results.json, the run's last file: finished
+        "provenance": run_provenance(plain(cfg), gs, question_counts(collected.test_rows)),
     }
     if collected.sweep_rows:
         payload["node_sweep"] = node_sweep_results(ctx, collected, folds)
@@ -595,9 +598,8 @@ def node_sweep_results(ctx: RunContext, collected: Collected, folds: list[int]) 
 
 
 def write_outputs(ctx: RunContext, collected: Collected, payload: dict, table: str, folds: list[int]) -> None:
-    """results.json, results.md, every policy's test rows and node-sweep rows, and the learning curves."""
+    """results.md, every policy's test rows and node-sweep rows, the learning curves and, last, results.json."""
     out = ctx.out
-    write_json(out / "results.json", payload)
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
     for name, rows in collected.test_rows.items():
         write_jsonl(rows, run_path(out, f"questions_{name}.jsonl"))
@@ -611,6 +613,7 @@ def write_outputs(ctx: RunContext, collected: Collected, payload: dict, table: s
     if collected.curves:
         title = f"{ctx.data.gs.dataset}: {len(folds)} fold(s)"
         plot_learning_curves(collected.curves, out / "learning_curves.png", title=title)
+    write_json(out / "results.json", payload)  # last: its provenance marks the run finished
 
 
 def log_summary(ctx: RunContext, collected: Collected, summary: dict, paired: list) -> None:

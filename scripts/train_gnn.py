@@ -33,6 +33,7 @@ from graphmem.config.cli import config_list, graphset_location, load_graphset, s
 from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 from graphmem.core.errors import DivergedError
+from graphmem.eval.provenance import run_provenance
 from graphmem.policies.gnn import load_reader
 from graphmem.store.checkpoint import checkpoint_inputs
 from graphmem.store.io import write_json
@@ -141,6 +142,7 @@ def train_and_save(cfg: DictConfig, out_dir: Path, run_id: str, train_cfg: GNNTr
             "metrics": metrics,
             "history": history,
             "checkpoint": str(cfg.checkpoint),
+            "provenance": run_provenance(plain(cfg), gs, {}),  # written last: finished
         }
         write_json(out_dir / "results.json", payload, indent=2)
         best_val = max((r["val_recall"] for r in history if "val_recall" in r), default=None)

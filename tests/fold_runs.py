@@ -6,6 +6,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 import rl.walk  # noqa: F401  (the trainer schema)
+from graphmem.eval.provenance import config_sha256
 from tests.script_loader import compose
 
 BUDGET = {"max_entries": 6, "top_k_neighbors": 2, "max_hops": 2, "max_nodes": 12, "max_tokens": 2500}
@@ -32,16 +33,27 @@ def row(qid, fold, tokens, recall, category=1, **extra):
     return {"fold": fold, "qid": qid, "category": category, "metrics": metrics, **extra}
 
 
-def write_fold(folder: Path, fold: int, policies: dict, sweeps: dict, trainers: dict, reference="hybrid") -> Path:
-    """One run of ``fold``: ``policies`` policy -> [(tokens, recall), ...] per test question; ``sweeps``
-    policy -> max_nodes -> [(tokens, recall), ...]; ``trainers`` trained variant -> its trainer config."""
+def write_fold(
+    folder: Path,
+    fold: int,
+    policies: dict,
+    sweeps: dict,
+    trainers: dict,
+    reference="hybrid",
+    data_sha256: str = "d" * 64,
+    extra_overrides: tuple = (),
+) -> Path:
+    """One finished run of ``fold``: ``policies`` policy -> [(tokens, recall), ...] per test question; ``sweeps``
+    policy -> max_nodes -> [(tokens, recall), ...]; ``trainers`` trained variant -> its trainer config; its
+    provenance names ``data_sha256`` and the config's hash (``extra_overrides`` on top of the fold's own)."""
     folder.mkdir(parents=True)
-    records = []
+    records, counts = [], {}
     for policy, values in policies.items():
         rows = [row(f"c{fold}_q{i}", fold, t, r) for i, (t, r) in enumerate(values)]
         rows.append(row(f"c{fold}_adv", fold, 999, 0.0, category=5))  # the adversarial category: left out
         rows.append(row(f"c{fold}_nogold", fold, 999, None))  # no gold evidence: left out
         (folder / f"questions_{policy}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        counts[policy] = len(rows)
         mean = sum(r for _, r in values) / len(values)
         test = {"evidence_recall": mean, "loaded_tokens": sum(t for t, _ in values) / len(values)}
         test |= {"all_evidence_hit": mean, "precision": 0.1}
@@ -72,10 +84,17 @@ def write_fold(folder: Path, fold: int, policies: dict, sweeps: dict, trainers: 
         "records": records,
         "node_sweep": {"budgets": SWEEP_BUDGETS, "curves": {}, "paired": {}},
     }
-    (folder / "results.json").write_text(json.dumps(payload))
     overrides = ["graphset=/sets/locomo", f"cv.folds=[{fold}]", "+variants.cost_0p001={objective: {token_cost: 0.001}}"]
-    config = OmegaConf.to_container(compose("train", [*overrides, f"out_dir={folder}"]), resolve=True)
+    config = OmegaConf.to_container(compose("train", [*overrides, *extra_overrides, f"out_dir={folder}"]), resolve=True)
     (folder / "run.json").write_text(json.dumps({"run_id": f"run{fold}", "config": config}))
+    payload["provenance"] = {
+        "data_sha256": data_sha256,
+        "graphset_hash": "g" * 16,
+        "config_sha256": config_sha256(config),
+        "question_rows": counts,
+        "finished": True,
+    }
+    (folder / "results.json").write_text(json.dumps(payload))
     return folder
 
 

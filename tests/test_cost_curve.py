@@ -88,7 +88,7 @@ def test_refuses_missing_and_inconsistent_runs(tmp_path, capsys):
     assert "no node sweep" in error(capsys, [*folders, "--out", out])
     run.write_text(json.dumps(payload))
     (Path(folders[1]) / "questions_dense_topk.jsonl").unlink()
-    assert "questions_dense_topk.jsonl: missing" in error(capsys, [*folders, "--out", out])
+    assert "questions_dense_topk.jsonl: no question file for policy" in error(capsys, [*folders, "--out", out])
     payload["records"] = [r for r in payload["records"] if r["policy"] != "cost_0p001"]
     run.write_text(json.dumps(payload))
     assert "trained on folds [0]" in error(capsys, [*folders, "--out", out])

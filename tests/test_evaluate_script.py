@@ -65,6 +65,9 @@ def test_compose_run_writes_every_output(tmp_path):
     assert (out / "budget_sweep.png").read_bytes()[:4] == b"\x89PNG"
     rows = (out / "questions_dense_topk.jsonl").read_text().splitlines()
     assert len(rows) == 10 and "trace" in json.loads(rows[0])
+    provenance = saved["provenance"]  # what results.py checks before reading the run
+    assert provenance["finished"] is True and provenance["question_rows"] == {"beta_bfs": 10, "dense_topk": 10}
+    assert "data_sha256" in provenance and "graphset_hash" in provenance and len(provenance["config_sha256"]) == 64
     assert "| overall |" in (out / "results.md").read_text()
     assert saved["policies"]["beta_bfs"]["info"]["latency"] == "served alone"  # latency=served by default
     assert "served alone" in (out / "results.md").read_text() and "batched q/s" in (out / "results.md").read_text()

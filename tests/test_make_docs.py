@@ -192,3 +192,22 @@ def test_a_results_file_missing_a_field_is_refused_naming_the_field(tmp_path):
     (tmp_path / RESULTS).write_text(json.dumps(payload))
     with pytest.raises(ResultsFileError, match=r"learned_vs_hybrid_locomo.json: missing field 'records.1.fold'"):
         render_headline(tmp_path)
+
+
+def test_a_hand_edited_paired_difference_is_refused_and_the_readme_left_alone(tmp_path, capsys):
+    results = shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "results", tmp_path / "results")
+    path = results / RESULTS
+    payload = json.loads(path.read_text())
+    i, c = next((i, c) for i, c in enumerate(payload["paired"]) if c["metric"] == "evidence_recall")
+    c["mean_diff"] += 0.2  # the entry's own means still give the old difference
+    path.write_text(json.dumps(payload))
+    (tmp_path / "README.md").write_text(README)
+    assert make_docs.main(args(tmp_path, "docgen")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: field 'paired[{i}].mean_diff' is ") and err.count("\n") == 1, err
+    assert "but the entry's own means give" in err and (tmp_path / "README.md").read_text() == README
+    payload["provenance"] = {"finished": True, "runs": [{"finished": True}, {"finished": False}]}
+    c["mean_diff"] -= 0.2
+    path.write_text(json.dumps(payload))
+    assert make_docs.main(args(tmp_path, "docgen")) == 2
+    assert "records a run that did not finish (runs [1])" in capsys.readouterr().err

@@ -7,14 +7,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fold_runs import two_folds  # noqa: E402
+from fold_runs import two_folds, write_fold  # noqa: E402
 from script_loader import load_script  # noqa: E402
 
 results_main = load_script("results").main
 
 
-def evaluate_run(folder: Path, recalls: list[float], entries: list[list[int]]) -> Path:
-    """An ``evaluate.py`` run of ``ppr``: one question per recall (with its entries), and its results.json."""
+def evaluate_run(folder: Path, recalls: list[float], entries: list[list[int]], data: str = "d") -> Path:
+    """A finished ``evaluate.py`` run of ``ppr``: one question per recall (with its entries), and its results.json
+    (``data``: its data file's hash)."""
     folder.mkdir(parents=True)
     rows = [
         {"qid": f"q{i}", "category": 1, "metrics": {"evidence_recall": r}, "trace": {"entries": e}, "loaded": e}
@@ -23,7 +24,9 @@ def evaluate_run(folder: Path, recalls: list[float], entries: list[list[int]]) -
     (folder / "questions_ppr.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     overall = {"evidence_recall": sum(recalls) / len(recalls), "latency_ms_p50": 2.0, "latency_ms_p95": 3.0}
     policies = {"ppr": {"summary": {"overall": overall}, "info": {"batched_questions_per_s": 9.0}}}
-    (folder / "results.json").write_text(json.dumps({"policies": policies}))
+    provenance = {"data_sha256": data, "graphset_hash": "g", "config_sha256": "c", "finished": True}
+    provenance["question_rows"] = {"ppr": len(rows)}
+    (folder / "results.json").write_text(json.dumps({"policies": policies, "provenance": provenance}))
     return folder
 
 
@@ -81,3 +84,106 @@ def test_a_bootstrap_of_no_draws_is_one_line(tmp_path, capsys, n_boot):
     assert results_main(args) == 2
     err = capsys.readouterr().err
     assert err == f"error: --n-boot {n_boot}: must be a positive number of bootstrap draws\n"
+
+
+# --------------------------------------------------------------------- provenance: what runs rest on, checked
+def fold_pair(root: Path, **second) -> list[Path]:
+    """Two finished fold runs of router and dense_topk; ``second``: what write_fold takes for the second."""
+    values = {0: [(100, 0.5), (200, 0.5)], 1: [(300, 1.0), (400, 1.0)]}
+    policies = {k: {"router": values[k], "dense_topk": values[k]} for k in (0, 1)}
+    return [
+        write_fold(root / f"fold{k}", k, policies[k], {}, {}, "dense_topk", **(second if k else {})) for k in (0, 1)
+    ]
+
+
+def one_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_merge_refuses_runs_of_other_data_or_settings_unless_the_difference_is_named(tmp_path, capsys):
+    out = tmp_path / "merged.json"
+    data = fold_pair(tmp_path / "data", data_sha256="e" * 64)
+    assert results_main(["merge", *map(str, data), "--n-boot", "50", "--out", str(out)]) == 2
+    assert f"{data[1]} and {data[0]} differ in data: " in one_error(capsys) and not out.exists()
+    lr = fold_pair(tmp_path / "lr", extra_overrides=("trainer.optim.lr=0.01",))
+    assert results_main(["merge", *map(str, lr), "--n-boot", "50", "--out", str(out)]) == 2
+    assert "differ in trainer.optim.lr: " in one_error(capsys)
+    intended = ["--differ", "trainer.optim.*"]
+    assert results_main(["merge", *map(str, lr), "--n-boot", "50", "--out", str(out), *intended]) == 0
+    merged = json.loads(out.read_text())["provenance"]
+    assert merged["finished"] and merged["intended"] == ["trainer.optim.*"] and len(merged["runs"]) == 2
+
+
+def test_out_is_always_a_new_file_never_an_input(tmp_path, capsys):
+    folders = two_folds(tmp_path / "runs")
+    own = folders[0] / "results.json"
+    before = own.read_bytes()
+    assert results_main(["merge", *map(str, folders), "--n-boot", "50", "--out", str(own)]) == 2
+    assert f"--out {own} is an existing file: results go to a new file" in one_error(capsys)
+    assert own.read_bytes() == before
+    assert results_main(["merge", *map(str, folders), "--n-boot", "50", "--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path} is a folder" in one_error(capsys)
+    gnn = gnn_run(tmp_path / "gnn")
+    args = ["collect", "--run", "a", "x", str(gnn), "--out", str(gnn / "results.json")]
+    assert results_main(args) == 2 and "is an existing file" in one_error(capsys)
+
+
+def test_a_killed_or_cut_short_run_is_refused_by_paired_compare_and_merge(tmp_path, capsys):
+    a = evaluate_run(tmp_path / "a", [0.5, 1.0, 0.0], [[1], [2], [3]])
+    killed = evaluate_run(tmp_path / "killed", [1.0, 1.0, 0.5], [[1], [2], [3]])
+    (killed / "results.json").unlink()  # question files, no results.json: a killed evaluation
+    assert results_main(["paired", str(killed), "--policy", "ppr", "--reference", "dense"]) == 2
+    assert "results.json: no such file: the run never finished (questions_ppr.jsonl are" in one_error(capsys)
+    assert results_main(["compare", str(a), str(killed), "--policy", "ppr"]) == 2
+    assert "the run never finished" in one_error(capsys)
+    folders = two_folds(tmp_path / "runs")
+    short = folders[1] / "questions_router.jsonl"
+    short.write_text("".join(short.read_text().splitlines(keepends=True)[:-1]))
+    assert results_main(["merge", *map(str, folders), "--n-boot", "50", "--out", str(tmp_path / "m.json")]) == 2
+    assert f"{short}: 3 rows, but results.json counts 4" in one_error(capsys)
+    short.unlink()
+    assert results_main(["merge", *map(str, folders), "--n-boot", "50", "--out", str(tmp_path / "m.json")]) == 2
+    assert "no question file for policy 'router' in this run, though results.json counts" in one_error(capsys)
+
+
+def test_paired_refuses_a_policy_against_itself_and_fewer_than_two_questions(tmp_path, capsys):
+    folders = two_folds(tmp_path / "runs")
+    assert results_main(["paired", str(folders[0]), "--policy", "router", "--reference", "router"]) == 2
+    assert "--policy and --reference are both 'router'" in one_error(capsys)
+    one = evaluate_run(tmp_path / "one", [0.5], [[1]])
+    (one / "questions_dense.jsonl").write_text((one / "questions_ppr.jsonl").read_text())
+    results = json.loads((one / "results.json").read_text())
+    results["provenance"]["question_rows"]["dense"] = 1
+    (one / "results.json").write_text(json.dumps(results))
+    assert results_main(["paired", str(one), "--policy", "ppr", "--reference", "dense"]) == 2
+    assert "fewer than two questions with a metric in both 'ppr' and 'dense'" in one_error(capsys)
+
+
+def test_compare_refuses_runs_over_other_data_and_writes_its_out(tmp_path, capsys):
+    a = evaluate_run(tmp_path / "a", [0.5, 0.5, 1.0, 0.0], [[1, 2], [3, 4], [5, 6], [7, 8]])
+    other = evaluate_run(tmp_path / "other", [1.0, 0.5, 1.0, 0.5], [[1, 2], [3, 9], [5, 6], [7, 8]], data="e")
+    assert results_main(["compare", str(a), str(other), "--policy", "ppr"]) == 2
+    assert f"{other} and {a} differ in data: " in one_error(capsys)
+    out = tmp_path / "cmp.json"
+    assert results_main(["compare", str(a), str(other), "--policy", "ppr", "--differ", "data", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["diff"] == 0.25
+
+
+def gnn_run(folder: Path, seconds: float = 1.0) -> Path:
+    """A finished ``train_gnn.py`` run's results.json."""
+    folder.mkdir(parents=True)
+    metrics = {"train_seconds": seconds, "val_recall_gnn": 0.5, "test_recall_gnn": 0.4}
+    provenance = {"data_sha256": "d", "graphset_hash": "g", "config_sha256": "c", "question_rows": {}}
+    payload = {"metrics": metrics, "history": [], "provenance": {**provenance, "finished": True}}
+    (folder / "results.json").write_text(json.dumps(payload))
+    return folder
+
+
+def test_collect_refuses_one_run_name_twice(tmp_path, capsys):
+    a, b = gnn_run(tmp_path / "a"), gnn_run(tmp_path / "b")
+    out = tmp_path / "c.json"
+    assert results_main(["collect", "--run", "x", "one", str(a), "--run", "x", "two", str(b), "--out", str(out)]) == 2
+    assert "--run 'x' is given 2 times: each run has one name" in one_error(capsys) and not out.exists()
+    assert results_main(["collect", "--run", "x", "one", str(a), "--run", "y", "two", str(b), "--out", str(out)]) == 0

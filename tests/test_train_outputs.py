@@ -62,6 +62,7 @@ def test_fold_std_is_sample_std_and_questions_are_counted(trained):
     folds = [r["test"]["evidence_recall"] for r in payload["records"] if r["policy"] == "router"]
     assert len(folds) == 3 and recall["std"] == pytest.approx(fold_std(folds)) and recall["folds"] == 3
     assert payload["questions"] == {"router": 9, "beta_bfs": 9, "dense_topk": 9}  # every question tested once
+    assert payload["provenance"]["question_rows"] == payload["questions"] and payload["provenance"]["finished"]
     assert payload["train_extra"] == {"graphs": 3, "questions": 3}
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from graphmem.core.errors import InputError
 from graphmem.eval.metrics import in_overall
 from graphmem.eval.plots import plot_recall_vs_budget
+from graphmem.eval.provenance import check_same, checked_rows, counted_policies, finished_results
 from graphmem.eval.stats import (
     PairedComparison,
     bootstrap_ci,
@@ -55,14 +56,16 @@ def results_file(out_dir: str | Path, script: str) -> dict[str, Any]:
     return results
 
 
-def read_fold_runs(folders: list[Path]) -> list[dict[str, Any]]:
+def read_fold_runs(folders: list[Path], intended: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The ``results.json`` of each folder (``scripts/train.py`` runs of disjoint folds), in order. A folder
-    without a readable one, a run whose dataset, budget or reference differs from the first's, or one that
-    repeats a fold already read is an error naming the folder."""
+    without a finished run's (:func:`graphmem.eval.provenance.finished_results`), a run whose data file, graph
+    set or config differs from the first's other than as ``intended`` (:func:`~graphmem.eval.provenance.check_same`),
+    whose dataset, budget or reference differs, or one that repeats a fold already read is an error naming the
+    folder."""
     runs, folds = [], set()
     for f in folders:
         path = Path(f) / "results.json"
-        run = results_file(f, "train.py")
+        run = finished_results(f, "train.py")
         missing = [k for k in ("dataset", "budget", "folds", "records") if k not in run]
         if missing:
             raise InputError(f"{path}: missing field(s) {missing} (not a results.json of scripts/train.py)")
@@ -75,15 +78,19 @@ def read_fold_runs(folders: list[Path]) -> list[dict[str, Any]]:
             raise InputError(f"{f}: fold(s) {sorted(shared)} already merged from another run")
         folds |= set(run["folds"])
         runs.append(run)
+    check_same([Path(f) for f in folders], runs, intended)
     return runs
 
 
 def fold_rows(folders: list[Path], kind: str, policy: str) -> list[dict]:
     """The rows of ``<kind>_<policy>.jsonl`` (``kind``: ``questions`` or ``node_sweep``) of every folder, in
-    order; a folder without the file is an error naming it."""
+    order; a folder without the file is an error naming it, and question rows are :func:`question_rows`."""
     rows = []
     for f in folders:
         path = Path(f) / f"{kind}_{policy}.jsonl"
+        if kind == "questions":
+            rows += question_rows(f, policy)
+            continue
         if not path.is_file():
             raise InputError(f"{path}: missing ({policy!r} has no {kind} rows in this run)")
         rows += read_jsonl(path)
@@ -91,17 +98,24 @@ def fold_rows(folders: list[Path], kind: str, policy: str) -> list[dict]:
 
 
 def question_rows(out_dir: Path, policy: str) -> list[dict]:
-    """``out_dir/questions_<policy>.jsonl``, or an error saying the run holds no such file."""
+    """``out_dir/questions_<policy>.jsonl`` of a finished run, holding as many rows as its ``results.json`` counts
+    (:func:`graphmem.eval.provenance.checked_rows`); an error naming the file or folder otherwise."""
+    results = finished_results(out_dir, "evaluate.py or scripts/train.py")
     path = Path(out_dir) / f"questions_{policy}.jsonl"
     if not path.is_file():
-        raise InputError(f"{path}: no question file for policy {policy!r} in this run (scripts/evaluate.py writes it)")
-    return read_jsonl(path)
+        counted = f", though results.json counts {policy!r}" if policy in counted_policies(results) else ""
+        raise InputError(f"{path}: no question file for policy {policy!r} in this run{counted}")
+    return checked_rows(out_dir, policy, results, read_jsonl(path))
 
 
-def compare_runs(first: Path, second: Path, policy: str, metric: str = "evidence_recall") -> dict[str, Any]:
-    """``policy`` in two runs over the same questions (``overall`` group): means, second − first with its
-    bootstrap CI and paired t-test p (:func:`graphmem.eval.stats.paired_comparison`), n, and the share of
-    entry slots the two runs agree on."""
+def compare_runs(
+    first: Path, second: Path, policy: str, metric: str = "evidence_recall", intended: Sequence[str] = ()
+) -> dict[str, Any]:
+    """``policy`` in two finished runs over the same questions (``overall`` group) that differ in nothing but
+    ``intended`` (:func:`graphmem.eval.provenance.check_same`): means, second − first with its bootstrap CI and
+    paired t-test p (:func:`graphmem.eval.stats.paired_comparison`), n, and the share of entry slots the two runs
+    agree on."""
+    check_same([Path(first), Path(second)], [finished_results(d, "evaluate.py") for d in (first, second)], intended)
     a, b = ({r["qid"]: r for r in question_rows(d, policy) if in_overall(r["category"])} for d in (first, second))
     if set(a) != set(b):
         raise InputError(f"{first} and {second} hold different questions ({len(set(a) ^ set(b))} differ)")

@@ -69,8 +69,8 @@ def read_json(path: str | Path) -> Any:
     read: the one JSON reader beside :func:`write_json`."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"{path}: not a readable JSON file: {err}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise InputError(f"{path}: not a readable JSON file: {err or type(err).__name__}") from None
 
 
 def save_graph(graph: MemoryGraph, path: str | Path, name: str | None = None) -> Path:

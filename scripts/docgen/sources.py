@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from graphmem.core.errors import InputError
+from graphmem.eval.provenance import check_merged
 from graphmem.store import io
 
 
@@ -22,7 +23,9 @@ def load_results(results_dir: Path, name: str) -> dict[str, Any] | None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """The JSON object in ``path``, or an error naming the file."""
+    """The JSON object in ``path``, or an error naming the file; refused too when a paired comparison in it
+    disagrees with its own means (:func:`check_paired_means`) or its runs' provenance does not hold
+    (:func:`graphmem.eval.provenance.check_merged`)."""
     path = Path(path)
     try:
         payload = io.read_json(path)
@@ -30,7 +33,31 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ResultsFileError(str(err)) from None
     if not isinstance(payload, dict):
         raise ResultsFileError(f"{path}: expected a JSON object, got {type(payload).__name__}")
+    check_paired_means(path, payload)
+    try:
+        check_merged(path, payload)
+    except InputError as err:
+        raise ResultsFileError(str(err)) from None
     return payload
+
+
+def check_paired_means(path: Path, value: Any, where: str = "") -> None:
+    """Refuse a paired comparison anywhere in ``value`` (a mapping with ``mean``, ``reference_mean`` and
+    ``mean_diff``) whose ``mean_diff`` is not ``mean - reference_mean`` to within 1e-6: every rendered paired
+    difference is then the one its entry's own means give, and a hand-edited one is named with both numbers."""
+    if isinstance(value, dict):
+        a, b, diff = (value.get(k) for k in ("mean", "reference_mean", "mean_diff"))
+        if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b, diff)):
+            if abs(diff - (a - b)) > 1e-6:
+                raise ResultsFileError(
+                    f"{path}: field '{where.lstrip('.')}.mean_diff' is {diff!r}, but the entry's own means give "
+                    f"{a - b:+.6f} ({a:.6f} - {b:.6f}): the difference was edited by hand; regenerate the file"
+                )
+        for key, item in value.items():
+            check_paired_means(path, item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_paired_means(path, item, f"{where}[{i}]")
 
 
 def field(payload: Any, path: Path, *keys: str | int) -> Any:
