@@ -14,16 +14,35 @@ import torch
 from torch import Tensor
 
 from graphmem.core.budget import Budget  # noqa: F401  (re-exported: a policy's view of the budget)
+from graphmem.core.errors import InputError
 from graphmem.core.graph import MemoryGraph
+from graphmem.core.tokens import more_tokens_than
+
+MAX_QUERY_TOKENS = 131_072
+"""The longest question a policy is given, in tokens of :data:`graphmem.core.tokens.TOKENIZER_NAME` (2^17, about
+100,000 words): the query-side passes (tokens, lexical kinds, BM25 terms) are linear in it, so a question of this
+length is served in well under a second, and a longer one is refused when its :class:`Query` is made."""
+
+
+class QueryTooLongError(InputError, ValueError):
+    """A query text longer than :data:`MAX_QUERY_TOKENS` tokens (the message names the query)."""
 
 
 @dataclass(frozen=True)
 class Query:
-    """What a policy may see of a question: an id, the text and its embedding."""
+    """What a policy may see of a question: an id, the text and its embedding. A text of more than
+    :data:`MAX_QUERY_TOKENS` tokens raises :class:`QueryTooLongError`, one line naming the query."""
 
     qid: str
     text: str
     embedding: Tensor
+
+    def __post_init__(self) -> None:
+        if isinstance(self.text, str) and more_tokens_than(self.text, MAX_QUERY_TOKENS):
+            raise QueryTooLongError(
+                f"query {self.qid!r}: its text holds more than MAX_QUERY_TOKENS={MAX_QUERY_TOKENS:,} tokens "
+                f"({len(self.text):,} characters): refused (shorten the question)"
+            )
 
 
 @dataclass

@@ -27,6 +27,17 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN_RE.findall(text))
 
 
+def more_tokens_than(text: str, limit: int) -> bool:
+    """Whether ``text`` holds more than ``limit`` tokens, reading it only until it does (a text of at most
+    ``limit`` characters never does: every token is at least one character)."""
+    if len(text) <= limit:
+        return False
+    for n, _ in enumerate(_TOKEN_RE.finditer(text), 1):
+        if n > limit:
+            return True
+    return False
+
+
 def serialize_node(node_id: str, text: str) -> str:
     """One line of serialized memory, ``Ser`` in GraphMemory Algorithm 1: ``[id] text``."""
     return f"[{node_id}] {text}"

@@ -56,7 +56,7 @@ MONTHS = frozenset(
 )
 WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
 _WORD = re.compile(r"[^\W_][\w'’-]*")
-_SENTENCE_END = re.compile(r"[.!?]\s*$")
+_SENTENCE_MARKS = (".", "!", "?")  # a sentence ends with one of them, white space after it
 _YEAR = re.compile(r"[12]\d{3}")
 _ORDINAL = re.compile(r"(?:[1-9]|[12]\d|3[01])(?:st|nd|rd|th)")
 
@@ -241,25 +241,38 @@ def node_terms(graph) -> NodeTerms:
 
 
 def query_kinds(text: str) -> dict[str, set[str]]:
-    """The tokens of each kind (module docstring) among the distinct tokens of ``text``."""
+    """The tokens of each kind (module docstring) among the distinct tokens of ``text``, linear in its length.
+
+    ``gaps[i]`` is the text between word ``i - 1`` and word ``i`` of :data:`_WORD` (one ``findall`` and one
+    ``split``). A word starts a sentence when it is the first, or when the last non-space character of its gap
+    is ``.``, ``!`` or ``?`` (a word's own characters end in none of them), so no word reads the text before
+    it again: a 100,000-word question takes one pass. Only a word that starts with a capital or a digit can be
+    of a kind; each distinct one is classified once (:func:`_word_kind`)."""
     own = set(tokenize(text))
+    words, gaps = _WORD.findall(text), _WORD.split(text)
     kinds: dict[str, set[str]] = {k: set() for k in ("name", "number", "date")}
-    first = True
-    for m in _WORD.finditer(text):
-        word = m.group()
-        lower = word.lower()
-        toks = [t for t in tokenize(word) if t in own]
-        sentence_start = first or bool(_SENTENCE_END.search(text[: m.start()]))
-        first = False
-        if word[0].isupper() and (lower in MONTHS or lower in WEEKDAYS):
-            kinds["date"].update(toks)
-        elif _YEAR.fullmatch(lower) or _ORDINAL.fullmatch(lower):
-            kinds["date"].update(toks)
-        elif lower.isdigit():
-            kinds["number"].update(toks)
-        elif word[0].isupper() and not sentence_start:
+    seen: dict[str, tuple[str | None, list[str]]] = {}
+    for i in [i for i, w in enumerate(words) if w[0].isupper() or w[0].isdigit()]:
+        kind, toks = seen.get(words[i]) or seen.setdefault(words[i], _word_kind(words[i], own))
+        if kind == "capital" and i and not gaps[i].rstrip().endswith(_SENTENCE_MARKS):
             kinds["name"].update(t for t in toks if len(t) >= 2)
+        elif kind in ("date", "number"):
+            kinds[kind].update(toks)
     return kinds
+
+
+def _word_kind(word: str, own: set[str]) -> tuple[str | None, list[str]]:
+    """``(kind, tokens)`` of one word: ``date``, ``number``, ``capital`` (a name unless it starts a sentence) or
+    ``None``, and its tokens among ``own``."""
+    lower = word.lower()
+    toks = [t for t in tokenize(word) if t in own]
+    if word[0].isupper() and (lower in MONTHS or lower in WEEKDAYS):
+        return "date", toks
+    if _YEAR.fullmatch(lower) or _ORDINAL.fullmatch(lower):
+        return "date", toks
+    if lower.isdigit():
+        return "number", toks
+    return ("capital" if word[0].isupper() else None), toks
 
 
 def query_terms(lexicon: GraphLexicon, texts: Sequence[str]) -> QueryTerms:
