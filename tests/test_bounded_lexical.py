@@ -224,3 +224,17 @@ def test_hybrid_index_is_set_from_the_command_line():
         cfg = compose(config_name="evaluate", overrides=["policy=hybrid", "policy.index={kind: bogus}"])
     with pytest.raises(Exception, match="IndexSpec.kind 'bogus'"):
         made(cfg)
+
+
+def test_bounded_and_exact_hybrid_break_ties_alike_when_every_cosine_is_0():
+    graph = make_text_graph(600, dim=16, seed=5)
+    odd = text_queries(graph, 8, seed=8)  # their words hit the graph; their embeddings point nowhere it does
+    zero = torch.zeros(graph.dim)
+    zero[0] = 1.0
+    graph.embeddings[:, 0] = 0.0  # no node has a component along the queries' direction: every cosine is 0
+    queries = [Query(q.qid, q.text, zero) for q in odd]
+    budget = Budget()
+    bounded, exact = HybridEntrySelector(min_nodes=0), HybridEntrySelector()
+    assert bounded.bounded(graph) and not exact.bounded(graph)
+    assert bounded.rank(graph, queries, budget) == exact.rank(graph, queries, budget)
+    assert bounded.dense(graph, queries, 12) == exact.dense(graph, queries, 12)

@@ -277,7 +277,9 @@ class VectorIndex:
         """``[B, min(k, N)]`` rows of ``graph`` nearest to each query (``-1`` padded), best first.
 
         ``queries`` are ``[B, D]`` (normalised here). The index is synced with the graph first; the
-        FAISS candidates are re-scored with the exact cosine and ordered by (cosine desc, node id asc).
+        FAISS candidates are re-scored with the exact cosine and ordered by (cosine desc, node id asc); a query
+        whose tie at the ``k``-th place runs to the last candidate fetched is ranked over every node
+        (:meth:`_exact_top`), so ties break as in exact selection.
         Small arrays throughout, in numpy: a query at batch 1 costs the FAISS search plus microseconds.
         """
         self.sync(graph)
@@ -299,7 +301,24 @@ class VectorIndex:
         for i in np.flatnonzero(tied).tolist():  # equal cosines: ascending node id, as exact selection
             pairs = sorted((-float(s), graph.node_ids[int(r)], int(r)) for s, r in zip(score[i], rows[i]) if r >= 0)
             rows[i, : len(pairs)] = [p[2] for p in pairs]
-        return torch.from_numpy(np.ascontiguousarray(rows[:, :k]))
+        # a tie at the k-th place that runs to the last candidate fetched may hold nodes FAISS did not return
+        # (every cosine 0, say): those rows are ranked over every node, so ties break as the exact path breaks them
+        cut = (score[:, k - 1] == score[:, -1]) & (score[:, k - 1] > -np.inf) if fetch < n else np.zeros(b, bool)
+        out = rows[:, :k].copy()
+        for i in np.flatnonzero(cut).tolist():
+            out[i] = self._exact_top(graph, q[i], k)
+        return torch.from_numpy(np.ascontiguousarray(out))
+
+    @staticmethod
+    def _exact_top(graph: MemoryGraph, q: np.ndarray, k: int) -> np.ndarray:
+        """The ``k`` rows of ``graph`` by (cosine with the normalised ``q`` desc, node id asc), over every node."""
+        x = graph.embeddings.detach().float().numpy()
+        score = (x @ q) / np.maximum(np.linalg.norm(x, axis=1), 1e-12)
+        kth = -np.partition(-score, k - 1)[k - 1]
+        above = np.flatnonzero(score > kth)
+        above = sorted(above.tolist(), key=lambda r: (-float(score[r]), graph.node_ids[r]))
+        tied = sorted(np.flatnonzero(score == kth).tolist(), key=lambda r: graph.node_ids[r])
+        return np.asarray((above + tied)[:k], dtype=np.int64)
 
     # ------------------------------------------------------------------ as bytes
     def to_bytes(self) -> np.ndarray:

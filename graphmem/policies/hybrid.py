@@ -17,8 +17,9 @@ from its own graph, e.g. ``policy.entry_selector='{name: hybrid, k: 60, candidat
 
 Bounded per query on graphs of at least ``min_nodes`` nodes (default 16384, the ``ann`` selector's): the
 dense ranking's top ``candidates`` come from the graph's FAISS index (:mod:`graphmem.index.vector_index`, as
-``entry_selector=ann``: candidates re-scored by exact cosine, ties by string id; approximate only in what
-the index misses) instead of a ``[Q, N]`` cosine matrix, and the BM25 ranking's from
+``entry_selector=ann``: candidates re-scored by exact cosine, ties by string id as on the exact path, a tie at
+the cut that runs past the fetched candidates resolved over every node; approximate only in what the index
+misses) instead of a ``[Q, N]`` cosine matrix, and the BM25 ranking's from
 :func:`~graphmem.policies.bm25.bm25_top` (the exact top ``candidates`` by the threshold algorithm over
 impact-ordered postings). Smaller graphs rank exactly; ``min_nodes: 0`` forces the bounded path.
 """
