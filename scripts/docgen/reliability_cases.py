@@ -16,6 +16,8 @@ TITLES = {
     "sets": "Sets, caches and checkpoints",
     "runs": "Run folders and run configs",
     "stops": "Runs that stop, bounded inputs, folders that hold one thing",
+    "results_and_training": "Diverged and killed trainings, results that would mix runs or overwrite one, questions "
+    "of any length",
 }
 
 
