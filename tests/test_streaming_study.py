@@ -48,6 +48,32 @@ def test_the_study_tunes_on_validation_runs_on_test_and_renders_its_page(tmp_pat
     groups = {(c["policy"], c["group"]) for c in run["paired"]}
     assert {("router", "second_half"), ("walk_edges", "second_half"), ("beta_bfs", "overall")} <= groups
     assert run["learning"]["router"]["steps"] > 0 and run["moved"]["walk_edges"]["questions"] > 0
+    assert set(run["arrival"]["router"]) == {"newest_evidence_hit", "earlier_evidence_recall"}
     assert json.loads((results / "streaming_locomo.json").read_text())["runs"].keys() == {"answer"}
     page = load_study("streaming", "page").render(results)
     assert "## Test-time learning from the answer alone" in page and "| walk_edges | router_frozen |" in page
+    assert "## In short" in page and "last-arriving gold" in page
+
+
+class Order:
+    """A graph's node order: what :func:`arrival` reads."""
+
+    def __init__(self, ids):
+        self.ids = list(ids)
+
+    def has_node(self, i):
+        return i in self.ids
+
+    def index_of(self, i):
+        return self.ids.index(i)
+
+
+def test_recall_splits_into_the_last_arriving_gold_record_and_the_earlier_ones():
+    arrival = load_study("streaming", "run").arrival
+    graph = Order(["a", "b", "c", "d"])
+    row = lambda gold, ranked: {"gold_evidence": gold, "ranked": ranked, "metrics": {"evidence_recall": 0.5}}  # noqa: E731
+    got = arrival(row(["c", "a", "x"], ["c", "d"]), graph)["metrics"]  # x is not in the graph: left out
+    assert got == {"evidence_recall": 0.5, "newest_evidence_hit": 1.0, "earlier_evidence_recall": 0.0}
+    got = arrival(row(["b"], ["a"]), graph)["metrics"]
+    assert got["newest_evidence_hit"] == 0.0 and got["earlier_evidence_recall"] is None
+    assert arrival(row(["x"], ["a"]), graph)["metrics"]["newest_evidence_hit"] is None

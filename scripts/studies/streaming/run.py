@@ -141,13 +141,15 @@ def tune(cfg: DictConfig, gs, fold: Fold, spec: TuneSpec, base: OnlineConfig) ->
     fold.tuning[best]["kept"] = True
 
 
-def paired_rows(rows, policy: str, reference: str, cfg: DictConfig, group: str = "overall") -> dict | None:
-    """Evidence recall of ``policy`` against ``reference`` on their rows (``group``: all, or the second half)."""
+def paired_rows(
+    rows, policy: str, reference: str, cfg: DictConfig, group: str = "overall", metric: str = "evidence_recall"
+) -> dict | None:
+    """``metric`` of ``policy`` against ``reference`` on their rows (``group``: all, or the second half)."""
     pick = second_half_rows if group == SECOND_HALF else list
     got = compare_policies(
         {policy: pick(rows[policy]), reference: pick(rows[reference])},
         reference,
-        ("evidence_recall",),
+        (metric,),
         n_boot=int(cfg.n_boot),
         seed=int(cfg.seed),
         group=group,
@@ -164,7 +166,9 @@ def run_fold(cfg: DictConfig, gs, fold: Fold, spec: RunSpec) -> dict[str, Any]:
     protocol = StreamConfig(ask_at=spec.ask_at, feedback=spec.feedback, judge=dict(spec.judge))
     t0 = time.perf_counter()
     run = stream(cfg, gs, fold.split.test, policies, protocol)
-    rows = {r.policy: [{**row, "fold": fold.index} for row in r.rows] for r in run.results}
+    rows = {
+        r.policy: [arrival({**row, "fold": fold.index}, gs.graphs[row["graph"]]) for row in r.rows] for r in run.results
+    }
     memory = [{**m, "fold": fold.index} for m in run.memory]
     return {
         "rows": rows,
@@ -176,6 +180,25 @@ def run_fold(cfg: DictConfig, gs, fold: Fold, spec: RunSpec) -> dict[str, Any]:
     }
 
 
+NEWEST, EARLIER = "newest_evidence_hit", "earlier_evidence_recall"
+"""a row's recall split by arrival: whether its last-arriving gold record was served (under ``ask_at=evidence`` the
+newest record in the memory), and the recall of its other gold records (questions with two or more)"""
+
+
+def arrival(row: dict[str, Any], graph) -> dict[str, Any]:
+    """``row`` with :data:`NEWEST` and :data:`EARLIER` among its metrics (``None`` where undefined), read from its
+    served list and gold evidence after it was scored."""
+    gold = [e for e in dict.fromkeys(row["gold_evidence"]) if graph.has_node(e)]
+    served = set(row["ranked"])
+    newest = max(gold, key=graph.index_of) if gold else None
+    earlier = [e for e in gold if e != newest]
+    metrics = {
+        NEWEST: None if newest is None else float(newest in served),
+        EARLIER: len(served & set(earlier)) / len(earlier) if earlier else None,
+    }
+    return {**row, "metrics": {**row["metrics"], **metrics}}
+
+
 # ---------------------------------------------------------------------------- pooled over folds
 def mean(values) -> float | None:
     values = [v for v in values if v is not None]
@@ -183,7 +206,8 @@ def mean(values) -> float | None:
 
 
 def summary(rows: list[dict]) -> dict[str, Any]:
-    """Mean evidence recall over the overall group's questions, all and in the second half of their stream."""
+    """Mean evidence recall over the overall group's questions, all and in the second half of their stream, and
+    split by the evidence's arrival (:func:`arrival`)."""
     scored = [r for r in rows if in_overall(r["category"]) and r["metrics"]["evidence_recall"] is not None]
     late = [r for r in scored if r["second_half"]]
     recall = lambda rs: mean(r["metrics"]["evidence_recall"] for r in rs)  # noqa: E731
@@ -194,6 +218,7 @@ def summary(rows: list[dict]) -> dict[str, Any]:
         "n_second_half": len(late),
         SECOND_HALF: recall(late),
         "loaded_tokens": tokens,
+        **{m: mean(r["metrics"].get(m) for r in scored) for m in (NEWEST, EARLIER)},
     }
 
 
@@ -259,6 +284,10 @@ def pooled(cfg: DictConfig, spec: RunSpec, parts: list[dict]) -> dict[str, Any]:
         "paired": [c for c in paired if c is not None],
         "pairs": pairs,
         "moved": moved(rows, memory, pairs),
+        "arrival": {
+            online: {m: paired_rows(rows, online, frozen, cfg, metric=m) for m in (NEWEST, EARLIER)}
+            for online, frozen in pairs.items()
+        },
         "learning": cost(parts),
         "memory": growth(memory),
         "judge": [part["judge"] for part in parts if part["judge"]],
