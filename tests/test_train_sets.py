@@ -236,6 +236,24 @@ def test_the_multihop_experiments_train_on_the_same_pools(tmp_path):
     load_script("train").check(walk)  # every set's file exists, none is the main one
 
 
+def test_the_per_question_walk_adds_a_shape_and_the_walk_before_drops_the_added_files(tmp_path):
+    walk = compose_cfg("train", ["+experiment=multihop", f"out_dir={tmp_path}"])
+    questions = compose_cfg("train", ["+experiment=multihop_questions", f"out_dir={tmp_path}"])
+    before = compose_cfg("train", ["+experiment=multihop_before", f"out_dir={tmp_path}"])
+    key = lambda s: (s["name"], s["file"], bool(s.get("pooled")))  # noqa: E731
+    pools = [key(s) for s in walk.train_sets]
+    assert [key(s) for s in questions.train_sets] == [
+        *pools,
+        ("hotpotqa", "hotpotqa/hotpot_train_100.jsonl", False),
+        ("hotpotqa", "hotpotqa/hotpot_train_500.jsonl", False),
+    ]
+    added = {"hotpotqa/hotpot_dev_distractor_rpt_993.jsonl", "musique/musique_migres_200.jsonl"}
+    assert [key(s) for s in before.train_sets] == [s for s in pools if s[1] not in added]
+    for cfg in (questions, before):
+        assert cfg.data == walk.data and cfg.cv == walk.cv and cfg.trainer == walk.trainer
+        load_script("train").check(cfg)
+
+
 def test_one_training_file_in_both_shapes_trains_under_ids_of_its_own(main_set):
     pooled = {"name": "musique", "pooled": True, "limit": 3}
     per_question = {"name": "musique", "limit": 3}

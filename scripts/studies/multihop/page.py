@@ -22,6 +22,18 @@ SHOWN = {
     "chain_following": "chain following",
 }
 """the metrics of the page's tables and their column names (the file also holds evidence recall)"""
+TARGETS = (
+    ("hotpotqa-pooled", "multihop", "multihop_before", "passage_recall_2", 0.03),
+    ("hotpotqa-pooled", "multihop", "multihop_before", "passage_recall_5", 0.03),
+    ("musique-pooled", "multihop", "multihop_before", "passage_recall_5", 0.0),
+    ("hotpotqa", "multihop_questions", "hybrid", "passage_recall_5", 0.0),
+    ("hotpotqa", "multihop_questions", "hybrid", "support_paragraph_recall", 0.0),
+    ("2wiki", "multihop_questions", "hybrid", "passage_recall_5", 0.0),
+    ("2wiki", "multihop_questions", "hybrid", "support_paragraph_recall", 0.0),
+)
+"""the targets of the page (``page.md``, block ``targets``): set, policy, reference, metric and the least paired
+difference that meets it; the first three judge the pooled walk with the added data against the same recipe on the
+data before, the rest the per-question walk against hybrid on per-question graphs"""
 
 
 def _value(x: float | None) -> str:
@@ -53,6 +65,34 @@ def _paired_rows(res: dict, path: Path, keep) -> list[list[str]]:
 def _paired_table(rows: list[list[str]]) -> str:
     header = ["set", "paired difference", "metric", "first", "second", "Δ", "95% CI", "p", "n"]
     return markdown_grid(header, rows)
+
+
+def _comparison(res: dict, path: Path, name: str, a: str, b: str, metric: str) -> dict | None:
+    """The paired comparison ``a - b`` on ``metric`` of set ``name``, read as it is or from ``b - a`` negated."""
+    entry = field(res, path, "sets").get(name)
+    for c in [] if entry is None else field(entry, path, "paired"):
+        if c["metric"] != metric:
+            continue
+        if (c["policy"], c["reference"]) == (a, b):
+            return c
+        if (c["policy"], c["reference"]) == (b, a):
+            return {**c, "mean_diff": -c["mean_diff"], "ci_low": -c["ci_high"], "ci_high": -c["ci_low"]}
+    return None
+
+
+def _target_table(res: dict, path: Path) -> str:
+    """One row per target of :data:`TARGETS`: the paired difference, its CI, n and whether it meets the target."""
+    rows = []
+    for name, a, b, metric, least in TARGETS:
+        c = _comparison(res, path, name, a, b, metric)
+        row = [name, f"{a} − {b}", SHOWN[metric], f"≥ {least:+.2f}"]
+        if c is None:
+            rows.append([*row, "not measured", "—", "—", "—"])
+            continue
+        met = "met" if c["mean_diff"] >= least - 1e-12 else f"missed by {least - c['mean_diff']:.3f}"
+        ci = f"{c['mean_diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
+        rows.append([*row, ci, p_value(c["p_value"]), f"{c['n']:,}", met])
+    return markdown_grid(["set", "paired difference", "metric", "target", "Δ [95% CI]", "p", "n", ""], rows)
 
 
 def _set_name(record: dict[str, Any]) -> str:
@@ -103,6 +143,7 @@ def render(results_dir: Path) -> str:
     out = [fill(TEMPLATE, "intro", walk=walk), "", "## The run", "", "```bash", field(res, path, "command"), "```"]
     out += ["", *_checkpoint_lines(res, path), "", _trained_on(walk, field(checkpoints, path, walk)), ""]
     out += [f"{field(res, path, 'n_boot'):,} bootstrap resamples per CI; {field(res, path, 'wall_s'):.0f} s.", ""]
+    out += ["## Targets", "", fill(TEMPLATE, "targets"), "", _target_table(res, path), ""]
     for name, entry in field(res, path, "sets").items():
         questions = {p["questions"] for p in field(entry, path, "policies").values()}
         n = f"{max(questions):,} questions" if len(questions) == 1 else "questions per row"
