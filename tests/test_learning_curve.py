@@ -41,11 +41,19 @@ def test_shares_are_nested_measured_and_fitted(smoke):
     assert stats["slope_ci95"][0] <= stats["slope_per_doubling"] <= stats["slope_ci95"][1]
     assert "val passage_recall_5" in curve["stats"] and (tmp / "learning_curve.png").is_file()
     page = load_study("learning_curve", "page").render(tmp)
-    assert "smoke" in page and "per doubling" in page
+    assert "smoke" in page and "per doubling" in page and curve["seeds"] == [0]
+    assert set(payload["not_run"]) == {"walk_passages", "gnn_passages", "walk_conversations"} and all(
+        p["train_wall_s"] > 0 for p in curve["points"]
+    )
 
 
 def test_bad_shares_and_curves_are_refused_before_training(tmp_path):
     study = load_study("learning_curve", "run")
-    for over, words in ((["fractions=[0.5,0.25]"], "increasing"), (["curves=[nope]"], "not one of curve_defs")):
+    cases = (
+        (["fractions=[0.5,0.25]"], "increasing"),
+        (["curves=[nope]"], "not one of curve_defs"),
+        (["+curve_defs.walk_passages.seeds=[1,1]"], r"curve_defs.walk_passages.seeds must be distinct"),
+    )
+    for over, words in cases:
         with pytest.raises(InputError, match=words):
             study.run(compose("learning_curve", [f"out_dir={tmp_path}", *over]), runner=None)

@@ -64,18 +64,26 @@ def render(results_dir: Path) -> str:
     res = load_results(results_dir, RESULTS)
     if res is None:
         return INTRO + "\n\nNo results yet: run `python scripts/studies/learning_curve/run.py`.\n"
-    seeds = field(res, path, "seeds")
+    curves = field(res, path, "curves")
     out = [INTRO, "", "## The run", "", "```bash", field(res, path, "command"), "```", ""]
+    trained = [p.get("train_wall_s") for c in curves.values() for p in c["points"]]
+    train_min = f"{sum(t for t in trained if t is not None) / 60:.0f} min of training runs"
+    seeds = {name: ", ".join(map(str, c.get("seeds", field(res, path, "seeds")))) for name, c in curves.items()}
     out += [
-        f"Seeds {', '.join(map(str, seeds))}; {field(res, path, 'n_boot'):,} resamples per CI; "
-        f"{field(res, path, 'wall_s') / 60:.0f} min of evaluation and training.",
+        f"Seeds: {'; '.join(f'`{n}` {s}' for n, s in seeds.items())}. "
+        f"{field(res, path, 'n_boot'):,} resamples per CI; {train_min} (each run's own `wall_s`), "
+        f"{field(res, path, 'wall_s') / 60:.0f} min for this study's command (runs already in their folders are read "
+        "again, not retrained).",
         "",
     ]
+    if res.get("not_run"):
+        out += [f"Not run: {', '.join(f'`{n}`' for n in res['not_run'])}.", ""]
     out += ["![learning curves](learning_curve.png)", ""]
     verdicts = []
-    for name, curve in field(res, path, "curves").items():
+    for name, curve in curves.items():
         spec, stats = field(curve, path, "definition"), field(curve, path, "stats")
-        out += [f"## {name}", "", f"`scripts/{spec['script']} {' '.join(spec.get('overrides', []))}` per point.", ""]
+        command = f"scripts/{spec['script']} {' '.join(spec.get('overrides', []))}"
+        out += [f"## {name}", "", f"`{command}` per point, seeds {seeds[name]}.", ""]
         out += [_share_table(stats), "", _fit_table(stats), ""]
         verdicts += [f"`{name}` {_metric(k)}: {s['at_the_end']}" for k, s in stats.items() if s["at_the_end"]]
     out += ["## At the end of each curve", "", *(f"- {v}" for v in verdicts)]

@@ -4,7 +4,7 @@
     python scripts/studies/learning_curve/run.py 'curves=[walk_conversations]' 'seeds=[0]'
 
 For each curve of ``curves`` (``curve_defs``: a script under ``scripts/``, its overrides and its checkpoint's kind),
-each share ``f`` of ``fractions`` and each seed ``s`` of ``seeds``, one training run
+each share ``f`` of ``fractions`` and each seed ``s`` of ``seeds`` (or of the curve's own ``seeds``), one training run
 ``scripts/<script> <overrides> train_fraction=f train_seed=s <model seed>=s out_dir=<out_dir>/<curve>/f<f>_s<s>``
 (:func:`rl.common.splits.subsample`: for one seed a smaller share's questions are among a larger one's;
 validation and test questions are never cut); a run whose folder holds its ``results.json`` is read again when
@@ -127,6 +127,7 @@ def train_point(spec: dict, fraction: float, seed: int, folder: Path, cfg: DictC
         "seed": seed,
         "folder": str(folder),
         "train_questions": trained_questions(results, kind),
+        "train_wall_s": results.get("wall_s"),
         "values": targets,
     }
 
@@ -209,13 +210,14 @@ def run(cfg: DictConfig, runner: Runner = run_subprocess) -> dict:
     curves = {}
     for name in cfg.curves:
         spec = OmegaConf.to_container(cfg.curve_defs[name], resolve=True)
-        points = [train_point(spec, f, s, out / name / f"f{f:g}_s{s}", cfg, runner) for f in fractions for s in seeds]
+        own = [int(s) for s in spec.get("seeds") or seeds]
+        points = [train_point(spec, f, s, out / name / f"f{f:g}_s{s}", cfg, runner) for f in fractions for s in own]
         stats = {
             f"{target} {metric}": analyse(points, fractions, target, metric, int(cfg.n_boot))
             for target in points[0]["values"]
             for metric in spec["metrics"]
         }
-        curves[name] = {"definition": spec, "stats": stats, "points": points}
+        curves[name] = {"definition": spec, "seeds": own, "stats": stats, "points": points}
         log.info("%s: %s", name, {k: (v["slope_per_doubling"], v["at_the_end"]) for k, v in stats.items()})
     payload = {
         "command": command_line(),
@@ -224,6 +226,7 @@ def run(cfg: DictConfig, runner: Runner = run_subprocess) -> dict:
         "budget": plain(cfg.budget),
         "n_boot": int(cfg.n_boot),
         "curves": curves,
+        "not_run": [name for name in cfg.curve_defs if name not in cfg.curves],
         "wall_s": round(time.perf_counter() - started, 1),
     }
     payload["plot"] = str(plot(curves, Path(hydra.utils.to_absolute_path(cfg.plot))))
@@ -241,6 +244,9 @@ def check(cfg: DictConfig, fractions: list[float], seeds: list[int]) -> None:
         if name not in cfg.curve_defs:
             raise InputError(f"curves: {name!r} is not one of curve_defs {sorted(cfg.curve_defs)}")
         spec = cfg.curve_defs[name]
+        own = list(spec.get("seeds") or [])
+        if len(set(own)) != len(own):
+            raise InputError(f"curve_defs.{name}.seeds must be distinct integers, got {own}")
         if spec.get("kind") not in KINDS or not spec.get("metrics") or not (spec.get("parts") or spec.get("sets")):
             raise InputError(f"curve_defs.{name}: needs kind ({sorted(KINDS)}), metrics and parts or sets")
 
