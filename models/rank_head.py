@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 RESIDUALS = {"cosine": (0, 1.0), "walk_score": (7, 1.0), "load_order": (14, -1.0)}
 """The residual ``ρ_v`` each head can start from: (column of ``f_v``, sign): ``cos(q, x_v)``, the walk's score
@@ -92,14 +93,16 @@ class RankHead(nn.Module):
         nn.init.zeros_(self.out.bias)
 
     def forward(self, x: RankInputs) -> Tensor:
-        """``[M]`` relevance of each item."""
-        h = self.encode(x.features)
+        """``[M]`` relevance of each item (the layers applied as functions of their weights: the same operations
+        as calling them, without the module calls' overhead when one short list is ranked at a time)."""
+        first, second = self.encode[0], self.encode[2]
+        h = F.relu(F.linear(F.relu(F.linear(x.features, first.weight, first.bias)), second.weight, second.bias))
         m = torch.zeros_like(h)
         if x.src.numel():
             m = m.scatter_reduce(0, x.dst[:, None].expand(-1, h.shape[1]), h[x.src], "amax", include_self=False)
-        mixed = torch.relu(self.mix(torch.cat([h, m], dim=1)))
+        mixed = torch.relu(F.linear(torch.cat([h, m], dim=1), self.mix.weight, self.mix.bias))
         column, sign = RESIDUALS[self.config.residual]
-        return sign * x.features[:, column] + self.out(mixed).squeeze(1)
+        return sign * x.features[:, column] + F.linear(mixed, self.out.weight, self.out.bias).squeeze(1)
 
     def checkpoint(self) -> dict[str, Any]:
         return {

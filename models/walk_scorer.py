@@ -48,14 +48,23 @@ from graphmem.core.csr import csr_positions
 from graphmem.index.lexical_features import NUM_LEXICAL_FEATURES, Lexical, pair_features
 from models.edge_encoder import EDGE_FEATURE_DIM, EDGE_MODES, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
+from models.walk_columns import SIMILARITY_COLUMNS, NodeColumns
 
 NUM_SIMILARITY_FEATURES = 8
 INTENTS = ("prototype", "head", "uniform")
 DENSE_COSINE_LIMIT = 1 << 22  # B x N up to which cos(q, x_v) is one matmul per batch ...
-DENSE_COSINE_NODES = 1 << 17  # ... on graphs up to this size (above: gathered rows, cost bounded by the walk)
+DENSE_COSINE_NODES = 1 << 17  # ... on graphs up to this size (above: gathered rows, cost bounded by the walk) ...
+ONE_QUERY_NODES = 1 << 12  # ... and, for one query, up to this size (its walk reads fewer rows than a larger graph has)
 NUM_PATH_FEATURES = 6
 ORDER_SCALE = 12
+COSINE_BLOCK = 1 << 10  # rows gathered at once for one query's cosines (their products stay in the cache)
 SPAN_PAIRS = 1 << 16  # graphs up to this many pairs score a served walk's expansions from per-query node columns
+
+
+@functools.lru_cache(maxsize=1024)
+def _path_host(entry: bool, depth: int, orders: tuple[int, ...], dtype: numpy.dtype) -> numpy.ndarray:
+    """:func:`_path_rows` on the CPU as a NumPy array (for :meth:`WalkScorer.score_span`; cached)."""
+    return _path_rows(entry, depth, orders, torch.from_numpy(numpy.empty(0, dtype)).dtype, torch.device("cpu")).numpy()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -66,12 +75,6 @@ def _path_rows(entry: bool, depth: int, orders: tuple[int, ...], dtype: torch.dt
     d, is_entry = torch.full_like(o, depth), torch.full_like(o, entry, dtype=torch.bool)
     row = torch.stack([is_entry, d == 1, d == 2, d > 2, o == 0, o.clamp(max=ORDER_SCALE) / ORDER_SCALE], -1)
     return row.to(dtype)
-
-
-@functools.lru_cache(maxsize=64)
-def _zeros(count: int, device: torch.device) -> Tensor:
-    """``[count]`` zero query rows (cached: never written)."""
-    return torch.zeros(count, dtype=torch.long, device=device)
 
 
 @dataclass
@@ -128,11 +131,14 @@ class _Context:
         self.qa, self.xb, self.px, self.delta, self.cos = qa, xb, px, delta, cos
         self.pair_e = pair_e  # [P, 4] e of every pair, when precomputed (question time)
         self.lexical = lexical  # the queries' lexical inputs (graphmem.index.lexical_features.Lexical), or None
-        self.nodes = None  # [N, 5] one query's node columns of σ (WalkScorer.query_nodes), made on first use
-        self.lexical_nodes = None  # [N, 5] one query's λ_qv of every node (WalkScorer.query_lexical), likewise
+        self.columns = None  # one query's node columns (models.walk_columns.NodeColumns), made on first use
+        self.spans = WalkScorer.serves_spans(self)  # whether WalkScorer.score_span applies (one query, question time)
         self.stop = None  # the stop head's weights as float32 scalars (WalkScorer.stop_value), likewise
         self.pair_bias = None  # [P] a fixed term added to every pair's score (the memory's counters), or None
         self.node_bias = None  # [N] a fixed term added to the score of every candidate with that target, or None
+        self.head = None  # the structural head's weights (WalkScorer.node_columns), likewise
+        self.host = None  # m(q) of row 0, every pair's e and a as NumPy arrays (WalkScorer.node_columns), likewise
+        self.bias = None  # pair_bias and node_bias as NumPy arrays (WalkScorer.node_columns), likewise
 
     def cosine(self, query: Tensor, nodes: Tensor) -> Tensor:
         """``[C]`` ``cos(q, x_v)`` of query rows and nodes: a lookup in the dense ``[B, N]`` table
@@ -140,6 +146,15 @@ class _Context:
         if self.cos is not None:
             return self.cos[query, nodes]
         return (self.q[query] * self.tables.x[nodes]).sum(-1)
+
+    def cosine_one(self, nodes: Tensor) -> Tensor:
+        """:meth:`cosine` of query row 0 and ``nodes``: the same lookup, or the same products summed row by row
+        (a row's sum does not depend on the rows summed beside it), a block of rows at a time."""
+        if self.cos is not None:
+            return self.cos[0].index_select(0, nodes)
+        q, x = self.q[0], self.tables.x
+        parts = [x.index_select(0, block).mul_(q).sum(-1) for block in nodes.split(COSINE_BLOCK)]
+        return torch.cat(parts) if len(parts) != 1 else parts[0]
 
 
 class WalkScorer(nn.Module):
@@ -199,7 +214,9 @@ class WalkScorer(nn.Module):
         ``A q̂``, ``B x̂`` (every node of ``tables``: query-independent, taken from ``static`` — :meth:`static`
         of these tables — when given); ``lexical``: the queries' terms and the node table of ``tables``'
         graph (:func:`graphmem.index.lexical_features.lexical_inputs`), required when the scorer uses lexical
-        features."""
+        features. ``cos(q, x_v)`` of every node is one ``[B, N]`` matmul when ``B N <=`` :data:`DENSE_COSINE_LIMIT`
+        and ``N <=`` :data:`DENSE_COSINE_NODES` (one query: :data:`ONE_QUERY_NODES`, beyond which the row costs
+        more than the walk reads), else each candidate's is a product of gathered rows."""
         if self.config.lexical and lexical is None:
             raise ValueError(
                 "WalkScorer(lexical=True) needs the queries' lexical inputs (graphmem.index.lexical_features)"
@@ -213,12 +230,15 @@ class WalkScorer(nn.Module):
         ref = torch.where(real.any(1), ref, torch.zeros_like(ref))
         pi = self.intent(qn)
         m = EDGE_FEATURE_DIM * pi
-        if self.modulator is not None:
-            m = m + self.modulator(torch.cat([qn, pi], -1))
+        if self.modulator is not None:  # g([q̂ ; π(q)]), its layers applied as functions of their weights
+            first, last = self.modulator[0], self.modulator[2]
+            hidden = nn.functional.relu(nn.functional.linear(torch.cat([qn, pi], -1), first.weight, first.bias))
+            m = m + nn.functional.linear(hidden, last.weight, last.bias)
         st = static if static is not None else {**self.static_nodes(tables), "pair_e": None}
-        qa = self.query_proj(qn) if self.config.rank else None
-        n = tables.num_nodes
-        cos = qn @ tables.x.T if qn.shape[0] * n <= DENSE_COSINE_LIMIT and n <= DENSE_COSINE_NODES else None
+        qa = nn.functional.linear(qn, self.query_proj.weight) if self.config.rank else None
+        n, b = tables.num_nodes, qn.shape[0]
+        dense = b * n <= DENSE_COSINE_LIMIT and n <= (DENSE_COSINE_NODES if b > 1 else ONE_QUERY_NODES)
+        cos = qn @ tables.x.T if dense else None
         lexical = lexical.to(qn.device) if self.config.lexical else None
         return _Context(tables, qn, ref, m, qa, st["xb"], st["px"], st["delta"], cos, st["pair_e"], lexical)
 
@@ -233,11 +253,11 @@ class WalkScorer(nn.Module):
 
         Candidates that carry a ``span`` ``(lo, hi, u, depth, order)`` (the out-pairs ``lo:hi`` of one loaded
         node ``u`` of a one-query context, :func:`graphmem.policies.walk_one.walk_one`) or ``entry_cols`` (the
-        query's entries, in those columns) are scored by :meth:`score_span` / :meth:`score_entries` when the
+        query's entries ``nodes``, in those columns) are scored by :meth:`score_span` / :meth:`score_entries` when the
         context allows it: the same values, op for op, from gathered rows."""
         span, cols = getattr(cand, "span", None), getattr(cand, "entry_cols", None)
-        if (span is not None or cols is not None) and self.serves_spans(ctx):
-            return self.score_span(ctx, *span) if span is not None else self.score_entries(ctx, cand.child, cols)
+        if (span is not None or cols is not None) and ctx.spans:
+            return self.score_span(ctx, *span) if span is not None else self.score_entries(ctx, cand.nodes, cols)
         x, ref = ctx.tables.x, ctx.ref[cand.query]
         entry = cand.is_entry
         cos_v = ctx.cosine(cand.query, cand.child)
@@ -270,108 +290,89 @@ class WalkScorer(nn.Module):
 
     @staticmethod
     def serves_spans(ctx: _Context) -> bool:
-        """Whether :meth:`score_span` applies: one query, its dense cosine row, every pair's ``e`` precomputed
-        and at most :data:`SPAN_PAIRS` pairs (the per-query node columns cost one pass over the pairs)."""
+        """Whether :meth:`score_span` applies: one query on the CPU, every pair's ``e`` precomputed (question time)."""
         return (
-            ctx.cos is not None
-            and ctx.pair_e is not None
+            ctx.pair_e is not None
             and ctx.q.shape[0] == 1
-            and 0 < ctx.tables.pairs.num_pairs <= SPAN_PAIRS
+            and ctx.q.device.type == "cpu"
+            and ctx.tables.pairs.num_pairs > 0
         )
 
     def score_span(self, ctx: _Context, lo: int, hi: int, u: int, depth: int, order: int) -> Tensor:
         """:meth:`score` of the candidates ``u -> dst[p]``, ``p in lo:hi`` (depth ``depth``, order ``order``) of
-        query row 0: ``z`` assembled from gathered rows of the per-graph ``e``, ``a`` and of
-        :meth:`query_nodes`, every column the value :meth:`score` computes, and the same head."""
-        pairs, nodes = ctx.tables.pairs, self._query_nodes(ctx)
-        child = pairs.dst[lo:hi]
-        deg = hi - lo
-        at_v, at_u = nodes.index_select(0, child), nodes[u : u + 1].expand(deg, -1)
-        raw = pairs.raw[lo:hi]
-        cos_uv = raw[:, EDGE_FEATURE_DIM + 1 : EDGE_FEATURE_DIM + 2]
-        path = _path_rows(False, depth, (order,), raw.dtype, raw.device).expand(deg, -1)
-        parts = [ctx.m[:1] * ctx.pair_e[lo:hi], raw, at_u[:, :1], at_v[:, :1], cos_uv, at_u[:, 1:2], at_v[:, 1:], path]
-        s = self._head_score(ctx, parts, child, at_v)
-        return s if ctx.pair_bias is None else s + ctx.pair_bias[lo:hi]
+        query row 0: ``z`` written column by column from slices of the per-graph ``e`` and ``a`` and from the
+        query's node columns (:class:`~models.walk_columns.NodeColumns`), every column the value :meth:`score`
+        computes (``m ⊙ e`` the same float32 products), and the same head on the same rows."""
+        cols = self.node_columns(ctx)
+        m, pair_e, raw = ctx.host
+        at_v, at_u = cols.span(lo, hi), cols.node(u)
+        z = numpy.empty((hi - lo, ctx.head[0].shape[1]), dtype=raw.dtype)
+        e, a, sims = EDGE_FEATURE_DIM, EDGE_FEATURE_DIM + NUM_PAIR_FEATURES, SIMILARITY_COLUMNS
+        numpy.multiply(m, pair_e[lo:hi], out=z[:, :e])
+        z[:, e:a] = raw[lo:hi]
+        z[:, a], z[:, a + 1], z[:, a + 2], z[:, a + 3] = at_u[0], at_v[:, 0], raw[lo:hi, e + 1], at_u[1]
+        z[:, a + 4 : a + 3 + sims] = at_v[:, 1:sims]
+        z[:, a + 3 + sims : a + 3 + sims + NUM_PATH_FEATURES] = _path_host(False, depth, (order,), raw.dtype)
+        return self._head_score(ctx, z, at_v, slice(lo, hi), cols.dst[lo:hi])
 
-    def score_entries(self, ctx: _Context, child: Tensor, cols: tuple[int, ...]) -> Tensor:
-        """:meth:`score` of entries ``child`` (columns ``cols``) of query row 0, as :meth:`score_span` does:
-        ``e``, ``a`` zeroed as :meth:`score` zeroes them, ``cos(q, x_u) = c*``."""
-        nodes, c, ref = self._query_nodes(ctx), child.numel(), ctx.ref[:1, None]
-        at_v = nodes.index_select(0, child)
-        inner = ref.new_zeros(1, 1)
-        raw = (ctx.tables.pairs.raw[:1] * inner).expand(c, -1)
-        cos_uv = raw[:, EDGE_FEATURE_DIM + 1 : EDGE_FEATURE_DIM + 2]
-        path = _path_rows(True, 0, cols, raw.dtype, raw.device)
-        me = (ctx.m[:1] * (ctx.pair_e[:1] * inner)).expand(c, -1)
-        parts = [me, raw, ref.expand(c, 1), at_v[:, :1], cos_uv, (ref - ref).expand(c, 1), at_v[:, 1:], path]
-        return self._head_score(ctx, parts, child, at_v)
+    def score_entries(self, ctx: _Context, nodes: list[int], cols: tuple[int, ...]) -> Tensor:
+        """:meth:`score` of entries ``nodes`` (columns ``cols``) of query row 0, as :meth:`score_span` does:
+        ``e``, ``a`` zeroed as :meth:`score` zeroes them (times 0), ``cos(q, x_u) = c*``."""
+        at_v = self.node_columns(ctx).nodes(nodes)
+        m, pair_e, raw = ctx.host
+        z = numpy.empty((len(nodes), ctx.head[0].shape[1]), dtype=raw.dtype)
+        e, a, sims = EDGE_FEATURE_DIM, EDGE_FEATURE_DIM + NUM_PAIR_FEATURES, SIMILARITY_COLUMNS
+        zero, ref = raw.dtype.type(0), ctx.ref[:1].detach().numpy()
+        z[:, :e] = m * (pair_e[:1] * zero)
+        z[:, e:a] = raw[:1] * zero
+        z[:, a], z[:, a + 1], z[:, a + 2], z[:, a + 3] = ref, at_v[:, 0], raw[0, e + 1] * zero, ref - ref
+        z[:, a + 4 : a + 3 + sims] = at_v[:, 1:sims]
+        z[:, a + 3 + sims : a + 3 + sims + NUM_PATH_FEATURES] = _path_host(True, 0, cols, raw.dtype)
+        return self._head_score(ctx, z, at_v, None, nodes)
 
-    def _query_nodes(self, ctx: _Context) -> Tensor:
-        """:meth:`query_nodes` of ``ctx`` (and :meth:`query_lexical`, when it has lexical inputs), made once."""
-        if ctx.nodes is None:
-            ctx.nodes = self.query_nodes(ctx)
-            if ctx.lexical is not None:
-                ctx.lexical_nodes = self.query_lexical(ctx).to(ctx.nodes.dtype)
-        return ctx.nodes
+    def node_columns(self, ctx: _Context) -> NodeColumns:
+        """The query's :class:`~models.walk_columns.NodeColumns`, made on first use: of every node at once where
+        ``ctx`` holds the dense cosine row and at most :data:`SPAN_PAIRS` pairs (one pass over the pairs costs
+        less than the walk's own reads there), else of each node when first asked for."""
+        if ctx.columns is None:
+            every = ctx.cos is not None and ctx.tables.pairs.num_pairs <= SPAN_PAIRS
+            ctx.columns = NodeColumns(ctx, every)
+            ctx.host = tuple(t.detach().numpy() for t in (ctx.m[:1], ctx.pair_e, ctx.tables.pairs.raw))
+            ctx.bias = tuple(None if t is None else t.detach().cpu().numpy() for t in (ctx.pair_bias, ctx.node_bias))
+            first, last = self.head[0], self.head[2]
+            ctx.head = (first.weight, first.bias, last.weight, last.bias)
+        return ctx.columns
 
-    def _head_score(self, ctx: _Context, parts: list[Tensor], child: Tensor, at_v: Tensor) -> Tensor:
-        """``cos(q, x_v) + h(z) + ι_qv`` of :meth:`score`, with ``z`` the columns ``parts`` and ``λ_qv``."""
+    def _head_score(self, ctx: _Context, z: numpy.ndarray, at_v: numpy.ndarray, pairs: slice | None, child) -> Tensor:
+        """``cos(q, x_v) + h(z) + ι_qv`` of :meth:`score` for the structural columns ``z`` ``[C, W]`` without
+        ``λ_qv``, and the targets' node columns ``at_v`` (``λ_qv`` after the similarity columns, ``ι_qv`` last),
+        then the fixed terms in :meth:`score`'s order: the pairs' (``pairs``; entries: times 0) and the targets'
+        (``child``)."""
         if ctx.lexical is not None:
-            parts.append(ctx.lexical_nodes.index_select(0, child))
-        first, last = self.head[0], self.head[2]
-        h = nn.functional.linear(
-            nn.functional.relu(nn.functional.linear(torch.cat(parts, -1), first.weight, first.bias)),
-            last.weight,
-            last.bias,
-        )
-        s = at_v[:, 0] + h.squeeze(-1)
+            z[:, -NUM_LEXICAL_FEATURES:] = at_v[:, SIMILARITY_COLUMNS : SIMILARITY_COLUMNS + NUM_LEXICAL_FEATURES]
+        w1, b1, w2, b2 = ctx.head
+        h = nn.functional.linear(nn.functional.linear(torch.from_numpy(z), w1, b1).relu_(), w2, b2)
+        s = at_v[:, 0] + h.detach().numpy()[:, 0]  # the same float32 additions, in the same order
         if ctx.qa is not None:
-            s = s + (ctx.qa[:1] * ctx.xb.index_select(0, child)).sum(-1)
-        if ctx.node_bias is not None:
-            s = s + ctx.node_bias.index_select(0, child)
-        return s
-
-    @staticmethod
-    def query_nodes(ctx: _Context) -> Tensor:
-        """``[N, 5]`` ``[cos(q, x_v), cos(q, x_v) - c*, max_w cos(q, x_w) - c*, mean_w cos(q, x_w) - c*,
-        max_w cos(q, x_w) - cos(q, x_v)]`` of every node ``v`` for query row 0: :meth:`look_ahead` over every
-        pair at once (the same sums, in CSR order)."""
-        pairs, cos, ref = ctx.tables.pairs, ctx.cos[0], ctx.ref[0]
-        cos_w = cos[pairs.dst]
-        count = torch.zeros_like(cos).index_add_(0, pairs.src, torch.ones_like(cos_w))
-        total = torch.zeros_like(cos).index_add_(0, pairs.src, cos_w)
-        best = torch.full_like(cos, float("-inf")).scatter_reduce_(0, pairs.src, cos_w, "amax")
-        has = count > 0
-        best, mean = torch.where(has, best, cos), torch.where(has, total / count.clamp(min=1), cos)
-        return torch.stack([cos, cos - ref, best - ref, mean - ref, best - cos], -1)
-
-    @staticmethod
-    def query_lexical(ctx: _Context) -> Tensor:
-        """``[N, 5]`` :func:`~graphmem.index.lexical_features.pair_features` of query row 0 with every node: computed
-        for the nodes holding one of its terms (read from the sorted keys) and one node holding none, whose
-        row every other such node shares (no term of the query matched: the same zero sums)."""
-        lex, n = ctx.lexical, ctx.tables.num_nodes
-        key, rows = lex.nodes.key, lex.queries.row[0]
-        rows = rows[rows >= 0] * lex.nodes.num_nodes
-        bounds = torch.stack([torch.searchsorted(key, rows), torch.searchsorted(key, rows + lex.nodes.num_nodes)], 1)
-        _, pos = csr_positions(bounds.flatten(), torch.arange(0, 2 * rows.numel(), 2, device=key.device))
-        hit = torch.unique(key[pos] % lex.nodes.num_nodes)
-        held = torch.zeros(n, dtype=torch.bool, device=key.device)
-        held[hit] = True
-        other = (~held).nonzero().flatten()[:1]
-        got = pair_features(lex, _zeros(hit.numel() + other.numel(), key.device), torch.cat([hit, other]))
-        out = got[-1:].expand(n, -1).clone() if other.numel() else got.new_empty(n, got.shape[1])
-        out[hit] = got[: hit.numel()]
-        return out
+            s = s + at_v[:, -1]
+        pair_bias, node_bias = ctx.bias
+        if pair_bias is not None:
+            s = s + (pair_bias[pairs] if pairs is not None else pair_bias[0] * pair_bias.dtype.type(0))
+        if node_bias is not None:
+            s = s + node_bias[child]
+        return torch.from_numpy(s)
 
     def stop_value(self, ctx: _Context, best: float, count: int, budget: Budget) -> float | None:
         """:meth:`stop_logit` of one row as a Python float (``best`` finite), computed in float32 op for op as
         the tensors are (float32 weights; ``None`` without a stop head or with other weights)."""
-        if self.stop_weights is None or self.stop_weights.dtype != torch.float32:
-            return None
         if ctx.stop is None:
-            ctx.stop = [numpy.float32(w) for w in (*self.stop_weights.tolist(), self.stop_bias.item())]
+            weights = self.stop_weights
+            if weights is None or weights.dtype != torch.float32:
+                ctx.stop = ()
+            else:
+                ctx.stop = tuple(numpy.float32(w) for w in (*weights.tolist(), self.stop_bias.item()))
+        if not ctx.stop:
+            return None
         w0, w1, b = ctx.stop
         f = numpy.float32
         return float(f(w0 * f(best) + f(w1 * f(count)) / f(budget.max_nodes)) + b)

@@ -1,7 +1,9 @@
 """The served walk scores its entries and each expansion from per-query node columns (WalkScorer.score_entries,
-score_span): every score is bit for bit the one WalkScorer.score computes from the same candidates as tensors,
-so the served walk's scores are the batched walk's, on a real pooled MuSiQue graph, with and without lexical
-features; its float32 stop value is the stop head's tensor logit."""
+score_span; models/walk_columns.py): every score is bit for bit the one WalkScorer.score computes from the same
+candidates as tensors, so the served walk's scores are the batched walk's, on a real pooled MuSiQue graph, with
+and without lexical features, whether the columns are made for every node at once (small graphs) or for each
+node when first asked for (any graph; with the query's dense cosine row or from gathered rows); its float32
+stop value is the stop head's tensor logit."""
 
 from __future__ import annotations
 
@@ -10,14 +12,25 @@ import torch
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
 from graphmem.core import Budget
-from graphmem.index.lexical_features import scope_lexical
+from graphmem.index.lexical_features import pair_features, query_features, scope_lexical
 from graphmem.policies.base import Scope
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.router import RouterPolicy
 from graphmem.policies.walk import Candidates, walk, walk_trace
 from graphmem.policies.walk_one import EntryCandidates, Expansion, walk_one
 from models import walk_scorer
+from models.walk_columns import every_node_lexical
 from tests.test_walk_router import perturbed_scorer
+
+MODES = ("every node", "when asked, dense row", "when asked, gathered rows")
+
+
+def set_mode(monkeypatch, graph, mode):
+    """Make the router's contexts take ``mode``'s way to the node columns (module docstring)."""
+    if mode != "every node":
+        monkeypatch.setattr(walk_scorer, "SPAN_PAIRS", 0)
+    if mode == "when asked, gathered rows":
+        monkeypatch.setattr(walk_scorer, "ONE_QUERY_NODES", graph.num_nodes - 1)
 
 
 @pytest.fixture(scope="module")
@@ -39,20 +52,22 @@ def served_context(policy, graph, query, budget):
     return tables, ctx, q, entries
 
 
-@pytest.mark.parametrize("lexical,rank", [(True, 4), (False, 0)])
-def test_span_scores_are_the_tensor_path_scores_bit_for_bit(pooled, lexical, rank):
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("lexical,rank", [(True, 4), (False, 0), (True, 8)])
+def test_span_scores_are_the_tensor_path_scores_bit_for_bit(pooled, lexical, rank, mode, monkeypatch):
     (graph,) = pooled.graphs.values()
+    set_mode(monkeypatch, graph, mode)
     scorer = perturbed_scorer(graph.dim, seed=2, rank=rank, lexical=lexical)
     policy = RouterPolicy(scorer=scorer, device="cpu")
     queries = pooled.queries()[:6]
     gen = torch.Generator().manual_seed(0)
     for query in queries:
         tables, ctx, _, entries = served_context(policy, graph, query, Budget())
-        assert scorer.serves_spans(ctx)
+        assert scorer.serves_spans(ctx) and (ctx.cos is None) == (mode == MODES[2])
         col = (entries[0, :6] >= 0).nonzero().flatten()
         ent, none = entries[0, col], torch.full_like(col, -1)
         with torch.no_grad():
-            fast = scorer.score(ctx, EntryCandidates(0 * col, none, ent, none, 0 * col, col, tuple(col.tolist())))
+            fast = scorer.score(ctx, EntryCandidates(ent.tolist(), tuple(col.tolist()), ent.device))
             want = scorer.score(ctx, Candidates(0 * col, none, ent, none, 0 * col, col))
         assert col.numel() and torch.equal(fast, want), query.qid
         rowptr = tables.pairs.rowptr.tolist()
@@ -70,8 +85,10 @@ def test_span_scores_are_the_tensor_path_scores_bit_for_bit(pooled, lexical, ran
                 assert torch.equal(fast, want), (query.qid, u, depth, order)
 
 
-def test_served_walk_scores_are_the_batched_walk_scores(pooled):
+@pytest.mark.parametrize("mode", MODES)
+def test_served_walk_scores_are_the_batched_walk_scores(pooled, mode, monkeypatch):
     (graph,) = pooled.graphs.values()
+    set_mode(monkeypatch, graph, mode)
     scorer = perturbed_scorer(graph.dim, seed=5, rank=4, lexical=True)
     policy = RouterPolicy(scorer=scorer, device="cpu")
     budget = Budget()
@@ -83,6 +100,7 @@ def test_served_walk_scores_are_the_batched_walk_scores(pooled):
         want = walk_trace(ep, tables, budget)
         got = walk_one(tables, scorer, q, entries, budget, ctx)
         assert torch.equal(got.node, want.node) and torch.equal(got.score, want.score), query.qid
+        assert (ctx.columns.row is None) == (mode == MODES[0])
 
 
 def test_stop_value_is_the_stop_logit_bit_for_bit(pooled):
@@ -103,17 +121,37 @@ def test_stop_value_is_the_stop_logit_bit_for_bit(pooled):
             assert scorer.stop_value(ctx, best.item(), count, budget) == want, (trial, count)
 
 
-def test_served_walk_on_the_tensor_path_above_the_pair_limit(pooled, monkeypatch):
-    """Above SPAN_PAIRS the served walk scores its candidates as tensors (made from the spans), the same walk."""
+def test_columns_when_asked_read_only_the_walks_neighbourhood(pooled, monkeypatch):
+    """Columns made when asked: one row per node the walk scored (entries and the targets of its expansions),
+    each made once; the same walk as with the columns of every node."""
     (graph,) = pooled.graphs.values()
     scorer = perturbed_scorer(graph.dim, seed=5, rank=4, lexical=True)
     policy = RouterPolicy(scorer=scorer, device="cpu")
     budget = Budget()
     query = pooled.queries()[3]
     tables, ctx, q, entries = served_context(policy, graph, query, budget)
-    fast = walk_one(tables, scorer, q, entries, budget, ctx)
-    monkeypatch.setattr(walk_scorer, "SPAN_PAIRS", tables.pairs.num_pairs - 1)
+    every = walk_one(tables, scorer, q, entries, budget, ctx)
+    set_mode(monkeypatch, graph, MODES[2])
     tables, ctx, q, entries = served_context(policy, graph, query, budget)
-    assert not scorer.serves_spans(ctx)
-    slow = walk_one(tables, scorer, q, entries, budget, ctx)
-    assert torch.equal(fast.node, slow.node) and torch.equal(fast.score, slow.score)
+    asked = walk_one(tables, scorer, q, entries, budget, ctx)
+    assert torch.equal(every.node, asked.node) and torch.equal(every.score, asked.score)
+    rowptr, dst = tables.pairs.rowptr.tolist(), tables.pairs.dst.tolist()
+    scored = set(entries[0].tolist()) - {-1}
+    for v in asked.expanded_node.tolist():
+        scored |= set(dst[rowptr[v] : rowptr[v + 1]])
+    rows = ctx.columns.row
+    assert set(asked.node.tolist()) <= set(rows) <= scored and len(rows) == ctx.columns.host.shape[0]
+    assert sorted(rows.values()) == list(range(len(rows))) and len(rows) < graph.num_nodes / 2
+
+
+def test_lexical_columns_are_the_pair_features(pooled):
+    """λ_qv of every node read from the query terms' postings, and query_features of any nodes, are pair_features
+    bit for bit."""
+    (graph,) = pooled.graphs.values()
+    policy = RouterPolicy(scorer=perturbed_scorer(graph.dim, seed=2, rank=4, lexical=True), device="cpu")
+    every = torch.arange(graph.num_nodes)
+    some = torch.randint(graph.num_nodes, (300,), generator=torch.Generator().manual_seed(3))
+    for query in pooled.queries():
+        _, ctx, _, _ = served_context(policy, graph, query, Budget())
+        assert torch.equal(every_node_lexical(ctx), pair_features(ctx.lexical, torch.zeros_like(every), every))
+        assert torch.equal(query_features(ctx.lexical, some), pair_features(ctx.lexical, torch.zeros_like(some), some))

@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -97,6 +98,17 @@ class NodeTerms:
     def to(self, device) -> NodeTerms:
         moved = (t.to(device) for t in (self.rowptr, self.term, self.weight, self.key, self.key_weight, self.key_entry))
         return NodeTerms(*moved, self.vocab_size)
+
+    def host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(rowptr, weight, row)`` on the host, ``row`` the vocabulary row ``r(t)`` of each CSR entry (the keys
+        read back through :attr:`key_entry`); made once per table."""
+        got = self.__dict__.get("_host")
+        if got is None:
+            key, entry = self.key.cpu().numpy(), self.key_entry.cpu().numpy()
+            row = np.empty_like(key)
+            row[entry] = key // max(self.num_nodes, 1)
+            got = self._host = (self.rowptr.cpu().numpy(), self.weight.cpu().numpy(), row)
+        return got
 
     @staticmethod
     def concat(parts: Sequence[NodeTerms]) -> NodeTerms:
@@ -173,10 +185,14 @@ class QueryTerms:
 
     def shifted(self, rows: int) -> QueryTerms:
         """These terms with their vocabulary rows after ``rows`` rows of graphs before theirs in a union."""
+        if rows == 0:
+            return self
         return dataclasses.replace(self, row=torch.where(self.row >= 0, self.row + rows, self.row))
 
     @staticmethod
     def concat(parts: Sequence[QueryTerms]) -> QueryTerms:
+        if len(parts) == 1:
+            return parts[0]
         width = max([int(p.term.shape[1]) for p in parts] + [1])
 
         def pad(t: Tensor, value) -> Tensor:
@@ -203,6 +219,8 @@ class Lexical:
         return Lexical(self.nodes, self.queries[rows])
 
     def to(self, device) -> Lexical:
+        if self.nodes.key.device == torch.device(device) and self.queries.term.device == self.nodes.key.device:
+            return self
         return Lexical(self.nodes.to(device), self.queries.to(device))
 
 
@@ -291,18 +309,18 @@ def query_terms(lexicon: GraphLexicon, texts: Sequence[str]) -> QueryTerms:
         norms.append([x if x > 0 else 1.0 for x in total])
         rows.append((toks, values))
     width = max([len(t) for t, _ in rows] + [1])
-    term = torch.zeros(len(rows), width, dtype=torch.long, device=CPU)
-    valid = torch.zeros(len(rows), width, dtype=torch.bool, device=CPU)
-    value = torch.zeros(len(rows), width, NUM_LEXICAL_FEATURES, device=CPU)
-    row = torch.full((len(rows), width), -1, dtype=torch.long, device=CPU)
-    for i, (toks, values) in enumerate(rows):
-        if toks:
-            term[i, : len(toks)] = torch.tensor([lexicon.token(t)[0] for t in toks], device=CPU)
-            valid[i, : len(toks)] = True
-            value[i, : len(toks)] = torch.tensor(values, device=CPU)
-            row[i, : len(toks)] = torch.tensor([lexicon.token(t)[3] for t in toks], device=CPU)
+    pad = lambda seq, fill: list(seq) + [fill] * (width - len(seq))  # noqa: E731
+    ids = [[lexicon.token(t) for t in toks] for toks, _ in rows]
+    term = torch.tensor([pad([x[0] for x in got], 0) for got in ids], dtype=torch.long, device=CPU)
+    row = torch.tensor([pad([x[3] for x in got], -1) for got in ids], dtype=torch.long, device=CPU)
+    valid = torch.tensor([pad([True] * len(toks), False) for toks, _ in rows], dtype=torch.bool, device=CPU)
+    zero = [0.0] * NUM_LEXICAL_FEATURES
+    value = torch.tensor([pad(values, zero) for _, values in rows], dtype=torch.float32, device=CPU)
     norm = torch.tensor(norms, dtype=torch.float32, device=CPU).view(len(rows), NUM_LEXICAL_FEATURES)
-    return QueryTerms(term, valid, value, norm, row)
+    b = len(rows)
+    return QueryTerms(
+        term.view(b, width), valid.view(b, width), value.view(b, width, NUM_LEXICAL_FEATURES), norm, row.view(b, width)
+    )
 
 
 def lexical_inputs(graphs: Sequence, texts: Sequence[Sequence[str]], device=None) -> Lexical:
@@ -347,6 +365,31 @@ def pair_features(lex: Lexical, query: Tensor, node: Tensor) -> Tensor:
         order = torch.argsort(c * int(nodes.key.numel()) + nodes.key_entry[p])
         out.index_add_(0, c[order], contrib[order])
     return out / q.norm[query]
+
+
+def query_features(lex: Lexical, node: Tensor, query: int = 0) -> Tensor:
+    """:func:`pair_features` of one query row with the nodes ``node``, bit for bit, read from each node's own CSR
+    entries (a few cache lines per node, where :func:`pair_features` searches the keys of the whole graph): an
+    entry whose vocabulary row is one of the query's tokens is a hit, with ``w(t, v)`` beside it, and each
+    node's hits are added in the order of its entries, one float32 addition at a time (``index_add_``), then
+    divided by the same norms."""
+    terms = lex.queries
+    rowptr, weight, entry_row = lex.nodes.host()
+    rows = terms.row[query].cpu().numpy()
+    held = np.flatnonzero(rows >= 0)
+    held = held[np.argsort(rows[held], kind="stable")]
+    at = node.cpu().numpy()
+    start, count = rowptr[at], rowptr[at + 1] - rowptr[at]
+    pos = np.repeat(start - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+    seg, row = np.repeat(np.arange(at.size), count), entry_row[pos]
+    j = np.minimum(np.searchsorted(rows[held], row), max(held.size - 1, 0))
+    hit = rows[held][j] == row if held.size else np.zeros(row.size, dtype=bool)
+    value = terms.value[query].cpu().numpy()
+    contrib = value[held[j[hit]]]
+    contrib[:, 0] = contrib[:, 0] * weight[pos[hit]]
+    out = torch.zeros(at.size, NUM_LEXICAL_FEATURES, dtype=terms.value.dtype)
+    out.index_add_(0, torch.from_numpy(seg[hit]), torch.from_numpy(contrib))
+    return (out / terms.norm[query].cpu()).to(node.device)
 
 
 def dense_features(lex: Lexical, rows: Tensor | None = None) -> Tensor:

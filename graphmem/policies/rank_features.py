@@ -19,6 +19,7 @@ reads gold evidence: the same rows are computed when the router serves a query.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -26,6 +27,7 @@ from graphmem.core.retrieval import group_by_query
 from graphmem.index.lexical_features import Lexical, pair_features
 from graphmem.policies.walk import WalkTables, has_pair
 from models.rank_head import RankInputs
+from models.walk_columns import host_array
 
 NUM_RANK_FEATURES = 20
 SLOT_SCALE = 12
@@ -131,3 +133,60 @@ def _assemble(tables, q, lexical, query, node, depth, score, was_loaded, slot, s
         dim=1,
     )
     return RankInputs(features, query, node, was_loaded, slot, src, dst)
+
+
+def one_query_rank_inputs(
+    tables: WalkTables, q: Tensor, lex: Tensor, entries: Tensor, loaded: tuple[Tensor, Tensor, Tensor]
+) -> RankInputs:
+    """:func:`rank_inputs` of one query's list without negatives (what the router ranks when it serves one
+    query): the same rows bit for bit, written column by column on the host, with work bounded by the list
+    and its nodes' degrees.
+
+    ``loaded`` is ``(node, depth, score)`` in load order and ``lex`` ``[L, 5]`` the items' ``λ_qv``
+    (:func:`~graphmem.index.lexical_features.pair_features`, which computes each pair on its own, as the
+    served walk's node columns hold it). The items need no sort (one query: already grouped); an item's
+    selector rank is its first column among the entries; the adjacent pairs are read from each item's own
+    out-pairs, in the list's ``(i, j)`` order, where :func:`rank_inputs` searches every ordered pair in the
+    sorted pair keys; ``cos`` and the pair cosines are the same row-wise sums. Each column is
+    :func:`_features`' arithmetic in float32 (differences from the largest, ``1 / (1 + rank)``,
+    ``min(slot, 12) / 12``, ``min(degree, 4) / 4``) or an exact value (flags, maxima over neighbours).
+    """
+    node, depth, score = loaded
+    nodes, m, dev = node.tolist(), node.numel(), node.device
+    src, dst = _adjacent_items(tables, nodes)
+    x = tables.x.index_select(0, node)
+    cos = (x * q[:1]).sum(1)
+    pair_cos = (x.index_select(0, src) * x.index_select(0, dst)).sum(1)
+    f32 = np.float32
+    f = np.zeros((m, NUM_RANK_FEATURES), dtype=f32)
+    c, s = cos.cpu().numpy(), score.cpu().numpy().astype(f32)
+    d, lex_ = depth.cpu().numpy(), lex.cpu().numpy().astype(f32)
+    cols = entries[0].tolist()
+    rank = np.array([cols.index(v) if v in cols else -1 for v in nodes], dtype=np.int64)
+    f[:, 0], f[:, 1], f[:, 2:7] = c, c - c.max(initial=-np.inf), lex_
+    f[:, 7], f[:, 8], f[:, 9] = s, s - s.max(initial=-np.inf), 1.0
+    f[:, 10], f[:, 11], f[:, 12] = d == 0, d == 1, d >= 2
+    f[:, 13] = np.where(rank >= 0, f32(1.0) / (f32(1.0) + np.maximum(rank, 0).astype(f32)), f32(0.0))
+    f[:, 14] = np.minimum(np.arange(m), SLOT_SCALE).astype(f32) / f32(SLOT_SCALE)
+    hs, hd = src.cpu().numpy(), dst.cpu().numpy()
+    degree = np.bincount(hd, minlength=m)
+    f[:, 15] = np.minimum(degree, NEIGHBOUR_SCALE).astype(f32) / f32(NEIGHBOUR_SCALE)
+    for col, values in zip(range(16, 20), (c[hs], lex_[hs, 0], (d == 0)[hs].astype(f32), pair_cos.cpu().numpy())):
+        top = np.full(m, -np.inf, dtype=f32)
+        np.maximum.at(top, hd, values)
+        f[:, col] = np.where(degree > 0, top, f32(0.0))
+    features = torch.from_numpy(f).to(dev)
+    query, slot, every = torch.zeros_like(node), torch.arange(m, device=dev), torch.ones_like(node, dtype=torch.bool)
+    return RankInputs(features, query, node, every, slot, src, dst)
+
+
+def _adjacent_items(tables: WalkTables, nodes: list[int]) -> tuple[Tensor, Tensor]:
+    """``(src, dst)`` of every ordered pair ``(i, j)``, ``i != j``, of items whose nodes are adjacent in either
+    direction, in :func:`list_pairs`' order, read from each item's own out-pairs."""
+    rowptr, dst = host_array(tables.pairs.rowptr), host_array(tables.pairs.dst)
+    at = {v: i for i, v in enumerate(nodes)}
+    out = [{at[w] for w in dst[rowptr[v] : rowptr[v + 1]].tolist() if w in at} for v in nodes]
+    m = len(nodes)
+    pairs = [(i, j) for i in range(m) for j in range(m) if i != j and (j in out[i] or i in out[j])]
+    both = torch.tensor(pairs, dtype=torch.long).view(-1, 2).T.contiguous().to(tables.x.device)
+    return both[0], both[1]

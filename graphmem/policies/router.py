@@ -36,10 +36,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from graphmem.index.lexical_features import scope_lexical
+from graphmem.index.lexical_features import NUM_LEXICAL_FEATURES, pair_features, scope_lexical
 from graphmem.policies.base import Budget, RetrievalBatch, Scope, TraversalPolicy, register_policy, resolve_device
 from graphmem.policies.batched import csr_positions
-from graphmem.policies.rank_features import rank_inputs
+from graphmem.policies.rank_features import one_query_rank_inputs, rank_inputs
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.selectors import SelectorSpec, make_entry_selector
 from graphmem.policies.tables import csr, kept
@@ -47,6 +47,7 @@ from graphmem.policies.walk import graph_walk_tables, walk, walk_tables, walk_tr
 from graphmem.policies.walk_one import walk_one
 from graphmem.store.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
 from models.rank_head import RankHead, RankInputs
+from models.walk_columns import SIMILARITY_COLUMNS
 from models.walk_scorer import WalkScorer
 
 COUNTER_POOLS = ("pair", "target")
@@ -131,23 +132,21 @@ class RouterPolicy(TraversalPolicy):
         edges are the out-edges of every loaded node the walk could expand (depth below ``max_hops``). The
         scorer's query-independent tensors (:meth:`~models.walk_scorer.WalkScorer.static`) are computed
         once per graph and weights. With a ranking head, each loaded node's ``rank`` is its relevance."""
-        graph, dev = scope.graph, scope.device
-        tables, tr, q, lexical = self._trace(scope, entries, budget)
+        graph, dev, one = scope.graph, scope.device, len(scope.queries) == 1
         rowptr, perm = csr(graph)
-        seg, pos = csr_positions(rowptr.to(dev), tr.expanded_node)
-        considered = (tr.expanded_query[seg], perm.to(dev)[pos])
-        moved = tr.edge >= 0
-        traversed = (tr.query[moved], tr.edge[moved])
-        rank = None
-        if self.rank_head is not None:
-            items = rank_inputs(
-                tables, q, self._lexical(scope, lexical), entries, (tr.query, tr.node, tr.depth, tr.score)
+        tables, tr, q, lexical, ctx = self._trace(scope, entries, budget, one)
+        lexical = self._lexical(scope, lexical) if self.rank_head is not None else lexical
+        with torch.inference_mode() if one else torch.no_grad():  # as the walk (_trace)
+            seg, pos = csr_positions(rowptr.to(dev), tr.expanded_node)
+            considered = (tr.expanded_query[seg], perm.to(dev)[pos])
+            moved = tr.edge >= 0
+            traversed = (tr.query[moved], tr.edge[moved])
+            rank = None
+            if self.rank_head is not None:
+                rank = self.rank_head(self._rank_items(tables, tr, q, lexical, ctx, entries))
+            return RetrievalBatch(
+                entries, tr.tokens, tr.query, tr.node, tr.depth, considered, traversed, tr.score, rank=rank
             )
-            with torch.no_grad():
-                rank = self.rank_head(items)
-        return RetrievalBatch(
-            entries, tr.tokens, tr.query, tr.node, tr.depth, considered, traversed, tr.score, rank=rank
-        )
 
     def read_counters(self, ctx, graph, tables) -> None:
         """Set ``ctx``'s pair or node term from ``graph``'s counters (module docstring)."""
@@ -164,7 +163,7 @@ class RouterPolicy(TraversalPolicy):
         wide = dataclasses.replace(budget, max_entries=budget.max_entries + negatives)
         ranked = self.select_entries(scope, wide)
         entries = ranked[:, : budget.max_entries]
-        tables, tr, q, lexical = self._trace(scope, entries, budget)
+        tables, tr, q, lexical, _ = self._trace(scope, entries, budget)
         loaded = (tr.query, tr.node, tr.depth, tr.score)
         extra = ranked[:, budget.max_entries :] if negatives else None
         return rank_inputs(tables, q, self._lexical(scope, lexical), entries, loaded, extra)
@@ -172,18 +171,36 @@ class RouterPolicy(TraversalPolicy):
     def _lexical(self, scope: Scope, lexical):
         return lexical if lexical is not None else scope_lexical(scope)
 
-    def _trace(self, scope: Scope, entries: Tensor, budget: Budget):
-        """``(tables, WalkTrace, unit queries, lexical inputs or None)`` of the greedy walk of the scope's queries."""
+    def _rank_items(self, tables, tr, q: Tensor, lexical, ctx, entries: Tensor) -> RankInputs:
+        """The ranking head's inputs of the walk's lists (``lexical``: the queries' lexical inputs): for one query,
+        from the walk's own node columns where they hold ``λ_qv``
+        (:func:`~graphmem.policies.rank_features.one_query_rank_inputs`, the same rows)."""
+        if q.shape[0] != 1:
+            return rank_inputs(tables, q, lexical, entries, (tr.query, tr.node, tr.depth, tr.score))
+        cols = ctx.columns
+        if cols is not None and ctx.lexical is not None:
+            held = cols.nodes(tr.node.tolist())[:, SIMILARITY_COLUMNS : SIMILARITY_COLUMNS + NUM_LEXICAL_FEATURES]
+            lex = torch.from_numpy(held)
+        else:
+            lex = pair_features(lexical, torch.zeros_like(tr.node), tr.node)
+        return one_query_rank_inputs(tables, q, lex, entries, (tr.node, tr.depth, tr.score))
+
+    def _trace(self, scope: Scope, entries: Tensor, budget: Budget, serving: bool = False):
+        """``(tables, WalkTrace, unit queries, lexical inputs or None, the scorer's context)`` of the greedy walk of
+        the scope's queries. ``serving`` (one query served): the walk runs in inference mode, which makes every
+        tensor operation cheaper; the per-graph tables it reads are made before, outside it (tensors made in
+        inference mode could not be used by training later)."""
         tables, static = self._walk_tables(scope)
         q = query_matrix(scope.graph, scope.queries).to(scope.device)
         lexical = scope_lexical(scope) if self.scorer.config.lexical else None  # per query: never cached
-        with torch.no_grad():
+        with torch.inference_mode() if serving else torch.no_grad():
             ctx = self.scorer.prepare(tables, q, entries[:, : budget.max_entries].to(scope.device), lexical, static)
-        if self.counter_weight:
-            self.read_counters(ctx, scope.graph, tables)
-        if q.shape[0] == 1:
-            return tables, walk_one(tables, self.scorer, q, entries, budget, ctx), q, lexical
-        return tables, walk_trace(walk(tables, self.scorer, q, entries, budget, ctx=ctx), tables, budget), q, lexical
+            if self.counter_weight:
+                self.read_counters(ctx, scope.graph, tables)
+            if q.shape[0] == 1:
+                return tables, walk_one(tables, self.scorer, q, entries, budget, ctx), q, lexical, ctx
+            trace = walk_trace(walk(tables, self.scorer, q, entries, budget, ctx=ctx), tables, budget)
+        return tables, trace, q, lexical, ctx
 
     def _walk_tables(self, scope: Scope):
         """:class:`graphmem.policies.walk.WalkTables` of ``scope.graph`` (cached on it) with the rows of the

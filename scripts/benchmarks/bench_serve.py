@@ -6,17 +6,19 @@ threads, by three policies *interleaved* question by question (each question's f
 ``--repeats`` calls per policy), so a load that changes during the run weighs on all alike:
 
 * ``router``: the router policy as it serves (:func:`graphmem.policies.walk_one.walk_one`, the scorer's
-  per-graph tensors cached);
+  per-graph tensors cached, the list ranked by the checkpoint's ranking head from rows written for the
+  one query, :func:`graphmem.policies.rank_features.one_query_rank_inputs`);
 * ``router_batched``: the same scorer through the batched training walk with ``B = 1`` and the
-  per-graph tensors recomputed per call (how the router served one query before ``walk_one``);
+  per-graph tensors recomputed per call, its list ranked from the batched feature rows
+  (:func:`graphmem.policies.rank_features.rank_inputs`): how the router served one query before;
 * ``beta_bfs``.
 
 The router is the trained checkpoint ``--checkpoint`` (a ``last.pt`` / ``best.pt`` of
-``scripts/train.py``), or a freshly initialised walk scorer without one. Reported per policy:
-p50 / p95 / p99 / mean of the wall time and of the calling thread's CPU time; the ratios of the
-p50s in this run; and on how many questions ``router`` and ``router_batched`` loaded the same
-nodes. The load average before and after is recorded: on a shared machine, wall time includes
-waits for a core and CPU time does not.
+``scripts/train.py``; its ranking head is served and timed when it has one: ``rank_head``), or a freshly
+initialised walk scorer without one. Reported per policy: p50 / p95 / p99 / mean of the wall time and of
+the calling thread's CPU time; the ratios of the p50s in this run; and on how many questions ``router``
+and ``router_batched`` loaded the same nodes and returned the same ranked list. The load average before
+and after is recorded: on a shared machine, wall time includes waits for a core and CPU time does not.
 
     python scripts/benchmarks/bench_serve.py --graphset outputs/graphs/musique-pooled \\
         --checkpoint outputs/train/locomo/fold0/router/best.pt --out docs/results/serve_latency.json
@@ -40,6 +42,7 @@ from graphmem.core import Budget
 from graphmem.eval.latency import latency_summary
 from graphmem.index.lexical_features import scope_lexical
 from graphmem.policies import make_policy
+from graphmem.policies.rank_features import rank_inputs
 from graphmem.policies.ranking import query_matrix
 from graphmem.policies.router import RouterPolicy
 from graphmem.policies.walk import walk, walk_trace
@@ -49,18 +52,18 @@ from models.walk_scorer import WalkScorer
 
 
 class BatchedWalkRouter(RouterPolicy):
-    """The router serving through the batched walk, the scorer's per-graph tensors recomputed per call."""
+    """The router serving through the batched walk, the scorer's per-graph tensors recomputed per call, and
+    its list ranked from the batched ranking features (:func:`graphmem.policies.rank_features.rank_inputs`)."""
 
-    def _trace(self, scope, entries, budget):
+    def _trace(self, scope, entries, budget, serving=False):
         tables, _ = self._walk_tables(scope)
         q = query_matrix(scope.graph, scope.queries).to(scope.device)
         lexical = scope_lexical(scope) if self.scorer.config.lexical else None
-        return (
-            tables,
-            walk_trace(walk(tables, self.scorer, q, entries, budget, lexical=lexical), tables, budget),
-            q,
-            lexical,
-        )
+        trace = walk_trace(walk(tables, self.scorer, q, entries, budget, lexical=lexical), tables, budget)
+        return tables, trace, q, lexical, None
+
+    def _rank_items(self, tables, tr, q, lexical, ctx, entries):
+        return rank_inputs(tables, q, lexical, entries, (tr.query, tr.node, tr.depth, tr.score))
 
 
 def interleaved(policies, graphs, queries, graph_of, budget, repeats):
@@ -69,7 +72,7 @@ def interleaved(policies, graphs, queries, graph_of, budget, repeats):
         first = graph_of.index(name)
         for policy in policies.values():
             policy.retrieve_batch(graphs[name], [queries[first]], budget)
-    out = {name: {"wall": [], "cpu": [], "loaded": []} for name in policies}
+    out = {name: {"wall": [], "cpu": [], "loaded": [], "ranked": []} for name in policies}
     for q, name in zip(queries, graph_of):
         for key, policy in policies.items():
             wall = cpu = float("inf")
@@ -80,6 +83,7 @@ def interleaved(policies, graphs, queries, graph_of, budget, repeats):
             out[key]["wall"].append(wall)
             out[key]["cpu"].append(cpu)
             out[key]["loaded"].append(r.loaded)
+            out[key]["ranked"].append(r.ranked)
     return out
 
 
@@ -132,6 +136,7 @@ def work(args: argparse.Namespace) -> None:
         "nodes": sum(g.num_nodes for g in gs.graphs.values()),
         "questions": len(queries),
         "checkpoint": args.checkpoint,
+        "rank_head": router.rank_head is not None,
         "budget": dataclasses.asdict(budget),
         "threads": threads,
         "torch_threads": torch.get_num_threads(),
@@ -151,8 +156,9 @@ def work(args: argparse.Namespace) -> None:
     for a, b in (("router", "router_batched"), ("router", "beta_bfs")):
         report[f"{a}_p50_over_{b}"] = pol[a]["p50_ms"] / pol[b]["p50_ms"]
         report[f"{a}_cpu_p50_over_{b}"] = pol[a]["cpu"]["p50_ms"] / pol[b]["cpu"]["p50_ms"]
-    same = sum(x == y for x, y in zip(runs["router"]["loaded"], runs["router_batched"]["loaded"]))
-    report["router_loads_what_router_batched_loads"] = f"{same} of {len(queries)} questions"
+    for what, field in (("loads", "loaded"), ("ranks", "ranked")):
+        same = sum(x == y for x, y in zip(runs["router"][field], runs["router_batched"][field]))
+        report[f"router_{what}_what_router_batched_{what}"] = f"{same} of {len(queries)} questions"
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, lambda tmp: tmp.write_text(json.dumps(report, indent=1, default=str)))
