@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
+from graphmem.core.rows import kept_rows
 from graphmem.core.tokens import node_tokens
 
 EDGE_MODES = ("onehot", "phase1", "table", "inductive")
@@ -82,22 +83,35 @@ class PairTable:
 
 
 def _speakers(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
-    """``[N]`` speaker codes and ``[N]`` known flags from ``metadata['speaker']``."""
-    codes: dict[str, int] = {}
-    code = [codes.setdefault(str(m["speaker"]), len(codes)) if m.get("speaker") else -1 for m in graph.metadata]
-    code = torch.tensor(code, dtype=torch.long)
+    """``[N]`` speaker codes and ``[N]`` known flags from ``metadata['speaker']`` (codes in order of first
+    appearance, kept across appends: :func:`graphmem.core.rows.kept_rows`)."""
+
+    def extend(state, rows: range):
+        codes, code = (dict(state[0]), list(state[1])) if state else ({}, [])  # the kept state stays as it was
+        for i in rows:
+            m = graph.metadata[i]
+            code.append(codes.setdefault(str(m["speaker"]), len(codes)) if m.get("speaker") else -1)
+        return codes, code
+
+    code = torch.tensor(kept_rows(graph, "models.edge_encoder.speakers", [graph.metadata], extend)[1], dtype=torch.long)
     return code, code >= 0
 
 
 def _sequences(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
-    """``[N]`` sequence codes (``-1``: none) and ``[N]`` orders (NaN: none) from the node metadata."""
-    codes: dict[str, int] = {}
-    group, order = [], []
-    for m in graph.metadata:
-        g = next((m[k] for k in SEQUENCE_KEYS if m.get(k) is not None), None)
-        o = next((m[k] for k in ORDER_KEYS if isinstance(m.get(k), (int, float))), None)
-        group.append(-1 if g is None else codes.setdefault(str(g), len(codes)))
-        order.append(math.nan if o is None else float(o))
+    """``[N]`` sequence codes (``-1``: none) and ``[N]`` orders (NaN: none) from the node metadata (codes in order
+    of first appearance, kept across appends: :func:`graphmem.core.rows.kept_rows`)."""
+
+    def extend(state, rows: range):
+        codes, group, order = (dict(state[0]), list(state[1]), list(state[2])) if state else ({}, [], [])
+        for i in rows:
+            m = graph.metadata[i]
+            g = next((m[k] for k in SEQUENCE_KEYS if m.get(k) is not None), None)
+            o = next((m[k] for k in ORDER_KEYS if isinstance(m.get(k), (int, float))), None)
+            group.append(-1 if g is None else codes.setdefault(str(g), len(codes)))
+            order.append(math.nan if o is None else float(o))
+        return codes, group, order
+
+    _, group, order = kept_rows(graph, "models.edge_encoder.sequences", [graph.metadata], extend)
     return torch.tensor(group, dtype=torch.long), torch.tensor(order, dtype=torch.float64)
 
 

@@ -95,7 +95,7 @@ class RankHead(nn.Module):
     def forward(self, x: RankInputs) -> Tensor:
         """``[M]`` relevance of each item (the layers applied as functions of their weights: the same operations
         as calling them, without the module calls' overhead when one short list is ranked at a time)."""
-        first, second = self.encode[0], self.encode[2]
+        first, second = self.encode._modules["0"], self.encode._modules["2"]
         h = F.relu(F.linear(F.relu(F.linear(x.features, first.weight, first.bias)), second.weight, second.bias))
         m = torch.zeros_like(h)
         if x.src.numel():

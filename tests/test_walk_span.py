@@ -52,8 +52,10 @@ def served_context(policy, graph, query, budget):
     return tables, ctx, q, entries
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("lexical,rank", [(True, 4), (False, 0), (True, 8)])
+@pytest.mark.parametrize(
+    "lexical,rank,mode",
+    [(True, 4, m) for m in MODES] + [(False, 0, MODES[0]), (False, 0, MODES[2]), (True, 8, MODES[2])],
+)
 def test_span_scores_are_the_tensor_path_scores_bit_for_bit(pooled, lexical, rank, mode, monkeypatch):
     (graph,) = pooled.graphs.values()
     set_mode(monkeypatch, graph, mode)

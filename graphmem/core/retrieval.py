@@ -201,6 +201,8 @@ class RetrievalBatch:
         if rank.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             by_rank = torch.argsort(-rank.to(torch.float64), stable=True)
             return by_rank[torch.argsort(self.query[by_rank], stable=True)]
+        if self.tokens.shape[0] == 1:  # one query: the same order, by one stable sort of -rank (-0.0 is 0.0)
+            return torch.argsort(-(rank.to(torch.float32) + 0.0), stable=True)
         bits = (rank.to(torch.float32) + 0.0).view(torch.int32).long()
         ordered = torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
         return torch.argsort((self.query.long() << 32) + ((1 << 31) - 1 - ordered), stable=True)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from graphmem.core.rows import kept_rows
+
 if TYPE_CHECKING:
     from graphmem.core.graph import MemoryGraph
 
@@ -44,9 +46,15 @@ def serialize_node(node_id: str, text: str) -> str:
 
 
 def node_tokens(graph: MemoryGraph) -> Tensor:
-    """``[N]`` long: tokens of each node's serialized line, kept in ``graph.derived``."""
+    """``[N]`` long: tokens of each node's serialized line, kept in ``graph.derived``; the counts are kept across
+    mutations that only append nodes (:func:`graphmem.core.rows.kept_rows`)."""
     counts = graph.derived.get(NODE_TOKENS)
     if counts is None:
-        lines = (serialize_node(i, t) for i, t in zip(graph.node_ids, graph.texts))
-        counts = graph.derived.put(NODE_TOKENS, torch.tensor([count_tokens(x) for x in lines], dtype=torch.long))
+
+        def extend(held: list[int] | None, rows: range) -> list[int]:
+            ids, texts = graph.node_ids, graph.texts
+            return (held or []) + [count_tokens(serialize_node(ids[i], texts[i])) for i in rows]
+
+        kept = kept_rows(graph, NODE_TOKENS, [graph.node_ids, graph.texts], extend)
+        counts = graph.derived.put(NODE_TOKENS, torch.tensor(kept, dtype=torch.long))
     return counts

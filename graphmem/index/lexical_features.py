@@ -37,7 +37,7 @@ import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -139,9 +139,9 @@ class GraphLexicon:
     """What a query's terms need of one graph: BM25 parameters, idf and document frequencies."""
 
     index: object  # graphmem.index.lexical.BM25Index
-    df: dict[str, int]
+    df: Any  # token -> its document frequency (.get(token, default))
     num_nodes: int
-    vocab: dict[str, int]  # token -> its row r(t) in NodeTerms.key
+    vocab: Any  # token -> its row r(t) in NodeTerms.key (.get(token, default))
     seen: dict[str, tuple[int, float, float, int]] = field(default_factory=dict)
 
     def rare(self, token: str) -> bool:
@@ -236,14 +236,41 @@ def _node_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
     avgdl = float(length.mean()) if n and float(length.sum()) else 1.0
     tf = tf.double()
     weight = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length[row] / avgdl))
-    vocab = list(index.tokens)
-    ids = torch.tensor([token_id(t) for t in vocab], dtype=torch.long, device=CPU)
-    df = torch.bincount(terms, minlength=len(vocab)).tolist()
-    lexicon = GraphLexicon(index, {t: d for t, d in zip(vocab, df)}, n, {t: i for i, t in enumerate(vocab)})
+    size = len(index.tokens)
+    ids = torch.tensor(_token_ids(index), dtype=torch.long, device=CPU)
+    df = torch.bincount(terms, minlength=size).numpy()
+    lexicon = GraphLexicon(index, _VocabView(index.vocab, size, df), n, _VocabView(index.vocab, size))
     key, order = torch.sort(terms * max(n, 1) + row)
     weight = weight.float()
-    table = NodeTerms(indptr, ids[terms] if terms.numel() else terms, weight, key, weight[order], order, len(vocab))
+    table = NodeTerms(indptr, ids[terms] if terms.numel() else terms, weight, key, weight[order], order, size)
     return table, lexicon
+
+
+def _token_ids(index) -> list[int]:
+    """:func:`token_id` of every token of a BM25 index's vocabulary, kept on the index with the token list they
+    were made from: the list only grows while it is the same list (a token keeps its row), so each token is
+    hashed once; a new list (the index rebuilt) is hashed anew."""
+    tokens = index.tokens
+    held = index.__dict__.get("_token_ids")
+    ids = held[1] if held is not None and held[0] is tokens else []
+    ids = ids + [token_id(t) for t in tokens[len(ids) :]]
+    index._token_ids = (tokens, ids)
+    return ids
+
+
+class _VocabView:
+    """``token -> row`` (or ``values[row]``) of the first ``size`` tokens of a BM25 index's vocabulary, read from
+    the index's own dict: no copy of the vocabulary per graph version. A later token is unknown here (as in a
+    copy made now)."""
+
+    def __init__(self, vocab: dict[str, int], size: int, values=None):
+        self.vocab, self.size, self.values = vocab, size, values
+
+    def get(self, token: str, default=None):
+        row = self.vocab.get(token)
+        if row is None or row >= self.size:
+            return default
+        return row if self.values is None else int(self.values[row])
 
 
 def graph_tables(graph) -> tuple[NodeTerms, GraphLexicon]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import torch
 
 from graphmem.core.graph import MemoryGraph
@@ -49,7 +50,9 @@ def rrf(
     for ranking, w in zip(rankings, weights):
         for position, v in enumerate(ranking, start=1):
             fused[v] = fused.get(v, 0.0) + w / (k + position)
-    return sorted(fused.items(), key=lambda item: (-item[1], id_rank[item[0]]))
+    rows = list(fused)
+    ranks = id_rank[rows].tolist() if isinstance(id_rank, np.ndarray) else [id_rank[v] for v in rows]
+    return [(v, fused[v]) for _, _, v in sorted(zip([-fused[v] for v in rows], ranks, rows))]
 
 
 @register_entry_selector("hybrid")

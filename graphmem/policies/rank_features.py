@@ -182,11 +182,19 @@ def one_query_rank_inputs(
 
 def _adjacent_items(tables: WalkTables, nodes: list[int]) -> tuple[Tensor, Tensor]:
     """``(src, dst)`` of every ordered pair ``(i, j)``, ``i != j``, of items whose nodes are adjacent in either
-    direction, in :func:`list_pairs`' order, read from each item's own out-pairs."""
+    direction, in :func:`list_pairs`' order (by ``i``, then ``j``), read from each item's own out-pairs."""
     rowptr, dst = host_array(tables.pairs.rowptr), host_array(tables.pairs.dst)
-    at = {v: i for i, v in enumerate(nodes)}
-    out = [{at[w] for w in dst[rowptr[v] : rowptr[v + 1]].tolist() if w in at} for v in nodes]
-    m = len(nodes)
-    pairs = [(i, j) for i in range(m) for j in range(m) if i != j and (j in out[i] or i in out[j])]
-    both = torch.tensor(pairs, dtype=torch.long).view(-1, 2).T.contiguous().to(tables.x.device)
-    return both[0], both[1]
+    at = np.asarray(nodes, dtype=np.int64)
+    m = at.size
+    start, count = rowptr[at], rowptr[at + 1] - rowptr[at]
+    pos = np.repeat(start - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+    by_node = np.argsort(at, kind="stable")
+    j = np.minimum(np.searchsorted(at[by_node], dst[pos]), max(m - 1, 0))
+    hit = at[by_node][j] == dst[pos] if m else np.zeros(0, dtype=bool)
+    adj = np.zeros((m, m), dtype=bool)
+    adj[np.repeat(np.arange(m), count)[hit], by_node[j[hit]]] = True
+    adj |= adj.T
+    np.fill_diagonal(adj, False)
+    src, dst_ = np.nonzero(adj)  # row-major: by i, then j
+    device = tables.x.device
+    return torch.from_numpy(src).to(device), torch.from_numpy(dst_).to(device)

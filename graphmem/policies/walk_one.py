@@ -180,17 +180,17 @@ def _advance(heap: list, run: list, i: int, least: list) -> None:
 def _trace(pairs, loaded: list, expanded: list, used: int, dtype, dev) -> WalkTrace:
     """The :class:`WalkTrace` of one query's loads ``(node, depth, pair, score)`` and expanded nodes."""
     edge_of = host_array(pairs.edge)
-    long = dict(dtype=torch.long, device=dev)
     node, depth, pair, score = (list(t) for t in zip(*loaded)) if loaded else ([], [], [], [])
     edge = [int(edge_of[p]) if p >= 0 else -1 for p in pair]
-    zeros = lambda n: torch.zeros(n, **long)  # noqa: E731
+    rows = torch.tensor([node, depth, edge, expanded + [0] * (len(node) - len(expanded))], dtype=torch.long, device=dev)
+    zeros = torch.zeros(len(node), dtype=torch.long, device=dev)
     return WalkTrace(
-        zeros(len(loaded)),
-        torch.tensor(node, **long),
-        torch.tensor(depth, **long),
-        torch.tensor(edge, **long),
+        zeros,
+        rows[0],
+        rows[1],
+        rows[2],
         torch.tensor(score, dtype=dtype, device=dev),
-        zeros(len(expanded)),
-        torch.tensor(expanded, **long),
-        torch.tensor([used], **long),
+        zeros[: len(expanded)],
+        rows[3, : len(expanded)],
+        torch.tensor([used], dtype=torch.long, device=dev),
     )

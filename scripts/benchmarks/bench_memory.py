@@ -10,7 +10,9 @@ apart). At each size:
 * ``retrieve``: ``--queries`` queries quoting four words of a random record, served one at a time by the walk
   as ``configs/policy/router.yaml`` ships it (hybrid entries, lexical features, ranking head; a freshly
   initialised scorer of the trained shape: the cost does not depend on the weights), after one untimed call
-  that builds the per-graph tables (its time is ``first_retrieve_s``); and ``hybrid`` likewise;
+  that builds the per-graph tables and indexes (its time is ``first_retrieve_s``); and ``hybrid`` likewise;
+* ``retrieve_after_add_router``: one more add, then one router retrieval (wall and thread-CPU seconds): what a
+  write costs the next read, the per-graph tables being made again (the indexes brought up to date);
 * ``open_s``: closing the memory and opening it again (the database read, the graph and the builder's state
   rebuilt), and the first add after it (``first_add_after_open_s``: the neighbour index is built then);
 * the database's bytes and the process's peak resident memory.
@@ -76,13 +78,17 @@ def measure(mem: Memory, texts, emb, size: int, args, rng: random.Random, router
     for name, policy in (("router", router), ("hybrid", hybrid)):
         out[f"first_retrieve_s_{name}"] = timed(lambda p=policy: mem.retrieve(queries[0], policy=p))[0]
         out[f"retrieve_{name}"] = summary([timed(lambda q=q, p=policy: mem.retrieve(q, policy=p)) for q in queries])
+    i = size + args.adds  # one more add, then one retrieval: the per-graph tables made again after a write
+    mem.add(**records(texts, i, i + 1)[0], embedding=emb[i])
+    wall, cpu = timed(lambda: mem.retrieve(queries[1], policy=router))
+    out["retrieve_after_add_router"] = {"wall_s": wall, "cpu_s": cpu}
     out["bytes"] = mem.stats()["bytes"]
     return out
 
 
 def run(args) -> dict:
     sizes = sorted(args.sizes)
-    top = sizes[-1] + len(sizes) * args.adds
+    top = sizes[-1] + len(sizes) * (args.adds + 2)
     t0 = time.perf_counter()
     graph = make_text_graph(top, dim=16, seed=args.seed, validate=False)
     texts = graph.texts
@@ -109,7 +115,7 @@ def run(args) -> dict:
         fill = time.perf_counter() - t1
         row = {"fill_s": fill, "fill_records_per_s": (size - have) / max(fill, 1e-9)}
         row.update(measure(mem, texts, emb, size, args, rng, router, hybrid))
-        have = size + args.adds
+        have = size + args.adds + 1
         mem.close()
         row["open_s"] = timed(lambda: None)[0]
         w = time.perf_counter()
@@ -123,7 +129,9 @@ def run(args) -> dict:
         report["sizes"].append(row)
         print(json.dumps({k: v for k, v in row.items() if not isinstance(v, dict)}), flush=True)
         print(
-            f"  add p50 {row['add']['p50_ms']:.3f} ms  router p50 {row['retrieve_router']['p50_ms']:.3f} ms", flush=True
+            f"  add p50 {row['add']['p50_ms']:.3f} ms  router p50 {row['retrieve_router']['p50_ms']:.3f} ms  "
+            f"retrieve after an add {row['retrieve_after_add_router']['cpu_s']:.3f} s CPU",
+            flush=True,
         )
     mem.close()
     first = report["sizes"][0]
