@@ -131,9 +131,8 @@ class NodeColumns:
             self.touched.append(new)  # before any slot is written: release() resets every one written
             mark = np.arange(new.size, dtype=np.int32)
             self.slots[new] = mark
-            new = np.sort(
-                new[self.slots[new] == mark]
-            )  # each new node once (the occurrence whose mark it kept), by row
+            # each new node once (the occurrence whose mark its slot kept), by row (the gathers in memory order)
+            new = np.sort(new[self.slots[new] == mark])
             got = ctx.cosine_one(torch.from_numpy(new).to(ctx.ref.device)).detach().cpu().numpy()
             self.slots[new] = np.arange(self.held.size, self.held.size + new.size, dtype=np.int32)
             self.held = np.concatenate([self.held, got])
