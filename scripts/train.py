@@ -6,10 +6,10 @@
     python scripts/train.py +experiment=ablation              # every ablation variant over 5 folds, one table
 
 For each fold (splits by conversation, :mod:`rl.common.splits`) and each variant (trainer overrides,
-``part -> key -> value``), :class:`rl.walk.trainer.WalkTrainer` trains the router on the training
-conversations (imitation warm start, then REINFORCE on the walk or on HAGE's MDP), selects it on
-the validation conversations, and it is evaluated once on the test conversations, next to the
-baselines, under the same budget. ``fold_baselines`` adds policies whose config differs per fold
+``part -> key -> value``), the fold loop (:func:`rl.walk.folds.cross_validate`) trains the router on the
+training conversations (:class:`rl.walk.trainer.WalkTrainer`: imitation warm start, then REINFORCE on the walk or
+on HAGE's MDP), selects it on the validation conversations, and evaluates it once on the test conversations, next
+to the baselines, under the same budget. ``fold_baselines`` adds policies whose config differs per fold
 (``{fold}`` in a value, e.g. the GNN reader that ``scripts/train_gnn.py`` trained on that fold).
 Writes ``results.json`` (per fold, mean ± std over folds with ddof = 1, and paired per-question
 statistics of every policy against ``stats.reference``, and of the trained variants against each
@@ -41,10 +41,11 @@ at the same global batch, to float rounding (docs/distributed.md; SLURM: ``hydra
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import hydra
 import torch
@@ -65,21 +66,20 @@ from graphmem.config.cli import (
     load_graphset,
     name_list,
     policy_config,
-    restrict_graphs,
     set_threads,
 )
 from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 from graphmem.core.device import resolve_device
 from graphmem.core.errors import NothingMeasuredError
-from graphmem.eval.harness import evaluate_policy, write_jsonl
+from graphmem.eval.folds import FoldTests
+from graphmem.eval.harness import write_jsonl
 from graphmem.eval.plots import plot_learning_curves
 from graphmem.eval.provenance import run_provenance
 from graphmem.eval.report import fold_markdown, paired_table
-from graphmem.eval.runs import node_sweep_payload, paired_groups, plot_node_sweep, source_results
-from graphmem.eval.stats import comparisons_markdown, fold_summary
+from graphmem.eval.runs import node_sweep_payload, plot_node_sweep, source_results
+from graphmem.eval.stats import fold_summary
 from graphmem.policies import POLICIES, make_policy
-from graphmem.store.checkpoint import checkpoint_inputs
 from graphmem.store.graphset import GraphSet, union
 from graphmem.store.io import atomic_write, write_json
 from graphmem.store.paths import check_name, run_path
@@ -94,8 +94,9 @@ from graphmem.tracking import (
 )
 from rl.common.distributed import init_from_env, shutdown
 from rl.common.logging import MultiLogger, PrintLogger, ProgressLogger, TrackerLogger
-from rl.common.splits import check_fraction, check_share, source_folds, subsample
-from rl.walk.trainer import TrainConfig, WalkTrainer
+from rl.common.splits import check_fraction, check_share, source_folds
+from rl.walk.folds import Fold, FoldHooks, Trained, Variant, cross_validate, open_fold
+from rl.walk.trainer import TrainConfig
 
 ARTIFACTS = (
     "results.json",
@@ -121,18 +122,6 @@ def train_set_items(cfg: DictConfig, key: str = "train_sets") -> list:
     return config_list(cfg, key, TRAIN_SETS_EXAMPLE.replace("train_sets", key))
 
 
-def variant_sources(overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str] | None]:
-    """A variant's trainer overrides without its ``sources`` key, and that key: the sources (dataset kinds:
-    ``locomo``, ``realtalk``) whose training and validation graphs it learns from; ``None`` = all."""
-    rest = dict(overrides)
-    sources = rest.pop("sources", None)
-    if sources is not None and (
-        not isinstance(sources, list) or not sources or not all(isinstance(x, str) for x in sources)
-    ):
-        raise ValueError(f"variants.*.sources must be a non-empty list of dataset kinds, got {sources!r}")
-    return rest, sources
-
-
 def load_train_graphset(cfg: DictConfig, main: GraphSet) -> GraphSet | None:
     """The training-only graphs and questions (``data.train_files`` with ``train_extra``, and ``train_sets``),
     built with the run's graph config, apart from ``main``; ``None`` when the run has none."""
@@ -145,11 +134,6 @@ def load_train_graphset(cfg: DictConfig, main: GraphSet) -> GraphSet | None:
         train_files=bool(cfg.get("train_extra")),
         main=main,
     )
-
-
-def summarize(per_fold: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
-    """policy -> metric -> {mean, std (ddof = 1; None for one fold), folds} over the folds."""
-    return fold_summary(per_fold, METRICS)
 
 
 def stats_config(cfg: DictConfig) -> dict[str, Any]:
@@ -172,11 +156,6 @@ def node_budgets(cfg: DictConfig, budget: Budget) -> list[Budget]:
         dataclasses.replace(budget, **{**over, "max_nodes": int(n), "max_entries": min(budget.max_entries, int(n))})
         for n in sweep.get("levels") or []
     ]
-
-
-def question_counts(rows: dict[str, list[dict]]) -> dict[str, int]:
-    """Test questions each policy was scored on, over all folds."""
-    return {policy: len(r) for policy, r in rows.items()}
 
 
 def output_dir(cfg: DictConfig) -> Path:
@@ -202,12 +181,13 @@ def check(cfg: DictConfig):
                 f"variants.{name} must be a mapping of trainer overrides ({{}} for none), got {overrides!r}; "
                 f"~variants.{name} drops the variant"
             )
-        overrides, sources = variant_sources(overrides)
-        if sources and set(sources) - kinds:
+        variant = Variant.parse(name, overrides)
+        if variant.sources and set(variant.sources) - kinds:
             raise ValueError(
-                f"variants.{name}.sources: {sorted(set(sources) - kinds)} not among this run's sets {sorted(kinds)}"
+                f"variants.{name}.sources: {sorted(set(variant.sources) - kinds)} not among this run's sets "
+                f"{sorted(kinds)}"
             )
-        TrainConfig.merged(base, overrides)
+        TrainConfig.merged(base, variant.overrides)
     stats = stats_config(cfg)
     reference = stats.get("reference")
     baseline_names = name_list(cfg.baselines, "baselines")
@@ -292,64 +272,27 @@ class RunContext:
     rank_device: torch.device
 
 
-@dataclasses.dataclass
-class Fold:
-    """One fold: its number and split, the training questions (training-only ones appended) and embeddings,
-    the validation questions and embeddings, the test set, and its test metrics (policy -> metric -> value)."""
-
-    k: int
-    split: Any
-    train_q: list
-    train_e: torch.Tensor
-    val_q: list
-    val_e: torch.Tensor
-    test_set: GraphSet
-    metrics: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass
-class Collected:
-    """What the folds add up to: each fold's metrics, the records, every policy's test rows (with their fold),
-    the node sweep's rows (policy -> nodes -> rows), the learning curves (variant -> fold -> history) and
-    the best checkpoints (the summary run's inputs)."""
-
-    sweep_budgets: list[Budget]
-    per_fold: list[dict[str, dict[str, float]]] = dataclasses.field(default_factory=list)
-    records: list[dict] = dataclasses.field(default_factory=list)
-    test_rows: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
-    sweep_rows: dict[str, dict[int, list[dict]]] = dataclasses.field(default_factory=dict)
-    curves: dict[str, dict[int, Any]] = dataclasses.field(default_factory=dict)
-    models: list = dataclasses.field(default_factory=list)
-
-    def test(self, name: str, policy, fold: Fold, budget: Budget):
-        """Evaluate ``policy`` on the fold's test set under ``budget`` and at each sweep budget; keep its
-        metrics in ``fold.metrics`` and its rows; return the evaluation."""
-        res = evaluate_policy(policy, fold.test_set, budget, progress=False)
-        for b in self.sweep_budgets:
-            level = self.sweep_rows.setdefault(name, {}).setdefault(b.max_nodes, [])
-            level.extend(
-                {"fold": fold.k, **row} for row in evaluate_policy(policy, fold.test_set, b, progress=False).rows
-            )
-        fold.metrics[name] = {m: res.overall.get(m) for m in METRICS}
-        self.test_rows.setdefault(name, []).extend({"fold": fold.k, **row} for row in res.rows)
-        return res
-
-
 def train_and_test(cfg, world, out: Path, folder, budget: Budget, base, variants, baselines) -> dict[str, Any] | None:
-    """Train every variant of every fold and test it next to the baselines; rank 0 returns the results."""
+    """Train every variant of every fold and test it next to the baselines (:func:`rl.walk.folds.cross_validate`);
+    rank 0 returns the results."""
     data = load_data(cfg, world, folder)
     splits = source_folds(data.by_source(), k=cfg.cv.k, seed=cfg.cv.seed, val_fraction=cfg.cv.val_fraction)
     folds = list(cfg.cv.folds) if cfg.cv.folds is not None else list(range(cfg.cv.k))
-    collected = Collected(node_budgets(cfg, budget))
+    tests = FoldTests(METRICS, node_budgets(cfg, budget))
     started = time.perf_counter()
     ctx = run_context(cfg, world, out, folder, budget, base, data)
-    for k in folds:
-        run_fold(ctx, open_fold(ctx, k, splits[k]), variants, baselines, collected)
+    hooks = TrainHooks(ctx)
+    chosen = [Variant.parse(name, overrides) for name, overrides in variants.items()]
+    selector = cfg.policy.get("entry_selector", "embedding")
+    fold_baselines = functools.partial(with_fold_baselines, cfg, baselines)
+    cross_validate(
+        open_folds(ctx, splits, folds), chosen, base, fold_baselines, tests, budget, selector, hooks, world.is_main
+    )
     if not world.is_main:
         return None
-    payload, table, paired = assemble(ctx, collected, splits, folds, variants, started)
-    write_outputs(ctx, collected, payload, table, folds)
-    log_summary(ctx, collected, payload["summary"], paired)
+    payload, table, paired = assemble(ctx, tests, hooks, splits, folds, variants, started)
+    write_outputs(ctx, tests, hooks, payload, table, folds)
+    log_summary(ctx, tests, hooks, payload["summary"], paired)
     log.info("results written to %s", out)
     return payload
 
@@ -391,137 +334,110 @@ def run_context(cfg: DictConfig, world, out: Path, folder, budget: Budget, base,
     return RunContext(cfg, world, out, folder, budget, base, data, logger_cfg, group, graphset_input, rank_device)
 
 
-def open_fold(ctx: RunContext, k: int, split) -> Fold:
-    """Fold ``k``'s parts: the training questions with the training-only ones, validation, test set."""
-    if ctx.world.is_main:
-        log.info(
-            "fold %d: train %d / val %d / test %d conversations",
-            k,
-            len(split.train),
-            len(split.val),
-            len(split.test),
-        )
-    gs, extra = ctx.data.gs, ctx.data.extra
-    train_set, val_set, test_set = (restrict_graphs(gs, part) for part in (split.train, split.val, split.test))
-    train_q, train_e = train_set.questions, train_set.query_embeddings
-    if extra is not None:
-        train_q, train_e = train_q + extra.questions, torch.cat([train_e, extra.query_embeddings])
-    fraction = float(ctx.cfg.get("train_fraction", 1.0))
-    if fraction < 1:  # a learning curve's point: a share of the training questions, drawn by train_seed
-        keep = subsample([q.qid for q in train_q], fraction, int(ctx.cfg.get("train_seed", 0)))
-        train_q, train_e = [train_q[i] for i in keep], train_e[keep]
-    return Fold(k, split, train_q, train_e, val_set.questions, val_set.query_embeddings, test_set)
+def open_folds(ctx: RunContext, splits, folds: list[int]) -> Iterator[Fold]:
+    """Each fold's parts in turn (:func:`rl.walk.folds.open_fold`): the training questions with the training-only
+    ones (a ``train_fraction`` of them, drawn by ``train_seed``), validation, test set."""
+    data, cfg = ctx.data, ctx.cfg
+    for k in folds:
+        split = splits[k]
+        if ctx.world.is_main:
+            log.info(
+                "fold %d: train %d / val %d / test %d conversations",
+                k,
+                len(split.train),
+                len(split.val),
+                len(split.test),
+            )
+        fraction, seed = float(cfg.get("train_fraction", 1.0)), int(cfg.get("train_seed", 0))
+        yield open_fold(data.gs, k, split, data.extra, data.train_graphs, data.source_of, fraction, seed)
 
 
-def run_fold(ctx: RunContext, fold: Fold, variants, baselines, collected: Collected) -> None:
-    """Train and (rank 0) test every variant on the fold, then test the baselines and the fold's own ones."""
-    for name, overrides in variants.items():
-        train_variant(ctx, fold, name, overrides, collected)
-    if not ctx.world.is_main:
-        return
-    for name, kwargs in fold_baseline_config(ctx.cfg).items():
+def with_fold_baselines(cfg: DictConfig, baselines: dict[str, Any], fold: Fold) -> dict[str, Any]:
+    """The baselines with this fold's own ones (``fold_baselines``: ``{fold}`` in a value replaced) made and added."""
+    for name, kwargs in fold_baseline_config(cfg).items():
         given = {key: v.format(fold=fold.k) if isinstance(v, str) else v for key, v in kwargs.items()}
         baselines[name] = make_policy({**policy_config(name), **given})
-    for name, policy in baselines.items():
-        res = collected.test(name, policy, fold, ctx.budget)
-        collected.records.append({"fold": fold.k, "policy": name, "test": res.overall})
-    collected.per_fold.append(fold.metrics)
-    counts = {p: len(fold.test_set.questions) for p in fold.metrics}
-    log.info("fold %d test:\n%s", fold.k, fold_markdown(summarize([fold.metrics]), counts))
+    return baselines
 
 
-def learned_parts(ctx: RunContext, fold: Fold, sources: list[str] | None):
-    """The fold's training questions and embeddings, validation questions and embeddings, and the training and
-    validation graph names a variant learns from: those of ``sources`` (``None``: every source)."""
-    extra = list(ctx.data.extra.graphs) if ctx.data.extra is not None else []
-    graphs = ([*fold.split.train, *extra], list(fold.split.val))
-    parts = (fold.train_q, fold.train_e, fold.val_q, fold.val_e)
-    if sources is None:
-        return parts, graphs
-    keep = set(sources)
-    mine = [[q.graph for q in qs] for qs in (fold.train_q, fold.val_q)]
-    rows = [[i for i, g in enumerate(gs) if ctx.data.source_of[g] in keep] for gs in mine]
-    if not rows[0] or not rows[1]:
-        raise ValueError(
-            f"fold {fold.k}: sources {sources} leave no {'training' if not rows[0] else 'validation'} question"
+@dataclasses.dataclass
+class TrainHooks(FoldHooks):
+    """This script's part of the fold loop: each variant's checkpoint folder and tracked run (its progress bar and
+    W&B run, finished once it is tested), every tested policy's record, the learning curves (variant -> fold ->
+    history) and the best checkpoints (the summary run's inputs)."""
+
+    ctx: RunContext
+    records: list[dict] = dataclasses.field(default_factory=list)
+    curves: dict[str, dict[int, Any]] = dataclasses.field(default_factory=dict)
+    models: list = dataclasses.field(default_factory=list)
+    tracker: Any = None
+    bar: Any = None
+
+    def run_fields(self, fold: Fold, variant: Variant) -> dict[str, Any]:
+        here = {"device": str(self.ctx.rank_device)} if self.ctx.world.distributed else {}  # this rank's GPU
+        ckpt_dir = run_path(self.ctx.out, f"fold{fold.k}", variant.name)
+        return {"checkpoint_dir": str(ckpt_dir), "run_id": self.ctx.folder.run_id, **here}
+
+    def logger(self, fold: Fold, variant: Variant, config: TrainConfig):
+        ctx, k, name = self.ctx, fold.k, variant.name
+        run_config = {**plain(ctx.cfg), "fold": k, "variant": name}
+        self.tracker = make_tracker(
+            ctx.logger_cfg, run_config, out_dir=ctx.out, name=f"fold{k}-{name}", job_type="train", group=ctx.group
         )
-    parts = (
-        [fold.train_q[i] for i in rows[0]],
-        fold.train_e[rows[0]],
-        [fold.val_q[i] for i in rows[1]],
-        fold.val_e[rows[1]],
-    )
-    return parts, tuple([g for g in names if ctx.data.source_of[g] in keep] for names in graphs)
+        if ctx.graphset_input is not None:
+            self.tracker.use_artifact(ctx.graphset_input)
+        epochs = sum(n for _, n, _ in config.phases())
+        self.bar = ProgressLogger(epochs, desc=f"fold {k} {name}", disable=not ctx.cfg.progress)
+        return MultiLogger(PrintLogger(every=1), TrackerLogger(self.tracker), self.bar) if ctx.world.is_main else None
 
+    def failed(self, fold: Fold, variant: Variant, err: Exception) -> None:
+        if isinstance(err, NothingMeasuredError):  # the reward's LLM is failing: nothing of this run is a result
+            self.bar.close()
+            self.tracker.update_summary({"error": str(err)})
+            self.tracker.finish(exit_code=3)
+            raise NothingMeasuredError(f"fold {fold.k} {variant.name}: {err}; no results.json written") from None
 
-def train_variant(ctx: RunContext, fold: Fold, name: str, overrides, collected: Collected) -> None:
-    """Train one variant on the fold (its checkpoints under ``fold<k>/<name>``), on the training and validation
-    graphs of its ``sources`` (all when unset); rank 0 then tests it on the fold's test graphs of every source."""
-    cfg, k = ctx.cfg, fold.k
-    overrides, sources = variant_sources(overrides)
-    here = {"device": str(ctx.rank_device)} if ctx.world.distributed else {}  # this rank's GPU
-    ckpt_dir = run_path(ctx.out, f"fold{k}", name)
-    tc = TrainConfig.merged(ctx.base, overrides, checkpoint_dir=str(ckpt_dir), run_id=ctx.folder.run_id, **here)
-    run_config = {**plain(cfg), "fold": k, "variant": name}
-    tracker = make_tracker(
-        ctx.logger_cfg, run_config, out_dir=ctx.out, name=f"fold{k}-{name}", job_type="train", group=ctx.group
-    )
-    if ctx.graphset_input is not None:
-        tracker.use_artifact(ctx.graphset_input)
-    epochs = sum(n for _, n, _ in tc.phases())
-    bar = ProgressLogger(epochs, desc=f"fold {k} {name}", disable=not cfg.progress)
-    logger = MultiLogger(PrintLogger(every=1), TrackerLogger(tracker), bar) if ctx.world.is_main else None
-    t0 = time.perf_counter()
-    selector = cfg.policy.get("entry_selector", "embedding")
-    parts, (train_graphs, val_graphs) = learned_parts(ctx, fold, sources)
-    inputs = checkpoint_inputs(ctx.data.gs, train_graphs, val_graphs)
-    trainer = WalkTrainer(tc, ctx.data.train_graphs, *parts, ctx.budget, logger, selector, inputs)
-    try:
-        result = trainer.learn()
-    except NothingMeasuredError as err:  # the reward's LLM is failing: nothing of this run is a result
-        bar.close()
-        tracker.update_summary({"error": str(err)})
-        tracker.finish(exit_code=3)
-        raise NothingMeasuredError(f"fold {k} {name}: {err}; no results.json written") from None
-    train_s = time.perf_counter() - t0
-    bar.close()
-    collected.curves.setdefault(name, {})[k] = result.history
-    if ctx.world.is_main:  # rank 0 tests and reports
-        policy = make_policy("router", scorer=result.scorer, device=tc.run.device, entry_selector=selector)
-        test_variant(ctx, fold, name, policy, tc, trainer, result, train_s, tracker, collected)
+    def trained(self, fold: Fold, trained: Trained) -> None:
+        self.bar.close()
+        self.curves.setdefault(trained.variant.name, {})[fold.k] = trained.result.history
 
+    def tested(self, fold: Fold, name: str, result, trained: Trained | None = None) -> None:
+        """A baseline's record; a trained variant's tracked summary, test questions and best checkpoint too."""
+        if trained is None:
+            self.records.append({"fold": fold.k, "policy": name, "test": result.overall})
+            return
+        gs, k, tracker, res = self.ctx.data.gs, fold.k, self.tracker, trained.result
+        tracker.update_summary(
+            {"best_epoch": res.best_epoch, "val/best_return": res.best_score, "train_wall_s": trained.seconds}
+            | {f"test/{m}": v for m, v in fold.metrics[name].items()}
+            | {f"reward/{c}": n for c, n in (res.reward_calls or {}).items() if c in ("calls", "failures")}
+        )
+        log_question_tables(tracker, [result], prefix=f"test_questions/fold{k}")
+        meta = {"fold": k, "variant": name, "best_epoch": res.best_epoch, "config_hash": gs.config_hash}
+        artifact = f"router-{gs.dataset}-fold{k}-{name}"
+        self.models += log_checkpoints(tracker, trained.config.run.checkpoint_dir, artifact, meta)[:1]  # best
+        tracker.finish()
+        self.records.append(
+            {
+                "fold": k,
+                "policy": name,
+                "best_phase": res.best_phase,
+                "best_epoch": res.best_epoch,
+                "val_return": res.best_score,
+                "train_questions": len(trained.trainer.train.qids),  # those trained on (with a gold node and entries)
+                "dropped_train_questions": trained.trainer.train.dropped,
+                "reward_calls": res.reward_calls,  # the LLM-backed reward's calls and failures (null: none)
+                "rank_head": rank_record(res.rank),  # which order the router returns, and the validation figures
+                "train_wall_s": round(trained.seconds, 2),
+                "test": result.overall,
+                "trainer": dataclasses.asdict(trained.config),
+                "history": res.history,
+            }
+        )
 
-def test_variant(ctx: RunContext, fold: Fold, name: str, policy, tc, trainer, result, train_s, tracker, collected):
-    """Test the trained variant on the fold; track its summary, test questions and best checkpoint; keep its record."""
-    gs, k = ctx.data.gs, fold.k
-    res = collected.test(name, policy, fold, ctx.budget)
-    tracker.update_summary(
-        {"best_epoch": result.best_epoch, "val/best_return": result.best_score, "train_wall_s": train_s}
-        | {f"test/{m}": v for m, v in fold.metrics[name].items()}
-        | {f"reward/{c}": n for c, n in (result.reward_calls or {}).items() if c in ("calls", "failures")}
-    )
-    log_question_tables(tracker, [res], prefix=f"test_questions/fold{k}")
-    meta = {"fold": k, "variant": name, "best_epoch": result.best_epoch, "config_hash": gs.config_hash}
-    artifact = f"router-{gs.dataset}-fold{k}-{name}"
-    collected.models += log_checkpoints(tracker, tc.run.checkpoint_dir, artifact, meta)[:1]  # best
-    tracker.finish()
-    collected.records.append(
-        {
-            "fold": k,
-            "policy": name,
-            "best_phase": result.best_phase,
-            "best_epoch": result.best_epoch,
-            "val_return": result.best_score,
-            "train_questions": len(trainer.train.qids),  # those trained on (with a gold node and entries)
-            "dropped_train_questions": trainer.train.dropped,
-            "reward_calls": result.reward_calls,  # the LLM-backed reward's calls and failures (null: none)
-            "rank_head": rank_record(result.rank),  # which order the router returns, and the validation figures
-            "train_wall_s": round(train_s, 2),
-            "test": res.overall,
-            "trainer": dataclasses.asdict(tc),
-            "history": result.history,
-        }
-    )
+    def closed(self, fold: Fold) -> None:
+        counts = {p: len(fold.test_set.questions) for p in fold.metrics}
+        log.info("fold %d test:\n%s", fold.k, fold_markdown(fold_summary([fold.metrics], METRICS), counts))
 
 
 def rank_record(rank) -> dict[str, Any] | None:
@@ -538,21 +454,19 @@ def paired_settings(cfg: DictConfig) -> tuple[str | None, int, int]:
     return stats.get("reference"), int(stats.get("n_boot", 10_000)), int(cfg.cv.seed)
 
 
-def assemble(ctx: RunContext, collected: Collected, splits, folds: list[int], variants, started: float):
+def assemble(ctx: RunContext, tests: FoldTests, hooks: TrainHooks, splits, folds: list[int], variants, started: float):
     """results.json's payload (the node sweep's part added and plotted), results.md's table, the paired comparisons."""
     cfg, gs, extra, budget = ctx.cfg, ctx.data.gs, ctx.data.extra, ctx.budget
-    summary = summarize(collected.per_fold)
+    summary = tests.summary()
     reference, n_boot, seed = paired_settings(cfg)
     also = list(stats_config(cfg).get("also") or [])
-    groups = paired_groups(collected.test_rows, reference, list(variants), also, n_boot, seed)
+    groups = tests.paired(reference, list(variants), also, n_boot, seed)
     paired = [c for g in groups for c in g]
-    table = fold_markdown(summary, question_counts(collected.test_rows))
-    for comparisons in groups:
-        table += "\n\n" + comparisons_markdown(comparisons) if comparisons else ""
+    table = tests.markdown(groups)
     by_source = None
     if len(set(ctx.data.by_source())) > 1:  # cv_sets: every source's test questions apart
         by_source, text = source_results(
-            collected.test_rows, ctx.data.source_of, reference, list(variants), also, n_boot, seed
+            tests.test_rows, ctx.data.source_of, reference, list(variants), also, n_boot, seed
         )
         table += "\n\n## By source\n\n" + text
     log.info("%s: test graphs, %d fold(s), budget %s\n%s", gs.dataset, len(folds), dataclasses.asdict(budget), table)
@@ -563,7 +477,7 @@ def assemble(ctx: RunContext, collected: Collected, splits, folds: list[int], va
         "budget": dataclasses.asdict(budget),
         "folds": folds,
         "summary": summary,
-        "questions": question_counts(collected.test_rows),
+        "questions": tests.questions(),
         "reference": reference,
         "paired": [c.to_json() for c in paired],
         "by_source": by_source,  # with cv_sets: per source, each policy's means and the paired comparisons
@@ -571,58 +485,60 @@ def assemble(ctx: RunContext, collected: Collected, splits, folds: list[int], va
         "cv_sets": (gs.provenance or {}).get("cv_sets", []),  # each set cross-validated with the main one
         "train_extra": None if extra is None else {"graphs": len(extra.graphs), "questions": len(extra.questions)},
         "train_sets": [] if extra is None else extra.provenance["train_sets"],  # each set: file, sha256, counts
-        "records": collected.records,
+        "records": hooks.records,
         "splits": [dataclasses.asdict(splits[k]) for k in folds],
         "node_sweep": None,
         "wall_s": round(time.perf_counter() - started, 2),
         "device": str(resolve_device(ctx.base.get("run", {}).get("device", "auto"))),
         "world_size": ctx.world.size,
         # data file, graph set and config hashes; written with results.json, the run's last file: finished
-        "provenance": run_provenance(plain(cfg), gs, question_counts(collected.test_rows)),
+        "provenance": run_provenance(plain(cfg), gs, tests.questions()),
     }
-    if collected.sweep_rows:
-        payload["node_sweep"] = node_sweep_results(ctx, collected, folds)
+    if tests.sweep_rows:
+        payload["node_sweep"] = node_sweep_results(ctx, tests, folds)
     return payload, table, paired
 
 
-def node_sweep_results(ctx: RunContext, collected: Collected, folds: list[int]) -> dict[str, Any]:
+def node_sweep_results(ctx: RunContext, tests: FoldTests, folds: list[int]) -> dict[str, Any]:
     """The node sweep's budgets and statistics, plotted as recall_at_nodes.png (evidence recall per level)."""
     reference, n_boot, seed = paired_settings(ctx.cfg)
     results = {
-        "budgets": [dataclasses.asdict(b) for b in collected.sweep_budgets],
-        **node_sweep_payload(collected.sweep_rows, reference, n_boot, seed),
+        "budgets": [dataclasses.asdict(b) for b in tests.sweep_budgets],
+        **node_sweep_payload(tests.sweep_rows, reference, n_boot, seed),
     }
     title = f"{ctx.data.gs.dataset}: evidence recall at a node budget, {len(folds)} fold(s) of test questions"
-    plot_node_sweep(collected.sweep_rows, ctx.out / "recall_at_nodes.png", title)
+    plot_node_sweep(tests.sweep_rows, ctx.out / "recall_at_nodes.png", title)
     return results
 
 
-def write_outputs(ctx: RunContext, collected: Collected, payload: dict, table: str, folds: list[int]) -> None:
+def write_outputs(
+    ctx: RunContext, tests: FoldTests, hooks: TrainHooks, payload: dict, table: str, folds: list[int]
+) -> None:
     """results.md, every policy's test rows and node-sweep rows, the learning curves and, last, results.json."""
     out = ctx.out
     atomic_write(out / "results.md", lambda tmp: tmp.write_text(table + "\n"))
-    for name, rows in collected.test_rows.items():
+    for name, rows in tests.test_rows.items():
         write_jsonl(rows, run_path(out, f"questions_{name}.jsonl"))
-    for name, levels in collected.sweep_rows.items():  # the node sweep's rows: what a merge of fold runs needs
+    for name, levels in tests.sweep_rows.items():  # the node sweep's rows: what a merge of fold runs needs
         rows = [
             {k: r.get(k) for k in ("fold", "qid", "category", "metrics")} | {"max_nodes": n}
             for n, level in levels.items()
             for r in level
         ]
         write_jsonl(rows, run_path(out, f"node_sweep_{name}.jsonl"))
-    if collected.curves:
+    if hooks.curves:
         title = f"{ctx.data.gs.dataset}: {len(folds)} fold(s)"
-        plot_learning_curves(collected.curves, out / "learning_curves.png", title=title)
+        plot_learning_curves(hooks.curves, out / "learning_curves.png", title=title)
     write_json(out / "results.json", payload)  # last: its provenance marks the run finished
 
 
-def log_summary(ctx: RunContext, collected: Collected, summary: dict, paired: list) -> None:
+def log_summary(ctx: RunContext, tests: FoldTests, hooks: TrainHooks, summary: dict, paired: list) -> None:
     """The summary run: the checkpoints as inputs, the test means and stds, the tables and the results artifact."""
     out, group = ctx.out, ctx.group
     with make_tracker(
         ctx.logger_cfg, ctx.cfg, out_dir=out, name="summary", job_type="evaluate", group=group
     ) as tracker:
-        for ref in collected.models:  # lineage: graph set -> checkpoints -> these results
+        for ref in hooks.models:  # lineage: graph set -> checkpoints -> these results
             tracker.use_artifact(ref)
         tracker.update_summary(
             {f"test/{p}/{m}": ms[m]["mean"] for p, ms in summary.items() for m in METRICS}
@@ -633,8 +549,8 @@ def log_summary(ctx: RunContext, collected: Collected, summary: dict, paired: li
         )
         if paired:
             tracker.log_table("paired_vs_reference", *paired_table(paired))
-        files = ["results.json", "results.md", *(f"questions_{n}.jsonl" for n in collected.test_rows)]
-        files += ["learning_curves.png"] if collected.curves else []
+        files = ["results.json", "results.md", *(f"questions_{n}.jsonl" for n in tests.test_rows)]
+        files += ["learning_curves.png"] if hooks.curves else []
         tracker.log_artifact(describe_artifact(out, "results", tracker.run_artifact_name("results"), files=files))
 
 

@@ -10,6 +10,7 @@ from script_loader import load_script
 
 from graphmem.builders.pipeline import train_sources
 from rl.common.splits import conversation_folds, source_folds
+from rl.walk import folds
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 QUICK = [
@@ -46,7 +47,7 @@ def run(tmp_path_factory):
     module = load_script("train")
     seen = {}
 
-    class Recording(module.WalkTrainer):
+    class Recording(folds.WalkTrainer):
         def __init__(self, cfg, graphs, questions, embeddings, val_questions, *rest, **kw):
             name = Path(cfg.run.checkpoint_dir).name
             seen[name] = ({q.graph for q in questions}, {q.graph for q in val_questions})
@@ -57,7 +58,7 @@ def run(tmp_path_factory):
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         cfg = compose(config_name="train", overrides=over)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(module, "WalkTrainer", Recording)
+        mp.setattr(folds, "WalkTrainer", Recording)
         payload = module.run(cfg)
     return payload, seen, tmp / "out"
 

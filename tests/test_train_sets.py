@@ -19,6 +19,7 @@ from graphmem.index.embed import HashingEncoder
 from graphmem.store.checkpoint import check_inputs
 from graphmem.store.graphset import GraphSet
 from graphmem.store.setstore import file_sha256
+from rl.walk import folds
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 HASHING = ["graph.encoder=hashing", "logger=none", "progress=false"]
@@ -52,7 +53,7 @@ def trained(main_set):
     module = load_script("train")
     seen = {}
 
-    class Recording(module.WalkTrainer):
+    class Recording(folds.WalkTrainer):
         def __init__(self, cfg, graphs, questions, embeddings, val_questions, *rest, **kw):
             seen["train"], seen["val"] = [q.qid for q in questions], [q.qid for q in val_questions]
             seen["graphs"] = set(graphs)
@@ -77,7 +78,7 @@ def trained(main_set):
         ],
     )
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(module, "WalkTrainer", Recording)
+        mp.setattr(folds, "WalkTrainer", Recording)
         payload = module.run(cfg)
     return main_set / "out", payload, seen
 

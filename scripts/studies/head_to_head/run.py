@@ -78,7 +78,8 @@ from graphmem.tracking import (
     make_tracker,
 )
 from rl.common.splits import conversation_folds, within_conversation_split
-from rl.walk.trainer import TrainConfig, WalkTrainer
+from rl.walk.folds import train_walk
+from rl.walk.trainer import TrainConfig
 
 log = logging.getLogger(__name__)
 PAIRED_LOG = ("policy", "round", "mean_diff", "ci_low", "ci_high", "n")
@@ -216,9 +217,8 @@ def router_curve(name: str, gs: GraphSet, cfg: DictConfig, budget: Budget, data,
         t0 = time.perf_counter()
         tc = TrainConfig.merged(base, {} if n else untrained, checkpoint_dir="", resume=False)
         q, e = (train_q[:n], train_e[:n]) if n else (train_q, train_e)  # n = 0: initialisation only
-        trainer = WalkTrainer(tc, gs.graphs, q, e, val_q, val_e, budget=budget, entry_selector=selector)
-        result = trainer.learn()
-        router = make_policy("router", scorer=result.scorer, device=tc.run.device, entry_selector=selector)
+        trained = train_walk(tc, gs.graphs, (q, e, val_q, val_e), budget, selector)
+        router, result = trained.policy(selector), trained.result
         row = {
             "examples": n,
             **evaluate(router, gs, gs.graphs, test_q, test_e, budget, test_rows["router"]),

@@ -7,9 +7,9 @@ For each seed a family of conversations is generated (:func:`synthetic_relations
 event chains with temporal, causal, entity and semantic edges whose neighbours all have one cosine
 distribution, questions asking for one relation out of an anchor, the intent in the query's
 embedding and wording). Its graphs are split by conversation (:func:`rl.common.splits.conversation_folds`,
-one fold); each router variant (``variants``: trainer overrides) is trained by
-:class:`rl.walk.trainer.WalkTrainer` on the training graphs, selected on the validation graphs and
-tested once on the test graphs next to the heuristics, under one budget. Reported: evidence recall
+one fold); in the fold loop (:func:`rl.walk.folds.cross_validate`) each router variant (``variants``: trainer
+overrides) is trained by :class:`rl.walk.trainer.WalkTrainer` on the training graphs, selected on the validation
+graphs and tested once on the test graphs next to the heuristics, under one budget. Reported: evidence recall
 per policy on each seed's test graphs, mean ± std over seeds (ddof = 1), recall per question kind,
 and the paired per-question difference of the first variant (the reference) minus every other
 policy over all seeds' test questions (95% bootstrap CI, paired t-test). Writes ``out`` (one JSON
@@ -19,6 +19,7 @@ file, atomically) with the command that produced it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import shlex
 import time
@@ -33,23 +34,19 @@ from omegaconf import DictConfig
 from synthetic_relations import KINDS, make_relation_family
 
 import graphmem.config.schemas  # noqa: F401  (registers the config-group schemas before Hydra composes)
-from graphmem.config.cli import (
-    check_int,
-    policy_config,
-    restrict_graphs,
-    set_threads,
-)
+from graphmem.config.cli import check_int, policy_config, set_threads
 from graphmem.config.entry import main, plain, typed
 from graphmem.core import Budget
 from graphmem.datasets.types import LoadReport
-from graphmem.eval.harness import evaluate_policy
+from graphmem.eval.folds import FoldTests
 from graphmem.eval.stats import PairedComparison, fold_summary, paired_comparison, per_question
 from graphmem.policies import POLICIES, make_policy
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
 from models.walk_scorer import ScorerConfig, WalkScorer
 from rl.common.splits import check_fraction, conversation_folds
-from rl.walk.trainer import TrainConfig, WalkTrainer
+from rl.walk.folds import Fold, FoldHooks, Trained, Variant, cross_validate, open_fold
+from rl.walk.trainer import TrainConfig
 
 log = logging.getLogger(__name__)
 METRIC = "evidence_recall"
@@ -148,74 +145,82 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     set_threads(cfg)
     out, budget, base, variants, heuristics = check(cfg)
     started = time.perf_counter()
-    rows: dict[str, list[dict]] = {}  # policy -> test rows of every seed
-    per_seed: list[dict[str, dict[str, float]]] = []
-    records, splits, cosines, readout = [], [], [], []
-    for seed in cfg.seeds:
-        gs, intents = family_set(cfg, seed)
-        split = conversation_folds(list(gs.graphs), k=cfg.split.k, seed=seed, val_fraction=cfg.split.val_fraction)
-        split = split[cfg.split.fold]
-        train, val, test = (restrict_graphs(gs, part) for part in (split.train, split.val, split.test))
-        splits.append({"seed": seed, **{p: len(getattr(split, p)) for p in ("train", "val", "test")}})
-        splits[-1] |= {f"{p}_questions": len(s.questions) for p, s in (("train", train), ("val", val), ("test", test))}
-        cosines.append({"seed": seed, **neighbour_cosines(test)})
-        readout.append({"seed": seed, **intent_readout(test, intents)})
-        policies: dict[str, Any] = {}
-        for name, overrides in variants.items():
-            tc = TrainConfig.merged(base, overrides, seed=seed)
-            t0 = time.perf_counter()
-            trainer = WalkTrainer(
-                tc,
-                gs.graphs,  # the training and validation graphs
-                train.questions,
-                train.query_embeddings,
-                val.questions,
-                val.query_embeddings,
-                budget,
-                entry_selector=cfg.entry_selector,
-            )
-            result = trainer.learn()
-            records.append(
-                {
-                    "seed": seed,
-                    "variant": name,
-                    "best_phase": result.best_phase,
-                    "best_epoch": result.best_epoch,
-                    "val_recall": result.best_score,
-                    "train_wall_s": round(time.perf_counter() - t0, 2),
-                    "model": dataclasses.asdict(tc.model),
-                }
-            )
-            log.info(
-                "seed %d %s: best %s epoch %d, val recall %.3f",
-                *(seed, name, result.best_phase, result.best_epoch, result.best_score),
-            )
-            policies[name] = make_policy(
-                "router", scorer=result.scorer, device=tc.run.device, entry_selector=cfg.entry_selector
-            )
-        if cfg.cosine_walk:
-            scorer = WalkScorer(ScorerConfig(dim=gs.graphs[split.test[0]].dim))
-            policies[COSINE_WALK] = make_policy(
-                "router", scorer=scorer, device="cpu", entry_selector=cfg.entry_selector
-            )
-        for name in heuristics:
-            policies[name] = make_policy(policy_config(name))
-        fold_metrics = {}
-        for name, policy in policies.items():
-            res = evaluate_policy(policy, test, budget, progress=False)
-            rows.setdefault(name, []).extend({"seed": seed, **row} for row in res.rows)
-            fold_metrics[name] = {METRIC: res.overall.get(METRIC)}
-        per_seed.append(fold_metrics)
-        log.info("seed %d test recall: %s", seed, {p: round(m[METRIC], 3) for p, m in fold_metrics.items()})
-    payload, paired = assemble(cfg, rows, per_seed, budget, variants)
-    payload |= {"records": records, "splits": splits, "neighbour_cosine": cosines, "intent_readout": readout}
-    payload["wall_s"] = round(time.perf_counter() - started, 2)
+    tests = FoldTests((METRIC,), tag="seed")  # per seed: its test rows, tagged with the seed, and its metrics
+    hooks = FamilyHooks(cfg)
+    chosen = [Variant(name, overrides) for name, overrides in variants.items()]
+    baselines = functools.partial(heuristic_policies, cfg, heuristics)
+    folds = (family_fold(cfg, seed, hooks) for seed in cfg.seeds)
+    cross_validate(folds, chosen, base, baselines, tests, budget, cfg.entry_selector, hooks)
+    payload, paired = assemble(cfg, tests.test_rows, tests.per_fold, budget, variants)
+    payload |= {"records": hooks.records, "splits": hooks.splits, "neighbour_cosine": hooks.cosines}
+    payload |= {"intent_readout": hooks.readout, "wall_s": round(time.perf_counter() - started, 2)}
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, payload)
     for c in paired:
         log.info("%s - %s: %+.3f [%+.3f, %+.3f] n=%d", c.policy, c.reference, c.mean_diff, c.ci_low, c.ci_high, c.n)
     log.info("results written to %s", out)
     return payload
+
+
+def family_fold(cfg: DictConfig, seed: int, hooks: FamilyHooks) -> Fold:
+    """The one fold of ``seed``'s family (``split.fold`` of its conversations, split by ``seed``); its split sizes,
+    neighbour cosines and intent readout go to ``hooks``."""
+    gs, intents = family_set(cfg, seed)
+    split = conversation_folds(list(gs.graphs), k=cfg.split.k, seed=seed, val_fraction=cfg.split.val_fraction)
+    fold = open_fold(gs, seed, split[cfg.split.fold])
+    sizes = {"train": len(fold.train_q), "val": len(fold.val_q), "test": len(fold.test_set.questions)}
+    hooks.splits.append({"seed": seed, **{p: len(getattr(fold.split, p)) for p in ("train", "val", "test")}})
+    hooks.splits[-1] |= {f"{p}_questions": n for p, n in sizes.items()}
+    hooks.cosines.append({"seed": seed, **neighbour_cosines(fold.test_set)})
+    hooks.readout.append({"seed": seed, **intent_readout(fold.test_set, intents)})
+    return fold
+
+
+def heuristic_policies(cfg: DictConfig, heuristics: list[str], fold: Fold) -> dict[str, Any]:
+    """The fold's baselines: the untrained scorer (the walk by cosine alone) with ``cosine_walk``, the heuristics."""
+    policies: dict[str, Any] = {}
+    if cfg.cosine_walk:
+        scorer = WalkScorer(ScorerConfig(dim=fold.gs.graphs[fold.split.test[0]].dim))
+        policies[COSINE_WALK] = make_policy("router", scorer=scorer, device="cpu", entry_selector=cfg.entry_selector)
+    for name in heuristics:
+        policies[name] = make_policy(policy_config(name))
+    return policies
+
+
+@dataclasses.dataclass
+class FamilyHooks(FoldHooks):
+    """The study's part of the fold loop: each variant trained with the seed of its family, its record, and what each
+    seed's fold reports besides the test rows (split sizes, neighbour cosines, intent readout)."""
+
+    cfg: DictConfig
+    records: list[dict] = dataclasses.field(default_factory=list)
+    splits: list[dict] = dataclasses.field(default_factory=list)
+    cosines: list[dict] = dataclasses.field(default_factory=list)
+    readout: list[dict] = dataclasses.field(default_factory=list)
+
+    def run_fields(self, fold: Fold, variant: Variant) -> dict[str, Any]:
+        return {"seed": fold.k}  # a fold is a seed's family
+
+    def trained(self, fold: Fold, trained: Trained) -> None:
+        result, name = trained.result, trained.variant.name
+        self.records.append(
+            {
+                "seed": fold.k,
+                "variant": name,
+                "best_phase": result.best_phase,
+                "best_epoch": result.best_epoch,
+                "val_recall": result.best_score,
+                "train_wall_s": round(trained.seconds, 2),
+                "model": dataclasses.asdict(trained.config.model),
+            }
+        )
+        log.info(
+            "seed %d %s: best %s epoch %d, val recall %.3f",
+            *(fold.k, name, result.best_phase, result.best_epoch, result.best_score),
+        )
+
+    def closed(self, fold: Fold) -> None:
+        log.info("seed %d test recall: %s", fold.k, {p: round(m[METRIC], 3) for p, m in fold.metrics.items()})
 
 
 def assemble(
