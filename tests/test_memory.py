@@ -17,7 +17,7 @@ from graphmem.builders.entities import make_entity_extractor
 from graphmem.builders.incremental import Record, records_of
 from graphmem.builders.locomo import build_locomo_graph, node_texts, turn_records
 from graphmem.core import Budget
-from graphmem.core.graph import MemoryGraph
+from graphmem.core.graph import MemoryGraph, edge_table
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
 from graphmem.index.embed import HashingEncoder, encoder_fingerprint
@@ -31,23 +31,6 @@ from models.walk_scorer import ScorerConfig, WalkScorer
 def conversations():
     convs, _, _ = load_locomo(data_file("locomo/locomo_dev8.json"))
     return convs
-
-
-def edge_table(g) -> list[tuple]:  # noqa: D103
-    """Every edge as (source id, target id, relation, features, initial features, S, F), sorted."""
-    ids, rel = g.node_ids, g.relations
-    return sorted(
-        (ids[s], ids[d], rel[r], tuple(a), tuple(a0), sf, ff)
-        for s, d, r, a, a0, sf, ff in zip(
-            g.edge_index[0].tolist(),
-            g.edge_index[1].tolist(),
-            g.edge_type.tolist(),
-            g.edge_attr.tolist(),
-            g.edge_attr_init.tolist(),
-            g.S.tolist(),
-            g.F.tolist(),
-        )
-    )
 
 
 def assert_same_graph(a, b) -> None:

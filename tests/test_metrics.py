@@ -15,15 +15,16 @@ def toy_graph(ids, titles=None) -> MemoryGraph:
     return g
 
 
-def question(evidence, category=4, support_titles=()):
+def question(evidence, category=4, support_titles=(), support_chain=(), qid="q"):
     return Question(
-        qid="q",
+        qid=qid,
         graph="g",
         text="?",
         answer="x",
         evidence=tuple(evidence),
         category=category,
         support_titles=tuple(support_titles),
+        support_chain=tuple(support_chain),
     )
 
 
@@ -136,16 +137,7 @@ def passage_graph():
 
 
 def chain_question(chain, support):
-    return Question(
-        qid="m",
-        graph="g",
-        text="?",
-        answer="x",
-        evidence=tuple(support),
-        category="3hop1",
-        support_titles=tuple(support),
-        support_chain=tuple(chain),
-    )
+    return question(support, "3hop1", support, chain, qid="m")
 
 
 def test_passage_recall_at_k_ranks_passages_by_first_loaded_node():

@@ -486,6 +486,17 @@ def out_csr(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
     return table
 
 
+def edge_table(graph: MemoryGraph) -> list[tuple]:
+    """Every edge as ``(source id, target id, relation, features, initial features, S, F)``, sorted: two graphs
+    with the same nodes hold the same edges, features and counters exactly when their tables are equal."""
+    ids, rel = graph.node_ids, graph.relations
+    columns = (graph.edge_index[0], graph.edge_index[1], graph.edge_type, graph.edge_attr, graph.edge_attr_init)
+    return sorted(
+        (ids[s], ids[d], rel[r], tuple(a), tuple(a0), sf, ff)
+        for (s, d, r, a, a0), sf, ff in zip(zip(*(c.tolist() for c in columns)), graph.S.tolist(), graph.F.tolist())
+    )
+
+
 def default_key(text: str, words: int = 12) -> str:
     """Short routing key: the first ``words`` words of the text."""
     parts = text.split()

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from graphmem import Memory
 from graphmem.builders.locomo import turn_records
+from graphmem.core.graph import edge_table
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
 from graphmem.store.io import write_json
@@ -81,16 +82,6 @@ def stream_and_kill(folder: Path, kills: int, seed: int) -> list[str]:
         out, _ = child.communicate()
         reported += [line for line in out.splitlines() if line]
     return reported
-
-
-def edge_table(graph) -> list[tuple]:
-    """Every edge as (source id, target id, relation, features, initial features, S, F), sorted."""
-    ids, rel = graph.node_ids, graph.relations
-    columns = (graph.edge_index[0], graph.edge_index[1], graph.edge_type, graph.edge_attr, graph.edge_attr_init)
-    return sorted(
-        (ids[s], ids[d], rel[r], tuple(a), tuple(a0), sf, ff)
-        for (s, d, r, a, a0), sf, ff in zip(zip(*(c.tolist() for c in columns)), graph.S.tolist(), graph.F.tolist())
-    )
 
 
 def check(folder: Path, reported: list[str], kills: int) -> dict:

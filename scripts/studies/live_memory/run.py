@@ -37,6 +37,7 @@ from graphmem.builders.locomo import build_locomo_graph, turn_records
 from graphmem.config.cli import policy_config, set_threads
 from graphmem.core import Budget
 from graphmem.core.errors import InputError
+from graphmem.core.graph import edge_table
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
 from graphmem.eval.harness import evaluate_policy
@@ -44,16 +45,6 @@ from graphmem.eval.stats import paired_comparison
 from graphmem.policies import make_policy
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
-
-
-def edge_table(graph) -> list[tuple]:
-    """Every edge as (source id, target id, relation, features, initial features, S, F), sorted."""
-    ids, rel = graph.node_ids, graph.relations
-    columns = (graph.edge_index[0], graph.edge_index[1], graph.edge_type, graph.edge_attr, graph.edge_attr_init)
-    return sorted(
-        (ids[s], ids[d], rel[r], tuple(a), tuple(a0), sf, ff)
-        for (s, d, r, a, a0), sf, ff in zip(zip(*(c.tolist() for c in columns)), graph.S.tolist(), graph.F.tolist())
-    )
 
 
 def _edges(graph) -> dict[tuple, tuple]:
