@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from case_runs import out_arguments, outcome, save_locomo_set, write_cases
 
-from graphmem.builders import DataConfig, GraphConfig, build_graphset
+from graphmem.config.entry import command
 from graphmem.datasets.paths import data_file
 from graphmem.store.checkpoint import load_checkpoint, save_checkpoint
 from graphmem.store.io import write_json
@@ -95,13 +96,7 @@ class Cases:
             [sys.executable, *argv, *hydra], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=1800
         )
         seconds = time.perf_counter() - t0
-        lines = (proc.stderr + proc.stdout).splitlines()
-        found = next((x for x in lines if x.startswith("error: ")), None)
-        text = found or (after() if after else next((x for x in reversed(lines) if x.strip()), ""))
-        if after and found:
-            text += "; " + after()
-        if any("Traceback" in x for x in lines):
-            text += " (with a traceback)"
+        text = outcome((proc.stderr + proc.stdout).splitlines(), after)
         command = shown or " ".join(["python", *argv])
         record = {"case": case, "command": self.shown(command), "exit_code": proc.returncode}
         self.records.append({**record, "outcome": self.shown(text.split("] - ", 1)[-1]), "seconds": round(seconds, 1)})
@@ -413,10 +408,8 @@ def served(out: Path, qid: str) -> str:
 def setup(c: Cases) -> None:
     """The sets, a finished training, fold runs of two data files and two learning rates, two evaluations."""
     tmp = c.tmp
-    graph = GraphConfig(encoder="hashing", cache_dir=str(tmp / "cache"))
-    build_graphset(DataConfig(name="locomo", limit=3), graph, progress=False).save(tmp / "set")
-    other = locomo_copy(tmp / "reworded.json", 3, reworded)
-    build_graphset(DataConfig(name="locomo", limit=3, file=str(other)), graph, progress=False).save(tmp / "other")
+    save_locomo_set(tmp, 3)
+    save_locomo_set(tmp, 3, "other", str(locomo_copy(tmp / "reworded.json", 3, reworded)))
     jobs = [
         [f"graphset={tmp / 'set'}", "cv.folds=[0]", f"out_dir={tmp / 'run'}", "trainer.objective.imitation_epochs=2"],
         [f"graphset={tmp / 'set'}", "cv.folds=[0]", f"out_dir={tmp / 'folds' / 'f0'}"],
@@ -437,20 +430,19 @@ def setup(c: Cases) -> None:
         )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = ROOT / "docs" / "results" / "reliability_results_and_training.json"
-    parser.add_argument("--out", type=Path, default=default)
-    args = parser.parse_args()
+def work(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="reliability-results-") as name:
         c = Cases(Path(name))
         setup(c)
         training_cases(c)
         results_cases(c)
         input_cases(c)
-    write_json(args.out, {"command": "python scripts/reliability/results_and_training.py", "cases": c.records})
-    print(f"wrote {args.out}")
+    write_cases(args.out, "results_and_training.py", c.records)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(out_arguments(__doc__.splitlines()[0], "reliability_results_and_training"), work, argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

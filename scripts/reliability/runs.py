@@ -22,9 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphmem.builders import DataConfig, GraphConfig, build_graphset
+from case_runs import out_arguments, save_locomo_set, write_cases
+
 from graphmem.config.entry import command
-from graphmem.store.io import write_json
 from graphmem.store.lockfile import FileLock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,17 +110,10 @@ def outcome(stderr: str, stdout: str) -> str:
     return re.sub(r"replaced-\d{8}-\d{6}-[0-9a-f]{6}", "replaced-<run id>", found)
 
 
-def arguments() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "reliability_runs.json")
-    return parser
-
-
 def work(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="reliability-runs-") as name:
         tmp = Path(name)
-        graph = GraphConfig(encoder="hashing", cache_dir=str(tmp / "cache"))
-        build_graphset(DataConfig(name="locomo", limit=2), graph, progress=False).save(tmp / "set")
+        save_locomo_set(tmp, 2)
         (tmp / "a-file").write_text("not a folder")
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HIDDEN_KEY": HEX_KEY.upper(), "CUDA_VISIBLE_DEVICES": ""}
         held = FileLock(tmp / "out" / "held" / ".run.lock", {"run_id": "a-live-run"}).acquire()
@@ -141,14 +134,11 @@ def work(args: argparse.Namespace) -> None:
                 print(f"{proc.returncode}  {case}: {text}", flush=True)
         finally:
             held.release()
-    payload = {"command": "python scripts/reliability/runs.py", "cases": records}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(args.out, payload)
-    print(f"wrote {args.out}")
+    write_cases(args.out, "runs.py", records)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command(arguments(), work, argv)
+    return command(out_arguments(__doc__.splitlines()[0], "reliability_runs"), work, argv)
 
 
 if __name__ == "__main__":

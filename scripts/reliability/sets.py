@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from case_runs import out_arguments, write_cases
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -272,9 +273,7 @@ def checkpoint_cases(c: Cases, tmp: Path, best: Path, test_graphs: list[str]) ->
 
 
 def arguments() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "reliability_sets.json")
-    return parser
+    return out_arguments(__doc__.split("\n\n")[0], "reliability_sets")
 
 
 def work(args: argparse.Namespace) -> None:
@@ -286,9 +285,7 @@ def work(args: argparse.Namespace) -> None:
     build = build_cases(c, tmp)
     cache_cases(c, tmp, build)
     checkpoint_cases(c, tmp, best, test_graphs)
-    payload = {"command": "python scripts/reliability/sets.py", "cases": c.rows}
-    write_json(args.out, payload)
-    print(f"wrote {args.out}")
+    write_cases(args.out, "sets.py", c.rows)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -30,7 +30,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
 
-from graphmem.builders import DataConfig, GraphConfig, build_graphset
+from case_runs import out_arguments, outcome, save_locomo_set, write_cases
+
+from graphmem.builders import DataConfig
 from graphmem.config.entry import command
 from graphmem.store.io import write_json
 
@@ -95,13 +97,7 @@ class Runner:
             [sys.executable, script, *argv, *hydra], cwd=ROOT, env=self.env, capture_output=True, text=True
         )
         seconds = time.perf_counter() - t0
-        lines = (proc.stderr + proc.stdout).splitlines()
-        found = next((x for x in lines if x.startswith("error: ")), None)
-        text = found or (after() if after else next((x for x in reversed(lines) if x.strip()), ""))
-        if after and found:
-            text += "; " + after()
-        if any("Traceback" in x for x in lines):
-            text += " (with a traceback)"
+        text = outcome((proc.stderr + proc.stdout).splitlines(), after)
         shown = " ".join(["python", script, *argv])
         shown = shown.replace(f"127.0.0.1:{self.port}", "127.0.0.1:<port>")
         for path, label in ((self.tmp / "set", "<set>"), (self.tmp, "<tmp>")):
@@ -306,17 +302,10 @@ def edited_fold(r: Runner) -> None:
     r.run(f"make_docs.py after hybrid's fold 1 in {path.name} was edited by hand", "scripts/make_docs.py", docs)
 
 
-def arguments() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "reliability_stops.json")
-    return parser
-
-
 def work(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="reliability-stops-") as name:
         tmp = Path(name)
-        graph = GraphConfig(encoder="hashing", cache_dir=str(tmp / "cache"))
-        build_graphset(DataConfig(name="locomo", limit=3), graph, progress=False).save(tmp / "set")
+        save_locomo_set(tmp, 3)
         r = Runner(tmp)
         run = tmp / "run"
         argv = [f"graphset={tmp / 'set'}", *TRAIN, *SHORT, f"out_dir={run}", f"hydra.run.dir={tmp}/hydra"]
@@ -331,13 +320,11 @@ def work(args: argparse.Namespace) -> None:
             edited_fold(r)
         finally:
             r.server.shutdown()
-    payload = {"command": "python scripts/reliability/stops.py", "cases": r.records}
-    write_json(args.out, payload)
-    print(f"wrote {args.out}")
+    write_cases(args.out, "stops.py", r.records)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command(arguments(), work, argv)
+    return command(out_arguments(__doc__.splitlines()[0], "reliability_stops"), work, argv)
 
 
 if __name__ == "__main__":
