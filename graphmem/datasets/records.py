@@ -14,12 +14,7 @@ TOO_DEEP = "JSON nested deeper than Python's recursion limit (no record of a dat
 def read_json(path: Path, error: type[Exception]) -> Any:
     """The JSON value of ``path``; invalid JSON, or JSON nested past the recursion limit, raises ``error`` naming
     the file, bytes that are not UTF-8 :class:`graphmem.datasets.paths.DataEncodingError`."""
-    try:
-        return json.loads(read_text(path))
-    except json.JSONDecodeError as err:
-        raise error(f"{path}: not valid JSON ({err})") from None
-    except RecursionError:
-        raise error(f"{path}: {TOO_DEEP}") from None
+    return _json(read_text(path), f"{path}", error)
 
 
 def json_records(path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
@@ -29,25 +24,22 @@ def json_records(path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]
     :class:`graphmem.datasets.paths.DataEncodingError`."""
     text = read_text(path)
     if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise error(f"{path}: not valid JSON ({err})") from None
-        except RecursionError:
-            raise error(f"{path}: {TOO_DEEP}") from None
-        for i, item in enumerate(items):
+        for i, item in enumerate(_json(text, f"{path}", error)):
             yield f"record {i}", item
         return
     for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise error(f"{path}: line {n}: not valid JSON ({err})") from None
-        except RecursionError:
-            raise error(f"{path}: line {n}: {TOO_DEEP}") from None
-        yield f"line {n}", record
+        if line.strip():
+            yield f"line {n}", _json(line, f"{path}: line {n}", error)
+
+
+def _json(text: str, where: str, error: type[Exception]) -> Any:
+    """``text`` parsed as JSON; ``error`` naming ``where`` when it is not JSON or nests too deep."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise error(f"{where}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise error(f"{where}: {TOO_DEEP}") from None
 
 
 def keyed_records(
