@@ -37,7 +37,7 @@ from graphmem.datasets.types import Question
 from graphmem.eval.harness import write_jsonl
 from graphmem.eval.metrics import category_name, percentile
 from graphmem.llm.client import LLMClient, LLMConfig
-from graphmem.qa.answer import Answerer, IntentPredictor, build_requests, make_intent_predictor
+from graphmem.qa.answer import Answerer, AnswerRequest, IntentPredictor, build_requests, make_intent_predictor
 from graphmem.qa.judge import Judge, JudgeItem, Verdict, check_judge_config
 from graphmem.qa.scoring import ABSTENTION_PHRASES, conventions_for, rule_for, score_answer
 
@@ -135,20 +135,10 @@ def select_questions(questions: Sequence[Question], n: int | None, seed: int) ->
     return [q for i, q in enumerate(questions) if i in keep]
 
 
-def _answer_phase(
-    queries: Sequence[Query],
-    graph_of: Sequence[str],
-    loaded: Sequence[Sequence[str]],
-    graphs: dict[str, MemoryGraph],
-    answerer: Answerer,
-    intents: IntentPredictor,
-    context_fields: Sequence[str],
-    progress: bool,
-):
-    """Phase 1: nothing but queries, graphs and loaded ids is in scope."""
+def _answer_phase(answerer: Answerer, requests: Sequence[AnswerRequest], progress: bool):
+    """Phase 1: nothing but the requests (queries, loaded nodes' text, no gold) is in scope."""
     from tqdm.auto import tqdm
 
-    requests = build_requests(queries, graph_of, loaded, graphs, intents, context_fields)
     with tqdm(total=len(requests), desc="answering", disable=not progress, leave=False) as bar:
         return answerer.answer_many(requests, on_done=bar.update)
 
@@ -175,7 +165,8 @@ def run_qa(
     if any(q.qid != x.qid for q, x in zip(questions, queries)):
         raise ValueError("questions and queries are not aligned by qid")
     graph_of = [q.graph for q in questions]  # routing only: which graph a query is asked over
-    answers = _answer_phase(queries, graph_of, loaded, graphs, answerer, intents, context_fields, progress)
+    requests = build_requests(queries, graph_of, loaded, graphs, intents, context_fields)
+    answers = _answer_phase(answerer, requests, progress)
 
     # ---- gold joins here, after every answer has returned
     rules = [rule_for(q.category, conventions) for q in questions]
