@@ -1,8 +1,11 @@
 """Shared test setup: offline everything, small real data from ../shared/data."""
 
 import os
+import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -28,3 +31,17 @@ import example_policy  # noqa: E402,F401
 
 import graphmem.config.schemas  # noqa: E402,F401  (registers the config-group schemas; tests compose configs)
 import rl.walk  # noqa: E402,F401  (adds the trainer schema: tests compose train without loading its script)
+from tests.small_sets import saved_locomo_set  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def locomo2_set(tmp_path_factory):
+    """The first two LoCoMo conversations, built with the hashing encoder and saved once for the session (read it,
+    never change it: :func:`set_copy` is the copy a test may damage)."""
+    return saved_locomo_set(tmp_path_factory.mktemp("locomo2"), limit=2)
+
+
+@pytest.fixture
+def set_copy(locomo2_set, tmp_path):
+    """This test's own copy of :func:`locomo2_set`."""
+    return shutil.copytree(locomo2_set, tmp_path / "set")

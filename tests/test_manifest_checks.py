@@ -16,19 +16,8 @@ from graphmem.builders import DataConfig, GraphConfig, reuse_or_build
 from graphmem.store.graphset import GraphSet
 from graphmem.store.setstore import GraphSetError, content_sha256, file_sha256
 from tests.one_line_errors import error_line, run_script
-from tests.small_sets import saved_locomo_set
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return saved_locomo_set(tmp_path_factory.mktemp("manifest"), limit=2)
-
-
-@pytest.fixture
-def saved(built, tmp_path):
-    return shutil.copytree(built, tmp_path / "set")
 
 
 def _edit(directory, change, restamp=False):
@@ -50,11 +39,11 @@ def _set_evidence(m):
 
 
 @pytest.mark.parametrize("change", [_set_text, _set_evidence], ids=["question_text", "evidence"])
-def test_an_edited_manifest_is_refused_by_its_own_checksum(saved, change):
-    GraphSet.load(saved)
-    _edit(saved, change)
+def test_an_edited_manifest_is_refused_by_its_own_checksum(set_copy, change):
+    GraphSet.load(set_copy)
+    _edit(set_copy, change)
     with pytest.raises(GraphSetError, match=r"manifest.json: content differs from its checksum"):
-        GraphSet.load(saved)
+        GraphSet.load(set_copy)
 
 
 def _reorder(m):
@@ -67,29 +56,29 @@ def _move_graph(m):
 
 
 @pytest.mark.parametrize("change", [_reorder, _move_graph], ids=["reordered", "moved_to_another_graph"])
-def test_query_rows_are_bound_to_their_questions_even_under_a_restamped_manifest(saved, change):
-    _edit(saved, change, restamp=True)
+def test_query_rows_are_bound_to_their_questions_even_under_a_restamped_manifest(set_copy, change):
+    _edit(set_copy, change, restamp=True)
     with pytest.raises(
         GraphSetError, match=r"queries.safetensors: its rows belong to other questions or another order"
     ):
-        GraphSet.load(saved)
+        GraphSet.load(set_copy)
 
 
-def test_graphs_as_a_list_is_one_error_naming_the_field(saved):
-    _edit(saved, lambda m: m.update(graphs=list(m["graphs"].values())), restamp=True)
+def test_graphs_as_a_list_is_one_error_naming_the_field(set_copy):
+    _edit(set_copy, lambda m: m.update(graphs=list(m["graphs"].values())), restamp=True)
     with pytest.raises(GraphSetError, match=r"manifest.json: field 'graphs' must be a JSON object, got list"):
-        GraphSet.load(saved)
+        GraphSet.load(set_copy)
 
 
-def test_a_duplicate_question_id_is_refused_at_load(saved):
-    _edit(saved, lambda m: m["questions"][1].update(qid=m["questions"][0]["qid"]), restamp=True)
+def test_a_duplicate_question_id_is_refused_at_load(set_copy):
+    _edit(set_copy, lambda m: m["questions"][1].update(qid=m["questions"][0]["qid"]), restamp=True)
     with pytest.raises(GraphSetError, match=r"question id 'conv-26#0' occurs more than once"):
-        GraphSet.load(saved)
+        GraphSet.load(set_copy)
 
 
-def test_all_zero_query_rows_are_refused(saved):
-    manifest = json.loads((saved / "manifest.json").read_text())
-    queries = saved / manifest["queries"]
+def test_all_zero_query_rows_are_refused(set_copy):
+    manifest = json.loads((set_copy / "manifest.json").read_text())
+    queries = set_copy / manifest["queries"]
     emb = load_file(str(queries))["query_embeddings"]
     emb[7] = 0.0
     from safetensors import safe_open
@@ -98,26 +87,26 @@ def test_all_zero_query_rows_are_refused(saved):
         meta = f.metadata()
     save_file({"query_embeddings": emb}, str(queries), metadata=meta)
     _edit(
-        saved,
+        set_copy,
         lambda m: m["files"][m["queries"]].update(sha256=file_sha256(queries), bytes=queries.stat().st_size),
         restamp=True,
     )
     with pytest.raises(GraphSetError, match=r"1 query embedding rows are all zero .*first row 7"):
-        GraphSet.load(saved)
+        GraphSet.load(set_copy)
 
 
-def test_a_set_of_the_previous_format_is_refused_with_a_rebuild_hint(saved):
-    _edit(saved, lambda m: m.update(manifest_version=2))
+def test_a_set_of_the_previous_format_is_refused_with_a_rebuild_hint(set_copy):
+    _edit(set_copy, lambda m: m.update(manifest_version=2))
     with pytest.raises(GraphSetError, match=r"manifest_version 2 is not 3 \(the set predates the current format"):
-        GraphSet.load(saved)
+        GraphSet.load(set_copy)
 
 
-def test_a_manifest_that_is_not_json_is_one_line_naming_the_file(saved, tmp_path):
-    (saved / "manifest.json").write_text("not json at all")
+def test_a_manifest_that_is_not_json_is_one_line_naming_the_file(set_copy, tmp_path):
+    (set_copy / "manifest.json").write_text("not json at all")
     proc = run_script(
-        "evaluate.py", f"graphset={saved}", "policies=[dense_topk]", f"out_dir={tmp_path / 'o'}", tmp_path=tmp_path
+        "evaluate.py", f"graphset={set_copy}", "policies=[dense_topk]", f"out_dir={tmp_path / 'o'}", tmp_path=tmp_path
     )
-    assert f"{saved / 'manifest.json'}: not valid JSON" in error_line(proc)
+    assert f"{set_copy / 'manifest.json'}: not valid JSON" in error_line(proc)
 
 
 def _build_args(tmp_path):
