@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.datasets.records import keyed_records
+from graphmem.datasets.records import one_question_records
 from graphmem.datasets.types import HotpotRecord, LoadReport, Paragraph, Question, record_question
 
 
@@ -40,16 +40,12 @@ def title_id(title: str) -> str:
 
 def load_hotpotqa(path: str | Path) -> tuple[list[HotpotRecord], list[Question], LoadReport]:
     """Read a HotpotQA file; returns records, questions (one per record) and the report."""
-    path = Path(path)
-    report = LoadReport(source=str(path))
-    records: list[HotpotRecord] = []
-    questions: list[Question] = []
-    for where, raw, qid in keyed_records(path, HotpotFormatError, "_id", integer_ids=True):
-        record = _record(raw, qid, where, report)
-        records.append(record)
-        questions.append(_question(record, report))
-    report.records, report.questions = len(records), len(questions)
-    return records, questions, report
+    return one_question_records(path, HotpotFormatError, "_id", _read, integer_ids=True)
+
+
+def _read(raw: dict, qid: str, where: str, report: LoadReport) -> tuple[HotpotRecord, Question]:
+    record = _record(raw, qid, where, report)
+    return record, _question(record, report)
 
 
 def _record(raw: dict, qid: str, where: str, report: LoadReport) -> HotpotRecord:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmem.datasets.records import keyed_records
+from graphmem.datasets.records import one_question_records
 from graphmem.datasets.types import LoadReport, MusiqueParagraph, MusiqueRecord, MusiqueStep, Question, record_question
 
 
@@ -40,16 +40,12 @@ def passage_id(title: str) -> str:
 
 def load_musique(path: str | Path) -> tuple[list[MusiqueRecord], list[Question], LoadReport]:
     """Read a MuSiQue file; returns records, questions (one per record) and the report."""
-    path = Path(path)
-    report = LoadReport(source=str(path))
-    records: list[MusiqueRecord] = []
-    questions: list[Question] = []
-    for where, raw, qid in keyed_records(path, MusiqueFormatError, "id"):
-        record = _record(raw, qid, where)
-        records.append(record)
-        questions.append(_question(record, report))
-    report.records, report.questions = len(records), len(questions)
-    return records, questions, report
+    return one_question_records(path, MusiqueFormatError, "id", _read)
+
+
+def _read(raw: dict, qid: str, where: str, report: LoadReport) -> tuple[MusiqueRecord, Question]:
+    record = _record(raw, qid, where)
+    return record, _question(record, report)
 
 
 def _text(raw: dict, name: str, where: str, required: bool = True) -> str:

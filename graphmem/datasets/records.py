@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from graphmem.datasets.paths import read_text
+from graphmem.datasets.types import LoadReport, Question
 
 TOO_DEEP = "JSON nested deeper than Python's recursion limit (no record of a dataset nests so deep): refused"
 
@@ -64,3 +65,23 @@ def keyed_records(
             raise error(f"{where}: field {key!r} repeats an earlier record")
         seen.add(qid)
         yield where, raw, qid
+
+
+def one_question_records(
+    path: str | Path,
+    error: type[Exception],
+    key: str,
+    read: Callable[[dict, str, str, LoadReport], tuple[Any, Question]],
+    integer_ids: bool = False,
+) -> tuple[list, list[Question], LoadReport]:
+    """The records and questions of a file with one question a record (HotpotQA, MuSiQue, 2Wiki) and its report:
+    ``read(raw, id, where, report)`` makes each record of :func:`keyed_records` and its question."""
+    path = Path(path)
+    report = LoadReport(source=str(path))
+    records, questions = [], []
+    for where, raw, qid in keyed_records(path, error, key, integer_ids):
+        record, question = read(raw, qid, where, report)
+        records.append(record)
+        questions.append(question)
+    report.records, report.questions = len(records), len(questions)
+    return records, questions, report

@@ -37,7 +37,7 @@ from typing import Sequence
 from graphmem.datasets.hotpotqa import HotpotFormatError, title_id
 from graphmem.datasets.hotpotqa import _question as hotpot_question
 from graphmem.datasets.hotpotqa import _record as hotpot_record
-from graphmem.datasets.records import keyed_records
+from graphmem.datasets.records import one_question_records
 from graphmem.datasets.types import HotpotRecord, LoadReport, Question
 
 Triple = tuple[str, str, str]
@@ -49,31 +49,25 @@ class TwoWikiFormatError(HotpotFormatError):
 
 def load_twowiki(path: str | Path) -> tuple[list[HotpotRecord], list[Question], LoadReport]:
     """Read a 2WikiMultiHopQA file; returns records, questions (one per record) and the report."""
-    path = Path(path)
-    report = LoadReport(source=str(path))
-    records: list[HotpotRecord] = []
-    questions: list[Question] = []
-    for where, raw, qid in keyed_records(path, TwoWikiFormatError, "_id"):
-        kind = raw.get("type")
-        if not isinstance(kind, str) or not kind:
-            raise TwoWikiFormatError(f"{where}: field 'type' missing or not a non-empty string")
-        try:
-            record = hotpot_record(raw, qid, where, report)
-        except HotpotFormatError as err:
-            raise TwoWikiFormatError(str(err)) from None
-        triples = _triples(raw, qid, where, report)
-        question = hotpot_question(record, report)
-        chain, by_triples = chain_order(question.support_titles, triples)
-        if not by_triples:
-            report.chains_in_fact_order.append(qid)
-        records.append(record)
-        questions.append(
-            dataclasses.replace(
-                question, support_chain=tuple(title_id(t) for t in chain), evidence_triples=tuple(triples)
-            )
-        )
-    report.records, report.questions = len(records), len(questions)
-    return records, questions, report
+    return one_question_records(path, TwoWikiFormatError, "_id", _read)
+
+
+def _read(raw: dict, qid: str, where: str, report: LoadReport) -> tuple[HotpotRecord, Question]:
+    """A record and its question, the question's chain in the order of the record's evidence triples."""
+    kind = raw.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise TwoWikiFormatError(f"{where}: field 'type' missing or not a non-empty string")
+    try:
+        record = hotpot_record(raw, qid, where, report)
+    except HotpotFormatError as err:
+        raise TwoWikiFormatError(str(err)) from None
+    triples = _triples(raw, qid, where, report)
+    question = hotpot_question(record, report)
+    chain, by_triples = chain_order(question.support_titles, triples)
+    if not by_triples:
+        report.chains_in_fact_order.append(qid)
+    chain_ids = tuple(title_id(t) for t in chain)
+    return record, dataclasses.replace(question, support_chain=chain_ids, evidence_triples=tuple(triples))
 
 
 def _triples(raw: dict, qid: str, where: str, report: LoadReport) -> list[Triple]:
