@@ -259,14 +259,12 @@ def test_llm_reflector_labels_only_the_traversed_transitions(monkeypatch):
     monkeypatch.setattr(litellm, "completion", fake)
     client = LLMClient(LLMConfig(model="gpt-4o-mini", mock_response="x", max_retries=0))
     q = Question("q", "g", "What is d?", "GOLD-ANSWER-77", ("d",), 1)
-    stats = learn_evidence(
-        {"g": g},
-        [q],
-        torch.ones(1, 3),
-        BetaBFS(entry_selector=FixedEntries()),
-        Budget(max_hops=2),
-        reflector=LLMReflector(client),
-    )
+
+    def reflect(graph):  # question q on graph, Beta BFS from row 0, its two hops labelled by the LLM reflector
+        policy, budget = BetaBFS(entry_selector=FixedEntries()), Budget(max_hops=2)
+        return learn_evidence({"g": graph}, [q], torch.ones(1, 3), policy, budget, reflector=LLMReflector(client))
+
+    stats = reflect(g)
     assert stats.examples == 1 and stats.labels == {"helpful": 1, "harmful": 1, "neutral": 0}
     assert g.S[pair(g, "a", "b")].tolist() == [0.5, 0.5] and g.F[pair(g, "a", "c")].tolist() == [0.25]
     assert float(g.S[pair(g, "e", "a")].sum()) == 0.0 and stats.edges_updated == 3
@@ -290,14 +288,7 @@ def test_llm_reflector_labels_only_the_traversed_transitions(monkeypatch):
         ),
     )
     h = tree_graph()
-    stats = learn_evidence(
-        {"g": h},
-        [q],
-        torch.ones(1, 3),
-        BetaBFS(entry_selector=FixedEntries()),
-        Budget(max_hops=2),
-        reflector=LLMReflector(client),
-    )
+    stats = reflect(h)
     assert stats.failed_calls == 1 and stats.examples == 0 and float(h.S.sum() + h.F.sum()) == 0.0
 
 
