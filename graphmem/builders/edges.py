@@ -14,6 +14,7 @@ Every helper returns undirected candidate pairs as two long tensors ``(a, b)`` w
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import torch
@@ -206,24 +207,28 @@ def lookup_pairs(n: int, a: Tensor, b: Tensor, values: Tensor, src: Tensor, dst:
     return torch.where(keys[pos] == q, vals[pos], torch.zeros(q.numel()))
 
 
-def phase1_features(
-    graph: MemoryGraph,
-    src: Tensor,
-    dst: Tensor,
-    group: Sequence,
-    order: Sequence[int],
-    entities: Sequence[set[str]],
-    causal: tuple[Tensor, Tensor, Tensor],
-    tau: float,
-) -> Tensor:
+@dataclass(frozen=True)
+class Phase1Inputs:
+    """What the Phase-1 features of a graph's edges are read from besides its embeddings: each node's sequence
+    (``group``, ``order``: :func:`sequence_positions`), its entities, the causal pairs and their confidences
+    (``(a, b, confidence)``) and the decay ``tau`` of ``p_t``."""
+
+    group: Sequence
+    order: Sequence[int]
+    entities: Sequence[set[str]]
+    causal: tuple[Tensor, Tensor, Tensor]
+    tau: float
+
+
+def phase1_features(graph: MemoryGraph, src: Tensor, dst: Tensor, inputs: Phase1Inputs) -> Tensor:
     """``[E, 4]`` rows ``[p_t, p_s, p_c, p_e]`` (module docstring) for the edges ``src -> dst``."""
-    emb = graph.embeddings
+    emb, i = graph.embeddings, inputs
     return torch.stack(
         [
-            temporal_proximity(group, order, src, dst, tau),
+            temporal_proximity(i.group, i.order, src, dst, i.tau),
             (emb[src] * emb[dst]).sum(1).clamp(-1.0, 1.0),
-            lookup_pairs(graph.num_nodes, *causal, src, dst),
-            jaccard(entities, src, dst),
+            lookup_pairs(graph.num_nodes, *i.causal, src, dst),
+            jaccard(i.entities, src, dst),
         ],
         dim=1,
     )
@@ -238,16 +243,9 @@ def undirected_unique(a: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor]:
 
 
 def add_relation_edges(
-    graph: MemoryGraph,
-    pairs: dict[str, tuple[Tensor, Tensor]],
-    features: str,
-    group: Sequence,
-    order: Sequence[int],
-    entities: Sequence[set[str]],
-    causal: tuple[Tensor, Tensor, Tensor],
-    tau: float,
+    graph: MemoryGraph, pairs: dict[str, tuple[Tensor, Tensor]], features: str, inputs: Phase1Inputs
 ) -> None:
-    """Insert both directions of every pair with ``scored`` or ``onehot`` features, in one call.
+    """Insert both directions of every pair with ``scored`` (from ``inputs``) or ``onehot`` features, in one call.
 
     Edges are ordered by relation (in ``pairs`` order), then source, then target.
     """
@@ -263,7 +261,7 @@ def add_relation_edges(
     src, dst, rel = torch.cat(srcs), torch.cat(dsts), torch.cat(rels)
     if src.numel() == 0:
         return
-    feats = phase1_features(graph, src, dst, group, order, entities, causal, tau) if features == "scored" else None
+    feats = phase1_features(graph, src, dst, inputs) if features == "scored" else None
     graph.add_edges(src, dst, rel, features=feats)
 
 
@@ -293,7 +291,7 @@ def add_document_edges(
             torch.cat([torch.as_tensor(bridges[1], dtype=torch.long), ent_b]),
         ),
     }
-    add_relation_edges(graph, pairs, cfg.features, group, order, entities, causal, cfg.temporal_tau)
+    add_relation_edges(graph, pairs, cfg.features, Phase1Inputs(group, order, entities, causal, cfg.temporal_tau))
 
 
 def sequence_positions(graph: MemoryGraph) -> tuple[list, list[int]]:
@@ -346,6 +344,6 @@ def replace_entity_edges(graph: MemoryGraph, entities: Sequence[set[str]], cfg: 
         is_causal = out.edge_type == causal_rel
         causal = (out.edge_index[0][is_causal], out.edge_index[1][is_causal], out.edge_attr_init[is_causal, 2])
         group, order = sequence_positions(out)
-        feats = phase1_features(out, src, dst, group, order, entities, causal, cfg.temporal_tau)
+        feats = phase1_features(out, src, dst, Phase1Inputs(group, order, entities, causal, cfg.temporal_tau))
     out.add_edges(src, dst, "entity", features=feats)
     return out

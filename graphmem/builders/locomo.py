@@ -132,5 +132,5 @@ def build_locomo_graph(
         "causal": causal[:2],
         "entity": E.entity_pairs(entities, cfg.entity_fanout, cfg.entity_max_share, at_arrival=cfg.incremental),
     }
-    E.add_relation_edges(graph, pairs, cfg.features, group, order, entities, causal, cfg.temporal_tau)
+    E.add_relation_edges(graph, pairs, cfg.features, E.Phase1Inputs(group, order, entities, causal, cfg.temporal_tau))
     return graph

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from graphmem.builders.edges import phase1_features
+from graphmem.builders.edges import Phase1Inputs, phase1_features
 from graphmem.builders.synthetic import _texts
 from graphmem.core.graph import RELATIONS, MemoryGraph
 from graphmem.datasets.types import Question
@@ -153,7 +153,7 @@ def make_relation_graph(
         label = relation if typed else UNTYPED
         rel.append(torch.full((2 * len(rows),), graph.relations.index(label), dtype=torch.long))
     src, dst, rel = torch.cat(src), torch.cat(dst), torch.cat(rel)
-    feats = phase1_features(graph, src, dst, group, order, entities, causal, TEMPORAL_TAU)
+    feats = phase1_features(graph, src, dst, Phase1Inputs(group, order, entities, causal, TEMPORAL_TAU))
     graph.add_edges(src, dst, rel, features=feats)
     return graph.validate(), pairs
 
