@@ -67,9 +67,7 @@ def parse_session_datetime(raw: str | None, formats: tuple[str, ...] = _DATE_FOR
 def load_locomo(path: str | Path) -> tuple[list[Conversation], list[Question], LoadReport]:
     """Read a LoCoMo JSON file; returns conversations, questions and the :class:`LoadReport`."""
     path = Path(path)
-    raw = read_json(path, LocomoFormatError)
-    if not isinstance(raw, list):
-        raise LocomoFormatError(f"{path}: top level must be a list of conversation records, got {type(raw).__name__}")
+    raw = read_json(path, LocomoFormatError, (list, "a list of conversation records"))
     report = LoadReport(source=str(path))
     conversations, questions, seen = [], [], set()
     for index, record in enumerate(raw):

@@ -56,9 +56,7 @@ def parse_turn_datetime(raw: Any) -> datetime | None:
 def load_realtalk(path: str | Path) -> tuple[list[Conversation], list[Question], LoadReport]:
     """Read one REALTALK file (one conversation); returns ``[conversation]``, its questions and the report."""
     path = Path(path)
-    raw = read_json(path, RealtalkFormatError)
-    if not isinstance(raw, dict):
-        raise RealtalkFormatError(f"{path}: top level must be one conversation object, got {type(raw).__name__}")
+    raw = read_json(path, RealtalkFormatError, (dict, "one conversation object"))
     report = LoadReport(source=str(path))
     sample_id = path.stem
     conv = _conversation(raw, sample_id, str(path), report)

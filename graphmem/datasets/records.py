@@ -12,10 +12,14 @@ from graphmem.datasets.types import LoadReport, Question
 TOO_DEEP = "JSON nested deeper than Python's recursion limit (no record of a dataset nests so deep): refused"
 
 
-def read_json(path: Path, error: type[Exception]) -> Any:
+def read_json(path: Path, error: type[Exception], top: tuple[type, str] | None = None) -> Any:
     """The JSON value of ``path``; invalid JSON, or JSON nested past the recursion limit, raises ``error`` naming
-    the file, bytes that are not UTF-8 :class:`graphmem.datasets.paths.DataEncodingError`."""
-    return _json(read_text(path), f"{path}", error)
+    the file, bytes that are not UTF-8 :class:`graphmem.datasets.paths.DataEncodingError`. ``top``: the type the
+    value must have and how the error names it (``(list, "a list of records")``)."""
+    value = _json(read_text(path), f"{path}", error)
+    if top is not None and not isinstance(value, top[0]):
+        raise error(f"{path}: top level must be {top[1]}, got {type(value).__name__}")
+    return value
 
 
 def json_records(path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
