@@ -18,6 +18,7 @@ JSON and a log-log plot beside it (``--plot``, default ``docs/query_length.png``
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import random
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 
 from graphmem.builders import DataConfig, GraphConfig, build_graphset
+from graphmem.config.entry import command
 from graphmem.core import Budget
 from graphmem.core.retrieval import MAX_QUERY_TOKENS, Query, QueryTooLongError
 from graphmem.index.embed import HashingEncoder
@@ -98,17 +100,20 @@ def plot(payload: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lengths", type=int, nargs="+", default=LENGTHS, help="question lengths in words")
     p.add_argument("--policies", nargs="+", default=["router", "bm25", "hybrid", "dense_topk"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "query_length.json")
     p.add_argument("--plot", type=Path, default=ROOT / "docs" / "query_length.png")
-    args = p.parse_args(argv)
+    return p
+
+
+def work(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    """Time each policy at each question length and write the results and the plot (module docstring)."""
     if args.repeats < 1 or min(args.lengths) < 1:
-        print("error: --repeats and every --lengths value must be positive", file=sys.stderr)
-        return 2
+        raise ValueError("--repeats and every --lengths value must be positive")
     torch.set_num_threads(1)
     encoder = HashingEncoder()
     gs = build_graphset(DataConfig(name="locomo", limit=1), GraphConfig(encoder="hashing"), encoder, progress=False)
@@ -155,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     plot(payload, args.plot)
     print(f"wrote {args.out} and {args.plot}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), functools.partial(work, argv=argv), argv)
 
 
 if __name__ == "__main__":

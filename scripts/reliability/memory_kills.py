@@ -30,6 +30,7 @@ from pathlib import Path
 
 from graphmem import Memory
 from graphmem.builders.locomo import turn_records
+from graphmem.config.entry import command
 from graphmem.core.graph import edge_table
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
@@ -118,15 +119,18 @@ def check(folder: Path, reported: list[str], kills: int) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
     ap.add_argument("--out", type=Path, default=ROOT / "outputs" / "reliability" / "memory_kills.json")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def work(args: argparse.Namespace) -> int:
+    """Stream with kills, check the memory against a clean one, write the report; 1 when a check failed."""
     if args.kills < 1:
-        print(f"error: --kills must be at least 1, got {args.kills}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--kills must be at least 1, got {args.kills}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "memory"
         reported = stream_and_kill(folder, args.kills, args.seed)
@@ -137,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{'ok' if report['ok'] else 'FAILED'}; written to {args.out}"
     )
     return 0 if report["ok"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from graphmem.builders.config import GraphConfig
 from graphmem.builders.entities import make_entity_extractor
 from graphmem.builders.locomo import build_locomo_graph, turn_records
 from graphmem.config.cli import policy_config, set_threads
+from graphmem.config.entry import command
 from graphmem.core import Budget
 from graphmem.core.errors import InputError
 from graphmem.core.graph import edge_table
@@ -150,25 +151,23 @@ def compare_walks(gs: GraphSet, graphs: dict[str, dict], checkpoints: list[str])
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphset", required=True, help="a LoCoMo graph set built with the batch rules")
     ap.add_argument("--checkpoints", nargs="*", default=[], help="trained walks, one per fold")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("outputs/live_memory/memory_equivalence.json"))
-    args = ap.parse_args(argv)
-    try:
-        set_threads({"threads": args.threads})
-        gs = GraphSet.load(args.graphset)
-        t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory() as tmp:
-            batch, given, encoded, rows = build_all(gs, Path(tmp))
-        walks = compare_walks(
-            gs, {"set": gs.graphs, "batch": batch, "given": given, "encoded": encoded}, args.checkpoints
-        )
-    except (InputError, OSError, KeyError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return ap
+
+
+def work(args: argparse.Namespace) -> None:
+    """Build the set's conversations the four ways, compare their graphs and walks, write the results."""
+    set_threads({"threads": args.threads})
+    gs = GraphSet.load(args.graphset)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        batch, given, encoded, rows = build_all(gs, Path(tmp))
+    walks = compare_walks(gs, {"set": gs.graphs, "batch": batch, "given": given, "encoded": encoded}, args.checkpoints)
     payload = {
         "command": "python " + " ".join(sys.argv),
         "graphset": gs.dataset,
@@ -179,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_json(args.out, payload)
     print(f"written to {args.out}")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv, errors=(OSError,))
 
 
 if __name__ == "__main__":
