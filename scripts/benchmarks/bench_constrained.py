@@ -15,6 +15,7 @@ reflection schema with id enums and on the pydantic Curation schema. Writes
 ``outputs/bench_constrained_<which>.json``.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
 
+from graphmem.config.entry import command
 from graphmem.llm.local import load_model
 from graphmem.llm.schemas import Curation, Reflection, parse_structured
 from rl.common.seeding import seed_everything
@@ -169,9 +171,17 @@ def run(lib, model, tok, name, enc, n_new, sample, seeds):
     return res
 
 
-if __name__ == "__main__":
-    libs = sys.argv[1].split(",")
-    which = sys.argv[2]
+def arguments() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("libs", help="comma-separated libraries: none, llguidance, xgrammar, outlines, lmfe")
+    ap.add_argument("which", help="smollm2 (greedy, 128 tokens), tiny-byte or another tiny random Llama (sampled)")
+    ap.add_argument("samples", nargs="?", type=int, default=8, help="samples per schema of a tiny Llama")
+    return ap
+
+
+def work(args: argparse.Namespace) -> None:
+    """Every library on every schema; the results in ``outputs/bench_constrained_<which>.json``."""
+    libs, which = args.libs.split(","), args.which
     results = {}
     if which == "smollm2":
         lm = load_model()
@@ -182,31 +192,39 @@ if __name__ == "__main__":
                 results[f"{lib}/{name}"] = run(lib, model, tok, name, enc, 128, False, [0])
                 print(lib, name, json.dumps(results[f"{lib}/{name}"])[:600], flush=True)
     else:  # tiny random Llama with a given tokenizer, sampling at temperature 1
-        if which == "tiny-byte":
-            tok = byte_tokenizer()
-        else:
-            tok = load_model().tokenizer
-        cfg = LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=4096,
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-        seed_everything(0)
-        model = LlamaForCausalLM(cfg).eval()
+        tok, model = tiny_llama(which)
         enc = tok("Reply in JSON: ", return_tensors="pt")
         for lib in libs:
             for name in SCHEMAS:
-                results[f"{lib}/{name}"] = run(
-                    lib, model, tok, name, enc, 256, True, range(int(sys.argv[3]) if len(sys.argv) > 3 else 8)
-                )
+                results[f"{lib}/{name}"] = run(lib, model, tok, name, enc, 256, True, range(args.samples))
                 r = {k: v for k, v in results[f"{lib}/{name}"].items() if k != "examples"}
                 print(lib, name, json.dumps(r), flush=True)
     os.makedirs("outputs", exist_ok=True)
     json.dump(results, open(f"outputs/bench_constrained_{which}.json", "w"), indent=1)
+
+
+def tiny_llama(which: str):
+    """A tiny random Llama (seed 0) over the byte tokenizer (``tiny-byte``) or SmolLM2's; returns both."""
+    tok = byte_tokenizer() if which == "tiny-byte" else load_model().tokenizer
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    seed_everything(0)
+    return tok, LlamaForCausalLM(cfg).eval()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -35,6 +35,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from graphmem import Memory
+from graphmem.config.entry import command
 from graphmem.eval.latency import latency_summary
 from graphmem.serve import MemoryClient, MemoryServerError
 from graphmem.store.io import write_json
@@ -200,7 +201,7 @@ def report(args, load: Load, elapsed: float, writes: dict, load_start) -> dict:
     }
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=8, help="concurrent clients (threads, one connection each)")
     ap.add_argument("--seconds", type=float, default=60.0, help="how long the clients run (at most 600)")
@@ -212,9 +213,13 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds one request may take")
     ap.add_argument("--note", default="", help="what else ran on the machine (kept in the report)")
     ap.add_argument("--out", default=None, help="the JSON report (e.g. docs/results/serve_load.json)")
-    args = ap.parse_args()
+    return ap
+
+
+def work(args: argparse.Namespace) -> int:
+    """Serve, load, verify the writes and report; 1 when a write was lost or a memory fails its integrity check."""
     if not (1 <= args.clients <= 256 and 0 < args.seconds <= 600 and 1 <= args.memories <= args.clients):
-        ap.error("--clients in [1, 256], --seconds in (0, 600], --memories in [1, clients]")
+        raise ValueError("--clients in [1, 256], --seconds in (0, 600], --memories in [1, clients]")
     token, load_start = secrets.token_urlsafe(24), os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         server, url = start_server(Path(tmp), args.encoder, token)
@@ -232,9 +237,12 @@ def main() -> None:
     print(f"writes acknowledged {result['writes_acknowledged']}, lost {result['writes_lost']}")
     if args.out:
         print(f"written to {write_json(args.out, result)}")
-    if result["writes_lost"] or any(m["integrity_problems"] for m in result["memories"].values()):
-        raise SystemExit(1)
+    return int(bool(result["writes_lost"] or any(m["integrity_problems"] for m in result["memories"].values())))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
