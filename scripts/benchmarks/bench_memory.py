@@ -42,6 +42,7 @@ from graphmem import Memory
 from graphmem.builders.locomo import turn_records
 from graphmem.builders.synthetic import make_text_graph
 from graphmem.config.cli import set_threads
+from graphmem.config.entry import command
 from graphmem.datasets.locomo import load_locomo
 from graphmem.datasets.paths import data_file
 from graphmem.eval.latency import latency_summary
@@ -160,7 +161,7 @@ def ingest(n: int, folder: Path) -> dict:
     return {"turns": len(recs), "wall_s": wall, "turns_per_s": len(recs) / wall, "encoder": "minilm"}
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000, 1000000])
     ap.add_argument("--adds", type=int, default=200, help="timed single adds per size")
@@ -171,13 +172,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="outputs/benchmark/memory_scale.json")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def work(args: argparse.Namespace) -> None:
+    """Grow the memory, time it at each size and write the report (module docstring)."""
     bad = [s for s in args.sizes if s < 1] + [v for v in (args.adds, args.queries, args.chunk) if v < 1]
     if bad or args.ingest < 0:
-        print(
-            f"error: sizes, --adds, --queries and --chunk must be positive, --ingest >= 0 (got {bad})", file=sys.stderr
-        )
-        raise SystemExit(2)
+        raise ValueError(f"sizes, --adds, --queries and --chunk must be positive, --ingest >= 0 (got {bad})")
     threads = set_threads({"threads": args.threads})
     report = {"command": "python " + " ".join(sys.argv), "threads": threads, "load_average_at_start": os.getloadavg()}
     report.update(run(args))
@@ -188,5 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"written to {out}")
 
 
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
