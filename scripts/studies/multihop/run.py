@@ -29,6 +29,7 @@ evaluate commands and runs nothing. ``python scripts/make_docs.py`` renders ``do
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from graphmem.config.cli import set_threads
+from graphmem.config.entry import command
 from graphmem.core.errors import InputError
 from graphmem.eval.metrics import in_overall, mean
 from graphmem.eval.runs import question_rows, results_file, shell_word
@@ -206,19 +208,22 @@ def study_set(name: str, graphset: Path, runs_dir: Path, runs: list[Run], runner
 
 def main(argv: list[str] | None = None, runner: Runner = run_subprocess) -> int:
     """The study's command line (module docstring); 0 when written, 2 with one ``error:`` line on bad input."""
-    args = parse_args(argv)
+    return command(arguments(), functools.partial(work, argv=argv, runner=runner), argv, errors=(PathNameError,))
+
+
+def work(args: argparse.Namespace, argv: list[str] | None, runner: Runner) -> int:
+    """Plan the evaluate runs (``--dry-run``: print them), run them and write ``multihop.json``."""
+    if args.n_boot < 1:
+        raise ValueError(f"--n-boot must be a positive integer, got {args.n_boot}")
+    args.argv = argv
     set_threads(None)  # $OMP_NUM_THREADS, else one thread (graphmem.config.cli.set_threads)
-    try:
-        checkpoints = study_checkpoints(args)
-        runs = plan_runs(checkpoints, args.device)
-        if args.dry_run:
-            for name in args.sets:
-                study_set(name, args.graphs / name, args.runs, runs, None, args.n_boot, restrict(args, name))
-            return 0
-        payload = study(args, checkpoints, runs, runner)
-    except (InputError, PathNameError, ValueError) as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
+    checkpoints = study_checkpoints(args)
+    runs = plan_runs(checkpoints, args.device)
+    if args.dry_run:
+        for name in args.sets:
+            study_set(name, args.graphs / name, args.runs, runs, None, args.n_boot, restrict(args, name))
+        return 0
+    payload = study(args, checkpoints, runs, runner)
     path = write_json(args.out / RESULTS, payload, indent=2)
     print(f"wrote {shown(path)}")
     return 0
@@ -335,7 +340,7 @@ def train_set(item: dict[str, Any]) -> dict[str, Any]:
     return {k: item.get(k) for k in keys}
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--walk", type=Path, required=True, help="the walk: <out_dir>/fold0/router/best.pt")
     parser.add_argument("--walk-name", default="multihop", help="the walk's name in the tables")
@@ -355,11 +360,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default=None, help="evaluate's device= for every run (default: each policy's)")
     parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples of each paired CI")
     parser.add_argument("--dry-run", action="store_true", help="print the evaluate commands; run nothing")
-    args = parser.parse_args(argv)
-    if args.n_boot < 1:
-        parser.error(f"--n-boot must be a positive integer, got {args.n_boot}")
-    args.argv = argv
-    return args
+    return parser
 
 
 if __name__ == "__main__":
