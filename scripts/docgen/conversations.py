@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from docgen.results import LABELS, paired_table
-from docgen.sources import field, fill, load_results
+from docgen.sources import field, fill, results_at
 from graphmem.eval.report import markdown_grid
 
 PAGE = "conversations"
@@ -79,8 +79,7 @@ def _transfer(by_source: Mapping[str, Any], reference: str) -> list[str]:
 
 
 def render(results_dir: Path) -> str:
-    path = Path(results_dir) / RESULTS
-    res = load_results(results_dir, RESULTS)
+    path, res = results_at(results_dir, RESULTS)
     if res is None:
         return fill(PAGE, "intro") + "\n\n" + fill(PAGE, "missing") + "\n"
     reference = field(res, path, "reference")

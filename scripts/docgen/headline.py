@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from docgen.sources import check_spread, field, fill, load_results, p_value
+from docgen.sources import check_spread, field, fill, p_value, results_at
 from graphmem.eval.report import markdown_grid
 
 RESULTS = "learned_vs_hybrid_locomo.json"
@@ -42,8 +42,7 @@ def _mean_std(stats: dict[str, Any]) -> str:
 def render_headline(results_dir: Path) -> str:
     """Per-fold and mean ± std evidence recall of every policy, then each trained variant's paired
     difference (Δ, 95% CI, p, n) against every policy it was compared with."""
-    path = Path(results_dir) / RESULTS
-    payload = load_results(results_dir, RESULTS)
+    path, payload = results_at(results_dir, RESULTS)
     if payload is None:
         return fill(PAGE, "none", name=RESULTS, command=fill(PAGE, "command"))
     summary, records = field(payload, path, "summary"), field(payload, path, "records")

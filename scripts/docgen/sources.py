@@ -22,6 +22,11 @@ def load_results(results_dir: Path, name: str) -> dict[str, Any] | None:
     return read_json(path) if path.is_file() else None
 
 
+def results_at(results_dir: Path, name: str) -> tuple[Path, dict[str, Any] | None]:
+    """The path of ``results_dir / name`` and its JSON object (:func:`load_results`; ``None`` when absent)."""
+    return Path(results_dir) / name, load_results(results_dir, name)
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``, or an error naming the file; refused too when a paired comparison in it
     disagrees with its own means (:func:`check_paired_means`) or its runs' provenance does not hold

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from docgen.sources import field, load_results, p_value
+from docgen.sources import field, p_value, results_at
 
 from graphmem.eval.report import markdown_grid
 
@@ -60,8 +60,7 @@ def _fit_table(stats: dict[str, dict]) -> str:
 
 
 def render(results_dir: Path) -> str:
-    path = Path(results_dir) / RESULTS
-    res = load_results(results_dir, RESULTS)
+    path, res = results_at(results_dir, RESULTS)
     if res is None:
         return INTRO + "\n\nNo results yet: run `python scripts/studies/learning_curve/run.py`.\n"
     curves = field(res, path, "curves")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from docgen.sources import field, fill, load_results, p_value
+from docgen.sources import field, fill, p_value, results_at
 
 from graphmem.eval.report import markdown_grid
 
@@ -134,8 +134,7 @@ def _checkpoint_lines(res: dict, path: Path) -> list[str]:
 
 
 def render(results_dir: Path) -> str:
-    path = Path(results_dir) / RESULTS
-    res = load_results(results_dir, RESULTS)
+    path, res = results_at(results_dir, RESULTS)
     if res is None:
         return "\n".join([fill(TEMPLATE, "intro", walk="multihop"), "", fill(TEMPLATE, "missing")]) + "\n"
     walk, reference = field(res, path, "walk"), field(res, path, "reference")

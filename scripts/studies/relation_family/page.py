@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from docgen.sources import check_spread, field, fill, load_results, p_value
+from docgen.sources import check_spread, field, fill, load_results, p_value, results_at
 
 from graphmem.eval.report import markdown_grid
 
@@ -240,8 +240,7 @@ def _content_only(res: dict, path: Path) -> list[str]:
 
 
 def render(results_dir: Path) -> str:
-    path = Path(results_dir) / RESULTS
-    res = load_results(results_dir, RESULTS)
+    path, res = results_at(results_dir, RESULTS)
     variants = "\n".join(
         ["| variant | overrides | what the scorer keeps |", "|---|---|---|"]
         + [f"| `{n}` | {o} | {k} |" for n, o, k in VARIANTS]
