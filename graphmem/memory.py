@@ -40,6 +40,7 @@ from graphmem.builders.config import GraphConfig
 from graphmem.builders.entities import CueEntityExtractor, EntityExtractor, extract_one, make_entity_extractor
 from graphmem.builders.incremental import IncrementalBuilder, Record
 from graphmem.core import Budget, Query
+from graphmem.core.closing import Closing
 from graphmem.core.errors import InputError
 from graphmem.core.graph import RELATIONS, MemoryGraph
 from graphmem.datasets.types import LoadReport, Question
@@ -131,7 +132,7 @@ class _Buffers:
         return out
 
 
-class Memory:
+class Memory(Closing):
     """One live memory (module docstring). Open it with :meth:`open`; every public method is thread-safe."""
 
     def __init__(
@@ -210,12 +211,6 @@ class Memory:
     def close(self) -> None:
         with self._lock:
             self.store.close()
-
-    def __enter__(self) -> Memory:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __len__(self) -> int:
         return self.graph.num_nodes

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from graphmem.core.closing import Closing
 from graphmem.core.errors import InputError
 from graphmem.store.io import write_json
 from graphmem.store.lockfile import FileLock, LockBusyError, describe
@@ -111,7 +112,7 @@ def new_run_id() -> str:
 
 
 @dataclass
-class RunFolder:
+class RunFolder(Closing):
     """An open run folder: its path, the run id, whether it resumed, and the held lock."""
 
     path: Path
@@ -141,12 +142,6 @@ class RunFolder:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
-
-    def __enter__(self) -> RunFolder:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def open_run_folder(
