@@ -67,7 +67,15 @@ from graphmem.eval.report import full_report, paired_table, results_payload, tab
 from graphmem.eval.stats import PairedComparison, compare_policies
 from graphmem.index.embed import make_encoder
 from graphmem.policies import POLICIES, TraversalPolicy, make_policy
-from graphmem.qa.run import QASettings, evaluate_qa, make_components, qa_failure, summary_lines, write_rows
+from graphmem.qa.run import (
+    QASettings,
+    answered_groups,
+    evaluate_qa,
+    make_components,
+    qa_failure,
+    summary_lines,
+    write_rows,
+)
 from graphmem.store.checkpoint import check_policies
 from graphmem.store.graphset import GraphSet
 from graphmem.store.io import write_json
@@ -487,15 +495,10 @@ def _qa_report(qa_results: dict[str, Any]) -> str:
         "| policy | group | n | answered | failed | F1 | EM | judge | abstain | tokens | cost $ | latency s/q |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    columns = ("n", "answered", "failed", "f1", "em", "judge", "abstain", "tokens", "cost", "latency")
     for policy, r in qa_results.items():
-        for group, s in r.summary.items():
-            if s.get("n"):
-                lines.append(
-                    f"| {policy} | {group} | {s['n']} | {s['answered']} | {s['answer_failures']} | {fmt(s['f1'])} | "
-                    f"{fmt(s['em'])} | {fmt(s['judge'])} | {fmt(s['abstention_rate'])} | {s['tokens']} | "
-                    f"{s['cost_usd']:.4f} | {fmt(s['latency_s'])} |"
-                )
+        for group, c in answered_groups(r):
+            lines.append(f"| {policy} | {group} | " + " | ".join(c[k] for k in columns) + " |")
     models = {
         (r.info.get("answer_model"), r.info.get("judge_model"), r.info.get("self_judged")) for r in qa_results.values()
     }

@@ -29,7 +29,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from graphmem.core import Query
 from graphmem.core.graph import MemoryGraph
@@ -328,6 +328,22 @@ def qa_failure(result: QAResult) -> str | None:
     return None
 
 
+def answered_groups(result: QAResult) -> Iterator[tuple[str, dict[str, str]]]:
+    """Each group of the summary that holds questions, with its figures as the reports print them: means to three
+    decimals (``-`` for none), the cost to four, counts as they are."""
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for group, s in result.summary.items():
+        if s.get("n"):
+            counts = {k: str(s[key]) for k, key in COUNTS.items()}
+            means = {k: fmt(s[key]) for k, key in MEANS.items()}
+            yield group, {**counts, **means, "cost": f"{s['cost_usd']:.4f}"}
+
+
+COUNTS = {"n": "n", "answered": "answered", "failed": "answer_failures", "judged": "judged"}
+COUNTS |= {"judge_failures": "judge_failures", "tokens": "tokens"}
+MEANS = {"f1": "f1", "em": "em", "judge": "judge", "abstain": "abstention_rate", "latency": "latency_s"}
+
+
 def summary_lines(result: QAResult) -> list[str]:
     """A printable summary: one line per group, then models and failures."""
     lines = [
@@ -335,16 +351,13 @@ def summary_lines(result: QAResult) -> list[str]:
         f"judge={result.info.get('judge_model')}{' (self-judged)' if result.info.get('self_judged') else ''}"
         f"{' [local substitute]' if result.info.get('answer_local_substitute') else ''}"
     ]
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     lines.append("  means over answered questions; failed answer calls are counted, not scored")
-    for group, s in result.summary.items():
-        if s.get("n"):
-            lines.append(
-                f"  {group:<14} n={s['n']:<4} answered={s['answered']:<4} failed={s['answer_failures']:<3} "
-                f"F1={fmt(s['f1'])} EM={fmt(s['em'])} judge={fmt(s['judge'])} "
-                f"(judged {s['judged']}, fail {s['judge_failures']}) abstain={fmt(s['abstention_rate'])} "
-                f"tokens={s['tokens']} cost=${s['cost_usd']:.4f} latency={fmt(s['latency_s'])}s/q"
-            )
+    for group, c in answered_groups(result):
+        lines.append(
+            f"  {group:<14} n={c['n']:<4} answered={c['answered']:<4} failed={c['failed']:<3} "
+            f"F1={c['f1']} EM={c['em']} judge={c['judge']} (judged {c['judged']}, fail {c['judge_failures']}) "
+            f"abstain={c['abstain']} tokens={c['tokens']} cost=${c['cost']} latency={c['latency']}s/q"
+        )
     fails = result.info.get("failures", {})
     lines.append(
         f"  failures: answer={(fails.get('answer') or {}).get('failures', 0)} "
