@@ -194,6 +194,8 @@ def ensure_packages(wheels: Path) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, read with argparse alone: ``graphmem.config.entry`` needs hydra, which this script
+    installs on the GPU machine (:func:`ensure_packages`)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prepare", action="store_true", help="download the wheels and stop")
     parser.add_argument("--wheels", default=str(ROOT / ".cuda_wheels"))
