@@ -21,6 +21,7 @@ the batch builder gives with ``graph.incremental=true``. Retrieval runs any regi
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import json
@@ -46,6 +47,7 @@ from graphmem.core.graph import RELATIONS, MemoryGraph
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.feedback import check_labels, label_transitions
 from graphmem.index.embed import Encoder, encoder_fingerprint, make_encoder
+from graphmem.index.lexical import BM25Index
 from graphmem.index.neighbours import RowIndex
 from graphmem.policies import make_policy
 from graphmem.policies.base import TraversalPolicy
@@ -471,33 +473,76 @@ class Memory(Closing):
             x = torch.as_tensor(self.encoder.encode([r.node_text]), dtype=torch.float32)[0]
             ents, new_words = extract_one(self.extractor, text, self.builder.vocabulary)
             old_words = self._words(self._body(row))
+            old_ents = self.builder.node_entities[row]
             try:
                 with self.store.write() as tx:
                     tx.update_node(self._seq[row], r.node_text, r.routing_key, ents, x.numpy())
                     tx.count_words(old_words, -1)
                     tx.count_words(new_words, 1)
-                    self._revise_features(tx, row, x, ents)
+                    features = self._revise_features(tx, row, x, ents)
                     for seq, entry in tx.feedback_mentioning([self.graph.texts[row]]):
                         tx.rewrite_feedback(seq, _scrub(entry, set(), [self.graph.texts[row]]))
-            finally:
-                self._load()
+            except BaseException:
+                self._load()  # the transaction rolled back: the derived state follows the store
+                raise
+            self._revised(row, r, x, (old_ents, ents), (old_words, new_words), features)
 
-    def _revise_features(self, tx, row: int, x: Tensor, entities: set[str]) -> None:
+    def _revised(self, row: int, r: Record, x: Tensor, ents: tuple, words: tuple, features: tuple) -> None:
+        """Bring the derived state up to a committed :meth:`revise` of ``row``, as reopening the store makes it:
+        the node's text, key and embedding (logged, so that a vector index re-reads that row only; BM25 is made
+        again when next used, as at open), its entities'
+        mentions (rows in ascending order), the word counts and the extractor's vocabulary, the features of its
+        edges; the neighbour index is made again on the next add that needs it."""
+        g, b = self.graph, self.buffers
+        b.emb[row] = x
+        g.texts[row], g.keys[row] = r.node_text, r.routing_key
+        g.node_log += [("revise", row), ("text", row)]
+        for name in [k for k, v in g.indexes.items() if isinstance(v, BM25Index)]:
+            del g.indexes[name]  # made again on first use, its vocabulary without the words only the old text had
+        (old_ents, new_ents), (old_words, new_words) = ents, words
+        mentions = self.builder.entities.mentions
+        for e in old_ents - new_ents:
+            mentions[e].remove(row)
+            if not mentions[e]:
+                del mentions[e]
+        for e in sorted(new_ents - old_ents):
+            bisect.insort(mentions.setdefault(e, []), row)
+        self.vocabulary.subtract(old_words)
+        self.vocabulary.update(new_words)
+        gone = [w for w in old_words if self.vocabulary[w] <= 0]
+        for w in gone:
+            del self.vocabulary[w]
+        self.builder.vocabulary.difference_update(gone)
+        self.builder.vocabulary |= set(new_words)
+        edges, feats, inits = features
+        if edges:
+            at = torch.tensor(edges, dtype=torch.long)
+            b.attr[at], b.attr_init[at] = torch.stack(feats), torch.stack(inits)
+        self._ann = None
+        self._views(len(self))
+        g.invalidate()
+
+    def _revise_features(self, tx, row: int, x: Tensor, entities: set[str]) -> tuple[list, list, list]:
+        """Write the Phase-1 features of ``row``'s edges with its new embedding ``x`` and ``entities``; returns the
+        edges and their features ``(edges, attr, attr_init)``."""
         g = self.graph
         self.builder.node_entities[row] = entities
         edges = ((g.edge_index[0] == row) | (g.edge_index[1] == row)).nonzero().flatten().tolist()
-        emb = g.embeddings.clone()
-        emb[row] = x
+        out: tuple[list, list, list] = (edges, [], [])
         for e in edges:
             s, d = int(g.edge_index[0, e]), int(g.edge_index[1, e])
             a, b = self.builder.node_entities[s], self.builder.node_entities[d]
             feats = g.edge_attr[e].clone()
             init = g.edge_attr_init[e].clone()
             if self.cfg.features == "scored":
-                p_s = float((emb[s] * emb[d]).sum().clamp(-1.0, 1.0))
+                xs, xd = (x if s == row else g.embeddings[s]), (x if d == row else g.embeddings[d])
+                p_s = float((xs * xd).sum().clamp(-1.0, 1.0))
                 p_e = len(a & b) / len(a | b) if a | b else 0.0
                 feats[1], feats[3], init[1], init[3] = p_s, p_e, p_s, p_e
             tx.set_features(self._seq[s], self._seq[d], int(g.edge_type[e]), feats.numpy(), init.numpy())
+            out[1].append(feats)
+            out[2].append(init)
+        return out
 
     def link(self, source: str, target: str, relation: str) -> bool:
         """Add the edge ``source -> target`` of ``relation`` (a curator's edit, GraphMemory §3): Beta counters at
@@ -536,13 +581,31 @@ class Memory(Closing):
                 )
             if edges.numel() == 0:
                 return 0
-            with self.store.write() as tx:
-                for e in edges.tolist():
-                    tx.delete_edge(
-                        self._seq[int(g.edge_index[0, e])], self._seq[int(g.edge_index[1, e])], int(g.edge_type[e])
-                    )
-            self._load()
+            try:
+                with self.store.write() as tx:
+                    for e in edges.tolist():
+                        tx.delete_edge(
+                            self._seq[int(g.edge_index[0, e])], self._seq[int(g.edge_index[1, e])], int(g.edge_type[e])
+                        )
+            except BaseException:
+                self._load()
+                raise
+            keep = torch.ones(self._n_edges, dtype=torch.bool)
+            keep[edges] = False
+            self._keep_edges(keep)
             return int(edges.numel())
+
+    def _keep_edges(self, keep: Tensor) -> None:
+        """Keep the edges ``keep`` marks, in their order (the store's, as reopening it gives them); the node
+        tables and indexes stay."""
+        b, e = self.buffers, self._n_edges
+        b.edge_index[:, : int(keep.sum())] = b.edge_index[:, :e][:, keep]
+        for name in ("edge_type", "S", "F", "attr", "attr_init"):
+            buf = getattr(b, name)
+            buf[: int(keep.sum())] = buf[:e][keep]
+        self._n_edges = int(keep.sum())
+        self._views(len(self))
+        self.graph.invalidate()
 
     def feedback(
         self,

@@ -279,3 +279,44 @@ def test_the_arrival_order_rules_are_refused_for_documents_in_one_line():
         build_graphset(
             DataConfig(name="hotpotqa", limit=2), GraphConfig(encoder="hashing", incremental=True), progress=False
         )
+
+
+def derived_state(m) -> dict:
+    """What a memory derives from its store: the graph, the builder's state, the word counts, a few answers."""
+    b = m.builder
+    questions = ("Pixel", "Carmen in Lisbon", "Dario in Madrid")
+    return {
+        "mentions": b.entities.mentions,
+        "node_entities": b.node_entities,
+        "vocabulary": (b.vocabulary, +m.vocabulary),
+        "times_tails": (b.times._keys, b.tails),
+        "answers": [m.retrieve(q, policy=p).ranked_ids() for q in questions for p in ("hybrid", "beta_bfs")],
+    }
+
+
+def test_revise_and_unlink_update_the_memory_in_place_as_reopening_it_would(tmp_path, monkeypatch):
+    lines = [
+        ("Alice", "I adopted a greyhound called Pixel last May."),
+        ("Bob", "Does Pixel like the beach near Lisbon?"),
+        ("Alice", "Yes, Pixel runs for hours while Zora watches."),
+        ("Bob", "My sister Carmen lives in Lisbon."),
+        ("Alice", "Carmen should meet Pixel in Porto."),
+    ]
+    steps = [
+        lambda m: m.revise("r2", "Yes, Pixel runs with Dario in Madrid."),  # Zora leaves the vocabulary
+        lambda m: m.unlink(*(m.graph.node_ids[int(v)] for v in m.graph.edge_index[:, 0])),
+        lambda m: m.add("Dario and Carmen went to Madrid.", speaker="Bob", session=1, id="r5", time=1010.0),
+        lambda m: m.revise("r5", "Zora and Carmen went to Porto."),
+    ]
+    with Memory.open(tmp_path / "m", encoder="hashing") as m:
+        for i, (who, text) in enumerate(lines):
+            m.add(text, speaker=who, session=1, id=f"r{i}", time=1000.0 + i)
+        m.retrieve("Pixel")  # the indexes exist before the writes, and are brought up to date by them
+        monkeypatch.setattr(m, "_load", lambda: pytest.fail("revise and unlink must not reload the memory"))
+        for step in steps:
+            step(m)
+            graph, state = m.graph.copy(), derived_state(m)
+            with Memory.open(tmp_path / "m", encoder="hashing", readonly=True) as again:
+                assert_same_graph(graph, again.graph)
+                assert derived_state(again) == state
+                assert again.integrity() == []
