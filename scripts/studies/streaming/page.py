@@ -190,17 +190,19 @@ def _why(payload: dict, name: str) -> list[str]:
     oracle = runs.get("oracle", {}).get("moved", {}).get("router")
     c, first = _find(run, "router", "router_frozen"), _first_fifth(run, "router", "router_frozen")
     if c is None or first is None:
-        timing = "The position curve does not say when the gain appears."
+        timing = "The position curve does not say when a gain appears."
     else:
-        grows = (
-            "it builds up along the stream"
-            if first[0] < 0.75 * c["mean_diff"]
-            else "it is there from the first questions on"
-        )
         timing = (
-            f"Online − frozen walk over the first fifth of each stream: {first[0]:+.4f} (n = {first[1]}), over all "
-            f"questions {c['mean_diff']:+.4f}: {grows}."
+            f"Online − frozen walk over the first fifth of each stream: {first[0]:+.4f} (n = {first[1]}); over all "
+            f"questions {_ci(c)}"
         )
+        if c["ci_low"] > 0:
+            late = first[0] < 0.75 * c["mean_diff"]
+            timing += (
+                ": the gain builds up along the stream." if late else ": the gain is there from the first questions."
+            )
+        else:
+            timing += ": no gain over all questions."
     end = _find(runs["answer_end"], "router", "router_frozen") if "answer_end" in runs else None
     values = dict(
         timing=timing,
@@ -213,17 +215,28 @@ def _why(payload: dict, name: str) -> list[str]:
 
 
 def _arrival_phrase(run: dict) -> str:
-    """Online − frozen walk on the question's last-arriving gold record and on its other ones, where recorded."""
+    """Online − frozen walk on the question's last-arriving gold record and on its other ones, where recorded, and
+    whether the split bears the reading out."""
     a = run.get("arrival", {}).get("router")
     if not a:
         return (
-            "This run did not record recall split by the evidence's arrival (`arrival` in the results), so the "
-            "reading is not measured directly on it."
+            "This run did not record recall split by the evidence's arrival (`arrival` in the results; runs of "
+            "`run.py` record it now), so the reading is not measured directly on it."
         )
-    return (
-        f"Measured directly: online − frozen walk on the last-arriving gold record {_ci(a.get(NEWEST))}, on the "
-        f"question's earlier gold records {_ci(a.get(EARLIER))}."
+    newest, earlier = a.get(NEWEST), a.get(EARLIER)
+    text = (
+        f"Measured directly (recall split by the evidence's arrival, table below): online − frozen walk on the "
+        f"last-arriving gold record {_ci(newest)}, on the question's earlier gold records {_ci(earlier)}"
     )
+    if newest and earlier and newest["ci_low"] > 0 and earlier["ci_high"] < 0:
+        return text + (
+            ": the online walk gains on the newest evidence and loses on the older evidence, as the reading has it. "
+            "What it learns from the answer at `ask_at=evidence` is a preference for records not served before, which "
+            "the schedule rewards, not a better walk."
+        )
+    if newest and newest["ci_low"] > 0:
+        return text + ": the gain is on the newest evidence."
+    return text + ": the split does not bear the reading out."
 
 
 def _arrival(payload: dict, name: str) -> list[str]:
@@ -328,11 +341,13 @@ def _section(payload: dict, dataset: str) -> list[str]:
     name = next(iter(payload["runs"]))
     folds = payload["folds"]
     questions = sum(s["n"] for s in [payload["runs"][name]["summary"].get(payload["reference"], {"n": 0})])
+    missing = sorted({"gnn", "router"} - {p for f in folds for p in f["policies"]})
+    left_out = f" Left out (no trained checkpoint): {', '.join(missing)}." if missing else ""
     setup = (
         f"{dataset}: {len(folds)} folds, {sum(len(f['test']) for f in folds)} test conversations, {questions} scored "
-        f"questions (categories 1–4 with resolvable evidence); budget {payload['budget']}; encoder "
-        f"{payload['encoder']}; {payload['wall_s'] / 60:.0f} min on one CPU thread of a shared machine. Made by "
-        f"`{payload['command']}`."
+        f"questions (with resolvable evidence, LoCoMo's adversarial category 5 apart); budget {payload['budget']}; "
+        f"encoder {payload['encoder']}; {payload['wall_s'] / 60:.0f} min on one CPU thread of a shared machine. Made "
+        f"by `{payload['command']}`.{left_out}"
     )
     commands = "\n".join([*TRAIN.get(dataset, []), payload["command"]])
     plot = f"![recall by place in the stream](streaming_position_{dataset}.png)"
