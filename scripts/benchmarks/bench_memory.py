@@ -8,9 +8,11 @@ apart). At each size:
 * ``add``: ``--adds`` single :meth:`Memory.add` calls (one transaction each, the embedding given), wall and
   thread-CPU p50 / p95 (the encoder's own time per text is reported apart, ``encode_ms``);
 * ``retrieve``: ``--queries`` queries quoting four words of a random record, served one at a time by the walk
-  as ``configs/policy/router.yaml`` ships it (hybrid entries, lexical features, ranking head; a freshly
-  initialised scorer of the trained shape: the cost does not depend on the weights), after one untimed call
-  that builds the per-graph tables and indexes (its time is ``first_retrieve_s``); and ``hybrid`` likewise;
+  as ``configs/policy/router.yaml`` ships it (hybrid entries, lexical features, ranking head): the trained
+  ``--checkpoint`` (its weights read the hashing encoder's vectors here: where the walk stops and what it
+  loads depend on them, the cost of a step does not), else a freshly initialised scorer of the trained shape,
+  after one untimed call that builds the per-graph tables and indexes (its time is ``first_retrieve_s``); and
+  ``hybrid`` likewise;
 * ``retrieve_after_add_router``: one more add, then one router retrieval (wall and thread-CPU seconds): what a
   write costs the next read, the per-graph tables being made again (the indexes brought up to date);
 * ``open_s``: closing the memory and opening it again (the database read, the graph and the builder's state
@@ -26,6 +28,7 @@ added with the real encoder (MiniLM) in transactions of 64, for the ingest rate 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -87,7 +90,7 @@ def measure(mem: Memory, texts, emb, size: int, args, rng: random.Random, router
     return out
 
 
-def run(args) -> dict:
+def run(args, head: dict) -> dict:
     sizes = sorted(args.sizes)
     top = sizes[-1] + len(sizes) * (args.adds + 2)
     t0 = time.perf_counter()
@@ -97,13 +100,17 @@ def run(args) -> dict:
     emb = torch.cat([encoder.encode(texts[i : i + 20000]) for i in range(0, top, 20000)])
     encode = [timed(lambda t=t: encoder.encode([t])) for t in texts[:200]]
     report: dict = {"texts_s": time.perf_counter() - t0, "encode_ms": summary(encode), "sizes": []}
-    router = make_policy(
-        "router",
-        scorer=WalkScorer(ScorerConfig(dim=384)),
-        rank_head=RankHead(RankHeadConfig(NUM_RANK_FEATURES)),
-        entry_selector="hybrid",
-        device="cpu",
-    )
+    if args.checkpoint:  # the shipped walk: the trained scorer and ranking head
+        router = make_policy("router", checkpoint=args.checkpoint, entry_selector="hybrid", device="cpu")
+        report["checkpoint"] = args.checkpoint
+    else:
+        router = make_policy(
+            "router",
+            scorer=WalkScorer(ScorerConfig(dim=384)),
+            rank_head=RankHead(RankHeadConfig(NUM_RANK_FEATURES)),
+            entry_selector="hybrid",
+            device="cpu",
+        )
     folder = Path(args.folder or tempfile.mkdtemp(prefix="memory-bench-")) / "memory"
     shutil.rmtree(folder, ignore_errors=True)
     rng, mem, have = random.Random(args.seed), Memory.open(folder, encoder="hashing"), 0
@@ -140,7 +147,8 @@ def run(args) -> dict:
         for key in ("add", "retrieve_router", "retrieve_hybrid"):
             row[f"{key}_p50_over_first"] = row[key]["p50_ms"] / first[key]["p50_ms"]
             row[f"{key}_cpu_p50_over_first"] = row[key]["cpu"]["p50_ms"] / first[key]["cpu"]["p50_ms"]
-    if args.ingest:
+    if args.ingest:  # the sizes' figures are written first: they stay if the ingest fails
+        write(args.out, {**head, **report})
         report["ingest"] = ingest(args.ingest, Path(tempfile.mkdtemp(prefix="memory-ingest-")))
     if not args.folder:
         shutil.rmtree(folder.parent, ignore_errors=True)
@@ -150,7 +158,11 @@ def run(args) -> dict:
 def ingest(n: int, folder: Path) -> dict:
     """Turns per second with the real encoder (MiniLM), LoCoMo turns in transactions of 64."""
     convs, _, _ = load_locomo(data_file("locomo/locomo_dev8.json"))
-    recs = [r for c in convs for r in turn_records(c)][:n]
+    recs = [  # a turn's id and session are its conversation's: dia_ids repeat across conversations
+        dataclasses.replace(r, id=f"{c.sample_id}:{r.id}", session=f"{c.sample_id}:{r.session}")
+        for c in convs
+        for r in turn_records(c)
+    ][:n]
     with Memory.open(folder / "memory", encoder="minilm") as mem:
         mem.add("warm the encoder up", id="warm-up")
         t = time.perf_counter()
@@ -168,6 +180,9 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--queries", type=int, default=100, help="timed retrievals per size and policy")
     ap.add_argument("--chunk", type=int, default=10000, help="records per transaction while growing")
     ap.add_argument("--ingest", type=int, default=2000, help="LoCoMo turns added with MiniLM (0: skip)")
+    ap.add_argument(
+        "--checkpoint", default=None, help="a trained walk (best.pt of scripts/train.py; default: a fresh scorer)"
+    )
     ap.add_argument("--folder", default=None, help="where the memory grows (default: a temporary folder)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
@@ -182,12 +197,16 @@ def work(args: argparse.Namespace) -> None:
         raise ValueError(f"sizes, --adds, --queries and --chunk must be positive, --ingest >= 0 (got {bad})")
     threads = set_threads({"threads": args.threads})
     report = {"command": "python " + " ".join(sys.argv), "threads": threads, "load_average_at_start": os.getloadavg()}
-    report.update(run(args))
+    report.update(run(args, report))
     report["load_average_at_end"] = os.getloadavg()
-    out = Path(args.out)
+    write(args.out, report)
+    print(f"written to {args.out}")
+
+
+def write(path: str, report: dict) -> None:
+    out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, lambda tmp: tmp.write_text(json.dumps(report, indent=1)))
-    print(f"written to {out}")
 
 
 def main(argv: list[str] | None = None) -> int:

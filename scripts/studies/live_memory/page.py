@@ -94,6 +94,7 @@ def _scale(r: dict) -> list[str]:
             f"{s['first_add_after_open_s']:.2f} | {s['fill_records_per_s']:.0f} | {s['bytes'] / 2**20:,.0f} | "
             f"{s['peak_rss_mb']:,.0f} |"
         )
+    lines += ["", _scale_goals(r["sizes"])]
     if r.get("ingest"):
         i = r["ingest"]
         lines += [
@@ -102,6 +103,36 @@ def _scale(r: dict) -> list[str]:
             f"of 64, {i['turns_per_s']:.0f} turns/s.",
         ]
     return lines
+
+
+GOAL_RECORDS = 1_000_000
+"""the largest memory the scale goals name (add and retrieve p50 within 2x of 10^3 records)"""
+
+
+def _met(ratio: float, goal: float = 2.0) -> str:
+    return "met" if ratio <= goal else f"missed by {ratio / goal:.2f}×"
+
+
+def _scale_goals(sizes: list[dict]) -> str:
+    """The scale goals (add p50 within 2× of the first size at every size, the walk's retrieve p50 at the largest
+    within 2×) met or missed, and the open times of 10⁵ records and more."""
+    worst = max(sizes, key=lambda s: s["add_p50_over_first"])
+    add, retrieve = worst["add_p50_over_first"], sizes[-1]["retrieve_router_p50_over_first"]
+    opens = [f"{s['open_s']:.2f} s at {s['records']:,}" for s in sizes if s["records"] >= 100_000]
+    return fill(
+        TEMPLATE,
+        "scale_goals",
+        first=f"{sizes[0]['records']:,}",
+        last=f"{sizes[-1]['records']:,}",
+        add=f"largest {add:.2f}× at {worst['records']:,}: {_met(add)}",
+        retrieve=f"{retrieve:.2f}×: {_met(retrieve)}",
+        opens="; ".join(opens) or "no size of 100,000 records or more",
+        short=(
+            f" The goal's largest size, {GOAL_RECORDS:,} records, was not grown in this run."
+            if sizes[-1]["records"] < GOAL_RECORDS
+            else ""
+        ),
+    )
 
 
 def render(results_dir: Path) -> str:
