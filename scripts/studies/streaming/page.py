@@ -35,6 +35,8 @@ TRAIN = {
         "python scripts/build_graph.py data=realtalk graph.incremental=true graphset=outputs/graphs/realtalk-inc",
         "for k in 0 1 2 3 4; do python scripts/train.py data=realtalk graphset=outputs/graphs/realtalk-inc "
         "\"cv.folds=[$k]\" 'baselines=[]' out_dir=outputs/train/stream_realtalk/fold$k; done",
+        "for k in 0 1 2 3 4; do python scripts/train_gnn.py data=realtalk graphset=outputs/graphs/realtalk-inc "
+        "split.fold=$k checkpoint=outputs/gnn/stream_realtalk/fold$k.pt; done",
     ],
 }
 
