@@ -50,7 +50,7 @@ from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
 from graphmem.eval.harness import EvalResult, question_row
-from graphmem.eval.metrics import QuestionMetrics, aggregate, in_overall, summarize
+from graphmem.eval.metrics import QuestionMetrics, aggregate, in_overall, resolvable_evidence, summarize
 from graphmem.feedback import answer_feedback, node_offer
 from graphmem.llm.client import LLMClient, LLMConfig
 from graphmem.memory import Memory, MemoryRetrieval
@@ -214,13 +214,13 @@ def make_feedback(
     """The :class:`Feedback` of ``kind`` for a retrieval that loaded ``loaded`` (module docstring); ``None`` when
     the question gives none (an answer without a word, no resolvable evidence)."""
     if kind == "answer":
-        if answer_feedback(graph, [], question.answer).recall is None:
-            return None
         got = answer_feedback(graph, loaded, question.answer)
+        if got.recall is None:  # the answer holds no word to look for
+            return None
         recall = lambda ids: answer_feedback(graph, ids, question.answer).recall  # noqa: E731
         return Feedback(kind, float(got.recall), got.helpful, recall)
     if kind == "evidence":
-        gold = [e for e in dict.fromkeys(question.evidence) if graph.has_node(e)]
+        gold = resolvable_evidence(question, graph)
         if not gold:
             return None
         recall = lambda ids: len(set(ids) & set(gold)) / len(gold)  # noqa: E731

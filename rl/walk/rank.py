@@ -28,7 +28,7 @@ from torch import Tensor
 from graphmem.core import Budget, Query
 from graphmem.core.graph import MemoryGraph
 from graphmem.datasets.types import Question
-from graphmem.eval.metrics import mean_recall_at
+from graphmem.eval.metrics import mean_recall_at, resolvable_evidence
 from graphmem.policies.base import Scope
 from graphmem.policies.rank_features import NUM_RANK_FEATURES
 from graphmem.policies.router import RouterPolicy
@@ -127,7 +127,7 @@ def collect_lists(
         scope = Scope.union([graphs[n] for n in chunk], queries, policy.device)
         x = policy.list_inputs(scope, budget, negatives)
         gold_rows = [
-            [graphs[n].index_of(e) + off for e in dict.fromkeys(q.evidence) if graphs[n].has_node(e)]
+            [graphs[n].index_of(e) + off for e in resolvable_evidence(q, graphs[n])]
             for n, qs, off in zip(chunk, asked, scope.batch.node_ptr.tolist())
             for q in qs
         ]
