@@ -443,7 +443,8 @@ class Memory(Closing):
 
     def forget(self, ids: str | Sequence[str]) -> int:
         """Delete records: their text, embedding, edges and index entries, and every mention in the feedback log
-        (the database file is overwritten where they were). Returns how many were deleted. One transaction."""
+        (the database file is overwritten where they were). Returns how many were deleted. One transaction; the
+        derived state is compacted in place (:meth:`_forgotten`), as reopening the store would make it."""
         ids = [ids] if isinstance(ids, str) else list(ids)
         with self._lock:
             self._known(ids)
@@ -453,14 +454,52 @@ class Memory(Closing):
             try:
                 with self.store.write() as tx:
                     tx.delete_nodes([self._seq[r] for r in rows])
-                    tx.count_words(words, -1)
+                    tx.count_words(words.elements(), -1)  # once per forgotten record that held the word
                     for seq, entry in tx.feedback_mentioning(ids + texts):
                         tx.rewrite_feedback(seq, _scrub(entry, set(ids), texts))
-            finally:
-                self._load()
+            except BaseException:
+                self._load()  # the transaction rolled back: the derived state follows the store
+                raise
+            self._forgotten(rows, words)
             for key in [k for k, r in self._recent.items() if set(ids) & set(r.loaded) or r.query in texts]:
                 del self._recent[key]
             return len(rows)
+
+    def _forgotten(self, rows: list[int], words: Counter) -> None:
+        """Bring the derived state up to a committed :meth:`forget` of ``rows`` (sorted), as reopening the store
+        makes it: the remaining rows and edges keep their order and are renumbered, the builder's state and the
+        word counts lose the rows, the neighbour index marks them dead (rebuilt when too many are), the removal
+        is logged so that the vector indexes drop them, and BM25 is made again when next used, as at open."""
+        g, b, n = self.graph, self.buffers, len(self)
+        drop = torch.zeros(n, dtype=torch.bool)
+        drop[rows] = True
+        keep = (~drop).nonzero().flatten()
+        new_row = torch.full((n,), -1, dtype=torch.long)
+        new_row[keep] = torch.arange(keep.numel())
+        m, e = keep.numel(), self._n_edges
+        self._keep_edges(~(drop[b.edge_index[0, :e]] | drop[b.edge_index[1, :e]]))
+        e = self._n_edges
+        b.edge_index[:, :e] = new_row[b.edge_index[:, :e]]
+        b.emb[:m], b.time[:m] = b.emb[keep], b.time[keep]
+        kept = keep.tolist()
+        for rows_of in (g.node_ids, g.texts, g.keys, g.metadata, self._seq):
+            rows_of[:] = [rows_of[i] for i in kept]
+        self._row = {nid: i for i, nid in enumerate(g.node_ids)}
+        self._views(m)
+        self.builder.forget(set(rows), dict(zip(kept, range(m))), g.metadata)
+        self.vocabulary.subtract(words)
+        gone = [w for w in words if self.vocabulary[w] <= 0]
+        for w in gone:
+            del self.vocabulary[w]
+        self.builder.vocabulary.difference_update(gone)
+        if self._ann is not None:
+            self._ann.remove(rows)
+            if self._ann.dead > self._ann.spec.rebuild_fraction * self._ann.slots:
+                self._ann = None  # made again from the remaining rows on the next add that needs it
+        g.node_log.append(("remove", rows))
+        for name in [k for k, v in g.indexes.items() if isinstance(v, BM25Index)]:
+            del g.indexes[name]  # made again on first use, its vocabulary without the words only they had
+        g.invalidate()
 
     def revise(self, id: str, text: str, key: str | None = None) -> None:  # noqa: A002
         """Replace one record's text: its key, embedding and entities follow, its place, edges and counters are

@@ -294,7 +294,7 @@ def derived_state(m) -> dict:
     }
 
 
-def test_revise_and_unlink_update_the_memory_in_place_as_reopening_it_would(tmp_path, monkeypatch):
+def test_revise_unlink_and_forget_update_the_memory_in_place_as_reopening_it_would(tmp_path, monkeypatch):
     lines = [
         ("Alice", "I adopted a greyhound called Pixel last May."),
         ("Bob", "Does Pixel like the beach near Lisbon?"),
@@ -307,12 +307,17 @@ def test_revise_and_unlink_update_the_memory_in_place_as_reopening_it_would(tmp_
         lambda m: m.unlink(*(m.graph.node_ids[int(v)] for v in m.graph.edge_index[:, 0])),
         lambda m: m.add("Dario and Carmen went to Madrid.", speaker="Bob", session=1, id="r5", time=1010.0),
         lambda m: m.revise("r5", "Zora and Carmen went to Porto."),
+        lambda m: m.forget("r1"),  # a middle record: the rows after it move down
+        lambda m: m.add("Carmen met Quentin in Lisbon.", speaker="Bob", session=1, id="r6", time=1012.0),
+        lambda m: m.add("Then Quentin flew home.", speaker="Carmen", session=2, id="r7", time=1013.0),
+        lambda m: m.forget(["r7", "r6"]),  # both of Quentin's records, session 1's last: it goes on from r5
+        lambda m: m.add("Dario drove to Porto.", speaker="Alice", session=1, id="r8", time=1014.0),
     ]
     with Memory.open(tmp_path / "m", encoder="hashing") as m:
         for i, (who, text) in enumerate(lines):
             m.add(text, speaker=who, session=1, id=f"r{i}", time=1000.0 + i)
         m.retrieve("Pixel")  # the indexes exist before the writes, and are brought up to date by them
-        monkeypatch.setattr(m, "_load", lambda: pytest.fail("revise and unlink must not reload the memory"))
+        monkeypatch.setattr(m, "_load", lambda: pytest.fail("revise, unlink and forget must not reload the memory"))
         for step in steps:
             step(m)
             graph, state = m.graph.copy(), derived_state(m)
@@ -320,3 +325,22 @@ def test_revise_and_unlink_update_the_memory_in_place_as_reopening_it_would(tmp_
                 assert_same_graph(graph, again.graph)
                 assert derived_state(again) == state
                 assert again.integrity() == []
+
+
+def test_forget_keeps_the_neighbour_index_and_its_rows_in_step(tmp_path):
+    """Above the ANN threshold a forget renumbers the HNSW index's rows instead of rebuilding it: the memory then
+    grows as one searched exactly does (HNSW on a few dozen rows finds the exact neighbours)."""
+    words = "lamp river stone cloud maple violin harbor tiger copper meadow pepper signal".split()
+    texts = [" ".join(words[(i * k) % len(words)] for k in (1, 3, 5, 7)) + f" {i}" for i in range(48)]
+    graphs = []
+    for ann in (4, 10**9):
+        with Memory.open(tmp_path / f"m{ann}", encoder="hashing") as m:
+            m.ann_min_nodes = ann
+            for i, t in enumerate(texts[:30]):
+                m.add(t, session=i % 3, id=f"n{i}", time=100.0 * i)
+            m.forget(["n3", "n17", "n4"])
+            for i, t in enumerate(texts[30:], start=30):
+                m.add(t, session=i % 3, id=f"n{i}", time=100.0 * i)
+            assert (m._ann is not None) == (ann == 4) and (ann != 4 or m._ann.dead == 3)
+            graphs.append(m.graph.copy())
+    assert_same_graph(*graphs)

@@ -269,11 +269,21 @@ class IncrementalBuilder:
             dim=1,
         )
 
-    def forget(self, rows: set[int], new_row: Mapping[int, int]) -> None:
-        """Drop deleted ``rows`` from the state and renumber the rest (``new_row``: old row -> new row)."""
+    def forget(self, rows: set[int], new_row: Mapping[int, int], metadata: list[Mapping[str, Any]]) -> None:
+        """Drop deleted ``rows`` from the state and renumber the rest (``new_row``: old row -> new row), as replaying
+        the remaining rows gives it; ``metadata`` is the remaining rows' (in their new order): a session whose last
+        record was deleted continues from its last remaining one."""
         self.times.remove(rows, new_row)
         self.entities.remove(rows, new_row)
+        cut = {s for s, (r, _) in self.tails.items() if r in rows}
         self.tails = {s: (new_row[r], p) for s, (r, p) in self.tails.items() if r not in rows}
+        for row in range(len(metadata) - 1, -1, -1) if cut else ():
+            session = metadata[row].get("session")
+            if session in cut:
+                self.tails[session] = (row, int(metadata[row]["position"]))
+                cut.discard(session)
+                if not cut:
+                    break
         self.node_entities = [e for i, e in enumerate(self.node_entities) if i not in rows]
 
 

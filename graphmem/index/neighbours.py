@@ -1,12 +1,16 @@
 """Nearest earlier rows of a growing set of unit vectors: the live memory's semantic-neighbour search.
 
-Rows are added in order and never move (a deletion rebuilds the index), so a row is its FAISS id in an
-``IndexHNSWFlat`` (inner product on unit vectors = cosine). :meth:`RowIndex.search` asks FAISS for
-``k + overfetch`` candidates, re-scores them exactly from the embeddings and orders them by (cosine desc,
-row asc), the order of the exact search; adding one row costs ``O(log N)``, not ``O(N)``.
+Rows are added in order, so a row is first the FAISS id it was added as, in an ``IndexHNSWFlat`` (inner product
+on unit vectors = cosine). A deletion renumbers the rows after it: the index keeps a map from FAISS id to the
+current row (``-1``: deleted) instead of rebuilding, and the caller rebuilds it once deleted slots are too many.
+:meth:`RowIndex.search` asks FAISS for ``k + overfetch`` live candidates (more while deleted ones crowd them
+out), re-scores them exactly from the embeddings and orders them by (cosine desc, row asc), the order of the
+exact search; adding one row costs ``O(log N)``, not ``O(N)``.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -29,21 +33,54 @@ class RowIndex:
         self.index = faiss.IndexHNSWFlat(dim, self.spec.m, faiss.METRIC_INNER_PRODUCT)
         self.index.hnsw.efConstruction = self.spec.ef_construction
         self.index.hnsw.efSearch = self.spec.ef_search
+        self.row_of = np.empty(0, dtype=np.int64)  # FAISS id -> current row, -1 once deleted
+        self.rows = 0
 
     def __len__(self) -> int:
+        """The live rows."""
+        return self.rows
+
+    @property
+    def slots(self) -> int:
+        """Every vector the index holds, deleted ones included."""
         return int(self.index.ntotal)
+
+    @property
+    def dead(self) -> int:
+        return self.slots - self.rows
 
     def add(self, rows: Tensor) -> None:
         """Append ``[k, dim]`` vectors as the next ``k`` rows."""
+        k = int(rows.shape[0])
         self.index.add(np.ascontiguousarray(rows.detach().cpu().numpy(), dtype=np.float32))
+        self.row_of = np.concatenate([self.row_of, np.arange(self.rows, self.rows + k, dtype=np.int64)])
+        self.rows += k
+
+    def remove(self, rows: Sequence[int]) -> None:
+        """Delete ``rows`` (current numbering); the rows after each move down by the deleted ones before them."""
+        drop = np.zeros(self.rows, dtype=bool)
+        drop[np.asarray(rows, dtype=np.int64)] = True
+        moved = np.arange(self.rows) - np.cumsum(drop)
+        moved[drop] = -1
+        live = self.row_of >= 0
+        self.row_of[live] = moved[self.row_of[live]]
+        self.rows -= int(drop.sum())
 
     def search(self, x: Tensor, k: int, embeddings: Tensor) -> tuple[list[int], list[float]]:
         """At most ``k`` rows nearest ``x``, with their exact cosines from ``embeddings``, by (cosine desc, row asc)."""
-        if len(self) == 0 or k < 1:
+        if self.rows == 0 or k < 1:
             return [], []
-        want = min(k + self.spec.overfetch, len(self))
-        _, ids = self.index.search(np.ascontiguousarray(x.detach().cpu().numpy()[None, :], dtype=np.float32), want)
-        rows = torch.from_numpy(ids[0][ids[0] >= 0].astype(np.int64))
+        enough = min(k + self.spec.overfetch, self.rows)
+        want = enough if self.dead == 0 else min(2 * enough, self.slots)
+        query = np.ascontiguousarray(x.detach().cpu().numpy()[None, :], dtype=np.float32)
+        while True:
+            _, ids = self.index.search(query, want)
+            found = self.row_of[ids[0][ids[0] >= 0]]
+            found = found[found >= 0]
+            if found.size >= enough or want >= self.slots:
+                break
+            want = min(2 * want, self.slots)  # deleted rows crowded the live ones out: ask for more
+        rows = torch.from_numpy(found)
         cos = (embeddings[rows].double() @ x.double()).float()  # as the exact search computes them
         pairs = sorted(zip((-cos).tolist(), rows.tolist()))[:k]
         return [r for _, r in pairs], [-c for c, _ in pairs]
