@@ -224,16 +224,31 @@ class Memory(Closing):
 
     # ------------------------------------------------------------------ derived state
     def _load(self) -> None:
-        """Rebuild every derived structure from the store: graph, buffers, builder state, neighbour index."""
-        rows = list(self.store.nodes())
+        """Rebuild every derived structure from the store: graph, buffers, builder state, neighbour index. The
+        records are read one at a time into the buffers (no copy of the whole store is held at once), in one
+        snapshot of the store."""
+        with self.store.snapshot():
+            self._read_store()
+        self._ann: RowIndex | None = None
+        g = self.graph
+        g.indexes.clear()
+        g.node_log.clear()
+        g.invalidate()
+
+    def _read_store(self) -> None:
         dim = int(self.store.settings()["encoder"]["dim"])
-        n = len(rows)
-        self.buffers = _Buffers(emb=torch.empty(max(n, 64), dim), time=torch.empty(max(n, 64), dtype=torch.float64))
-        if n:
-            self.buffers.emb[:n] = torch.from_numpy(np.stack([r.embedding for r in rows]))
-            self.buffers.time[:n] = torch.tensor(
-                [math.nan if r.time is None else r.time for r in rows], dtype=torch.float64
-            )
+        self.buffers = _Buffers(emb=torch.empty(64, dim), time=torch.empty(64, dtype=torch.float64))
+        ids, texts, keys, metadata, seqs, entities = [], [], [], [], [], []
+        for n, r in enumerate(self.store.nodes()):
+            self.buffers.emb = _Buffers.grown(self.buffers.emb, n + 1)
+            self.buffers.time = _Buffers.grown(self.buffers.time, n + 1)
+            self.buffers.emb.numpy()[n] = r.embedding
+            self.buffers.time[n] = math.nan if r.time is None else r.time
+            for column, value in zip(
+                (ids, texts, keys, metadata, seqs, entities), (r.id, r.text, r.key, r.meta, r.seq, set(r.entities))
+            ):
+                column.append(value)
+        n = len(ids)
         self.graph = MemoryGraph.empty(
             dim,
             info={
@@ -244,19 +259,15 @@ class Memory(Closing):
             },
         )
         g = self.graph
-        g.node_ids[:] = [r.id for r in rows]
-        g.texts[:] = [r.text for r in rows]
-        g.keys[:] = [r.key for r in rows]
-        g.metadata[:] = [dict(r.meta) for r in rows]
-        self._seq = [r.seq for r in rows]
-        self._row = {r.id: i for i, r in enumerate(rows)}
+        g.node_ids[:], g.texts[:], g.keys[:], g.metadata[:] = ids, texts, keys, metadata
+        self._seq = seqs
+        self._row = {nid: i for i, nid in enumerate(ids)}
         self._next_seq = self.store.next_seq() if self.store.lock is not None else (max(self._seq, default=-1) + 1)
         edges = self.store.edges()
-        row_of_seq = {s: i for i, s in enumerate(self._seq)}
         self._n_edges = 0
         self._append_edges(
-            torch.tensor([row_of_seq[s] for s in edges.src.tolist()], dtype=torch.long),
-            torch.tensor([row_of_seq[s] for s in edges.dst.tolist()], dtype=torch.long),
+            torch.from_numpy(self._rows_of_seqs(edges.src)),
+            torch.from_numpy(self._rows_of_seqs(edges.dst)),
             torch.from_numpy(edges.relation),
             torch.from_numpy(edges.attr),
             torch.from_numpy(edges.S),
@@ -266,11 +277,15 @@ class Memory(Closing):
         self._views(n)
         self.vocabulary = Counter(self.store.vocabulary())
         self.builder = IncrementalBuilder(self.cfg, self.extractor, self._neighbours)
-        self.builder.replay(g, [set(r.entities) for r in rows], set(self.vocabulary))
-        self._ann: RowIndex | None = None
-        g.indexes.clear()
-        g.node_log.clear()
-        g.invalidate()
+        self.builder.replay(g, entities, set(self.vocabulary))
+
+    def _rows_of_seqs(self, seqs: np.ndarray) -> np.ndarray:
+        """The rows of stored records' ``seqs`` (rows are in ascending seq order)."""
+        order = np.asarray(self._seq, dtype=np.int64)
+        rows = np.searchsorted(order, seqs).clip(max=max(len(order) - 1, 0))
+        if seqs.size and (not order.size or not np.array_equal(order[rows], seqs)):
+            raise MemoryStoreError(f"memory {self.store.folder}: an edge names a record that is not stored")
+        return rows
 
     def _views(self, n: int) -> None:
         b, g, e = self.buffers, self.graph, self._n_edges
@@ -975,6 +990,3 @@ def _make_policy(
             f"{inputs.get('encoder')}, the memory's come from {encoder['name']} ({encoder['dim']}-d)"
         )
     return made
-
-
-_ = MemoryStoreError  # re-raised as is by :meth:`Memory.open`

@@ -223,6 +223,37 @@ def test_a_second_writer_is_refused_in_one_line_or_waits(tmp_path):
         assert sorted(m.graph.node_ids) == ["w1", "w2"]
 
 
+def test_a_reader_opened_while_a_writer_adds_sees_whole_transactions(tmp_path):
+    """Records and edges are read in one snapshot: a reader opening between a writer's commits never holds an
+    edge to a record it did not read, nor a record without its edges."""
+    writer = Memory.open(tmp_path / "w", encoder="hashing")
+    words = "lamp river stone cloud maple violin harbor tiger".split()
+    for i in range(300):
+        writer.add(f"{words[i % 8]} {words[(3 * i) % 8]} and Carmen {i}", session=i % 4, id=f"a{i}", time=10.0 * i)
+    done = threading.Event()
+
+    def write():
+        i = 300
+        while not done.is_set():
+            writer.add(f"{words[i % 8]} {words[(5 * i) % 8]} and Carmen {i}", session=i % 4, id=f"a{i}", time=10.0 * i)
+            i += 1
+
+    t = threading.Thread(target=write)
+    t.start()
+    try:
+        for _ in range(12):
+            with Memory.open(tmp_path / "w", encoder="hashing", readonly=True) as reader:
+                reader.graph.validate()
+                last = max(reader._seq)  # adds only: the edges among the records read are those committed with them
+                among = "SELECT count(*) FROM edges WHERE src <= ? AND dst <= ?"
+                assert reader.store.conn.execute(among, (last, last)).fetchone()[0] == reader.graph.num_edges
+                assert len(reader) == last + 1
+    finally:
+        done.set()
+        t.join(30)
+        writer.close()
+
+
 def test_the_readme_example_runs(tmp_path, monkeypatch):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = readme.split("## A live memory", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]

@@ -43,6 +43,8 @@ from graphmem.store.lockfile import FileLock, LockBusyError
 SCHEMA_VERSION = 1
 DB_NAME = "memory.sqlite3"
 LOCK_NAME = "writer.lock"
+EDGE_BLOCK = 65536
+"""edges read per block at open"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -114,6 +116,10 @@ class MemoryStore(ABC):
 
     @abstractmethod
     def feedback_log(self) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def snapshot(self) -> Any:
+        """A context manager in which every read sees one committed state of the store."""
 
     @abstractmethod
     def write(self) -> Any:
@@ -306,22 +312,41 @@ class SQLiteStore(MemoryStore):
             yield NodeRow(seq, nid, text, key, t, json.loads(meta), json.loads(entities), np.frombuffer(emb, "<f4"))
 
     def edges(self) -> EdgeRows:
-        cur = self.conn.execute("SELECT src, dst, relation, S, F, attr, attr_init FROM edges ORDER BY rowid")
-        rows = cur.fetchall()
-        if not rows:
+        """Every edge in insertion order, read a block of rows at a time: the numbers as one array per block, the
+        features' bytes joined per block (in one snapshot when called inside :meth:`snapshot`)."""
+        numbers, attr, init = [], [], []
+        cur = self.conn.execute("SELECT src, dst, relation, S, F FROM edges ORDER BY rowid")
+        while rows := cur.fetchmany(EDGE_BLOCK):
+            numbers.append(np.array(rows, dtype=np.float64).reshape(-1, 5))  # seqs are exact below 2**53
+        cur = self.conn.execute("SELECT attr, attr_init FROM edges ORDER BY rowid")
+        while rows := cur.fetchmany(EDGE_BLOCK):
+            attr.append(np.frombuffer(b"".join([r[0] for r in rows]), "<f4").reshape(-1, 4))
+            init.append(np.frombuffer(b"".join([r[1] for r in rows]), "<f4").reshape(-1, 4))
+        if not numbers:
             return EdgeRows.empty()
-        src, dst, rel, s, f, attr, init = zip(*rows)
-        feats = np.frombuffer(b"".join(attr), "<f4").reshape(-1, 4)
-        inits = np.frombuffer(b"".join(init), "<f4").reshape(-1, 4)
+        num = np.concatenate(numbers)
+        seq = num[:, :3].astype(np.int64)
         return EdgeRows(
-            np.asarray(src, np.int64),
-            np.asarray(dst, np.int64),
-            np.asarray(rel, np.int64),
-            np.asarray(s, np.float32),
-            np.asarray(f, np.float32),
-            feats.copy(),
-            inits.copy(),
+            seq[:, 0].copy(),
+            seq[:, 1].copy(),
+            seq[:, 2].copy(),
+            num[:, 3].astype(np.float32),
+            num[:, 4].astype(np.float32),
+            np.concatenate(attr),
+            np.concatenate(init),
         )
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads that see one committed state of the store (a read transaction), whatever a writer commits meanwhile."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
 
     def vocabulary(self) -> dict[str, int]:
         return dict(self.conn.execute("SELECT word, count FROM vocabulary"))
