@@ -58,6 +58,7 @@ ONE_QUERY_NODES = 1 << 12  # ... and, for one query, up to this size (its walk r
 NUM_PATH_FEATURES = 6
 ORDER_SCALE = 12
 COSINE_BLOCK = 1 << 10  # rows gathered at once for one query's cosines (their products stay in the cache)
+STATIC_PAIR_BLOCK = 1 << 16  # pairs whose edge features are computed at once (the encoder's activations stay small)
 SPAN_PAIRS = 1 << 16  # graphs up to this many pairs score a served walk's expansions from per-query node columns
 
 
@@ -200,7 +201,8 @@ class WalkScorer(nn.Module):
         The lexical features ``λ_qv`` depend on the query: they come with :meth:`prepare`'s ``lexical``."""
         st = self.static_nodes(tables)
         every = torch.arange(tables.pairs.num_pairs, device=tables.x.device)
-        return {**st, "pair_e": self.edges(tables.pairs, every, st["px"], st["delta"])[0]}
+        blocks = [self.edges(tables.pairs, b, st["px"], st["delta"])[0] for b in every.split(STATIC_PAIR_BLOCK)]
+        return {**st, "pair_e": torch.cat(blocks) if len(blocks) != 1 else blocks[0]}
 
     def prepare(
         self,

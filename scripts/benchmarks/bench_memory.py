@@ -1,10 +1,14 @@
-"""What a live memory costs as it grows: add and retrieve latency, open time and ingest rate, one thread.
+"""What a live memory costs as it grows: add, retrieve and forget latency, open time, resident memory and ingest
+rate, one thread.
 
 One memory (``graphmem.Memory``, hashing encoder, the shipped graph settings) grows through each size of
 ``--sizes`` (note-like texts of :func:`graphmem.builders.synthetic.make_text_graph`, 20 turns a session,
 30 s apart, added in transactions of ``--chunk`` records with their embeddings given, so the encoder's cost is
-apart). At each size:
+apart). Each size is grown by one process and measured by another, started fresh, so that every size is
+measured as a process that opens the memory finds it (and the resident memory is that of this size alone):
 
+* ``open_s``: opening the memory (the database read, the graph and the builder's state rebuilt), the resident
+  memory after it, and the first add (``first_add_after_open_s``: the neighbour index is built then);
 * ``add``: ``--adds`` single :meth:`Memory.add` calls (one transaction each, the embedding given), wall and
   thread-CPU p50 / p95 (the encoder's own time per text is reported apart, ``encode_ms``);
 * ``retrieve``: ``--queries`` queries quoting four words of a random record, served one at a time by the walk
@@ -15,12 +19,12 @@ apart). At each size:
   ``hybrid`` likewise;
 * ``retrieve_after_add_router``: one more add, then one router retrieval (wall and thread-CPU seconds): what a
   write costs the next read, the per-graph tables being made again (the indexes brought up to date);
-* ``open_s``: closing the memory and opening it again (the database read, the graph and the builder's state
-  rebuilt), and the first add after it (``first_add_after_open_s``: the neighbour index is built then);
-* the database's bytes and the process's peak resident memory.
+* ``forget``: ``--forgets`` single :meth:`Memory.forget` calls of records added in this process;
+* the database's bytes and the measuring process's peak resident memory.
 
 Ratios to the first size are reported for the add and retrieve p50s. ``--ingest`` turns of LoCoMo are then
-added with the real encoder (MiniLM) in transactions of 64, for the ingest rate in turns per second.
+added with the real encoder (MiniLM) in transactions of 64, for the ingest rate in turns per second. The report
+is written after each size, so a run stopped at a large size keeps the smaller ones.
 
     OMP_NUM_THREADS=1 python scripts/benchmarks/bench_memory.py --out docs/results/memory_scale.json
 """
@@ -29,17 +33,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import random
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import torch
 
 from graphmem import Memory
 from graphmem.builders.locomo import turn_records
@@ -56,6 +60,9 @@ from graphmem.store.io import atomic_write
 from models.rank_head import RankHead, RankHeadConfig
 from models.walk_scorer import ScorerConfig, WalkScorer
 
+EXTRA = 8
+"""records a measuring process adds beyond ``--adds`` (the first add, the add before a retrieval, spares)"""
+
 
 def timed(call) -> tuple[float, float]:
     """``(wall s, thread CPU s)`` of ``call()``."""
@@ -68,91 +75,128 @@ def summary(samples: list[tuple[float, float]]) -> dict:
     return {**latency_summary([w for w, _ in samples]), "cpu": latency_summary([c for _, c in samples])}
 
 
-def records(texts: list[str], start: int, stop: int) -> list[dict]:
-    return [dict(text=texts[i], id=f"n{i}", session=i // 20, time=1e9 + 30.0 * i) for i in range(start, stop)]
+def resident_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
 
 
-def measure(mem: Memory, texts, emb, size: int, args, rng: random.Random, router, hybrid) -> dict:
-    out: dict = {"records": size}
-    adds = []
-    for r, i in zip(records(texts, size, size + args.adds), range(size, size + args.adds)):
-        adds.append(timed(lambda r=r, i=i: mem.add(**r, embedding=emb[i])))
-    out["add"] = summary(adds)
-    queries = [" ".join(texts[rng.randrange(size)].split()[:4]) for _ in range(args.queries)]
-    for name, policy in (("router", router), ("hybrid", hybrid)):
+def texts_for(args) -> list[str]:
+    """Every text of the run: ``max(sizes)`` to grow the memory, then ``--adds + EXTRA`` per size to measure."""
+    top = max(args.sizes) + len(args.sizes) * (args.adds + EXTRA)
+    texts = make_text_graph(top, dim=16, seed=args.seed, validate=False).texts
+    gc.collect()
+    return texts
+
+
+def records(texts: list[str], start: int, stop: int, prefix: str = "n") -> list[dict]:
+    return [dict(text=texts[i], id=f"{prefix}{i}", session=i // 20, time=1e9 + 30.0 * i) for i in range(start, stop)]
+
+
+def grow(args) -> dict:
+    """Grow the memory from ``--start`` to ``--stop`` records (the encoder's time left out)."""
+    texts, encoder, spent = texts_for(args), HashingEncoder(384), 0.0
+    with Memory.open(args.folder, encoder="hashing") as mem:
+        for start in range(args.start, args.stop, args.chunk):
+            stop = min(start + args.chunk, args.stop)
+            emb = encoder.encode(texts[start:stop])
+            spent += timed(lambda s=start, e=stop, x=emb: mem.add_many(records(texts, s, e), x))[0]
+    return {"fill_s": spent, "fill_records_per_s": (args.stop - args.start) / max(spent, 1e-9)}
+
+
+def measure(args) -> dict:
+    """Open the memory grown to ``--stop`` records in this fresh process and time it (module docstring)."""
+    base = max(args.sizes) + args.sizes.index(args.stop) * (args.adds + EXTRA)
+    mine = texts_for(args)[base : base + args.adds + EXTRA]
+    emb = HashingEncoder(384).encode(mine)
+    router = walk_policy(args.checkpoint)
+    mine = records(mine, 0, len(mine), prefix=f"m{args.stop}-")
+    out: dict = {}
+    wall = time.perf_counter()
+    mem = Memory.open(args.folder, encoder="hashing")
+    out["open_s"], out["rss_after_open_mb"] = time.perf_counter() - wall, resident_mb()
+    out["first_add_after_open_s"] = timed(lambda: mem.add(**mine[0], embedding=emb[0]))[0]
+    out["add"] = summary([timed(lambda i=i: mem.add(**mine[i], embedding=emb[i])) for i in range(1, args.adds + 1)])
+    out["records"] = len(mem)
+    rng, texts = random.Random(args.seed + args.stop), mem.graph.texts
+    queries = [" ".join(texts[rng.randrange(len(texts))].split()[:4]) for _ in range(args.queries)]
+    for name, policy in (("router", router), ("hybrid", mem.policy)):
         out[f"first_retrieve_s_{name}"] = timed(lambda p=policy: mem.retrieve(queries[0], policy=p))[0]
         out[f"retrieve_{name}"] = summary([timed(lambda q=q, p=policy: mem.retrieve(q, policy=p)) for q in queries])
-    i = size + args.adds  # one more add, then one retrieval: the per-graph tables made again after a write
-    mem.add(**records(texts, i, i + 1)[0], embedding=emb[i])
+    i = args.adds + 1  # one more add, then one retrieval: the per-graph tables made again after a write
+    mem.add(**mine[i], embedding=emb[i])
     wall, cpu = timed(lambda: mem.retrieve(queries[1], policy=router))
     out["retrieve_after_add_router"] = {"wall_s": wall, "cpu_s": cpu}
+    gone = [r["id"] for r in mine[1 : 1 + args.forgets]]
+    out["forget"] = summary([timed(lambda r=r: mem.forget(r)) for r in gone])
     out["bytes"] = mem.stats()["bytes"]
+    mem.close()
+    out["rss_mb"] = resident_mb()
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
+
+
+def walk_policy(checkpoint: str | None):
+    """The shipped walk: the trained scorer and ranking head of ``checkpoint``, else fresh ones of that shape."""
+    if checkpoint:
+        return make_policy("router", checkpoint=checkpoint, entry_selector="hybrid", device="cpu")
+    return make_policy(
+        "router",
+        scorer=WalkScorer(ScorerConfig(dim=384)),
+        rank_head=RankHead(RankHeadConfig(NUM_RANK_FEATURES)),
+        entry_selector="hybrid",
+        device="cpu",
+    )
+
+
+def phase(args, name: str, start: int, stop: int, folder: Path) -> dict:
+    """Run one phase (``grow`` or ``measure``) in a fresh process; its report is the last line it prints."""
+    argv = [sys.executable, __file__, "--phase", name, "--start", str(start), "--stop", str(stop)]
+    argv += ["--folder", str(folder), "--sizes", *map(str, args.sizes), "--seed", str(args.seed)]
+    argv += ["--adds", str(args.adds), "--queries", str(args.queries), "--chunk", str(args.chunk)]
+    argv += ["--forgets", str(args.forgets), "--threads", str(args.threads)]
+    argv += ["--checkpoint", args.checkpoint] if args.checkpoint else []
+    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the {name} phase of {stop:,} records stopped with exit code {done.returncode}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run(args, head: dict) -> dict:
     sizes = sorted(args.sizes)
-    top = sizes[-1] + len(sizes) * (args.adds + 2)
-    t0 = time.perf_counter()
-    graph = make_text_graph(top, dim=16, seed=args.seed, validate=False)
-    texts = graph.texts
     encoder = HashingEncoder(384)
-    emb = torch.cat([encoder.encode(texts[i : i + 20000]) for i in range(0, top, 20000)])
-    encode = [timed(lambda t=t: encoder.encode([t])) for t in texts[:200]]
-    report: dict = {"texts_s": time.perf_counter() - t0, "encode_ms": summary(encode), "sizes": []}
-    if args.checkpoint:  # the shipped walk: the trained scorer and ranking head
-        router = make_policy("router", checkpoint=args.checkpoint, entry_selector="hybrid", device="cpu")
-        report["checkpoint"] = args.checkpoint
-    else:
-        router = make_policy(
-            "router",
-            scorer=WalkScorer(ScorerConfig(dim=384)),
-            rank_head=RankHead(RankHeadConfig(NUM_RANK_FEATURES)),
-            entry_selector="hybrid",
-            device="cpu",
-        )
+    sample = make_text_graph(200, dim=16, seed=args.seed, validate=False).texts
+    report: dict = {"encode_ms": summary([timed(lambda t=t: encoder.encode([t])) for t in sample]), "sizes": []}
+    report["checkpoint"] = args.checkpoint
     folder = Path(args.folder or tempfile.mkdtemp(prefix="memory-bench-")) / "memory"
     shutil.rmtree(folder, ignore_errors=True)
-    rng, mem, have = random.Random(args.seed), Memory.open(folder, encoder="hashing"), 0
-    hybrid = mem.policy
+    have = 0
     for size in sizes:
-        t1 = time.perf_counter()
-        for start in range(have, size, args.chunk):
-            stop = min(start + args.chunk, size)
-            mem.add_many(records(texts, start, stop), emb[start:stop])
-        fill = time.perf_counter() - t1
-        row = {"fill_s": fill, "fill_records_per_s": (size - have) / max(fill, 1e-9)}
-        row.update(measure(mem, texts, emb, size, args, rng, router, hybrid))
-        have = size + args.adds + 1
-        mem.close()
-        row["open_s"] = timed(lambda: None)[0]
-        w = time.perf_counter()
-        mem = Memory.open(folder, encoder="hashing")
-        row["open_s"] = time.perf_counter() - w
-        row["first_add_after_open_s"] = timed(
-            lambda: mem.add(**records(texts, have, have + 1)[0], embedding=emb[have])
-        )[0]
-        have += 1
-        row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        row = phase(args, "grow", have, size, folder)
+        row.update(phase(args, "measure", have, size, folder))
+        have = size
         report["sizes"].append(row)
+        ratios(report["sizes"])
+        write(args.out, {**head, **report})
         print(json.dumps({k: v for k, v in row.items() if not isinstance(v, dict)}), flush=True)
         print(
             f"  add p50 {row['add']['p50_ms']:.3f} ms  router p50 {row['retrieve_router']['p50_ms']:.3f} ms  "
-            f"retrieve after an add {row['retrieve_after_add_router']['cpu_s']:.3f} s CPU",
+            f"forget p50 {row['forget']['p50_ms']:.1f} ms  retrieve after an add "
+            f"{row['retrieve_after_add_router']['cpu_s']:.3f} s CPU",
             flush=True,
         )
-    mem.close()
-    first = report["sizes"][0]
-    for row in report["sizes"]:
-        for key in ("add", "retrieve_router", "retrieve_hybrid"):
-            row[f"{key}_p50_over_first"] = row[key]["p50_ms"] / first[key]["p50_ms"]
-            row[f"{key}_cpu_p50_over_first"] = row[key]["cpu"]["p50_ms"] / first[key]["cpu"]["p50_ms"]
-    if args.ingest:  # the sizes' figures are written first: they stay if the ingest fails
-        write(args.out, {**head, **report})
+    if args.ingest:
         report["ingest"] = ingest(args.ingest, Path(tempfile.mkdtemp(prefix="memory-ingest-")))
     if not args.folder:
         shutil.rmtree(folder.parent, ignore_errors=True)
     return report
+
+
+def ratios(rows: list[dict]) -> None:
+    first = rows[0]
+    for row in rows:
+        for key in ("add", "retrieve_router", "retrieve_hybrid"):
+            row[f"{key}_p50_over_first"] = row[key]["p50_ms"] / first[key]["p50_ms"]
+            row[f"{key}_cpu_p50_over_first"] = row[key]["cpu"]["p50_ms"] / first[key]["cpu"]["p50_ms"]
 
 
 def ingest(n: int, folder: Path) -> dict:
@@ -178,6 +222,7 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000, 1000000])
     ap.add_argument("--adds", type=int, default=200, help="timed single adds per size")
     ap.add_argument("--queries", type=int, default=100, help="timed retrievals per size and policy")
+    ap.add_argument("--forgets", type=int, default=5, help="timed single forgets per size (at most --adds)")
     ap.add_argument("--chunk", type=int, default=10000, help="records per transaction while growing")
     ap.add_argument("--ingest", type=int, default=2000, help="LoCoMo turns added with MiniLM (0: skip)")
     ap.add_argument(
@@ -187,15 +232,24 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="outputs/benchmark/memory_scale.json")
+    ap.add_argument("--phase", choices=("all", "grow", "measure"), default="all", help=argparse.SUPPRESS)
+    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--stop", type=int, default=0, help=argparse.SUPPRESS)
     return ap
 
 
 def work(args: argparse.Namespace) -> None:
-    """Grow the memory, time it at each size and write the report (module docstring)."""
+    """Grow the memory, time it at each size and write the report (module docstring); or run one phase."""
     bad = [s for s in args.sizes if s < 1] + [v for v in (args.adds, args.queries, args.chunk) if v < 1]
-    if bad or args.ingest < 0:
-        raise ValueError(f"sizes, --adds, --queries and --chunk must be positive, --ingest >= 0 (got {bad})")
+    if bad or args.ingest < 0 or not 0 <= args.forgets <= args.adds:
+        raise ValueError(
+            f"sizes, --adds, --queries and --chunk must be positive, --ingest >= 0, 0 <= --forgets <= --adds "
+            f"(got {bad or [args.ingest, args.forgets]})"
+        )
     threads = set_threads({"threads": args.threads})
+    if args.phase != "all":
+        print(json.dumps(grow(args) if args.phase == "grow" else measure(args)), flush=True)
+        return
     report = {"command": "python " + " ".join(sys.argv), "threads": threads, "load_average_at_start": os.getloadavg()}
     report.update(run(args, report))
     report["load_average_at_end"] = os.getloadavg()
