@@ -103,10 +103,20 @@ def grow(args) -> dict:
     return {"fill_s": spent, "fill_records_per_s": (args.stop - args.start) / max(spent, 1e-9)}
 
 
+def measure_texts(args) -> dict:
+    """Write the records each measuring process adds (after those that grow the memory), one file per size."""
+    texts, sizes = texts_for(args), sorted(args.sizes)
+    for k, size in enumerate(sizes):
+        base = sizes[-1] + k * (args.adds + EXTRA)
+        (Path(args.folder).parent / f"measure-{size}.json").write_text(
+            json.dumps(texts[base : base + args.adds + EXTRA])
+        )
+    return {}
+
+
 def measure(args) -> dict:
     """Open the memory grown to ``--stop`` records in this fresh process and time it (module docstring)."""
-    base = max(args.sizes) + args.sizes.index(args.stop) * (args.adds + EXTRA)
-    mine = texts_for(args)[base : base + args.adds + EXTRA]
+    mine = json.loads(Path(args.texts).read_text())  # the parent's texts: this process's peak is the memory's
     emb = HashingEncoder(384).encode(mine)
     router = walk_policy(args.checkpoint)
     mine = records(mine, 0, len(mine), prefix=f"m{args.stop}-")
@@ -122,6 +132,7 @@ def measure(args) -> dict:
     for name, policy in (("router", router), ("hybrid", mem.policy)):
         out[f"first_retrieve_s_{name}"] = timed(lambda p=policy: mem.retrieve(queries[0], policy=p))[0]
         out[f"retrieve_{name}"] = summary([timed(lambda q=q, p=policy: mem.retrieve(q, policy=p)) for q in queries])
+        out[f"rss_after_retrieve_{name}_mb"] = resident_mb()
     i = args.adds + 1  # one more add, then one retrieval: the per-graph tables made again after a write
     mem.add(**mine[i], embedding=emb[i])
     wall, cpu = timed(lambda: mem.retrieve(queries[1], policy=router))
@@ -149,12 +160,13 @@ def walk_policy(checkpoint: str | None):
 
 
 def phase(args, name: str, start: int, stop: int, folder: Path) -> dict:
-    """Run one phase (``grow`` or ``measure``) in a fresh process; its report is the last line it prints."""
+    """Run one phase (``grow``, ``measure`` or ``texts``) in a fresh process; its report is the last line it prints."""
     argv = [sys.executable, __file__, "--phase", name, "--start", str(start), "--stop", str(stop)]
     argv += ["--folder", str(folder), "--sizes", *map(str, args.sizes), "--seed", str(args.seed)]
     argv += ["--adds", str(args.adds), "--queries", str(args.queries), "--chunk", str(args.chunk)]
     argv += ["--forgets", str(args.forgets), "--threads", str(args.threads)]
     argv += ["--checkpoint", args.checkpoint] if args.checkpoint else []
+    argv += ["--texts", str(folder.parent / f"measure-{stop}.json")] if name == "measure" else []
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the {name} phase of {stop:,} records stopped with exit code {done.returncode}")
@@ -169,7 +181,9 @@ def run(args, head: dict) -> dict:
     report["checkpoint"] = args.checkpoint
     folder = Path(args.folder or tempfile.mkdtemp(prefix="memory-bench-")) / "memory"
     shutil.rmtree(folder, ignore_errors=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
     have = 0
+    phase(args, "texts", 0, 0, folder)
     for size in sizes:
         row = phase(args, "grow", have, size, folder)
         row.update(phase(args, "measure", have, size, folder))
@@ -232,9 +246,10 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="outputs/benchmark/memory_scale.json")
-    ap.add_argument("--phase", choices=("all", "grow", "measure"), default="all", help=argparse.SUPPRESS)
+    ap.add_argument("--phase", choices=("all", "grow", "measure", "texts"), default="all", help=argparse.SUPPRESS)
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--stop", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--texts", default=None, help=argparse.SUPPRESS)
     return ap
 
 
@@ -248,7 +263,7 @@ def work(args: argparse.Namespace) -> None:
         )
     threads = set_threads({"threads": args.threads})
     if args.phase != "all":
-        print(json.dumps(grow(args) if args.phase == "grow" else measure(args)), flush=True)
+        print(json.dumps({"grow": grow, "measure": measure, "texts": measure_texts}[args.phase](args)), flush=True)
         return
     report = {"command": "python " + " ".join(sys.argv), "threads": threads, "load_average_at_start": os.getloadavg()}
     report.update(run(args, report))
