@@ -509,7 +509,7 @@ class Memory(Closing):
         self.builder.vocabulary.difference_update(gone)
         if self._ann is not None:
             self._ann.remove(rows)
-            if self._ann.dead > self._ann.spec.rebuild_fraction * self._ann.slots:
+            if self._ann.crowded():
                 self._ann = None  # made again from the remaining rows on the next add that needs it
         g.node_log.append(("remove", rows))
         for name in [k for k, v in g.indexes.items() if isinstance(v, BM25Index)]:
@@ -546,7 +546,7 @@ class Memory(Closing):
         the node's text, key and embedding (logged, so that a vector index re-reads that row only; BM25 is made
         again when next used, as at open), its entities'
         mentions (rows in ascending order), the word counts and the extractor's vocabulary, the features of its
-        edges; the neighbour index is made again on the next add that needs it."""
+        edges; the neighbour index gives the row its new vector."""
         g, b = self.graph, self.buffers
         b.emb[row] = x
         g.texts[row], g.keys[row] = r.node_text, r.routing_key
@@ -572,7 +572,10 @@ class Memory(Closing):
         if edges:
             at = torch.tensor(edges, dtype=torch.long)
             b.attr[at], b.attr_init[at] = torch.stack(feats), torch.stack(inits)
-        self._ann = None
+        if self._ann is not None:
+            self._ann.replace(row, x)
+            if self._ann.crowded():
+                self._ann = None
         self._views(len(self))
         g.invalidate()
 

@@ -358,9 +358,10 @@ def test_revise_unlink_and_forget_update_the_memory_in_place_as_reopening_it_wou
                 assert again.integrity() == []
 
 
-def test_forget_keeps_the_neighbour_index_and_its_rows_in_step(tmp_path):
-    """Above the ANN threshold a forget renumbers the HNSW index's rows instead of rebuilding it: the memory then
-    grows as one searched exactly does (HNSW on a few dozen rows finds the exact neighbours)."""
+def test_forget_and_revise_keep_the_neighbour_index_and_its_rows_in_step(tmp_path):
+    """Above the ANN threshold a forget renumbers the HNSW index's rows and a revise gives its row a new slot,
+    instead of rebuilding it: the memory then grows as one searched exactly does (HNSW on a few dozen rows finds
+    the exact neighbours)."""
     words = "lamp river stone cloud maple violin harbor tiger copper meadow pepper signal".split()
     texts = [" ".join(words[(i * k) % len(words)] for k in (1, 3, 5, 7)) + f" {i}" for i in range(48)]
     graphs = []
@@ -370,8 +371,9 @@ def test_forget_keeps_the_neighbour_index_and_its_rows_in_step(tmp_path):
             for i, t in enumerate(texts[:30]):
                 m.add(t, session=i % 3, id=f"n{i}", time=100.0 * i)
             m.forget(["n3", "n17", "n4"])
+            m.revise("n20", texts[47])  # its vector takes a new slot: later records find it by its new text
             for i, t in enumerate(texts[30:], start=30):
                 m.add(t, session=i % 3, id=f"n{i}", time=100.0 * i)
-            assert (m._ann is not None) == (ann == 4) and (ann != 4 or m._ann.dead == 3)
+            assert (m._ann is not None) == (ann == 4) and (ann != 4 or m._ann.dead == 4)
             graphs.append(m.graph.copy())
     assert_same_graph(*graphs)

@@ -2,7 +2,8 @@
 
 Rows are added in order, so a row is first the FAISS id it was added as, in an ``IndexHNSWFlat`` (inner product
 on unit vectors = cosine). A deletion renumbers the rows after it: the index keeps a map from FAISS id to the
-current row (``-1``: deleted) instead of rebuilding, and the caller rebuilds it once deleted slots are too many.
+current row (``-1``: deleted) instead of rebuilding, a revised row's vector takes a new slot, and the caller
+rebuilds the index once deleted slots are too many.
 :meth:`RowIndex.search` asks FAISS for ``k + overfetch`` live candidates (more while deleted ones crowd them
 out), re-scores them exactly from the embeddings and orders them by (cosine desc, row asc), the order of the
 exact search; adding one row costs ``O(log N)``, not ``O(N)``.
@@ -65,6 +66,16 @@ class RowIndex:
         live = self.row_of >= 0
         self.row_of[live] = moved[self.row_of[live]]
         self.rows -= int(drop.sum())
+
+    def replace(self, row: int, x: Tensor) -> None:
+        """Give ``row`` the vector ``x`` (``[dim]``): its old slot is deleted and a new one maps to the row."""
+        self.row_of[self.row_of == row] = -1
+        self.index.add(np.ascontiguousarray(x.detach().cpu().numpy()[None, :], dtype=np.float32))
+        self.row_of = np.concatenate([self.row_of, np.asarray([row], dtype=np.int64)])
+
+    def crowded(self) -> bool:
+        """Whether deleted slots exceed ``spec.rebuild_fraction`` of all slots (time to rebuild)."""
+        return self.dead > self.spec.rebuild_fraction * self.slots
 
     def search(self, x: Tensor, k: int, embeddings: Tensor) -> tuple[list[int], list[float]]:
         """At most ``k`` rows nearest ``x``, with their exact cosines from ``embeddings``, by (cosine desc, row asc)."""
