@@ -53,6 +53,7 @@ from graphmem.policies import make_policy
 from graphmem.policies.base import TraversalPolicy
 from graphmem.store.graphset import GraphSet
 from graphmem.store.memory_store import EdgeRows, MemoryStoreError, NodeRow, SQLiteStore
+from graphmem.store.neighbour_file import forget_neighbours, load_neighbours, save_neighbours
 
 __all__ = ["DuplicateIdError", "Memory", "MemoryError", "MemoryRetrieval", "UnknownIdError", "check_policy"]
 
@@ -137,6 +138,8 @@ class _Buffers:
 class Memory(Closing):
     """One live memory (module docstring). Open it with :meth:`open`; every public method is thread-safe."""
 
+    ann_min_nodes = ANN_MIN_NODES
+
     def __init__(
         self,
         store: SQLiteStore,
@@ -144,11 +147,9 @@ class Memory(Closing):
         encoder: Encoder,
         policy: TraversalPolicy,
         budget: Budget,
-        ann_min_nodes: int = ANN_MIN_NODES,
         extractor: EntityExtractor | None = None,
     ) -> None:
         self.store, self.cfg, self.encoder, self.policy, self.budget = store, cfg, encoder, policy, budget
-        self.ann_min_nodes = ann_min_nodes
         self.extractor = extractor if extractor is not None else _registered_extractor(cfg.entity_extractor)
         self._lock = threading.RLock()
         self._recent: OrderedDict[str, MemoryRetrieval] = OrderedDict()
@@ -211,8 +212,14 @@ class Memory(Closing):
             raise
 
     def close(self) -> None:
+        """Close the store; a writer first saves its neighbour index for the next open (:mod:`graphmem.store.
+        neighbour_file`)."""
         with self._lock:
-            self.store.close()
+            try:
+                if self.store.lock is not None and getattr(self, "_ann", None) is not None:
+                    save_neighbours(self.store.folder, self._ann, self.store.writes())
+            finally:
+                self.store.close()
 
     def __len__(self) -> int:
         return self.graph.num_nodes
@@ -229,7 +236,10 @@ class Memory(Closing):
         snapshot of the store."""
         with self.store.snapshot():
             self._read_store()
+            writes = self.store.writes()
         self._ann: RowIndex | None = None
+        if self.store.lock is not None and len(self) >= self.ann_min_nodes:  # a writer's, saved at its last close
+            self._ann = load_neighbours(self.store.folder, writes, len(self), self.graph.dim)
         g = self.graph
         g.indexes.clear()
         g.node_log.clear()
@@ -507,6 +517,7 @@ class Memory(Closing):
         for w in gone:
             del self.vocabulary[w]
         self.builder.vocabulary.difference_update(gone)
+        forget_neighbours(self.store.folder)  # the saved index holds their vectors
         if self._ann is not None:
             self._ann.remove(rows)
             if self._ann.crowded():
@@ -572,6 +583,7 @@ class Memory(Closing):
         if edges:
             at = torch.tensor(edges, dtype=torch.long)
             b.attr[at], b.attr_init[at] = torch.stack(feats), torch.stack(inits)
+        forget_neighbours(self.store.folder)  # the saved index holds the old vector
         if self._ann is not None:
             self._ann.replace(row, x)
             if self._ann.crowded():

@@ -4,6 +4,7 @@ learns from feedback, and refuses bad input in one line."""
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -377,3 +378,45 @@ def test_forget_and_revise_keep_the_neighbour_index_and_its_rows_in_step(tmp_pat
             assert (m._ann is not None) == (ann == 4) and (ann != 4 or m._ann.dead == 4)
             graphs.append(m.graph.copy())
     assert_same_graph(*graphs)
+
+
+def test_a_writer_saves_its_neighbour_index_at_close_and_the_next_open_loads_it(tmp_path, monkeypatch):
+    """Reopened unchanged, a memory loads the index it saved and grows as one searched exactly does; a reopen
+    after any other write, or a damaged file, builds it from the records; a forget removes the saved file (its
+    slots hold the forgotten vectors) and an index with deleted slots is not saved."""
+    words = "lamp river stone cloud maple violin harbor tiger copper meadow pepper signal".split()
+    texts = [" ".join(words[(i * k) % len(words)] for k in (1, 3, 5, 7)) + f" {i}" for i in range(34)]
+
+    def grow(m, rows):
+        for i in rows:
+            m.add(texts[i], session=i % 3, id=f"n{i}", time=100.0 * i)
+
+    monkeypatch.setattr(Memory, "ann_min_nodes", 10**9)
+    with Memory.open(tmp_path / "exact", encoder="hashing") as m:
+        grow(m, range(30))
+        exact = edge_table(m.graph)
+    monkeypatch.setattr(Memory, "ann_min_nodes", 4)
+    folder, saved = tmp_path / "m", tmp_path / "m" / "neighbours.npz"
+    with Memory.open(folder, encoder="hashing") as m:
+        grow(m, range(20))
+    assert saved.is_file()
+    with monkeypatch.context() as patch:  # loaded, not built
+        patch.setattr("graphmem.memory.RowIndex", lambda *a, **k: pytest.fail("the saved index was not loaded"))
+        with Memory.open(folder, encoder="hashing") as m:
+            assert m._ann is not None and len(m._ann) == 20
+            grow(m, range(20, 30))
+            assert edge_table(m.graph) == exact
+    with Memory.open(folder, encoder="hashing", readonly=True) as reader:
+        assert reader._ann is None  # a reader never adds
+    with sqlite3.connect(folder / "memory.sqlite3") as db:  # a write that did not save the index (a crash)
+        db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'writes'")
+    with Memory.open(folder, encoder="hashing") as m:  # written since it was saved: built from the records
+        assert m._ann is None
+        grow(m, [30])
+    saved.write_bytes(saved.read_bytes()[:100])
+    with Memory.open(folder, encoder="hashing") as m:  # damaged: built from the records
+        assert m._ann is None
+        grow(m, [31])
+        m.forget("n3")
+        assert not saved.exists()
+    assert not saved.exists()  # n3's dead slot is never saved

@@ -37,6 +37,23 @@ class RowIndex:
         self.row_of = np.empty(0, dtype=np.int64)  # FAISS id -> current row, -1 once deleted
         self.rows = 0
 
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The serialised FAISS index and the id -> row map (what :meth:`from_arrays` reads back)."""
+        return {"faiss": _faiss().serialize_index(self.index), "row_of": self.row_of.copy()}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], spec: IndexSpec | None = None) -> RowIndex:
+        """The index :meth:`to_arrays` saved (its search width set from ``spec``)."""
+        out = cls.__new__(cls)
+        out.spec = spec or IndexSpec()
+        out.index = _faiss().deserialize_index(np.ascontiguousarray(arrays["faiss"], dtype=np.uint8))
+        out.index.hnsw.efSearch = out.spec.ef_search
+        out.row_of = np.asarray(arrays["row_of"], dtype=np.int64)
+        out.rows = int((out.row_of >= 0).sum())
+        if out.row_of.size != out.index.ntotal:
+            raise ValueError(f"{out.row_of.size} rows mapped for {out.index.ntotal} vectors")
+        return out
+
     def __len__(self) -> int:
         """The live rows."""
         return self.rows

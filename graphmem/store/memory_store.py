@@ -3,7 +3,8 @@
 A memory folder holds ``memory.sqlite3`` (with SQLite's ``-wal`` and ``-shm`` files) and ``writer.lock``.
 The database (the standard library's :mod:`sqlite3`, WAL journal) has five tables::
 
-    meta(key, value)                 schema version, the graph config, the encoder's name and width, relations
+    meta(key, value)                 schema version, the graph config, the encoder's name and width, relations,
+                                     and how many write transactions were committed
     nodes(seq, id, text, key, time, meta, entities, embedding)
                                      one row per record; seq is the arrival number (never reused)
     edges(src, dst, relation, S, F, attr, attr_init)
@@ -288,7 +289,7 @@ class SQLiteStore(MemoryStore):
         return conn
 
     def _check_settings(self, settings: dict[str, Any] | None) -> dict[str, Any]:
-        stored = {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+        stored = {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta WHERE key != 'writes'")}
         if not stored:
             if settings is None or self.lock is None:
                 raise MemoryStoreError(f"{self.folder}: the memory database holds no settings")
@@ -357,6 +358,11 @@ class SQLiteStore(MemoryStore):
             for seq, t, entry in self.conn.execute("SELECT seq, time, entry FROM feedback ORDER BY seq")
         ]
 
+    def writes(self) -> int:
+        """How many write transactions the store has committed: what a saved derived structure is stamped with."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'writes'").fetchone()
+        return int(row[0]) if row else 0
+
     def next_seq(self) -> int:
         return int(self.conn.execute("SELECT coalesce(max(seq), -1) + 1 FROM nodes").fetchone()[0])
 
@@ -371,6 +377,10 @@ class SQLiteStore(MemoryStore):
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES ('writes', '1') "
+            "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+        )
         self.conn.execute("COMMIT")
         if tx.deleted:
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
