@@ -1,0 +1,105 @@
+"""What reopening a large memory costs before its first add: the neighbour index built from the records, or
+loaded from the file a writer saved at close (:mod:`graphmem.store.neighbour_file`), one thread.
+
+A memory of ``--records`` note-like texts (:func:`graphmem.builders.synthetic.make_text_graph`, hashing
+encoder, transactions of 10,000 records) is grown and closed. It is then opened ``--rounds`` times each way:
+``built`` (the saved file removed first) and ``loaded``; each round times the open, the first add (the
+embedding given) and the close, which saves the index for the next round.
+
+    OMP_NUM_THREADS=1 python scripts/benchmarks/bench_reopen.py --out docs/results/memory_reopen.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from graphmem import Memory
+from graphmem.builders.synthetic import make_text_graph
+from graphmem.config.cli import set_threads
+from graphmem.config.entry import command
+from graphmem.index.embed import HashingEncoder
+from graphmem.store.io import write_json
+from graphmem.store.neighbour_file import NEIGHBOURS_FILE
+
+
+def grow(folder: Path, texts: list[str], encoder: HashingEncoder) -> None:
+    with Memory.open(folder, encoder="hashing") as mem:
+        for start in range(0, len(texts), 10_000):
+            batch = texts[start : start + 10_000]
+            records = [
+                dict(text=t, id=f"n{start + i}", session=(start + i) // 20, time=1e9 + 30.0 * (start + i))
+                for i, t in enumerate(batch)
+            ]
+            mem.add_many(records, encoder.encode(batch))
+
+
+def reopen(folder: Path, way: str, k: int, encoder: HashingEncoder) -> dict:
+    """One round: open (after removing the saved index for ``built``), one add, close."""
+    if way == "built":
+        (folder / NEIGHBOURS_FILE).unlink(missing_ok=True)
+    t = time.perf_counter()
+    mem = Memory.open(folder, encoder="hashing")
+    opened = time.perf_counter() - t
+    text = f"a note added after reopening, {way} round {k}, about Lisbon"
+    t = time.perf_counter()
+    mem.add(text, id=f"{way}-{k}", embedding=encoder.encode([text])[0])
+    added = time.perf_counter() - t
+    t = time.perf_counter()
+    mem.close()
+    return {"records": len(mem), "open_s": opened, "first_add_s": added, "close_s": time.perf_counter() - t}
+
+
+def work(args: argparse.Namespace) -> None:
+    """Grow the memory, reopen it both ways and write the report (module docstring)."""
+    if args.records < 1 or args.rounds < 1:
+        raise ValueError(f"--records and --rounds must be positive (got {args.records}, {args.rounds})")
+    threads = set_threads({"threads": args.threads})
+    report = {"command": "python " + " ".join(sys.argv), "threads": threads, "load_average_at_start": os.getloadavg()}
+    encoder = HashingEncoder(384)
+    root = Path(tempfile.mkdtemp(prefix="memory-reopen-"))
+    try:
+        t = time.perf_counter()
+        grow(root / "memory", make_text_graph(args.records, dim=16, seed=args.seed, validate=False).texts, encoder)
+        report["grow_s"] = time.perf_counter() - t
+        rounds = {
+            way: [reopen(root / "memory", way, k, encoder) for k in range(args.rounds)] for way in ("built", "loaded")
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    report["records"] = args.records
+    report["rounds"] = rounds
+    for way, rows in rounds.items():
+        for key in ("open_s", "first_add_s", "close_s"):
+            report[f"{way}_{key}_median"] = statistics.median(r[key] for r in rows)
+    report["first_add_built_over_loaded"] = report["built_first_add_s_median"] / report["loaded_first_add_s_median"]
+    report["load_average_at_end"] = os.getloadavg()
+    write_json(args.out, report)
+    print(
+        f"first add after reopening: built {report['built_first_add_s_median']:.2f} s, loaded "
+        f"{report['loaded_first_add_s_median']:.3f} s; written to {args.out}"
+    )
+
+
+def arguments() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=3, help="reopenings each way")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default="outputs/benchmark/memory_reopen.json")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(arguments(), work, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
