@@ -24,7 +24,9 @@ measured as a process that opens the memory finds it (and the resident memory is
 
 Ratios to the first size are reported for the add and retrieve p50s. ``--ingest`` turns of LoCoMo are then
 added with the real encoder (MiniLM) in transactions of 64, for the ingest rate in turns per second. The report
-is written after each size, so a run stopped at a large size keeps the smaller ones.
+is written after each growth and each size, and the measuring process saves its row after each step (the
+walk's, whose per-graph tables take most of the resident memory, last): a run stopped at a large size keeps
+what it had measured, and says where it stopped.
 
     OMP_NUM_THREADS=1 python scripts/benchmarks/bench_memory.py --out docs/results/memory_scale.json
 """
@@ -115,12 +117,20 @@ def measure_texts(args) -> dict:
 
 
 def measure(args) -> dict:
-    """Open the memory grown to ``--stop`` records in this fresh process and time it (module docstring)."""
+    """Open the memory grown to ``--stop`` records in this fresh process and time it (module docstring); the row
+    so far is saved to ``--row`` after each step, the walk's last (its per-graph tables are the largest part of
+    the resident memory): a process stopped on the way leaves the figures it had."""
     mine = json.loads(Path(args.texts).read_text())  # the parent's texts: this process's peak is the memory's
     emb = HashingEncoder(384).encode(mine)
     router = walk_policy(args.checkpoint)
     mine = records(mine, 0, len(mine), prefix=f"m{args.stop}-")
     out: dict = {}
+
+    def step(name: str) -> None:
+        out["last_step"] = name
+        out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        write(args.row, out)
+
     wall = time.perf_counter()
     mem = Memory.open(args.folder, encoder="hashing")
     out["open_s"], out["rss_after_open_mb"] = time.perf_counter() - wall, resident_mb()
@@ -129,20 +139,23 @@ def measure(args) -> dict:
     out["records"] = len(mem)
     rng, texts = random.Random(args.seed + args.stop), mem.graph.texts
     queries = [" ".join(texts[rng.randrange(len(texts))].split()[:4]) for _ in range(args.queries)]
-    for name, policy in (("router", router), ("hybrid", mem.policy)):
+    gone = [r["id"] for r in mine[1 : 1 + args.forgets]]
+    out["forget"] = summary([timed(lambda r=r: mem.forget(r)) for r in gone])
+    step("forget")
+    for name, policy in (("hybrid", mem.policy), ("router", router)):
         out[f"first_retrieve_s_{name}"] = timed(lambda p=policy: mem.retrieve(queries[0], policy=p))[0]
+        step(f"first retrieve {name}")
         out[f"retrieve_{name}"] = summary([timed(lambda q=q, p=policy: mem.retrieve(q, policy=p)) for q in queries])
         out[f"rss_after_retrieve_{name}_mb"] = resident_mb()
+        step(f"retrieve {name}")
     i = args.adds + 1  # one more add, then one retrieval: the per-graph tables made again after a write
     mem.add(**mine[i], embedding=emb[i])
     wall, cpu = timed(lambda: mem.retrieve(queries[1], policy=router))
     out["retrieve_after_add_router"] = {"wall_s": wall, "cpu_s": cpu}
-    gone = [r["id"] for r in mine[1 : 1 + args.forgets]]
-    out["forget"] = summary([timed(lambda r=r: mem.forget(r)) for r in gone])
     out["bytes"] = mem.stats()["bytes"]
     mem.close()
     out["rss_mb"] = resident_mb()
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    step("close")
     return out
 
 
@@ -160,17 +173,21 @@ def walk_policy(checkpoint: str | None):
 
 
 def phase(args, name: str, start: int, stop: int, folder: Path) -> dict:
-    """Run one phase (``grow``, ``measure`` or ``texts``) in a fresh process; its report is the last line it prints."""
+    """Run one phase (``grow``, ``measure`` or ``texts``) in a fresh process; its report is the last line it prints,
+    or for a measuring process that stopped, the row it saved (with ``stopped``: its exit code)."""
     argv = [sys.executable, __file__, "--phase", name, "--start", str(start), "--stop", str(stop)]
     argv += ["--folder", str(folder), "--sizes", *map(str, args.sizes), "--seed", str(args.seed)]
     argv += ["--adds", str(args.adds), "--queries", str(args.queries), "--chunk", str(args.chunk)]
     argv += ["--forgets", str(args.forgets), "--threads", str(args.threads)]
     argv += ["--checkpoint", args.checkpoint] if args.checkpoint else []
-    argv += ["--texts", str(folder.parent / f"measure-{stop}.json")] if name == "measure" else []
+    row = folder.parent / f"row-{stop}.json"
+    argv += ["--texts", str(folder.parent / f"measure-{stop}.json"), "--row", str(row)] if name == "measure" else []
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"the {name} phase of {stop:,} records stopped with exit code {done.returncode}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    if done.returncode == 0:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    if name == "measure" and row.is_file():
+        return {**json.loads(row.read_text()), "stopped": f"exit code {done.returncode}"}
+    raise RuntimeError(f"the {name} phase of {stop:,} records stopped with exit code {done.returncode}")
 
 
 def run(args, head: dict) -> dict:
@@ -186,18 +203,16 @@ def run(args, head: dict) -> dict:
     phase(args, "texts", 0, 0, folder)
     for size in sizes:
         row = phase(args, "grow", have, size, folder)
+        report["sizes"].append(row)
+        write(args.out, {**head, **report})  # the growth's figures stay if the measuring process stops
         row.update(phase(args, "measure", have, size, folder))
         have = size
-        report["sizes"].append(row)
         ratios(report["sizes"])
         write(args.out, {**head, **report})
         print(json.dumps({k: v for k, v in row.items() if not isinstance(v, dict)}), flush=True)
-        print(
-            f"  add p50 {row['add']['p50_ms']:.3f} ms  router p50 {row['retrieve_router']['p50_ms']:.3f} ms  "
-            f"forget p50 {row['forget']['p50_ms']:.1f} ms  retrieve after an add "
-            f"{row['retrieve_after_add_router']['cpu_s']:.3f} s CPU",
-            flush=True,
-        )
+        if "stopped" in row:
+            print(f"  the measuring process stopped after '{row['last_step']}' ({row['stopped']})", flush=True)
+            break
     if args.ingest:
         report["ingest"] = ingest(args.ingest, Path(tempfile.mkdtemp(prefix="memory-ingest-")))
     if not args.folder:
@@ -208,7 +223,7 @@ def run(args, head: dict) -> dict:
 def ratios(rows: list[dict]) -> None:
     first = rows[0]
     for row in rows:
-        for key in ("add", "retrieve_router", "retrieve_hybrid"):
+        for key in [k for k in ("add", "retrieve_router", "retrieve_hybrid") if k in row and k in first]:
             row[f"{key}_p50_over_first"] = row[key]["p50_ms"] / first[key]["p50_ms"]
             row[f"{key}_cpu_p50_over_first"] = row[key]["cpu"]["p50_ms"] / first[key]["cpu"]["p50_ms"]
 
@@ -250,6 +265,7 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--stop", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--texts", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--row", default=None, help=argparse.SUPPRESS)
     return ap
 
 
