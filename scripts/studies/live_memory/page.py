@@ -1,7 +1,8 @@
 """``docs/memory.md``: the live memory's guide (``page.md`` beside this file) and what was measured of it, from
 ``docs/results/memory_equivalence.json`` (``run.py``), ``memory_kills.json``
-(``scripts/reliability/memory_kills.py``) and ``memory_scale.json`` (``scripts/benchmarks/bench_memory.py``);
-a section whose results file is absent is left out."""
+(``scripts/reliability/memory_kills.py``), ``memory_scale.json`` (``scripts/benchmarks/bench_memory.py``) and
+``memory_reopen.json`` (``scripts/benchmarks/bench_reopen.py``); a section whose results file is absent is left
+out."""
 
 from __future__ import annotations
 
@@ -73,28 +74,56 @@ def _crash(r: dict) -> list[str]:
     ]
 
 
-def _ms(summary: dict) -> str:
-    return f"{summary['p50_ms']:.2f} ({summary['cpu']['p50_ms']:.2f})"
+def _ms(summary: dict | None) -> str:
+    return "—" if summary is None else f"{summary['p50_ms']:.2f} ({summary['cpu']['p50_ms']:.2f})"
+
+
+def _num(value: float | None, spec: str) -> str:
+    """``value`` formatted, or a dash for a figure the run did not measure."""
+    return "—" if value is None else format(value, spec)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
+def _lead(r: dict, block: str, **values: str) -> list[str]:
+    """A section's lead paragraph with the run's command and load average at the start, and a blank line."""
+    load = ", ".join(f"{x:.1f}" for x in r["load_average_at_start"])
+    return [fill(TEMPLATE, block, command=r["command"], load=load, **values), ""]
 
 
 def _scale(r: dict) -> list[str]:
-    load = ", ".join(f"{x:.1f}" for x in r["load_average_at_start"])
-    lines = [
-        fill(TEMPLATE, "scale", command=r["command"], load=load, encode_ms=f"{r['encode_ms']['p50_ms']:.3f}"),
-        "",
-        "| records | add ms | ×10³ | router ms | ×10³ | hybrid ms | ×10³ | first retrieve s (router) | open s "
-        "| first add after open s | fill records/s | database MB | peak RSS MB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    header = "records|add ms|×10³|router ms|×10³|hybrid ms|×10³|forget ms|fill records/s|database MB".split("|")
+    rows = [
+        [
+            f"{s['records']:,}" if "records" in s else "—",
+            _ms(s.get("add")),
+            _num(s.get("add_p50_over_first"), ".2f"),
+            _ms(s.get("retrieve_router")),
+            _num(s.get("retrieve_router_p50_over_first"), ".2f"),
+            _ms(s.get("retrieve_hybrid")),
+            _num(s.get("retrieve_hybrid_p50_over_first"), ".2f"),
+            _ms(s.get("forget")),
+            f"{s['fill_records_per_s']:.0f}",
+            _num(s.get("bytes") and s["bytes"] / 2**20, ",.0f"),
+        ]
+        for s in r["sizes"]
     ]
-    for s in r["sizes"]:
-        lines.append(
-            f"| {s['records']:,} | {_ms(s['add'])} | {s['add_p50_over_first']:.2f} | {_ms(s['retrieve_router'])} | "
-            f"{s['retrieve_router_p50_over_first']:.2f} | {_ms(s['retrieve_hybrid'])} | "
-            f"{s['retrieve_hybrid_p50_over_first']:.2f} | {s['first_retrieve_s_router']:.2f} | {s['open_s']:.2f} | "
-            f"{s['first_add_after_open_s']:.2f} | {s['fill_records_per_s']:.0f} | {s['bytes'] / 2**20:,.0f} | "
-            f"{s['peak_rss_mb']:,.0f} |"
-        )
-    lines += ["", _scale_goals(r["sizes"])]
+    lines = _lead(r, "scale", encode_ms=f"{r['encode_ms']['p50_ms']:.3f}") + _table(header, rows)
+    lines += ["", fill(TEMPLATE, "scale_costs"), "", *_costs(r["sizes"]), "", _scale_goals(r["sizes"])]
+    stopped = [s for s in r["sizes"] if "stopped" in s]
+    lines += [
+        "",
+        *(
+            fill(TEMPLATE, "scale_stopped", records=f"{s['records']:,}", step=s["last_step"], why=s["stopped"])
+            for s in stopped
+        ),
+    ]
     if r.get("ingest"):
         i = r["ingest"]
         lines += [
@@ -105,33 +134,83 @@ def _scale(r: dict) -> list[str]:
     return lines
 
 
+def _costs(sizes: list[dict]) -> list[str]:
+    """What opening, the first calls and a write cost at each size, and the measuring process's resident memory."""
+    header = [
+        "records",
+        "open s",
+        "first add after open s",
+        "first retrieve s (hybrid, router)",
+        "retrieval after an add s (CPU)",
+        "RSS after open MB",
+        "RSS after hybrid's retrievals MB",
+        "RSS after the router's retrievals MB",
+        "peak RSS MB",
+    ]
+    rows = [
+        [
+            f"{s['records']:,}",
+            f"{s['open_s']:.2f}",
+            f"{s['first_add_after_open_s']:.2f}",
+            f"{_num(s.get('first_retrieve_s_hybrid'), '.2f')}, {_num(s.get('first_retrieve_s_router'), '.2f')}",
+            _num((s.get("retrieve_after_add_router") or {}).get("cpu_s"), ".2f"),
+            f"{s['rss_after_open_mb']:,.0f}",
+            _num(s.get("rss_after_retrieve_hybrid_mb"), ",.0f"),
+            _num(s.get("rss_after_retrieve_router_mb"), ",.0f"),
+            f"{s['peak_rss_mb']:,.0f}",
+        ]
+        for s in sizes
+        if "open_s" in s
+    ]
+    return _table(header, rows)
+
+
 GOAL_RECORDS = 1_000_000
 """the largest memory the scale goals name (add and retrieve p50 within 2x of 10^3 records)"""
 
 
-def _met(ratio: float, goal: float = 2.0) -> str:
-    return "met" if ratio <= goal else f"missed by {ratio / goal:.2f}×"
+def _met(ratio: float | None, goal: float = 2.0) -> str:
+    if ratio is None:
+        return "not measured"
+    return f"{ratio:.2f}×: " + ("met" if ratio <= goal else f"missed by {ratio / goal:.2f}×")
 
 
 def _scale_goals(sizes: list[dict]) -> str:
     """The scale goals (add p50 within 2× of the first size at every size, the walk's retrieve p50 at the largest
     within 2×) met or missed, and the open times of 10⁵ records and more."""
-    worst = max(sizes, key=lambda s: s["add_p50_over_first"])
-    add, retrieve = worst["add_p50_over_first"], sizes[-1]["retrieve_router_p50_over_first"]
-    opens = [f"{s['open_s']:.2f} s at {s['records']:,}" for s in sizes if s["records"] >= 100_000]
+    measured = [s for s in sizes if "add_p50_over_first" in s]
+    worst = max(measured, key=lambda s: s["add_p50_over_first"])
+    last = sizes[-1]
+    opens = [f"{s['open_s']:.2f} s at {s['records']:,}" for s in sizes if s.get("records", 0) >= 100_000]
     return fill(
         TEMPLATE,
         "scale_goals",
         first=f"{sizes[0]['records']:,}",
-        last=f"{sizes[-1]['records']:,}",
-        add=f"largest {add:.2f}× at {worst['records']:,}: {_met(add)}",
-        retrieve=f"{retrieve:.2f}×: {_met(retrieve)}",
+        last=f"{last.get('records', 0):,}",
+        add=f"largest at {worst['records']:,}, {_met(worst['add_p50_over_first'])}",
+        retrieve=_met(last.get("retrieve_router_p50_over_first")),
         opens="; ".join(opens) or "no size of 100,000 records or more",
         short=(
             f" The goal's largest size, {GOAL_RECORDS:,} records, was not grown in this run."
-            if sizes[-1]["records"] < GOAL_RECORDS
+            if last.get("records", 0) < GOAL_RECORDS
             else ""
         ),
+    )
+
+
+def _reopen(r: dict) -> list[str]:
+    """The first add after reopening, the neighbour index built from the records against loaded from its file."""
+    rows = [
+        [
+            way,
+            f"{r[f'{way}_open_s_median']:.2f}",
+            f"{r[f'{way}_first_add_s_median']:.3f}",
+            f"{r[f'{way}_close_s_median']:.2f}",
+        ]
+        for way in ("built", "loaded")
+    ]
+    return _lead(r, "reopen", records=f"{r['records']:,}") + _table(
+        ["neighbour index", "open s", "first add s", "close s"], rows
     )
 
 
@@ -141,6 +220,7 @@ def render(results_dir: Path) -> str:
         ("memory_equivalence.json", _equivalence),
         ("memory_kills.json", _crash),
         ("memory_scale.json", _scale),
+        ("memory_reopen.json", _reopen),
     ):
         payload = load_results(results_dir, name)
         if payload is not None:
