@@ -52,8 +52,8 @@ from graphmem.index.neighbours import RowIndex
 from graphmem.policies import make_policy
 from graphmem.policies.base import TraversalPolicy
 from graphmem.store.graphset import GraphSet
+from graphmem.store.memory_indexes import forget_indexes, load_indexes, load_neighbours, save_indexes
 from graphmem.store.memory_store import EdgeRows, MemoryStoreError, NodeRow, SQLiteStore
-from graphmem.store.neighbour_file import forget_neighbours, load_neighbours, save_neighbours
 
 __all__ = ["DuplicateIdError", "Memory", "MemoryError", "MemoryRetrieval", "UnknownIdError", "check_policy"]
 
@@ -212,12 +212,12 @@ class Memory(Closing):
             raise
 
     def close(self) -> None:
-        """Close the store; a writer first saves its neighbour index for the next open (:mod:`graphmem.store.
-        neighbour_file`)."""
+        """Close the store; a writer first saves its indexes for the next open (:mod:`graphmem.store.
+        memory_indexes`)."""
         with self._lock:
             try:
-                if self.store.lock is not None and getattr(self, "_ann", None) is not None:
-                    save_neighbours(self.store.folder, self._ann, self.store.writes())
+                if self.store.lock is not None and hasattr(self, "graph"):
+                    save_indexes(self.store.folder, self.graph, self._ann, self.store.writes())
             finally:
                 self.store.close()
 
@@ -244,6 +244,7 @@ class Memory(Closing):
         g.indexes.clear()
         g.node_log.clear()
         g.invalidate()
+        load_indexes(self.store.folder, g)  # the retrieval indexes the last writer saved, when made for this graph
 
     def _read_store(self) -> None:
         dim = int(self.store.settings()["encoder"]["dim"])
@@ -517,7 +518,7 @@ class Memory(Closing):
         for w in gone:
             del self.vocabulary[w]
         self.builder.vocabulary.difference_update(gone)
-        forget_neighbours(self.store.folder)  # the saved index holds their vectors
+        forget_indexes(self.store.folder)  # the saved indexes hold their vectors and words
         if self._ann is not None:
             self._ann.remove(rows)
             if self._ann.crowded():
@@ -583,7 +584,7 @@ class Memory(Closing):
         if edges:
             at = torch.tensor(edges, dtype=torch.long)
             b.attr[at], b.attr_init[at] = torch.stack(feats), torch.stack(inits)
-        forget_neighbours(self.store.folder)  # the saved index holds the old vector
+        forget_indexes(self.store.folder)  # the saved indexes hold the old vector and words
         if self._ann is not None:
             self._ann.replace(row, x)
             if self._ann.crowded():

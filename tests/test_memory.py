@@ -4,6 +4,7 @@ learns from feedback, and refuses bad input in one line."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sqlite3
 import threading
 import time
@@ -131,7 +132,7 @@ def test_feedback_updates_the_counters_of_the_traversed_transitions_and_is_logge
 
 
 def _bytes(folder: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file())
+    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
 
 
 def test_forget_removes_the_text_from_every_byte_of_the_store_and_from_retrieval(mem):
@@ -396,7 +397,7 @@ def test_a_writer_saves_its_neighbour_index_at_close_and_the_next_open_loads_it(
         grow(m, range(30))
         exact = edge_table(m.graph)
     monkeypatch.setattr(Memory, "ann_min_nodes", 4)
-    folder, saved = tmp_path / "m", tmp_path / "m" / "neighbours.npz"
+    folder, saved = tmp_path / "m", tmp_path / "m" / "indexes" / "neighbours.npz"
     with Memory.open(folder, encoder="hashing") as m:
         grow(m, range(20))
     assert saved.is_file()
@@ -420,3 +421,31 @@ def test_a_writer_saves_its_neighbour_index_at_close_and_the_next_open_loads_it(
         m.forget("n3")
         assert not saved.exists()
     assert not saved.exists()  # n3's dead slot is never saved
+
+
+def test_the_retrieval_indexes_a_writer_saved_are_loaded_by_the_next_open_and_gone_after_a_forget(
+    tmp_path, monkeypatch
+):
+    """BM25 and the dense entry index made by retrievals are saved at close and loaded (not built) by the next
+    open, a reader's too, answering as built ones; a forget removes them, with the forgotten words."""
+    from graphmem.config.cli import policy_config
+
+    folder, bounded = tmp_path / "m", {**policy_config("hybrid"), "min_nodes": 0}  # the index path at any size
+    monkeypatch.setattr(Memory, "open", functools.partial(Memory.open, policy=bounded))
+    with Memory.open(folder, encoder="hashing") as m:
+        for i, text in enumerate(["Pixel the greyhound runs", "Carmen lives in Zaragoza", "Dario cooks paella"] * 4):
+            m.add(text, session=i % 2, id=f"n{i}", time=10.0 * i)
+        built = [m.retrieve(q).ranked_ids() for q in ("Where does Carmen live?", "greyhound", "paella")]
+    assert b"zaragoza" in _bytes(folder / "indexes")  # the BM25 vocabulary
+    with monkeypatch.context() as patch:
+        patch.setattr("graphmem.index.vector_index.VectorIndex.build", lambda *a, **k: pytest.fail("not loaded"))
+        patch.setattr("graphmem.index.lexical.BM25Index.build", lambda *a, **k: pytest.fail("not loaded"))
+        for readonly in (True, False):
+            with Memory.open(folder, encoder="hashing", readonly=readonly) as m:
+                assert sorted(type(i).__name__ for i in m.graph.indexes.values()) == ["BM25Index", "VectorIndex"]
+                assert [m.retrieve(q).ranked_ids() for q in ("Where does Carmen live?", "greyhound", "paella")] == built
+    with Memory.open(folder, encoder="hashing") as m:
+        m.forget([f"n{i}" for i in range(1, 12, 3)])
+        assert not (folder / "indexes").exists()
+        m.retrieve("Where does Carmen live?")
+    assert b"zaragoza" not in _bytes(folder) and b"Zaragoza" not in _bytes(folder)

@@ -1,5 +1,5 @@
 """What reopening a large memory costs before its first add: the neighbour index built from the records, or
-loaded from the file a writer saved at close (:mod:`graphmem.store.neighbour_file`), one thread.
+loaded from the file a writer saved at close (:mod:`graphmem.store.memory_indexes`), one thread.
 
 A memory of ``--records`` note-like texts (:func:`graphmem.builders.synthetic.make_text_graph`, hashing
 encoder, transactions of 10,000 records) is grown and closed. It is then opened ``--rounds`` times each way:
@@ -26,7 +26,7 @@ from graphmem.config.cli import set_threads
 from graphmem.config.entry import command
 from graphmem.index.embed import HashingEncoder
 from graphmem.store.io import write_json
-from graphmem.store.neighbour_file import NEIGHBOURS_FILE
+from graphmem.store.memory_indexes import INDEX_DIR, NEIGHBOURS_FILE
 
 
 def grow(folder: Path, texts: list[str], encoder: HashingEncoder) -> None:
@@ -43,7 +43,7 @@ def grow(folder: Path, texts: list[str], encoder: HashingEncoder) -> None:
 def reopen(folder: Path, way: str, k: int, encoder: HashingEncoder) -> dict:
     """One round: open (after removing the saved index for ``built``), one add, close."""
     if way == "built":
-        (folder / NEIGHBOURS_FILE).unlink(missing_ok=True)
+        (folder / INDEX_DIR / NEIGHBOURS_FILE).unlink(missing_ok=True)
     t = time.perf_counter()
     mem = Memory.open(folder, encoder="hashing")
     opened = time.perf_counter() - t
