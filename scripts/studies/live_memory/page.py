@@ -116,14 +116,11 @@ def _scale(r: dict) -> list[str]:
     ]
     lines = _lead(r, "scale", encode_ms=f"{r['encode_ms']['p50_ms']:.3f}") + _table(header, rows)
     lines += ["", fill(TEMPLATE, "scale_costs"), "", *_costs(r["sizes"]), "", _scale_goals(r["sizes"])]
-    stopped = [s for s in r["sizes"] if "stopped" in s]
-    lines += [
-        "",
-        *(
-            fill(TEMPLATE, "scale_stopped", records=f"{s['records']:,}", step=s["last_step"], why=s["stopped"])
-            for s in stopped
-        ),
-    ]
+    for s in [s for s in r["sizes"] if "stopped" in s]:
+        lines += [
+            "",
+            fill(TEMPLATE, "scale_stopped", records=f"{s['records']:,}", step=s["last_step"], why=s["stopped"]),
+        ]
     if r.get("ingest"):
         i = r["ingest"]
         lines += [
