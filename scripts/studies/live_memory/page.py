@@ -196,18 +196,19 @@ def _scale_goals(sizes: list[dict]) -> str:
 
 
 def _reopen(r: dict) -> list[str]:
-    """The first add after reopening, the neighbour index built from the records against loaded from its file."""
+    """The first retrieval and add after reopening, the indexes built from the records against loaded from files."""
     rows = [
         [
             way,
             f"{r[f'{way}_open_s_median']:.2f}",
+            f"{r[f'{way}_first_retrieve_s_median']:.3f}",
             f"{r[f'{way}_first_add_s_median']:.3f}",
             f"{r[f'{way}_close_s_median']:.2f}",
         ]
         for way in ("built", "loaded")
     ]
     return _lead(r, "reopen", records=f"{r['records']:,}") + _table(
-        ["neighbour index", "open s", "first add s", "close s"], rows
+        ["indexes", "open s", "first retrieval s (hybrid)", "first add s", "close s"], rows
     )
 
 
