@@ -397,7 +397,7 @@ def test_a_writer_saves_its_neighbour_index_at_close_and_the_next_open_loads_it(
         grow(m, range(30))
         exact = edge_table(m.graph)
     monkeypatch.setattr(Memory, "ann_min_nodes", 4)
-    folder, saved = tmp_path / "m", tmp_path / "m" / "indexes" / "neighbours.npz"
+    folder, saved = tmp_path / "m", tmp_path / "m" / "indexes" / "neighbours.safetensors"
     with Memory.open(folder, encoder="hashing") as m:
         grow(m, range(20))
     assert saved.is_file()

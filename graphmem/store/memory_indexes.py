@@ -3,9 +3,10 @@ building them again.
 
 ``<memory>/indexes/`` holds what a writer saves at close:
 
-* ``neighbours.npz``: the builder's neighbour index (the serialised FAISS index and its map from FAISS id to
-  row) with the store's write count when it was saved (:meth:`graphmem.store.memory_store.SQLiteStore.writes`);
-  read by the next writer's open only when the store has not been written since;
+* ``neighbours.safetensors``: the builder's neighbour index (the serialised FAISS index and its map from FAISS
+  id to row) with the store's write count when it was saved (:meth:`graphmem.store.memory_store.SQLiteStore.
+  writes`), sealed as the other index files are (:func:`graphmem.store.io.write_sealed`); read by the next
+  writer's open only when the store has not been written since;
 * ``<key>.safetensors``: the retrieval indexes the policies built in ``graph.indexes`` (BM25 and the dense
   entry index, :mod:`graphmem.store.indexes`), each with a fingerprint of the graph it was made for, read by
   any open (a reader's too) whose graph has that fingerprint.
@@ -17,22 +18,19 @@ the index is built from the records when first needed.
 
 from __future__ import annotations
 
-import io
 import shutil
-import zipfile
 from pathlib import Path
-
-import numpy as np
 
 from graphmem.core.graph import MemoryGraph
 from graphmem.index.lexical import BM25Index, LexicalIndexError
 from graphmem.index.neighbours import RowIndex
 from graphmem.index.vector_index import VectorIndex, VectorIndexError
 from graphmem.store.indexes import load_bm25, load_vector_index, save_bm25, save_vector_index
-from graphmem.store.io import atomic_write
+from graphmem.store.io import read_sealed, write_sealed
 
 INDEX_DIR = "indexes"
-NEIGHBOURS_FILE = "neighbours.npz"
+NEIGHBOURS_FILE = "neighbours.safetensors"
+NEIGHBOURS_KEY = "graphmem_neighbours"
 
 
 def save_indexes(folder: Path, graph: MemoryGraph, neighbours: RowIndex | None, writes: int) -> None:
@@ -49,13 +47,7 @@ def save_indexes(folder: Path, graph: MemoryGraph, neighbours: RowIndex | None, 
             if index.num_dead == 0:
                 save_vector_index(index, out / f"{key}.safetensors", graph)
     if neighbours is not None and not neighbours.dead:
-        arrays = {**neighbours.to_arrays(), "writes": np.asarray([writes], dtype=np.int64)}
-
-        def write(tmp: Path) -> None:
-            with open(tmp, "wb") as f:
-                np.savez(f, **arrays)
-
-        atomic_write(out / NEIGHBOURS_FILE, write)
+        write_sealed(out / NEIGHBOURS_FILE, neighbours.to_arrays(), NEIGHBOURS_KEY, {"writes": writes})
 
 
 def load_indexes(folder: Path, graph: MemoryGraph) -> int:
@@ -78,12 +70,11 @@ def load_neighbours(folder: Path, writes: int, rows: int, dim: int) -> RowIndex 
     if not path.is_file():
         return None
     try:
-        with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as saved:
-            arrays = {k: saved[k] for k in saved.files}
-        if int(arrays.pop("writes")[0]) != writes:
+        arrays, meta = read_sealed(path, NEIGHBOURS_KEY, {"faiss", "row_of"}, "neighbour index", ValueError)
+        if meta.get("writes") != writes:
             return None
         index = RowIndex.from_arrays(arrays)
-    except (OSError, ValueError, KeyError, IndexError, RuntimeError, zipfile.BadZipFile):
+    except (ValueError, RuntimeError):  # damaged, or not a FAISS index: built from the records
         return None
     return index if len(index) == rows and index.index.d == dim else None
 
