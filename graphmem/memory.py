@@ -513,20 +513,11 @@ class Memory(Closing):
         self._row = {nid: i for i, nid in enumerate(g.node_ids)}
         self._views(m)
         self.builder.forget(set(rows), dict(zip(kept, range(m))), g.metadata)
-        self.vocabulary.subtract(words)
-        gone = [w for w in words if self.vocabulary[w] <= 0]
-        for w in gone:
-            del self.vocabulary[w]
-        self.builder.vocabulary.difference_update(gone)
-        forget_indexes(self.store.folder)  # the saved indexes hold their vectors and words
+        self._recount(words, Counter())
         if self._ann is not None:
             self._ann.remove(rows)
-            if self._ann.crowded():
-                self._ann = None  # made again from the remaining rows on the next add that needs it
         g.node_log.append(("remove", rows))
-        for name in [k for k, v in g.indexes.items() if isinstance(v, BM25Index)]:
-            del g.indexes[name]  # made again on first use, its vocabulary without the words only they had
-        g.invalidate()
+        self._edited()
 
     def revise(self, id: str, text: str, key: str | None = None) -> None:  # noqa: A002
         """Replace one record's text: its key, embedding and entities follow, its place, edges and counters are
@@ -563,8 +554,6 @@ class Memory(Closing):
         b.emb[row] = x
         g.texts[row], g.keys[row] = r.node_text, r.routing_key
         g.node_log += [("revise", row), ("text", row)]
-        for name in [k for k, v in g.indexes.items() if isinstance(v, BM25Index)]:
-            del g.indexes[name]  # made again on first use, its vocabulary without the words only the old text had
         (old_ents, new_ents), (old_words, new_words) = ents, words
         mentions = self.builder.entities.mentions
         for e in old_ents - new_ents:
@@ -573,24 +562,37 @@ class Memory(Closing):
                 del mentions[e]
         for e in sorted(new_ents - old_ents):
             bisect.insort(mentions.setdefault(e, []), row)
-        self.vocabulary.subtract(old_words)
-        self.vocabulary.update(new_words)
-        gone = [w for w in old_words if self.vocabulary[w] <= 0]
-        for w in gone:
-            del self.vocabulary[w]
-        self.builder.vocabulary.difference_update(gone)
-        self.builder.vocabulary |= set(new_words)
+        self._recount(Counter(old_words), Counter(new_words))
         edges, feats, inits = features
         if edges:
             at = torch.tensor(edges, dtype=torch.long)
             b.attr[at], b.attr_init[at] = torch.stack(feats), torch.stack(inits)
-        forget_indexes(self.store.folder)  # the saved indexes hold the old vector and words
         if self._ann is not None:
             self._ann.replace(row, x)
-            if self._ann.crowded():
-                self._ann = None
         self._views(len(self))
-        g.invalidate()
+        self._edited()
+
+    def _recount(self, removed: Counter, added: Counter) -> None:
+        """The word counts after records holding ``removed`` words left and ones holding ``added`` came: a word
+        no record holds any more leaves the counts and the extractor's vocabulary."""
+        self.vocabulary.subtract(removed)
+        self.vocabulary.update(added)
+        gone = [w for w in removed if self.vocabulary[w] <= 0]
+        for w in gone:
+            del self.vocabulary[w]
+        self.builder.vocabulary.difference_update(gone)
+        self.builder.vocabulary |= set(added)
+
+    def _edited(self) -> None:
+        """What every forget or revise leaves behind: the saved indexes removed (they hold the old vectors and
+        words), BM25 made again on first use (its vocabulary as at open, without words no record holds), the
+        neighbour index made again once it is crowded with deleted slots, and the derived tables dropped."""
+        forget_indexes(self.store.folder)
+        for name in [k for k, v in self.graph.indexes.items() if isinstance(v, BM25Index)]:
+            del self.graph.indexes[name]
+        if self._ann is not None and self._ann.crowded():
+            self._ann = None
+        self.graph.invalidate()
 
     def _revise_features(self, tx, row: int, x: Tensor, entities: set[str]) -> tuple[list, list, list]:
         """Write the Phase-1 features of ``row``'s edges with its new embedding ``x`` and ``entities``; returns the
@@ -668,12 +670,12 @@ class Memory(Closing):
     def _keep_edges(self, keep: Tensor) -> None:
         """Keep the edges ``keep`` marks, in their order (the store's, as reopening it gives them); the node
         tables and indexes stay."""
-        b, e = self.buffers, self._n_edges
-        b.edge_index[:, : int(keep.sum())] = b.edge_index[:, :e][:, keep]
+        b, e, k = self.buffers, self._n_edges, int(keep.sum())
+        b.edge_index[:, :k] = b.edge_index[:, :e][:, keep]
         for name in ("edge_type", "S", "F", "attr", "attr_init"):
             buf = getattr(b, name)
-            buf[: int(keep.sum())] = buf[:e][keep]
-        self._n_edges = int(keep.sum())
+            buf[:k] = buf[:e][keep]
+        self._n_edges = k
         self._views(len(self))
         self.graph.invalidate()
 
