@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_memory import records  # the same records as the scale benchmark's
+
 from graphmem import Memory
 from graphmem.builders.synthetic import make_text_graph
 from graphmem.config.cli import set_threads
@@ -34,12 +36,8 @@ from graphmem.store.memory_indexes import forget_indexes
 def grow(folder: Path, texts: list[str], encoder: HashingEncoder) -> None:
     with Memory.open(folder, encoder="hashing") as mem:
         for start in range(0, len(texts), 10_000):
-            batch = texts[start : start + 10_000]
-            records = [
-                dict(text=t, id=f"n{start + i}", session=(start + i) // 20, time=1e9 + 30.0 * (start + i))
-                for i, t in enumerate(batch)
-            ]
-            mem.add_many(records, encoder.encode(batch))
+            stop = min(start + 10_000, len(texts))
+            mem.add_many(records(texts, start, stop), encoder.encode(texts[start:stop]))
         mem.retrieve("a first question, so that the retrieval indexes are made")
 
 
