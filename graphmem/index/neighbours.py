@@ -34,7 +34,7 @@ class RowIndex:
         self.index = faiss.IndexHNSWFlat(dim, self.spec.m, faiss.METRIC_INNER_PRODUCT)
         self.index.hnsw.efConstruction = self.spec.ef_construction
         self.index.hnsw.efSearch = self.spec.ef_search
-        self.row_of = np.empty(0, dtype=np.int64)  # FAISS id -> current row, -1 once deleted
+        self._row_of = np.empty(64, dtype=np.int64)  # FAISS id -> current row, -1 once deleted (capacity doubling)
         self.rows = 0
 
     def to_arrays(self) -> dict[str, np.ndarray]:
@@ -48,11 +48,25 @@ class RowIndex:
         out.spec = spec or IndexSpec()
         out.index = _faiss().deserialize_index(np.ascontiguousarray(arrays["faiss"], dtype=np.uint8))
         out.index.hnsw.efSearch = out.spec.ef_search
-        out.row_of = np.asarray(arrays["row_of"], dtype=np.int64)
-        out.rows = int((out.row_of >= 0).sum())
-        if out.row_of.size != out.index.ntotal:
-            raise ValueError(f"{out.row_of.size} rows mapped for {out.index.ntotal} vectors")
+        out._row_of = np.array(arrays["row_of"], dtype=np.int64)
+        out.rows = int((out._row_of >= 0).sum())
+        if out._row_of.size != out.index.ntotal:
+            raise ValueError(f"{out._row_of.size} rows mapped for {out.index.ntotal} vectors")
         return out
+
+    @property
+    def row_of(self) -> np.ndarray:
+        """``[slots]`` the current row of each FAISS id (``-1``: deleted), a view."""
+        return self._row_of[: self.slots]
+
+    def _append(self, rows: np.ndarray) -> None:
+        """Map the FAISS ids just added (the last ``len(rows)``) to ``rows``; O(1) amortised per id."""
+        start = self.slots - rows.size
+        if self._row_of.size < self.slots:
+            grown = np.empty(max(self.slots, 2 * self._row_of.size), dtype=np.int64)
+            grown[:start] = self._row_of[:start]
+            self._row_of = grown
+        self._row_of[start : self.slots] = rows
 
     def __len__(self) -> int:
         """The live rows."""
@@ -71,7 +85,7 @@ class RowIndex:
         """Append ``[k, dim]`` vectors as the next ``k`` rows."""
         k = int(rows.shape[0])
         self.index.add(np.ascontiguousarray(rows.detach().cpu().numpy(), dtype=np.float32))
-        self.row_of = np.concatenate([self.row_of, np.arange(self.rows, self.rows + k, dtype=np.int64)])
+        self._append(np.arange(self.rows, self.rows + k, dtype=np.int64))
         self.rows += k
 
     def remove(self, rows: Sequence[int]) -> None:
@@ -80,15 +94,17 @@ class RowIndex:
         drop[np.asarray(rows, dtype=np.int64)] = True
         moved = np.arange(self.rows) - np.cumsum(drop)
         moved[drop] = -1
-        live = self.row_of >= 0
-        self.row_of[live] = moved[self.row_of[live]]
+        row_of = self.row_of
+        live = row_of >= 0
+        row_of[live] = moved[row_of[live]]
         self.rows -= int(drop.sum())
 
     def replace(self, row: int, x: Tensor) -> None:
         """Give ``row`` the vector ``x`` (``[dim]``): its old slot is deleted and a new one maps to the row."""
-        self.row_of[self.row_of == row] = -1
+        live = self.row_of
+        live[live == row] = -1
         self.index.add(np.ascontiguousarray(x.detach().cpu().numpy()[None, :], dtype=np.float32))
-        self.row_of = np.concatenate([self.row_of, np.asarray([row], dtype=np.int64)])
+        self._append(np.asarray([row], dtype=np.int64))
 
     def crowded(self) -> bool:
         """Whether deleted slots exceed ``spec.rebuild_fraction`` of all slots (time to rebuild)."""
