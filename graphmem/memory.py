@@ -242,6 +242,7 @@ class Memory(Closing):
             self._ann = load_neighbours(self.store.folder, writes, len(self), self.graph.dim)
         g = self.graph
         g.indexes.clear()
+        g.grown.clear()
         g.node_log.clear()
         g.invalidate()
         load_indexes(self.store.folder, g)  # the retrieval indexes the last writer saved, when made for this graph
@@ -553,7 +554,7 @@ class Memory(Closing):
         g, b = self.graph, self.buffers
         b.emb[row] = x
         g.texts[row], g.keys[row] = r.node_text, r.routing_key
-        g.node_log += [("revise", row), ("text", row)]
+        g.node_log += [("revise", row), ("text", row), ("edges",)]  # its edges' features too
         (old_ents, new_ents), (old_words, new_words) = ents, words
         mentions = self.builder.entities.mentions
         for e in old_ents - new_ents:
@@ -677,6 +678,7 @@ class Memory(Closing):
             buf[:k] = buf[:e][keep]
         self._n_edges = k
         self._views(len(self))
+        self.graph.node_log.append(("edges",))
         self.graph.invalidate()
 
     def feedback(

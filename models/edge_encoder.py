@@ -32,12 +32,14 @@ the ablation variants: ``onehot`` (the relation multi-hot, static), ``phase1`` (
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Mapping
 
 import torch
 from torch import Tensor, nn
 
+from graphmem.core.csr import insert_rows, insertion_points
 from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
 from graphmem.core.rows import kept_rows
 from graphmem.core.tokens import node_tokens
@@ -156,7 +158,7 @@ def pair_features(
     ordered = same & torch.isfinite(order[src]) & torch.isfinite(order[dst])
     do = torch.where(ordered, order[dst] - order[src], torch.zeros_like(order[src]))
     o_dst = torch.where(torch.isfinite(order[dst]), order[dst], torch.zeros_like(order[dst]))
-    deg = rowptr.diff().float()
+    deg_src, deg_dst = _degree_columns(rowptr, src, dst)
     tokens = node_tokens(graph).float()
     cols = [
         onehot,
@@ -172,20 +174,140 @@ def pair_features(
         (torch.log1p(do.abs()) / 3.0).float()[:, None],
         (torch.log1p(o_dst.clamp(min=0)) / 3.0).float()[:, None],
         torch.isfinite(order[dst]).float()[:, None],
-        (torch.log1p(deg[src]) / 4.0)[:, None],
-        (torch.log1p(deg[dst]) / 4.0)[:, None],
+        deg_src[:, None],
+        deg_dst[:, None],
         (torch.log1p(tokens[dst]) / 5.0)[:, None],
     ]
     return torch.cat(cols, 1)
 
 
+DEGREE_COLUMNS = slice(19, 21)
+"""the columns of :func:`pair_features` that read the pair count of a node other than the pair's own"""
+
+
+def _degree_columns(rowptr: Tensor, src: Tensor, dst: Tensor) -> tuple[Tensor, Tensor]:
+    """``log(1 + deg_i) / 4`` and ``log(1 + deg_j) / 4`` of the pairs ``src -> dst`` (``deg``: pairs out of a node)."""
+    deg = rowptr.diff().float()
+    return torch.log1p(deg[src]) / 4.0, torch.log1p(deg[dst]) / 4.0
+
+
+@dataclass
+class PairGrowth:
+    """How a graph's :class:`PairTable` was made from the one before it (:func:`grow_pair_table`): the new pairs
+    went in before the earlier table's pairs ``at`` (ascending), so each earlier pair keeps its order and moves on
+    by the new pairs ahead of it; the pairs ``changed`` (ascending, in the new table) are new or have new
+    features, every other row is the row it had. ``nodes_before``: the nodes the earlier table had."""
+
+    before: weakref.ref  # to the earlier table's ``src`` (copies of a table on its device share it)
+    after: weakref.ref  # to this table's ``src``
+    at: Tensor
+    changed: Tensor
+    nodes_before: int
+
+    def links(self, before: PairTable, after: PairTable) -> bool:
+        """Whether this growth leads from ``before`` to ``after`` (the tables, or copies sharing their pair ends)."""
+        return self.before() is before.src and self.after() is after.src
+
+    def merge(self, old: Tensor, new: Tensor) -> Tensor:
+        """Rows of the grown table from the earlier table's rows ``old`` and the new pairs' rows ``new``."""
+        return insert_rows(old, self.at, new)
+
+    def moved(self, pairs: Tensor) -> Tensor:
+        """The new ids of earlier pair ids ``pairs``."""
+        return pairs + torch.bucketize(pairs, self.at, right=True)
+
+
+def grow_pair_table(table: PairTable, graph: MemoryGraph, n0: int, e0: int) -> tuple[PairTable, PairGrowth] | None:
+    """:func:`build_pair_table` of ``graph``, made from ``table`` (that of its first ``n0`` nodes and ``e0``
+    edges, which it still holds unchanged: :meth:`~graphmem.core.graph.MemoryGraph.appended_since`), with the
+    rows that did not change copied, so that a read after a write does not sort and featurise every pair again;
+    ``None`` when an appended edge joins a pair the table holds (then the table is made anew).
+
+    The rows are those :func:`build_pair_table` gives: the new pairs are merged into the ``(src, dst)`` order,
+    edges' pair ids follow their pairs, and a pair's features are computed again when it is new or when one of
+    its nodes gained out-pairs (the degree columns, :data:`DEGREE_COLUMNS`). The copies and the scan for pairs
+    into such a node are linear in the pairs, at the speed of memory; the rest is linear in what was added."""
+    n, e = graph.num_nodes, graph.num_edges
+    src, dst = graph.edge_index[:, e0:]
+    keep = src != dst
+    fresh, inverse = torch.unique(src[keep] * n + dst[keep], return_inverse=True)
+    ps, pd = fresh // n, fresh % n
+    p0, k = table.num_pairs, fresh.numel()
+    at = insertion_points(table.rowptr, table.dst, ps, pd, ties_after=False)  # among the earlier pairs
+    held = at < p0
+    if bool(((table.src[at[held]] == ps[held]) & (table.dst[at[held]] == pd[held])).any()):
+        return None  # a pair the table holds gained an edge: its count and features are made anew
+    ids = torch.arange(e0, e)[keep]
+    rep = torch.full((k,), e, dtype=torch.long).scatter_reduce(0, inverse, ids, "amin")
+    rel = nn.functional.one_hot(graph.edge_type[e0:][keep].clamp(max=EDGE_FEATURE_DIM - 1), EDGE_FEATURE_DIM).float()
+    rows = inverse[:, None].expand(-1, EDGE_FEATURE_DIM)
+    onehot = torch.zeros(k, EDGE_FEATURE_DIM).scatter_reduce_(0, rows, rel, "amax")
+    count = torch.zeros(k).index_add_(0, inverse, torch.ones(inverse.numel()))
+    phase1 = torch.full((k, EDGE_FEATURE_DIM), -math.inf).scatter_reduce_(
+        0, rows, graph.edge_attr_init[e0:][keep].float(), "amax"
+    )
+    phase1 = torch.where(torch.isfinite(phase1), phase1, torch.zeros_like(phase1))
+    rowptr = torch.zeros(n + 1, dtype=torch.long)
+    rowptr[1:] = torch.cumsum(torch.bincount(ps, minlength=n), 0)
+    rowptr[1 : n0 + 1] += table.rowptr[1:]
+    rowptr[n0 + 1 :] += table.rowptr[-1]
+    growth = PairGrowth(weakref.ref(table.src), None, at, None, n0)
+    placed = at + torch.arange(k)
+    edge_pair = torch.full((e,), -1, dtype=torch.long)
+    was = table.edge_pair >= 0
+    edge_pair[:e0][was] = growth.moved(table.edge_pair[was])
+    edge_pair[e0:][keep] = placed[inverse]
+    out_src, out_dst = growth.merge(table.src, ps), growth.merge(table.dst, pd)
+    raw = growth.merge(table.raw, pair_features(graph, ps, pd, onehot, phase1, count, rowptr))
+    grew = torch.zeros(n, dtype=torch.bool)
+    grew[ps[ps < n0]] = True  # earlier nodes with new out-pairs: the degree columns of their pairs change
+    stale = grew[out_dst]
+    for u in grew.nonzero().flatten().tolist():
+        stale[rowptr[u] : rowptr[u + 1]] = True
+    stale[placed] = True
+    changed = stale.nonzero().flatten()
+    raw[changed, DEGREE_COLUMNS] = torch.stack(_degree_columns(rowptr, out_src[changed], out_dst[changed]), 1)
+    new = PairTable(
+        rowptr,
+        out_src,
+        out_dst,
+        growth.merge(table.edge, rep),
+        edge_pair,
+        growth.merge(table.phase1, phase1),
+        growth.merge(table.onehot, onehot),
+        raw,
+    )
+    growth.after, growth.changed = weakref.ref(new.src), changed
+    return new, growth
+
+
+PAIR_TABLE = "models.edge_encoder.pair_table"
+
+
 def pair_table(graph: MemoryGraph) -> PairTable:
-    """:func:`build_pair_table`, kept in ``graph.derived`` while its edges, Phase-1 features and timestamps stay."""
+    """:func:`build_pair_table`, kept in ``graph.derived`` while its edges, Phase-1 features and timestamps stay.
+
+    The last table made is also kept in ``graph.grown``: when the graph has only grown since
+    (:meth:`~graphmem.core.graph.MemoryGraph.appended_since`), the new table is made from it
+    (:func:`grow_pair_table`), and how is kept for the tables made from the pair table in turn
+    (:func:`pair_growth`)."""
     deps = (graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps)
-    table = graph.derived.get("models.edge_encoder.pair_table", deps)
-    if table is None:
-        table = graph.derived.put("models.edge_encoder.pair_table", build_pair_table(graph), deps)
-    return table
+    table = graph.derived.get(PAIR_TABLE, deps)
+    if table is not None:
+        return table
+    held, grown = graph.grown.get(PAIR_TABLE), None
+    if held is not None and graph.appended_since(held[0]):
+        _, n0, e0 = held[0]
+        grown = grow_pair_table(held[1], graph, n0, e0)
+    table, growth = grown if grown is not None else (build_pair_table(graph), None)
+    graph.grown[PAIR_TABLE] = (graph.log_mark(), table, growth)
+    return graph.derived.put(PAIR_TABLE, table, deps)
+
+
+def pair_growth(graph: MemoryGraph) -> PairGrowth | None:
+    """How the graph's last :func:`pair_table` was made from the one before it (``None``: made anew)."""
+    held = graph.grown.get(PAIR_TABLE)
+    return held[2] if held is not None else None
 
 
 class PerEdgeResidual(nn.Module):

@@ -59,6 +59,8 @@ NUM_PATH_FEATURES = 6
 ORDER_SCALE = 12
 COSINE_BLOCK = 1 << 10  # rows gathered at once for one query's cosines (their products stay in the cache)
 STATIC_PAIR_BLOCK = 1 << 16  # pairs whose edge features are computed at once (the encoder's activations stay small)
+STATIC_MIN_ROWS = 64  # rows a static product is computed over at least: a row's value then does not depend on the
+# rows beside it (a product of one or two rows takes another kernel, whose sums round differently)
 SPAN_PAIRS = 1 << 16  # graphs up to this many pairs score a served walk's expansions from per-query node columns
 
 
@@ -201,8 +203,35 @@ class WalkScorer(nn.Module):
         The lexical features ``λ_qv`` depend on the query: they come with :meth:`prepare`'s ``lexical``."""
         st = self.static_nodes(tables)
         every = torch.arange(tables.pairs.num_pairs, device=tables.x.device)
-        blocks = [self.edges(tables.pairs, b, st["px"], st["delta"])[0] for b in every.split(STATIC_PAIR_BLOCK)]
+        blocks = list(every.split(STATIC_PAIR_BLOCK))
+        if len(blocks) > 1 and blocks[-1].numel() < STATIC_MIN_ROWS:
+            blocks[-2:] = [torch.cat(blocks[-2:])]
+        blocks = [self.edges(tables.pairs, b, st["px"], st["delta"])[0] for b in blocks]
         return {**st, "pair_e": torch.cat(blocks) if len(blocks) != 1 else blocks[0]}
+
+    def grown_static(self, tables, old: dict[str, Tensor | None], growth) -> dict[str, Tensor | None]:
+        """:meth:`static` of ``tables``, whose pair table grew (``growth``, a
+        :class:`~models.edge_encoder.PairGrowth`) from the one that ``old`` was computed on: the rows of the nodes
+        and pairs that are new or changed are computed, the others copied (each row's value is the one
+        :meth:`static` gives: its products are row by row, over at least :data:`STATIC_MIN_ROWS` rows). Not for a
+        per-edge residual table (its rows follow the graphs it was trained on)."""
+        if old["delta"] is not None or tables.edge_rows is not None:
+            raise ValueError("grown_static: a per-edge residual table is made anew, not grown")
+        x, n0 = tables.x, growth.nodes_before
+
+        def grown(rows: Tensor | None, project) -> Tensor | None:
+            if rows is None:
+                return None
+            lo = max(0, min(n0, x.shape[0] - STATIC_MIN_ROWS))
+            return torch.cat([rows[:lo], project(x[lo:])])
+
+        xb, px = grown(old["xb"], self.node_proj), grown(old["px"], self.edges.node_projection)
+        changed = growth.changed
+        pad = torch.arange(max(0, min(STATIC_MIN_ROWS, tables.pairs.num_pairs) - changed.numel()))
+        e = self.edges(tables.pairs, torch.cat([changed, pad]), px, None)[0][: changed.numel()]
+        pair_e = growth.merge(old["pair_e"], torch.zeros(growth.at.numel(), *old["pair_e"].shape[1:]))
+        pair_e[changed] = e
+        return {"xb": xb, "px": px, "delta": None, "pair_e": pair_e}
 
     def prepare(
         self,

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
+from graphmem.core.csr import insert_rows
 from graphmem.core.derived import DerivedTables
 
 RELATIONS: tuple[str, ...] = ("temporal", "semantic", "causal", "entity")
@@ -83,12 +84,16 @@ class MemoryGraph:
     """Tables derived from the graph, built and kept by the layer that owns each (:mod:`graphmem.core.derived`);
     every mutation through this class drops them."""
     node_log: list[tuple] = field(default_factory=list, repr=False, compare=False)
-    """Append-only record of node mutations, for structures kept across them (vector indexes):
+    """Append-only record of mutations, for structures kept across them (vector indexes, grown tables):
     ``("add", first row, count)``, ``("revise", row)`` (a new embedding), ``("text", row)`` (a new
-    text), ``("remove", rows)`` (ascending rows before the removal; later rows shift down)."""
+    text), ``("remove", rows)`` (ascending rows before the removal; later rows shift down), ``("edges",)``
+    (edges removed or edited; appended edges need no event: :meth:`appended_since`)."""
     indexes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Vector and BM25 indexes by name (:mod:`graphmem.index.vector_index`, :mod:`graphmem.index.lexical`); unlike the
     derived tables they survive mutations and bring themselves up to date from :attr:`node_log`."""
+    grown: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The last of some derived tables, by key, kept across mutations with the :meth:`log_mark` they were made at:
+    the layer that owns one grows it when the graph has only grown since (:meth:`appended_since`)."""
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -430,6 +435,28 @@ class MemoryGraph:
         for name in ("edge_type", "S", "F", "edge_attr", "edge_attr_init"):
             setattr(self, name, getattr(self, name)[keep])
         self.edge_index = self.edge_index[:, keep]
+        self.node_log.append(("edges",))
+
+    # ------------------------------------------------------------------ growth
+    def log_mark(self) -> tuple[int, int, int]:
+        """``(log length, nodes, edges)`` now: what :meth:`appended_since` compares a later graph with."""
+        return len(self.node_log), self.num_nodes, self.num_edges
+
+    def appended_since(self, mark: tuple[int, int, int]) -> bool:
+        """Whether the graph has grown, and only grown, since ``mark`` (:meth:`log_mark`): it holds more nodes or
+        edges, every logged event after the mark adds rows after the last, and the edges then held are still the
+        first ones (none logged removed or edited). A table kept across mutations may then be extended instead
+        of made again. A graph that did not grow changed in some other way (a field assigned or edited in
+        place: such a change made together with an append is outside this contract, as for the vector
+        indexes)."""
+        at, n, e = mark
+        if at > len(self.node_log) or e > self.num_edges or (n, e) == (self.num_nodes, self.num_edges):
+            return False
+        for event in self.node_log[at:]:
+            if event[0] != "add" or event[1] != n:
+                return False
+            n += event[2]
+        return n == self.num_nodes
 
     def observe(self, src_id: str, dst_id: str, label: str, confidence: float) -> int:
         """Apply one labelled transition to the counters of edges ``src -> dst`` (GraphMemory eq. 21).
@@ -475,15 +502,43 @@ def out_csr(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
     """Out-neighbour access: ``(rowptr [N+1], perm [E])``, kept in ``graph.derived``.
 
     The out-edges of node ``i`` are edge ids ``perm[rowptr[i]:rowptr[i+1]]``, ordered by target.
+
+    The last one made is kept across mutations (``graph.grown``): when the graph has only grown since
+    (:meth:`MemoryGraph.appended_since`), the new edges are merged into it instead of sorting every edge again.
     """
     table = graph.derived.get("core.csr")
     if table is None:
-        src, dst = graph.edge_index
-        perm = torch.argsort(src * max(graph.num_nodes, 1) + dst, stable=True)
-        rowptr = torch.zeros(graph.num_nodes + 1, dtype=torch.long)
-        rowptr[1:] = torch.cumsum(torch.bincount(src, minlength=graph.num_nodes), 0)
-        table = graph.derived.put("core.csr", (rowptr, perm))
+        held = graph.grown.get("core.csr")
+        if held is not None and graph.appended_since(held[0]):
+            table = _grown_csr(graph, *held[1], held[0][2])
+        else:
+            src, dst = graph.edge_index
+            perm = torch.argsort(src * max(graph.num_nodes, 1) + dst, stable=True)
+            rowptr = torch.zeros(graph.num_nodes + 1, dtype=torch.long)
+            rowptr[1:] = torch.cumsum(torch.bincount(src, minlength=graph.num_nodes), 0)
+            table = (rowptr, perm)
+        graph.grown["core.csr"] = (graph.log_mark(), table)
+        table = graph.derived.put("core.csr", table)
     return table
+
+
+def _grown_csr(graph: MemoryGraph, rowptr: Tensor, perm: Tensor, e0: int) -> tuple[Tensor, Tensor]:
+    """:func:`out_csr` of ``graph`` from ``(rowptr, perm)``, that of its first ``e0`` edges and ``len(rowptr) - 1``
+    nodes: each new edge goes after the edges of its source with a target not larger (the stable sort's order)."""
+    n, n0 = graph.num_nodes, rowptr.numel() - 1
+    src, dst = graph.edge_index[:, e0:]
+    order = torch.argsort(src * max(n, 1) + dst, stable=True)
+    targets = graph.edge_index[1]
+    at = torch.full((order.numel(),), int(rowptr[-1]), dtype=torch.long)
+    for j, (u, v) in enumerate(zip(src[order].tolist(), dst[order].tolist())):
+        if u < n0:
+            lo, hi = int(rowptr[u]), int(rowptr[u + 1])
+            at[j] = lo + int(torch.searchsorted(targets[perm[lo:hi]], v, right=True))
+    grown = torch.zeros(n + 1, dtype=torch.long)
+    grown[1:] = torch.cumsum(torch.bincount(src, minlength=n), 0)
+    grown[1 : n0 + 1] += rowptr[1:]
+    grown[n0 + 1 :] += rowptr[-1]
+    return grown, insert_rows(perm, at, order + e0)
 
 
 def edge_table(graph: MemoryGraph) -> list[tuple]:

@@ -377,7 +377,7 @@ class BM25Index:
             elif op == "remove" and all(0 <= r < len(source) for r in event[1]):
                 drop = set(event[1])
                 source = [s for i, s in enumerate(source) if i not in drop]
-            elif op != "revise":  # a new embedding only
+            elif op not in ("revise", "edges"):  # a new embedding or new edges only: the texts stay
                 return None
         return source if len(source) == graph.num_nodes == len(graph.texts) else None
 

@@ -46,6 +46,7 @@ from graphmem.policies.tables import csr, kept
 from graphmem.policies.walk import graph_walk_tables, walk, walk_tables, walk_trace
 from graphmem.policies.walk_one import walk_one
 from graphmem.store.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
+from models.edge_encoder import pair_growth
 from models.rank_head import RankHead, RankInputs
 from models.walk_columns import SIMILARITY_COLUMNS
 from models.walk_scorer import WalkScorer
@@ -220,13 +221,29 @@ class RouterPolicy(TraversalPolicy):
             rows = residual.edge_rows([g.name for g in parts], [g.num_edges for g in parts]).to(self.device)
             tables = walk_tables(tables.x, tables.tokens, tables.pairs, rows)
 
-        def static():
-            with torch.no_grad():
-                return scorer.static(tables)
-
         names = ",".join(g.name or "" for g in scope.batch.graphs) if residual is not None else ""
         key = f"policies.walk_static:{self.device}:{id(scorer)}:{names}"
+        stamp = tuple(w._version for w in self._weights)
+
+        def static():
+            """Grown from the graph's last static tensors when they are this scorer's, its weights are unchanged
+            and the pair table grew from theirs (:meth:`~models.walk_scorer.WalkScorer.grown_static`), else made.
+            The last ones are kept across the graph's mutations (one scorer's: a memory served by one walk)."""
+            held, growth = graph.grown.get(LAST_STATIC), pair_growth(graph)
+            with torch.no_grad():
+                if held is not None and held[:2] == (key, stamp) and growth is not None and residual is None:
+                    if growth.links(held[2], tables.pairs) and tables.x.device.type == "cpu":
+                        made = scorer.grown_static(tables, held[3], growth)
+                        graph.grown[LAST_STATIC] = (key, stamp, tables.pairs, made)
+                        return made
+                made = scorer.static(tables)
+            graph.grown[LAST_STATIC] = (key, stamp, tables.pairs, made)
+            return made
+
         return tables, kept(graph, key, static, (*deps, *self._weights))
+
+
+LAST_STATIC = "policies.walk_static.last"
 
 
 def counter_bias(graph, pairs, weight: float, pool: str = "pair") -> Tensor:

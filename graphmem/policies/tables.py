@@ -80,14 +80,23 @@ def node_id_rank(graph: MemoryGraph, device: Device = None) -> Tensor:
 
 
 def unit_embeddings(graph: MemoryGraph, device: Device = None) -> Tensor:
-    """``[N, D]`` L2-normalised node embeddings (cached while the embedding tensor is unchanged)."""
-    return kept(
-        graph,
-        "policies.unit_embeddings",
-        lambda: torch.nn.functional.normalize(graph.embeddings.float(), dim=1),
-        (graph.embeddings,),
-        device,
-    )
+    """``[N, D]`` L2-normalised node embeddings (cached while the embedding tensor is unchanged). The rows are kept
+    across mutations in a buffer with room to grow (``graph.grown``): when the graph has only grown since
+    (:meth:`~graphmem.core.graph.MemoryGraph.appended_since`), only the new rows are normalised."""
+
+    def build() -> Tensor:
+        x, n, held = graph.embeddings, graph.num_nodes, graph.grown.get("policies.unit_embeddings")
+        if held is not None and graph.appended_since(held[0]) and held[1].shape[1:] == x.shape[1:]:
+            (_, n0, _), buf = held
+            if buf.shape[0] < n:
+                buf = torch.cat([buf[:n0], torch.empty(max(n, 2 * n0) - n0, x.shape[1])])
+            buf[n0:n] = torch.nn.functional.normalize(x[n0:].float(), dim=1)
+        else:
+            buf = torch.nn.functional.normalize(x.float(), dim=1)
+        graph.grown["policies.unit_embeddings"] = (graph.log_mark(), buf)
+        return buf[:n]
+
+    return kept(graph, "policies.unit_embeddings", build, (graph.embeddings,), device)
 
 
 def first_occurrence(key: Tensor) -> Tensor:

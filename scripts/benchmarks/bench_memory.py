@@ -17,8 +17,9 @@ measured as a process that opens the memory finds it (and the resident memory is
   loads depend on them, the cost of a step does not), else a freshly initialised scorer of the trained shape,
   after one untimed call that builds the per-graph tables and indexes (its time is ``first_retrieve_s``); and
   ``hybrid`` likewise;
-* ``retrieve_after_add_router``: one more add, then one router retrieval (wall and thread-CPU seconds): what a
-  write costs the next read, the per-graph tables being made again (the indexes brought up to date);
+* ``retrieve_after_add_router``: ``--after-adds`` times, one more add, then one router retrieval (wall and
+  thread-CPU p50 / p95): what a write costs the next read, the per-graph tables being grown or made again (the
+  indexes brought up to date);
 * ``forget``: ``--forgets`` single :meth:`Memory.forget` calls of records added in this process;
 * the database's bytes and the measuring process's peak resident memory.
 
@@ -62,8 +63,8 @@ from graphmem.store.io import atomic_write
 from models.rank_head import RankHead, RankHeadConfig
 from models.walk_scorer import ScorerConfig, WalkScorer
 
-EXTRA = 8
-"""records a measuring process adds beyond ``--adds`` (the first add, the add before a retrieval, spares)"""
+EXTRA = 3
+"""records a measuring process adds beyond ``--adds`` and ``--after-adds`` (the first add, spares)"""
 
 
 def timed(call) -> tuple[float, float]:
@@ -83,11 +84,16 @@ def resident_mb() -> float:
 
 
 def texts_for(args) -> list[str]:
-    """Every text of the run: ``max(sizes)`` to grow the memory, then ``--adds + EXTRA`` per size to measure."""
-    top = max(args.sizes) + len(args.sizes) * (args.adds + EXTRA)
+    """Every text of the run: ``max(sizes)`` to grow the memory, then :func:`per_size` per size to measure."""
+    top = max(args.sizes) + len(args.sizes) * per_size(args)
     texts = make_text_graph(top, dim=16, seed=args.seed, validate=False).texts
     gc.collect()
     return texts
+
+
+def per_size(args) -> int:
+    """Records a measuring process adds."""
+    return args.adds + args.after_adds + EXTRA
 
 
 def records(texts: list[str], start: int, stop: int, prefix: str = "n") -> list[dict]:
@@ -109,10 +115,8 @@ def measure_texts(args) -> dict:
     """Write the records each measuring process adds (after those that grow the memory), one file per size."""
     texts, sizes = texts_for(args), sorted(args.sizes)
     for k, size in enumerate(sizes):
-        base = sizes[-1] + k * (args.adds + EXTRA)
-        (Path(args.folder).parent / f"measure-{size}.json").write_text(
-            json.dumps(texts[base : base + args.adds + EXTRA])
-        )
+        base = sizes[-1] + k * per_size(args)
+        (Path(args.folder).parent / f"measure-{size}.json").write_text(json.dumps(texts[base : base + per_size(args)]))
     return {}
 
 
@@ -148,10 +152,11 @@ def measure(args) -> dict:
         out[f"retrieve_{name}"] = summary([timed(lambda q=q, p=policy: mem.retrieve(q, policy=p)) for q in queries])
         out[f"rss_after_retrieve_{name}_mb"] = resident_mb()
         step(f"retrieve {name}")
-    i = args.adds + 1  # one more add, then one retrieval: the per-graph tables made again after a write
-    mem.add(**mine[i], embedding=emb[i])
-    wall, cpu = timed(lambda: mem.retrieve(queries[1], policy=router))
-    out["retrieve_after_add_router"] = {"wall_s": wall, "cpu_s": cpu}
+    after = []  # one more add, then one retrieval: the per-graph tables grown or made again after a write
+    for j, i in enumerate(range(args.adds + 1, args.adds + 1 + args.after_adds)):
+        mem.add(**mine[i], embedding=emb[i])
+        after.append(timed(lambda q=queries[(j + 1) % len(queries)]: mem.retrieve(q, policy=router)))
+    out["retrieve_after_add_router"] = summary(after)
     out["bytes"] = mem.stats()["bytes"]
     mem.close()
     out["rss_mb"] = resident_mb()
@@ -178,7 +183,7 @@ def phase(args, name: str, start: int, stop: int, folder: Path) -> dict:
     argv = [sys.executable, __file__, "--phase", name, "--start", str(start), "--stop", str(stop)]
     argv += ["--folder", str(folder), "--sizes", *map(str, args.sizes), "--seed", str(args.seed)]
     argv += ["--adds", str(args.adds), "--queries", str(args.queries), "--chunk", str(args.chunk)]
-    argv += ["--forgets", str(args.forgets), "--threads", str(args.threads)]
+    argv += ["--forgets", str(args.forgets), "--after-adds", str(args.after_adds), "--threads", str(args.threads)]
     argv += ["--checkpoint", args.checkpoint] if args.checkpoint else []
     row = folder.parent / f"row-{stop}.json"
     argv += ["--texts", str(folder.parent / f"measure-{stop}.json"), "--row", str(row)] if name == "measure" else []
@@ -252,6 +257,7 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--adds", type=int, default=200, help="timed single adds per size")
     ap.add_argument("--queries", type=int, default=100, help="timed retrievals per size and policy")
     ap.add_argument("--forgets", type=int, default=5, help="timed single forgets per size (at most --adds)")
+    ap.add_argument("--after-adds", type=int, default=5, help="timed add-then-retrieve pairs per size")
     ap.add_argument("--chunk", type=int, default=10000, help="records per transaction while growing")
     ap.add_argument("--ingest", type=int, default=2000, help="LoCoMo turns added with MiniLM (0: skip)")
     ap.add_argument(
@@ -271,10 +277,13 @@ def arguments() -> argparse.ArgumentParser:
 
 def work(args: argparse.Namespace) -> None:
     """Grow the memory, time it at each size and write the report (module docstring); or run one phase."""
-    bad = [s for s in args.sizes if s < 1] + [v for v in (args.adds, args.queries, args.chunk) if v < 1]
+    bad = [s for s in args.sizes if s < 1] + [
+        v for v in (args.adds, args.queries, args.chunk, args.after_adds) if v < 1
+    ]
     if bad or args.ingest < 0 or not 0 <= args.forgets <= args.adds:
         raise ValueError(
-            f"sizes, --adds, --queries and --chunk must be positive, --ingest >= 0, 0 <= --forgets <= --adds "
+            "sizes, --adds, --queries, --chunk and --after-adds must be positive, --ingest >= 0, "
+            f"0 <= --forgets <= --adds "
             f"(got {bad or [args.ingest, args.forgets]})"
         )
     threads = set_threads({"threads": args.threads})

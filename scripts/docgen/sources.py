@@ -150,3 +150,12 @@ def fill(template_name: str, block: str, **values: Any) -> str:
     if missing or unused:
         raise TemplateError(f"{where}: fields without a value {missing}, values without a field {unused}")
     return template.substitute(values)
+
+
+def after_add_cpu_s(row: dict) -> float | None:
+    """CPU seconds of a retrieval right after an add in a row of ``memory_scale.json``: the p50 of its samples, or
+    the one sample of a file that took one."""
+    after = row.get("retrieve_after_add_router") or {}
+    if "cpu_s" in after:
+        return after["cpu_s"]
+    return after["cpu"]["p50_ms"] / 1e3 if "cpu" in after else None

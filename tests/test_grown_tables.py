@@ -1,0 +1,114 @@
+"""The walk's per-graph tables grown after appends (the pair table, the edge CSR, the unit embeddings and the
+scorer's static tensors) are, bit for bit, the tables made from scratch; any other change makes them anew."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from graphmem import Memory
+from graphmem.builders.synthetic import make_synthetic_graph, make_text_graph
+from graphmem.core.graph import out_csr
+from graphmem.core.retrieval import Query
+from graphmem.index.embed import HashingEncoder
+from graphmem.policies import make_policy
+from graphmem.policies.rank_features import NUM_RANK_FEATURES
+from graphmem.policies.router import LAST_STATIC
+from graphmem.policies.tables import unit_embeddings
+from graphmem.policies.walk import graph_walk_tables
+from models.edge_encoder import build_pair_table, pair_growth, pair_table
+from models.rank_head import RankHead, RankHeadConfig
+from models.walk_scorer import ScorerConfig, WalkScorer
+
+
+def same_pairs(graph) -> None:
+    kept, made = pair_table(graph), build_pair_table(graph)
+    for name in kept.__dataclass_fields__:
+        assert torch.equal(getattr(kept, name), getattr(made, name)), name
+
+
+def same_csr(graph) -> None:
+    rowptr, perm = out_csr(graph)
+    src, dst = graph.edge_index
+    assert torch.equal(perm, torch.argsort(src * graph.num_nodes + dst, stable=True))
+    assert torch.equal(rowptr[1:], torch.cumsum(torch.bincount(src, minlength=graph.num_nodes), 0))
+    assert torch.equal(unit_embeddings(graph), F.normalize(graph.embeddings.float(), dim=1))
+
+
+def test_a_graph_grown_by_appends_keeps_the_tables_a_fresh_build_makes():
+    g = make_synthetic_graph(300, dim=16, seed=2)
+    gen = torch.Generator().manual_seed(3)
+    same_pairs(g), same_csr(g)
+    for step in range(6):
+        n = g.num_nodes
+        g.add_nodes(
+            [f"x{step}-{i}" for i in range(step + 1)], ["t"] * (step + 1), torch.randn(step + 1, 16, generator=gen)
+        )
+        new = torch.arange(n, g.num_nodes).repeat_interleave(4)  # each new node to 4 earlier ones, both ways
+        old = torch.randint(0, n, (new.numel(),), generator=gen)  # (a repeat: parallel edges of one new pair)
+        g.add_edges(torch.cat([new, old]), torch.cat([old, new]), "semantic")
+        same_pairs(g), same_csr(g)
+        assert pair_growth(g) is not None
+    g.remove_edges([0, 5])  # not an append: made anew
+    same_pairs(g), same_csr(g)
+    assert pair_growth(g) is None
+
+
+def test_an_embedding_edited_in_place_is_normalised_again():
+    g = make_synthetic_graph(200, dim=16, seed=4)
+    unit_embeddings(g)
+    g.embeddings.mul_(-2.0)  # no append, no log event
+    g.invalidate()
+    assert torch.equal(unit_embeddings(g), F.normalize(g.embeddings, dim=1))
+
+
+def walk(dim: int):
+    scorer = WalkScorer(ScorerConfig(dim=dim))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in scorer.parameters():  # every weight away from its zero init, so every product counts
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    head = RankHead(RankHeadConfig(NUM_RANK_FEATURES))
+    return make_policy("router", scorer=scorer, rank_head=head, entry_selector="hybrid", device="cpu")
+
+
+def test_a_live_memory_grows_the_walk_tables_and_answers_as_a_fresh_graph(tmp_path):
+    texts = make_text_graph(200, dim=16, seed=5, validate=False).texts
+    emb = HashingEncoder(384).encode(texts)
+    router = walk(384)
+    recs = [
+        dict(text=texts[i], id=f"n{i}", session=i // 9, time=1e9 + 30.0 * i, speaker=("ann", "bo")[i % 2])
+        for i in range(len(texts))
+    ]
+    with Memory.open(tmp_path / "memory", encoder="hashing") as mem:
+        mem.add_many(recs[:150], emb[:150])
+        queries = [" ".join(texts[i].split()[:4]) for i in range(0, 150, 15)]
+        mem.retrieve(queries[0], policy=router)
+        grown = 0
+        for k, i in enumerate(range(150, 190, 4)):
+            mem.add_many(recs[i : i + 1 + k % 3], emb[i : i + 1 + k % 3])
+            got = mem.retrieve(queries[k % len(queries)], policy=router)
+            g = mem.graph
+            grown += pair_growth(g) is not None
+            same_pairs(g), same_csr(g)
+            with torch.no_grad():
+                made = router.scorer.static(graph_walk_tables(g))
+            kept = g.grown[LAST_STATIC][3]
+            assert all(torch.equal(kept[key], made[key]) for key in ("xb", "px", "pair_e")), k
+            fresh = mem.graph.copy()  # no kept state
+            q = Query(qid="q", text=got.query, embedding=HashingEncoder(384).encode([got.query])[0])
+            again = router.retrieve_batch(fresh, [q], mem.budget)[0]
+            assert got.ranked_ids() == [fresh.node_ids[i] for i in again.ranked] and got.scores == [
+                float(s) for s in again.scores
+            ]
+        assert grown == 10
+        ids = mem.graph.node_ids
+        for edit in (
+            lambda: mem.link(ids[3], ids[4], "semantic"),  # may join a pair the table holds
+            lambda: mem.unlink(ids[3], ids[4]),
+            lambda: mem.revise(ids[7], "a revised note about the harbour"),
+            lambda: mem.forget(ids[9]),
+        ):
+            edit()
+            mem.retrieve(queries[1], policy=router)
+            same_pairs(mem.graph), same_csr(mem.graph)
