@@ -89,7 +89,7 @@ def unit_embeddings(graph: MemoryGraph, device: Device = None) -> Tensor:
         if held is not None and graph.appended_since(held[0]) and held[1].shape[1:] == x.shape[1:]:
             (_, n0, _), buf = held
             if buf.shape[0] < n:
-                buf = torch.cat([buf[:n0], torch.empty(max(n, 2 * n0) - n0, x.shape[1])])
+                buf = torch.cat([buf[:n0], torch.empty(max(n, n0 + n0 // 8 + 64) - n0, x.shape[1])])  # room: an 8th
             buf[n0:n] = torch.nn.functional.normalize(x[n0:].float(), dim=1)
         else:
             buf = torch.nn.functional.normalize(x.float(), dim=1)
