@@ -31,8 +31,8 @@ the ablation variants: ``onehot`` (the relation multi-hot, static), ``phase1`` (
 
 from __future__ import annotations
 
+import itertools
 import math
-import weakref
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -196,17 +196,14 @@ class PairGrowth:
     """How a graph's :class:`PairTable` was made from the one before it (:func:`grow_pair_table`): the new pairs
     went in before the earlier table's pairs ``at`` (ascending), so each earlier pair keeps its order and moves on
     by the new pairs ahead of it; the pairs ``changed`` (ascending, in the new table) are new or have new
-    features, every other row is the row it had. ``nodes_before``: the nodes the earlier table had."""
+    features, every other row is the row it had. ``nodes_before``: the nodes the earlier table had; ``before``
+    and ``after``: the serial numbers of the two tables (:func:`pair_serial`)."""
 
-    before: weakref.ref  # to the earlier table's ``src`` (copies of a table on its device share it)
-    after: weakref.ref  # to this table's ``src``
     at: Tensor
     changed: Tensor
     nodes_before: int
-
-    def links(self, before: PairTable, after: PairTable) -> bool:
-        """Whether this growth leads from ``before`` to ``after`` (the tables, or copies sharing their pair ends)."""
-        return self.before() is before.src and self.after() is after.src
+    before: int = -1
+    after: int = -1
 
     def merge(self, old: Tensor, new: Tensor) -> Tensor:
         """Rows of the grown table from the earlier table's rows ``old`` and the new pairs' rows ``new``."""
@@ -217,11 +214,14 @@ class PairGrowth:
         return pairs + torch.bucketize(pairs, self.at, right=True)
 
 
-def grow_pair_table(table: PairTable, graph: MemoryGraph, n0: int, e0: int) -> tuple[PairTable, PairGrowth] | None:
-    """:func:`build_pair_table` of ``graph``, made from ``table`` (that of its first ``n0`` nodes and ``e0``
-    edges, which it still holds unchanged: :meth:`~graphmem.core.graph.MemoryGraph.appended_since`), with the
-    rows that did not change copied, so that a read after a write does not sort and featurise every pair again;
-    ``None`` when an appended edge joins a pair the table holds (then the table is made anew).
+def grow_pair_table(
+    old: dict[str, Tensor], graph: MemoryGraph, n0: int, e0: int
+) -> tuple[PairTable, PairGrowth] | None:
+    """:func:`build_pair_table` of ``graph``, made from the fields ``old`` of the table of its first ``n0`` nodes
+    and ``e0`` edges (which it still holds unchanged: :meth:`~graphmem.core.graph.MemoryGraph.appended_since`),
+    with the rows that did not change copied, so that a read after a write does not sort and featurise every pair
+    again; ``None`` when an appended edge joins a pair the table holds (then the table is made anew). Each field
+    is taken out of ``old`` as its rows are copied: a table no one else holds is let go of field by field.
 
     The rows are those :func:`build_pair_table` gives: the new pairs are merged into the ``(src, dst)`` order,
     edges' pair ids follow their pairs, and a pair's features are computed again when it is new or when one of
@@ -232,10 +232,10 @@ def grow_pair_table(table: PairTable, graph: MemoryGraph, n0: int, e0: int) -> t
     keep = src != dst
     fresh, inverse = torch.unique(src[keep] * n + dst[keep], return_inverse=True)
     ps, pd = fresh // n, fresh % n
-    p0, k = table.num_pairs, fresh.numel()
-    at = insertion_points(table.rowptr, table.dst, ps, pd, ties_after=False)  # among the earlier pairs
+    p0, k = old["src"].numel(), fresh.numel()
+    at = insertion_points(old["rowptr"], old["dst"], ps, pd, ties_after=False)  # among the earlier pairs
     held = at < p0
-    if bool(((table.src[at[held]] == ps[held]) & (table.dst[at[held]] == pd[held])).any()):
+    if bool(((old["src"][at[held]] == ps[held]) & (old["dst"][at[held]] == pd[held])).any()):
         return None  # a pair the table holds gained an edge: its count and features are made anew
     ids = torch.arange(e0, e)[keep]
     rep = torch.full((k,), e, dtype=torch.long).scatter_reduce(0, inverse, ids, "amin")
@@ -247,60 +247,56 @@ def grow_pair_table(table: PairTable, graph: MemoryGraph, n0: int, e0: int) -> t
         0, rows, graph.edge_attr_init[e0:][keep].float(), "amax"
     )
     phase1 = torch.where(torch.isfinite(phase1), phase1, torch.zeros_like(phase1))
-    rowptr = torch.zeros(n + 1, dtype=torch.long)
+    rowptr, before = torch.zeros(n + 1, dtype=torch.long), old.pop("rowptr")
     rowptr[1:] = torch.cumsum(torch.bincount(ps, minlength=n), 0)
-    rowptr[1 : n0 + 1] += table.rowptr[1:]
-    rowptr[n0 + 1 :] += table.rowptr[-1]
-    growth = PairGrowth(weakref.ref(table.src), None, at, None, n0)
+    rowptr[1 : n0 + 1] += before[1:]
+    rowptr[n0 + 1 :] += before[-1]
+    growth = PairGrowth(at, torch.empty(0, dtype=torch.long), n0)
     placed = at + torch.arange(k)
-    edge_pair = torch.full((e,), -1, dtype=torch.long)
-    was = table.edge_pair >= 0
-    edge_pair[:e0][was] = growth.moved(table.edge_pair[was])
+    edge_pair, was = torch.full((e,), -1, dtype=torch.long), old["edge_pair"] >= 0
+    edge_pair[:e0][was] = growth.moved(old.pop("edge_pair")[was])
     edge_pair[e0:][keep] = placed[inverse]
-    out_src, out_dst = growth.merge(table.src, ps), growth.merge(table.dst, pd)
-    raw = growth.merge(table.raw, pair_features(graph, ps, pd, onehot, phase1, count, rowptr))
+    out_src, out_dst = growth.merge(old.pop("src"), ps), growth.merge(old.pop("dst"), pd)
+    raw = growth.merge(old.pop("raw"), pair_features(graph, ps, pd, onehot, phase1, count, rowptr))
     grew = torch.zeros(n, dtype=torch.bool)
     grew[ps[ps < n0]] = True  # earlier nodes with new out-pairs: the degree columns of their pairs change
     stale = grew[out_dst]
     for u in grew.nonzero().flatten().tolist():
         stale[rowptr[u] : rowptr[u + 1]] = True
     stale[placed] = True
-    changed = stale.nonzero().flatten()
+    growth.changed = stale.nonzero().flatten()
+    changed = growth.changed
     raw[changed, DEGREE_COLUMNS] = torch.stack(_degree_columns(rowptr, out_src[changed], out_dst[changed]), 1)
-    new = PairTable(
-        rowptr,
-        out_src,
-        out_dst,
-        growth.merge(table.edge, rep),
-        edge_pair,
-        growth.merge(table.phase1, phase1),
-        growth.merge(table.onehot, onehot),
-        raw,
-    )
-    growth.after, growth.changed = weakref.ref(new.src), changed
-    return new, growth
+    edge, phase1 = growth.merge(old.pop("edge"), rep), growth.merge(old.pop("phase1"), phase1)
+    onehot = growth.merge(old.pop("onehot"), onehot)
+    return PairTable(rowptr, out_src, out_dst, edge, edge_pair, phase1, onehot, raw), growth
 
 
 PAIR_TABLE = "models.edge_encoder.pair_table"
+_SERIALS = itertools.count()
 
 
 def pair_table(graph: MemoryGraph) -> PairTable:
     """:func:`build_pair_table`, kept in ``graph.derived`` while its edges, Phase-1 features and timestamps stay.
 
-    The last table made is also kept in ``graph.grown``: when the graph has only grown since
-    (:meth:`~graphmem.core.graph.MemoryGraph.appended_since`), the new table is made from it
-    (:func:`grow_pair_table`), and how is kept for the tables made from the pair table in turn
-    (:func:`pair_growth`)."""
+    The last table made is also kept in ``graph.grown`` with a serial number: when the graph has only grown
+    since (:meth:`~graphmem.core.graph.MemoryGraph.appended_since`), the new table is made from it
+    (:func:`grow_pair_table`, which lets go of it as it goes), and how is kept for the tables made from the
+    pair table in turn (:func:`pair_growth`)."""
     deps = (graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps)
     table = graph.derived.get(PAIR_TABLE, deps)
     if table is not None:
         return table
-    held, grown = graph.grown.get(PAIR_TABLE), None
+    held, grown, serial = graph.grown.pop(PAIR_TABLE, None), None, next(_SERIALS)
     if held is not None and graph.appended_since(held[0]):
-        _, n0, e0 = held[0]
-        grown = grow_pair_table(held[1], graph, n0, e0)
+        (_, n0, e0), old, before = held[0], vars(held[1]).copy(), held[3]
+        held = None  # the fields in ``old`` are the earlier table's last hold here
+        grown = grow_pair_table(old, graph, n0, e0)
+        if grown is not None:
+            grown[1].before, grown[1].after = before, serial
+    del held
     table, growth = grown if grown is not None else (build_pair_table(graph), None)
-    graph.grown[PAIR_TABLE] = (graph.log_mark(), table, growth)
+    graph.grown[PAIR_TABLE] = (graph.log_mark(), table, growth, serial)
     return graph.derived.put(PAIR_TABLE, table, deps)
 
 
@@ -308,6 +304,13 @@ def pair_growth(graph: MemoryGraph) -> PairGrowth | None:
     """How the graph's last :func:`pair_table` was made from the one before it (``None``: made anew)."""
     held = graph.grown.get(PAIR_TABLE)
     return held[2] if held is not None else None
+
+
+def pair_serial(graph: MemoryGraph, pairs: PairTable) -> int | None:
+    """The serial number of the graph's last :func:`pair_table` when ``pairs`` is it (or a copy sharing its pair
+    ends), else ``None``."""
+    held = graph.grown.get(PAIR_TABLE)
+    return held[3] if held is not None and held[1].src is pairs.src else None
 
 
 class PerEdgeResidual(nn.Module):

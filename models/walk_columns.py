@@ -29,6 +29,8 @@ own; and ``ι`` is a row-wise sum over the rank.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -56,7 +58,10 @@ class NodeColumns:
     row ``row[v]`` (nodes computed when first asked for)."""
 
     def __init__(self, ctx, every_node: bool):
-        self.ctx, self.row = ctx, None if every_node else {}
+        # the context holds these columns: a weak reference back, so that the two are not a cycle that keeps
+        # the graph's tables alive (a cycle waits for the cyclic collector; the tables of a graph written to
+        # between reads would pile up until it runs)
+        self.ctx, self.row = weakref.proxy(ctx), None if every_node else {}
         pairs = ctx.tables.pairs
         self.rowptr, self.dst = host_array(pairs.rowptr), host_array(pairs.dst)
         if every_node:

@@ -3,6 +3,8 @@ scorer's static tensors) are, bit for bit, the tables made from scratch; any oth
 
 from __future__ import annotations
 
+import gc
+
 import torch
 import torch.nn.functional as F
 
@@ -16,7 +18,7 @@ from graphmem.policies.rank_features import NUM_RANK_FEATURES
 from graphmem.policies.router import LAST_STATIC
 from graphmem.policies.tables import unit_embeddings
 from graphmem.policies.walk import graph_walk_tables
-from models.edge_encoder import build_pair_table, pair_growth, pair_table
+from models.edge_encoder import PairTable, build_pair_table, pair_growth, pair_table
 from models.rank_head import RankHead, RankHeadConfig
 from models.walk_scorer import ScorerConfig, WalkScorer
 
@@ -112,3 +114,21 @@ def test_a_live_memory_grows_the_walk_tables_and_answers_as_a_fresh_graph(tmp_pa
             edit()
             mem.retrieve(queries[1], policy=router)
             same_pairs(mem.graph), same_csr(mem.graph)
+
+
+def test_a_read_after_a_write_lets_the_earlier_tables_go_without_the_cyclic_collector(tmp_path):
+    texts = make_text_graph(120, dim=16, seed=6, validate=False).texts
+    emb = HashingEncoder(384).encode(texts)
+    router = walk(384)
+    with Memory.open(tmp_path / "memory", encoder="hashing") as mem:
+        mem.add_many([dict(text=t, id=f"n{i}", session=i // 9) for i, t in enumerate(texts[:100])], emb[:100])
+        gc.collect()
+        gc.disable()
+        try:
+            for i in range(100, 110):
+                mem.add(texts[i], id=f"n{i}", session=i // 9, embedding=emb[i])
+                mem.retrieve(" ".join(texts[i - 50].split()[:4]), policy=router)
+            alive = {id(o.src) for o in gc.get_objects() if type(o) is PairTable}
+        finally:
+            gc.enable()
+        assert len(alive) == 1  # the last table (and its copies, which share its tensors) only

@@ -46,7 +46,7 @@ from graphmem.policies.tables import csr, kept
 from graphmem.policies.walk import graph_walk_tables, walk, walk_tables, walk_trace
 from graphmem.policies.walk_one import walk_one
 from graphmem.store.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
-from models.edge_encoder import pair_growth
+from models.edge_encoder import pair_growth, pair_serial
 from models.rank_head import RankHead, RankInputs
 from models.walk_columns import SIMILARITY_COLUMNS
 from models.walk_scorer import WalkScorer
@@ -229,15 +229,17 @@ class RouterPolicy(TraversalPolicy):
             """Grown from the graph's last static tensors when they are this scorer's, its weights are unchanged
             and the pair table grew from theirs (:meth:`~models.walk_scorer.WalkScorer.grown_static`), else made.
             The last ones are kept across the graph's mutations (one scorer's: a memory served by one walk)."""
-            held, growth = graph.grown.get(LAST_STATIC), pair_growth(graph)
+            held, growth = graph.grown.pop(LAST_STATIC, None), pair_growth(graph)
+            serial = pair_serial(graph, tables.pairs)
             with torch.no_grad():
                 if held is not None and held[:2] == (key, stamp) and growth is not None and residual is None:
-                    if growth.links(held[2], tables.pairs) and tables.x.device.type == "cpu":
+                    if (growth.before, growth.after) == (held[2], serial) and tables.x.device.type == "cpu":
                         made = scorer.grown_static(tables, held[3], growth)
-                        graph.grown[LAST_STATIC] = (key, stamp, tables.pairs, made)
+                        graph.grown[LAST_STATIC] = (key, stamp, serial, made)
                         return made
+                del held
                 made = scorer.static(tables)
-            graph.grown[LAST_STATIC] = (key, stamp, tables.pairs, made)
+            graph.grown[LAST_STATIC] = (key, stamp, serial, made)
             return made
 
         return tables, kept(graph, key, static, (*deps, *self._weights))
