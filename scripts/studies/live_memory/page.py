@@ -212,6 +212,26 @@ def _reopen(r: dict) -> list[str]:
     )
 
 
+def _write_read(now: dict, before: dict) -> list[str]:
+    """A read right after a write and the peak resident memory at each size, in the scale run before the walk's
+    tables were grown (``memory_scale_before.json``) and in the one above."""
+    was = {s["records"] // 1000: s for s in before["sizes"] if "records" in s}
+    rows = []
+    for s in (s for s in now["sizes"] if "records" in s):
+        old = was.get(s["records"] // 1000, {})
+        rows.append(
+            [
+                f"{s['records']:,}",
+                _num(after_add_cpu_s(old), ".3f"),
+                _num(after_add_cpu_s(s), ".3f"),
+                _num(old.get("peak_rss_mb"), ",.0f"),
+                f"{s['peak_rss_mb']:,.0f}",
+            ]
+        )
+    header = ["records", "read after a write s, before", "now", "peak RSS MB, before", "now"]
+    return [fill(TEMPLATE, "write_read", before=before["command"]), "", *_table(header, rows)]
+
+
 def render(results_dir: Path) -> str:
     out = [fill(TEMPLATE, "intro")]
     for name, section in (
@@ -223,4 +243,7 @@ def render(results_dir: Path) -> str:
         payload = load_results(results_dir, name)
         if payload is not None:
             out += ["", *section(payload)]
+        if name == "memory_scale.json" and payload is not None:
+            before = load_results(results_dir, "memory_scale_before.json")
+            out += ["", *_write_read(payload, before)] if before is not None else []
     return "\n".join(out) + "\n"
