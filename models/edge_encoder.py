@@ -39,7 +39,7 @@ from typing import Mapping
 import torch
 from torch import Tensor, nn
 
-from graphmem.core.csr import insert_rows, insertion_points
+from graphmem.core.csr import grown_rowptr, insert_rows, insertion_points
 from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
 from graphmem.core.rows import kept_rows
 from graphmem.core.tokens import node_tokens
@@ -247,10 +247,7 @@ def grow_pair_table(
         0, rows, graph.edge_attr_init[e0:][keep].float(), "amax"
     )
     phase1 = torch.where(torch.isfinite(phase1), phase1, torch.zeros_like(phase1))
-    rowptr, before = torch.zeros(n + 1, dtype=torch.long), old.pop("rowptr")
-    rowptr[1:] = torch.cumsum(torch.bincount(ps, minlength=n), 0)
-    rowptr[1 : n0 + 1] += before[1:]
-    rowptr[n0 + 1 :] += before[-1]
+    rowptr = grown_rowptr(old.pop("rowptr"), ps, n)
     growth = PairGrowth(at, torch.empty(0, dtype=torch.long), n0)
     placed = at + torch.arange(k)
     edge_pair, was = torch.full((e,), -1, dtype=torch.long), old["edge_pair"] >= 0

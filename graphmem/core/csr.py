@@ -31,13 +31,27 @@ def insert_rows(old: Tensor, at: Tensor, new: Tensor) -> Tensor:
     return out
 
 
-def insertion_points(rowptr: Tensor, column: Tensor, rows: Tensor, values: Tensor, ties_after: bool) -> Tensor:
+def insertion_points(
+    rowptr: Tensor, column: Tensor, rows: Tensor, values: Tensor, ties_after: bool, perm: Tensor | None = None
+) -> Tensor:
     """Where each entry ``(rows[j], values[j])`` goes in a CSR layout whose row ``r`` holds ``column[rowptr[r]:
-    rowptr[r + 1]]`` in ascending order (rows at or past the layout's end go at its end): the first position
-    holding a larger value (``ties_after``) or a value not smaller (else)."""
+    rowptr[r + 1]]`` (with ``perm``: ``column[perm[rowptr[r]:rowptr[r + 1]]]``) in ascending order (rows at or past
+    the layout's end go at its end): the first position holding a larger value (``ties_after``) or a value not
+    smaller (else)."""
     n, at = rowptr.numel() - 1, torch.full((rows.numel(),), int(rowptr[-1]), dtype=torch.long)
     for j, (r, v) in enumerate(zip(rows.tolist(), values.tolist())):
         if r < n:
             lo, hi = int(rowptr[r]), int(rowptr[r + 1])
-            at[j] = lo + int(torch.searchsorted(column[lo:hi], v, right=ties_after))
+            held = column[lo:hi] if perm is None else column[perm[lo:hi]]
+            at[j] = lo + int(torch.searchsorted(held, v, right=ties_after))
     return at
+
+
+def grown_rowptr(rowptr: Tensor, rows: Tensor, n: int) -> Tensor:
+    """``[n + 1]`` the ``rowptr`` of a CSR layout after entries in ``rows`` were added to the one of ``rowptr``
+    (``len(rowptr) - 1 <= n`` rows; rows past them start empty)."""
+    n0, out = rowptr.numel() - 1, torch.zeros(n + 1, dtype=torch.long)
+    out[1:] = torch.cumsum(torch.bincount(rows, minlength=n), 0)
+    out[1 : n0 + 1] += rowptr[1:]
+    out[n0 + 1 :] += rowptr[-1]
+    return out

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
-from graphmem.core.csr import insert_rows
+from graphmem.core.csr import grown_rowptr, insert_rows, insertion_points
 from graphmem.core.derived import DerivedTables
 
 RELATIONS: tuple[str, ...] = ("temporal", "semantic", "causal", "entity")
@@ -525,20 +525,11 @@ def out_csr(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
 def _grown_csr(graph: MemoryGraph, rowptr: Tensor, perm: Tensor, e0: int) -> tuple[Tensor, Tensor]:
     """:func:`out_csr` of ``graph`` from ``(rowptr, perm)``, that of its first ``e0`` edges and ``len(rowptr) - 1``
     nodes: each new edge goes after the edges of its source with a target not larger (the stable sort's order)."""
-    n, n0 = graph.num_nodes, rowptr.numel() - 1
+    n = graph.num_nodes
     src, dst = graph.edge_index[:, e0:]
     order = torch.argsort(src * max(n, 1) + dst, stable=True)
-    targets = graph.edge_index[1]
-    at = torch.full((order.numel(),), int(rowptr[-1]), dtype=torch.long)
-    for j, (u, v) in enumerate(zip(src[order].tolist(), dst[order].tolist())):
-        if u < n0:
-            lo, hi = int(rowptr[u]), int(rowptr[u + 1])
-            at[j] = lo + int(torch.searchsorted(targets[perm[lo:hi]], v, right=True))
-    grown = torch.zeros(n + 1, dtype=torch.long)
-    grown[1:] = torch.cumsum(torch.bincount(src, minlength=n), 0)
-    grown[1 : n0 + 1] += rowptr[1:]
-    grown[n0 + 1 :] += rowptr[-1]
-    return grown, insert_rows(perm, at, order + e0)
+    at = insertion_points(rowptr, graph.edge_index[1], src[order], dst[order], ties_after=True, perm=perm)
+    return grown_rowptr(rowptr, src, n), insert_rows(perm, at, order + e0)
 
 
 def edge_table(graph: MemoryGraph) -> list[tuple]:
