@@ -5,7 +5,10 @@ One memory (``graphmem.Memory``, hashing encoder, the shipped graph settings) gr
 ``--sizes`` (note-like texts of :func:`graphmem.builders.synthetic.make_text_graph`, 20 turns a session,
 30 s apart, added in transactions of ``--chunk`` records with their embeddings given, so the encoder's cost is
 apart). Each size is grown by one process and measured by another, started fresh, so that every size is
-measured as a process that opens the memory finds it (and the resident memory is that of this size alone):
+measured as a process that opens the memory finds it (and the resident memory is that of this size alone), on a
+copy of the memory as grown (the measuring process's writes leave it as it was). ``--keep`` keeps each size's copy
+(``--folder/grown-N``), and ``--reuse`` measures those copies again, with the code of the day, instead of growing
+them (their growth figures are then those of the run that grew them, marked ``reused``):
 
 * ``open_s``: opening the memory (the database read, the graph and the builder's state rebuilt), the resident
   memory after it, and the first add (``first_add_after_open_s``: the neighbour index is built then);
@@ -201,16 +204,28 @@ def run(args, head: dict) -> dict:
     sample = make_text_graph(200, dim=16, seed=args.seed, validate=False).texts
     report: dict = {"encode_ms": summary([timed(lambda t=t: encoder.encode([t])) for t in sample]), "sizes": []}
     report["checkpoint"] = args.checkpoint
-    folder = Path(args.folder or tempfile.mkdtemp(prefix="memory-bench-")) / "memory"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    have = 0
-    phase(args, "texts", 0, 0, folder)
+    root = Path(args.folder or tempfile.mkdtemp(prefix="memory-bench-"))
+    growing, measured = root / "memory", root / "measured"
+    root.mkdir(parents=True, exist_ok=True)
+    phase(args, "texts", 0, 0, growing)
+    have, kept = 0, {size: root / f"grown-{size}" for size in sizes}
+    if not (args.reuse and all((kept[s] / "grown.json").is_file() for s in sizes)):
+        shutil.rmtree(growing, ignore_errors=True)
     for size in sizes:
-        row = phase(args, "grow", have, size, folder)
+        if args.reuse and (kept[size] / "grown.json").is_file():
+            row = {**json.loads((kept[size] / "grown.json").read_text()), "reused": True}
+        else:
+            if args.reuse and have and not growing.exists():
+                copy_memory(kept[sizes[sizes.index(size) - 1]], growing)
+            row = phase(args, "grow", have, size, growing)
+            if args.keep:  # the grown memory as it was, for a later --reuse
+                copy_memory(growing, kept[size])
+                write(kept[size] / "grown.json", {**row, "grown_by": head["command"], "at": time.ctime()})
         report["sizes"].append(row)
         write(args.out, {**head, **report})  # the growth's figures stay if the measuring process stops
-        row.update(phase(args, "measure", have, size, folder))
+        copy_memory(kept[size] if args.reuse and kept[size].is_dir() else growing, measured)
+        row.update(phase(args, "measure", have, size, measured))  # a copy: its writes leave the grown one as it was
+        shutil.rmtree(measured, ignore_errors=True)
         have = size
         ratios(report["sizes"])
         write(args.out, {**head, **report})
@@ -221,8 +236,14 @@ def run(args, head: dict) -> dict:
     if args.ingest:
         report["ingest"] = ingest(args.ingest, Path(tempfile.mkdtemp(prefix="memory-ingest-")))
     if not args.folder:
-        shutil.rmtree(folder.parent, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     return report
+
+
+def copy_memory(src: Path, dst: Path) -> None:
+    """Copy a closed memory's folder (its database and saved indexes) to ``dst``, replacing what was there."""
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("grown.json", "writer.lock"))
 
 
 def ratios(rows: list[dict]) -> None:
@@ -264,6 +285,10 @@ def arguments() -> argparse.ArgumentParser:
         "--checkpoint", default=None, help="a trained walk (best.pt of scripts/train.py; default: a fresh scorer)"
     )
     ap.add_argument("--folder", default=None, help="where the memory grows (default: a temporary folder)")
+    ap.add_argument("--keep", action="store_true", help="keep a copy of the memory at each size (--folder/grown-N)")
+    ap.add_argument(
+        "--reuse", action="store_true", help="measure the copies --keep left in --folder instead of growing them again"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="outputs/benchmark/memory_scale.json")
