@@ -36,12 +36,13 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from graphmem.core.csr import grown_rowptr, insert_rows, insertion_points
 from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
-from graphmem.core.rows import kept_rows
+from graphmem.core.rows import append_to, kept_rows
 from graphmem.core.tokens import node_tokens
 
 EDGE_MODES = ("onehot", "phase1", "table", "inductive")
@@ -89,13 +90,15 @@ def _speakers(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
     appearance, kept across appends: :func:`graphmem.core.rows.kept_rows`)."""
 
     def extend(state, rows: range):
-        codes, code = (dict(state[0]), list(state[1])) if state else ({}, [])  # the kept state stays as it was
+        codes, code = state if state else ({}, np.empty(0, np.int64))
+        new = []
         for i in rows:
             m = graph.metadata[i]
-            code.append(codes.setdefault(str(m["speaker"]), len(codes)) if m.get("speaker") else -1)
-        return codes, code
+            new.append(codes.setdefault(str(m["speaker"]), len(codes)) if m.get("speaker") else -1)
+        return codes, append_to(code, rows.start, np.asarray(new, dtype=np.int64))
 
-    code = torch.tensor(kept_rows(graph, "models.edge_encoder.speakers", [graph.metadata], extend)[1], dtype=torch.long)
+    code = kept_rows(graph, "models.edge_encoder.speakers", [graph.metadata], extend)[1]
+    code = torch.from_numpy(code[: graph.num_nodes])
     return code, code >= 0
 
 
@@ -104,17 +107,20 @@ def _sequences(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
     of first appearance, kept across appends: :func:`graphmem.core.rows.kept_rows`)."""
 
     def extend(state, rows: range):
-        codes, group, order = (dict(state[0]), list(state[1]), list(state[2])) if state else ({}, [], [])
+        codes, group, order = state if state else ({}, np.empty(0, np.int64), np.empty(0, np.float64))
+        new_group, new_order = [], []
         for i in rows:
             m = graph.metadata[i]
             g = next((m[k] for k in SEQUENCE_KEYS if m.get(k) is not None), None)
             o = next((m[k] for k in ORDER_KEYS if isinstance(m.get(k), (int, float))), None)
-            group.append(-1 if g is None else codes.setdefault(str(g), len(codes)))
-            order.append(math.nan if o is None else float(o))
-        return codes, group, order
+            new_group.append(-1 if g is None else codes.setdefault(str(g), len(codes)))
+            new_order.append(math.nan if o is None else float(o))
+        group = append_to(group, rows.start, np.asarray(new_group, dtype=np.int64))
+        return codes, group, append_to(order, rows.start, np.asarray(new_order, dtype=np.float64))
 
     _, group, order = kept_rows(graph, "models.edge_encoder.sequences", [graph.metadata], extend)
-    return torch.tensor(group, dtype=torch.long), torch.tensor(order, dtype=torch.float64)
+    n = graph.num_nodes
+    return torch.from_numpy(group[:n]), torch.from_numpy(order[:n])
 
 
 def build_pair_table(graph: MemoryGraph) -> PairTable:

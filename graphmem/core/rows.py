@@ -8,8 +8,9 @@ row sources it was made from, and on the next call adds only the rows appended s
 
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 
 def kept_rows(graph, key: str, sources: Sequence[list], extend: Callable[[Any, range], Any]) -> Any:
@@ -17,20 +18,46 @@ def kept_rows(graph, key: str, sources: Sequence[list], extend: Callable[[Any, r
 
     ``sources`` are lists aligned with the graph's rows that the state is made from (e.g. ``[graph.node_ids,
     graph.texts]``); ``extend(None, range(n))`` makes the state of rows ``0..n-1`` and ``extend(state,
-    range(m, n))`` adds rows ``m..n-1`` to the state of the first ``m``. When the rows the kept state was made
-    from are still the leading rows (each source holds the same objects there: a revised text or metadata
-    is a new object) only the rows after them are added; any other change (a row removed or revised) makes
-    the state anew, so the state is always the one a pass over every row gives."""
-    n = len(sources[0])
+    range(m, n))`` adds rows ``m..n-1`` to the state of the first ``m`` (it may reuse ``state``'s storage: the
+    state it is given is not read again). While the sources are the lists the kept state was made from and the
+    graph's log (:attr:`~graphmem.core.graph.MemoryGraph.node_log`) holds only appended rows since (and edge
+    edits, which no row's state reads), only the rows after them are added, in time that does not grow with
+    the graph; any other change (a row removed or revised, a source list replaced) makes the state anew, so
+    the state is always the one a pass over every row gives (rows edited in place without the log are outside
+    this contract, as for the graph's other kept indexes)."""
+    n, log = len(sources[0]), graph.node_log
     held = graph.indexes.get(key)
     if held is not None:
-        old, state = held
-        m = len(old[0])
-        if m <= n and all(all(map(operator.is_, new[:m], was)) for new, was in zip(sources, old)):
+        lists, m, at, state = held
+        if all(a is b for a, b in zip(lists, sources)) and _only_appended(log, at, m, n):
             state = extend(state, range(m, n)) if m < n else state
         else:
             held = None
     if held is None:
         state = extend(None, range(n))
-    graph.indexes[key] = ([list(s) for s in sources], state)
+    graph.indexes[key] = (list(sources), n, len(log), state)
     return state
+
+
+def _only_appended(log: list, at: int, m: int, n: int) -> bool:
+    """Whether the log after entry ``at`` takes ``m`` rows to ``n`` by appends only (edge events aside)."""
+    if at > len(log):
+        return False
+    for event in log[at:]:
+        if event[0] == "add" and event[1] == m:
+            m += event[2]
+        elif event[0] != "edges":
+            return False
+    return m == n
+
+
+def append_to(buf: np.ndarray, used: int, new: np.ndarray) -> np.ndarray:
+    """``buf`` with ``new`` written after its first ``used`` entries, reallocated (capacity doubling) when full:
+    amortised ``O(len(new))``. The first ``used`` entries are never written again, so a view of them stays."""
+    need = used + new.size
+    if need > buf.size:
+        grown = np.empty(max(need, 2 * buf.size, 16), dtype=buf.dtype)
+        grown[:used] = buf[:used]
+        buf = grown
+    buf[used:need] = new
+    return buf

@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from graphmem.core.rows import kept_rows
+from graphmem.core.rows import append_to, kept_rows
 
 if TYPE_CHECKING:
     from graphmem.core.graph import MemoryGraph
@@ -51,10 +52,11 @@ def node_tokens(graph: MemoryGraph) -> Tensor:
     counts = graph.derived.get(NODE_TOKENS)
     if counts is None:
 
-        def extend(held: list[int] | None, rows: range) -> list[int]:
+        def extend(held: np.ndarray | None, rows: range) -> np.ndarray:
             ids, texts = graph.node_ids, graph.texts
-            return (held or []) + [count_tokens(serialize_node(ids[i], texts[i])) for i in rows]
+            new = np.fromiter((count_tokens(serialize_node(ids[i], texts[i])) for i in rows), np.int64, len(rows))
+            return append_to(np.empty(0, np.int64) if held is None else held, rows.start, new)
 
         kept = kept_rows(graph, NODE_TOKENS, [graph.node_ids, graph.texts], extend)
-        counts = graph.derived.put(NODE_TOKENS, torch.tensor(kept, dtype=torch.long))
+        counts = graph.derived.put(NODE_TOKENS, torch.from_numpy(kept[: graph.num_nodes]))
     return counts
