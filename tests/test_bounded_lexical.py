@@ -55,6 +55,43 @@ def test_bounded_top_k_is_the_exact_top_k_on_random_corpora():
     assert index.rank_bounded("nothing shared", 5)[0].size == 0
 
 
+def test_an_index_grown_row_by_row_ranks_as_one_built_at_once(monkeypatch):
+    """Appended rows go to per-term lists beside the impact order, which is made anew once they are many: every
+    ranking equals a fresh build's (the same float64 scores), the bounded top-k is still exact, and the bound
+    on the unread postings holds though ``avgdl`` moved after the order was made."""
+    from graphmem.index import lexical
+
+    monkeypatch.setattr(lexical, "REBASE_MIN", 40)
+    rng = np.random.default_rng(1)
+    rebased = checked = 0
+    for _ in range(12):
+        texts, words = zipf_corpus(rng, int(rng.integers(40, 160)), int(rng.integers(3, 30)))
+        words = words + ["late", "later"]  # terms only the appended rows hold
+        texts += [" ".join(rng.choice(words, size=rng.integers(1, 9))) + " late" * int(i % 3 == 0) for i in range(60)]
+        first = len(texts) - 60
+        index = BM25Index.build(texts[:first])
+        index._d()  # the impact order exists before the appends
+        for stop in range(first + 1, len(texts) + 1, 7):
+            base = index._d().base_nnz
+            index.add(texts[index.num_rows : stop])
+            d, fresh = index._d(), BM25Index.build(texts[:stop])
+            rebased += d.base_nnz != base
+            for query in [" ".join(rng.choice(words, size=rng.integers(1, 5))) for _ in range(3)] + ["late w0"]:
+                want = fresh.rank(query)
+                got = index.rank(query)
+                assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+                k = int(rng.integers(1, 12))
+                rows, scores = index.rank_bounded(query, k, chunk=int(rng.integers(1, 6)))
+                assert np.array_equal(rows, fresh.rank(query, k)[0]) and np.array_equal(scores, fresh.rank(query, k)[1])
+                checked += 1
+            for t in np.flatnonzero(np.diff(d.post_ptr)):
+                lo, hi = d.post_ptr[t], d.post_ptr[t + 1]
+                weight = index.entry_weights(d.post_pos[lo:hi], d.post_row[lo:hi])
+                suffix_max = np.maximum.accumulate(weight[::-1])[::-1]
+                assert (index.bound(np.full(hi - lo, t), np.arange(lo, hi)) >= suffix_max).all()
+    assert checked > 300 and rebased > 5
+
+
 def test_bounded_top_k_stops_before_the_long_postings():
     """A rare term's matches outscore everything the common term can add: the common term's long postings
     are read one chunk deep, and the top-k is still exact."""
@@ -113,7 +150,7 @@ def test_text_graph_has_long_and_short_postings():
     graph = make_text_graph(4000, dim=8, seed=1)
     from graphmem.index.lexical import bm25_for
 
-    df = bm25_for(graph)._d()["df"]
+    df = bm25_for(graph)._d().df
     assert df.max() > 0.2 * graph.num_nodes and np.median(df[df > 0]) < 0.01 * graph.num_nodes
     assert any(w[:1].isupper() for w in graph.texts[0].split()[1:])  # a name
     q = text_queries(graph, 3, seed=2)

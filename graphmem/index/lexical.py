@@ -21,12 +21,14 @@ computation.
 
 Storage: the rows' term ids and frequencies in CSR form (``indptr``, ``terms`` sorted within each
 row, ``tf``). :meth:`BM25Index.scores` finds ``tf(t, d)`` by binary search in the sorted keys
-``d * V + t``, so scoring given rows costs ``O(len(rows) * |q| * log nnz)``; :meth:`BM25Index.top_k`
+``d << 32 | t``, so scoring given rows costs ``O(len(rows) * |q| * log nnz)``; :meth:`BM25Index.top_k`
 reads the postings of the query terms only (the rows that hold none score 0 and are not returned), and
-:meth:`BM25Index.rank_bounded` only their heads: postings are kept by weight descending within each term,
+:meth:`BM25Index.rank_bounded` only their heads: postings are ordered by weight descending within each term,
 and the read stops once the unread postings' bound falls under the k-th best score (exact top-k).
-Mutations (:meth:`add`, :meth:`revise`, :meth:`remove`) rewrite the arrays and recompute the
-weights lazily, on the next query (``O(nnz)``: ``N`` and ``avgdl`` change every weight).
+A weight is computed when it is read, since ``N`` and ``avgdl`` move every weight. :meth:`add` appends
+(the arrays grow at their end, and the new entries join per-term lists beside the impact order, which is
+made anew once they exceed an eighth of it: amortised ``O(new entries)``); :meth:`revise` and
+:meth:`remove` rewrite the arrays and the derived ones are made on the next query (``O(nnz)``).
 
 A graph's index lives in ``graph.indexes`` (:func:`bm25_for`); :meth:`BM25Index.sync` replays the
 graph's :attr:`~graphmem.core.graph.MemoryGraph.node_log` (``add``, ``text``, ``remove``) before each use,
@@ -45,6 +47,7 @@ import torch
 from torch import Tensor
 
 from graphmem.core.graph import MemoryGraph
+from graphmem.core.rows import append_to
 
 TOKENIZER_NAME = "lower-alnum-stop-v1"
 FORMAT_VERSION = 1
@@ -77,6 +80,82 @@ def text_fingerprint(graph: MemoryGraph) -> str:
     return h.hexdigest()
 
 
+class _Derived:
+    """What scoring reads beside the CSR: per-term document frequencies, per-row lengths, the sorted row-term keys,
+    and the postings, impact-ordered up to ``base_nnz`` entries (see :meth:`BM25Index._d`) and, for the entries
+    appended since, one list of entry positions per term. Arrays that grow are capacity-doubling buffers read
+    through views (``df``, ``length``, ``keys``)."""
+
+    def __init__(self, index: BM25Index):
+        n, v, terms, tf = index.num_rows, len(index.tokens), index.terms, index.tf
+        row = np.repeat(np.arange(n, dtype=np.int64), np.diff(index.indptr))
+        self.rows, self.nnz, self.vocab = n, int(terms.size), v
+        self._df = np.bincount(terms, minlength=v).astype(np.int64)
+        self._length = np.bincount(row, weights=tf, minlength=n).astype(np.int64)  # |d|, in whole tokens
+        self.total = int(self._length.sum())
+        self._keys = (row << KEY_SHIFT) | terms  # ascending: CSR order is (row, term)
+        self._idf_at: tuple | None = None
+        self.base(index, row)
+
+    df = property(lambda self: self._df[: self.vocab], doc="``[V]`` rows holding each term")
+    length = property(lambda self: self._length[: self.rows], doc="``[N]`` each row's length ``|d|``")
+    keys = property(lambda self: self._keys[: self.nnz], doc="``[nnz]`` ``row << KEY_SHIFT | term``, ascending")
+
+    @property
+    def avgdl(self) -> float:
+        return self.total / self.rows if self.rows and self.total else 1.0
+
+    def idf(self) -> np.ndarray:
+        """``[V]`` ``idf(t)`` of every vocabulary row for the current ``N`` (made once per state)."""
+        if self._idf_at != (self.rows, self.nnz):
+            self._idf, self._idf_at = np.log1p((self.rows - self.df + 0.5) / (self.df + 0.5)), (self.rows, self.nnz)
+        return self._idf
+
+    def base(self, index: BM25Index, row: np.ndarray | None = None) -> None:
+        """Impact-order every entry: postings by term, each by its weight now descending (row ascending on ties),
+        with the suffix maxima of ``tf`` and minima of ``|d|`` that :meth:`BM25Index.bound` reads."""
+        n, terms, tf = self.rows, index.terms, index.tf
+        if row is None:
+            row = np.repeat(np.arange(n, dtype=np.int64), np.diff(index.indptr))
+        weight = index.entry_weights(np.arange(terms.size), row, self)
+        order = np.lexsort((-weight, terms))
+        self.base_nnz = int(terms.size)
+        self.post_ptr = np.concatenate([[0], np.cumsum(np.bincount(terms, minlength=self.vocab))]).astype(np.int64)
+        self.post_pos, self.post_row = order, row[order]
+        # within each term's postings, a running maximum over the reversed postings that restarts at each term:
+        # the term's rank times a bound above every value is added first (terms descend along the reversal)
+        seg = terms[order][::-1]
+        step = int(tf.max(initial=0)) + 1
+        self.tf_max = (np.maximum.accumulate(tf[order][::-1] + seg * step) - seg * step)[::-1].copy()
+        step = int(self.length.max(initial=0)) + 1
+        back = np.maximum.accumulate(seg * step - self.length[self.post_row[::-1]])
+        self.len_min = (seg * step - back)[::-1].copy()
+        self.delta: dict[int, list[int]] = {}  # term -> positions of the entries appended after the order
+
+    def appended(self, index: BM25Index, rows: int, new_terms: np.ndarray, new_tf: np.ndarray) -> None:
+        """Take the ``rows`` rows just appended to ``index``, whose entries are ``new_terms`` / ``new_tf``."""
+        v = len(index.tokens)
+        self._df = append_to(self._df, self.vocab, np.zeros(v - self.vocab, np.int64))
+        self.vocab = v
+        np.add.at(self.df, new_terms, 1)  # a row holds each of its terms once
+        row = np.repeat(np.arange(rows, dtype=np.int64), np.diff(index.indptr)[self.rows :])
+        lengths = np.bincount(row, weights=new_tf, minlength=rows).astype(np.int64)
+        self._length = append_to(self._length, self.rows, lengths)
+        self.total += int(new_tf.sum())
+        self._keys = append_to(self._keys, self.nnz, ((row + self.rows) << KEY_SHIFT) | new_terms)
+        for pos, t in enumerate(new_terms.tolist(), start=self.nnz):
+            self.delta.setdefault(t, []).append(pos)
+        self.rows, self.nnz = self.rows + rows, self.nnz + int(new_terms.size)
+
+
+KEY_SHIFT = 32
+"""a row-term key is ``row << KEY_SHIFT | term`` (vocabularies below ``2**32`` tokens)"""
+REBASE_FRACTION = 8
+"""the postings are impact-ordered anew once the entries appended since exceed ``1 / REBASE_FRACTION`` of the rest"""
+REBASE_MIN = 4096
+"""... and this many entries"""
+
+
 class BM25Index:
     """BM25 over rows of texts (see module docstring). Build with :meth:`build` or :func:`bm25_for`."""
 
@@ -86,10 +165,31 @@ class BM25Index:
         self.k1, self.b = float(k1), float(b)
         self.tokens = list(tokens)
         self.vocab = {t: i for i, t in enumerate(self.tokens)}
-        self.indptr, self.terms, self.tf = indptr.astype(np.int64), terms.astype(np.int64), tf.astype(np.int64)
-        self._derived: dict[str, np.ndarray] | None = None
+        self._set(indptr, terms, tf)
         self._mark: tuple | None = None  # (log length, texts list) when last synced with a graph
         self.last_read = (0, 0)  # (postings read, postings of its terms) by the last rank_bounded call
+
+    def _set(self, indptr: np.ndarray, terms: np.ndarray, tf: np.ndarray) -> None:
+        """Replace the CSR (``indptr`` ``[N + 1]``, ``terms`` and ``tf`` ``[nnz]``); the derived arrays are made
+        anew when next read."""
+        self._indptr, self._terms, self._tf = indptr.astype(np.int64), terms.astype(np.int64), tf.astype(np.int64)
+        self._rows, self._nnz = int(self._indptr.size - 1), int(self._indptr[-1])
+        self._derived: _Derived | None = None
+
+    @property
+    def indptr(self) -> np.ndarray:
+        """``[N + 1]`` the entries of row ``d`` are ``indptr[d]:indptr[d + 1]`` (a view: appends leave it as it is)."""
+        return self._indptr[: self._rows + 1]
+
+    @property
+    def terms(self) -> np.ndarray:
+        """``[nnz]`` each entry's term id, ascending within its row."""
+        return self._terms[: self._nnz]
+
+    @property
+    def tf(self) -> np.ndarray:
+        """``[nnz]`` each entry's count of its term in its row."""
+        return self._tf[: self._nnz]
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -101,7 +201,7 @@ class BM25Index:
 
     @property
     def num_rows(self) -> int:
-        return int(self.indptr.size - 1)
+        return self._rows
 
     def _encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """Sorted distinct term ids of ``text`` (new tokens join the vocabulary) and their counts."""
@@ -133,14 +233,23 @@ class BM25Index:
             tf[indptr[kept][seg] + off] = self.tf[self.indptr[src[kept]][seg] + off]
         for i, (t, c) in zip(new_rows.tolist(), encoded):
             terms[indptr[i] : indptr[i + 1]], tf[indptr[i] : indptr[i + 1]] = t, c
-        self.indptr, self.terms, self.tf, self._derived = indptr, terms, tf, None
+        self._set(indptr, terms, tf)
 
     # ------------------------------------------------------------------ mutations
     def add(self, texts: Sequence[str]) -> None:
-        """Append one row per text."""
-        n = self.num_rows
-        source = np.concatenate([np.arange(n), np.full(len(texts), -1)])
-        self._assemble(source, {n + j: t for j, t in enumerate(texts)})
+        """Append one row per text: ``O(new entries)`` amortised (the arrays grow at their end, the derived ones
+        too; the impact order takes the new entries when they grow past a share of the rest)."""
+        encoded = [self._encode(t) for t in texts]
+        if not encoded:
+            return
+        new_terms, new_tf = np.concatenate([t for t, _ in encoded]), np.concatenate([c for _, c in encoded])
+        ends = self._nnz + np.cumsum([t.size for t, _ in encoded], dtype=np.int64)
+        self._indptr = append_to(self._indptr, self._rows + 1, ends)
+        self._terms = append_to(self._terms, self._nnz, new_terms)
+        self._tf = append_to(self._tf, self._nnz, new_tf)
+        self._rows, self._nnz = self._rows + len(encoded), self._nnz + int(new_terms.size)
+        if self._derived is not None:
+            self._derived.appended(self, len(encoded), new_terms, new_tf)
 
     def revise(self, row: int, text: str) -> None:
         """Replace the text of ``row``."""
@@ -162,49 +271,66 @@ class BM25Index:
             raise LexicalIndexError(f"BM25Index.{what}: row {bad[0]} is not one of {self.num_rows} rows")
 
     # ------------------------------------------------------------------ derived arrays
-    def _d(self) -> dict[str, np.ndarray]:
-        """Per-term IDF, per-entry BM25 weight, sorted row-term keys, impact-ordered postings and each term's
-        largest weight (rebuilt after a mutation)."""
-        if self._derived is None:
-            n, v = self.num_rows, len(self.tokens)
-            row = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))
-            df = np.bincount(self.terms, minlength=v)
-            length = np.bincount(row, weights=self.tf, minlength=n)
-            avgdl = float(length.mean()) if n and length.sum() else 1.0
-            idf = np.log1p((n - df + 0.5) / (df + 0.5))
-            norm = self.k1 * (1.0 - self.b + self.b * length / avgdl)
-            weight = idf[self.terms] * self.tf * (self.k1 + 1.0) / (self.tf + norm[row])
-            order = np.lexsort((-weight, self.terms))  # postings by term, each by weight desc (row asc on ties)
-            self._derived = {
-                "df": df,
-                "idf": idf,
-                "weight": weight,
-                "keys": row * max(v, 1) + self.terms,  # ascending: CSR order is (row, term)
-                "post_ptr": np.concatenate([[0], np.cumsum(df)]),
-                "post_row": row[order],
-                "post_weight": weight[order],
-            }
-            first = np.minimum(self._derived["post_ptr"][:-1], max(weight.size - 1, 0))
-            top = self._derived["post_weight"][first] if weight.size else np.zeros(v)
-            self._derived["term_max"] = np.where(df > 0, top, 0.0)  # ub(t): the first weight of its postings
-        return self._derived
+    def _d(self) -> _Derived:
+        """The derived arrays (:class:`_Derived`), made after a revise or remove, and impact-ordered anew once the
+        entries appended since the last order exceed a ``1 / REBASE_FRACTION`` share of the rest.
+
+        Weights are computed when read (:meth:`entry_weights`), since every one moves with ``N`` and ``avgdl``.
+        The impact order was that of the weights when it was made; as ``avgdl`` moves since, a term's postings
+        may no longer be in exact weight order, so the bounded read takes the unread postings' bound from what
+        does not move: ``w(t, d)`` grows with ``tf`` and falls with ``|d|``, so after position ``j`` of a term's
+        postings every weight is at most the weight of (the largest ``tf``, the smallest ``|d|``) from ``j``
+        on (:meth:`bound`)."""
+        d = self._derived
+        if d is None:
+            d = self._derived = _Derived(self)
+        elif d.nnz - d.base_nnz > max(REBASE_MIN, d.base_nnz // REBASE_FRACTION):
+            d.base(self)
+        return d
+
+    def entry_weights(self, pos: np.ndarray, rows: np.ndarray, d: _Derived | None = None) -> np.ndarray:
+        """Float64 ``idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl))`` of the CSR entries ``pos``
+        (of rows ``rows``): each entry's weight on its own, so any subset gives the same floats."""
+        d = d or self._d()
+        tf = self.tf[pos]
+        norm = self.k1 * (1.0 - self.b + self.b * d.length[rows] / d.avgdl)
+        return d.idf()[self.terms[pos]] * tf * (self.k1 + 1.0) / (tf + norm)
+
+    def bound(self, q: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Per term ``q[i]``, a bound on the weight of each of its ordered postings from position ``at[i]`` of
+        ``post_pos`` on (the caller masks a term whose postings are all read): the weight of the largest ``tf``
+        and the smallest ``|d|`` among them (:meth:`_d`)."""
+        d = self._d()
+        if not d.tf_max.size:
+            return np.zeros(q.size)
+        j = np.clip(at, 0, d.tf_max.size - 1)
+        tf, norm = d.tf_max[j], self.k1 * (1.0 - self.b + self.b * d.len_min[j] / d.avgdl)
+        return d.idf()[q] * tf * (self.k1 + 1.0) / (tf + norm)
+
+    def _delta(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(positions, rows, query term index)`` of the entries appended after the impact order whose term is
+        one of ``q``, term by term in the order of ``q``, each term's by position."""
+        d = self._d()
+        lists = [d.delta.get(int(t), ()) for t in q]
+        pos = np.fromiter((p for ps in lists for p in ps), dtype=np.int64, count=sum(map(len, lists)))
+        which = np.repeat(np.arange(q.size), [len(ps) for ps in lists])
+        return pos, np.searchsorted(self.indptr, pos, side="right") - 1, which
 
     def _query_terms(self, query: str) -> np.ndarray:
         """Distinct in-vocabulary term ids of ``query`` (held by at least one row), ascending."""
-        df = self._d()["df"]
+        df = self._d().df
         ids = {self.vocab[t] for t in tokenize(query) if t in self.vocab}
         return np.asarray(sorted(i for i in ids if df[i] > 0), dtype=np.int64)
 
     # ------------------------------------------------------------------ queries
     def idf(self, token: str) -> float:
         """``idf(token)`` (module docstring); 0 for a token no row holds."""
-        i = self.vocab.get(token)
-        d = self._d()
-        return float(d["idf"][i]) if i is not None and d["df"][i] > 0 else 0.0
+        i, d = self.vocab.get(token), self._d()
+        return float(d.idf()[i]) if i is not None and d.df[i] > 0 else 0.0
 
     def max_score(self, query: str) -> float:
         """``sum_t idf(t) * (k1 + 1)`` over the distinct in-vocabulary terms of ``query``: above every score."""
-        return float(self._d()["idf"][self._query_terms(query)].sum() * (self.k1 + 1.0))
+        return float(self._d().idf()[self._query_terms(query)].sum() * (self.k1 + 1.0))
 
     def scores(self, query: str, rows: Tensor) -> Tensor:
         """BM25 scores of ``query`` for the given ``rows`` (any shape; ``-1`` padding scores 0), float32.
@@ -216,29 +342,46 @@ class BM25Index:
             raise LexicalIndexError(f"BM25Index.scores: row {int(r.max())} is not one of {self.num_rows} rows")
         q, d = self._query_terms(query), self._d()
         out = np.zeros(r.shape, dtype=np.float64)
-        if q.size and r.size and d["keys"].size:
-            keys = np.maximum(r, 0)[..., None] * max(len(self.tokens), 1) + q
-            pos = np.minimum(np.searchsorted(d["keys"], keys), d["keys"].size - 1)
-            hit = (d["keys"][pos] == keys) & (r >= 0)[..., None]
-            out = np.where(hit, d["weight"][pos], 0.0).sum(-1)
+        if q.size and r.size and d.nnz:
+            keys_all = d.keys
+            rr = np.broadcast_to(np.maximum(r, 0)[..., None], (*r.shape, q.size))
+            keys = (rr << KEY_SHIFT) | q
+            pos = np.minimum(np.searchsorted(keys_all, keys), d.nnz - 1)
+            hit = (keys_all[pos] == keys) & (r >= 0)[..., None]
+            weight = np.zeros(keys.shape)
+            weight[hit] = self.entry_weights(pos[hit], rr[hit])
+            out = weight.sum(-1)
         return torch.from_numpy(out.astype(np.float32))
+
+    def _postings(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, positions)`` of every posting of the terms ``q``, term by term in the order of ``q``."""
+        d = self._d()
+        ptr, ordered = d.post_ptr, q < d.post_ptr.size - 1
+        t = np.where(ordered, q, 0)
+        counts = np.where(ordered, ptr[t + 1] - ptr[t], 0)
+        at = np.repeat(ptr[t] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        dpos, drow, which = self._delta(q)
+        if not dpos.size:
+            return d.post_row[at], d.post_pos[at]
+        term = np.concatenate([np.repeat(np.arange(q.size), counts), which])
+        order = np.argsort(term, kind="stable")
+        return np.concatenate([d.post_row[at], drow])[order], np.concatenate([d.post_pos[at], dpos])[order]
 
     def rank(self, query: str, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, scores)`` of the rows holding a query term, by (score desc, row asc); the first ``k`` only
         when given. Reads the postings of the query terms only (accumulated densely when they are many)."""
-        q, d = self._query_terms(query), self._d()
+        q = self._query_terms(query)
         if not q.size:
             return np.empty(0, np.int64), np.empty(0, np.float64)
-        ptr = d["post_ptr"]
-        counts = ptr[q + 1] - ptr[q]
-        pos = np.repeat(ptr[q] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        post_row, pos = self._postings(q)
+        weight = self.entry_weights(pos, post_row)
         if pos.size * 8 > self.num_rows:  # long postings: one dense accumulation over the rows
-            acc = np.bincount(d["post_row"][pos], weights=d["post_weight"][pos], minlength=self.num_rows)
+            acc = np.bincount(post_row, weights=weight, minlength=self.num_rows)
             rows = np.flatnonzero(acc > 0)
             score = acc[rows]
         else:
-            rows, inverse = np.unique(d["post_row"][pos], return_inverse=True)
-            score = np.bincount(inverse, weights=d["post_weight"][pos], minlength=rows.size)
+            rows, inverse = np.unique(post_row, return_inverse=True)
+            score = np.bincount(inverse, weights=weight, minlength=rows.size)
         if k is not None and k < rows.size:  # keep every row tied with the k-th, then order and cut
             kth = np.partition(score, score.size - k)[score.size - k]
             top = score >= kth
@@ -255,7 +398,7 @@ class BM25Index:
         held = self.terms[pos]
         hit = terms[np.minimum(np.searchsorted(terms, held), terms.size - 1)] == held
         seg = np.repeat(np.arange(rows.size), count)[hit]
-        return np.bincount(seg, weights=self._d()["weight"][pos[hit]], minlength=rows.size)
+        return np.bincount(seg, weights=self.entry_weights(pos[hit], rows[seg]), minlength=rows.size)
 
     def rank_bounded(
         self, query: str, k: int, tie: np.ndarray | None = None, chunk: int = 2048
@@ -264,13 +407,15 @@ class BM25Index:
         row), read from the heads of the impact-ordered postings only (Fagin's threshold algorithm with
         MaxScore's order of terms and accumulators).
 
-        Each query term's postings are kept by weight descending, so after reading the first ``r_t`` of them
-        every unread posting of ``t`` weighs at most ``u_t`` (the next weight: ``ub(t)``, the term's largest,
-        before any read; 0 once all are read), and ``U = sum_t u_t``. Terms are read one after another by ``ub``
-        descending (the rare ones first), in chunks of that sequence of postings (``max(4k, chunk)`` postings,
-        doubling), adding their weights into a partial score ``p(d)`` per row seen. After each chunk the ``k``
-        rows of largest ``p`` are scored exactly (:meth:`row_scores`); the smallest of those ``k`` exact scores,
-        ``theta``, is at most the true k-th best score. The read stops once ``U < theta``. Then
+        The postings appended since the impact order was made (:meth:`_d`) are few and read first, whole. Each
+        query term's ordered postings are kept by weight descending (as of when the order was made), and after
+        reading the first ``r_t`` of them every unread posting of ``t`` weighs at most ``u_t`` (:meth:`bound`
+        at ``r_t``; 0 once all are read), and ``U = sum_t u_t``. Terms are read one after another by ``ub``
+        (``u_t`` before any read) descending (the rare ones first), in chunks of that sequence of postings
+        (``max(4k, chunk)`` postings, doubling), adding their weights into a partial score ``p(d)`` per row
+        seen. After each chunk the ``k`` rows of largest ``p`` are scored exactly (:meth:`row_scores`); the
+        smallest of those ``k`` exact scores, ``theta``, is at most the true k-th best score. The read stops
+        once ``U < theta``. Then
 
             score(d) <= p(d) + U   for every row d (p = 0 for a row never seen),
 
@@ -279,37 +424,46 @@ class BM25Index:
         exactly and ranked. Once every posting is read, ``theta`` is the k-th ``p`` less ``1e-9`` of it. Every
         other row scores strictly below ``theta`` and ranks after the k-th under any tie order: the result is
         the exact top-``k`` of :meth:`rank` (the same float64 scores), ties included.
-        Bounds are compared with a relative margin of ``1e-9`` against rounding. Work: the postings read
-        before ``U`` falls under ``theta`` (typically the rare terms' and a chunk of the next) and the
-        survivors' own entries; not ``N``. ``last_read`` keeps ``(postings read, postings of the query's
-        terms)`` of the last call.
+        Bounds are compared with a relative margin of ``1e-9`` against rounding. Work: the appended postings,
+        the ordered postings read before ``U`` falls under ``theta`` (typically the rare terms' and a chunk of
+        the next) and the survivors' own entries; not ``N``. ``last_read`` keeps ``(postings read, postings of
+        the query's terms)`` of the last call.
         """
         q, d = self._query_terms(query), self._d()
         if not q.size or k < 1:
             return np.empty(0, np.int64), np.empty(0, np.float64)
-        by_ub = np.argsort(-d["term_max"][q], kind="stable")
-        start, df = d["post_ptr"][q[by_ub]], d["df"][q[by_ub]]
-        offset = np.concatenate([[0], np.cumsum(df)])  # the terms' postings, one after another
-        u = d["term_max"][q[by_ub]].copy()
-        cand, part, held, theta = np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0), -np.inf
-        read, step, bit = 0, max(4 * k, chunk), 2.0 ** np.arange(q.size) if q.size <= 52 else np.zeros(q.size)
+        ordered = q < d.post_ptr.size - 1  # terms the impact order knows (a newer one has appended postings only)
+        inside = np.where(ordered, q, 0)
+        start = d.post_ptr[inside]
+        df = np.where(ordered, d.post_ptr[inside + 1] - start, 0)
+        by_ub = np.argsort(-np.where(df > 0, self.bound(q, start), 0.0), kind="stable")
+        t, start, df = q[by_ub], start[by_ub], df[by_ub]
+        offset = np.concatenate([[0], np.cumsum(df)])  # the terms' ordered postings, one after another
+        bit = 2.0 ** np.arange(t.size) if t.size <= 52 else np.zeros(t.size)
+        dpos, drow, which = self._delta(t)  # the appended postings first, whole
+        cand, inverse = np.unique(drow, return_inverse=True)
+        part = np.bincount(inverse, weights=self.entry_weights(dpos, drow), minlength=cand.size)
+        held = np.bincount(inverse, weights=bit[which], minlength=cand.size)  # terms read per row
+        u = np.where(df > 0, self.bound(t, start), 0.0)
+        read, step, theta = 0, max(4 * k, chunk), -np.inf
         while read < offset[-1] and not u.sum() * (1.0 + 1e-9) < theta:
             lo = np.clip(read - offset[:-1], 0, df)
             read = min(read + step, int(offset[-1]))
             hi = np.clip(read - offset[:-1], 0, df)
             take = hi - lo
-            pos = np.repeat(start + lo - np.cumsum(take) + take, take) + np.arange(int(take.sum()))
-            cand, inverse = np.unique(np.concatenate([cand, d["post_row"][pos]]), return_inverse=True)
-            part = np.bincount(inverse, weights=np.concatenate([part, d["post_weight"][pos]]))
-            held = np.bincount(inverse, weights=np.concatenate([held, np.repeat(bit, take)]))  # terms read per row
-            u = np.where(hi < df, d["post_weight"][start + np.minimum(hi, df - 1)], 0.0)
+            at = np.repeat(start + lo - np.cumsum(take) + take, take) + np.arange(int(take.sum()))
+            rows = d.post_row[at]
+            cand, inverse = np.unique(np.concatenate([cand, rows]), return_inverse=True)
+            part = np.bincount(inverse, weights=np.concatenate([part, self.entry_weights(d.post_pos[at], rows)]))
+            held = np.bincount(inverse, weights=np.concatenate([held, np.repeat(bit, take)]))
+            u = np.where(hi < df, self.bound(t, start + hi), 0.0)
             step *= 2
             if cand.size >= k and read == offset[-1]:  # all read: p is the exact score up to summation order
                 theta = max(theta, float(np.partition(part, cand.size - k)[cand.size - k]) * (1.0 - 1e-9))
             elif cand.size >= k:
                 top = np.sort(cand[np.argpartition(-part, k - 1)[:k]])
                 theta = max(theta, float(self.row_scores(q, top).min()))
-        self.last_read = (read, int(d["df"][q].sum()))
+        self.last_read = (read + int(dpos.size), int(d.df[q].sum()))
         keep = cand[(part + self._unread_bound(held, u)) * (1.0 + 1e-9) >= theta]
         score = self.row_scores(q, keep)
         order = np.lexsort((keep if tie is None else tie[keep], -score))[:k]
@@ -350,17 +504,34 @@ class BM25Index:
         if mark is not None and mark[0] == len(graph.node_log) and mark[1] is graph.texts:
             if self.num_rows == graph.num_nodes:
                 return
+        if mark is not None and mark[1] is graph.texts and self._appended_only(graph):
+            new = graph.texts[self.num_rows :]  # rows appended to the same list: index the new ones only
+            self.add(new)
+            mark[2].extend(new)
+            self._mark = (len(graph.node_log), graph.texts, mark[2])
+            return
         source = self._replay(graph)
         if source is None:
             fresh = BM25Index.build(graph.texts, self.k1, self.b)
             self.tokens, self.vocab = fresh.tokens, fresh.vocab
-            self.indptr, self.terms, self.tf, self._derived = fresh.indptr, fresh.terms, fresh.tf, None
+            self._set(fresh.indptr, fresh.terms, fresh.tf)
         else:
             seen = mark[2]
             source = [s if s >= 0 and seen[s] == graph.texts[i] else -1 for i, s in enumerate(source)]
             if source != list(range(self.num_rows)) or self.num_rows != graph.num_nodes:
                 self._assemble(source, {i: graph.texts[i] for i, s in enumerate(source) if s < 0})
         self.mark_synced(graph)
+
+    def _appended_only(self, graph: MemoryGraph) -> bool:
+        """Whether the log since the last sync holds only appended rows (and edits that leave texts alone), and
+        the graph has exactly those rows more."""
+        added, at = 0, self.num_rows
+        for event in graph.node_log[self._mark[0] :]:
+            if event[0] == "add" and event[1] == at + added:
+                added += event[2]
+            elif event[0] not in ("revise", "edges"):
+                return False
+        return added > 0 and at + added == graph.num_nodes == len(graph.texts) and len(self._mark[2]) == at
 
     def _replay(self, graph: MemoryGraph) -> list[int] | None:
         """Old row (or -1: index anew) of every current row of ``graph``, from its log; ``None``

@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 
 from graphmem.core.csr import csr_positions
+from graphmem.core.rows import append_to
 from graphmem.index.lexical import bm25_for, tokenize
 
 FEATURES = ("bm25", "rare", "name", "number", "date")
@@ -67,7 +68,6 @@ def token_id(token: str) -> int:
     return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
 
 
-@dataclass
 class NodeTerms:
     """Per node, its distinct tokens and their BM25 weights ``w(t, v)``, as a CSR over ``N`` nodes.
 
@@ -75,39 +75,47 @@ class NodeTerms:
         rowptr: ``[N + 1]`` the entries of node ``v`` are ``rowptr[v]:rowptr[v + 1]``.
         term: ``[M]`` :func:`token_id` of each entry.
         weight: ``[M]`` ``w(t, v)`` (module docstring).
+        vocab_row: ``[M]`` ``r(t)``, the entry's token's row in the vocabulary of the node's graph (offset by the
+            vocabularies of the graphs before it in a union).
+        vocab_size: rows of the (union's) vocabulary.
 
-        key: ``[M]`` ``r(t) N + v`` of each entry, sorted (``r(t)``: the token's row in the vocabulary of the
-            node's graph, offset by the vocabularies of the graphs before it in a union).
+        key: ``[M]`` ``r(t) N + v`` of each entry, sorted.
         key_weight: ``[M]`` ``w(t, v)`` in the order of ``key``.
         key_entry: ``[M]`` the CSR entry (``term`` / ``weight`` index) of each key.
-        vocab_size: rows of the (union's) vocabulary.
+
+    The three sorted ``key`` arrays are made when first read (one sort of the entries): the served walk reads
+    each node's own entries (:func:`query_features`) and never needs them.
     """
 
-    rowptr: Tensor
-    term: Tensor
-    weight: Tensor
-    key: Tensor
-    key_weight: Tensor
-    key_entry: Tensor
-    vocab_size: int
+    def __init__(self, rowptr, term, weight, vocab_row, vocab_size, keys: tuple | None = None):
+        self.rowptr, self.term, self.weight, self.vocab_row = rowptr, term, weight, vocab_row
+        self.vocab_size, self._keys = vocab_size, keys
 
     @property
     def num_nodes(self) -> int:
         return int(self.rowptr.numel()) - 1
 
+    def _sorted(self) -> tuple[Tensor, Tensor, Tensor]:
+        if self._keys is None:
+            node = torch.repeat_interleave(torch.arange(self.num_nodes, device=self.rowptr.device), self.rowptr.diff())
+            key, order = torch.sort(self.vocab_row * max(self.num_nodes, 1) + node)
+            self._keys = (key, self.weight[order], order)
+        return self._keys
+
+    key = property(lambda self: self._sorted()[0])
+    key_weight = property(lambda self: self._sorted()[1])
+    key_entry = property(lambda self: self._sorted()[2])
+
     def to(self, device) -> NodeTerms:
-        moved = (t.to(device) for t in (self.rowptr, self.term, self.weight, self.key, self.key_weight, self.key_entry))
-        return NodeTerms(*moved, self.vocab_size)
+        moved = [t.to(device) for t in (self.rowptr, self.term, self.weight, self.vocab_row)]
+        keys = None if self._keys is None else tuple(t.to(device) for t in self._keys)
+        return NodeTerms(*moved, self.vocab_size, keys)
 
     def host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(rowptr, weight, row)`` on the host, ``row`` the vocabulary row ``r(t)`` of each CSR entry (the keys
-        read back through :attr:`key_entry`); made once per table."""
+        """``(rowptr, weight, vocab_row)`` on the host (views of CPU tables; made once per table elsewhere)."""
         got = self.__dict__.get("_host")
         if got is None:
-            key, entry = self.key.cpu().numpy(), self.key_entry.cpu().numpy()
-            row = np.empty_like(key)
-            row[entry] = key // max(self.num_nodes, 1)
-            got = self._host = (self.rowptr.cpu().numpy(), self.weight.cpu().numpy(), row)
+            got = self._host = tuple(t.cpu().numpy() for t in (self.rowptr, self.weight, self.vocab_row))
         return got
 
     @staticmethod
@@ -118,14 +126,16 @@ class NodeTerms:
         sizes = torch.tensor([int(p.term.numel()) for p in parts], device=parts[0].term.device)
         offsets = torch.cumsum(sizes, 0) - sizes
         rowptr = torch.cat([parts[0].rowptr[:1]] + [p.rowptr[1:] + int(o) for p, o in zip(parts, offsets)])
-        n, keys, nodes, vocab = sum(p.num_nodes for p in parts), [], 0, 0
+        n, keys, rows, nodes, vocab = sum(p.num_nodes for p in parts), [], [], 0, 0
         for p in parts:  # part i's rows and nodes after those of the parts before it: still sorted
             own = max(p.num_nodes, 1)
             keys.append((torch.div(p.key, own, rounding_mode="floor") + vocab) * n + p.key % own + nodes)
+            rows.append(p.vocab_row + vocab)
             nodes, vocab = nodes + p.num_nodes, vocab + p.vocab_size
         cat = lambda name: torch.cat([getattr(p, name) for p in parts])  # noqa: E731
         entry = torch.cat([p.key_entry + int(o) for p, o in zip(parts, offsets)])
-        return NodeTerms(rowptr, cat("term"), cat("weight"), torch.cat(keys), cat("key_weight"), entry, vocab)
+        sorted_keys = (torch.cat(keys), cat("key_weight"), entry)
+        return NodeTerms(rowptr, cat("term"), cat("weight"), torch.cat(rows), vocab, sorted_keys)
 
     def inverted(self) -> tuple[Tensor, Tensor, Tensor]:
         """``(term, node, weight)`` of every entry, sorted by term (for :func:`dense_features`)."""
@@ -219,43 +229,42 @@ class Lexical:
         return Lexical(self.nodes, self.queries[rows])
 
     def to(self, device) -> Lexical:
-        if self.nodes.key.device == torch.device(device) and self.queries.term.device == self.nodes.key.device:
+        if self.nodes.rowptr.device == torch.device(device) and self.queries.term.device == self.nodes.rowptr.device:
             return self
         return Lexical(self.nodes.to(device), self.queries.to(device))
 
 
 # ---------------------------------------------------------------------- building
 def _node_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
-    """From the graph's BM25 index (:func:`graphmem.index.lexical.bm25_for`): its CSR of term ids and counts."""
+    """From the graph's BM25 index (:func:`graphmem.index.lexical.bm25_for`): its CSR of term ids and counts, its
+    rows' lengths and document frequencies."""
     index = bm25_for(graph)
-    k1, b = index.k1, index.b
-    indptr, terms, tf = (torch.from_numpy(a.copy()) for a in (index.indptr, index.terms, index.tf))
+    k1, b, d = index.k1, index.b, index._d()
+    indptr, terms, tf = (torch.from_numpy(a) for a in (index.indptr, index.terms, index.tf))  # never written again
     n = int(indptr.numel()) - 1
     row = torch.repeat_interleave(torch.arange(n, device=CPU), indptr.diff())
-    length = torch.zeros(n, dtype=torch.float64, device=CPU).index_add_(0, row, tf.double())
-    avgdl = float(length.mean()) if n and float(length.sum()) else 1.0
+    length = torch.from_numpy(d.length.astype(np.float64))
     tf = tf.double()
-    weight = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length[row] / avgdl))
+    weight = (tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length[row] / d.avgdl))).float()
     size = len(index.tokens)
-    ids = torch.tensor(_token_ids(index), dtype=torch.long, device=CPU)
-    df = torch.bincount(terms, minlength=size).numpy()
-    lexicon = GraphLexicon(index, _VocabView(index.vocab, size, df), n, _VocabView(index.vocab, size))
-    key, order = torch.sort(terms * max(n, 1) + row)
-    weight = weight.float()
-    table = NodeTerms(indptr, ids[terms] if terms.numel() else terms, weight, key, weight[order], order, size)
+    ids = torch.from_numpy(_token_ids(index))
+    lexicon = GraphLexicon(index, _VocabView(index.vocab, size, d.df.copy()), n, _VocabView(index.vocab, size))
+    table = NodeTerms(indptr, ids[terms] if terms.numel() else terms, weight, terms, size)
     return table, lexicon
 
 
-def _token_ids(index) -> list[int]:
-    """:func:`token_id` of every token of a BM25 index's vocabulary, kept on the index with the token list they
-    were made from: the list only grows while it is the same list (a token keeps its row), so each token is
+def _token_ids(index) -> np.ndarray:
+    """``[V]`` :func:`token_id` of every token of a BM25 index's vocabulary, kept on the index with the token list
+    they were made from: the list only grows while it is the same list (a token keeps its row), so each token is
     hashed once; a new list (the index rebuilt) is hashed anew."""
     tokens = index.tokens
     held = index.__dict__.get("_token_ids")
-    ids = held[1] if held is not None and held[0] is tokens else []
-    ids = ids + [token_id(t) for t in tokens[len(ids) :]]
-    index._token_ids = (tokens, ids)
-    return ids
+    buf, done = (held[1], held[2]) if held is not None and held[0] is tokens else (np.empty(0, np.int64), 0)
+    if done < len(tokens):
+        new = np.fromiter((token_id(t) for t in tokens[done:]), dtype=np.int64, count=len(tokens) - done)
+        buf = append_to(buf, done, new)
+    index._token_ids = (tokens, buf, len(tokens))
+    return buf[: len(tokens)]
 
 
 class _VocabView:
