@@ -86,7 +86,7 @@ def test_an_index_grown_row_by_row_ranks_as_one_built_at_once(monkeypatch):
                 checked += 1
             for t in np.flatnonzero(np.diff(d.post_ptr)):
                 lo, hi = d.post_ptr[t], d.post_ptr[t + 1]
-                weight = index.entry_weights(d.post_pos[lo:hi], d.post_row[lo:hi])
+                weight = index.posting_weights(np.full(hi - lo, t), np.arange(lo, hi))
                 suffix_max = np.maximum.accumulate(weight[::-1])[::-1]
                 assert (index.bound(np.full(hi - lo, t), np.arange(lo, hi)) >= suffix_max).all()
     assert checked > 300 and rebased > 5

@@ -121,14 +121,16 @@ class _Derived:
         order = np.lexsort((-weight, terms))
         self.base_nnz = int(terms.size)
         self.post_ptr = np.concatenate([[0], np.cumsum(np.bincount(terms, minlength=self.vocab))]).astype(np.int64)
-        self.post_pos, self.post_row = order, row[order]
+        self.post_row = row[order]
+        # each posting's count and record length beside it, so that reading postings in order reads memory in order
+        self.post_tf, self.post_len = tf[order].astype(np.int32), self.length[self.post_row].astype(np.int32)
         # within each term's postings, a running maximum over the reversed postings that restarts at each term:
         # the term's rank times a bound above every value is added first (terms descend along the reversal)
         seg = terms[order][::-1]
         step = int(tf.max(initial=0)) + 1
-        self.tf_max = (np.maximum.accumulate(tf[order][::-1] + seg * step) - seg * step)[::-1].copy()
+        self.tf_max = (np.maximum.accumulate(self.post_tf[::-1] + seg * step) - seg * step)[::-1].copy()
         step = int(self.length.max(initial=0)) + 1
-        back = np.maximum.accumulate(seg * step - self.length[self.post_row[::-1]])
+        back = np.maximum.accumulate(seg * step - self.post_len[::-1])
         self.len_min = (seg * step - back)[::-1].copy()
         self.delta: dict[int, list[int]] = {}  # term -> positions of the entries appended after the order
 
@@ -288,24 +290,31 @@ class BM25Index:
             d.base(self)
         return d
 
+    def weights(self, idf: np.ndarray, tf: np.ndarray, length: np.ndarray, avgdl: float) -> np.ndarray:
+        """Float64 ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))``, element by element (so the
+        same entry gives the same float however it is reached)."""
+        return idf * tf * (self.k1 + 1.0) / (tf + self.k1 * (1.0 - self.b + self.b * length / avgdl))
+
     def entry_weights(self, pos: np.ndarray, rows: np.ndarray, d: _Derived | None = None) -> np.ndarray:
-        """Float64 ``idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl))`` of the CSR entries ``pos``
-        (of rows ``rows``): each entry's weight on its own, so any subset gives the same floats."""
+        """:meth:`weights` of the CSR entries ``pos`` (of rows ``rows``)."""
         d = d or self._d()
-        tf = self.tf[pos]
-        norm = self.k1 * (1.0 - self.b + self.b * d.length[rows] / d.avgdl)
-        return d.idf()[self.terms[pos]] * tf * (self.k1 + 1.0) / (tf + norm)
+        return self.weights(d.idf()[self.terms[pos]], self.tf[pos], d.length[rows], d.avgdl)
+
+    def posting_weights(self, t: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """:meth:`weights` of the ordered postings ``at`` of terms ``t``, read from the counts and lengths kept in
+        posting order."""
+        d = self._d()
+        return self.weights(d.idf()[t], d.post_tf[at], d.post_len[at], d.avgdl)
 
     def bound(self, q: np.ndarray, at: np.ndarray) -> np.ndarray:
-        """Per term ``q[i]``, a bound on the weight of each of its ordered postings from position ``at[i]`` of
-        ``post_pos`` on (the caller masks a term whose postings are all read): the weight of the largest ``tf``
-        and the smallest ``|d|`` among them (:meth:`_d`)."""
+        """Per term ``q[i]``, a bound on the weight of every ordered posting from position ``at[i]`` on (the caller
+        masks a term whose postings are all read): the weight of the largest ``tf`` and the smallest ``|d|``
+        among them (:meth:`_d`)."""
         d = self._d()
         if not d.tf_max.size:
             return np.zeros(q.size)
         j = np.clip(at, 0, d.tf_max.size - 1)
-        tf, norm = d.tf_max[j], self.k1 * (1.0 - self.b + self.b * d.len_min[j] / d.avgdl)
-        return d.idf()[q] * tf * (self.k1 + 1.0) / (tf + norm)
+        return self.weights(d.idf()[q], d.tf_max[j], d.len_min[j], d.avgdl)
 
     def _delta(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(positions, rows, query term index)`` of the entries appended after the impact order whose term is
@@ -354,18 +363,19 @@ class BM25Index:
         return torch.from_numpy(out.astype(np.float32))
 
     def _postings(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(rows, positions)`` of every posting of the terms ``q``, term by term in the order of ``q``."""
+        """``(rows, weights)`` of every posting of the terms ``q``, term by term in the order of ``q``."""
         d = self._d()
         ptr, ordered = d.post_ptr, q < d.post_ptr.size - 1
         t = np.where(ordered, q, 0)
         counts = np.where(ordered, ptr[t + 1] - ptr[t], 0)
         at = np.repeat(ptr[t] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        rows, weight = d.post_row[at], self.posting_weights(np.repeat(q, counts), at)
         dpos, drow, which = self._delta(q)
         if not dpos.size:
-            return d.post_row[at], d.post_pos[at]
+            return rows, weight
         term = np.concatenate([np.repeat(np.arange(q.size), counts), which])
         order = np.argsort(term, kind="stable")
-        return np.concatenate([d.post_row[at], drow])[order], np.concatenate([d.post_pos[at], dpos])[order]
+        return np.concatenate([rows, drow])[order], np.concatenate([weight, self.entry_weights(dpos, drow)])[order]
 
     def rank(self, query: str, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, scores)`` of the rows holding a query term, by (score desc, row asc); the first ``k`` only
@@ -373,9 +383,8 @@ class BM25Index:
         q = self._query_terms(query)
         if not q.size:
             return np.empty(0, np.int64), np.empty(0, np.float64)
-        post_row, pos = self._postings(q)
-        weight = self.entry_weights(pos, post_row)
-        if pos.size * 8 > self.num_rows:  # long postings: one dense accumulation over the rows
+        post_row, weight = self._postings(q)
+        if post_row.size * 8 > self.num_rows:  # long postings: one dense accumulation over the rows
             acc = np.bincount(post_row, weights=weight, minlength=self.num_rows)
             rows = np.flatnonzero(acc > 0)
             score = acc[rows]
@@ -452,9 +461,9 @@ class BM25Index:
             hi = np.clip(read - offset[:-1], 0, df)
             take = hi - lo
             at = np.repeat(start + lo - np.cumsum(take) + take, take) + np.arange(int(take.sum()))
-            rows = d.post_row[at]
-            cand, inverse = np.unique(np.concatenate([cand, rows]), return_inverse=True)
-            part = np.bincount(inverse, weights=np.concatenate([part, self.entry_weights(d.post_pos[at], rows)]))
+            cand, inverse = np.unique(np.concatenate([cand, d.post_row[at]]), return_inverse=True)
+            weight = self.posting_weights(np.repeat(t, take), at)
+            part = np.bincount(inverse, weights=np.concatenate([part, weight]))
             held = np.bincount(inverse, weights=np.concatenate([held, np.repeat(bit, take)]))
             u = np.where(hi < df, self.bound(t, start + hi), 0.0)
             step *= 2
