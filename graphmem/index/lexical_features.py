@@ -83,17 +83,41 @@ class NodeTerms:
         key_weight: ``[M]`` ``w(t, v)`` in the order of ``key``.
         key_entry: ``[M]`` the CSR entry (``term`` / ``weight`` index) of each key.
 
-    The three sorted ``key`` arrays are made when first read (one sort of the entries): the served walk reads
-    each node's own entries (:func:`query_features`) and never needs them.
+    The three sorted ``key`` arrays are made when first read (one sort of the entries), and so are ``term`` and
+    ``weight`` of a table made from a BM25 index (``source``): the served walk reads only the entries of the
+    nodes it scores (:func:`query_features`, :meth:`weights_at`), so a read after a write makes no pass over
+    every entry.
     """
 
-    def __init__(self, rowptr, term, weight, vocab_row, vocab_size, keys: tuple | None = None):
-        self.rowptr, self.term, self.weight, self.vocab_row = rowptr, term, weight, vocab_row
-        self.vocab_size, self._keys = vocab_size, keys
+    def __init__(self, rowptr, term, weight, vocab_row, vocab_size, keys: tuple | None = None, source=None):
+        self.rowptr, self._term, self._weight, self.vocab_row = rowptr, term, weight, vocab_row
+        self.vocab_size, self._keys, self._source = vocab_size, keys, source
 
     @property
     def num_nodes(self) -> int:
         return int(self.rowptr.numel()) - 1
+
+    @property
+    def term(self) -> Tensor:
+        if self._term is None:
+            self._term = torch.from_numpy(self._source.ids[self.vocab_row.numpy()])
+        return self._term
+
+    @property
+    def weight(self) -> Tensor:
+        if self._weight is None:
+            node = np.repeat(np.arange(self.num_nodes), np.diff(self.rowptr.numpy()))
+            self._weight = torch.from_numpy(self._source.weight_at(np.arange(node.size), node))
+        return self._weight
+
+    def weights_at(self, pos: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """``w(t, v)`` (float32) of the CSR entries ``pos`` of nodes ``nodes``: the same floats as ``weight[pos]``."""
+        if self._weight is None:
+            return self._source.weight_at(pos, nodes)
+        held = self.__dict__.get("_host_weight")
+        if held is None:
+            held = self._host_weight = self._weight.cpu().numpy()
+        return held[pos]
 
     def _sorted(self) -> tuple[Tensor, Tensor, Tensor]:
         if self._keys is None:
@@ -111,11 +135,11 @@ class NodeTerms:
         keys = None if self._keys is None else tuple(t.to(device) for t in self._keys)
         return NodeTerms(*moved, self.vocab_size, keys)
 
-    def host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(rowptr, weight, vocab_row)`` on the host (views of CPU tables; made once per table elsewhere)."""
+    def host(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rowptr, vocab_row)`` on the host (views of CPU tables; made once per table elsewhere)."""
         got = self.__dict__.get("_host")
         if got is None:
-            got = self._host = tuple(t.cpu().numpy() for t in (self.rowptr, self.weight, self.vocab_row))
+            got = self._host = (self.rowptr.cpu().numpy(), self.vocab_row.cpu().numpy())
         return got
 
     @staticmethod
@@ -237,20 +261,33 @@ class Lexical:
 # ---------------------------------------------------------------------- building
 def _node_tables(graph) -> tuple[NodeTerms, GraphLexicon]:
     """From the graph's BM25 index (:func:`graphmem.index.lexical.bm25_for`): its CSR of term ids and counts, its
-    rows' lengths and document frequencies."""
+    rows' lengths and document frequencies (the entries' token ids and weights made when first read)."""
     index = bm25_for(graph)
-    k1, b, d = index.k1, index.b, index._d()
-    indptr, terms, tf = (torch.from_numpy(a) for a in (index.indptr, index.terms, index.tf))  # never written again
-    n = int(indptr.numel()) - 1
-    row = torch.repeat_interleave(torch.arange(n, device=CPU), indptr.diff())
-    length = torch.from_numpy(d.length.astype(np.float64))
-    tf = tf.double()
-    weight = (tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length[row] / d.avgdl))).float()
-    size = len(index.tokens)
-    ids = torch.from_numpy(_token_ids(index))
-    lexicon = GraphLexicon(index, _VocabView(index.vocab, size, d.df.copy()), n, _VocabView(index.vocab, size))
-    table = NodeTerms(indptr, ids[terms] if terms.numel() else terms, weight, terms, size)
-    return table, lexicon
+    d = index._d()
+    indptr, terms = torch.from_numpy(index.indptr), torch.from_numpy(index.terms)  # never written again
+    size, vocab = len(index.tokens), index.vocab
+    lexicon = GraphLexicon(index, _VocabView(vocab, size, d.df.copy()), index.num_rows, _VocabView(vocab, size))
+    source = _Entries(index.tf, d.length, d.avgdl, index.k1, index.b, _token_ids(index))
+    return NodeTerms(indptr, None, None, terms, size, source=source), lexicon
+
+
+@dataclass
+class _Entries:
+    """What a graph's entry weights are made of: each entry's count, each node's length (views of the BM25 index's
+    arrays, whose leading parts are never written again), the mean length and the token ids."""
+
+    tf: np.ndarray
+    length: np.ndarray
+    avgdl: float
+    k1: float
+    b: float
+    ids: np.ndarray
+
+    def weight_at(self, pos: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """Float32 ``w(t, v) = tf (k1 + 1) / (tf + k1 (1 - b + b |v| / avgdl))`` of entries ``pos`` (of ``nodes``),
+        computed in float64 and rounded once."""
+        tf, k1, b = self.tf[pos].astype(np.float64), self.k1, self.b
+        return (tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * self.length[nodes] / self.avgdl))).astype(np.float32)
 
 
 def _token_ids(index) -> np.ndarray:
@@ -410,7 +447,7 @@ def query_features(lex: Lexical, node: Tensor, query: int = 0) -> Tensor:
     node's hits are added in the order of its entries, one float32 addition at a time (``index_add_``), then
     divided by the same norms."""
     terms = lex.queries
-    rowptr, weight, entry_row = lex.nodes.host()
+    rowptr, entry_row = lex.nodes.host()
     rows = terms.row[query].cpu().numpy()
     held = np.flatnonzero(rows >= 0)
     held = held[np.argsort(rows[held], kind="stable")]
@@ -422,7 +459,7 @@ def query_features(lex: Lexical, node: Tensor, query: int = 0) -> Tensor:
     hit = rows[held][j] == row if held.size else np.zeros(row.size, dtype=bool)
     value = terms.value[query].cpu().numpy()
     contrib = value[held[j[hit]]]
-    contrib[:, 0] = contrib[:, 0] * weight[pos[hit]]
+    contrib[:, 0] = contrib[:, 0] * lex.nodes.weights_at(pos[hit], at[seg[hit]])
     out = torch.zeros(at.size, NUM_LEXICAL_FEATURES, dtype=terms.value.dtype)
     out.index_add_(0, torch.from_numpy(seg[hit]), torch.from_numpy(contrib))
     return (out / terms.norm[query].cpu()).to(node.device)
