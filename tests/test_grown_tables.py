@@ -16,7 +16,7 @@ from graphmem.index.embed import HashingEncoder
 from graphmem.policies import make_policy
 from graphmem.policies.rank_features import NUM_RANK_FEATURES
 from graphmem.policies.router import LAST_STATIC
-from graphmem.policies.tables import unit_embeddings
+from graphmem.policies.tables import node_id_rank, unit_embeddings
 from graphmem.policies.walk import graph_walk_tables
 from models.edge_encoder import PairTable, build_pair_table, pair_growth, pair_table
 from models.rank_head import RankHead, RankHeadConfig
@@ -35,6 +35,8 @@ def same_csr(graph) -> None:
     assert torch.equal(perm, torch.argsort(src * graph.num_nodes + dst, stable=True))
     assert torch.equal(rowptr[1:], torch.cumsum(torch.bincount(src, minlength=graph.num_nodes), 0))
     assert torch.equal(unit_embeddings(graph), F.normalize(graph.embeddings.float(), dim=1))
+    order = sorted(range(graph.num_nodes), key=graph.node_ids.__getitem__)
+    assert node_id_rank(graph)[order].tolist() == list(range(graph.num_nodes))
 
 
 def test_a_graph_grown_by_appends_keeps_the_tables_a_fresh_build_makes():
@@ -43,9 +45,8 @@ def test_a_graph_grown_by_appends_keeps_the_tables_a_fresh_build_makes():
     same_pairs(g), same_csr(g)
     for step in range(6):
         n = g.num_nodes
-        g.add_nodes(
-            [f"x{step}-{i}" for i in range(step + 1)], ["t"] * (step + 1), torch.randn(step + 1, 16, generator=gen)
-        )
+        ids = [f"{'0anz'[(step + i) % 4]}{step}-{i}" for i in range(step + 1)]  # before, among and after the others
+        g.add_nodes(ids, ["t"] * (step + 1), torch.randn(step + 1, 16, generator=gen))
         new = torch.arange(n, g.num_nodes).repeat_interleave(4)  # each new node to 4 earlier ones, both ways
         old = torch.randint(0, n, (new.numel(),), generator=gen)  # (a repeat: parallel edges of one new pair)
         g.add_edges(torch.cat([new, old]), torch.cat([old, new]), "semantic")

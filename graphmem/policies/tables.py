@@ -9,6 +9,7 @@ them.
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -67,13 +68,33 @@ def edge_sources(graph: MemoryGraph, device: Device = None) -> Tensor:
     return kept(graph, "policies.edge_sources", lambda: graph.edge_index[0], (graph.edge_index,), device)
 
 
+GROW_IDS_ONE_BY_ONE = 64
+"""at most this many appended ids are placed one by one in the sorted ids (more: the ids are sorted anew)"""
+
+
 def node_id_rank(graph: MemoryGraph, device: Device = None) -> Tensor:
-    """``[N]`` long: position of each node's string id in ascending string order (the tie-break)."""
+    """``[N]`` long: position of each node's string id in ascending string order (the tie-break).
+
+    The sorted ids are kept across mutations (``graph.grown``): when the graph has only grown since
+    (:meth:`~graphmem.core.graph.MemoryGraph.appended_since`) by a few nodes, each new id finds its place ``p`` among
+    the earlier ids by binary search, and an earlier node's rank moves on by the new ids placed at or before it."""
 
     def build() -> Tensor:
-        order = sorted(range(graph.num_nodes), key=graph.node_ids.__getitem__)
-        rank = torch.empty(graph.num_nodes, dtype=torch.long)
-        rank[torch.tensor(order, dtype=torch.long)] = torch.arange(graph.num_nodes)
+        n, ids, held = graph.num_nodes, graph.node_ids, graph.grown.get("policies.id_rank")
+        if held is not None and graph.appended_since(held[0]) and n - held[0][1] <= GROW_IDS_ONE_BY_ONE:
+            (_, n0, _), ordered, rank = held
+            new = sorted(range(n0, n), key=ids.__getitem__)
+            at = torch.tensor([bisect.bisect_left(ordered, ids[i]) for i in new], dtype=torch.long)
+            rank = torch.cat([rank + torch.searchsorted(at, rank, right=True), torch.empty(n - n0, dtype=torch.long)])
+            rank[torch.tensor(new, dtype=torch.long)] = at + torch.arange(len(new))
+            for i in new:
+                bisect.insort(ordered, ids[i])
+        else:
+            order = sorted(range(n), key=ids.__getitem__)
+            rank = torch.empty(n, dtype=torch.long)
+            rank[torch.tensor(order, dtype=torch.long)] = torch.arange(n)
+            ordered = [ids[i] for i in order]
+        graph.grown["policies.id_rank"] = (graph.log_mark(), ordered, rank)
         return rank
 
     return kept(graph, "policies.id_rank", build, (), device)
