@@ -115,6 +115,9 @@ def _scale(r: dict) -> list[str]:
         for s in r["sizes"]
     ]
     lines = _lead(r, "scale", encode_ms=f"{r['encode_ms']['p50_ms']:.3f}") + _table(header, rows)
+    reused = [s for s in r["sizes"] if s.get("reused")]
+    if reused:
+        lines += ["", fill(TEMPLATE, "scale_reused", sizes=len(reused), grown_by=reused[0]["grown_by"])]
     lines += ["", fill(TEMPLATE, "scale_costs"), "", *_costs(r["sizes"]), "", _scale_goals(r["sizes"])]
     for s in [s for s in r["sizes"] if "stopped" in s]:
         lines += [
@@ -212,23 +215,24 @@ def _reopen(r: dict) -> list[str]:
     )
 
 
+def _cpu_p50(row: dict, key: str) -> float | None:
+    return row.get(key, {}).get("cpu", {}).get("p50_ms")
+
+
 def _write_read(now: dict, before: dict) -> list[str]:
-    """A read right after a write and the peak resident memory at each size, in the scale run before the walk's
-    tables were grown (``memory_scale_before.json``) and in the one above."""
+    """The same sizes measured by the code before (``memory_scale_before.json``) and in the run above: a read right
+    after a write, steady-state retrievals and adds, and the peak resident memory."""
     was = {s["records"] // 1000: s for s in before["sizes"] if "records" in s}
     rows = []
     for s in (s for s in now["sizes"] if "records" in s):
         old = was.get(s["records"] // 1000, {})
-        rows.append(
-            [
-                f"{s['records']:,}",
-                _num(after_add_cpu_s(old), ".3f"),
-                _num(after_add_cpu_s(s), ".3f"),
-                _num(old.get("peak_rss_mb"), ",.0f"),
-                f"{s['peak_rss_mb']:,.0f}",
-            ]
-        )
-    header = ["records", "read after a write s, before", "now", "peak RSS MB, before", "now"]
+        pairs = [(after_add_cpu_s(old), after_add_cpu_s(s), ".3f")]
+        for key in ("retrieve_router", "retrieve_hybrid", "add"):
+            pairs.append((_cpu_p50(old, key), _cpu_p50(s, key), ".2f"))
+        pairs.append((old.get("peak_rss_mb"), s.get("peak_rss_mb"), ",.0f"))
+        rows.append([f"{s['records']:,}", *(_num(v, spec) for a, b, spec in pairs for v in (a, b))])
+    header = ["records", "read after a write s, before", "now", "router ms, before", "now", "hybrid ms, before"]
+    header += ["now", "add ms, before", "now", "peak RSS MB, before", "now"]
     return [fill(TEMPLATE, "write_read", before=before["command"]), "", *_table(header, rows)]
 
 
