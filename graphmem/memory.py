@@ -554,7 +554,7 @@ class Memory(Closing):
         g, b = self.graph, self.buffers
         b.emb[row] = x
         g.texts[row], g.keys[row] = r.node_text, r.routing_key
-        g.node_log += [("revise", row), ("text", row), ("edges",)]  # its edges' features too
+        g.node_log += [("revise", row), ("text", row), ("meta", row), ("edges",)]  # its key, its edges' features
         (old_ents, new_ents), (old_words, new_words) = ents, words
         mentions = self.builder.entities.mentions
         for e in old_ents - new_ents:

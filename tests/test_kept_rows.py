@@ -40,6 +40,8 @@ def test_tables_kept_across_writes_are_the_fresh_tables(tmp_path):
             same_as_fresh(mem.graph)
         mem.revise("n5", "A revised text about Paris in 1999, said Alice")
         same_as_fresh(mem.graph)
+        mem.graph.revise_node("n6", metadata={"speaker": "Someone new", "session": "elsewhere", "position": 9})
+        same_as_fresh(mem.graph)  # a metadata edit is logged: the speaker and sequence codes are made anew
         mem.forget(["n7", "n100"])
         same_as_fresh(mem.graph)
         mem.add_many(records(texts, 180, 240), emb[180:240])

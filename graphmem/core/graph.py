@@ -86,8 +86,9 @@ class MemoryGraph:
     node_log: list[tuple] = field(default_factory=list, repr=False, compare=False)
     """Append-only record of mutations, for structures kept across them (vector indexes, grown tables):
     ``("add", first row, count)``, ``("revise", row)`` (a new embedding), ``("text", row)`` (a new
-    text), ``("remove", rows)`` (ascending rows before the removal; later rows shift down), ``("edges",)``
-    (edges removed or edited; appended edges need no event: :meth:`appended_since`)."""
+    text), ``("meta", row)`` (a new key or metadata), ``("remove", rows)`` (ascending rows before the removal;
+    later rows shift down), ``("edges",)`` (edges removed or edited; appended edges need no event:
+    :meth:`appended_since`)."""
     indexes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Vector and BM25 indexes by name (:mod:`graphmem.index.vector_index`, :mod:`graphmem.index.lexical`); unlike the
     derived tables they survive mutations and bring themselves up to date from :attr:`node_log`."""
@@ -325,6 +326,8 @@ class MemoryGraph:
             self.keys[i] = key
         if metadata is not None:
             self.metadata[i] = dict(metadata)
+        if key is not None or metadata is not None:
+            self.node_log.append(("meta", i))
         self.invalidate()
 
     def remove_nodes(self, node_ids: Iterable[str]) -> None:
@@ -457,6 +460,19 @@ class MemoryGraph:
                 return False
             n += event[2]
         return n == self.num_nodes
+
+    def rows_appended_since(self, at: int, rows: int, keeps: tuple[str, ...]) -> bool:
+        """Whether the log after its entry ``at`` takes the graph from ``rows`` nodes to the ones it holds by appends
+        only, every other event being one of ``keeps`` (the events that leave what the caller reads of each row as
+        it was): a per-row table of the first ``rows`` nodes made at entry ``at`` then needs only the new rows."""
+        if at > len(self.node_log):
+            return False
+        for event in self.node_log[at:]:
+            if event[0] == "add" and event[1] == rows:
+                rows += event[2]
+            elif event[0] not in keeps:
+                return False
+        return rows == self.num_nodes
 
     def observe(self, src_id: str, dst_id: str, label: str, confidence: float) -> int:
         """Apply one labelled transition to the counters of edges ``src -> dst`` (GraphMemory eq. 21).

@@ -20,35 +20,23 @@ def kept_rows(graph, key: str, sources: Sequence[list], extend: Callable[[Any, r
     graph.texts]``); ``extend(None, range(n))`` makes the state of rows ``0..n-1`` and ``extend(state,
     range(m, n))`` adds rows ``m..n-1`` to the state of the first ``m`` (it may reuse ``state``'s storage: the
     state it is given is not read again). While the sources are the lists the kept state was made from and the
-    graph's log (:attr:`~graphmem.core.graph.MemoryGraph.node_log`) holds only appended rows since (and edge
-    edits, which no row's state reads), only the rows after them are added, in time that does not grow with
-    the graph; any other change (a row removed or revised, a source list replaced) makes the state anew, so
-    the state is always the one a pass over every row gives (rows edited in place without the log are outside
-    this contract, as for the graph's other kept indexes)."""
-    n, log = len(sources[0]), graph.node_log
+    graph's log (:attr:`~graphmem.core.graph.MemoryGraph.node_log`) holds only appended rows since (and new
+    embeddings or edge edits, which no row's state reads), only the rows after them are added, in time that does
+    not grow with the graph; any other change (a row removed, a text or metadata revised, a source list
+    replaced) makes the state anew, so the state is always the one a pass over every row gives (rows edited in
+    place without the log are outside this contract, as for the graph's other kept indexes)."""
+    n = len(sources[0])
     held = graph.indexes.get(key)
     if held is not None:
         lists, m, at, state = held
-        if all(a is b for a, b in zip(lists, sources)) and _only_appended(log, at, m, n):
+        if all(a is b for a, b in zip(lists, sources)) and graph.rows_appended_since(at, m, ("revise", "edges")):
             state = extend(state, range(m, n)) if m < n else state
         else:
             held = None
     if held is None:
         state = extend(None, range(n))
-    graph.indexes[key] = (list(sources), n, len(log), state)
+    graph.indexes[key] = (list(sources), n, len(graph.node_log), state)
     return state
-
-
-def _only_appended(log: list, at: int, m: int, n: int) -> bool:
-    """Whether the log after entry ``at`` takes ``m`` rows to ``n`` by appends only (edge events aside)."""
-    if at > len(log):
-        return False
-    for event in log[at:]:
-        if event[0] == "add" and event[1] == m:
-            m += event[2]
-        elif event[0] != "edges":
-            return False
-    return m == n
 
 
 def append_to(buf: np.ndarray, used: int, new: np.ndarray) -> np.ndarray:

@@ -513,7 +513,12 @@ class BM25Index:
         if mark is not None and mark[0] == len(graph.node_log) and mark[1] is graph.texts:
             if self.num_rows == graph.num_nodes:
                 return
-        if mark is not None and mark[1] is graph.texts and self._appended_only(graph):
+        if (
+            mark is not None
+            and mark[1] is graph.texts
+            and len(mark[2]) == self.num_rows < graph.num_nodes == len(graph.texts)
+            and graph.rows_appended_since(mark[0], self.num_rows, TEXTS_KEPT)
+        ):
             new = graph.texts[self.num_rows :]  # rows appended to the same list: index the new ones only
             self.add(new)
             mark[2].extend(new)
@@ -531,17 +536,6 @@ class BM25Index:
                 self._assemble(source, {i: graph.texts[i] for i, s in enumerate(source) if s < 0})
         self.mark_synced(graph)
 
-    def _appended_only(self, graph: MemoryGraph) -> bool:
-        """Whether the log since the last sync holds only appended rows (and edits that leave texts alone), and
-        the graph has exactly those rows more."""
-        added, at = 0, self.num_rows
-        for event in graph.node_log[self._mark[0] :]:
-            if event[0] == "add" and event[1] == at + added:
-                added += event[2]
-            elif event[0] not in ("revise", "edges"):
-                return False
-        return added > 0 and at + added == graph.num_nodes == len(graph.texts) and len(self._mark[2]) == at
-
     def _replay(self, graph: MemoryGraph) -> list[int] | None:
         """Old row (or -1: index anew) of every current row of ``graph``, from its log; ``None``
         when the log does not explain the graph's rows."""
@@ -557,9 +551,13 @@ class BM25Index:
             elif op == "remove" and all(0 <= r < len(source) for r in event[1]):
                 drop = set(event[1])
                 source = [s for i, s in enumerate(source) if i not in drop]
-            elif op not in ("revise", "edges"):  # a new embedding or new edges only: the texts stay
+            elif op not in TEXTS_KEPT:
                 return None
         return source if len(source) == graph.num_nodes == len(graph.texts) else None
+
+
+TEXTS_KEPT = ("revise", "meta", "edges")
+"""log events that leave every text as it was (a new embedding, key or metadata; edges)"""
 
 
 def index_key(k1: float = 1.5, b: float = 0.75) -> str:

@@ -236,7 +236,7 @@ class VectorIndex:
                 if row_slot[row] >= 0:
                     self.slot_row[row_slot[row]] = -1
                 row_slot[row] = -1
-            elif op in ("text", "edges"):  # the embeddings are unchanged
+            elif op in ("text", "meta", "edges"):  # the embeddings are unchanged
                 continue
             elif op == "remove":
                 rows = np.asarray(event[1], dtype=np.int64)

@@ -75,14 +75,16 @@ GROW_IDS_ONE_BY_ONE = 64
 def node_id_rank(graph: MemoryGraph, device: Device = None) -> Tensor:
     """``[N]`` long: position of each node's string id in ascending string order (the tie-break).
 
-    The sorted ids are kept across mutations (``graph.grown``): when the graph has only grown since
-    (:meth:`~graphmem.core.graph.MemoryGraph.appended_since`) by a few nodes, each new id finds its place ``p`` among
-    the earlier ids by binary search, and an earlier node's rank moves on by the new ids placed at or before it."""
+    The sorted ids are kept across mutations (``graph.grown``): while the log holds only appended nodes since
+    (:meth:`~graphmem.core.graph.MemoryGraph.rows_appended_since`; no event but a removal changes an id), a few
+    at a time, each new id finds its place ``p`` among the earlier ids by binary search, and an earlier node's
+    rank moves on by the new ids placed at or before it."""
 
     def build() -> Tensor:
         n, ids, held = graph.num_nodes, graph.node_ids, graph.grown.get("policies.id_rank")
-        if held is not None and graph.appended_since(held[0]) and n - held[0][1] <= GROW_IDS_ONE_BY_ONE:
-            (_, n0, _), ordered, rank = held
+        keeps = ("revise", "text", "meta", "edges")
+        if held is not None and n - held[1] <= GROW_IDS_ONE_BY_ONE and graph.rows_appended_since(*held[:2], keeps):
+            _, n0, ordered, rank = held
             new = sorted(range(n0, n), key=ids.__getitem__)
             at = torch.tensor([bisect.bisect_left(ordered, ids[i]) for i in new], dtype=torch.long)
             rank = torch.cat([rank + torch.searchsorted(at, rank, right=True), torch.empty(n - n0, dtype=torch.long)])
@@ -94,7 +96,7 @@ def node_id_rank(graph: MemoryGraph, device: Device = None) -> Tensor:
             rank = torch.empty(n, dtype=torch.long)
             rank[torch.tensor(order, dtype=torch.long)] = torch.arange(n)
             ordered = [ids[i] for i in order]
-        graph.grown["policies.id_rank"] = (graph.log_mark(), ordered, rank)
+        graph.grown["policies.id_rank"] = (len(graph.node_log), n, ordered, rank)
         return rank
 
     return kept(graph, "policies.id_rank", build, (), device)
