@@ -132,7 +132,8 @@ class _Derived:
         step = int(self.length.max(initial=0)) + 1
         back = np.maximum.accumulate(seg * step - self.post_len[::-1])
         self.len_min = (seg * step - back)[::-1].copy()
-        self.delta: dict[int, list[int]] = {}  # term -> positions of the entries appended after the order
+        # term -> [positions buffer, count]: the entries appended after the order, by position
+        self.delta: dict[int, list] = {}
 
     def appended(self, index: BM25Index, rows: int, new_terms: np.ndarray, new_tf: np.ndarray) -> None:
         """Take the ``rows`` rows just appended to ``index``, whose entries are ``new_terms`` / ``new_tf``."""
@@ -145,8 +146,15 @@ class _Derived:
         self._length = append_to(self._length, self.rows, lengths)
         self.total += int(new_tf.sum())
         self._keys = append_to(self._keys, self.nnz, ((row + self.rows) << KEY_SHIFT) | new_terms)
-        for pos, t in enumerate(new_terms.tolist(), start=self.nnz):
-            self.delta.setdefault(t, []).append(pos)
+        order = np.argsort(new_terms, kind="stable")  # the new entries term by term, each term's by position
+        terms, pos = new_terms[order], order + self.nnz
+        starts = np.flatnonzero(np.diff(terms, prepend=-1))
+        for t, a, b in zip(terms[starts].tolist(), starts.tolist(), [*starts[1:].tolist(), terms.size]):
+            held = self.delta.get(t)
+            if held is None:
+                self.delta[t] = [pos[a:b].copy(), b - a]
+            else:
+                held[0], held[1] = append_to(held[0], held[1], pos[a:b]), held[1] + b - a
         self.rows, self.nnz = self.rows + rows, self.nnz + int(new_terms.size)
 
 
@@ -320,9 +328,10 @@ class BM25Index:
         """``(positions, rows, query term index)`` of the entries appended after the impact order whose term is
         one of ``q``, term by term in the order of ``q``, each term's by position."""
         d = self._d()
-        lists = [d.delta.get(int(t), ()) for t in q]
-        pos = np.fromiter((p for ps in lists for p in ps), dtype=np.int64, count=sum(map(len, lists)))
-        which = np.repeat(np.arange(q.size), [len(ps) for ps in lists])
+        held = [d.delta.get(t) for t in q.tolist()]
+        parts = [h[0][: h[1]] for h in held if h is not None]
+        pos = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        which = np.repeat(np.arange(q.size), [0 if h is None else h[1] for h in held])
         return pos, np.searchsorted(self.indptr, pos, side="right") - 1, which
 
     def _query_terms(self, query: str) -> np.ndarray:
