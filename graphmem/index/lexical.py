@@ -118,6 +118,7 @@ class _Derived:
         if row is None:
             row = np.repeat(np.arange(n, dtype=np.int64), np.diff(index.indptr))
         weight = index.entry_weights(np.arange(terms.size), row, self)
+        self.base_avgdl = self.avgdl
         order = np.lexsort((-weight, terms))
         self.base_nnz = int(terms.size)
         self.post_ptr = np.concatenate([[0], np.cumsum(np.bincount(terms, minlength=self.vocab))]).astype(np.int64)
@@ -287,10 +288,12 @@ class BM25Index:
 
         Weights are computed when read (:meth:`entry_weights`), since every one moves with ``N`` and ``avgdl``.
         The impact order was that of the weights when it was made; as ``avgdl`` moves since, a term's postings
-        may no longer be in exact weight order, so the bounded read takes the unread postings' bound from what
-        does not move: ``w(t, d)`` grows with ``tf`` and falls with ``|d|``, so after position ``j`` of a term's
-        postings every weight is at most the weight of (the largest ``tf``, the smallest ``|d|``) from ``j``
-        on (:meth:`bound`)."""
+        may no longer be in exact weight order, so the bounded read bounds the unread postings twice and takes
+        the smaller (:meth:`bound`): ``w(t, d)`` grows with ``tf`` and falls with ``|d|``, so after position
+        ``j`` of a term's postings every weight is at most the weight of (the largest ``tf``, the smallest
+        ``|d|``) from ``j`` on; and at most the weight of posting ``j`` at the mean length ``a0`` of when the
+        order was made, times ``max(1, avgdl / a0)`` (a weight's denominator ``tf + k1 (1 - b) + k1 b |d| / a``
+        shrinks by at most that factor as ``a`` grows)."""
         d = self._derived
         if d is None:
             d = self._derived = _Derived(self)
@@ -316,13 +319,18 @@ class BM25Index:
 
     def bound(self, q: np.ndarray, at: np.ndarray) -> np.ndarray:
         """Per term ``q[i]``, a bound on the weight of every ordered posting from position ``at[i]`` on (the caller
-        masks a term whose postings are all read): the weight of the largest ``tf`` and the smallest ``|d|``
-        among them (:meth:`_d`)."""
+        masks a term whose postings are all read): the smaller of the weight of the largest ``tf`` and the
+        smallest ``|d|`` among them, and posting ``at[i]``'s weight when the order was made scaled by how far
+        ``avgdl`` has grown since (:meth:`_d`; exact right after the order is made)."""
         d = self._d()
         if not d.tf_max.size:
             return np.zeros(q.size)
-        j = np.clip(at, 0, d.tf_max.size - 1)
-        return self.weights(d.idf()[q], d.tf_max[j], d.len_min[j], d.avgdl)
+        j, idf = np.clip(at, 0, d.tf_max.size - 1), d.idf()[q]
+        apart = self.weights(idf, d.tf_max[j], d.len_min[j], d.avgdl)
+        # the posting at j weighed the most of its term's rest when the order was made, at the mean length then
+        # (times the most a weight can have grown since: avgdl / avgdl then when it grew, and a margin for rounding)
+        then = self.weights(idf, d.post_tf[j], d.post_len[j], d.base_avgdl) * (max(1.0, d.avgdl / d.base_avgdl) + 1e-12)
+        return np.minimum(apart, then)
 
     def _delta(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(positions, rows, query term index)`` of the entries appended after the impact order whose term is
