@@ -78,7 +78,8 @@ class MemoryRetrieval:
     """What :meth:`Memory.retrieve` returns: the ranked records with their texts and the trace.
 
     ``ranked`` is the policy's list, most relevant first (node ids); ``loaded`` the load order; ``traversed``
-    the edges the walk took, as ``(source id, target id, relation)``; ``id`` names it for :meth:`Memory.feedback`.
+    the edges the walk took, as ``(source id, target id, relation)``; ``edges_considered`` how many candidate
+    edges it scored; ``id`` names it for :meth:`Memory.feedback`.
     """
 
     id: str
@@ -90,6 +91,7 @@ class MemoryRetrieval:
     loaded: list[str]
     entries: list[str]
     traversed: list[tuple[str, str, str]]
+    edges_considered: int
     loaded_tokens: int
     max_depth: int
     wall_time_s: float
@@ -769,6 +771,7 @@ class Memory(Closing):
                     (ids[int(g.edge_index[0, e])], ids[int(g.edge_index[1, e])], g.relations[int(g.edge_type[e])])
                     for e in r.edges_traversed
                 ],
+                edges_considered=len(r.edges_considered),
                 loaded_tokens=int(r.loaded_tokens),
                 max_depth=int(r.max_depth),
                 wall_time_s=float(r.wall_time_s),

@@ -88,6 +88,7 @@ def test_add_retrieve_feedback_get_revise_and_forget_over_http(server):
     assert len(mem.retrieve("Where does Carmen live?", limit=2)["results"]) == 2
     walk = mem.retrieve("Does Pixel like the beach?", policy="beta_bfs", budget={"max_entries": 1})
     assert walk["trace"]["traversed"] and len(walk["trace"]["entries"]) == 1
+    assert walk["trace"]["edges_considered"] >= len(walk["trace"]["traversed"]) and r["trace"]["edges_considered"] == 0
     src, dst, _ = walk["trace"]["traversed"][0]
     entry = mem.feedback(walk, helpful=[dst])
     assert entry["edges_updated"] >= 1 and mem.feedback(walk["id"], reward=0.5)["seq"] == entry["seq"] + 1

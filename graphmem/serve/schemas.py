@@ -88,6 +88,7 @@ class Trace(BaseModel):
     entries: list[str] = Field(description="the records the walk started from")
     loaded: list[str] = Field(description="the records in the order they were loaded")
     traversed: list[tuple[str, str, str]] = Field(description="(source id, target id, relation) of each edge taken")
+    edges_considered: int = Field(description="how many candidate edges the policy scored")
     loaded_tokens: int
     max_depth: int
 

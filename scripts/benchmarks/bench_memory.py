@@ -19,7 +19,8 @@ them (their growth figures are then those of the run that grew them, marked ``re
   ``--checkpoint`` (its weights read the hashing encoder's vectors here: where the walk stops and what it
   loads depend on them, the cost of a step does not), else a freshly initialised scorer of the trained shape,
   after one untimed call that builds the per-graph tables and indexes (its time is ``first_retrieve_s``); and
-  ``hybrid`` likewise;
+  ``hybrid`` likewise; with the candidate edges each scored per query (``edges_considered``, mean) and the
+  graph's out-degrees (``out_degree``: mean, p99, max), what the walk's read grows with;
 * ``retrieve_after_add_router``: ``--after-adds`` times, one more add, then one router retrieval (wall and
   thread-CPU p50 / p95): what a write costs the next read, the per-graph tables being grown or made again (the
   indexes brought up to date);
@@ -50,6 +51,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 from graphmem import Memory
 from graphmem.builders.locomo import turn_records
@@ -144,6 +147,12 @@ def measure(args) -> dict:
     out["first_add_after_open_s"] = timed(lambda: mem.add(**mine[0], embedding=emb[0]))[0]
     out["add"] = summary([timed(lambda i=i: mem.add(**mine[i], embedding=emb[i])) for i in range(1, args.adds + 1)])
     out["records"] = len(mem)
+    degree = np.bincount(mem.graph.edge_index[0].numpy(), minlength=len(mem))  # what the walk's reads grow with
+    out["out_degree"] = {
+        "mean": float(degree.mean()),
+        "p99": float(np.percentile(degree, 99)),
+        "max": int(degree.max()),
+    }
     rng, texts = random.Random(args.seed + args.stop), mem.graph.texts
     queries = [" ".join(texts[rng.randrange(len(texts))].split()[:4]) for _ in range(args.queries)]
     gone = [r["id"] for r in mine[1 : 1 + args.forgets]]
@@ -152,7 +161,14 @@ def measure(args) -> dict:
     for name, policy in (("hybrid", mem.policy), ("router", router)):
         out[f"first_retrieve_s_{name}"] = timed(lambda p=policy: mem.retrieve(queries[0], policy=p))[0]
         step(f"first retrieve {name}")
-        out[f"retrieve_{name}"] = summary([timed(lambda q=q, p=policy: mem.retrieve(q, policy=p)) for q in queries])
+        considered: list[int] = []
+        out[f"retrieve_{name}"] = summary(
+            [
+                timed(lambda q=q, p=policy: considered.append(mem.retrieve(q, policy=p).edges_considered))
+                for q in queries
+            ]
+        )
+        out[f"edges_considered_{name}"] = sum(considered) / len(considered)
         out[f"rss_after_retrieve_{name}_mb"] = resident_mb()
         step(f"retrieve {name}")
     after = []  # one more add, then one retrieval: the per-graph tables grown or made again after a write

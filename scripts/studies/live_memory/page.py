@@ -118,7 +118,8 @@ def _scale(r: dict) -> list[str]:
     reused = [s for s in r["sizes"] if s.get("reused")]
     if reused:
         lines += ["", fill(TEMPLATE, "scale_reused", sizes=len(reused), grown_by=reused[0]["grown_by"])]
-    lines += ["", fill(TEMPLATE, "scale_costs"), "", *_costs(r["sizes"]), "", _scale_goals(r["sizes"])]
+    lines += ["", fill(TEMPLATE, "scale_costs"), "", *_costs(r["sizes"]), *_reads(r["sizes"])]
+    lines += ["", _scale_goals(r["sizes"])]
     for s in [s for s in r["sizes"] if "stopped" in s]:
         lines += [
             "",
@@ -163,6 +164,27 @@ def _costs(sizes: list[dict]) -> list[str]:
         if "open_s" in s
     ]
     return _table(header, rows)
+
+
+def _reads(sizes: list[dict]) -> list[str]:
+    """What the walk's read grows with: the graph's out-degrees and the candidate edges it scored per query."""
+    sizes = [s for s in sizes if "out_degree" in s and "edges_considered_router" in s]
+    if not sizes:
+        return []
+    header = ["records", "out-degree mean", "p99", "max", "edges scored per query", "walk p50 ms", "µs per edge"]
+    rows = [
+        [
+            f"{s['records']:,}",
+            f"{s['out_degree']['mean']:.1f}",
+            f"{s['out_degree']['p99']:.0f}",
+            f"{s['out_degree']['max']:,}",
+            f"{s['edges_considered_router']:.0f}",
+            f"{s['retrieve_router']['p50_ms']:.2f}",
+            f"{1e3 * s['retrieve_router']['p50_ms'] / max(s['edges_considered_router'], 1):.1f}",
+        ]
+        for s in sizes
+    ]
+    return ["", fill(TEMPLATE, "scale_reads"), "", *_table(header, rows)]
 
 
 GOAL_RECORDS = 1_000_000
