@@ -83,7 +83,7 @@ def text_fingerprint(graph: MemoryGraph) -> str:
 class _Derived:
     """What scoring reads beside the CSR: per-term document frequencies, per-row lengths, the sorted row-term keys,
     and the postings, impact-ordered up to ``base_nnz`` entries (see :meth:`BM25Index._d`) and, for the entries
-    appended since, one list of entry positions per term. Arrays that grow are capacity-doubling buffers read
+    appended since, one buffer of entry positions per term. Arrays that grow are capacity-doubling buffers read
     through views (``df``, ``length``, ``keys``)."""
 
     def __init__(self, index: BM25Index):
@@ -118,7 +118,7 @@ class _Derived:
         if row is None:
             row = np.repeat(np.arange(n, dtype=np.int64), np.diff(index.indptr))
         weight = index.entry_weights(np.arange(terms.size), row, self)
-        self.base_avgdl = self.avgdl
+        self.base_avgdl = self.avgdl  # the mean length the order is made at (what bound() scales from)
         order = np.lexsort((-weight, terms))
         self.base_nnz = int(terms.size)
         self.post_ptr = np.concatenate([[0], np.cumsum(np.bincount(terms, minlength=self.vocab))]).astype(np.int64)
