@@ -255,7 +255,8 @@ def _write_read(now: dict, before: dict) -> list[str]:
         rows.append([f"{s['records']:,}", *(_num(v, spec) for a, b, spec in pairs for v in (a, b))])
     header = ["records", "read after a write s, before", "now", "router ms, before", "now", "hybrid ms, before"]
     header += ["now", "add ms, before", "now", "peak RSS MB, before", "now"]
-    return [fill(TEMPLATE, "write_read", before=before["command"]), "", *_table(header, rows)]
+    lines = [fill(TEMPLATE, "write_read", before=before["command"]), "", *_table(header, rows)]
+    return lines + ["", fill(TEMPLATE, "write_read_spread")]
 
 
 def render(results_dir: Path) -> str:
