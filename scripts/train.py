@@ -555,11 +555,14 @@ def log_summary(ctx: RunContext, tests: FoldTests, hooks: TrainHooks, summary: d
 
 
 def run_and_shut_down(cfg: DictConfig) -> None:
-    """:func:`run`, then the process group (a ``torchrun`` job's) shut down."""
+    """:func:`run`, then the process group (a ``torchrun`` job's) shut down: together after a run that finished,
+    at once after one that failed (its peers may never come)."""
+    finished = False
     try:
         run(cfg)
+        finished = True
     finally:
-        shutdown()
+        shutdown(wait=finished)
 
 
 if __name__ == "__main__":

@@ -140,7 +140,10 @@ def init_from_env(device: str = "auto") -> World:
     return current_world()
 
 
-def shutdown() -> None:
-    """Leave the process group (if one was joined)."""
+def shutdown(wait: bool = False) -> None:
+    """Leave the process group (if one was joined); with ``wait``, once every rank has come this far, so that no
+    rank tears its connections down while another is still using them."""
     if dist.is_available() and dist.is_initialized():
+        if wait:
+            dist.barrier()
         dist.destroy_process_group()
