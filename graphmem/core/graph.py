@@ -453,13 +453,9 @@ class MemoryGraph:
         place: such a change made together with an append is outside this contract, as for the vector
         indexes)."""
         at, n, e = mark
-        if at > len(self.node_log) or e > self.num_edges or (n, e) == (self.num_nodes, self.num_edges):
+        if e > self.num_edges or (n, e) == (self.num_nodes, self.num_edges):
             return False
-        for event in self.node_log[at:]:
-            if event[0] != "add" or event[1] != n:
-                return False
-            n += event[2]
-        return n == self.num_nodes
+        return self.rows_appended_since(at, n, ())
 
     def rows_appended_since(self, at: int, rows: int, keeps: tuple[str, ...]) -> bool:
         """Whether the log after its entry ``at`` takes the graph from ``rows`` nodes to the ones it holds by appends
