@@ -83,3 +83,22 @@ def test_two_training_runs_log_identical_numbers(graphset_dir, tmp_path):
     assert differing == {} and logged.keys() == second[0].keys()
     differing = {k: (v, second[1].get(k)) for k, v in results.items() if second[1].get(k) != v}
     assert differing == {} and results.keys() == second[1].keys()
+
+
+def test_the_deterministic_block_switches_torch_and_restores_it_without_loading_inductor():
+    code = """
+import sys, torch
+from rl.common.seeding import deterministic_algorithms
+with deterministic_algorithms():
+    inside = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+after = torch.are_deterministic_algorithms_enabled()
+loaded = "torch._inductor" in sys.modules
+import torch._inductor.config as inductor
+with deterministic_algorithms():
+    flag = inductor.deterministic
+print(inside, after, loaded, flag, inductor.deterministic)
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["(True,", "True)", "False", "False", "True", "False"], proc.stdout

@@ -19,6 +19,7 @@ import contextlib
 import functools
 import os
 import random
+import sys
 from typing import Callable, Iterator, TypeVar
 
 import numpy as np
@@ -39,11 +40,21 @@ def deterministic_algorithms() -> Iterator[None]:
     """Within the block, torch uses deterministic algorithms where it has them; the previous mode is restored."""
     before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it to be deterministic
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    _use_deterministic_algorithms(True, warn_only=True)
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        _use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def _use_deterministic_algorithms(mode: bool, *, warn_only: bool) -> None:
+    """``torch.use_deterministic_algorithms`` without its import of the inductor compiler (1.7 s of every
+    training process's start), which it loads only to set its own ``deterministic`` flag: nothing here compiles,
+    so that flag is set only where inductor is already loaded."""
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = mode
+    torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
 
 
 def deterministic(fn: F) -> F:
