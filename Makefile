@@ -4,6 +4,8 @@ PYTHON ?= python3
 # A CUDA user installs their CUDA build of torch into the venv first and runs `make TORCH=torch ...`.
 TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
+# pytest-xdist workers of `make test` (each test file runs on one worker); 0 runs the suite in one process.
+TEST_WORKERS ?= 2
 STAMP  := $(VENV)/.graphmem-installed
 
 export HF_HUB_OFFLINE ?= 1
@@ -34,7 +36,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 test: $(STAMP)
-	WANDB_MODE=disabled $(PY) -m pytest -m "not slow"
+	WANDB_MODE=disabled $(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 test-all: $(STAMP)
-	WANDB_MODE=disabled $(PY) -m pytest
+	WANDB_MODE=disabled $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
