@@ -134,6 +134,24 @@ def test_entity_extractor_and_fanout_cap():
     assert a.numel() == 0  # too common: in more than max(10, 3) nodes
 
 
+class LookupOnly(frozenset):
+    """A vocabulary that may be looked up but not read whole (iterated, copied, merged or counted)."""
+
+    def __iter__(self):
+        raise AssertionError("the vocabulary was read whole")
+
+    __len__ = __or__ = __ror__ = __and__ = __sub__ = __iter__
+
+
+def test_an_arriving_turn_is_extracted_as_in_a_batch_with_its_vocabulary_only_looked_up(conv):
+    ex, known = CueEntityExtractor(), set()
+    for turn in conv.turns:
+        expected = ex.extract([turn.text], known | ex.proper_words([turn.text]))[0], ex.proper_words([turn.text])
+        assert ex.extract_arriving(turn.text, LookupOnly(known)) == expected, turn.text
+        known |= expected[1]
+    assert len(known) > 20
+
+
 def test_pluggable_extractor(conv):
     @register_entity_extractor("test-speaker-words")
     class Words:

@@ -126,24 +126,40 @@ class CueEntityExtractor:
         """Entities of each text, the batch of ``texts`` plus the ``known`` proper words as the vocabulary
         (a live memory passes the :meth:`proper_words` of the texts it already holds)."""
         all_runs = [self._capitalised_runs(t) for t in texts]
-        proper = self._proper(all_runs) | set(known)
-        out = []
-        for text, runs in zip(texts, all_runs):
-            found: set[str] = set()
-            for run in runs:
-                words = [w for w, initial in run if not initial or w.lower() in proper]
-                if words and run[0][1] and run[0][0].lower() not in proper:
-                    words = [w for w, _ in run[1:]] if len(run) > 1 else []
-                if words:
-                    found.add(" ".join(words).lower())
-            for m in _NUMBER_UNIT.finditer(text):
-                currency, number, unit = m.groups()
-                if currency or unit:
-                    found.add(f"{currency or ''}{number}{' ' + unit.lower() if unit else ''}")
-                elif _YEAR.match(number):
-                    found.add(number)
-            out.append({e for e in found if len(e) >= self.min_length})
-        return out
+        proper = self._proper(all_runs)
+        return [self._entities(text, runs, proper, known) for text, runs in zip(texts, all_runs)]
+
+    def extract_arriving(self, text: str, known: AbstractSet[str]) -> tuple[set[str], set[str]]:
+        """``(extract([text], known)[0], proper_words([text]))`` from one pass over ``text``; ``known`` is only
+        looked up, never copied, so an add to a live memory costs the same whatever its vocabulary holds."""
+        runs = self._capitalised_runs(text)
+        proper = self._proper([runs])
+        return self._entities(text, runs, proper, known), proper
+
+    def _entities(
+        self, text: str, runs: list[list[tuple[str, bool]]], proper: AbstractSet[str], known: AbstractSet[str]
+    ) -> set[str]:
+        """The entities of ``text`` from its capitalised ``runs``; a sentence-initial word is a name when its lower
+        case is in ``proper`` (the batch's vocabulary) or in ``known``."""
+
+        def named(word: str) -> bool:
+            lower = word.lower()
+            return lower in proper or lower in known
+
+        found: set[str] = set()
+        for run in runs:
+            words = [w for w, initial in run if not initial or named(w)]
+            if words and run[0][1] and not named(run[0][0]):
+                words = [w for w, _ in run[1:]] if len(run) > 1 else []
+            if words:
+                found.add(" ".join(words).lower())
+        for m in _NUMBER_UNIT.finditer(text):
+            currency, number, unit = m.groups()
+            if currency or unit:
+                found.add(f"{currency or ''}{number}{' ' + unit.lower() if unit else ''}")
+            elif _YEAR.match(number):
+                found.add(number)
+        return {e for e in found if len(e) >= self.min_length}
 
 
 def extract_in_order(extractor: EntityExtractor, texts: Sequence[str]) -> list[set[str]]:
@@ -163,8 +179,7 @@ def extract_one(extractor: EntityExtractor, text: str, known: AbstractSet[str]) 
     """The entities of one arriving ``text`` with the proper words ``known`` from the texts before it, and the
     proper words the text adds to that vocabulary (none for an extractor without a vocabulary)."""
     if isinstance(extractor, CueEntityExtractor):
-        words = extractor.proper_words([text])
-        return extractor.extract([text], known | words)[0], words
+        return extractor.extract_arriving(text, known)
     return set(extractor.extract([text])[0]), set()
 
 
