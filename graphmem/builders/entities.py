@@ -124,7 +124,8 @@ class CueEntityExtractor:
 
     def extract(self, texts: Sequence[str], known: AbstractSet[str] = frozenset()) -> list[set[str]]:
         """Entities of each text, the batch of ``texts`` plus the ``known`` proper words as the vocabulary
-        (a live memory passes the :meth:`proper_words` of the texts it already holds)."""
+        (the :meth:`proper_words` of texts seen before; :meth:`extract_arriving` is the one-text form a live
+        memory uses)."""
         all_runs = [self._capitalised_runs(t) for t in texts]
         proper = self._proper(all_runs)
         return [self._entities(text, runs, proper, known) for text, runs in zip(texts, all_runs)]

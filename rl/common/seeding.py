@@ -48,9 +48,10 @@ def deterministic_algorithms() -> Iterator[None]:
 
 
 def _use_deterministic_algorithms(mode: bool, *, warn_only: bool) -> None:
-    """``torch.use_deterministic_algorithms`` without its import of the inductor compiler (1.7 s of every
+    """``torch.use_deterministic_algorithms`` without its import of the inductor compiler (about 1.2 s of every
     training process's start), which it loads only to set its own ``deterministic`` flag: nothing here compiles,
-    so that flag is set only where inductor is already loaded."""
+    so that flag is set only where inductor is already loaded. The switch itself is the call the public function
+    makes after that import."""
     inductor = sys.modules.get("torch._inductor.config")
     if inductor is not None:
         inductor.deterministic = mode
