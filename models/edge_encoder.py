@@ -60,9 +60,8 @@ class PairTable:
         src, dst: ``[P]`` endpoints.
         edge: ``[P]`` the smallest edge id of the pair (reported as the traversed edge).
         edge_pair: ``[E]`` the pair of every edge (``-1`` for self loops).
-        phase1: ``[P, 4]`` Phase-1 features ``e0_ij`` (max over the pair's edges).
-        onehot: ``[P, 4]`` relation multi-hot (relations past the 4th share the last column).
-        raw: ``[P, F]`` the inductive features ``a_ij`` (module docstring).
+        raw: ``[P, F]`` the inductive features ``a_ij`` (module docstring); its first columns are
+            :attr:`onehot` and :attr:`phase1`, which are views of them (held once, copied once when the table grows).
     """
 
     rowptr: Tensor
@@ -70,9 +69,17 @@ class PairTable:
     dst: Tensor
     edge: Tensor
     edge_pair: Tensor
-    phase1: Tensor
-    onehot: Tensor
     raw: Tensor
+
+    @property
+    def onehot(self) -> Tensor:
+        """``[P, 4]`` relation multi-hot (relations past the 4th share the last column): ``raw[:, :4]``."""
+        return self.raw[:, :EDGE_FEATURE_DIM]
+
+    @property
+    def phase1(self) -> Tensor:
+        """``[P, 4]`` Phase-1 features ``e0_ij`` (max over the pair's edges): ``raw[:, 4:8]``."""
+        return self.raw[:, EDGE_FEATURE_DIM : 2 * EDGE_FEATURE_DIM]
 
     @property
     def num_pairs(self) -> int:
@@ -147,13 +154,14 @@ def build_pair_table(graph: MemoryGraph) -> PairTable:
     rowptr = torch.zeros(n + 1, dtype=torch.long)
     rowptr[1:] = torch.cumsum(torch.bincount(ps, minlength=n), 0)
     raw = pair_features(graph, ps, pd, onehot, phase1, count, rowptr)
-    return PairTable(rowptr, ps, pd, rep, edge_pair, phase1, onehot, raw)
+    return PairTable(rowptr, ps, pd, rep, edge_pair, raw)
 
 
 def pair_features(
     graph: MemoryGraph, src: Tensor, dst: Tensor, onehot: Tensor, phase1: Tensor, count: Tensor, rowptr: Tensor
 ) -> Tensor:
-    """``[P, F]`` inductive features ``a_ij`` of the pairs ``src -> dst`` (module docstring)."""
+    """``[P, F]`` inductive features ``a_ij`` of the pairs ``src -> dst`` (module docstring); the first columns are
+    ``onehot`` and ``phase1`` as given, which :class:`PairTable` reads back as views."""
     t = graph.timestamps.double()
     known = torch.isfinite(t[src]) & torch.isfinite(t[dst])
     dt = torch.where(known, t[dst] - t[src], torch.zeros_like(t[src]))
@@ -270,9 +278,8 @@ def grow_pair_table(
     growth.changed = stale.nonzero().flatten()
     changed = growth.changed
     raw[changed, DEGREE_COLUMNS] = torch.stack(_degree_columns(rowptr, out_src[changed], out_dst[changed]), 1)
-    edge, phase1 = growth.merge(old.pop("edge"), rep), growth.merge(old.pop("phase1"), phase1)
-    onehot = growth.merge(old.pop("onehot"), onehot)
-    return PairTable(rowptr, out_src, out_dst, edge, edge_pair, phase1, onehot, raw), growth
+    edge = growth.merge(old.pop("edge"), rep)
+    return PairTable(rowptr, out_src, out_dst, edge, edge_pair, raw), growth
 
 
 PAIR_TABLE = "models.edge_encoder.pair_table"
