@@ -40,13 +40,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from graphmem.core.csr import grown_rowptr, insert_rows, insertion_points
+from graphmem.core.csr import grow_rows, grown_rowptr, insert_rows, insertion_points
 from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
 from graphmem.core.rows import append_to, kept_rows
 from graphmem.core.tokens import node_tokens
 
 EDGE_MODES = ("onehot", "phase1", "table", "inductive")
 NUM_PAIR_FEATURES = 22  # width of PairTable.raw for 4 relations (see pair_features)
+MOVE_BLOCK = 1 << 16  # pair ids renumbered at once after a growth (the temporary stays in the cache)
 SEQUENCE_KEYS = ("session", "paragraph")  # metadata naming a node's sequence ...
 ORDER_KEYS = ("position", "sent_idx")  # ... and its place in it
 
@@ -223,9 +224,15 @@ class PairGrowth:
         """Rows of the grown table from the earlier table's rows ``old`` and the new pairs' rows ``new``."""
         return insert_rows(old, self.at, new)
 
-    def moved(self, pairs: Tensor) -> Tensor:
-        """The new ids of earlier pair ids ``pairs``."""
-        return pairs + torch.bucketize(pairs, self.at, right=True)
+    def merge_from(self, held: dict[str, Tensor], name: str, new: Tensor) -> Tensor:
+        """:meth:`merge` of the rows ``held[name]``, taken out of ``held``: moved within their own buffer when
+        nothing else holds them (:func:`graphmem.core.csr.grow_rows`)."""
+        return grow_rows(held, name, self.at, new)
+
+    def move(self, pairs: Tensor) -> None:
+        """Replace the earlier pair ids ``pairs`` (``-1``: none, kept) by their new ids, in place, a block at a time."""
+        for block in pairs.split(MOVE_BLOCK):
+            block += torch.bucketize(block, self.at, right=True)  # -1 stays: every insertion point is >= 0
 
 
 def grow_pair_table(
@@ -264,11 +271,12 @@ def grow_pair_table(
     rowptr = grown_rowptr(old.pop("rowptr"), ps, n)
     growth = PairGrowth(at, torch.empty(0, dtype=torch.long), n0)
     placed = at + torch.arange(k)
-    edge_pair, was = torch.full((e,), -1, dtype=torch.long), old["edge_pair"] >= 0
-    edge_pair[:e0][was] = growth.moved(old.pop("edge_pair")[was])
-    edge_pair[e0:][keep] = placed[inverse]
-    out_src, out_dst = growth.merge(old.pop("src"), ps), growth.merge(old.pop("dst"), pd)
-    raw = growth.merge(old.pop("raw"), pair_features(graph, ps, pd, onehot, phase1, count, rowptr))
+    appended = torch.full((e - e0,), -1, dtype=torch.long)
+    appended[keep] = placed[inverse]
+    edge_pair = grow_rows(old, "edge_pair", torch.full((e - e0,), e0, dtype=torch.long), appended)
+    growth.move(edge_pair[:e0])
+    out_src, out_dst = growth.merge_from(old, "src", ps), growth.merge_from(old, "dst", pd)
+    raw = growth.merge_from(old, "raw", pair_features(graph, ps, pd, onehot, phase1, count, rowptr))
     grew = torch.zeros(n, dtype=torch.bool)
     grew[ps[ps < n0]] = True  # earlier nodes with new out-pairs: the degree columns of their pairs change
     stale = grew[out_dst]
@@ -278,7 +286,7 @@ def grow_pair_table(
     growth.changed = stale.nonzero().flatten()
     changed = growth.changed
     raw[changed, DEGREE_COLUMNS] = torch.stack(_degree_columns(rowptr, out_src[changed], out_dst[changed]), 1)
-    edge = growth.merge(old.pop("edge"), rep)
+    edge = growth.merge_from(old, "edge", rep)
     return PairTable(rowptr, out_src, out_dst, edge, edge_pair, raw), growth
 
 

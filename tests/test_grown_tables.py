@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from graphmem import Memory
 from graphmem.builders.synthetic import make_synthetic_graph, make_text_graph
+from graphmem.core.csr import ROOM, grow_rows, insert_rows
 from graphmem.core.graph import out_csr
 from graphmem.core.retrieval import Query
 from graphmem.index.embed import HashingEncoder
@@ -55,6 +56,75 @@ def test_a_graph_grown_by_appends_keeps_the_tables_a_fresh_build_makes():
     g.remove_edges([0, 5])  # not an append: made anew
     same_pairs(g), same_csr(g)
     assert pair_growth(g) is None
+
+
+def spare(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in a buffer with as many spare rows again (as a grown layout holds it), held by nothing else."""
+    return insert_rows(t, torch.empty(0, dtype=torch.long), t[:0], room=1.0)
+
+
+def test_rows_grown_in_their_own_buffer_are_the_rows_a_copy_gives():
+    gen = torch.Generator().manual_seed(0)
+    moved = 0
+    for trial in range(120):
+        n, k = int(torch.randint(1, 40, (1,), generator=gen)), int(torch.randint(0, 9, (1,), generator=gen))
+        at = torch.sort(torch.randint(0, n + 1, (k,), generator=gen)).values  # repeats, the start and the end
+        shape = (n, 3) if trial % 2 else (n,)
+        old = torch.randint(-99, 99, shape, generator=gen).to(torch.float32 if trial % 3 else torch.long)
+        new = torch.randint(-99, 99, (k, *shape[1:]), generator=gen).to(old.dtype)
+        held = {"rows": spare(old)}
+        buffer = held["rows"].data_ptr()
+        out = grow_rows(held, "rows", at, new)
+        assert "rows" not in held and torch.equal(out, insert_rows(old, at, new)), trial
+        moved += out.data_ptr() == buffer
+        assert out.data_ptr() == buffer or 2 * n < n + k  # in place whenever the spare rows suffice
+    assert moved > 100
+
+
+def test_rows_someone_else_reads_are_copied_not_moved():
+    old, at, new = torch.arange(10.0), torch.tensor([0, 4, 10]), torch.tensor([-1.0, -2.0, -3.0])
+    want = insert_rows(old, at, new)
+    for hold in ("a second name", "a view", "an array"):
+        rows = spare(old)
+        other = {"a second name": rows, "a view": rows[2:], "an array": rows.numpy()}[hold]
+        before = torch.as_tensor(other).clone()
+        held = {"rows": rows}
+        del rows
+        out = grow_rows(held, "rows", at, new)
+        assert torch.equal(out, want) and torch.equal(torch.as_tensor(other), before), hold
+        assert out.data_ptr() != torch.as_tensor(other).data_ptr(), hold
+    full = {"rows": old.clone()}  # no spare rows: copied into a buffer with ROOM of them
+    out = grow_rows(full, "rows", at, new)
+    assert torch.equal(out, want) and out.untyped_storage().nbytes() == (13 + int(13 * ROOM)) * 4
+
+
+def test_a_growing_pair_table_keeps_its_buffers_and_a_held_one_is_left_alone():
+    g = make_synthetic_graph(300, dim=16, seed=2)
+    gen = torch.Generator().manual_seed(3)
+    pair_table(g)
+    fields, buffers = ("src", "dst", "edge", "edge_pair", "raw"), None
+
+    def grow() -> None:
+        n = g.num_nodes
+        g.add_nodes([f"g{n}"], ["t"], torch.randn(1, 16, generator=gen))
+        new, old = torch.full((4,), n), torch.randint(0, n, (4,), generator=gen)
+        g.add_edges(torch.cat([new, old]), torch.cat([old, new]), "semantic")
+
+    for step in range(4):  # the first growth copies into buffers with spare rows; the next ones move in place
+        grow()
+        table = pair_table(g)
+        now = {name: getattr(table, name).data_ptr() for name in fields}
+        assert buffers is None or now == buffers, step
+        buffers, table = now, None
+        same_pairs(g)
+    held = pair_table(g)
+    before = {name: getattr(held, name).clone() for name in fields}
+    grow()
+    same_pairs(g)
+    assert pair_growth(g) is not None
+    for name in fields:
+        assert torch.equal(getattr(held, name), before[name]), name
+        assert getattr(pair_table(g), name).data_ptr() != getattr(held, name).data_ptr(), name
 
 
 def test_an_embedding_edited_in_place_is_normalised_again():

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
+import math
+import sys
+
 import torch
 from torch import Tensor
+
+ROOM = 0.125
+"""spare rows a layout grown by :func:`grow_rows` keeps after its own, as a share of them"""
 
 
 def csr_positions(rowptr: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
@@ -16,12 +23,15 @@ def csr_positions(rowptr: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
     return seg, torch.arange(seg.numel(), device=nodes.device) + offset.index_select(0, seg)
 
 
-def insert_rows(old: Tensor, at: Tensor, new: Tensor) -> Tensor:
+def insert_rows(old: Tensor, at: Tensor, new: Tensor, room: float = 0.0) -> Tensor:
     """``old`` with the rows ``new[j]`` put before its row ``at[j]`` (``at`` ascending; ``len(old)``: at the end):
     row ``j`` of ``new`` lands at ``at[j] + j``. The runs of ``old`` between two insertion points are copied whole,
-    so growing a sorted layout by a few rows costs one copy of it."""
+    so growing a sorted layout by a few rows costs one copy of it. With ``room``, the result is the first rows of
+    a buffer with ``room`` times as many rows again after them (not written, so not yet resident)."""
     k = at.numel()
-    out = torch.empty((old.shape[0] + k, *old.shape[1:]), dtype=old.dtype, device=old.device)
+    rows = old.shape[0] + k
+    out = torch.empty((rows + int(rows * room), *old.shape[1:]), dtype=old.dtype, device=old.device)
+    out = _first_rows(out, rows) if room else out
     lo = 0
     for j, hi in enumerate([*at.tolist(), old.shape[0]]):
         out[lo + j : hi + j] = old[lo:hi]
@@ -29,6 +39,55 @@ def insert_rows(old: Tensor, at: Tensor, new: Tensor) -> Tensor:
             out[hi + j] = new[j]
         lo = hi
     return out
+
+
+def grow_rows(held: dict[str, Tensor], name: str, at: Tensor, new: Tensor) -> Tensor:
+    """:func:`insert_rows` of ``held[name]``, which is taken out of ``held``: the rows are moved within its own
+    buffer when nothing else holds it (no other reference to the tensor, no other tensor or array on its buffer)
+    and the buffer has room for them; else copied into a new buffer with :data:`ROOM` spare rows.
+
+    In place, the runs of rows between two insertion points move towards the end by the new rows before them, the
+    last run first (one overlapping move each), and the new rows fill the gaps: the rows after the first insertion
+    point are moved within memory already touched, with no second copy of the layout alive. A layout someone still
+    reads is never changed under them: it is copied."""
+    old, probe = held.pop(name), torch.empty(1, dtype=new.dtype, device=new.device)
+    n, k = old.shape[0], at.numel()
+    width = math.prod(old.shape[1:]) * old.element_size()
+    fits = (
+        n > 0
+        and old.device.type == "cpu"
+        and old.dtype == new.dtype
+        and not (old.requires_grad or old.is_inference() or torch.is_inference_mode_enabled())
+        and old.is_contiguous()
+        and old.storage_offset() == 0
+        and old.untyped_storage().nbytes() >= (n + k) * width
+    )
+    if not (fits and _holders(old) == _holders(probe)):  # probe: a tensor held by one local name only
+        return insert_rows(old, at, new, room=ROOM)
+    out = _first_rows(old, n + k)
+    del old
+    base, bounds = out.data_ptr(), [*at.tolist(), n]
+    for j in range(k - 1, -1, -1):
+        lo, hi = bounds[j], bounds[j + 1]
+        if hi > lo:
+            ctypes.memmove(base + (lo + j + 1) * width, base + lo * width, (hi - lo) * width)
+    out[at + torch.arange(k, device=at.device)] = new
+    return out
+
+
+def _first_rows(buffer: Tensor, rows: int) -> Tensor:
+    """The first ``rows`` rows of the contiguous ``buffer``'s storage (they may run past ``buffer``'s own rows) as a
+    tensor of its own, not a view: it holds the storage, and no tensor besides it (a view would hold its base)."""
+    out = torch.empty(0, dtype=buffer.dtype, device=buffer.device)
+    return out.set_(buffer.untyped_storage(), 0, (rows, *buffer.shape[1:]), buffer.stride())
+
+
+def _holders(t: Tensor) -> tuple[int, int]:
+    """References to ``t`` and tensors (or arrays) on its buffer, each counted as for any other tensor passed here."""
+    try:
+        return sys.getrefcount(t), torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+    except (AttributeError, RuntimeError):  # a torch without the count: never in place
+        return -1, id(t)
 
 
 def insertion_points(
