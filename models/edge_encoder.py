@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from graphmem.core.csr import grow_rows, grown_rowptr, insert_rows, insertion_points
+from graphmem.core.csr import grow_rows, grown_rowptr, insertion_points
 from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
 from graphmem.core.rows import append_to, kept_rows
 from graphmem.core.tokens import node_tokens
@@ -220,13 +220,10 @@ class PairGrowth:
     before: int = -1
     after: int = -1
 
-    def merge(self, old: Tensor, new: Tensor) -> Tensor:
-        """Rows of the grown table from the earlier table's rows ``old`` and the new pairs' rows ``new``."""
-        return insert_rows(old, self.at, new)
-
-    def merge_from(self, held: dict[str, Tensor], name: str, new: Tensor) -> Tensor:
-        """:meth:`merge` of the rows ``held[name]``, taken out of ``held``: moved within their own buffer when
-        nothing else holds them (:func:`graphmem.core.csr.grow_rows`)."""
+    def merge(self, held: dict[str, Tensor], name: str, new: Tensor) -> Tensor:
+        """Rows of the grown table from the earlier table's rows ``held[name]`` (taken out of ``held``: moved within
+        their own buffer when nothing else holds them, :func:`graphmem.core.csr.grow_rows`) and the new pairs'
+        rows ``new``."""
         return grow_rows(held, name, self.at, new)
 
     def move(self, pairs: Tensor) -> None:
@@ -275,8 +272,8 @@ def grow_pair_table(
     appended[keep] = placed[inverse]
     edge_pair = grow_rows(old, "edge_pair", torch.full((e - e0,), e0, dtype=torch.long), appended)
     growth.move(edge_pair[:e0])
-    out_src, out_dst = growth.merge_from(old, "src", ps), growth.merge_from(old, "dst", pd)
-    raw = growth.merge_from(old, "raw", pair_features(graph, ps, pd, onehot, phase1, count, rowptr))
+    out_src, out_dst = growth.merge(old, "src", ps), growth.merge(old, "dst", pd)
+    raw = growth.merge(old, "raw", pair_features(graph, ps, pd, onehot, phase1, count, rowptr))
     grew = torch.zeros(n, dtype=torch.bool)
     grew[ps[ps < n0]] = True  # earlier nodes with new out-pairs: the degree columns of their pairs change
     stale = grew[out_dst]
@@ -286,7 +283,7 @@ def grow_pair_table(
     growth.changed = stale.nonzero().flatten()
     changed = growth.changed
     raw[changed, DEGREE_COLUMNS] = torch.stack(_degree_columns(rowptr, out_src[changed], out_dst[changed]), 1)
-    edge = growth.merge_from(old, "edge", rep)
+    edge = growth.merge(old, "edge", rep)
     return PairTable(rowptr, out_src, out_dst, edge, edge_pair, raw), growth
 
 

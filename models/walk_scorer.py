@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from graphmem.core.budget import Budget
-from graphmem.core.csr import csr_positions
+from graphmem.core.csr import csr_positions, grow_rows
 from graphmem.index.lexical_features import NUM_LEXICAL_FEATURES, Lexical, pair_features
 from models.edge_encoder import EDGE_FEATURE_DIM, EDGE_MODES, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
@@ -214,22 +214,28 @@ class WalkScorer(nn.Module):
         :class:`~models.edge_encoder.PairGrowth`) from the one that ``old`` was computed on: the rows of the nodes
         and pairs that are new or changed are computed, the others copied (each row's value is the one
         :meth:`static` gives: its products are row by row, over at least :data:`STATIC_MIN_ROWS` rows). Not for a
-        per-edge residual table (its rows follow the graphs it was trained on)."""
+        per-edge residual table (its rows follow the graphs it was trained on). The tensors are taken out of ``old``
+        and grown within their own buffers where nothing else holds them (:func:`graphmem.core.csr.grow_rows`)."""
         if old["delta"] is not None or tables.edge_rows is not None:
             raise ValueError("grown_static: a per-edge residual table is made anew, not grown")
         x, n0 = tables.x, growth.nodes_before
 
-        def grown(rows: Tensor | None, project) -> Tensor | None:
-            if rows is None:
+        def grown(name: str, project) -> Tensor | None:
+            if old[name] is None:
                 return None
-            lo = max(0, min(n0, x.shape[0] - STATIC_MIN_ROWS))
-            return torch.cat([rows[:lo], project(x[lo:])])
+            if old[name].shape[0] != n0:
+                raise ValueError(f"grown_static: {name} holds {old[name].shape[0]} rows, the earlier table {n0} nodes")
+            n, lo = x.shape[0], max(0, min(n0, x.shape[0] - STATIC_MIN_ROWS))
+            made = project(x[lo:])
+            rows = grow_rows(old, name, torch.full((n - n0,), n0, device=x.device), made[n0 - lo :])
+            rows[lo:n0] = made[: n0 - lo]
+            return rows
 
-        xb, px = grown(old["xb"], self.node_proj), grown(old["px"], self.edges.node_projection)
+        xb, px = grown("xb", self.node_proj), grown("px", self.edges.node_projection)
         changed = growth.changed
         pad = torch.arange(max(0, min(STATIC_MIN_ROWS, tables.pairs.num_pairs) - changed.numel()))
         e = self.edges(tables.pairs, torch.cat([changed, pad]), px, None)[0][: changed.numel()]
-        pair_e = growth.merge(old["pair_e"], torch.zeros(growth.at.numel(), *old["pair_e"].shape[1:]))
+        pair_e = growth.merge(old, "pair_e", torch.zeros(growth.at.numel(), *old["pair_e"].shape[1:]))
         pair_e[changed] = e
         return {"xb": xb, "px": px, "delta": None, "pair_e": pair_e}
 

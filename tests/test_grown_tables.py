@@ -187,6 +187,34 @@ def test_a_live_memory_grows_the_walk_tables_and_answers_as_a_fresh_graph(tmp_pa
             same_pairs(mem.graph), same_csr(mem.graph)
 
 
+def test_reads_after_writes_grow_the_walk_tables_in_their_own_buffers(tmp_path):
+    texts = make_text_graph(140, dim=16, seed=7, validate=False).texts
+    emb = HashingEncoder(384).encode(texts)
+    router = walk(384)
+
+    def buffers(g) -> dict[str, int]:
+        static, pairs = g.grown[LAST_STATIC][3], pair_table(g)
+        return {
+            **{key: static[key].data_ptr() for key in ("xb", "px", "pair_e")},
+            **{name: getattr(pairs, name).data_ptr() for name in ("src", "dst", "edge", "edge_pair", "raw")},
+            "perm": out_csr(g)[1].data_ptr(),
+        }
+
+    with Memory.open(tmp_path / "memory", encoder="hashing") as mem:
+        mem.add_many([dict(text=t, id=f"n{i}", session=i // 9) for i, t in enumerate(texts[:120])], emb[:120])
+        seen = []
+        for i in range(120, 126):  # the first read makes the tables, the second copies them into spare rows
+            mem.add(texts[i], id=f"n{i}", session=i // 9, embedding=emb[i])
+            mem.retrieve(" ".join(texts[i - 60].split()[:4]), policy=router)
+            seen.append(buffers(mem.graph))
+        assert seen[2:] == [seen[2]] * 4
+        same_pairs(mem.graph), same_csr(mem.graph)
+        with torch.no_grad():
+            made = router.scorer.static(graph_walk_tables(mem.graph))
+        kept = mem.graph.grown[LAST_STATIC][3]
+        assert all(torch.equal(kept[key], made[key]) for key in ("xb", "px", "pair_e"))
+
+
 def test_a_read_after_a_write_lets_the_earlier_tables_go_without_the_cyclic_collector(tmp_path):
     texts = make_text_graph(120, dim=16, seed=6, validate=False).texts
     emb = HashingEncoder(384).encode(texts)

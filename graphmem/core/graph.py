@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
-from graphmem.core.csr import grown_rowptr, insert_rows, insertion_points
+from graphmem.core.csr import grow_rows, grown_rowptr, insertion_points
 from graphmem.core.derived import DerivedTables
 
 RELATIONS: tuple[str, ...] = ("temporal", "semantic", "causal", "entity")
@@ -520,9 +520,11 @@ def out_csr(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
     """
     table = graph.derived.get("core.csr")
     if table is None:
-        held = graph.grown.get("core.csr")
+        held = graph.grown.pop("core.csr", None)
         if held is not None and graph.appended_since(held[0]):
-            table = _grown_csr(graph, *held[1], held[0][2])
+            e0, rowptr, parts = held[0][2], held[1][0], {"perm": held[1][1]}
+            held = None  # ``parts`` is the earlier perm's last hold: it grows in place when no one else reads it
+            table = _grown_csr(graph, rowptr, parts, e0)
         else:
             src, dst = graph.edge_index
             perm = torch.argsort(src * max(graph.num_nodes, 1) + dst, stable=True)
@@ -534,14 +536,15 @@ def out_csr(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
     return table
 
 
-def _grown_csr(graph: MemoryGraph, rowptr: Tensor, perm: Tensor, e0: int) -> tuple[Tensor, Tensor]:
-    """:func:`out_csr` of ``graph`` from ``(rowptr, perm)``, that of its first ``e0`` edges and ``len(rowptr) - 1``
-    nodes: each new edge goes after the edges of its source with a target not larger (the stable sort's order)."""
+def _grown_csr(graph: MemoryGraph, rowptr: Tensor, held: dict[str, Tensor], e0: int) -> tuple[Tensor, Tensor]:
+    """:func:`out_csr` of ``graph`` from ``rowptr`` and ``held["perm"]`` (taken out of ``held``), that of its first
+    ``e0`` edges and ``len(rowptr) - 1`` nodes: each new edge goes after the edges of its source with a target not
+    larger (the stable sort's order)."""
     n = graph.num_nodes
     src, dst = graph.edge_index[:, e0:]
     order = torch.argsort(src * max(n, 1) + dst, stable=True)
-    at = insertion_points(rowptr, graph.edge_index[1], src[order], dst[order], ties_after=True, perm=perm)
-    return grown_rowptr(rowptr, src, n), insert_rows(perm, at, order + e0)
+    at = insertion_points(rowptr, graph.edge_index[1], src[order], dst[order], ties_after=True, perm=held["perm"])
+    return grown_rowptr(rowptr, src, n), grow_rows(held, "perm", at, order + e0)
 
 
 def edge_table(graph: MemoryGraph) -> list[tuple]:
