@@ -708,18 +708,21 @@ class Memory(Closing):
             else:
                 labels = label_transitions(r.traversed, reward=reward, helpful=helpful)
             g, applied, skipped = self.graph, 0, 0
+            counts: dict[int, tuple[np.float32, np.float32]] = {}  # edge -> its S, F after the update
+            for src, dst, label, c in labels:
+                if src not in self._row or dst not in self._row or label == "neutral" or c == 0:
+                    skipped += src not in self._row or dst not in self._row
+                    continue
+                for e in g.edges_between(self._row[src], self._row[dst]).tolist():
+                    s, f = counts.get(e, (np.float32(g.S[e]), np.float32(g.F[e])))
+                    # float32 additions, as the counters are held: the store keeps the very values, so that
+                    # reopening it gives the counters this memory has
+                    counts[e] = (s + np.float32(c), f) if label == "helpful" else (s, f + np.float32(c))
+                    applied += 1
             with self.store.write() as tx:
-                for src, dst, label, c in labels:
-                    if src not in self._row or dst not in self._row or label == "neutral" or c == 0:
-                        skipped += src not in self._row or dst not in self._row
-                        continue
-                    u, v = self._row[src], self._row[dst]
-                    for e in g.edges_between(u, v).tolist():
-                        dS, dF = (c, 0.0) if label == "helpful" else (0.0, c)
-                        g.S[e] += dS
-                        g.F[e] += dF
-                        tx.add_counts(self._seq[u], self._seq[v], int(g.edge_type[e]), dS, dF)
-                        applied += 1
+                for e, (s, f) in counts.items():
+                    u, v = g.edge_index[:, e].tolist()
+                    tx.set_counts(self._seq[u], self._seq[v], int(g.edge_type[e]), float(s), float(f))
                 entry = {
                     "retrieval": r.to_json(),
                     "reward": reward,
@@ -729,6 +732,8 @@ class Memory(Closing):
                     "transitions_gone": skipped,
                 }
                 entry["seq"] = tx.log_feedback({k: v for k, v in entry.items() if k != "seq"})
+            for e, (s, f) in counts.items():  # committed: the graph follows the store
+                g.S[e], g.F[e] = float(s), float(f)
             g.invalidate()
             return entry
 

@@ -131,6 +131,48 @@ def test_feedback_updates_the_counters_of_the_traversed_transitions_and_is_logge
         assert float(again.graph.S[again.graph.edges_between(u, v)].min()) == 1.25
 
 
+def test_fractional_feedback_leaves_the_counters_reopening_gives_and_a_failed_write_changes_none(tmp_path):
+    lines = ["Alice adopted a greyhound called Pixel.", "Does Pixel like the beach?", "Pixel runs on the beach."]
+    with Memory.open(tmp_path / "m", encoder="hashing") as mem:
+        for i, text in enumerate(lines):
+            mem.add(text, speaker="ab"[i % 2], session=0, id=f"r{i}", time=1000.0 + i)
+        r = mem.retrieve("Does Pixel like the beach?", policy="beta_bfs", budget=Budget(max_entries=1))
+        assert r.traversed
+        for _ in range(30):  # 0.1 and 0.9 have no exact float: float32 and float64 running sums part ways
+            mem.feedback(r, reward=0.1)
+        live = edge_table(mem.graph)
+        assert any(0 < s != round(s, 4) for *_, s, _ in live)
+    with Memory.open(tmp_path / "m", encoder="hashing") as mem:
+        assert edge_table(mem.graph) == live
+        r = mem.retrieve("Does Pixel like the beach?", policy="beta_bfs", budget=Budget(max_entries=1))
+        write = mem.store.write
+
+        def failing():  # a transaction that fails at its first counter: rolled back
+            ctx = write()
+            tx = ctx.__enter__()
+            tx.set_counts = lambda *a: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error"))
+            return _Exiting(ctx, tx)
+
+        mem.store.write = failing
+        with pytest.raises(sqlite3.OperationalError):
+            mem.feedback(r, reward=0.1)
+        mem.store.write = write
+        assert edge_table(mem.graph) == live
+    with Memory.open(tmp_path / "m", encoder="hashing", readonly=True) as again:
+        assert edge_table(again.graph) == live
+
+
+class _Exiting:
+    def __init__(self, ctx, tx):
+        self.ctx, self.tx = ctx, tx
+
+    def __enter__(self):
+        return self.tx
+
+    def __exit__(self, *exc):
+        return self.ctx.__exit__(*exc)
+
+
 def _bytes(folder: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
 

@@ -203,11 +203,10 @@ class Transaction:
         self.delete_edges_of(seqs)
         self.conn.executemany("DELETE FROM nodes WHERE seq = ?", [(s,) for s in seqs])
 
-    def add_counts(self, src: int, dst: int, relation: int, dS: float, dF: float) -> None:
-        """``S += dS``, ``F += dF`` on one stored edge (GraphMemory eq. 21)."""
+    def set_counts(self, src: int, dst: int, relation: int, S: float, F: float) -> None:
+        """The Beta counters of one stored edge after an update (GraphMemory eq. 21), as the graph holds them."""
         self.conn.execute(
-            "UPDATE edges SET S = S + ?, F = F + ? WHERE src = ? AND dst = ? AND relation = ?",
-            (dS, dF, src, dst, relation),
+            "UPDATE edges SET S = ?, F = ? WHERE src = ? AND dst = ? AND relation = ?", (S, F, src, dst, relation)
         )
 
     def log_feedback(self, entry: dict[str, Any]) -> int:
