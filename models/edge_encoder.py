@@ -237,13 +237,14 @@ def grow_pair_table(
 ) -> tuple[PairTable, PairGrowth] | None:
     """:func:`build_pair_table` of ``graph``, made from the fields ``old`` of the table of its first ``n0`` nodes
     and ``e0`` edges (which it still holds unchanged: :meth:`~graphmem.core.graph.MemoryGraph.appended_since`),
-    with the rows that did not change copied, so that a read after a write does not sort and featurise every pair
+    with the rows that did not change kept, so that a read after a write does not sort and featurise every pair
     again; ``None`` when an appended edge joins a pair the table holds (then the table is made anew). Each field
-    is taken out of ``old`` as its rows are copied: a table no one else holds is let go of field by field.
+    is taken out of ``old`` as it grows: moved within its own buffer when nothing else holds it, else copied
+    (:func:`graphmem.core.csr.grow_rows`), so a table no one else holds is let go of field by field.
 
     The rows are those :func:`build_pair_table` gives: the new pairs are merged into the ``(src, dst)`` order,
     edges' pair ids follow their pairs, and a pair's features are computed again when it is new or when one of
-    its nodes gained out-pairs (the degree columns, :data:`DEGREE_COLUMNS`). The copies and the scan for pairs
+    its nodes gained out-pairs (the degree columns, :data:`DEGREE_COLUMNS`). The moves and the scan for pairs
     into such a node are linear in the pairs, at the speed of memory; the rest is linear in what was added."""
     n, e = graph.num_nodes, graph.num_edges
     src, dst = graph.edge_index[:, e0:]
