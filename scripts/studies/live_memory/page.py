@@ -117,7 +117,11 @@ def _scale(r: dict) -> list[str]:
     lines = _lead(r, "scale", encode_ms=f"{r['encode_ms']['p50_ms']:.3f}") + _table(header, rows)
     reused = [s for s in r["sizes"] if s.get("reused")]
     if reused:
-        lines += ["", fill(TEMPLATE, "scale_reused", sizes=len(reused), grown_by=reused[0]["grown_by"])]
+        by: dict[str, list[str]] = {}
+        for s in reused:
+            by.setdefault(s["grown_by"], []).append(f"{s['records']:,}")
+        grown_by = "; ".join(f"`{command}`: {', '.join(sizes)} records" for command, sizes in by.items())
+        lines += ["", fill(TEMPLATE, "scale_reused", sizes=len(reused), grown_by=grown_by)]
     lines += ["", fill(TEMPLATE, "scale_costs"), "", *_costs(r["sizes"]), *_reads(r["sizes"])]
     lines += ["", _scale_goals(r["sizes"])]
     for s in [s for s in r["sizes"] if "stopped" in s]:
