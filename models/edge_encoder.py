@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from graphmem.core.csr import grow_rows, grown_rowptr, insertion_points
+from graphmem.core.csr import append_rows, grow_rows, grown_rowptr, insertion_points
 from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
 from graphmem.core.rows import append_to, kept_rows
 from graphmem.core.tokens import node_tokens
@@ -271,7 +271,7 @@ def grow_pair_table(
     placed = at + torch.arange(k)
     appended = torch.full((e - e0,), -1, dtype=torch.long)
     appended[keep] = placed[inverse]
-    edge_pair = grow_rows(old, "edge_pair", torch.full((e - e0,), e0, dtype=torch.long), appended)
+    edge_pair = append_rows(old, "edge_pair", appended)
     growth.move(edge_pair[:e0])
     out_src, out_dst = growth.merge(old, "src", ps), growth.merge(old, "dst", pd)
     raw = growth.merge(old, "raw", pair_features(graph, ps, pd, onehot, phase1, count, rowptr))

@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from graphmem.core.budget import Budget
-from graphmem.core.csr import csr_positions, grow_rows
+from graphmem.core.csr import append_rows, csr_positions
 from graphmem.index.lexical_features import NUM_LEXICAL_FEATURES, Lexical, pair_features
 from models.edge_encoder import EDGE_FEATURE_DIM, EDGE_MODES, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
@@ -225,9 +225,9 @@ class WalkScorer(nn.Module):
                 return None
             if old[name].shape[0] != n0:
                 raise ValueError(f"grown_static: {name} holds {old[name].shape[0]} rows, the earlier table {n0} nodes")
-            n, lo = x.shape[0], max(0, min(n0, x.shape[0] - STATIC_MIN_ROWS))
+            lo = max(0, min(n0, x.shape[0] - STATIC_MIN_ROWS))
             made = project(x[lo:])
-            rows = grow_rows(old, name, torch.full((n - n0,), n0, device=x.device), made[n0 - lo :])
+            rows = append_rows(old, name, made[n0 - lo :])
             rows[lo:n0] = made[: n0 - lo]
             return rows
 

@@ -75,6 +75,12 @@ def grow_rows(held: dict[str, Tensor], name: str, at: Tensor, new: Tensor) -> Te
     return out
 
 
+def append_rows(held: dict[str, Tensor], name: str, new: Tensor) -> Tensor:
+    """:func:`grow_rows` of ``held[name]`` with ``new`` after its last row (taken out of ``held`` likewise)."""
+    end = held[name].shape[0]
+    return grow_rows(held, name, torch.full((new.shape[0],), end, dtype=torch.long, device=new.device), new)
+
+
 def _first_rows(buffer: Tensor, rows: int) -> Tensor:
     """The first ``rows`` rows of the contiguous ``buffer``'s storage (they may run past ``buffer``'s own rows) as a
     tensor of its own, not a view: it holds the storage, and no tensor besides it (a view would hold its base)."""
