@@ -10,7 +10,7 @@ and improve the graph from what happened afterwards.
         mem.feedback(r, helpful=r.ranked_ids()[:1])
 
 One memory is one folder: a SQLite database (:mod:`graphmem.store.memory_store`) is the truth, and the graph's
-tensors, the neighbour index, BM25 and the builder's state are derived from it, rebuilt at open. Each
+tensors, the vector index, BM25 and the builder's state are derived from it, rebuilt at open. Each
 :meth:`Memory.add`, :meth:`Memory.add_many`, :meth:`Memory.forget`, :meth:`Memory.revise` and
 :meth:`Memory.feedback` is one transaction. A record's node and edges follow the batch builder's rules in their
 arrival-order form (:mod:`graphmem.builders.incremental`), so a memory grown record by record equals the graph
@@ -48,11 +48,11 @@ from graphmem.datasets.types import LoadReport, Question
 from graphmem.feedback import check_labels, label_transitions
 from graphmem.index.embed import Encoder, encoder_fingerprint, make_encoder
 from graphmem.index.lexical import BM25Index
-from graphmem.index.neighbours import RowIndex
+from graphmem.index.vector_index import IndexSpec, index_for
 from graphmem.policies import make_policy
 from graphmem.policies.base import TraversalPolicy
 from graphmem.store.graphset import GraphSet
-from graphmem.store.memory_indexes import forget_indexes, load_indexes, load_neighbours, save_indexes
+from graphmem.store.memory_indexes import forget_indexes, load_indexes, save_indexes
 from graphmem.store.memory_store import EdgeRows, MemoryStoreError, NodeRow, SQLiteStore
 
 __all__ = ["DuplicateIdError", "Memory", "MemoryError", "MemoryRetrieval", "UnknownIdError", "check_policy"]
@@ -137,10 +137,20 @@ class _Buffers:
         return out
 
 
+def _rows_view(held: Tensor | None, buf: Tensor, n: int) -> Tensor:
+    """``buf[:n]``: ``held`` itself when it is that view already."""
+    if held is not None and held.shape == (n, *buf.shape[1:]) and held.data_ptr() == buf.data_ptr():
+        return held
+    return buf[:n]
+
+
 class Memory(Closing):
     """One live memory (module docstring). Open it with :meth:`open`; every public method is thread-safe."""
 
     ann_min_nodes = ANN_MIN_NODES
+    neighbour_index = IndexSpec()
+    """the HNSW index of the semantic-neighbour search: the graph's dense index of this spec, which the ``ann``
+    entry selector of the same spec (its default) searches too, so that one index serves both"""
 
     def __init__(
         self,
@@ -219,7 +229,7 @@ class Memory(Closing):
         with self._lock:
             try:
                 if self.store.lock is not None and hasattr(self, "graph"):
-                    save_indexes(self.store.folder, self.graph, self._ann, self.store.writes())
+                    save_indexes(self.store.folder, self.graph)
             finally:
                 self.store.close()
 
@@ -238,10 +248,6 @@ class Memory(Closing):
         snapshot of the store."""
         with self.store.snapshot():
             self._read_store()
-            writes = self.store.writes()
-        self._ann: RowIndex | None = None
-        if self.store.lock is not None and len(self) >= self.ann_min_nodes:  # a writer's, saved at its last close
-            self._ann = load_neighbours(self.store.folder, writes, len(self), self.graph.dim)
         g = self.graph
         g.indexes.clear()
         g.grown.clear()
@@ -302,8 +308,11 @@ class Memory(Closing):
         return rows
 
     def _views(self, n: int) -> None:
+        """Point the graph's fields at the first ``n`` rows and the edges of the buffers. A node field already
+        viewing those rows is kept (the vector index takes a new embedding tensor for a change it must find in
+        the log, :meth:`graphmem.index.vector_index.VectorIndex.sync`)."""
         b, g, e = self.buffers, self.graph, self._n_edges
-        g.embeddings, g.timestamps = b.emb[:n], b.time[:n]
+        g.embeddings, g.timestamps = _rows_view(g.embeddings, b.emb, n), _rows_view(g.timestamps, b.time, n)
         g.edge_index, g.edge_type = b.edge_index[:, :e], b.edge_type[:e]
         g.S, g.F, g.edge_attr, g.edge_attr_init = b.S[:e], b.F[:e], b.attr[:e], b.attr_init[:e]
 
@@ -332,10 +341,7 @@ class Memory(Closing):
             cos = (emb[near].double() @ x.double()).float()
             pairs = sorted(zip((-cos).tolist(), near.tolist()))[:k]
             return [r for _, r in pairs], [-c for c, _ in pairs]
-        if self._ann is None:
-            self._ann = RowIndex(self.graph.dim)
-            self._ann.add(self.graph.embeddings[:n])
-        return self._ann.search(x, k, self.graph.embeddings[:n])
+        return index_for(self.graph, self.neighbour_index).nearest(self.graph, x, k, n)
 
     # ------------------------------------------------------------------ writes
     def add(
@@ -366,7 +372,6 @@ class Memory(Closing):
             if not recs:
                 return []
             emb = self._embeddings(recs, embeddings)
-            n0 = len(self)
             try:
                 with self.store.write() as tx:
                     for r, x in zip(recs, emb):
@@ -374,7 +379,6 @@ class Memory(Closing):
             except BaseException:
                 self._load()  # the transaction rolled back: the derived state follows the store
                 raise
-            self.graph.node_log.append(("add", n0, len(recs)))
             self.graph.invalidate()
             return [r.id for r in recs]
 
@@ -407,6 +411,7 @@ class Memory(Closing):
         g.keys.append(record.routing_key)
         g.metadata.append(metadata)
         self._views(j + 1)
+        g.node_log.append(("add", j, 1))  # before the plan: the neighbour index finds the rows before it
         plan = self.builder.plan(g, record, metadata)
         attr = plan.features if plan.features is not None else _onehot(plan.relation)
         self._append_edges(plan.src, plan.dst, plan.relation, attr)
@@ -415,8 +420,6 @@ class Memory(Closing):
         self._seq.append(seq)
         self._row[record.id] = j
         self._next_seq += 1
-        if self._ann is not None:
-            self._ann.add(x[None, :])
         tx.add_node(
             NodeRow(
                 seq,
@@ -497,8 +500,8 @@ class Memory(Closing):
     def _forgotten(self, rows: list[int], words: Counter) -> None:
         """Bring the derived state up to a committed :meth:`forget` of ``rows`` (sorted), as reopening the store
         makes it: the remaining rows and edges keep their order and are renumbered, the builder's state and the
-        word counts lose the rows, the neighbour index marks them dead (rebuilt when too many are), the removal
-        is logged so that the vector indexes drop them, and BM25 is made again when next used, as at open."""
+        word counts lose the rows, the removal is logged so that the vector indexes mark their slots dead (and
+        are rebuilt when too many are), and BM25 is made again when next used, as at open."""
         g, b, n = self.graph, self.buffers, len(self)
         drop = torch.zeros(n, dtype=torch.bool)
         drop[rows] = True
@@ -517,8 +520,6 @@ class Memory(Closing):
         self._views(m)
         self.builder.forget(set(rows), dict(zip(kept, range(m))), g.metadata)
         self._recount(words, Counter())
-        if self._ann is not None:
-            self._ann.remove(rows)
         g.node_log.append(("remove", rows))
         self._edited()
 
@@ -552,7 +553,7 @@ class Memory(Closing):
         the node's text, key and embedding (logged, so that a vector index re-reads that row only; BM25 is made
         again when next used, as at open), its entities'
         mentions (rows in ascending order), the word counts and the extractor's vocabulary, the features of its
-        edges; the neighbour index gives the row its new vector."""
+        edges; the vector indexes give the row's new vector a new slot when next used."""
         g, b = self.graph, self.buffers
         b.emb[row] = x
         g.texts[row], g.keys[row] = r.node_text, r.routing_key
@@ -570,8 +571,6 @@ class Memory(Closing):
         if edges:
             at = torch.tensor(edges, dtype=torch.long)
             b.attr[at], b.attr_init[at] = torch.stack(feats), torch.stack(inits)
-        if self._ann is not None:
-            self._ann.replace(row, x)
         self._views(len(self))
         self._edited()
 
@@ -588,13 +587,11 @@ class Memory(Closing):
 
     def _edited(self) -> None:
         """What every forget or revise leaves behind: the saved indexes removed (they hold the old vectors and
-        words), BM25 made again on first use (its vocabulary as at open, without words no record holds), the
-        neighbour index made again once it is crowded with deleted slots, and the derived tables dropped."""
+        words), BM25 made again on first use (its vocabulary as at open, without words no record holds), and the
+        derived tables dropped."""
         forget_indexes(self.store.folder)
         for name in [k for k, v in self.graph.indexes.items() if isinstance(v, BM25Index)]:
             del self.graph.indexes[name]
-        if self._ann is not None and self._ann.crowded():
-            self._ann = None
         self.graph.invalidate()
 
     def _revise_features(self, tx, row: int, x: Tensor, entities: set[str]) -> tuple[list, list, list]:

@@ -402,6 +402,11 @@ def test_revise_unlink_and_forget_update_the_memory_in_place_as_reopening_it_wou
                 assert again.integrity() == []
 
 
+def neighbour_index(m):
+    """The memory's HNSW neighbour index in its graph's indexes, or None."""
+    return m.graph.indexes.get(Memory.neighbour_index.key)
+
+
 def test_forget_and_revise_keep_the_neighbour_index_and_its_rows_in_step(tmp_path):
     """Above the ANN threshold a forget renumbers the HNSW index's rows and a revise gives its row a new slot,
     instead of rebuilding it: the memory then grows as one searched exactly does (HNSW on a few dozen rows finds
@@ -418,15 +423,41 @@ def test_forget_and_revise_keep_the_neighbour_index_and_its_rows_in_step(tmp_pat
             m.revise("n20", texts[47])  # its vector takes a new slot: later records find it by its new text
             for i, t in enumerate(texts[30:], start=30):
                 m.add(t, session=i % 3, id=f"n{i}", time=100.0 * i)
-            assert (m._ann is not None) == (ann == 4) and (ann != 4 or m._ann.dead == 4)
+            index = neighbour_index(m)
+            assert (index is not None) == (ann == 4)
+            assert ann != 4 or (index.builds, index.num_dead, index.num_slots) == (1, 4, 49)
             graphs.append(m.graph.copy())
     assert_same_graph(*graphs)
 
 
+def test_the_neighbour_index_is_the_dense_entry_index_added_to_once_per_record(tmp_path, monkeypatch):
+    """One HNSW index serves the semantic neighbours of new records and the ``ann`` entries of retrievals: a
+    retrieval after adds searches the index the adds grew (no second index, no rebuild), and each add of a batch
+    puts its one vector in (FAISS's add called once per record, the index never built again)."""
+    from graphmem.config.cli import policy_config
+    from graphmem.index.vector_index import VectorIndex
+
+    monkeypatch.setattr(Memory, "ann_min_nodes", 4)
+    hybrid = {**policy_config("hybrid"), "min_nodes": 0}  # the index path at any size
+    with Memory.open(tmp_path / "m", encoder="hashing", policy=hybrid) as m:
+        m.add_many([{"text": f"river stone {i} lamp", "id": f"n{i}"} for i in range(6)])
+        index = neighbour_index(m)
+        added = []
+        monkeypatch.setattr(index.index, "add", lambda x, add=index.index.add: added.append(len(x)) or add(x))
+        monkeypatch.setattr(VectorIndex, "build", classmethod(lambda *a, **k: pytest.fail("built again")))
+        m.add_many([{"text": f"maple violin {i}", "id": f"b{i}"} for i in range(5)])
+        assert added == [1] * 5 and index.num_slots == 11
+        assert m.retrieve("maple violin 3").ranked_ids()[0] == "b3"
+        vectors = [i for i in m.graph.indexes.values() if isinstance(i, VectorIndex)]
+        assert vectors == [index] and index.builds == 1 and added == [1] * 5
+
+
 def test_a_writer_saves_its_neighbour_index_at_close_and_the_next_open_loads_it(tmp_path, monkeypatch):
-    """Reopened unchanged, a memory loads the index it saved and grows as one searched exactly does; a reopen
-    after any other write, or a damaged file, builds it from the records; a forget removes the saved file (its
-    slots hold the forgotten vectors) and an index with deleted slots is not saved."""
+    """Reopened unchanged, a memory (a reader's too) loads the index it saved and grows as one searched exactly
+    does; a reopen after a change the index did not see, or a damaged file, builds it from the records; a forget
+    removes the saved file (its slots hold the forgotten vectors) and an index with deleted slots is not saved."""
+    from graphmem.index.vector_index import VectorIndex
+
     words = "lamp river stone cloud maple violin harbor tiger copper meadow pepper signal".split()
     texts = [" ".join(words[(i * k) % len(words)] for k in (1, 3, 5, 7)) + f" {i}" for i in range(34)]
 
@@ -439,26 +470,28 @@ def test_a_writer_saves_its_neighbour_index_at_close_and_the_next_open_loads_it(
         grow(m, range(30))
         exact = edge_table(m.graph)
     monkeypatch.setattr(Memory, "ann_min_nodes", 4)
-    folder, saved = tmp_path / "m", tmp_path / "m" / "indexes" / "neighbours.safetensors"
+    folder = tmp_path / "m"
+    saved = folder / "indexes" / f"{Memory.neighbour_index.key}.safetensors"
     with Memory.open(folder, encoder="hashing") as m:
         grow(m, range(20))
     assert saved.is_file()
     with monkeypatch.context() as patch:  # loaded, not built
-        patch.setattr("graphmem.memory.RowIndex", lambda *a, **k: pytest.fail("the saved index was not loaded"))
+        patch.setattr(VectorIndex, "build", classmethod(lambda *a, **k: pytest.fail("the saved index was not loaded")))
+        with Memory.open(folder, encoder="hashing", readonly=True) as reader:
+            assert neighbour_index(reader).num_slots == 20
         with Memory.open(folder, encoder="hashing") as m:
-            assert m._ann is not None and len(m._ann) == 20
+            assert neighbour_index(m).num_slots == 20
             grow(m, range(20, 30))
             assert edge_table(m.graph) == exact
-    with Memory.open(folder, encoder="hashing", readonly=True) as reader:
-        assert reader._ann is None  # a reader never adds
-    with sqlite3.connect(folder / "memory.sqlite3") as db:  # a write that did not save the index (a crash)
-        db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'writes'")
-    with Memory.open(folder, encoder="hashing") as m:  # written since it was saved: built from the records
-        assert m._ann is None
+    with sqlite3.connect(folder / "memory.sqlite3") as db:  # a change the saved index did not see
+        db.execute("UPDATE nodes SET id = 'renamed' WHERE id = 'n29'")
+    with Memory.open(folder, encoder="hashing") as m:  # built from the records
+        assert neighbour_index(m) is None
         grow(m, [30])
+        assert neighbour_index(m).num_slots == 31
     saved.write_bytes(saved.read_bytes()[:100])
     with Memory.open(folder, encoder="hashing") as m:  # damaged: built from the records
-        assert m._ann is None
+        assert neighbour_index(m) is None
         grow(m, [31])
         m.forget("n3")
         assert not saved.exists()

@@ -81,6 +81,37 @@ def test_several_events_between_searches_replay_in_order():
     assert recall(index.search(g, q, 6), exact_rows(g, q)) >= 0.99 and index.builds == 1
 
 
+def test_appended_rows_after_tombstones_take_fresh_live_slots_without_a_replay_of_every_slot(monkeypatch):
+    """Rows appended after a removal are live at once (the selector's bitmap grows with them), found by search,
+    and replayed without the general path (which walks every slot)."""
+    g = make_synthetic_graph(1000, dim=16, seed=13)
+    index = VectorIndex.build(g)
+    g.remove_nodes(g.node_ids[:5])
+    index.search(g, near(g, 4), 6)  # replayed: 5 dead slots, a live bitmap made
+    monkeypatch.setattr(VectorIndex, "_replay", lambda *a: pytest.fail("an append walked every slot"))
+    gen = torch.Generator().manual_seed(14)
+    for i in range(20):  # one row at a time, as a live memory adds them
+        x = torch.nn.functional.normalize(torch.randn(1, 16, generator=gen), dim=1)
+        g.add_nodes([f"late{i}"], ["t"], x)
+        assert g.node_ids[int(index.search(g, x, 1)[0, 0])] == f"late{i}"
+    assert (index.builds, index.num_dead, index.num_slots) == (1, 5, 1020)
+    assert index.slot_row[-20:].tolist() == list(range(995, 1015))
+
+
+def test_nearest_gives_the_exact_neighbours_among_the_rows_before_a_row_in_row_order_of_ties():
+    """``nearest`` answers as the exact search over the first ``before`` rows: the k best by cosine (float64
+    products rounded to float32), equal cosines to the lower row, never a row at or after ``before``."""
+    g = make_synthetic_graph(600, dim=16, seed=15)
+    g.add_nodes(["twin-a", "twin-b"], ["t", "t"], g.embeddings[[10, 10]])  # rows 600, 601: ties with row 10
+    index = VectorIndex.build(g)
+    for before, x in ((600, g.embeddings[10]), (601, g.embeddings[10]), (602, g.embeddings[42]), (300, near(g)[0])):
+        rows, cos = index.nearest(g, x, 5, before)
+        exact = (g.embeddings[:before].double() @ x.double()).float()
+        ref = sorted(range(before), key=lambda r: (-float(exact[r]), r))[:5]
+        assert rows == ref and cos == [float(exact[r]) for r in ref]
+    assert index.nearest(g, g.embeddings[10], 5, 602)[0][:3] == [10, 600, 601]
+
+
 def test_unlogged_change_and_many_tombstones_rebuild():
     g = make_synthetic_graph(1000, dim=16, seed=6)
     index = VectorIndex.build(g, IndexSpec(rebuild_fraction=0.1))

@@ -11,6 +11,9 @@ the new events before each search:
 * ``remove``: the rows' slots die and the later rows shift down (``slot_row`` is renumbered);
 * ``text`` (a new text, same embedding): nothing changes.
 
+Events that only append rows are replayed in time proportional to the new rows (``slot_row`` grows in a buffer
+with spare room, the selector's bitmap with it); any other event walks every slot once.
+
 Dead slots (tombstones) stay in the FAISS structure but are excluded from every result through a
 FAISS ID selector; once they exceed ``rebuild_fraction`` of the slots the index is rebuilt. A change
 the log cannot explain (the embedding tensor replaced or edited in place by direct assignment) also
@@ -19,6 +22,9 @@ rebuilds it, so a search never answers for stale vectors.
 :meth:`VectorIndex.search` returns, per query, the ``k`` rows of largest cosine among the index's
 candidates (``k + overfetch`` asked of FAISS), re-scored exactly from the graph's embeddings and
 ordered by (cosine desc, node id asc) like the exact selector. The index sees embeddings only.
+:meth:`VectorIndex.nearest` is the live memory's semantic-neighbour search on the same index: the nearest rows
+before a given row, ordered by (cosine desc, row asc) like the batch builder's kNN, so that one index serves a
+memory's writes and its retrievals' entries.
 
 Its files (FAISS's own bytes, :meth:`VectorIndex.to_bytes`, beside ``slot_row`` and
 :func:`graph_fingerprint`, no pickle) are :mod:`graphmem.store.indexes`'.
@@ -140,11 +146,21 @@ class VectorIndex:
 
     def __init__(self, spec: IndexSpec, index, slot_row: np.ndarray, dim: int) -> None:
         self.spec, self.index, self.dim = spec, index, dim
-        self.slot_row = slot_row.astype(np.int64)
+        self.slot_row = slot_row
         self.builds = 1  # times the FAISS structure was built (1 + rebuilds)
+        self._mark: tuple | None = None  # (log length, weakref to embeddings, version) when last synced
+
+    @property
+    def slot_row(self) -> np.ndarray:
+        """``[slots]`` the graph row of each slot, ``-1`` once dead (a view of a buffer with spare room)."""
+        return self._slot_row[: self._slots]
+
+    @slot_row.setter
+    def slot_row(self, value: np.ndarray) -> None:
+        self._slot_row = np.array(value, dtype=np.int64)
+        self._slots = self._slot_row.size
         self._live_bits: np.ndarray | None = None  # packed live-slot bitmap of the FAISS ID selector
         self._dead: int | None = None  # dead slots (counted on demand)
-        self._mark: tuple | None = None  # (log length, weakref to embeddings, version) when last synced
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -169,7 +185,6 @@ class VectorIndex:
         if len(x):
             _faiss()
             self.index.add(x)
-        self._live_bits = self._dead = None
 
     def rebuild(self, graph: MemoryGraph) -> None:
         """Build the FAISS structure anew from the graph's current embeddings (no dead slots)."""
@@ -206,13 +221,47 @@ class VectorIndex:
         n_seen = self._mark[0] if self._mark is not None else len(graph.node_log) + 1
         events = graph.node_log[n_seen:]
         # only logged events can be replayed; any other change (direct assignment, in-place edit) rebuilds
-        if n_seen > len(graph.node_log) or not events or not self._replay(events, graph):
+        if (
+            n_seen > len(graph.node_log)
+            or not events
+            or not (self._append(events, graph) or self._replay(events, graph))
+        ):
             self.rebuild(graph)
             return
         if self.num_dead > self.spec.rebuild_fraction * max(self.num_slots, 1):
             self.rebuild(graph)
             return
         self.mark_synced(graph)
+
+    def _append(self, events: list[tuple], graph: MemoryGraph) -> bool:
+        """Replay ``events`` that only append rows (each new row a fresh slot) in time proportional to the new rows,
+        not to the index; False, changing nothing, when some event does more or they do not lead to the graph's
+        node count."""
+        if not self.index.is_trained:
+            return False
+        old = rows = self.num_slots - self.num_dead
+        for event in events:
+            if event[0] == "add" and event[1] == rows:
+                rows += event[2]
+            elif event[0] not in ("text", "meta", "edges"):
+                return False
+        if rows != graph.num_nodes:
+            return False
+        start, stop = self._slots, self._slots + rows - old
+        if self._slot_row.size < stop:
+            grown = np.empty(max(stop, 2 * self._slot_row.size), dtype=np.int64)
+            grown[:start] = self._slot_row[:start]
+            self._slot_row = grown
+        self._slot_row[start:stop] = np.arange(old, rows)
+        self._slots = stop
+        if self._live_bits is not None:  # the new slots are live
+            need = (stop + 7) // 8
+            if self._live_bits.size < need:
+                self._live_bits = np.concatenate([self._live_bits, np.zeros(need, dtype=np.uint8)])
+            at = np.arange(start, stop)
+            np.bitwise_or.at(self._live_bits, at >> 3, (1 << (at & 7)).astype(np.uint8))
+        self._add(unit_rows(graph.embeddings[old:rows]))
+        return True
 
     def _replay(self, events: list[tuple], graph: MemoryGraph) -> bool:
         """Replay ``events`` on ``slot_row``; False when they do not lead to the graph's node count."""
@@ -308,6 +357,32 @@ class VectorIndex:
         for i in np.flatnonzero(cut).tolist():
             out[i] = self._exact_top(graph, q[i], k)
         return torch.from_numpy(np.ascontiguousarray(out))
+
+    def nearest(self, graph: MemoryGraph, x: Tensor, k: int, before: int) -> tuple[list[int], list[float]]:
+        """At most ``k`` of the first ``before`` rows of ``graph`` nearest to the unit vector ``x``, and their
+        cosines, by (cosine desc, row asc): a live memory's semantic neighbours among the records before a new one.
+
+        FAISS is asked for ``k + overfetch`` candidates before ``before`` (more while later rows crowd them out);
+        each candidate's cosine is its float64 product with ``x`` rounded to float32, as the exact search computes
+        it."""
+        self.sync(graph)
+        if before < 1 or k < 1:
+            return [], []
+        enough = min(k + self.spec.overfetch, before)
+        want = min(enough + graph.num_nodes - before, self.index.ntotal)
+        q = x.detach().float().cpu().numpy()[None, :]
+        q = np.ascontiguousarray(q / max(float(np.linalg.norm(q)), 1e-12))
+        params = self._params()
+        while True:
+            _, slots = self.index.search(q, want, params=params)
+            rows = self.slot_row[slots[0][slots[0] >= 0]]
+            rows = rows[(rows >= 0) & (rows < before)]
+            if rows.size >= enough or want >= self.index.ntotal:
+                break
+            want = min(2 * want, self.index.ntotal)
+        cos = (graph.embeddings[torch.from_numpy(rows)].double() @ x.double()).float()
+        pairs = sorted(zip((-cos).tolist(), rows.tolist()))[:k]
+        return [r for _, r in pairs], [-c for c, _ in pairs]
 
     @staticmethod
     def _exact_top(graph: MemoryGraph, q: np.ndarray, k: int) -> np.ndarray:

@@ -11,7 +11,8 @@ copy of the memory as grown (the measuring process's writes leave it as it was).
 them (their growth figures are then those of the run that grew them, marked ``reused``):
 
 * ``open_s``: opening the memory (the database read, the graph and the builder's state rebuilt), the resident
-  memory after it, and the first add (``first_add_after_open_s``: the neighbour index is built then);
+  memory after it, and the first add (``first_add_after_open_s``: the vector index is built then when the
+  memory's saved one was not for these records);
 * ``add``: ``--adds`` single :meth:`Memory.add` calls (one transaction each, the embedding given), wall and
   thread-CPU p50 / p95 (the encoder's own time per text is reported apart, ``encode_ms``);
 * ``retrieve``: ``--queries`` queries quoting four words of a random record, served one at a time by the walk

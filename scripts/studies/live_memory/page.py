@@ -121,7 +121,15 @@ def _scale(r: dict) -> list[str]:
         for s in reused:
             by.setdefault(s["grown_by"], []).append(f"{s['records']:,}")
         grown_by = "; ".join(f"`{command}`: {', '.join(sizes)} records" for command, sizes in by.items())
-        lines += ["", fill(TEMPLATE, "scale_reused", sizes=len(reused), grown_by=grown_by)]
+        moved = [f"{s['records']:,}" for s in reused if s.get("hnsw_file_from")]
+        converted = (
+            f"The HNSW index files of the {', '.join(moved)} record memories were written from the neighbour index "
+            "files their growing runs saved (the same FAISS index and row map): that code kept the index of the "
+            "semantic-neighbour search apart from the dense entry index."
+            if moved
+            else ""
+        )
+        lines += ["", fill(TEMPLATE, "scale_reused", sizes=len(reused), grown_by=grown_by, converted=converted)]
     lines += ["", fill(TEMPLATE, "scale_costs"), "", *_costs(r["sizes"]), *_reads(r["sizes"])]
     lines += ["", _scale_goals(r["sizes"])]
     for s in [s for s in r["sizes"] if "stopped" in s]:
