@@ -243,7 +243,7 @@ class Memory(Closing):
 
     # ------------------------------------------------------------------ derived state
     def _load(self) -> None:
-        """Rebuild every derived structure from the store: graph, buffers, builder state, neighbour index. The
+        """Rebuild every derived structure from the store: graph, buffers, builder state, saved indexes. The
         records are read one at a time into the buffers (no copy of the whole store is held at once), in one
         snapshot of the store."""
         with self.store.snapshot():
@@ -411,7 +411,7 @@ class Memory(Closing):
         g.keys.append(record.routing_key)
         g.metadata.append(metadata)
         self._views(j + 1)
-        g.node_log.append(("add", j, 1))  # before the plan: the neighbour index finds the rows before it
+        g.node_log.append(("add", j, 1))  # before the plan: the vector index takes the row, then finds those before it
         plan = self.builder.plan(g, record, metadata)
         attr = plan.features if plan.features is not None else _onehot(plan.relation)
         self._append_edges(plan.src, plan.dst, plan.relation, attr)

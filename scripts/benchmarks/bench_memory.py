@@ -258,9 +258,12 @@ def run(args, head: dict) -> dict:
 
 
 def copy_memory(src: Path, dst: Path) -> None:
-    """Copy a closed memory's folder (its database and saved indexes) to ``dst``, replacing what was there."""
+    """Copy a closed memory's folder (its database and saved indexes) to ``dst``, replacing what was there, and
+    write every dirty page back: the kernel writes a large copy back for minutes, and a measuring process started
+    before it is done would time that work on the shared cores with its own."""
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("grown.json", "writer.lock"))
+    os.sync()
 
 
 def ratios(rows: list[dict]) -> None:

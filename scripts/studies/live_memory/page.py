@@ -122,10 +122,11 @@ def _scale(r: dict) -> list[str]:
             by.setdefault(s["grown_by"], []).append(f"{s['records']:,}")
         grown_by = "; ".join(f"`{command}`: {', '.join(sizes)} records" for command, sizes in by.items())
         moved = [f"{s['records']:,}" for s in reused if s.get("hnsw_file_from")]
+        named = ", ".join(moved[:-1]) + (" and " if len(moved) > 1 else "") + moved[-1] if moved else ""
         converted = (
-            f"The HNSW index files of the {', '.join(moved)} record memories were written from the neighbour index "
-            "files their growing runs saved (the same FAISS index and row map): that code kept the index of the "
-            "semantic-neighbour search apart from the dense entry index."
+            f"The HNSW index files of the kept memories measured at {named} records were written from the "
+            "neighbour index files their growing runs saved (the same FAISS index and row map): the code that grew "
+            "them kept the index of the semantic-neighbour search apart from the dense entry index."
             if moved
             else ""
         )
@@ -263,10 +264,11 @@ def _write_read(now: dict, before: dict) -> list[str]:
         pairs = [(after_add_cpu_s(old), after_add_cpu_s(s), ".3f")]
         for key in ("retrieve_router", "retrieve_hybrid", "add"):
             pairs.append((_cpu_p50(old, key), _cpu_p50(s, key), ".2f"))
-        pairs.append((old.get("peak_rss_mb"), s.get("peak_rss_mb"), ",.0f"))
+        for key in ("rss_after_retrieve_hybrid_mb", "peak_rss_mb"):
+            pairs.append((old.get(key), s.get(key), ",.0f"))
         rows.append([f"{s['records']:,}", *(_num(v, spec) for a, b, spec in pairs for v in (a, b))])
     header = ["records", "read after a write s, before", "now", "router ms, before", "now", "hybrid ms, before"]
-    header += ["now", "add ms, before", "now", "peak RSS MB, before", "now"]
+    header += ["now", "add ms, before", "now", "RSS after hybrid MB, before", "now", "peak RSS MB, before", "now"]
     lines = [fill(TEMPLATE, "write_read", before=before["command"]), "", *_table(header, rows)]
     return lines + ["", fill(TEMPLATE, "write_read_spread")]
 
