@@ -114,7 +114,9 @@ class MemoryRetrieval:
 @dataclass
 class _Buffers:
     """Capacity-doubling tensors behind the graph's fields: appending costs O(1) amortised, and the graph's
-    fields are views of their first rows."""
+    fields are views of their first rows. A buffer grown by a bulk append (the edges read at open) keeps an
+    eighth of spare rows beyond it, so that the writes after an open do not copy it at once (spare rows are
+    not resident until written)."""
 
     emb: Tensor
     time: Tensor
@@ -131,7 +133,7 @@ class _Buffers:
         if need <= size:
             return buf
         shape = list(buf.shape)
-        shape[dim] = max(need, 2 * size, 64)
+        shape[dim] = max(need + need // 8, 2 * size, 64)
         out = torch.empty(shape, dtype=buf.dtype)
         out.narrow(dim, 0, size).copy_(buf)
         return out

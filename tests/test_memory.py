@@ -452,6 +452,19 @@ def test_the_neighbour_index_is_the_dense_entry_index_added_to_once_per_record(t
         assert vectors == [index] and index.builds == 1 and added == [1] * 5
 
 
+def test_the_first_writes_after_an_open_append_into_the_buffers_the_open_filled(tmp_path):
+    """The edges read at open leave spare rows in their buffers: the adds after an open write into them instead of
+    copying every edge into buffers twice the size."""
+    with Memory.open(tmp_path / "m", encoder="hashing") as m:
+        m.add_many([{"text": f"river stone {i} lamp maple", "id": f"n{i}", "session": 0} for i in range(200)])
+    with Memory.open(tmp_path / "m", encoder="hashing") as m:
+        names = ("edge_index", "edge_type", "S", "F", "attr", "attr_init")
+        held = {name: getattr(m.buffers, name).data_ptr() for name in names}
+        for i in range(3):
+            m.add(f"violin harbor {i} lamp", id=f"late{i}", session=0)
+        assert m.graph.num_edges > 0 and {name: getattr(m.buffers, name).data_ptr() for name in names} == held
+
+
 def test_a_writer_saves_its_neighbour_index_at_close_and_the_next_open_loads_it(tmp_path, monkeypatch):
     """Reopened unchanged, a memory (a reader's too) loads the index it saved and grows as one searched exactly
     does; a reopen after a change the index did not see, or a damaged file, builds it from the records; a forget
