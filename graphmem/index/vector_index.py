@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 
 from graphmem.core.graph import MemoryGraph
+from graphmem.core.rows import append_to
 
 INDEX_KINDS = ("hnsw", "ivf")
 FORMAT_VERSION = 1
@@ -248,16 +249,10 @@ class VectorIndex:
         if rows != graph.num_nodes:
             return False
         start, stop = self._slots, self._slots + rows - old
-        if self._slot_row.size < stop:
-            grown = np.empty(max(stop, 2 * self._slot_row.size), dtype=np.int64)
-            grown[:start] = self._slot_row[:start]
-            self._slot_row = grown
-        self._slot_row[start:stop] = np.arange(old, rows)
-        self._slots = stop
-        if self._live_bits is not None:  # the new slots are live
-            need = (stop + 7) // 8
-            if self._live_bits.size < need:
-                self._live_bits = np.concatenate([self._live_bits, np.zeros(need, dtype=np.uint8)])
+        self._slot_row, self._slots = append_to(self._slot_row, start, np.arange(old, rows)), stop
+        if self._live_bits is not None:  # the new slots are live: their bytes appended as zeros, then their bits set
+            used = (start + 7) // 8
+            self._live_bits = append_to(self._live_bits, used, np.zeros((stop + 7) // 8 - used, dtype=np.uint8))
             at = np.arange(start, stop)
             np.bitwise_or.at(self._live_bits, at >> 3, (1 << (at & 7)).astype(np.uint8))
         self._add(unit_rows(graph.embeddings[old:rows]))
