@@ -453,6 +453,12 @@ class Memory(Closing):
             a,
         )
 
+    def _edge_keys(self, edges: Tensor) -> tuple[list[int], list[int], list[int]]:
+        """The stored ``(src, dst, relation)`` of the graph's edges ``edges`` (node seqs, relation index)."""
+        g, seq = self.graph, self._seq
+        src, dst = g.edge_index[:, edges].tolist()
+        return [seq[u] for u in src], [seq[v] for v in dst], g.edge_type[edges].tolist()
+
     def _records(self, records: Iterable[Mapping[str, Any] | Record]) -> list[Record]:
         out, seen = [], set()
         for i, raw in enumerate(records):
@@ -485,8 +491,10 @@ class Memory(Closing):
             rows = sorted({self._row[i] for i in ids})
             texts = [self.graph.texts[r] for r in rows]
             words = Counter(w for r in rows for w in self._words(self._body(r)))
+            touching = torch.isin(self.graph.edge_index, torch.tensor(rows)).any(0).nonzero().flatten()
             try:
                 with self.store.write() as tx:
+                    tx.delete_edges(*self._edge_keys(touching))
                     tx.delete_nodes([self._seq[r] for r in rows])
                     tx.count_words(words.elements(), -1)  # once per forgotten record that held the word
                     for seq, entry in tx.feedback_mentioning(ids + texts):
@@ -657,10 +665,7 @@ class Memory(Closing):
                 return 0
             try:
                 with self.store.write() as tx:
-                    for e in edges.tolist():
-                        tx.delete_edge(
-                            self._seq[int(g.edge_index[0, e])], self._seq[int(g.edge_index[1, e])], int(g.edge_type[e])
-                        )
+                    tx.delete_edges(*self._edge_keys(edges))
             except BaseException:
                 self._load()
                 raise

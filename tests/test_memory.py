@@ -537,3 +537,56 @@ def test_the_retrieval_indexes_a_writer_saved_are_loaded_by_the_next_open_and_go
         assert not (folder / "indexes").exists()
         m.retrieve("Where does Carmen live?")
     assert b"zaragoza" not in _bytes(folder) and b"Zaragoza" not in _bytes(folder)
+
+
+def _as_schema_1(db: Path) -> None:
+    """Rewrite a memory's edges as schema 1 stored them: the key ``(src, dst, relation)`` and an index by ``dst``."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.executescript(
+        """BEGIN;
+        CREATE TABLE edges_v1(src INTEGER NOT NULL, dst INTEGER NOT NULL, relation INTEGER NOT NULL,
+            S REAL NOT NULL, F REAL NOT NULL, attr BLOB NOT NULL, attr_init BLOB NOT NULL, UNIQUE(src, dst, relation));
+        INSERT INTO edges_v1(rowid, src, dst, relation, S, F, attr, attr_init)
+            SELECT rowid, src, dst, relation, S, F, attr, attr_init FROM edges;
+        DROP TABLE edges;
+        ALTER TABLE edges_v1 RENAME TO edges;
+        CREATE INDEX edges_dst ON edges(dst);
+        UPDATE meta SET value = '1' WHERE key = 'schema_version';
+        COMMIT;"""
+    )
+    conn.close()
+
+
+def test_a_schema_1_memory_is_upgraded_by_a_writers_open_and_refused_by_a_readers(mem):
+    r = mem.retrieve("Does Pixel like the beach?", policy="beta_bfs", budget=Budget(max_entries=1))
+    mem.feedback(r, helpful=[r.traversed[0][1]])
+    mem.feedback(r.id, reward=0.25)
+    folder, live = mem.store.folder, edge_table(mem.graph)
+    assert any(s > 0 and f > 0 for *_, s, f in live)  # counters moved by the feedback travel through the upgrade
+    mem.close()
+    _as_schema_1(folder / "memory.sqlite3")
+    with pytest.raises(MemoryStoreError, match=r"schema_version 1 is not 2 \(a read-write open upgrades"):
+        Memory.open(folder, encoder="hashing", readonly=True)
+    with Memory.open(folder, encoder="hashing") as again:
+        assert edge_table(again.graph) == live and again.integrity() == []
+        again.add("Carmen moved to Porto in spring.", speaker="Bob", session=2, id="b3", time=9100.0)
+        again.forget("a2")
+        assert again.integrity() == []
+    with Memory.open(folder, encoder="hashing", readonly=True) as reader:
+        assert len(reader) == 4 and reader.integrity() == []
+        indexes = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'edges'"
+        assert [n for (n,) in reader.store.conn.execute(indexes)] == ["edges_key"]
+
+
+def test_every_write_of_a_stored_edge_finds_it_by_the_key_index(mem):
+    """The statements that update or delete one edge search the key index: none scans the edges."""
+    from graphmem.store.memory_store import _EDGE_KEY
+
+    key = (3, 3, 1, 0)
+    for sql, params in [
+        (f"UPDATE edges SET S = ?, F = ? WHERE {_EDGE_KEY}", (1.0, 0.0, *key)),
+        (f"UPDATE edges SET attr = ?, attr_init = ? WHERE {_EDGE_KEY}", (b"", b"", *key)),
+        (f"DELETE FROM edges WHERE {_EDGE_KEY}", key),
+    ]:
+        plan = " | ".join(row[-1] for row in mem.store.conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+        assert "edges USING INDEX edges_key (hi=? AND src=? AND dst=? AND relation=?)" in plan, plan

@@ -8,7 +8,9 @@ The database (the standard library's :mod:`sqlite3`, WAL journal) has five table
     nodes(seq, id, text, key, time, meta, entities, embedding)
                                      one row per record; seq is the arrival number (never reused)
     edges(src, dst, relation, S, F, attr, attr_init)
-                                     directed edges between node seqs with their Beta counters and features
+                                     directed edges between node seqs with their Beta counters and features,
+                                     in insertion order (rowid); their one index is the key
+                                     (hi, src, dst, relation), hi = max(src, dst) a generated column
     vocabulary(word, count)          the entity extractor's proper words and how many records show each
     feedback(seq, time, entry)       every feedback, as the JSON entry a trainer reads later
 
@@ -19,6 +21,13 @@ kernel when its holder dies) and a second writer is refused with one line, or wa
 overwritten in the file (``PRAGMA secure_delete``) and the WAL is checkpointed and truncated after a deletion,
 so a forgotten text is gone from the file bytes.
 
+An edge joins a record to one stored before it, so the edges an add writes all have the new record's seq as
+``hi``: they go to the end of the key index as they go to the end of the table, and an add changes a few pages at
+the end of each B-tree however large the memory is. An index by ``src`` or by ``dst`` would take each edge into
+the page of its older end, a page anywhere in the file. Deletions name the edges by their key (the memory holds
+every edge). A database of schema 1 (the key ``(src, dst, relation)`` and an index by ``dst``) is rebuilt in the
+new form by the first read-write open (:func:`_upgrade`).
+
 :class:`MemoryStore` is the interface the live memory uses (transactions, records, edges, the log); a server
 database can take SQLite's place behind it (``docs/memory.md``).
 """
@@ -26,6 +35,7 @@ database can take SQLite's place behind it (``docs/memory.md``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -41,25 +51,29 @@ import numpy as np
 from graphmem.core.errors import InputError
 from graphmem.store.lockfile import FileLock, LockBusyError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_NAME = "memory.sqlite3"
 LOCK_NAME = "writer.lock"
+log = logging.getLogger(__name__)
 EDGE_BLOCK = 65536
 """edges read per block at open"""
+
+_EDGE_COLUMNS = """
+    src INTEGER NOT NULL, dst INTEGER NOT NULL, relation INTEGER NOT NULL,
+    S REAL NOT NULL, F REAL NOT NULL, attr BLOB NOT NULL, attr_init BLOB NOT NULL,
+    hi INTEGER GENERATED ALWAYS AS (max(src, dst)) VIRTUAL"""
+_EDGE_KEY = "hi = ? AND src = ? AND dst = ? AND relation = ?"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes(
     seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, key TEXT NOT NULL, time REAL,
     meta TEXT NOT NULL, entities TEXT NOT NULL, embedding BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS edges(
-    src INTEGER NOT NULL, dst INTEGER NOT NULL, relation INTEGER NOT NULL,
-    S REAL NOT NULL, F REAL NOT NULL, attr BLOB NOT NULL, attr_init BLOB NOT NULL,
-    UNIQUE(src, dst, relation));
-CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst);
+CREATE TABLE IF NOT EXISTS edges(_EDGE_COLUMNS);
+CREATE UNIQUE INDEX IF NOT EXISTS edges_key ON edges(hi, src, dst, relation);
 CREATE TABLE IF NOT EXISTS vocabulary(word TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS feedback(seq INTEGER PRIMARY KEY, time REAL NOT NULL, entry TEXT NOT NULL);
-"""
+""".replace("_EDGE_COLUMNS", _EDGE_COLUMNS)
 
 
 class MemoryStoreError(InputError):
@@ -183,31 +197,26 @@ class Transaction:
         )
         self.deleted = True  # the old text is overwritten: checkpoint the WAL so no copy of it stays
 
-    def delete_edges_of(self, seqs: Sequence[int], relations: Sequence[int] | None = None) -> None:
-        """Delete every edge touching ``seqs`` (of ``relations`` only, when given)."""
-        rel = "" if relations is None else f" AND relation IN ({','.join(str(int(r)) for r in relations)})"
-        for seq in seqs:
-            self.conn.execute(f"DELETE FROM edges WHERE (src = ? OR dst = ?){rel}", (seq, seq))
-        self.deleted = True
-
     def set_features(self, src: int, dst: int, relation: int, attr: np.ndarray, attr_init: np.ndarray) -> None:
         self.conn.execute(
-            "UPDATE edges SET attr = ?, attr_init = ? WHERE src = ? AND dst = ? AND relation = ?",
-            (attr.astype("<f4").tobytes(), attr_init.astype("<f4").tobytes(), src, dst, relation),
+            f"UPDATE edges SET attr = ?, attr_init = ? WHERE {_EDGE_KEY}",
+            (attr.astype("<f4").tobytes(), attr_init.astype("<f4").tobytes(), *_key(src, dst, relation)),
         )
 
-    def delete_edge(self, src: int, dst: int, relation: int) -> None:
-        self.conn.execute("DELETE FROM edges WHERE src = ? AND dst = ? AND relation = ?", (src, dst, relation))
+    def delete_edges(self, src: Sequence[int], dst: Sequence[int], relation: Sequence[int]) -> None:
+        """Delete the edges ``src[i] -> dst[i]`` of ``relation[i]``, found by their key."""
+        self.conn.executemany(f"DELETE FROM edges WHERE {_EDGE_KEY}", map(_key, src, dst, relation))
+        self.deleted = True
 
     def delete_nodes(self, seqs: Sequence[int]) -> None:
-        self.delete_edges_of(seqs)
+        """Delete records; their edges go first, with :meth:`delete_edges` (an edge left naming one is a problem
+        :meth:`SQLiteStore.integrity` reports)."""
         self.conn.executemany("DELETE FROM nodes WHERE seq = ?", [(s,) for s in seqs])
+        self.deleted = True
 
     def set_counts(self, src: int, dst: int, relation: int, S: float, F: float) -> None:
         """The Beta counters of one stored edge after an update (GraphMemory eq. 21), as the graph holds them."""
-        self.conn.execute(
-            "UPDATE edges SET S = ?, F = ? WHERE src = ? AND dst = ? AND relation = ?", (S, F, src, dst, relation)
-        )
+        self.conn.execute(f"UPDATE edges SET S = ?, F = ? WHERE {_EDGE_KEY}", (S, F, *_key(src, dst, relation)))
 
     def log_feedback(self, entry: dict[str, Any]) -> int:
         cur = self.conn.execute(
@@ -281,6 +290,7 @@ class SQLiteStore(MemoryStore):
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
                 conn.execute("PRAGMA secure_delete = ON")
+                _upgrade(conn)
                 conn.executescript(_SCHEMA)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as err:
@@ -298,8 +308,9 @@ class SQLiteStore(MemoryStore):
                     "INSERT INTO meta(key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in stored.items()]
                 )
         if stored.get("schema_version") != SCHEMA_VERSION:
+            upgrade = " (a read-write open upgrades a memory of schema 1)" if stored.get("schema_version") == 1 else ""
             raise MemoryStoreError(
-                f"{self.folder}: schema_version {stored.get('schema_version')!r} is not {SCHEMA_VERSION}"
+                f"{self.folder}: schema_version {stored.get('schema_version')!r} is not {SCHEMA_VERSION}{upgrade}"
             )
         return stored
 
@@ -406,6 +417,35 @@ class SQLiteStore(MemoryStore):
         if self.lock is not None:
             _give_writer(self.folder, self.lock)
             self.lock = None
+
+
+def _key(src: int, dst: int, relation: int) -> tuple[int, int, int, int]:
+    """The parameters of ``_EDGE_KEY`` for the edge ``src -> dst`` of ``relation``."""
+    src, dst = int(src), int(dst)
+    return max(src, dst), src, dst, int(relation)
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Rebuild the edges of a schema-1 database in the schema-2 form (module docstring), in one transaction: the
+    same rows with the same rowids, so that they are read in the same order; then the schema version is 2."""
+    columns = [r[1] for r in conn.execute("PRAGMA table_xinfo(edges)")]
+    if not columns or "hi" in columns:
+        return
+    log.info("upgrading %s to schema %d: rebuilding its edges", conn.execute("PRAGMA database_list").fetchone()[2], 2)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(f"CREATE TABLE edges_upgraded({_EDGE_COLUMNS})")
+        conn.execute(
+            "INSERT INTO edges_upgraded(rowid, src, dst, relation, S, F, attr, attr_init) "
+            "SELECT rowid, src, dst, relation, S, F, attr, attr_init FROM edges ORDER BY rowid"
+        )
+        conn.execute("DROP TABLE edges")
+        conn.execute("ALTER TABLE edges_upgraded RENAME TO edges")
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version' AND value = '1'")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 _HELD: set[str] = set()  # memory folders this process holds a writer of (the file lock is per process)
