@@ -22,6 +22,10 @@ them (their growth figures are then those of the run that grew them, marked ``re
   after one untimed call that builds the per-graph tables and indexes (its time is ``first_retrieve_s``); and
   ``hybrid`` likewise; with the candidate edges each scored per query (``edges_considered``, mean) and the
   graph's out-degrees (``out_degree``: mean, p99, max), what the walk's read grows with;
+* ``retrieve_router_gathered``: the same walk on the same queries with its per-query node columns computed node by
+  node from gathered vector rows at every size (:func:`gathered_columns`), the path it takes on every graph of more
+  than ``ONE_QUERY_NODES`` records: below that size it computes every node's columns at once from one dense
+  cosine row, so this is the walk's cost at each size by one path;
 * ``retrieve_after_add_router``: ``--after-adds`` times, one more add, then one router retrieval (wall and
   thread-CPU p50 / p95): what a write costs the next read, the per-graph tables being grown or made again (the
   indexes brought up to date);
@@ -40,6 +44,7 @@ what it had measured, and says where it stopped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
@@ -67,6 +72,7 @@ from graphmem.index.embed import HashingEncoder
 from graphmem.policies import make_policy
 from graphmem.policies.rank_features import NUM_RANK_FEATURES
 from graphmem.store.io import atomic_write
+from models import walk_scorer
 from models.rank_head import RankHead, RankHeadConfig
 from models.walk_scorer import ScorerConfig, WalkScorer
 
@@ -172,6 +178,9 @@ def measure(args) -> dict:
         out[f"edges_considered_{name}"] = sum(considered) / len(considered)
         out[f"rss_after_retrieve_{name}_mb"] = resident_mb()
         step(f"retrieve {name}")
+    with gathered_columns():
+        out["retrieve_router_gathered"] = summary([timed(lambda q=q: mem.retrieve(q, policy=router)) for q in queries])
+    step("retrieve router gathered")
     after = []  # one more add, then one retrieval: the per-graph tables grown or made again after a write
     for j, i in enumerate(range(args.adds + 1, args.adds + 1 + args.after_adds)):
         mem.add(**mine[i], embedding=emb[i])
@@ -182,6 +191,19 @@ def measure(args) -> dict:
     out["rss_mb"] = resident_mb()
     step("close")
     return out
+
+
+@contextlib.contextmanager
+def gathered_columns():
+    """Within: the walk computes a query's node columns node by node from gathered vector rows on a graph of any
+    size (:class:`models.walk_columns.NodeColumns`), as it does above ``ONE_QUERY_NODES`` records, instead of every
+    node's at once from one dense cosine row."""
+    saved = walk_scorer.ONE_QUERY_NODES, walk_scorer.SPAN_PAIRS
+    walk_scorer.ONE_QUERY_NODES = walk_scorer.SPAN_PAIRS = 0
+    try:
+        yield
+    finally:
+        walk_scorer.ONE_QUERY_NODES, walk_scorer.SPAN_PAIRS = saved
 
 
 def walk_policy(checkpoint: str | None):
@@ -269,7 +291,8 @@ def copy_memory(src: Path, dst: Path) -> None:
 def ratios(rows: list[dict]) -> None:
     first = rows[0]
     for row in rows:
-        for key in [k for k in ("add", "retrieve_router", "retrieve_hybrid") if k in row and k in first]:
+        keys = ("add", "retrieve_router", "retrieve_router_gathered", "retrieve_hybrid")
+        for key in [k for k in keys if k in row and k in first]:
             row[f"{key}_p50_over_first"] = row[key]["p50_ms"] / first[key]["p50_ms"]
             row[f"{key}_cpu_p50_over_first"] = row[key]["cpu"]["p50_ms"] / first[key]["cpu"]["p50_ms"]
 
@@ -336,6 +359,7 @@ def work(args: argparse.Namespace) -> None:
         print(json.dumps({"grow": grow, "measure": measure, "texts": measure_texts}[args.phase](args)), flush=True)
         return
     report = {"command": "python " + " ".join(sys.argv), "threads": threads, "load_average_at_start": os.getloadavg()}
+    report["dense_row_records"] = walk_scorer.ONE_QUERY_NODES  # the largest memory the walk reads by one dense row
     report.update(run(args, report))
     report["load_average_at_end"] = os.getloadavg()
     write(args.out, report)

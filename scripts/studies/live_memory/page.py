@@ -98,7 +98,8 @@ def _lead(r: dict, block: str, **values: str) -> list[str]:
 
 
 def _scale(r: dict) -> list[str]:
-    header = "records|add ms|×10³|router ms|×10³|hybrid ms|×10³|forget ms|fill records/s|database MB".split("|")
+    header = "records|add ms|×10³|router ms|×10³|router, gathered ms|×10³|hybrid ms|×10³|forget ms".split("|")
+    header += ["fill records/s", "database MB"]
     rows = [
         [
             f"{s['records']:,}" if "records" in s else "—",
@@ -106,6 +107,8 @@ def _scale(r: dict) -> list[str]:
             _num(s.get("add_p50_over_first"), ".2f"),
             _ms(s.get("retrieve_router")),
             _num(s.get("retrieve_router_p50_over_first"), ".2f"),
+            _ms(s.get("retrieve_router_gathered")),
+            _num(s.get("retrieve_router_gathered_p50_over_first"), ".2f"),
             _ms(s.get("retrieve_hybrid")),
             _num(s.get("retrieve_hybrid_p50_over_first"), ".2f"),
             _ms(s.get("forget")),
@@ -130,9 +133,14 @@ def _scale(r: dict) -> list[str]:
             if moved
             else ""
         )
+        if any(s.get("upgraded") for s in reused):
+            converted += (
+                " They were grown by the code of schema 1; before this run a read-write open rebuilt their edges in the"
+                " schema-2 form and `VACUUM` compacted each file: the same records and edges, in the same order."
+            )
         lines += ["", fill(TEMPLATE, "scale_reused", sizes=len(reused), grown_by=grown_by, converted=converted)]
     lines += ["", fill(TEMPLATE, "scale_costs"), "", *_costs(r["sizes"]), *_reads(r["sizes"])]
-    lines += ["", _scale_goals(r["sizes"])]
+    lines += ["", _scale_goals(r["sizes"]), *_gathered(r)]
     for s in [s for s in r["sizes"] if "stopped" in s]:
         lines += [
             "",
@@ -233,6 +241,26 @@ def _scale_goals(sizes: list[dict]) -> str:
     )
 
 
+def _gathered(r: dict) -> list[str]:
+    """The walk's ratio by one path: its node columns from gathered rows at every size (when measured)."""
+    first, last = r["sizes"][0], r["sizes"][-1]
+    if "retrieve_router_gathered_p50_over_first" not in last:
+        return []
+    return [
+        "",
+        fill(
+            TEMPLATE,
+            "scale_gathered",
+            dense=f"{r['dense_row_records']:,}",
+            first=f"{first['records']:,}",
+            last=f"{last['records']:,}",
+            gathered=f"{first['retrieve_router_gathered']['p50_ms']:.2f}",
+            gathered_last=f"{last['retrieve_router_gathered']['p50_ms']:.2f}",
+            ratio=f"{last['retrieve_router_gathered_p50_over_first']:.2f}",
+        ),
+    ]
+
+
 def _reopen(r: dict) -> list[str]:
     """The first retrieval and add after reopening, the indexes built from the records against loaded from files."""
     rows = [
@@ -255,24 +283,27 @@ def _cpu_p50(row: dict, key: str) -> float | None:
 
 
 def _write_read(now: dict, before: dict) -> list[str]:
-    """The same sizes measured by the code before (``memory_scale_before.json``) and in the run above: the first add
-    after the open, a read right after a write, steady-state retrievals and adds, and the resident memory."""
+    """The same sizes measured by the code before (``memory_scale_before.json``) and in the run above: steady-state
+    adds, forgets and retrievals, the database's size, the open and the resident memory."""
     was = {s["records"] // 1000: s for s in before["sizes"] if "records" in s}
     rows = []
     for s in (s for s in now["sizes"] if "records" in s):
         old = was.get(s["records"] // 1000, {})
-        pairs = [(old.get("first_add_after_open_s"), s.get("first_add_after_open_s"), ".2f")]
-        pairs.append((after_add_cpu_s(old), after_add_cpu_s(s), ".3f"))
-        for key in ("retrieve_router", "retrieve_hybrid", "add"):
-            pairs.append((_cpu_p50(old, key), _cpu_p50(s, key), ".2f"))
-        for key in ("rss_after_retrieve_hybrid_mb", "peak_rss_mb"):
-            pairs.append((old.get(key), s.get(key), ",.0f"))
+        pairs = [(_cpu_p50(old, key), _cpu_p50(s, key), ".2f") for key in ("add", "forget")]
+        pairs += [(_cpu_p50(old, key), _cpu_p50(s, key), ".2f") for key in ("retrieve_router", "retrieve_hybrid")]
+        pairs.append((_mb(old.get("bytes")), _mb(s.get("bytes")), ",.0f"))
+        pairs.append((old.get("open_s"), s.get("open_s"), ".2f"))
+        pairs.append((old.get("peak_rss_mb"), s.get("peak_rss_mb"), ",.0f"))
         rows.append([f"{s['records']:,}", *(_num(v, spec) for a, b, spec in pairs for v in (a, b))])
-    header = ["records", "first add after open s, before", "now", "read after a write s, before", "now"]
-    header += ["router ms, before", "now", "hybrid ms, before"]
-    header += ["now", "add ms, before", "now", "RSS after hybrid MB, before", "now", "peak RSS MB, before", "now"]
+    header = ["records", "add ms, before", "now", "forget ms, before", "now", "router ms, before", "now"]
+    header += ["hybrid ms, before", "now", "database MB, before", "now", "open s, before", "now"]
+    header += ["peak RSS MB, before", "now"]
     lines = [fill(TEMPLATE, "write_read", before=before["command"]), "", *_table(header, rows)]
     return lines + ["", fill(TEMPLATE, "write_read_spread")]
+
+
+def _mb(n: int | None) -> float | None:
+    return None if n is None else n / 2**20
 
 
 def render(results_dir: Path) -> str:
