@@ -21,7 +21,7 @@ kernel when its holder dies) and a second writer is refused with one line, or wa
 overwritten in the file (``PRAGMA secure_delete``) and the WAL is checkpointed and truncated after a deletion,
 so a forgotten text is gone from the file bytes.
 
-An edge joins a record to one stored before it, so the edges an add writes all have the new record's seq as
+The edges an add writes join the new record to records stored before it, so all have the new record's seq as
 ``hi``: they go to the end of the key index as they go to the end of the table, and an add changes a few pages at
 the end of each B-tree however large the memory is. An index by ``src`` or by ``dst`` would take each edge into
 the page of its older end, a page anywhere in the file. Deletions name the edges by their key (the memory holds
@@ -290,7 +290,7 @@ class SQLiteStore(MemoryStore):
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
                 conn.execute("PRAGMA secure_delete = ON")
-                _upgrade(conn)
+                _upgrade(conn, db)
                 conn.executescript(_SCHEMA)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as err:
@@ -425,13 +425,13 @@ def _key(src: int, dst: int, relation: int) -> tuple[int, int, int, int]:
     return max(src, dst), src, dst, int(relation)
 
 
-def _upgrade(conn: sqlite3.Connection) -> None:
+def _upgrade(conn: sqlite3.Connection, db: Path) -> None:
     """Rebuild the edges of a schema-1 database in the schema-2 form (module docstring), in one transaction: the
     same rows with the same rowids, so that they are read in the same order; then the schema version is 2."""
     columns = [r[1] for r in conn.execute("PRAGMA table_xinfo(edges)")]
     if not columns or "hi" in columns:
         return
-    log.info("upgrading %s to schema %d: rebuilding its edges", conn.execute("PRAGMA database_list").fetchone()[2], 2)
+    log.info("upgrading %s to schema 2: rebuilding its edges", db)
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(f"CREATE TABLE edges_upgraded({_EDGE_COLUMNS})")
