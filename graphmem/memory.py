@@ -491,10 +491,10 @@ class Memory(Closing):
             rows = sorted({self._row[i] for i in ids})
             texts = [self.graph.texts[r] for r in rows]
             words = Counter(w for r in rows for w in self._words(self._body(r)))
-            touching = torch.isin(self.graph.edge_index, torch.tensor(rows)).any(0).nonzero().flatten()
+            gone = self._edges_touching(rows)
             try:
                 with self.store.write() as tx:
-                    tx.delete_edges(*self._edge_keys(touching))
+                    tx.delete_edges(*self._edge_keys(gone.nonzero().flatten()))
                     tx.delete_nodes([self._seq[r] for r in rows])
                     tx.count_words(words.elements(), -1)  # once per forgotten record that held the word
                     for seq, entry in tx.feedback_mentioning(ids + texts):
@@ -502,24 +502,32 @@ class Memory(Closing):
             except BaseException:
                 self._load()  # the transaction rolled back: the derived state follows the store
                 raise
-            self._forgotten(rows, words)
+            self._forgotten(rows, words, gone)
             for key in [k for k, r in self._recent.items() if set(ids) & set(r.loaded) or r.query in texts]:
                 del self._recent[key]
             return len(rows)
 
-    def _forgotten(self, rows: list[int], words: Counter) -> None:
-        """Bring the derived state up to a committed :meth:`forget` of ``rows`` (sorted), as reopening the store
-        makes it: the remaining rows and edges keep their order and are renumbered, the builder's state and the
-        word counts lose the rows, the removal is logged so that the vector indexes mark their slots dead (and
-        are rebuilt when too many are), and BM25 is made again when next used, as at open."""
-        g, b, n = self.graph, self.buffers, len(self)
-        drop = torch.zeros(n, dtype=torch.bool)
+    def _edges_touching(self, rows: list[int]) -> Tensor:
+        """``[E]`` whether each edge has an end among ``rows``."""
+        drop = torch.zeros(len(self), dtype=torch.bool)
         drop[rows] = True
-        keep = (~drop).nonzero().flatten()
+        ends = self.buffers.edge_index[:, : self._n_edges]
+        return drop[ends[0]] | drop[ends[1]]
+
+    def _forgotten(self, rows: list[int], words: Counter, gone: Tensor) -> None:
+        """Bring the derived state up to a committed :meth:`forget` of ``rows`` (sorted) and of the edges ``gone``
+        marks (:meth:`_edges_touching`), as reopening the store makes it: the remaining rows and edges keep their
+        order and are renumbered, the builder's state and the word counts lose the rows, the removal is logged so
+        that the vector indexes mark their slots dead (and are rebuilt when too many are), and BM25 is made again
+        when next used, as at open."""
+        g, b, n = self.graph, self.buffers, len(self)
+        keep = torch.ones(n, dtype=torch.bool)
+        keep[rows] = False
+        keep = keep.nonzero().flatten()
         new_row = torch.full((n,), -1, dtype=torch.long)
         new_row[keep] = torch.arange(keep.numel())
-        m, e = keep.numel(), self._n_edges
-        self._keep_edges(~(drop[b.edge_index[0, :e]] | drop[b.edge_index[1, :e]]))
+        m = keep.numel()
+        self._keep_edges(~gone)
         e = self._n_edges
         b.edge_index[:, :e] = new_row[b.edge_index[:, :e]]
         b.emb[:m], b.time[:m] = b.emb[keep], b.time[keep]
