@@ -590,3 +590,15 @@ def test_every_write_of_a_stored_edge_finds_it_by_the_key_index(mem):
     ]:
         plan = " | ".join(row[-1] for row in mem.store.conn.execute("EXPLAIN QUERY PLAN " + sql, params))
         assert "edges USING INDEX edges_key (hi=? AND src=? AND dst=? AND relation=?)" in plan, plan
+
+
+def test_a_memory_of_an_unknown_schema_is_refused_and_left_as_it_is(mem):
+    folder = mem.store.folder
+    mem.close()
+    _as_schema_1(folder / "memory.sqlite3")
+    with sqlite3.connect(folder / "memory.sqlite3") as conn:
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    with pytest.raises(MemoryStoreError, match=r"schema_version 3 is not 2$"):
+        Memory.open(folder, encoder="hashing")
+    with sqlite3.connect(folder / "memory.sqlite3") as conn:
+        assert "hi" not in [r[1] for r in conn.execute("PRAGMA table_xinfo(edges)")]

@@ -64,16 +64,16 @@ _EDGE_COLUMNS = """
     hi INTEGER GENERATED ALWAYS AS (max(src, dst)) VIRTUAL"""
 _EDGE_KEY = "hi = ? AND src = ? AND dst = ? AND relation = ?"
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes(
     seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, key TEXT NOT NULL, time REAL,
     meta TEXT NOT NULL, entities TEXT NOT NULL, embedding BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS edges(_EDGE_COLUMNS);
+CREATE TABLE IF NOT EXISTS edges({_EDGE_COLUMNS});
 CREATE UNIQUE INDEX IF NOT EXISTS edges_key ON edges(hi, src, dst, relation);
 CREATE TABLE IF NOT EXISTS vocabulary(word TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS feedback(seq INTEGER PRIMARY KEY, time REAL NOT NULL, entry TEXT NOT NULL);
-""".replace("_EDGE_COLUMNS", _EDGE_COLUMNS)
+"""
 
 
 class MemoryStoreError(InputError):
@@ -291,7 +291,8 @@ class SQLiteStore(MemoryStore):
                 conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
                 conn.execute("PRAGMA secure_delete = ON")
                 _upgrade(conn, db)
-                conn.executescript(_SCHEMA)
+                if _stored_version(conn) in (None, SCHEMA_VERSION):  # another version: the settings check refuses it
+                    conn.executescript(_SCHEMA)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as err:
             raise MemoryStoreError(f"{db}: not a usable memory database ({err})") from None
@@ -425,12 +426,19 @@ def _key(src: int, dst: int, relation: int) -> tuple[int, int, int, int]:
     return max(src, dst), src, dst, int(relation)
 
 
+def _stored_version(conn: sqlite3.Connection) -> Any:
+    """The schema version the database's meta table holds (``None`` without one)."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() if "meta" in tables else None
+    return None if row is None else json.loads(row[0])
+
+
 def _upgrade(conn: sqlite3.Connection, db: Path) -> None:
     """Rebuild the edges of a schema-1 database in the schema-2 form (module docstring), in one transaction: the
     same rows with the same rowids, so that they are read in the same order; then the schema version is 2."""
     columns = [r[1] for r in conn.execute("PRAGMA table_xinfo(edges)")]
-    if not columns or "hi" in columns:
-        return
+    if not columns or "hi" in columns or _stored_version(conn) != 1:
+        return  # new, already upgraded, or of a version this code does not know
     log.info("upgrading %s to schema 2: rebuilding its edges", db)
     conn.execute("BEGIN IMMEDIATE")
     try:
