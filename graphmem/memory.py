@@ -48,7 +48,7 @@ from graphmem.datasets.types import LoadReport, Question
 from graphmem.feedback import check_labels, label_transitions
 from graphmem.index.embed import Encoder, encoder_fingerprint, make_encoder
 from graphmem.index.lexical import BM25Index
-from graphmem.index.vector_index import IndexSpec, index_for
+from graphmem.index.vector_index import IndexSpec, index_for, nearest_of
 from graphmem.policies import make_policy
 from graphmem.policies.base import TraversalPolicy
 from graphmem.store.graphset import GraphSet
@@ -340,9 +340,7 @@ class Memory(Closing):
             emb = self.graph.embeddings[:n]
             rough = emb @ x  # candidates in float32; the ranking from float64 rounded to float32, as the batch's
             near = (rough >= torch.topk(rough, min(k, n)).values[-1] - 1e-5).nonzero().flatten()
-            cos = (emb[near].double() @ x.double()).float()
-            pairs = sorted(zip((-cos).tolist(), near.tolist()))[:k]
-            return [r for _, r in pairs], [-c for c, _ in pairs]
+            return nearest_of(emb, near, x, k)
         return index_for(self.graph, self.neighbour_index).nearest(self.graph, x, k, n)
 
     # ------------------------------------------------------------------ writes

@@ -375,9 +375,7 @@ class VectorIndex:
             if rows.size >= enough or want >= self.index.ntotal:
                 break
             want = min(2 * want, self.index.ntotal)
-        cos = (graph.embeddings[torch.from_numpy(rows)].double() @ x.double()).float()
-        pairs = sorted(zip((-cos).tolist(), rows.tolist()))[:k]
-        return [r for _, r in pairs], [-c for c, _ in pairs]
+        return nearest_of(graph.embeddings, torch.from_numpy(rows), x, k)
 
     @staticmethod
     def _exact_top(graph: MemoryGraph, q: np.ndarray, k: int) -> np.ndarray:
@@ -399,6 +397,14 @@ class VectorIndex:
     def from_bytes(cls, spec: IndexSpec, data: np.ndarray, slot_row: np.ndarray, dim: int) -> VectorIndex:
         """The index :meth:`to_bytes` gave, with its slot table (not yet synced with a graph)."""
         return cls(spec, _faiss().deserialize_index(data), slot_row, dim)
+
+
+def nearest_of(embeddings: Tensor, rows: Tensor, x: Tensor, k: int) -> tuple[list[int], list[float]]:
+    """The ``k`` of ``rows`` nearest to ``x`` and their cosines, by (cosine desc, row asc), each cosine the float64
+    product of its row with ``x`` rounded to float32 (as the batch builder's kNN computes it)."""
+    cos = (embeddings[rows].double() @ x.double()).float()
+    pairs = sorted(zip((-cos).tolist(), rows.tolist()))[:k]
+    return [r for _, r in pairs], [-c for c, _ in pairs]
 
 
 def _new_index(spec: IndexSpec, dim: int, n: int):
