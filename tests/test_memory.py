@@ -540,7 +540,8 @@ def test_the_retrieval_indexes_a_writer_saved_are_loaded_by_the_next_open_and_go
 
 
 def _as_schema_1(db: Path) -> None:
-    """Rewrite a memory's edges as schema 1 stored them: the key ``(src, dst, relation)`` and an index by ``dst``."""
+    """Rewrite a memory's edges as schema 1 stored them (the key ``(src, dst, relation)`` and an index by ``dst``), with
+    its count of write transactions in ``meta``."""
     conn = sqlite3.connect(db, isolation_level=None)
     conn.executescript(
         """BEGIN;
@@ -552,6 +553,7 @@ def _as_schema_1(db: Path) -> None:
         ALTER TABLE edges_v1 RENAME TO edges;
         CREATE INDEX edges_dst ON edges(dst);
         UPDATE meta SET value = '1' WHERE key = 'schema_version';
+        INSERT INTO meta(key, value) VALUES ('writes', '7');
         COMMIT;"""
     )
     conn.close()
@@ -574,6 +576,7 @@ def test_a_schema_1_memory_is_upgraded_by_a_writers_open_and_refused_by_a_reader
         assert again.integrity() == []
     with Memory.open(folder, encoder="hashing", readonly=True) as reader:
         assert len(reader) == 4 and reader.integrity() == []
+        assert "writes" not in reader.store.settings()  # schema 1's unread count of write transactions is gone
         indexes = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'edges'"
         assert [n for (n,) in reader.store.conn.execute(indexes)] == ["edges_key"]
 

@@ -3,8 +3,7 @@
 A memory folder holds ``memory.sqlite3`` (with SQLite's ``-wal`` and ``-shm`` files) and ``writer.lock``.
 The database (the standard library's :mod:`sqlite3`, WAL journal) has five tables::
 
-    meta(key, value)                 schema version, the graph config, the encoder's name and width, relations,
-                                     and how many write transactions were committed
+    meta(key, value)                 schema version, the graph config, the encoder's name and width, relations
     nodes(seq, id, text, key, time, meta, entities, embedding)
                                      one row per record; seq is the arrival number (never reused)
     edges(src, dst, relation, S, F, attr, attr_init)
@@ -299,7 +298,7 @@ class SQLiteStore(MemoryStore):
         return conn
 
     def _check_settings(self, settings: dict[str, Any] | None) -> dict[str, Any]:
-        stored = {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta WHERE key != 'writes'")}
+        stored = {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
         if not stored:
             if settings is None or self.lock is None:
                 raise MemoryStoreError(f"{self.folder}: the memory database holds no settings")
@@ -369,11 +368,6 @@ class SQLiteStore(MemoryStore):
             for seq, t, entry in self.conn.execute("SELECT seq, time, entry FROM feedback ORDER BY seq")
         ]
 
-    def writes(self) -> int:
-        """How many write transactions the store has committed: what a saved derived structure is stamped with."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key = 'writes'").fetchone()
-        return int(row[0]) if row else 0
-
     def next_seq(self) -> int:
         return int(self.conn.execute("SELECT coalesce(max(seq), -1) + 1 FROM nodes").fetchone()[0])
 
@@ -388,10 +382,6 @@ class SQLiteStore(MemoryStore):
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
-        self.conn.execute(
-            "INSERT INTO meta(key, value) VALUES ('writes', '1') "
-            "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
-        )
         self.conn.execute("COMMIT")
         if tx.deleted:
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -435,7 +425,8 @@ def _stored_version(conn: sqlite3.Connection) -> Any:
 
 def _upgrade(conn: sqlite3.Connection, db: Path) -> None:
     """Rebuild the edges of a schema-1 database in the schema-2 form (module docstring), in one transaction: the
-    same rows with the same rowids, so that they are read in the same order; then the schema version is 2."""
+    same rows with the same rowids, so that they are read in the same order; then the schema version is 2 (and
+    schema 1's count of write transactions, which nothing reads, is dropped)."""
     columns = [r[1] for r in conn.execute("PRAGMA table_xinfo(edges)")]
     if not columns or "hi" in columns or _stored_version(conn) != 1:
         return  # new, already upgraded, or of a version this code does not know
@@ -450,6 +441,7 @@ def _upgrade(conn: sqlite3.Connection, db: Path) -> None:
         conn.execute("DROP TABLE edges")
         conn.execute("ALTER TABLE edges_upgraded RENAME TO edges")
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version' AND value = '1'")
+        conn.execute("DELETE FROM meta WHERE key = 'writes'")  # schema 1's count of write transactions, unread
     except BaseException:
         conn.execute("ROLLBACK")
         raise
