@@ -113,7 +113,7 @@ def _scale(r: dict) -> list[str]:
             _num(s.get("retrieve_hybrid_p50_over_first"), ".2f"),
             _ms(s.get("forget")),
             f"{s['fill_records_per_s']:.0f}",
-            _num(s.get("bytes") and s["bytes"] / 2**20, ",.0f"),
+            _num(_mb(s.get("bytes")), ",.0f"),
         ]
         for s in r["sizes"]
     ]
