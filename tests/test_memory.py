@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import random
 import sqlite3
 import threading
 import time
@@ -15,8 +17,9 @@ import torch
 
 from graphmem import Memory
 from graphmem.builders.config import GraphConfig
+from graphmem.builders.edges import time_window_pairs
 from graphmem.builders.entities import make_entity_extractor
-from graphmem.builders.incremental import Record, records_of
+from graphmem.builders.incremental import Record, TimeIndex, records_of
 from graphmem.builders.locomo import build_locomo_graph, node_texts, turn_records
 from graphmem.core import Budget
 from graphmem.core.graph import MemoryGraph, edge_table
@@ -90,6 +93,54 @@ def test_the_incremental_rules_differ_from_the_default_batch_rules(conversations
     default = build_locomo_graph(conv, emb, GraphConfig(encoder="hashing"), ext)
     incremental = build_locomo_graph(conv, emb, GraphConfig(encoder="hashing", incremental=True), ext)
     assert edge_table(default) != edge_table(incremental)
+
+
+def test_the_time_index_takes_records_in_any_time_order():
+    """Back-filled and late records (times before the latest, equal times, unknown ones): the window's
+    candidates are those of a scan over every key, after a deletion too, and the index made at once equals it."""
+    rng, index, keys = random.Random(0), TimeIndex(), []
+    for row in range(300):
+        t = rng.choice([float(rng.randrange(40)), rng.uniform(0.0, 40.0), math.nan])
+        index.add(t, row)
+        keys += [(t, row)] if math.isfinite(t) else []
+        q, w = rng.choice([float(rng.randrange(-5, 45)), rng.uniform(-5.0, 45.0)]), rng.choice([0.0, 1.0, 7.5])
+        assert index.within(q, w) == sorted((abs(ti - q), r) for ti, r in keys if abs(ti - q) <= w)
+    times = torch.full((300,), math.nan, dtype=torch.float64)
+    times[[r for _, r in keys]] = torch.tensor([t for t, _ in keys], dtype=torch.float64)
+    assert TimeIndex.of(times).keys() == index.keys() == sorted(keys)
+    gone = set(range(0, 300, 3))
+    new_row = {r: r - (r + 2) // 3 for r in range(300) if r not in gone}
+    index.remove(gone, new_row)
+    assert index.keys() == sorted((t, new_row[r]) for t, r in keys if r not in gone)
+
+
+def test_records_arriving_out_of_time_order_get_the_batch_rules_temporal_edges(tmp_path):
+    """A memory fed records whose times go back and forth links each to its nearest-in-time earlier records as
+    the batch rule does (``earlier_only``), and a reopened memory (its time index rebuilt at once) goes on as an
+    open one does."""
+    rng = random.Random(1)
+    times = [float(rng.randrange(0, 4000, 100)) for _ in range(40)]
+    cfg = GraphConfig(encoder="hashing")
+
+    def add(m, rows):
+        for i in rows:
+            m.add(f"note {i} about topic {i % 7}", id=f"r{i}", time=times[i])
+
+    with Memory.open(tmp_path / "reopened", encoder="hashing") as m:
+        add(m, range(25))
+    with (
+        Memory.open(tmp_path / "live", encoder="hashing") as live,
+        Memory.open(tmp_path / "reopened", encoder="hashing") as other,
+    ):
+        add(live, range(40))
+        add(other, range(25, 40))
+        assert edge_table(live.graph) == edge_table(other.graph)
+        g = live.graph
+        temporal = g.edge_type == g.relations.index("temporal")
+        got = set(map(tuple, g.edge_index[:, temporal].T.tolist()))
+        rows, nbr = time_window_pairs(g.timestamps, cfg.temporal_window_s, cfg.temporal_cap, earlier_only=True)
+        assert got == {(int(a), int(b)) for a, b in zip(rows, nbr)} | {(int(b), int(a)) for a, b in zip(rows, nbr)}
+        assert len(got) > 40
 
 
 @pytest.fixture
@@ -364,7 +415,7 @@ def derived_state(m) -> dict:
         "mentions": b.entities.mentions,
         "node_entities": b.node_entities,
         "vocabulary": (b.vocabulary, +m.vocabulary),
-        "times_tails": (b.times._keys, b.tails),
+        "times_tails": (b.times.keys(), b.tails),
         "answers": [m.retrieve(q, policy=p).ranked_ids() for q in questions for p in ("hybrid", "beta_bfs")],
     }
 

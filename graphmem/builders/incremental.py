@@ -27,12 +27,12 @@ seed a live memory; the memory's edges are then those of these rules, whatever r
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
+from sortedcontainers import SortedList
 from torch import Tensor
 
 from graphmem.builders import edges as E
@@ -117,24 +117,34 @@ def records_of(graph: MemoryGraph) -> list[Record]:
 
 
 class TimeIndex:
-    """Rows by timestamp (sorted), for the time-window candidates of an arriving record."""
+    """Rows by timestamp, for the time-window candidates of an arriving record: ``(t, row)`` keys in a sorted list
+    of bounded blocks (``sortedcontainers.SortedList``), so that a record whose time falls before the latest (a
+    back-filled or late turn) is inserted in ``O(log N)`` rather than by moving every later key."""
 
-    def __init__(self) -> None:
-        self._keys: list[tuple[float, int]] = []
+    def __init__(self, keys: Iterable[tuple[float, int]] = ()) -> None:
+        self._keys = SortedList(k for k in keys if math.isfinite(k[0]))
+
+    @classmethod
+    def of(cls, times: Tensor) -> TimeIndex:
+        """The index of rows ``0..N-1`` at ``times`` ``[N]`` (unknown times, NaN, left out), sorted once."""
+        return cls(zip(times.tolist(), range(times.numel())))
 
     def add(self, t: float, row: int) -> None:
         if math.isfinite(t):
-            bisect.insort(self._keys, (t, row))
+            self._keys.add((t, row))
+
+    def keys(self) -> list[tuple[float, int]]:
+        """Every ``(t, row)``, by time then row."""
+        return list(self._keys)
 
     def within(self, t: float, window: float) -> list[tuple[float, int]]:
         """``(|t_i - t|, row)`` of the rows with ``|t_i - t| <= window``, nearest first, then by row."""
-        lo = bisect.bisect_left(self._keys, (t - window, -1))
-        hi = bisect.bisect_right(self._keys, (t + window, math.inf))
-        return sorted((abs(ti - t), row) for ti, row in self._keys[lo:hi] if abs(ti - t) <= window)
+        near = self._keys.irange((t - window, -1), (t + window, math.inf))
+        return sorted((abs(ti - t), row) for ti, row in near if abs(ti - t) <= window)
 
     def remove(self, rows: set[int], new_row: Mapping[int, int]) -> None:
         """Drop ``rows`` and renumber the others (after a deletion compacts the graph)."""
-        self._keys = [(t, new_row[r]) for t, r in self._keys if r not in rows]
+        self._keys = SortedList((t, new_row[r]) for t, r in self._keys if r not in rows)
 
 
 class EntityIndex:
@@ -183,13 +193,13 @@ class IncrementalBuilder:
         """Bring the state up to ``graph`` (a memory reopened from its store): its rows in order, their
         stored entities and the extractor's vocabulary."""
         self.vocabulary = set(vocabulary)
+        self.times = TimeIndex.of(graph.timestamps)
         for row, (m, ents) in enumerate(zip(graph.metadata, entities, strict=True)):
-            self._remember(row, m, float(graph.timestamps[row]), ents)
+            self._remember(row, m, ents)
             for e in sorted(ents):
                 self.entities.mentions.setdefault(e, []).append(row)
 
-    def _remember(self, row: int, metadata: Mapping[str, Any], t: float, ents: set[str]) -> None:
-        self.times.add(t, row)
+    def _remember(self, row: int, metadata: Mapping[str, Any], ents: set[str]) -> None:
         if metadata.get("session") is not None:
             self.tails[metadata["session"]] = (row, int(metadata["position"]))
         self.node_entities.append(ents)
@@ -233,7 +243,8 @@ class IncrementalBuilder:
                 conf = float(c[0])
                 pairs["causal"].append(pred_row)
         pairs["entity"] = self.entities.link(j, entities, cfg.entity_fanout, cfg.entity_max_share)
-        self._remember(j, metadata, t, entities)
+        self.times.add(t, j)
+        self._remember(j, metadata, entities)
         src, dst, rel = [], [], []
         for relation, rows in pairs.items():
             for i in sorted(set(rows)):
