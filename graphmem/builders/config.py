@@ -64,8 +64,8 @@ class GraphConfig:
     share cap applied as each mention arrives (:mod:`graphmem.builders.incremental`, ``docs/memory.md``)."""
     max_text_chars: int = 1_000_000
     """longest text field of a turn or passage, in characters; a longer one is refused naming the file, record and
-    field (:func:`graphmem.builders.units.check_text_sizes`). Not hashed: it decides whether a set is built, not
-    what it holds."""
+    field (:meth:`graphmem.builders.registry.Dataset.check_text_sizes`). Not hashed: it decides whether a set is
+    built, not what it holds."""
 
     def __post_init__(self) -> None:
         if self.features not in FEATURES:

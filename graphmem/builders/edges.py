@@ -56,7 +56,7 @@ def time_window_pairs(
 
     Pairs in ``exclude`` (e.g. the consecutive pairs, already linked) are not counted against the cap.
     ``earlier_only`` (the live memory's rule): node ``i`` looks only at rows ``j < i``, nearest first and
-    equal gaps to the lower row, as :func:`graphmem.builders.incremental.window_neighbours` does for one node.
+    equal gaps to the lower row, as :meth:`graphmem.builders.incremental.IncrementalBuilder.plan` does for one node.
     """
     n = timestamps.numel()
     if n < 2 or cap == 0 or window <= 0:
@@ -87,7 +87,8 @@ def semantic_knn_pairs(
 
     Similarities are computed ``block`` rows at a time, so a pooled corpus of 10^4 nodes never
     holds the full ``[N, N]`` matrix. ``earlier_only`` (the live memory's rule): node ``i`` looks only at
-    rows ``j < i``, equal cosines to the lower row, as :func:`graphmem.builders.incremental.semantic_neighbours`.
+    rows ``j < i``, equal cosines to the lower row, as :meth:`graphmem.builders.incremental.IncrementalBuilder.plan`
+    does for one node.
     """
     n = embeddings.shape[0]
     if n < 2 or k == 0:
