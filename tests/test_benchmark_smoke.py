@@ -189,3 +189,22 @@ def test_serving_benchmark_records_its_threads_and_refuses_a_bad_count(tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: threads: expected a positive number of threads, got -2"
     ]
+
+
+def test_memory_benchmark_reports_the_median_of_its_measuring_processes(tmp_path):
+    out = tmp_path / "memory_scale.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
+    script = ROOT / "scripts" / "benchmarks" / "bench_memory.py"
+    tiny = ["--adds", "4", "--queries", "3", "--forgets", "1", "--after-adds", "1", "--ingest", "0"]
+    args = [sys.executable, str(script), "--sizes", "30", "60", *tiny, "--repeats", "2", "--out", str(out)]
+    proc = script_runner.run(args, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = json.loads(out.read_text())["sizes"]
+    for size, row in ((30, first), (60, second)):
+        assert row["records"] == size + 1 + 4  # after the first add and the timed ones
+        for key in ("add", "retrieve_router", "retrieve_hybrid"):
+            p50s = [run[key] for run in row["runs"]]
+            assert len(p50s) == 2 and row[key]["p50_ms"] == (p50s[0] + p50s[1]) / 2
+    assert second["add_p50_over_first"] == second["add"]["p50_ms"] / first["add"]["p50_ms"]
+    bad = script_runner.run([*args[:-4], "--repeats", "0"], cwd=ROOT, env=env, timeout=300)
+    assert bad.returncode != 0 and "--repeats must be positive" in bad.stderr

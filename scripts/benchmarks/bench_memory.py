@@ -32,11 +32,13 @@ them (their growth figures are then those of the run that grew them, marked ``re
 * ``forget``: ``--forgets`` single :meth:`Memory.forget` calls of records added in this process;
 * the database's bytes and the measuring process's peak resident memory.
 
-Ratios to the first size are reported for the add and retrieve p50s. ``--ingest`` turns of LoCoMo are then
-added with the real encoder (MiniLM) in transactions of 64, for the ingest rate in turns per second. The report
-is written after each growth and each size, and the measuring process saves its row after each step (the
-walk's, whose per-graph tables take most of the resident memory, last): a run stopped at a large size keeps
-what it had measured, and says where it stopped.
+``--repeats R`` measures each size by ``R`` such processes, one after another, each on a fresh copy: every number
+of the size's row is then their median, and ``runs`` keeps each process's p50s and open time (the run-to-run
+spread). Ratios to the first size are reported for the add and retrieve p50s (medians with ``R > 1``).
+``--ingest`` turns of LoCoMo are then added with the real encoder (MiniLM) in transactions of 64, for the ingest
+rate in turns per second. The report is written after each growth and each size, and the measuring process saves
+its row after each step (the walk's, whose per-graph tables take most of the resident memory, last): a run stopped
+at a large size keeps what it had measured, and says where it stopped.
 
     OMP_NUM_THREADS=1 python scripts/benchmarks/bench_memory.py --out docs/results/memory_scale.json
 """
@@ -52,6 +54,7 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -262,9 +265,13 @@ def run(args, head: dict) -> dict:
                 write(kept[size] / "grown.json", {**row, "grown_by": head["command"], "at": time.ctime()})
         report["sizes"].append(row)
         write(args.out, {**head, **report})  # the growth's figures stay if the measuring process stops
-        copy_memory(kept[size] if args.reuse and kept[size].is_dir() else growing, measured)
-        row.update(phase(args, "measure", have, size, measured))  # a copy: its writes leave the grown one as it was
-        shutil.rmtree(measured, ignore_errors=True)
+        runs: list[dict] = []
+        while len(runs) < args.repeats and not (runs and "stopped" in runs[-1]):
+            copy_memory(kept[size] if args.reuse and kept[size].is_dir() else growing, measured)
+            # a copy: its writes leave the grown one as it was
+            runs.append(phase(args, "measure", have, size, measured))
+            shutil.rmtree(measured, ignore_errors=True)
+        row.update(median_of_runs(runs))
         have = size
         ratios(report["sizes"])
         write(args.out, {**head, **report})
@@ -286,6 +293,34 @@ def copy_memory(src: Path, dst: Path) -> None:
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("grown.json", "writer.lock"))
     os.sync()
+
+
+TIMED = ("add", "forget", "retrieve_hybrid", "retrieve_router", "retrieve_router_gathered", "retrieve_after_add_router")
+"""the timed calls of a measuring process's row"""
+
+
+def median_of_runs(runs: list[dict]) -> dict:
+    """One size's row from its measuring processes: every number (each latency statistic, wall and CPU, open time,
+    resident memory, bytes) the median over the processes, any other field the last process's; with more than one,
+    ``runs`` keeps each process's wall p50s and open time, the run-to-run spread."""
+    if len(runs) == 1:
+        return runs[0]
+    out = _median(runs)
+    out["runs"] = [{**{k: r[k]["p50_ms"] for k in TIMED if k in r}, "open_s": r.get("open_s")} for r in runs]
+    return out
+
+
+def _median(values: list):
+    """The median of numbers (of integers, the lower median: one of them), key by key for mappings (the keys of
+    any), else the last value."""
+    if isinstance(values[-1], dict):
+        keys = dict.fromkeys(k for v in values for k in v)
+        return {k: _median([v[k] for v in values if k in v]) for k in keys}
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return statistics.median_low(values)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return statistics.median(values)
+    return values[-1]
 
 
 def ratios(rows: list[dict]) -> None:
@@ -323,6 +358,9 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--forgets", type=int, default=5, help="timed single forgets per size (at most --adds)")
     ap.add_argument("--after-adds", type=int, default=5, help="timed add-then-retrieve pairs per size")
     ap.add_argument("--chunk", type=int, default=10000, help="records per transaction while growing")
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="measuring processes per size, one after another (figures: their median)"
+    )
     ap.add_argument("--ingest", type=int, default=2000, help="LoCoMo turns added with MiniLM (0: skip)")
     ap.add_argument(
         "--checkpoint", default=None, help="a trained walk (best.pt of scripts/train.py; default: a fresh scorer)"
@@ -346,11 +384,11 @@ def arguments() -> argparse.ArgumentParser:
 def work(args: argparse.Namespace) -> None:
     """Grow the memory, time it at each size and write the report (module docstring); or run one phase."""
     bad = [s for s in args.sizes if s < 1] + [
-        v for v in (args.adds, args.queries, args.chunk, args.after_adds) if v < 1
+        v for v in (args.adds, args.queries, args.chunk, args.after_adds, args.repeats) if v < 1
     ]
     if bad or args.ingest < 0 or not 0 <= args.forgets <= args.adds:
         raise ValueError(
-            "sizes, --adds, --queries, --chunk and --after-adds must be positive, --ingest >= 0, "
+            "sizes, --adds, --queries, --chunk, --after-adds and --repeats must be positive, --ingest >= 0, "
             f"0 <= --forgets <= --adds "
             f"(got {bad or [args.ingest, args.forgets]})"
         )

@@ -117,7 +117,7 @@ def _scale(r: dict) -> list[str]:
         ]
         for s in r["sizes"]
     ]
-    lines = _lead(r, "scale", encode_ms=f"{r['encode_ms']['p50_ms']:.3f}") + _table(header, rows)
+    lines = _lead(r, "scale", encode_ms=f"{r['encode_ms']['p50_ms']:.3f}") + _table(header, rows) + _runs(r["sizes"])
     reused = [s for s in r["sizes"] if s.get("reused")]
     if reused:
         by: dict[str, list[str]] = {}
@@ -154,6 +154,22 @@ def _scale(r: dict) -> list[str]:
             f"of 64, {i['turns_per_s']:.0f} turns/s.",
         ]
     return lines
+
+
+def _runs(sizes: list[dict]) -> list[str]:
+    """Each measuring process's wall p50s and open time, where a size was measured by more than one (the table
+    above holds their medians)."""
+    measured = [s for s in sizes if s.get("runs")]
+    if not measured:
+        return []
+    keys = ("add", "retrieve_router", "retrieve_router_gathered", "retrieve_hybrid")
+    header = ["records", "add ms", "router ms", "router, gathered ms", "hybrid ms", "open s"]
+    rows = [
+        [f"{s['records']:,}"] + [" / ".join(_num(run.get(k), ".2f") for run in s["runs"]) for k in (*keys, "open_s")]
+        for s in measured
+    ]
+    most = max(len(s["runs"]) for s in measured)
+    return ["", fill(TEMPLATE, "scale_runs", repeats=str(most)), "", *_table(header, rows)]
 
 
 def _costs(sizes: list[dict]) -> list[str]:
