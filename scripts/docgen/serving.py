@@ -76,6 +76,12 @@ def _memory(payload: dict) -> list[str]:
             f"{s['retrieve_router_cpu_p50_over_first']:.2f} | {s['retrieve_hybrid']['cpu']['p50_ms']:.2f} | "
             + (f"{after:.3f} |" if after is not None else "— |")
         )
+    runs = max((len(s.get("runs", ())) for s in payload["sizes"]), default=0)
+    if runs > 1:
+        lines += [
+            "",
+            f"Each size's figures are the medians of {runs} measuring processes (each one's: `docs/memory.md`).",
+        ]
     return lines
 
 

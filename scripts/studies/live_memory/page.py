@@ -245,6 +245,7 @@ def _scale_goals(sizes: list[dict]) -> str:
         TEMPLATE,
         "scale_goals",
         first=f"{sizes[0]['records']:,}",
+        medians=" (of the medians of its processes)" if any(s.get("runs") for s in sizes) else "",
         last=f"{last.get('records', 0):,}",
         add=f"largest at {worst['records']:,}, {_met(worst['add_p50_over_first'])}",
         retrieve=_met(last.get("retrieve_router_p50_over_first")),
@@ -315,7 +316,9 @@ def _write_read(now: dict, before: dict) -> list[str]:
     header += ["hybrid ms, before", "now", "database MB, before", "now", "open s, before", "now"]
     header += ["peak RSS MB, before", "now"]
     lines = [fill(TEMPLATE, "write_read", before=before["command"]), "", *_table(header, rows)]
-    return lines + ["", fill(TEMPLATE, "write_read_spread")]
+    runs = max((len(s.get("runs", ())) for s in now["sizes"]), default=0)
+    now_is = f"the median of the run's {runs} processes" if runs > 1 else "one process per size"
+    return lines + ["", fill(TEMPLATE, "write_read_spread", now=now_is)]
 
 
 def _mb(n: int | None) -> float | None:
