@@ -489,7 +489,9 @@ class Memory(Closing):
             rows = sorted({self._row[i] for i in ids})
             texts = [self.graph.texts[r] for r in rows]
             words = Counter(w for r in rows for w in self._words(self._body(r)))
-            gone = self._edges_touching(rows)
+            drop = torch.zeros(len(self), dtype=torch.bool)
+            drop[rows] = True
+            gone = self._edges_touching(drop)
             try:
                 with self.store.write() as tx:
                     tx.delete_edges(*self._edge_keys(gone.nonzero().flatten()))
@@ -500,28 +502,24 @@ class Memory(Closing):
             except BaseException:
                 self._load()  # the transaction rolled back: the derived state follows the store
                 raise
-            self._forgotten(rows, words, gone)
+            self._forgotten(rows, words, drop, gone)
             for key in [k for k, r in self._recent.items() if set(ids) & set(r.loaded) or r.query in texts]:
                 del self._recent[key]
             return len(rows)
 
-    def _edges_touching(self, rows: list[int]) -> Tensor:
-        """``[E]`` whether each edge has an end among ``rows``."""
-        drop = torch.zeros(len(self), dtype=torch.bool)
-        drop[rows] = True
+    def _edges_touching(self, drop: Tensor) -> Tensor:
+        """``[E]`` whether each edge has an end among the rows ``drop`` marks (``[N]`` bool)."""
         ends = self.buffers.edge_index[:, : self._n_edges]
         return drop[ends[0]] | drop[ends[1]]
 
-    def _forgotten(self, rows: list[int], words: Counter, gone: Tensor) -> None:
-        """Bring the derived state up to a committed :meth:`forget` of ``rows`` (sorted) and of the edges ``gone``
-        marks (:meth:`_edges_touching`), as reopening the store makes it: the remaining rows and edges keep their
-        order and are renumbered, the builder's state and the word counts lose the rows, the removal is logged so
-        that the vector indexes mark their slots dead (and are rebuilt when too many are), and BM25 is made again
-        when next used, as at open."""
+    def _forgotten(self, rows: list[int], words: Counter, drop: Tensor, gone: Tensor) -> None:
+        """Bring the derived state up to a committed :meth:`forget` of ``rows`` (sorted; ``drop`` marks them) and of
+        the edges ``gone`` marks (:meth:`_edges_touching`), as reopening the store makes it: the remaining rows and
+        edges keep their order and are renumbered, the builder's state and the word counts lose the rows, the removal
+        is logged so that the vector indexes mark their slots dead (and are rebuilt when too many are), and BM25 is
+        made again when next used, as at open."""
         g, b, n = self.graph, self.buffers, len(self)
-        keep = torch.ones(n, dtype=torch.bool)
-        keep[rows] = False
-        keep = keep.nonzero().flatten()
+        keep = (~drop).nonzero().flatten()
         new_row = torch.full((n,), -1, dtype=torch.long)
         new_row[keep] = torch.arange(keep.numel())
         m = keep.numel()
