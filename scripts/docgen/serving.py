@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from docgen.sources import after_add_cpu_s, fill, read_json
+from docgen.sources import after_add_cpu_s, fill, measuring_processes, read_json
 
 PAGE = "serving"
 
@@ -76,7 +76,7 @@ def _memory(payload: dict) -> list[str]:
             f"{s['retrieve_router_cpu_p50_over_first']:.2f} | {s['retrieve_hybrid']['cpu']['p50_ms']:.2f} | "
             + (f"{after:.3f} |" if after is not None else "— |")
         )
-    runs = max((len(s.get("runs", ())) for s in payload["sizes"]), default=0)
+    runs = measuring_processes(payload)
     if runs > 1:
         lines += [
             "",

@@ -152,6 +152,12 @@ def fill(template_name: str, block: str, **values: Any) -> str:
     return template.substitute(values)
 
 
+def measuring_processes(payload: dict) -> int:
+    """How many processes measured each size of a ``memory_scale.json`` (``bench_memory.py --repeats``; 1 when its
+    rows hold no ``runs``): its figures are then their medians."""
+    return max((len(s.get("runs", ())) for s in payload["sizes"]), default=0) or 1
+
+
 def after_add_cpu_s(row: dict) -> float | None:
     """CPU seconds of a retrieval right after an add in a row of ``memory_scale.json``: the p50 of its samples, or
     the one sample of a file that took one."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from docgen.sources import after_add_cpu_s, fill, load_results
+from docgen.sources import after_add_cpu_s, fill, load_results, measuring_processes
 
 PAGE = "memory"
 TEMPLATE = str(Path(__file__).with_name("page"))
@@ -117,7 +117,7 @@ def _scale(r: dict) -> list[str]:
         ]
         for s in r["sizes"]
     ]
-    lines = _lead(r, "scale", encode_ms=f"{r['encode_ms']['p50_ms']:.3f}") + _table(header, rows) + _runs(r["sizes"])
+    lines = _lead(r, "scale", encode_ms=f"{r['encode_ms']['p50_ms']:.3f}") + _table(header, rows) + _runs(r)
     reused = [s for s in r["sizes"] if s.get("reused")]
     if reused:
         by: dict[str, list[str]] = {}
@@ -140,7 +140,7 @@ def _scale(r: dict) -> list[str]:
             )
         lines += ["", fill(TEMPLATE, "scale_reused", sizes=len(reused), grown_by=grown_by, converted=converted)]
     lines += ["", fill(TEMPLATE, "scale_costs"), "", *_costs(r["sizes"]), *_reads(r["sizes"])]
-    lines += ["", _scale_goals(r["sizes"]), *_gathered(r)]
+    lines += ["", _scale_goals(r), *_gathered(r)]
     for s in [s for s in r["sizes"] if "stopped" in s]:
         lines += [
             "",
@@ -156,10 +156,10 @@ def _scale(r: dict) -> list[str]:
     return lines
 
 
-def _runs(sizes: list[dict]) -> list[str]:
+def _runs(r: dict) -> list[str]:
     """Each measuring process's wall p50s and open time, where a size was measured by more than one (the table
     above holds their medians)."""
-    measured = [s for s in sizes if s.get("runs")]
+    measured = [s for s in r["sizes"] if s.get("runs")]
     if not measured:
         return []
     keys = ("add", "retrieve_router", "retrieve_router_gathered", "retrieve_hybrid")
@@ -168,8 +168,7 @@ def _runs(sizes: list[dict]) -> list[str]:
         [f"{s['records']:,}"] + [" / ".join(_num(run.get(k), ".2f") for run in s["runs"]) for k in (*keys, "open_s")]
         for s in measured
     ]
-    most = max(len(s["runs"]) for s in measured)
-    return ["", fill(TEMPLATE, "scale_runs", repeats=str(most)), "", *_table(header, rows)]
+    return ["", fill(TEMPLATE, "scale_runs", repeats=str(measuring_processes(r))), "", *_table(header, rows)]
 
 
 def _costs(sizes: list[dict]) -> list[str]:
@@ -234,9 +233,10 @@ def _met(ratio: float | None, goal: float = 2.0) -> str:
     return f"{ratio:.2f}×: " + ("met" if ratio <= goal else f"missed by {ratio / goal:.2f}×")
 
 
-def _scale_goals(sizes: list[dict]) -> str:
+def _scale_goals(r: dict) -> str:
     """The scale goals (add p50 within 2× of the first size at every size, the walk's retrieve p50 at the largest
     within 2×) met or missed, and the open times of 10⁵ records and more."""
+    sizes = r["sizes"]
     measured = [s for s in sizes if "add_p50_over_first" in s]
     worst = max(measured, key=lambda s: s["add_p50_over_first"])
     last = sizes[-1]
@@ -245,7 +245,7 @@ def _scale_goals(sizes: list[dict]) -> str:
         TEMPLATE,
         "scale_goals",
         first=f"{sizes[0]['records']:,}",
-        medians=" (of the medians of its processes)" if any(s.get("runs") for s in sizes) else "",
+        medians=" (of the medians of its processes)" if measuring_processes(r) > 1 else "",
         last=f"{last.get('records', 0):,}",
         add=f"largest at {worst['records']:,}, {_met(worst['add_p50_over_first'])}",
         retrieve=_met(last.get("retrieve_router_p50_over_first")),
@@ -316,7 +316,7 @@ def _write_read(now: dict, before: dict) -> list[str]:
     header += ["hybrid ms, before", "now", "database MB, before", "now", "open s, before", "now"]
     header += ["peak RSS MB, before", "now"]
     lines = [fill(TEMPLATE, "write_read", before=before["command"]), "", *_table(header, rows)]
-    runs = max((len(s.get("runs", ())) for s in now["sizes"]), default=0)
+    runs = measuring_processes(now)
     now_is = f"the median of the run's {runs} processes" if runs > 1 else "one process per size"
     return lines + ["", fill(TEMPLATE, "write_read_spread", now=now_is)]
 
