@@ -3,7 +3,9 @@
 A memory folder holds ``memory.sqlite3`` (with SQLite's ``-wal`` and ``-shm`` files) and ``writer.lock``.
 The database (the standard library's :mod:`sqlite3`, WAL journal) has five tables::
 
-    meta(key, value)                 schema version, the graph config, the encoder's name and width, relations
+    meta(key, value)                 schema version, the graph config, the encoder's name and width, relations,
+                                     and ``changes``: the rows written to nodes, edges and vocabulary, counted
+                                     by triggers (:meth:`SQLiteStore.version`)
     nodes(seq, id, text, key, time, meta, entities, embedding)
                                      one row per record; seq is the arrival number (never reused)
     edges(src, dst, relation, S, F, attr, attr_init)
@@ -63,6 +65,9 @@ _EDGE_COLUMNS = """
     hi INTEGER GENERATED ALWAYS AS (max(src, dst)) VIRTUAL"""
 _EDGE_KEY = "hi = ? AND src = ? AND dst = ? AND relation = ?"
 
+_COUNT = "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'changes';"
+"""the statement of the triggers that count every row written to the derived tables (``changes`` in ``meta``)"""
+
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes(
@@ -72,6 +77,15 @@ CREATE TABLE IF NOT EXISTS edges({_EDGE_COLUMNS});
 CREATE UNIQUE INDEX IF NOT EXISTS edges_key ON edges(hi, src, dst, relation);
 CREATE TABLE IF NOT EXISTS vocabulary(word TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS feedback(seq INTEGER PRIMARY KEY, time REAL NOT NULL, entry TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS nodes_insert AFTER INSERT ON nodes BEGIN {_COUNT} END;
+CREATE TRIGGER IF NOT EXISTS nodes_update AFTER UPDATE ON nodes BEGIN {_COUNT} END;
+CREATE TRIGGER IF NOT EXISTS nodes_delete AFTER DELETE ON nodes BEGIN {_COUNT} END;
+CREATE TRIGGER IF NOT EXISTS edges_insert AFTER INSERT ON edges BEGIN {_COUNT} END;
+CREATE TRIGGER IF NOT EXISTS edges_update AFTER UPDATE ON edges BEGIN {_COUNT} END;
+CREATE TRIGGER IF NOT EXISTS edges_delete AFTER DELETE ON edges BEGIN {_COUNT} END;
+CREATE TRIGGER IF NOT EXISTS vocabulary_insert AFTER INSERT ON vocabulary BEGIN {_COUNT} END;
+CREATE TRIGGER IF NOT EXISTS vocabulary_update AFTER UPDATE ON vocabulary BEGIN {_COUNT} END;
+CREATE TRIGGER IF NOT EXISTS vocabulary_delete AFTER DELETE ON vocabulary BEGIN {_COUNT} END;
 """
 
 
@@ -130,6 +144,11 @@ class MemoryStore(ABC):
 
     @abstractmethod
     def feedback_log(self) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def version(self) -> dict[str, int] | None:
+        """Numbers that change whenever the records, edges or vocabulary do (``None``: not known), read in the
+        same snapshot as the rows: derived state saved at one version is the state of the store at that version."""
 
     @abstractmethod
     def snapshot(self) -> Any:
@@ -298,7 +317,7 @@ class SQLiteStore(MemoryStore):
         return conn
 
     def _check_settings(self, settings: dict[str, Any] | None) -> dict[str, Any]:
-        stored = {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+        stored = {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta") if k != "changes"}
         if not stored:
             if settings is None or self.lock is None:
                 raise MemoryStoreError(f"{self.folder}: the memory database holds no settings")
@@ -307,6 +326,9 @@ class SQLiteStore(MemoryStore):
                 tx.conn.executemany(
                     "INSERT INTO meta(key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in stored.items()]
                 )
+        if self.lock is not None and stored.get("schema_version") == SCHEMA_VERSION:
+            # the count of changes starts with the triggers: a memory made before them starts at 0 now
+            self.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('changes', '0')")
         if stored.get("schema_version") != SCHEMA_VERSION:
             upgrade = " (a read-write open upgrades a memory of schema 1)" if stored.get("schema_version") == 1 else ""
             raise MemoryStoreError(
@@ -367,6 +389,18 @@ class SQLiteStore(MemoryStore):
             {"seq": seq, "time": t, **json.loads(entry)}
             for seq, t, entry in self.conn.execute("SELECT seq, time, entry FROM feedback ORDER BY seq")
         ]
+
+    def version(self) -> dict[str, int] | None:
+        """What names the state of the derived tables: the rows written to ``nodes``, ``edges`` and ``vocabulary``
+        since the count began (counted by triggers in the database, so a write by any client counts), the records,
+        the next seq and the last edge rowid; ``None`` for a database without the count (one no writer of this
+        version has opened)."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'changes'").fetchone()
+        if row is None:
+            return None
+        nodes, next_seq = self.conn.execute("SELECT count(*), coalesce(max(seq), -1) + 1 FROM nodes").fetchone()
+        edges = self.conn.execute("SELECT coalesce(max(rowid), 0) FROM edges").fetchone()[0]
+        return {"changes": int(row[0]), "nodes": int(nodes), "next_seq": int(next_seq), "last_edge": int(edges)}
 
     def next_seq(self) -> int:
         return int(self.conn.execute("SELECT coalesce(max(seq), -1) + 1 FROM nodes").fetchone()[0])
