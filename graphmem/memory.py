@@ -10,7 +10,8 @@ and improve the graph from what happened afterwards.
         mem.feedback(r, helpful=r.ranked_ids()[:1])
 
 One memory is one folder: a SQLite database (:mod:`graphmem.store.memory_store`) is the truth, and the graph's
-tensors, the vector index, BM25 and the builder's state are derived from it, rebuilt at open. Each
+tensors, the vector index, BM25 and the builder's state are derived from it at open (loaded from what the last
+writer saved at close when the database has not changed since, :mod:`graphmem.store.memory_state`). Each
 :meth:`Memory.add`, :meth:`Memory.add_many`, :meth:`Memory.forget`, :meth:`Memory.revise` and
 :meth:`Memory.feedback` is one transaction. A record's node and edges follow the batch builder's rules in their
 arrival-order form (:mod:`graphmem.builders.incremental`), so a memory grown record by record equals the graph
@@ -23,15 +24,19 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import gc
 import hashlib
 import json
+import logging
 import math
 import threading
 import uuid
+import warnings
 from collections import Counter, OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -53,10 +58,12 @@ from graphmem.policies import make_policy
 from graphmem.policies.base import TraversalPolicy
 from graphmem.store.graphset import GraphSet
 from graphmem.store.memory_indexes import forget_indexes, load_indexes, save_indexes
+from graphmem.store.memory_state import MemoryState, load_state, save_state, state_path
 from graphmem.store.memory_store import EdgeRows, MemoryStoreError, NodeRow, SQLiteStore
 
 __all__ = ["DuplicateIdError", "Memory", "MemoryError", "MemoryRetrieval", "UnknownIdError", "check_policy"]
 
+log = logging.getLogger(__name__)
 ANN_MIN_NODES = 4096
 """memories of at least this many records find a new record's semantic neighbours in an HNSW index (exact below)"""
 
@@ -137,6 +144,20 @@ class _Buffers:
         out = torch.empty(shape, dtype=buf.dtype)
         out.narrow(dim, 0, size).copy_(buf)
         return out
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """Python's cyclic collector paused: reading or saving a memory makes millions of small objects (its records'
+    texts, metadata and entity sets) and no cycle, and the full collections their number would set off, each a pass
+    over every object, find nothing."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _rows_view(held: Tensor | None, buf: Tensor, n: int) -> Tensor:
@@ -226,12 +247,13 @@ class Memory(Closing):
             raise
 
     def close(self) -> None:
-        """Close the store; a writer first saves its indexes for the next open (:mod:`graphmem.store.
-        memory_indexes`)."""
+        """Close the store; a writer first saves its indexes and derived state for the next open
+        (:mod:`graphmem.store.memory_indexes`, :mod:`graphmem.store.memory_state`)."""
         with self._lock:
             try:
                 if self.store.lock is not None and hasattr(self, "graph"):
                     save_indexes(self.store.folder, self.graph)
+                    self._save_state()
             finally:
                 self.store.close()
 
@@ -245,11 +267,17 @@ class Memory(Closing):
 
     # ------------------------------------------------------------------ derived state
     def _load(self) -> None:
-        """Rebuild every derived structure from the store: graph, buffers, builder state, saved indexes. The
-        records are read one at a time into the buffers (no copy of the whole store is held at once), in one
-        snapshot of the store."""
-        with self.store.snapshot():
-            self._read_store()
+        """Rebuild every derived structure, in one snapshot of the store: from the state saved at close when the
+        store is at the version it was saved at (:mod:`graphmem.store.memory_state`), else from the store's rows,
+        read one at a time into the buffers (no copy of the whole store is held at once); then the graph's saved
+        retrieval indexes."""
+        with self.store.snapshot(), _no_collection():
+            dim, version = int(self.store.settings()["encoder"]["dim"]), self.store.version()
+            state = load_state(self.store.folder, version, dim)
+            self._read_state(state, dim) if state is not None else self._read_store(dim)
+            self._state_version = version if state is not None else None
+        self.state_loaded = state is not None
+        """whether the last open (or reload after a failed write) loaded the saved state instead of reading the rows"""
         g = self.graph
         g.indexes.clear()
         g.grown.clear()
@@ -257,8 +285,7 @@ class Memory(Closing):
         g.invalidate()
         load_indexes(self.store.folder, g)  # the retrieval indexes the last writer saved, when made for this graph
 
-    def _read_store(self) -> None:
-        dim = int(self.store.settings()["encoder"]["dim"])
+    def _read_store(self, dim: int) -> None:
         self.buffers = _Buffers(emb=torch.empty(64, dim), time=torch.empty(64, dtype=torch.float64))
         ids, texts, keys, metadata, seqs, entities = [], [], [], [], [], []
         for n, r in enumerate(self.store.nodes()):
@@ -270,7 +297,33 @@ class Memory(Closing):
                 (ids, texts, keys, metadata, seqs, entities), (r.id, r.text, r.key, r.meta, r.seq, set(r.entities))
             ):
                 column.append(value)
-        n = len(ids)
+        self._derive(dim, ids, texts, keys, metadata, seqs)
+        edges = self.store.edges()
+        self._append_edges(
+            torch.from_numpy(self._rows_of_seqs(edges.src)),
+            torch.from_numpy(self._rows_of_seqs(edges.dst)),
+            torch.from_numpy(edges.relation),
+            torch.from_numpy(edges.attr),
+            torch.from_numpy(edges.S),
+            torch.from_numpy(edges.F),
+            torch.from_numpy(edges.attr_init),
+        )
+        self._replay(entities)
+
+    def _read_state(self, s: MemoryState, dim: int) -> None:
+        """:meth:`_read_store` from a saved state: its arrays copied into buffers with an eighth of spare rows."""
+        n = len(s.ids)
+        self.buffers = _Buffers(emb=torch.empty(n + n // 8 + 64, dim), time=torch.empty(n + n // 8 + 64).double())
+        self.buffers.emb.numpy()[:n], self.buffers.time.numpy()[:n] = s.emb, s.time
+        self._derive(dim, s.ids, s.texts, s.keys, s.metadata, s.seq.tolist())
+        with warnings.catch_warnings():  # the state's arrays are read-only: these tensors are only copied from
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            edges = [torch.from_numpy(a) for a in (*s.edge_index, s.edge_type, s.attr, s.S, s.F, s.attr_init)]
+        self._append_edges(*edges)
+        self._replay([set(e) for e in s.entities])
+
+    def _derive(self, dim: int, ids: list, texts: list, keys: list, metadata: list, seqs: list) -> None:
+        """The graph of the records read at open (no edges yet), and the maps from ids and seqs to rows."""
         self.graph = MemoryGraph.empty(
             dim,
             info={
@@ -285,21 +338,48 @@ class Memory(Closing):
         self._seq = seqs
         self._row = {nid: i for i, nid in enumerate(ids)}
         self._next_seq = self.store.next_seq() if self.store.lock is not None else (max(self._seq, default=-1) + 1)
-        edges = self.store.edges()
         self._n_edges = 0
-        self._append_edges(
-            torch.from_numpy(self._rows_of_seqs(edges.src)),
-            torch.from_numpy(self._rows_of_seqs(edges.dst)),
-            torch.from_numpy(edges.relation),
-            torch.from_numpy(edges.attr),
-            torch.from_numpy(edges.S),
-            torch.from_numpy(edges.F),
-            torch.from_numpy(edges.attr_init),
-        )
-        self._views(n)
+
+    def _replay(self, entities: list[set[str]]) -> None:
+        """The graph's views of the buffers, the vocabulary and the builder's state, once the edges are in."""
+        self._views(len(self._seq))
         self.vocabulary = Counter(self.store.vocabulary())
         self.builder = IncrementalBuilder(self.cfg, self.extractor, self._neighbours)
-        self.builder.replay(g, entities, set(self.vocabulary))
+        self.builder.replay(self.graph, entities, set(self.vocabulary))
+
+    def _saved_state(self) -> MemoryState:
+        """The derived state as :func:`~graphmem.store.memory_state.save_state` keeps it."""
+        g = self.graph
+        return MemoryState(
+            np.asarray(self._seq, dtype=np.int64),
+            g.embeddings.numpy(),
+            g.timestamps.numpy(),
+            g.edge_index.numpy(),
+            g.edge_type.numpy(),
+            g.S.numpy(),
+            g.F.numpy(),
+            g.edge_attr.numpy(),
+            g.edge_attr_init.numpy(),
+            list(g.node_ids),
+            list(g.texts),
+            list(g.keys),
+            list(g.metadata),
+            [sorted(e) for e in self.builder.node_entities],
+        )
+
+    def _save_state(self) -> None:
+        """Save the derived state for the next open when the store has changed since the state this memory opened
+        or last saved (a failed save is logged: the next open reads the store)."""
+        version = self.store.version()
+        if version is None or (version == self._state_version and state_path(self.store.folder).is_file()):
+            return
+        try:
+            with _no_collection():
+                save_state(self.store.folder, self._saved_state(), version)
+        except OSError as err:
+            log.warning("memory %s: state not saved (%s); the next open reads the store", self.store.folder, err)
+            return
+        self._state_version = version
 
     def _rows_of_seqs(self, seqs: np.ndarray) -> np.ndarray:
         """The rows of stored records' ``seqs`` (rows are in ascending seq order)."""

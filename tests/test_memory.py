@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import random
 import sqlite3
@@ -28,6 +29,7 @@ from graphmem.datasets.paths import data_file
 from graphmem.index.embed import HashingEncoder, encoder_fingerprint
 from graphmem.memory import MemoryError
 from graphmem.store.checkpoint import save_checkpoint
+from graphmem.store.memory_state import state_path
 from graphmem.store.memory_store import MemoryStoreError
 from models.walk_scorer import ScorerConfig, WalkScorer
 
@@ -209,8 +211,11 @@ def test_fractional_feedback_leaves_the_counters_reopening_gives_and_a_failed_wr
             mem.feedback(r, reward=0.1)
         mem.store.write = write
         assert edge_table(mem.graph) == live
-    with Memory.open(tmp_path / "m", encoder="hashing", readonly=True) as again:
-        assert edge_table(again.graph) == live
+    for from_store in (False, True):  # the state saved at close, and the rows of the database
+        if from_store:
+            state_path(tmp_path / "m").unlink()
+        with Memory.open(tmp_path / "m", encoder="hashing", readonly=True) as again:
+            assert edge_table(again.graph) == live
 
 
 class _Exiting:
@@ -588,6 +593,145 @@ def test_the_retrieval_indexes_a_writer_saved_are_loaded_by_the_next_open_and_go
         assert not (folder / "indexes").exists()
         m.retrieve("Where does Carmen live?")
     assert b"zaragoza" not in _bytes(folder) and b"Zaragoza" not in _bytes(folder)
+
+
+def exact_state(m) -> dict:
+    """Every field a memory derives from its store, bit for bit (tensors as bytes), and a few answers."""
+    g, b = m.graph, m.builder
+    tensors = (g.embeddings, g.timestamps, g.edge_index, g.edge_type, g.S, g.F, g.edge_attr, g.edge_attr_init)
+    return {
+        "records": (
+            g.node_ids,
+            g.texts,
+            g.keys,
+            [json.dumps(x, sort_keys=True) for x in g.metadata],
+            m._seq,
+            m._next_seq,
+        ),
+        "tensors": [(t.dtype, tuple(t.shape), t.contiguous().numpy().tobytes()) for t in tensors],
+        "spare": [getattr(m.buffers, k).shape[0] >= n for k, n in (("emb", len(m)), ("S", g.num_edges))],
+        "builder": (b.entities.mentions, b.node_entities, b.vocabulary, b.times.keys(), b.tails, +m.vocabulary),
+        "answers": [
+            m.retrieve(q, policy=p).ranked_ids() for q in ("Pixel", "Carmen in Lisbon") for p in ("hybrid", "beta_bfs")
+        ],
+    }
+
+
+def test_a_reopened_memory_loads_the_state_its_writer_saved_and_equals_one_read_from_the_database(
+    tmp_path, monkeypatch
+):
+    """After adds, feedback, a link, an unlink, a revise and a forget, the state a writer saves at close is what an
+    open reading every row of the database derives, bit for bit; a reader and a writer load it without reading a
+    row, and the writer then grows as one that read the database does."""
+    from graphmem.store.memory_store import SQLiteStore
+
+    folder = tmp_path / "m"
+    with Memory.open(folder, encoder="hashing") as m:
+        for i, (who, text) in enumerate(_LINES):
+            m.add(text, speaker=who, session=i % 2, id=f"r{i}", time=1000.0 + i if i != 2 else None, meta={"i": i})
+        m.feedback(m.retrieve("Pixel in Lisbon", policy="beta_bfs"), reward=0.3)
+        m.link("r0", "r4", "causal")
+        m.unlink(*(m.graph.node_ids[int(v)] for v in m.graph.edge_index[:, 0]))
+        m.revise("r3", "My sister Carmen moved to Porto.")
+        m.forget("r1")
+        m.add("Carmen met Quentin in Lisbon.", speaker="Bob", session=1, id="r5", time=1012.0)
+    assert state_path(folder).is_file()
+    saved = state_path(folder).read_bytes()
+    with monkeypatch.context() as patch:  # no row of the database is read
+        patch.setattr(SQLiteStore, "nodes", lambda self: pytest.fail("the records were read from the database"))
+        patch.setattr(SQLiteStore, "edges", lambda self: pytest.fail("the edges were read from the database"))
+        with Memory.open(folder, encoder="hashing", readonly=True) as reader:
+            loaded = exact_state(reader)
+        with Memory.open(folder, encoder="hashing") as m:  # a writer that writes nothing leaves the file as it was
+            assert exact_state(m) == loaded
+        assert state_path(folder).read_bytes() == saved
+        with Memory.open(folder, encoder="hashing") as m:
+            m.add("Then Quentin flew home to Oslo.", speaker="Carmen", session=0, id="r6", time=1013.0)
+            grown = exact_state(m)
+    state_path(folder).unlink()
+    with Memory.open(folder, encoder="hashing", readonly=True) as from_rows:
+        assert exact_state(from_rows) == grown
+        assert not state_path(folder).exists()  # a reader saves nothing
+    # the same memory read from the database before the last add, then given that add
+    with Memory.open(folder, encoder="hashing") as m:
+        m.forget("r6")
+    state_path(folder).unlink()
+    with Memory.open(folder, encoder="hashing") as m:
+        m.add("Then Quentin flew home to Oslo.", speaker="Carmen", session=0, id="r6", time=1013.0)
+        regrown = exact_state(m)
+    assert {k: v for k, v in regrown.items() if k != "records"} == {k: v for k, v in grown.items() if k != "records"}
+    assert regrown["records"][:4] == grown["records"][:4]  # the seqs differ: r6 came twice
+
+
+_LINES = [
+    ("Alice", "I adopted a greyhound called Pixel last May."),
+    ("Bob", "Does Pixel like the beach near Lisbon?"),
+    ("Alice", "Yes, Pixel runs for hours while Zora watches."),
+    ("Bob", "My sister Carmen lives in Lisbon."),
+    ("Alice", "Carmen should meet Pixel in Porto."),
+]
+
+
+@pytest.mark.parametrize("change", ["another client", "a writer that did not close", "feedback", "damaged", "none"])
+def test_the_saved_state_is_loaded_only_at_the_version_it_was_saved_at(tmp_path, monkeypatch, change):
+    """Any write the saved state did not see, by this library or by another client of the database, makes the next
+    open read the database; so does a damaged file."""
+    from graphmem.store.memory_store import SQLiteStore
+
+    folder = tmp_path / "m"
+    with Memory.open(folder, encoder="hashing") as m:
+        for i, (who, text) in enumerate(_LINES):
+            m.add(text, speaker=who, session=0, id=f"r{i}", time=1000.0 + i)
+    reads = []
+    monkeypatch.setattr(SQLiteStore, "edges", lambda self, edges=SQLiteStore.edges: reads.append(1) or edges(self))
+    if change == "another client":
+        with sqlite3.connect(folder / "memory.sqlite3") as db:
+            db.execute("UPDATE nodes SET text = 'Pixel is a whippet.' WHERE id = 'r0'")
+        db.close()
+    elif change == "a writer that did not close":
+        m = Memory.open(folder, encoder="hashing")
+        m.add("Dario drove to Porto.", id="r5", session=0, time=1010.0)
+        m.store.conn.close()  # killed: the add is committed, nothing is saved
+        m.store._release()
+    elif change == "feedback":
+        with Memory.open(folder, encoder="hashing") as m:
+            before = edge_table(m.graph)
+            r = m.retrieve("Does Pixel like the beach?", policy="beta_bfs", budget=Budget(max_entries=1))
+            m.feedback(r, reward=1.0)
+            counters = edge_table(m.graph)
+            assert counters != before
+            state_path(folder).rename(tmp_path / "kept")  # the close saves it again: keep the one before
+        state_path(folder).unlink()
+        (tmp_path / "kept").rename(state_path(folder))
+    elif change == "damaged":
+        path = state_path(folder)
+        path.write_bytes(path.read_bytes()[:-200] + bytes(200))
+    reads.clear()
+    with Memory.open(folder, encoder="hashing", readonly=True) as m:
+        assert reads == ([] if change == "none" else [1])
+        assert m.integrity() == []
+        if change == "another client":
+            assert m.graph.texts[0] == "Pixel is a whippet."
+        if change == "a writer that did not close":
+            assert "r5" in m and len(m) == 6
+        if change == "feedback":
+            assert edge_table(m.graph) == counters
+
+
+def test_another_clients_writes_are_counted_by_the_database(tmp_path):
+    """The count of changes is kept by triggers in the database: a row written by another client counts."""
+    with Memory.open(tmp_path / "m", encoder="hashing") as m:
+        m.add("Pixel runs on the beach.", id="r0", session=0)
+        m.add("Pixel swims in the sea.", id="r1", session=0)
+        before = m.store.version()
+    with sqlite3.connect(tmp_path / "m" / "memory.sqlite3") as db:
+        db.execute("UPDATE edges SET S = 2.0")
+        db.execute("INSERT INTO vocabulary(word, count) VALUES ('Zora', 1)")
+    db.close()
+    with Memory.open(tmp_path / "m", encoder="hashing", readonly=True) as m:
+        after = m.store.version()
+    assert m.graph.num_edges > 0 and after["changes"] == before["changes"] + m.graph.num_edges + 1
+    assert {k: v for k, v in after.items() if k != "changes"} == {k: v for k, v in before.items() if k != "changes"}
 
 
 def _as_schema_1(db: Path) -> None:

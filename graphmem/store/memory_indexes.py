@@ -1,7 +1,8 @@
 """The live memory's indexes saved beside its database, so that reopening a large memory loads them instead of
 building them again.
 
-``<memory>/indexes/`` holds what a writer saves at close: the retrieval indexes in ``graph.indexes`` (BM25, and
+``<memory>/indexes/`` holds what a writer saves at close: the memory's derived state (:mod:`graphmem.store.
+memory_state`) and the retrieval indexes in ``graph.indexes`` (BM25, and
 the dense HNSW index that both the semantic-neighbour search of new records and the ``ann`` entry selector use,
 :mod:`graphmem.store.indexes`), each with a fingerprint of the graph it was made for, read by any open (a reader's
 too) whose graph has that fingerprint: a memory written since (by a writer that did not close) builds them again.
@@ -28,8 +29,9 @@ def save_indexes(folder: Path, graph: MemoryGraph) -> None:
     """Save the graph's retrieval indexes; a vector index with deleted slots is left out (and its old file
     removed)."""
     out = Path(folder) / INDEX_DIR
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.safetensors"):
+        old.unlink()
     for key, index in list(graph.indexes.items()):
         if isinstance(index, BM25Index):
             save_bm25(index, out / f"{key}.safetensors", graph)
@@ -53,5 +55,6 @@ def load_indexes(folder: Path, graph: MemoryGraph) -> int:
 
 
 def forget_indexes(folder: Path) -> None:
-    """Remove the saved indexes (they hold the vectors or words of records a forget or a revise has changed)."""
+    """Remove the saved indexes and state (they hold the texts, vectors or words of records a forget or a revise has
+    changed)."""
     shutil.rmtree(Path(folder) / INDEX_DIR, ignore_errors=True)

@@ -1,0 +1,163 @@
+"""The live memory's derived state saved beside its database, so that reopening a memory reads a few arrays instead
+of every row of the database.
+
+``<memory>/indexes/state.npz`` (NumPy's uncompressed archive, as :func:`numpy.savez` writes it: one ``.npy``
+member per array, each with its CRC-32; no pickle) holds what a reopen would otherwise read record by record and
+edge by edge: the records' seqs, embeddings and times, every edge's rows, relation, counters and features, one
+JSON document of the records' ids, texts, keys, metadata and entities, and the store's version when it was saved
+(:meth:`~graphmem.store.memory_store.MemoryStore.version`: the count of rows written to the derived tables, which
+triggers in the database keep whoever writes, with the count of records, the next seq and the last edge's rowid).
+
+A writer saves it at close when the store has changed since the state it opened. An open (a reader's too) whose
+store is at the saved version loads it; at any other version (a write since, a writer killed before it closed,
+an edit by another client), or from a damaged file or one of another format, the state is read from the
+database. The file holds texts and vectors, so a forget or a revise removes it with the saved indexes
+(:func:`graphmem.store.memory_indexes.forget_indexes`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import zipfile
+import zlib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphmem.store.io import atomic_write
+from graphmem.store.memory_indexes import INDEX_DIR
+
+STATE_FILE = "state.npz"
+FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MemoryState:
+    """The derived state of a memory of ``N`` records and ``E`` edges, rows in seq order."""
+
+    seq: np.ndarray  # [N] int64
+    emb: np.ndarray  # [N, D] float32
+    time: np.ndarray  # [N] float64 (NaN: none)
+    edge_index: np.ndarray  # [2, E] int64 rows
+    edge_type: np.ndarray  # [E] int64
+    S: np.ndarray  # [E] float32
+    F: np.ndarray  # [E] float32
+    attr: np.ndarray  # [E, 4] float32
+    attr_init: np.ndarray  # [E, 4] float32
+    ids: list[str]
+    texts: list[str]
+    keys: list[str]
+    metadata: list[dict[str, Any]]
+    entities: list[list[str]]
+
+
+_ARRAYS = {
+    "seq": (np.int64, 1),
+    "emb": (np.float32, 2),
+    "time": (np.float64, 1),
+    "edge_index": (np.int64, 2),
+    "edge_type": (np.int64, 1),
+    "S": (np.float32, 1),
+    "F": (np.float32, 1),
+    "attr": (np.float32, 2),
+    "attr_init": (np.float32, 2),
+}
+_LISTS = ("ids", "texts", "keys", "metadata", "entities")
+
+
+def state_path(folder: str | Path) -> Path:
+    return Path(folder) / INDEX_DIR / STATE_FILE
+
+
+def save_state(folder: str | Path, state: MemoryState, version: dict[str, int]) -> Path:
+    """Write ``state`` made at the store's ``version``, atomically (the arrays streamed into the archive one at a
+    time, never copied whole). Metadata are written with sorted keys, as the store writes them."""
+    records = json.dumps({name: getattr(state, name) for name in _LISTS}, sort_keys=True, ensure_ascii=False)
+    header = json.dumps({"format_version": FORMAT_VERSION, **version}, sort_keys=True)
+    arrays = {name: getattr(state, name) for name in _ARRAYS}
+    arrays["records"] = np.frombuffer(records.encode(), dtype=np.uint8)
+    arrays["version"] = np.frombuffer(header.encode(), dtype=np.uint8)
+
+    def write(tmp: Path) -> None:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for name, array in arrays.items():
+                _write_member(archive, name, np.ascontiguousarray(array))
+
+    return atomic_write(state_path(folder), write)
+
+
+def load_state(folder: str | Path, version: dict[str, int] | None, dim: int) -> MemoryState | None:
+    """The state saved in ``folder`` at ``version`` (embeddings of width ``dim``); ``None`` when there is none at
+    that version, or the file is damaged, of another format or inconsistent (logged): the caller reads the store
+    instead."""
+    path = state_path(folder)
+    if version is None or not path.is_file():
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if set(archive.namelist()) != {f"{name}.npy" for name in (*_ARRAYS, "records", "version")}:
+                raise ValueError("not a memory state file")
+            saved = json.loads(_member(archive, "version").tobytes())
+            if saved != {"format_version": FORMAT_VERSION, **version}:
+                log.info("%s: saved at %s, the store is at %s: reading the store", path, saved, version)
+                return None
+            arrays = {name: _member(archive, name) for name in _ARRAYS}
+            records = json.loads(_member(archive, "records").tobytes())
+        state = MemoryState(**arrays, **{name: records[name] for name in _LISTS})
+        _check(state, version, dim)
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        log.warning("%s: not a usable memory state (%s): reading the store", path, err)
+        return None
+    return state
+
+
+def _write_member(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:
+    """Member ``name.npy`` of ``archive``: the ``.npy`` header and the C-ordered ``array``'s bytes, written from the
+    array in place (the form :func:`numpy.load` reads)."""
+    with archive.open(f"{name}.npy", "w", force_zip64=True) as f:
+        np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+        f.write(memoryview(array).cast("B") if array.size else b"")
+
+
+def _member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
+    """The array of member ``name`` (``.npy``), read whole in one call (its CRC-32 checked by :mod:`zipfile`) and
+    viewed in place: the read-only array is backed by the member's bytes."""
+    raw = archive.read(f"{name}.npy")
+    head = io.BytesIO(raw)
+    major, _ = np.lib.format.read_magic(head)
+    read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read_header(head)
+    if fortran or dtype.hasobject:
+        raise ValueError(f"member {name!r} is not a C-ordered array of numbers")
+    return np.frombuffer(raw, dtype=dtype, count=math.prod(shape), offset=head.tell()).reshape(shape)
+
+
+def _check(state: MemoryState, version: dict[str, int], dim: int) -> None:
+    """Raise ``ValueError`` unless every field has its dtype and rank and the sizes agree with each other, with
+    ``version``'s count of records and with ``dim``."""
+    for f in fields(MemoryState):
+        value = getattr(state, f.name)
+        if f.name in _ARRAYS:
+            dtype, ndim = _ARRAYS[f.name]
+            if value.dtype != dtype or value.ndim != ndim:
+                raise ValueError(f"field {f.name!r} is {value.dtype} of rank {value.ndim}")
+        elif not isinstance(value, list):
+            raise ValueError(f"field {f.name!r} is not a list")
+    n, e = version["nodes"], state.edge_type.shape[0]
+    node_sizes = {state.seq.shape[0], state.emb.shape[0], state.time.shape[0]}
+    node_sizes |= {len(getattr(state, k)) for k in _LISTS}
+    edge_sizes = {state.edge_index.shape[1], state.S.shape[0], state.F.shape[0], state.attr.shape[0]}
+    if node_sizes != {n} or edge_sizes | {state.attr_init.shape[0]} != {e} or state.edge_index.shape[0] != 2:
+        raise ValueError(f"sizes {sorted(node_sizes)} records, {sorted(edge_sizes)} edges do not agree")
+    if state.emb.shape[1] != dim or state.attr.shape[1:] != (4,) or state.attr_init.shape[1:] != (4,):
+        raise ValueError(f"embeddings of width {state.emb.shape[1]}, not {dim}, or features not of width 4")
+    if e and (state.edge_index.min() < 0 or state.edge_index.max() >= n):
+        raise ValueError("an edge names a row past the records")
+    if n and (version["next_seq"] != int(state.seq[-1]) + 1 or np.any(np.diff(state.seq) <= 0)):
+        raise ValueError("the seqs are not ascending up to the store's next seq")
