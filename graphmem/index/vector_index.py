@@ -135,7 +135,7 @@ def unit_rows(embeddings: Tensor) -> np.ndarray:
 def graph_fingerprint(graph: MemoryGraph) -> str:
     """SHA-256 of the node ids (in row order) and the embedding bytes: which graph an index is for."""
     h = hashlib.sha256("\x1f".join(graph.node_ids).encode())
-    h.update(np.ascontiguousarray(graph.embeddings.float().numpy()).tobytes())
+    h.update(np.ascontiguousarray(graph.embeddings.float().numpy()))  # its bytes, read in place
     return h.hexdigest()
 
 

@@ -142,7 +142,7 @@ def array_digest(payload: str, arrays: dict[str, np.ndarray]) -> str:
     h = hashlib.sha256(payload.encode())
     for name in sorted(arrays):
         h.update(name.encode())
-        h.update(np.ascontiguousarray(arrays[name]).tobytes())
+        h.update(np.ascontiguousarray(arrays[name]))  # its bytes, read in place
     return h.hexdigest()
 
 
