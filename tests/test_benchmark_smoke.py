@@ -208,3 +208,33 @@ def test_memory_benchmark_reports_the_median_of_its_measuring_processes(tmp_path
     assert second["add_p50_over_first"] == second["add"]["p50_ms"] / first["add"]["p50_ms"]
     bad = script_runner.run([*args[:-4], "--repeats", "0"], cwd=ROOT, env=env, timeout=300)
     assert bad.returncode != 0 and "--repeats must be positive" in bad.stderr
+
+
+def test_reopen_benchmark_times_each_way_and_reopens_a_copy_of_a_given_memory(tmp_path):
+    """Each round opens the way it names (the benchmark refuses a round whose open loaded the saved state or not
+    against its way), and ``--memory`` reopens a copy, leaving the given memory as it was."""
+    from graphmem import Memory
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
+    script = ROOT / "scripts" / "benchmarks" / "bench_reopen.py"
+    out = tmp_path / "reopen.json"
+    proc = script_runner.run(
+        [sys.executable, str(script), "--records", "120", "--rounds", "2", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(out.read_text())
+    assert list(r["rounds"]) == ["built", "rows", "loaded"] and r["records"] == 120
+    assert [row["records"] for row in r["rounds"]["loaded"]] == [125, 126]  # one add a round, 4 rounds before
+    assert r["open_s_rows_over_loaded"] == r["rows_open_s_median"] / r["loaded_open_s_median"]
+    with Memory.open(tmp_path / "kept", encoder="hashing") as m:
+        m.add_many([{"text": f"a note about Lisbon {i}", "id": f"n{i}"} for i in range(40)])
+    before = (tmp_path / "kept" / "memory.sqlite3").read_bytes()
+    args = ["--memory", str(tmp_path / "kept"), "--ways", "rows", "loaded", "--rounds", "1", "--out", str(out)]
+    proc = script_runner.run([sys.executable, str(script), *args], cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(out.read_text())
+    assert list(r["rounds"]) == ["rows", "loaded"] and r["records"] == 40 and r["memory"] == str(tmp_path / "kept")
+    assert (tmp_path / "kept" / "memory.sqlite3").read_bytes() == before

@@ -1,12 +1,15 @@
-"""What reopening a large memory costs before its first add and its first retrieval: the indexes built from
-the records, or loaded from the files a writer saved at close (:mod:`graphmem.store.memory_indexes`), one
-thread.
+"""What reopening a large memory costs before its first add and its first retrieval: its derived state read from
+the database's rows or loaded from the state a writer saved at close (:mod:`graphmem.store.memory_state`), and
+its indexes built from the records or loaded from the files saved beside it (:mod:`graphmem.store.
+memory_indexes`), one thread.
 
 A memory of ``--records`` note-like texts (:func:`graphmem.builders.synthetic.make_text_graph`, hashing
 encoder, transactions of 10,000 records) is grown, searched once with ``hybrid`` (its BM25 and dense entry
-index made) and closed. It is then opened ``--rounds`` times each way: ``built`` (the saved indexes removed
-first) and ``loaded``; each round times the open, the first ``hybrid`` retrieval, the first add (the embedding
-given) and the close, which saves the indexes for the next round.
+index made) and closed; or ``--memory`` names a closed memory, whose copy is reopened instead. It is then
+opened ``--rounds`` times each way of ``--ways``: ``built`` (every saved file removed first: the state read from
+the rows, the indexes built when first needed), ``rows`` (the saved state removed: read from the rows, the
+indexes loaded) and ``loaded`` (both loaded); each round times the open, the first ``hybrid`` retrieval, the
+first add (the embedding given) and the close, which saves the state and indexes for the next round.
 
     OMP_NUM_THREADS=1 python scripts/benchmarks/bench_reopen.py --out docs/results/memory_reopen.json
 """
@@ -31,6 +34,7 @@ from graphmem.config.entry import command
 from graphmem.index.embed import HashingEncoder
 from graphmem.store.io import write_json
 from graphmem.store.memory_indexes import forget_indexes
+from graphmem.store.memory_state import state_path
 
 
 def grow(folder: Path, texts: list[str], encoder: HashingEncoder) -> None:
@@ -41,13 +45,20 @@ def grow(folder: Path, texts: list[str], encoder: HashingEncoder) -> None:
         mem.retrieve("a first question, so that the retrieval indexes are made")
 
 
+WAYS = ("built", "rows", "loaded")
+
+
 def reopen(folder: Path, way: str, k: int, encoder: HashingEncoder) -> dict:
-    """One round: open (after removing the saved indexes for ``built``), one retrieval, one add, close."""
+    """One round: open (after removing the saved files ``way`` does without), one retrieval, one add, close."""
     if way == "built":
         forget_indexes(folder)
+    elif way == "rows":
+        state_path(folder).unlink(missing_ok=True)
     t = time.perf_counter()
     mem = Memory.open(folder, encoder="hashing")
     opened = time.perf_counter() - t
+    if mem.state_loaded != (way == "loaded"):
+        raise RuntimeError(f"round {k} ({way}): the saved state was {'not ' * (way == 'loaded')}loaded")
     t = time.perf_counter()
     mem.retrieve(f"a note about Lisbon, round {k}")
     retrieved = time.perf_counter() - t
@@ -77,32 +88,38 @@ def work(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="memory-reopen-"))
     try:
         t = time.perf_counter()
-        grow(root / "memory", make_text_graph(args.records, dim=16, seed=args.seed, validate=False).texts, encoder)
-        report["grow_s"] = time.perf_counter() - t
-        rounds = {
-            way: [reopen(root / "memory", way, k, encoder) for k in range(args.rounds)] for way in ("built", "loaded")
-        }
+        if args.memory:
+            shutil.copytree(args.memory, root / "memory", ignore=shutil.ignore_patterns("writer.lock", "grown.json"))
+            os.sync()  # the copy written back before the rounds, so that they do not time the kernel's writes
+        else:
+            texts = make_text_graph(args.records, dim=16, seed=args.seed, validate=False).texts
+            grow(root / "memory", texts, encoder)
+        report["grow_s" if not args.memory else "copy_s"] = time.perf_counter() - t
+        rounds = {way: [reopen(root / "memory", way, k, encoder) for k in range(args.rounds)] for way in args.ways}
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    report["records"] = args.records
+    report["records"] = rounds[args.ways[0]][0]["records"] - 1  # before the round's add
     report["rounds"] = rounds
+    if args.memory:
+        report["memory"] = args.memory
     for way, rows in rounds.items():
         for key in ("open_s", "first_retrieve_s", "first_add_s", "close_s"):
             report[f"{way}_{key}_median"] = statistics.median(r[key] for r in rows)
-    for key in ("first_add_s", "first_retrieve_s"):
-        report[f"{key}_built_over_loaded"] = report[f"built_{key}_median"] / report[f"loaded_{key}_median"]
+    for key, (slow, fast) in (("open_s", ("rows", "loaded")), ("first_retrieve_s", ("built", "rows"))):
+        if slow in rounds and fast in rounds:
+            report[f"{key}_{slow}_over_{fast}"] = report[f"{slow}_{key}_median"] / report[f"{fast}_{key}_median"]
     report["load_average_at_end"] = os.getloadavg()
     write_json(args.out, report)
     print(
-        f"after reopening, built / loaded: first retrieval {report['built_first_retrieve_s_median']:.2f} / "
-        f"{report['loaded_first_retrieve_s_median']:.3f} s, first add {report['built_first_add_s_median']:.2f} / "
-        f"{report['loaded_first_add_s_median']:.3f} s; written to {args.out}"
+        ", ".join(f"{way}: open {report[f'{way}_open_s_median']:.2f} s" for way in rounds) + f"; written to {args.out}"
     )
 
 
 def arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--memory", help="a closed memory to reopen a copy of, instead of growing one")
+    ap.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS), help="what each round loads (docstring)")
     ap.add_argument("--rounds", type=int, default=3, help="reopenings each way")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
