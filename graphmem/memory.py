@@ -572,6 +572,7 @@ class Memory(Closing):
             drop = torch.zeros(len(self), dtype=torch.bool)
             drop[rows] = True
             gone = self._edges_touching(drop)
+            forget_indexes(self.store.folder)  # first: a crash after the write leaves no saved file holding them
             try:
                 with self.store.write() as tx:
                     tx.delete_edges(*self._edge_keys(gone.nonzero().flatten()))
@@ -629,6 +630,7 @@ class Memory(Closing):
             ents, new_words = extract_one(self.extractor, text, self.builder.vocabulary)
             old_words = self._words(self._body(row))
             old_ents = self.builder.node_entities[row]
+            forget_indexes(self.store.folder)  # first: a crash after the write leaves no saved file holding it
             try:
                 with self.store.write() as tx:
                     tx.update_node(self._seq[row], r.node_text, r.routing_key, ents, x.numpy())
@@ -680,10 +682,9 @@ class Memory(Closing):
         self.builder.vocabulary |= set(added)
 
     def _edited(self) -> None:
-        """What every forget or revise leaves behind: the saved indexes removed (they hold the old vectors and
-        words), BM25 made again on first use (its vocabulary as at open, without words no record holds), and the
-        derived tables dropped."""
-        forget_indexes(self.store.folder)
+        """What every forget or revise leaves behind (the saved indexes and state, which hold the old texts, vectors
+        and words, were removed before its write): BM25 made again on first use (its vocabulary as at open, without
+        words no record holds), and the derived tables dropped."""
         for name in [k for k, v in self.graph.indexes.items() if isinstance(v, BM25Index)]:
             del self.graph.indexes[name]
         self.graph.invalidate()

@@ -250,6 +250,26 @@ def test_forget_removes_the_text_from_every_byte_of_the_store_and_from_retrieval
         mem.forget("b2")
 
 
+@pytest.mark.parametrize("call", ["forget", "revise"])
+def test_a_process_dying_right_after_a_forget_or_revise_commits_leaves_no_saved_copy_of_the_old_text(
+    tmp_path, monkeypatch, call
+):
+    """The saved state and indexes hold texts and vectors: they are removed before the write, so a process that
+    dies between the commit and its own bookkeeping leaves the old text in no file of the folder."""
+    secret = "My sister Carmen lives in Zaragoza."
+    with Memory.open(tmp_path / "m", encoder="hashing") as m:
+        for i, (who, text) in enumerate([*_LINES, ("Bob", secret)]):
+            m.add(text, speaker=who, session=0, id=f"r{i}", time=1000.0 + i)
+        m.retrieve("Where does Carmen live?")  # BM25 made: saved at close with the state
+    assert b"Zaragoza" in state_path(tmp_path / "m").read_bytes()
+    m = Memory.open(tmp_path / "m", encoder="hashing")
+    monkeypatch.setattr(Memory, "_forgotten" if call == "forget" else "_revised", lambda *a: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # the process dies here, after the commit
+        m.forget("r5") if call == "forget" else m.revise("r5", "My sister Carmen lives in Porto.")
+    assert b"Zaragoza" not in _bytes(tmp_path / "m")
+    m.store.close()
+
+
 def test_revise_replaces_the_text_everywhere(mem):
     mem.revise("a1", "I adopted a whippet called Comet in June.")
     assert b"greyhound" not in _bytes(mem.store.folder)
