@@ -152,6 +152,7 @@ def _no_collection() -> Iterator[None]:
     texts, metadata and entity sets) and no cycle, and the full collections their number would set off, each a pass
     over every object, find nothing."""
     paused = gc.isenabled()
+    gc.collect()  # what is garbage now (a memory closed before this open, say) is freed first
     gc.disable()
     try:
         yield
@@ -168,7 +169,8 @@ def _rows_view(held: Tensor | None, buf: Tensor, n: int) -> Tensor:
 
 
 class Memory(Closing):
-    """One live memory (module docstring). Open it with :meth:`open`; every public method is thread-safe."""
+    """One live memory (module docstring). Open it with :meth:`open`; every public method is thread-safe.
+    ``state_loaded`` says whether its open loaded the state the last writer saved (else it read the rows)."""
 
     ann_min_nodes = ANN_MIN_NODES
     neighbour_index = IndexSpec()
@@ -274,10 +276,10 @@ class Memory(Closing):
         with self.store.snapshot(), _no_collection():
             dim, version = int(self.store.settings()["encoder"]["dim"]), self.store.version()
             state = load_state(self.store.folder, version, dim)
-            self._read_state(state, dim) if state is not None else self._read_store(dim)
-            self._state_version = version if state is not None else None
-        self.state_loaded = state is not None
-        """whether the last open (or reload after a failed write) loaded the saved state instead of reading the rows"""
+            self.state_loaded = state is not None
+            self._read_state(state, dim) if self.state_loaded else self._read_store(dim)
+            self._state_version = version if self.state_loaded else None
+            del state  # the file's arrays, copied into the buffers, are let go before the indexes load
         g = self.graph
         g.indexes.clear()
         g.grown.clear()
