@@ -72,12 +72,14 @@ _LISTS = ("ids", "texts", "keys", "metadata", "entities")
 
 
 def state_path(folder: str | Path) -> Path:
+    """Where the memory in ``folder`` keeps its saved state."""
     return Path(folder) / INDEX_DIR / STATE_FILE
 
 
 def save_state(folder: str | Path, state: MemoryState, version: dict[str, int]) -> Path:
-    """Write ``state`` made at the store's ``version``, atomically (the arrays streamed into the archive one at a
-    time, never copied whole). Metadata are written with sorted keys, as the store writes them."""
+    """Write ``state`` made at the store's ``version``, atomically, each array into the archive from its own memory
+    (a view that is not contiguous, the edges' rows of the buffers, is copied first). Metadata are written with
+    sorted keys, as the store writes them."""
     records = json.dumps({name: getattr(state, name) for name in _LISTS}, sort_keys=True, ensure_ascii=False)
     header = json.dumps({"format_version": FORMAT_VERSION, **version}, sort_keys=True)
     arrays = {name: getattr(state, name) for name in _ARRAYS}
