@@ -233,6 +233,16 @@ def _met(ratio: float | None, goal: float = 2.0) -> str:
     return f"{ratio:.2f}×: " + ("met" if ratio <= goal else f"missed by {ratio / goal:.2f}×")
 
 
+def _pairings(first: dict, row: dict, key: str) -> str:
+    """The ratios that one measuring process of ``row``'s size over one of the first size's give (every pairing:
+    how far the machine's noise moves the ratio of medians), where each size was measured more than once."""
+    ours, theirs = [run.get(key) for run in row.get("runs", [])], [run.get(key) for run in first.get("runs", [])]
+    ratios = [a / b for a in ours for b in theirs if a is not None and b]
+    if len(ours) < 2 or not ratios:
+        return ""
+    return f"; one process over one, {min(ratios):.2f}× to {max(ratios):.2f}×"
+
+
 def _scale_goals(r: dict) -> str:
     """The scale goals (add p50 within 2× of the first size at every size, the walk's retrieve p50 at the largest
     within 2×) met or missed, and the open times of 10⁵ records and more."""
@@ -247,8 +257,8 @@ def _scale_goals(r: dict) -> str:
         first=f"{sizes[0]['records']:,}",
         medians=" (of the medians of its processes)" if measuring_processes(r) > 1 else "",
         last=f"{last.get('records', 0):,}",
-        add=f"largest at {worst['records']:,}, {_met(worst['add_p50_over_first'])}",
-        retrieve=_met(last.get("retrieve_router_p50_over_first")),
+        add=f"largest at {worst['records']:,}, {_met(worst['add_p50_over_first'])}{_pairings(sizes[0], worst, 'add')}",
+        retrieve=_met(last.get("retrieve_router_p50_over_first")) + _pairings(sizes[0], last, "retrieve_router"),
         opens="; ".join(opens) or "no size of 100,000 records or more",
         short=(
             f" The goal's largest size, {GOAL_RECORDS:,} records, was not grown in this run."
