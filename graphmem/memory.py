@@ -146,19 +146,27 @@ class _Buffers:
         return out
 
 
+PAUSE_COLLECTOR_RECORDS = 50_000
+"""records from which reading or saving a memory pauses Python's cyclic collector (:func:`_collector_paused`)"""
+
+
 @contextmanager
-def _no_collection() -> Iterator[None]:
-    """Python's cyclic collector paused: reading or saving a memory makes millions of small objects (its records'
-    texts, metadata and entity sets) and no cycle, and the full collections their number would set off, each a pass
-    over every object, find nothing."""
-    paused = gc.isenabled()
-    gc.collect()  # what is garbage now (a memory closed before this open, say) is freed first
+def _collector_paused(pause: bool, collect: bool = False) -> Iterator[None]:
+    """Python's cyclic collector paused (when ``pause``): reading or saving a large memory makes millions of small
+    objects (its records' texts, metadata and entity sets) and no cycle, and the full collections their number
+    would set off, each a pass over every object, find nothing. With ``collect``, what is garbage already (a memory
+    dropped just before this open, say) is freed first: a full collection costs a fraction of a second, which only
+    a large memory's open repays."""
+    if not pause or not gc.isenabled():
+        yield
+        return
+    if collect:
+        gc.collect()
     gc.disable()
     try:
         yield
     finally:
-        if paused:
-            gc.enable()
+        gc.enable()
 
 
 def _rows_view(held: Tensor | None, buf: Tensor, n: int) -> Tensor:
@@ -273,19 +281,25 @@ class Memory(Closing):
         store is at the version it was saved at (:mod:`graphmem.store.memory_state`), else from the store's rows,
         read one at a time into the buffers (no copy of the whole store is held at once); then the graph's saved
         retrieval indexes."""
-        with self.store.snapshot(), _no_collection():
+        with self.store.snapshot():
             dim, version = int(self.store.settings()["encoder"]["dim"]), self.store.version()
-            state = load_state(self.store.folder, version, dim)
-            self.state_loaded = state is not None
-            self._read_state(state, dim) if self.state_loaded else self._read_store(dim)
-            self._state_version = version if self.state_loaded else None
-            del state  # the file's arrays, copied into the buffers, are let go before the indexes load
+            large = version is not None and version["nodes"] >= PAUSE_COLLECTOR_RECORDS
+            with _collector_paused(large, collect=True):
+                self._read(dim, version)
         g = self.graph
         g.indexes.clear()
         g.grown.clear()
         g.node_log.clear()
         g.invalidate()
         load_indexes(self.store.folder, g)  # the retrieval indexes the last writer saved, when made for this graph
+
+    def _read(self, dim: int, version: dict[str, int] | None) -> None:
+        """The derived state from the state saved at ``version``, else from the rows; the saved state's arrays,
+        copied into the buffers, are let go on return, before the indexes load."""
+        state = load_state(self.store.folder, version, dim)
+        self.state_loaded = state is not None
+        self._read_state(state, dim) if self.state_loaded else self._read_store(dim)
+        self._state_version = version if self.state_loaded else None
 
     def _read_store(self, dim: int) -> None:
         self.buffers = _Buffers(emb=torch.empty(64, dim), time=torch.empty(64, dtype=torch.float64))
@@ -376,7 +390,7 @@ class Memory(Closing):
         if version is None or (version == self._state_version and state_path(self.store.folder).is_file()):
             return
         try:
-            with _no_collection():
+            with _collector_paused(len(self) >= PAUSE_COLLECTOR_RECORDS):
                 save_state(self.store.folder, self._saved_state(), version)
         except OSError as err:
             log.warning("memory %s: state not saved (%s); the next open reads the store", self.store.folder, err)
