@@ -327,9 +327,11 @@ class Memory(Closing):
         self._replay(entities)
 
     def _read_state(self, s: MemoryState, dim: int) -> None:
-        """:meth:`_read_store` from a saved state: its arrays copied into buffers with an eighth of spare rows."""
+        """:meth:`_read_store` from a saved state: its arrays copied into buffers with spare rows (:meth:`_Buffers.
+        grown`)."""
         n = len(s.ids)
-        self.buffers = _Buffers(emb=torch.empty(n + n // 8 + 64, dim), time=torch.empty(n + n // 8 + 64).double())
+        emb, time = torch.empty(0, dim), torch.empty(0, dtype=torch.float64)
+        self.buffers = _Buffers(emb=_Buffers.grown(emb, n), time=_Buffers.grown(time, n))
         self.buffers.emb.numpy()[:n], self.buffers.time.numpy()[:n] = s.emb, s.time
         self._derive(dim, s.ids, s.texts, s.keys, s.metadata, s.seq.tolist())
         with warnings.catch_warnings():  # the state's arrays are read-only: these tensors are only copied from

@@ -616,8 +616,9 @@ def test_the_retrieval_indexes_a_writer_saved_are_loaded_by_the_next_open_and_go
 
 
 def exact_state(m) -> dict:
-    """Every field a memory derives from its store, bit for bit (tensors as bytes), and a few answers."""
-    g, b = m.graph, m.builder
+    """Every field a memory derives from its store, bit for bit (tensors as bytes): :func:`derived_state` with the
+    records and tensors."""
+    g = m.graph
     tensors = (g.embeddings, g.timestamps, g.edge_index, g.edge_type, g.S, g.F, g.edge_attr, g.edge_attr_init)
     return {
         "records": (
@@ -630,10 +631,7 @@ def exact_state(m) -> dict:
         ),
         "tensors": [(t.dtype, tuple(t.shape), t.contiguous().numpy().tobytes()) for t in tensors],
         "spare": [getattr(m.buffers, k).shape[0] >= n for k, n in (("emb", len(m)), ("S", g.num_edges))],
-        "builder": (b.entities.mentions, b.node_entities, b.vocabulary, b.times.keys(), b.tails, +m.vocabulary),
-        "answers": [
-            m.retrieve(q, policy=p).ranked_ids() for q in ("Pixel", "Carmen in Lisbon") for p in ("hybrid", "beta_bfs")
-        ],
+        **derived_state(m),
     }
 
 
