@@ -32,6 +32,7 @@ import math
 import threading
 import uuid
 import warnings
+import weakref
 from collections import Counter, OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -154,9 +155,9 @@ PAUSE_COLLECTOR_RECORDS = 50_000
 def _collector_paused(pause: bool, collect: bool = False) -> Iterator[None]:
     """Python's cyclic collector paused (when ``pause``): reading or saving a large memory makes millions of small
     objects (its records' texts, metadata and entity sets) and no cycle, and the full collections their number
-    would set off, each a pass over every object, find nothing. With ``collect``, what is garbage already (a memory
-    dropped just before this open, say) is freed first: a full collection costs a fraction of a second, which only
-    a large memory's open repays."""
+    would set off, each a pass over every object, find nothing. With ``collect``, what is cyclic garbage already is
+    freed first (a memory let go of is not: it is freed at once, :func:`_weak_method`): a full collection costs a
+    fraction of a second, which only a large memory's open repays."""
     if not pause or not gc.isenabled():
         yield
         return
@@ -167,6 +168,14 @@ def _collector_paused(pause: bool, collect: bool = False) -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _weak_method(method):
+    """``method`` called through a weak reference to its object: a part the object holds can call back into it
+    without the two making a cycle, so a memory let go of is freed at once rather than by the cyclic collector
+    (which :func:`_collector_paused` may be holding off)."""
+    ref = weakref.WeakMethod(method)
+    return lambda *args: ref()(*args)
 
 
 def _rows_view(held: Tensor | None, buf: Tensor, n: int) -> Tensor:
@@ -362,7 +371,7 @@ class Memory(Closing):
         """The graph's views of the buffers, the vocabulary and the builder's state, once the edges are in."""
         self._views(len(self._seq))
         self.vocabulary = Counter(self.store.vocabulary())
-        self.builder = IncrementalBuilder(self.cfg, self.extractor, self._neighbours)
+        self.builder = IncrementalBuilder(self.cfg, self.extractor, _weak_method(self._neighbours))
         self.builder.replay(self.graph, entities, set(self.vocabulary))
 
     def _saved_state(self) -> MemoryState:

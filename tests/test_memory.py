@@ -343,6 +343,28 @@ def test_a_second_writer_is_refused_in_one_line_or_waits(tmp_path):
         assert sorted(m.graph.node_ids) == ["w1", "w2"]
 
 
+@pytest.mark.parametrize("closed", [True, False])
+def test_a_memory_let_go_of_is_freed_at_once_without_the_cyclic_collector(tmp_path, closed):
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        m = Memory.open(tmp_path / "m", encoder="hashing")
+        for i in range(12):
+            m.add(f"Alice walked the dog Rex around Paris, lap {i}.", speaker="Alice", session=1, time=1e9 + i)
+        m.feedback(m.retrieve("dog Rex", policy="beta_bfs"), reward=1.0)
+        assert m.retrieve("Where is Paris?").ranked_ids()
+        held = [weakref.ref(x) for x in (m, m.graph, m.graph.embeddings, m.builder)]
+        if closed:
+            m.close()
+        del m
+        assert [r() is None for r in held] == [True] * 4
+    finally:
+        gc.enable()
+
+
 def test_a_reader_opened_while_a_writer_adds_sees_whole_transactions(tmp_path):
     """Records and edges are read in one snapshot: a reader opening between a writer's commits never holds an
     edge to a record it did not read, nor a record without its edges."""

@@ -62,13 +62,14 @@ class GraphBatch:
 
     @classmethod
     def single(cls, graph: MemoryGraph) -> GraphBatch:
-        """One graph as a batch of one: the union is the graph itself (nothing is copied; kept in ``graph.derived``)."""
-        batch = graph.derived.get("core.graph_batch.single")
-        if batch is None:
+        """One graph as a batch of one: the union is the graph itself (nothing is copied). Its pointers are kept in
+        ``graph.derived``, the batch is not: a batch kept by its own graph would be a cycle, and a graph let go of
+        would wait for the cyclic collector to be freed."""
+        held = graph.derived.get("core.graph_batch.single")
+        if held is None:
             ptr = lambda n: torch.tensor([0, n], device=torch.device("cpu"))  # noqa: E731
-            batch = cls(graph, [graph], ptr(graph.num_nodes), ptr(graph.num_edges), [graph.name or "0"])
-            graph.derived.put("core.graph_batch.single", batch)
-        return batch
+            held = graph.derived.put("core.graph_batch.single", (ptr(graph.num_nodes), ptr(graph.num_edges)))
+        return cls(graph, [graph], *held, [graph.name or "0"])
 
     @classmethod
     def from_graphs(cls, graphs: Sequence[MemoryGraph] | Mapping[str, MemoryGraph]) -> GraphBatch:
