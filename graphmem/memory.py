@@ -50,6 +50,7 @@ from graphmem.core import Budget, Query
 from graphmem.core.closing import Closing
 from graphmem.core.errors import InputError
 from graphmem.core.graph import RELATIONS, MemoryGraph
+from graphmem.core.tokens import node_tokens, seed_node_tokens
 from graphmem.datasets.types import LoadReport, Question
 from graphmem.feedback import check_labels, label_transitions
 from graphmem.index.embed import Encoder, encoder_fingerprint, make_encoder
@@ -294,21 +295,25 @@ class Memory(Closing):
             dim, version = int(self.store.settings()["encoder"]["dim"]), self.store.version()
             large = version is not None and version["nodes"] >= PAUSE_COLLECTOR_RECORDS
             with _collector_paused(large, collect=True):
-                self._read(dim, version)
+                tokens = self._read(dim, version)
         g = self.graph
         g.indexes.clear()
         g.grown.clear()
         g.node_log.clear()
         g.invalidate()
+        if tokens is not None:
+            seed_node_tokens(g, tokens)
         load_indexes(self.store.folder, g)  # the retrieval indexes the last writer saved, when made for this graph
 
-    def _read(self, dim: int, version: dict[str, int] | None) -> None:
+    def _read(self, dim: int, version: dict[str, int] | None) -> np.ndarray | None:
         """The derived state from the state saved at ``version``, else from the rows; the saved state's arrays,
-        copied into the buffers, are let go on return, before the indexes load."""
+        copied into the buffers, are let go on return, before the indexes load. Returns the records' saved token
+        counts (``None``: read from the rows, they are counted when first needed)."""
         state = load_state(self.store.folder, version, dim)
         self.state_loaded = state is not None
         self._read_state(state, dim) if self.state_loaded else self._read_store(dim)
         self._state_version = version if self.state_loaded else None
+        return None if state is None else state.tokens
 
     def _read_store(self, dim: int) -> None:
         self.buffers = _Buffers(emb=torch.empty(64, dim), time=torch.empty(64, dtype=torch.float64))
@@ -387,6 +392,7 @@ class Memory(Closing):
             g.F.numpy(),
             g.edge_attr.numpy(),
             g.edge_attr_init.numpy(),
+            node_tokens(g).numpy(),
             list(g.node_ids),
             list(g.texts),
             list(g.keys),

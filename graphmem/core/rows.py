@@ -49,3 +49,9 @@ def append_to(buf: np.ndarray, used: int, new: np.ndarray) -> np.ndarray:
         buf = grown
     buf[used:need] = new
     return buf
+
+
+def seed_rows(graph, key: str, sources: Sequence[list], state: Any) -> None:
+    """Keep ``state`` as :func:`kept_rows`' state of every row of ``graph`` (one made from ``sources`` before and
+    saved with them, as a memory's saved state is), so that the next call adds only the rows appended after."""
+    graph.indexes[key] = (list(sources), len(sources[0]), len(graph.node_log), state)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphmem.core.rows import append_to, kept_rows
+from graphmem.core.rows import append_to, kept_rows, seed_rows
 
 if TYPE_CHECKING:
     from graphmem.core.graph import MemoryGraph
@@ -60,3 +60,11 @@ def node_tokens(graph: MemoryGraph) -> Tensor:
         kept = kept_rows(graph, NODE_TOKENS, [graph.node_ids, graph.texts], extend)
         counts = graph.derived.put(NODE_TOKENS, torch.from_numpy(kept[: graph.num_nodes]))
     return counts
+
+
+def seed_node_tokens(graph: MemoryGraph, counts: np.ndarray) -> None:
+    """Take ``counts`` ``[N]`` (saved with the graph's ids and texts, by :func:`node_tokens`) as the graph's token
+    counts instead of counting every text again."""
+    if counts.shape != (graph.num_nodes,):
+        raise ValueError(f"{counts.shape[0]} token counts for a graph of {graph.num_nodes} nodes")
+    seed_rows(graph, NODE_TOKENS, [graph.node_ids, graph.texts], np.array(counts, dtype=np.int64))

@@ -4,7 +4,8 @@ of every row of the database.
 ``<memory>/indexes/state.npz`` (NumPy's uncompressed archive, as :func:`numpy.savez` writes it: one ``.npy``
 member per array, each with its CRC-32; no pickle) holds what a reopen would otherwise read record by record and
 edge by edge: the records' seqs, embeddings and times, every edge's rows, relation, counters and features, one
-JSON document of the records' ids, texts, keys, metadata and entities, and the store's version when it was saved
+JSON document of the records' ids, texts, keys, metadata and entities, each record's token count (what every
+retrieval's budget reads: counting them is a pass of Python over every text), and the store's version when it was saved
 (:meth:`~graphmem.store.memory_store.MemoryStore.version`: the count of rows written to the derived tables, which
 triggers in the database keep whoever writes, with the count of records, the next seq and the last edge's rowid).
 
@@ -33,7 +34,7 @@ from graphmem.store.io import atomic_write
 from graphmem.store.memory_indexes import INDEX_DIR
 
 STATE_FILE = "state.npz"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: with the records' token counts
 log = logging.getLogger(__name__)
 
 
@@ -50,6 +51,7 @@ class MemoryState:
     F: np.ndarray  # [E] float32
     attr: np.ndarray  # [E, 4] float32
     attr_init: np.ndarray  # [E, 4] float32
+    tokens: np.ndarray  # [N] int64 (graphmem.core.tokens.node_tokens)
     ids: list[str]
     texts: list[str]
     keys: list[str]
@@ -67,6 +69,7 @@ _ARRAYS = {
     "F": (np.float32, 1),
     "attr": (np.float32, 2),
     "attr_init": (np.float32, 2),
+    "tokens": (np.int64, 1),
 }
 _LISTS = ("ids", "texts", "keys", "metadata", "entities")
 
@@ -152,7 +155,7 @@ def _check(state: MemoryState, version: dict[str, int], dim: int) -> None:
         elif not isinstance(value, list):
             raise ValueError(f"field {f.name!r} is not a list")
     n, e = version["nodes"], state.edge_type.shape[0]
-    node_sizes = {state.seq.shape[0], state.emb.shape[0], state.time.shape[0]}
+    node_sizes = {state.seq.shape[0], state.emb.shape[0], state.time.shape[0], state.tokens.shape[0]}
     node_sizes |= {len(getattr(state, k)) for k in _LISTS}
     edge_sizes = {state.edge_index.shape[1], state.S.shape[0], state.F.shape[0], state.attr.shape[0]}
     if node_sizes != {n} or edge_sizes | {state.attr_init.shape[0]} != {e} or state.edge_index.shape[0] != 2:
@@ -161,5 +164,7 @@ def _check(state: MemoryState, version: dict[str, int], dim: int) -> None:
         raise ValueError(f"embeddings of width {state.emb.shape[1]}, not {dim}, or features not of width 4")
     if e and (state.edge_index.min() < 0 or state.edge_index.max() >= n):
         raise ValueError("an edge names a row past the records")
+    if n and state.tokens.min() < 1:
+        raise ValueError("a record's token count is not positive")
     if n and (version["next_seq"] != int(state.seq[-1]) + 1 or np.any(np.diff(state.seq) <= 0)):
         raise ValueError("the seqs are not ascending up to the store's next seq")
