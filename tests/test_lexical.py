@@ -117,6 +117,53 @@ def test_save_load_round_trip_and_refusals(tmp_path):
         load_bm25(path, g)
 
 
+def test_a_saved_index_keeps_its_impact_order_and_a_wrong_order_is_refused(tmp_path, monkeypatch):
+    """The postings' order is saved with the index and read back instead of sorting every entry again: the derived
+    arrays equal those of an index made from the texts, after appends too; a file without it is read as before."""
+    import numpy as np
+
+    from graphmem.builders.synthetic import make_text_graph
+    from graphmem.index import lexical
+    from graphmem.index.lexical import text_fingerprint
+    from graphmem.store.io import write_sealed
+
+    g = make_text_graph(400, dim=8, seed=3, validate=False)
+    index = bm25_for(g)
+    index.rank_bounded("alpha", 5)
+    g.add_nodes(["x1", "x2"], ["a late note on the harbour", "the harbour again"], torch.randn(2, 8))
+    path = tmp_path / "bm25.safetensors"
+    save_bm25(bm25_for(g), path, g)  # synced: the appended rows are past the order it made first
+    fresh = BM25Index.build(g.texts)
+    want = fresh._d()
+    with monkeypatch.context() as patch:
+        patch.setattr(np, "lexsort", lambda *a, **k: pytest.fail("the entries were sorted again"))
+        loaded = load_bm25(path, g)
+        got = loaded._d()
+    for name in ("post_ptr", "post_row", "post_tf", "post_len", "tf_max", "len_min"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    assert got.base_avgdl == want.base_avgdl and got.base_nnz == want.base_nnz == fresh.terms.size
+    for q in ("harbour note", g.texts[7], "nothing matches zzz"):
+        assert [a.tolist() for a in loaded.rank_bounded(q, 5)] == [a.tolist() for a in fresh.rank_bounded(q, 5)]
+
+    order = fresh.impact_order()
+    same = np.flatnonzero(fresh.terms[order][1:] == fresh.terms[order][:-1])[0]
+    swapped = order.copy()
+    swapped[[same, same + 1]] = swapped[[same + 1, same]]
+    for bad, message in ((order[:-1], "an impact order of"), (swapped, "not by term, weight and row")):
+        copy = BM25Index(fresh.tokens, fresh.indptr, fresh.terms, fresh.tf, fresh.k1, fresh.b)
+        with pytest.raises(LexicalIndexError, match=message):
+            copy.take_order(bad)
+
+    tensors = {"indptr": fresh.indptr, "terms": fresh.terms, "tf": fresh.tf}
+    tensors["vocab"] = np.frombuffer("\n".join(fresh.tokens).encode(), dtype=np.uint8).copy()
+    meta = {"format_version": lexical.FORMAT_VERSION, "tokenizer": lexical.TOKENIZER_NAME, "k1": fresh.k1}
+    meta |= {"b": fresh.b, "graph_fingerprint": text_fingerprint(g)}
+    write_sealed(path, tensors, "graphmem_bm25", meta)  # an index saved without its order
+    assert [a.tolist() for a in load_bm25(path, g).rank_bounded("harbour", 5)] == [
+        a.tolist() for a in fresh.rank_bounded("harbour", 5)
+    ]
+
+
 def test_lexical_files_attach_to_their_graphs(tmp_path):
     graphs = {"a": text_graph(DOCS), "b": text_graph(["zebra"])}
     files = {}

@@ -86,7 +86,7 @@ class _Derived:
     appended since, one buffer of entry positions per term. Arrays that grow are capacity-doubling buffers read
     through views (``df``, ``length``, ``keys``)."""
 
-    def __init__(self, index: BM25Index):
+    def __init__(self, index: BM25Index, order: np.ndarray | None = None):
         n, v, terms, tf = index.num_rows, len(index.tokens), index.terms, index.tf
         row = np.repeat(np.arange(n, dtype=np.int64), np.diff(index.indptr))
         self.rows, self.nnz, self.vocab = n, int(terms.size), v
@@ -95,7 +95,7 @@ class _Derived:
         self.total = int(self._length.sum())
         self._keys = (row << KEY_SHIFT) | terms  # ascending: CSR order is (row, term)
         self._idf_at: tuple | None = None
-        self.base(index, row)
+        self.base(index, row, order)
 
     df = property(lambda self: self._df[: self.vocab], doc="``[V]`` rows holding each term")
     length = property(lambda self: self._length[: self.rows], doc="``[N]`` each row's length ``|d|``")
@@ -111,15 +111,16 @@ class _Derived:
             self._idf, self._idf_at = np.log1p((self.rows - self.df + 0.5) / (self.df + 0.5)), (self.rows, self.nnz)
         return self._idf
 
-    def base(self, index: BM25Index, row: np.ndarray | None = None) -> None:
+    def base(self, index: BM25Index, row: np.ndarray | None = None, order: np.ndarray | None = None) -> None:
         """Impact-order every entry: postings by term, each by its weight now descending (row ascending on ties),
-        with the suffix maxima of ``tf`` and minima of ``|d|`` that :meth:`BM25Index.bound` reads."""
+        with the suffix maxima of ``tf`` and minima of ``|d|`` that :meth:`BM25Index.bound` reads. ``order``: that
+        order of the entries, as :meth:`order` gave it for these entries (saved with the index), not made again."""
         n, terms, tf = self.rows, index.terms, index.tf
         if row is None:
             row = np.repeat(np.arange(n, dtype=np.int64), np.diff(index.indptr))
-        weight = index.entry_weights(np.arange(terms.size), row, self)
         self.base_avgdl = self.avgdl  # the mean length the order is made at (what bound() scales from)
-        order = np.lexsort((-weight, terms))
+        if order is None:
+            order = np.lexsort((-index.entry_weights(np.arange(terms.size), row, self), terms))
         self.base_nnz = int(terms.size)
         self.post_ptr = np.concatenate([[0], np.cumsum(np.bincount(terms, minlength=self.vocab))]).astype(np.int64)
         self.post_row = row[order]
@@ -135,6 +136,12 @@ class _Derived:
         self.len_min = (seg * step - back)[::-1].copy()
         # term -> [positions buffer, count]: the entries appended after the order, by position
         self.delta: dict[int, list] = {}
+
+    def order(self) -> np.ndarray:
+        """``[base_nnz]`` the impact order as entry positions (what :meth:`base` sorted them into), recovered from
+        the postings: each posting's ``(row, term)`` key found in the sorted keys."""
+        terms = np.repeat(np.arange(self.post_ptr.size - 1, dtype=np.int64), np.diff(self.post_ptr))
+        return np.searchsorted(self.keys, (self.post_row << KEY_SHIFT) | terms)
 
     def appended(self, index: BM25Index, rows: int, new_terms: np.ndarray, new_tf: np.ndarray) -> None:
         """Take the ``rows`` rows just appended to ``index``, whose entries are ``new_terms`` / ``new_tf``."""
@@ -300,6 +307,32 @@ class BM25Index:
         elif d.nnz - d.base_nnz > max(REBASE_MIN, d.base_nnz // REBASE_FRACTION):
             d.base(self)
         return d
+
+    def impact_order(self) -> np.ndarray:
+        """``[nnz]`` the order of every entry that :meth:`_d` makes first for this index (entry positions, postings by
+        term, each by weight descending), to save with it: the order kept now when it holds every entry, else
+        made again (as an index read back from its arrays would make it)."""
+        d = self._derived
+        if d is None or d.base_nnz != self._nnz:
+            d = self._derived = _Derived(self)
+        return d.order()
+
+    def take_order(self, order: np.ndarray) -> None:
+        """Use ``order`` (:meth:`impact_order` of an index of these very entries, saved with it) instead of making it
+        when the derived arrays are first made; a wrong one is refused (:class:`LexicalIndexError`)."""
+        n = self._nnz
+        if order.shape != (n,) or (n and (order.min() < 0 or order.max() >= n)):
+            raise LexicalIndexError(f"BM25Index: an impact order of {order.shape} entries, not of {n}")
+        d = _Derived(self, order.astype(np.int64, copy=False))
+        if n and np.any(np.bincount(order, minlength=n) != 1):
+            raise LexicalIndexError("BM25Index: the impact order does not hold every entry once")
+        # the order base() makes: by term, then weight descending, then row ascending
+        t, w = self.terms[order], self.entry_weights(order, d.post_row, d)
+        same = t[1:] == t[:-1]
+        later = (w[1:] > w[:-1]) | ((w[1:] == w[:-1]) & (order[1:] < order[:-1]))
+        if np.any(t[1:] < t[:-1]) or np.any(same & later):
+            raise LexicalIndexError("BM25Index: the impact order is not by term, weight and row")
+        self._derived = d
 
     def weights(self, idf: np.ndarray, tf: np.ndarray, length: np.ndarray, avgdl: float) -> np.ndarray:
         """Float64 ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))``, element by element (so the

@@ -2,9 +2,11 @@
 
 Each index is one safetensors file written atomically without pickle (:func:`graphmem.store.io.write_sealed`):
 
-* BM25 (:class:`~graphmem.index.lexical.BM25Index`): the CSR arrays and the vocabulary (UTF-8, newline
-  separated), a header with ``k1``, ``b``, the tokenizer name and a fingerprint of the graph's node ids
-  and texts (:func:`~graphmem.index.lexical.text_fingerprint`);
+* BM25 (:class:`~graphmem.index.lexical.BM25Index`): the CSR arrays, the vocabulary (UTF-8, newline
+  separated) and the postings' impact order (:meth:`~graphmem.index.lexical.BM25Index.impact_order`: sorting every
+  entry by its weight is most of what a first query would otherwise pay; files without it are read too), a header
+  with ``k1``, ``b``, the tokenizer name and a fingerprint of the graph's node ids and texts
+  (:func:`~graphmem.index.lexical.text_fingerprint`);
 * vector (:class:`~graphmem.index.vector_index.VectorIndex`): FAISS's own serialised bytes and
   ``slot_row``, a header with the spec and a fingerprint of the graph's node ids and embeddings
   (:func:`~graphmem.index.vector_index.graph_fingerprint`).
@@ -46,6 +48,7 @@ def save_bm25(index: BM25Index, path: str | Path, graph: MemoryGraph) -> Path:
         "terms": index.terms,
         "tf": index.tf,
         "vocab": np.frombuffer("\n".join(index.tokens).encode(), dtype=np.uint8).copy(),
+        "order": index.impact_order(),
     }
     meta = {
         "format_version": lexical.FORMAT_VERSION,
@@ -62,7 +65,7 @@ def load_bm25(path: str | Path, graph: MemoryGraph) -> BM25Index:
     or one made for another graph is refused with a :class:`LexicalIndexError` naming the file."""
     path = Path(path)
     names = {"indptr", "terms", "tf", "vocab"}
-    tensors, meta = read_sealed(path, "graphmem_bm25", names, "BM25 index", LexicalIndexError)
+    tensors, meta = read_sealed(path, "graphmem_bm25", names, "BM25 index", LexicalIndexError, frozenset({"order"}))
     for key, want in (("format_version", lexical.FORMAT_VERSION), ("tokenizer", lexical.TOKENIZER_NAME)):
         if meta.get(key) != want:
             raise LexicalIndexError(f"{path}: {key} {meta.get(key)!r} is not {want!r}; rebuild the graph set")
@@ -72,6 +75,11 @@ def load_bm25(path: str | Path, graph: MemoryGraph) -> BM25Index:
     out = BM25Index(vocab, tensors["indptr"], tensors["terms"], tensors["tf"], meta["k1"], meta["b"])
     if out.num_rows != graph.num_nodes or (out.terms.size and int(out.terms.max()) >= len(vocab)):
         raise LexicalIndexError(f"{path}: arrays do not match the graph ({graph.num_nodes} nodes)")
+    if "order" in tensors:
+        try:
+            out.take_order(tensors["order"])
+        except LexicalIndexError as err:
+            raise LexicalIndexError(f"{path}: {err}") from None
     out.mark_synced(graph)
     return out
 

@@ -157,10 +157,11 @@ def write_sealed(path: str | Path, arrays: dict[str, np.ndarray], key: str, meta
 
 
 def read_sealed(
-    path: str | Path, key: str, names: set[str], what: str, error: type[Exception]
+    path: str | Path, key: str, names: set[str], what: str, error: type[Exception], optional: frozenset = frozenset()
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The arrays and meta of a :func:`write_sealed` file; raises ``error`` naming the file when it is
-    unreadable, not a ``what`` file (another header key or array names) or fails its checksum."""
+    unreadable, not a ``what`` file (another header key, or arrays other than ``names`` and any of ``optional``)
+    or fails its checksum."""
     from safetensors import safe_open
     from safetensors.numpy import load_file as load_numpy
 
@@ -172,7 +173,7 @@ def read_sealed(
     except (SafetensorError, OSError) as err:
         raise error(f"{path}: not a readable {what} file ({err})") from None
     payload = header.get(key)
-    if payload is None or set(arrays) != names:
+    if payload is None or not names <= set(arrays) <= names | optional:
         raise error(f"{path}: not a graphmem {what} file")
     if header.get("sha256") != array_digest(payload, arrays):
         raise error(f"{path}: checksum mismatch (the file is damaged or was edited)")
