@@ -232,9 +232,12 @@ def test_reopen_benchmark_times_each_way_and_reopens_a_copy_of_a_given_memory(tm
     with Memory.open(tmp_path / "kept", encoder="hashing") as m:
         m.add_many([{"text": f"a note about Lisbon {i}", "id": f"n{i}"} for i in range(40)])
     before = (tmp_path / "kept" / "memory.sqlite3").read_bytes()
-    args = ["--memory", str(tmp_path / "kept"), "--ways", "rows", "loaded", "--rounds", "1", "--out", str(out)]
+    args = ["--memory", str(tmp_path / "kept"), "--ways", "rows", "loaded", "--rounds", "1", "--walk"]
+    args += ["--out", str(out)]
     proc = script_runner.run([sys.executable, str(script), *args], cwd=ROOT, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = json.loads(out.read_text())
     assert list(r["rounds"]) == ["rows", "loaded"] and r["records"] == 40 and r["memory"] == str(tmp_path / "kept")
+    assert all(row["first_walk_s"] > 0 for rows in r["rounds"].values() for row in rows)
+    assert r["loaded_first_walk_s_median"] == r["rounds"]["loaded"][0]["first_walk_s"]
     assert (tmp_path / "kept" / "memory.sqlite3").read_bytes() == before

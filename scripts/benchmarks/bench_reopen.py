@@ -8,8 +8,10 @@ encoder, transactions of 10,000 records) is grown, searched once with ``hybrid``
 index made) and closed; or ``--memory`` names a closed memory, whose copy is reopened instead. It is then
 opened ``--rounds`` times each way of ``--ways``: ``built`` (every saved file removed first: the state read from
 the rows, the indexes built when first needed), ``rows`` (the saved state removed: read from the rows, the
-indexes loaded) and ``loaded`` (both loaded); each round times the open, the first ``hybrid`` retrieval, the
-first add (the embedding given) and the close, which saves the state and indexes for the next round.
+indexes loaded) and ``loaded`` (both loaded); each round times the open, the first ``hybrid`` retrieval, with
+``--walk`` the shipped walk's first retrieval after it (``--checkpoint``'s weights, else a fresh scorer of that
+shape; it makes the walk's per-graph tables: the pair table, the scorer's static tensors), the first add (the
+embedding given) and the close, which saves the state and indexes for the next round.
 
     OMP_NUM_THREADS=1 python scripts/benchmarks/bench_reopen.py --out docs/results/memory_reopen.json
 """
@@ -25,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_memory import records  # the same records as the scale benchmark's
+from bench_memory import records, walk_policy  # the same records and walk as the scale benchmark's
 
 from graphmem import Memory
 from graphmem.builders.synthetic import make_text_graph
@@ -48,8 +50,9 @@ def grow(folder: Path, texts: list[str], encoder: HashingEncoder) -> None:
 WAYS = ("built", "rows", "loaded")
 
 
-def reopen(folder: Path, way: str, k: int, encoder: HashingEncoder) -> dict:
-    """One round: open (after removing the saved files ``way`` does without), one retrieval, one add, close."""
+def reopen(folder: Path, way: str, k: int, encoder: HashingEncoder, walk=None) -> dict:
+    """One round: open (after removing the saved files ``way`` does without), one retrieval (and one by ``walk``),
+    one add, close."""
     if way == "built":
         forget_indexes(folder)
     elif way == "rows":
@@ -62,6 +65,11 @@ def reopen(folder: Path, way: str, k: int, encoder: HashingEncoder) -> dict:
     t = time.perf_counter()
     mem.retrieve(f"a note about Lisbon, round {k}")
     retrieved = time.perf_counter() - t
+    walked = None
+    if walk is not None:
+        t = time.perf_counter()
+        mem.retrieve(f"a walk to a note about Lisbon, round {k}", policy=walk)
+        walked = time.perf_counter() - t
     text = f"a note added after reopening, {way} round {k}, about Lisbon"
     t = time.perf_counter()
     mem.add(text, id=f"{way}-{k}", embedding=encoder.encode([text])[0])
@@ -73,6 +81,7 @@ def reopen(folder: Path, way: str, k: int, encoder: HashingEncoder) -> dict:
         "records": len(mem),
         "open_s": opened,
         "first_retrieve_s": retrieved,
+        **({"first_walk_s": walked} if walk is not None else {}),
         "first_add_s": added,
         "close_s": closed,
     }
@@ -95,15 +104,19 @@ def work(args: argparse.Namespace) -> None:
             texts = make_text_graph(args.records, dim=16, seed=args.seed, validate=False).texts
             grow(root / "memory", texts, encoder)
         report["grow_s" if not args.memory else "copy_s"] = time.perf_counter() - t
-        rounds = {way: [reopen(root / "memory", way, k, encoder) for k in range(args.rounds)] for way in args.ways}
+        walk = walk_policy(args.checkpoint) if args.walk or args.checkpoint else None
+        folder = root / "memory"
+        rounds = {way: [reopen(folder, way, k, encoder, walk) for k in range(args.rounds)] for way in args.ways}
     finally:
         shutil.rmtree(root, ignore_errors=True)
     report["records"] = rounds[args.ways[0]][0]["records"] - 1  # before the round's add
     report["rounds"] = rounds
     if args.memory:
         report["memory"] = args.memory
+    if args.checkpoint:
+        report["checkpoint"] = args.checkpoint
     for way, rows in rounds.items():
-        for key in ("open_s", "first_retrieve_s", "first_add_s", "close_s"):
+        for key in ("open_s", "first_retrieve_s", "first_add_s", "close_s", *(("first_walk_s",) * bool(walk))):
             report[f"{way}_{key}_median"] = statistics.median(r[key] for r in rows)
     for key, (slow, fast) in (("open_s", ("rows", "loaded")), ("first_retrieve_s", ("built", "rows"))):
         if slow in rounds and fast in rounds:
@@ -121,6 +134,8 @@ def arguments() -> argparse.ArgumentParser:
     ap.add_argument("--memory", help="a closed memory to reopen a copy of, instead of growing one")
     ap.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS), help="what each round loads (docstring)")
     ap.add_argument("--rounds", type=int, default=3, help="reopenings each way")
+    ap.add_argument("--walk", action="store_true", help="each round also times the walk's first retrieval")
+    ap.add_argument("--checkpoint", help="the walk's trained weights (implies --walk)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="outputs/benchmark/memory_reopen.json")

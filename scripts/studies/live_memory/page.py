@@ -298,19 +298,22 @@ def _reopen(runs: list[dict]) -> list[str]:
         )
         ratio = r.get("open_s_rows_over_loaded")
         what = how + (f"; the open from the saved state {ratio:.1f}× faster than from the rows." if ratio else ".")
+        walk = f"{ways[0]}_first_walk_s_median" in r
         rows = [
             [
                 way,
                 str(len(r["rounds"][way])),
                 f"{r[f'{way}_open_s_median']:.2f}",
                 f"{r[f'{way}_first_retrieve_s_median']:.3f}",
+                *([f"{r[f'{way}_first_walk_s_median']:.2f}"] if walk else []),
                 f"{r[f'{way}_first_add_s_median']:.3f}",
                 f"{r[f'{way}_close_s_median']:.2f}",
             ]
             for way in ways
         ]
+        header = ["way", "rounds", "open s", "first retrieval s (hybrid)", *(["then the walk's first s"] * walk)]
         out += _lead(r, "reopen_run", what=what)
-        out += _table(["way", "rounds", "open s", "first retrieval s (hybrid)", "first add s", "close s"], rows) + [""]
+        out += _table([*header, "first add s", "close s"], rows) + [""]
     return out[:-1]
 
 
