@@ -60,8 +60,17 @@ from graphmem.policies import make_policy
 from graphmem.policies.base import TraversalPolicy
 from graphmem.store.graphset import GraphSet
 from graphmem.store.memory_indexes import forget_indexes, load_indexes, save_indexes
-from graphmem.store.memory_state import MemoryState, load_state, save_state, state_path
+from graphmem.store.memory_state import (
+    MemoryState,
+    load_state,
+    pairs_path,
+    read_pairs,
+    save_pairs,
+    save_state,
+    state_path,
+)
 from graphmem.store.memory_store import EdgeRows, MemoryStoreError, NodeRow, SQLiteStore
+from models.edge_encoder import PairTable, SavedPairTable, saved_pair_table, seed_pair_table
 
 __all__ = ["DuplicateIdError", "Memory", "MemoryError", "MemoryRetrieval", "UnknownIdError", "check_policy"]
 
@@ -274,6 +283,7 @@ class Memory(Closing):
                 if self.store.lock is not None and hasattr(self, "graph"):
                     save_indexes(self.store.folder, self.graph)
                     self._save_state()
+                    self._save_pairs()
             finally:
                 self.store.close()
 
@@ -304,6 +314,7 @@ class Memory(Closing):
         if tokens is not None:
             seed_node_tokens(g, tokens)
         load_indexes(self.store.folder, g)  # the retrieval indexes the last writer saved, when made for this graph
+        self._pairs_version = version if self._seed_pairs(version) else None
 
     def _read(self, dim: int, version: dict[str, int] | None) -> np.ndarray | None:
         """The derived state from the state saved at ``version``, else from the rows; the saved state's arrays,
@@ -413,6 +424,47 @@ class Memory(Closing):
             log.warning("memory %s: state not saved (%s); the next open reads the store", self.store.folder, err)
             return
         self._state_version = version
+
+    def _seed_pairs(self, version: dict[str, int] | None) -> bool:
+        """Take the walk's per-node codes saved at ``version`` now, and its pair table when the walk first needs it
+        (:func:`models.edge_encoder.seed_pair_table`); whether there were any."""
+        small = SavedPairTable.SMALL
+        got = read_pairs(self.store.folder, version, small)
+        if got is None:
+            return False
+        codes, arrays = got
+        folder, fields = self.store.folder, tuple(PairTable.__dataclass_fields__)
+
+        def table() -> dict[str, np.ndarray] | None:  # read when the walk first needs it (the file checked again)
+            got = read_pairs(folder, version, fields)
+            return None if got is None else got[1]
+
+        try:
+            seed_pair_table(self.graph, SavedPairTable(None, codes, *(arrays[k] for k in small)), table)
+        except ValueError as err:
+            log.warning("memory %s: saved pair table not used (%s)", folder, err)
+            return False
+        return True
+
+    def _save_pairs(self) -> None:
+        """Save the walk's pair table for the next open when one is kept for the memory as it is now and the file
+        does not hold it already; remove a file of another version (a failed save is logged)."""
+        version = self.store.version()
+        if version is None:
+            return
+        saved, path = saved_pair_table(self.graph), pairs_path(self.store.folder)
+        if saved is None or (version == self._pairs_version and path.is_file()):
+            if saved is None and version != self._pairs_version:
+                path.unlink(missing_ok=True)
+            return
+        arrays = {k: getattr(saved.table, k).numpy() for k in PairTable.__dataclass_fields__}
+        arrays |= {k: getattr(saved, k) for k in SavedPairTable.SMALL}
+        try:
+            save_pairs(self.store.folder, arrays, saved.codes, version)
+        except OSError as err:
+            log.warning("memory %s: pair table not saved (%s)", self.store.folder, err)
+            return
+        self._pairs_version = version
 
     def _rows_of_seqs(self, seqs: np.ndarray) -> np.ndarray:
         """The rows of stored records' ``seqs`` (rows are in ascending seq order)."""

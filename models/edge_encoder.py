@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from graphmem.core.csr import append_rows, grow_rows, grown_rowptr, insertion_points
 from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
-from graphmem.core.rows import append_to, kept_rows
+from graphmem.core.rows import append_to, kept_rows, seed_rows
 from graphmem.core.tokens import node_tokens
 
 EDGE_MODES = ("onehot", "phase1", "table", "inductive")
@@ -50,6 +50,7 @@ NUM_PAIR_FEATURES = 22  # width of PairTable.raw for 4 relations (see pair_featu
 MOVE_BLOCK = 1 << 16  # pair ids renumbered at once after a growth (the temporary stays in the cache)
 SEQUENCE_KEYS = ("session", "paragraph")  # metadata naming a node's sequence ...
 ORDER_KEYS = ("position", "sent_idx")  # ... and its place in it
+SPEAKERS, SEQUENCES = "models.edge_encoder.speakers", "models.edge_encoder.sequences"  # their kept rows
 
 
 @dataclass
@@ -105,7 +106,7 @@ def _speakers(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
             new.append(codes.setdefault(str(m["speaker"]), len(codes)) if m.get("speaker") else -1)
         return codes, append_to(code, rows.start, np.asarray(new, dtype=np.int64))
 
-    code = kept_rows(graph, "models.edge_encoder.speakers", [graph.metadata], extend)[1]
+    code = kept_rows(graph, SPEAKERS, [graph.metadata], extend)[1]
     code = torch.from_numpy(code[: graph.num_nodes])
     return code, code >= 0
 
@@ -126,7 +127,7 @@ def _sequences(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
         group = append_to(group, rows.start, np.asarray(new_group, dtype=np.int64))
         return codes, group, append_to(order, rows.start, np.asarray(new_order, dtype=np.float64))
 
-    _, group, order = kept_rows(graph, "models.edge_encoder.sequences", [graph.metadata], extend)
+    _, group, order = kept_rows(graph, SEQUENCES, [graph.metadata], extend)
     n = graph.num_nodes
     return torch.from_numpy(group[:n]), torch.from_numpy(order[:n])
 
@@ -298,12 +299,23 @@ def pair_table(graph: MemoryGraph) -> PairTable:
     The last table made is also kept in ``graph.grown`` with a serial number: when the graph has only grown
     since (:meth:`~graphmem.core.graph.MemoryGraph.appended_since`), the new table is made from it
     (:func:`grow_pair_table`, which lets go of it as it goes), and how is kept for the tables made from the
-    pair table in turn (:func:`pair_growth`)."""
+    pair table in turn (:func:`pair_growth`). A table saved beside the graph (:func:`seed_pair_table`) is read
+    the first time one is needed, and taken as it is, or grown, when the graph is the same or has only grown."""
     deps = (graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps)
     table = graph.derived.get(PAIR_TABLE, deps)
     if table is not None:
         return table
     held, grown, serial = graph.grown.pop(PAIR_TABLE, None), None, next(_SERIALS)
+    saved = graph.grown.pop(SAVED_PAIR_TABLE, None)
+    if held is None and saved is not None:
+        mark, read = saved
+        same = mark == graph.log_mark()
+        table = read() if same or graph.appended_since(mark) else None
+        if table is not None and same:
+            graph.grown[PAIR_TABLE] = (mark, table, None, serial)
+            return graph.derived.put(PAIR_TABLE, table, deps)
+        held = None if table is None else (mark, table, None, -1)
+        table = None
     if held is not None and graph.appended_since(held[0]):
         (_, n0, e0), old, before = held[0], vars(held[1]).copy(), held[3]
         held = None  # the fields in ``old`` are the earlier table's last hold here
@@ -314,6 +326,70 @@ def pair_table(graph: MemoryGraph) -> PairTable:
     table, growth = grown if grown is not None else (build_pair_table(graph), None)
     graph.grown[PAIR_TABLE] = (graph.log_mark(), table, growth, serial)
     return graph.derived.put(PAIR_TABLE, table, deps)
+
+
+SAVED_PAIR_TABLE = "models.edge_encoder.saved_pair_table"
+
+
+@dataclass
+class SavedPairTable:
+    """A graph's current :func:`pair_table` and the per-node codes its features were made from (speakers, and
+    sequences with the orders in them, :func:`_speakers`, :func:`_sequences`): what a graph read back later, the
+    same one, needs in order not to make them again (:func:`saved_pair_table`, :func:`seed_pair_table`)."""
+
+    table: PairTable | None
+    codes: dict[str, dict[str, int]]  # "speakers", "sequences": each code's name
+    speaker: np.ndarray  # [N] int64 (-1: none)
+    group: np.ndarray  # [N] int64 (-1: none)
+    order: np.ndarray  # [N] float64 (NaN: none)
+
+    SMALL = ("speaker", "group", "order")
+    """the per-node arrays (read at once); the table's fields are read when first needed"""
+
+
+def saved_pair_table(graph: MemoryGraph) -> SavedPairTable | None:
+    """The graph's pair table when one is kept for its present edges and features (``None``: none made since it
+    last changed), with its per-node codes."""
+    deps = (graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps)
+    table = graph.derived.get(PAIR_TABLE, deps)
+    if table is None:
+        return None
+    _speakers(graph), _sequences(graph)  # up to date: each adds nothing when kept
+    n = graph.num_nodes
+    speakers, speaker = graph.indexes[SPEAKERS][3]
+    sequences, group, order = graph.indexes[SEQUENCES][3]
+    codes = {"speakers": dict(speakers), "sequences": dict(sequences)}
+    return SavedPairTable(table, codes, speaker[:n], group[:n], order[:n])
+
+
+def seed_pair_table(graph: MemoryGraph, saved: SavedPairTable, read: Callable[[], dict[str, Any] | None]) -> None:
+    """Take ``saved``'s codes (saved with this very graph) as the graph's speaker and sequence codes, and ``read``
+    as the way to its pair table: the fields of :class:`PairTable` as arrays, read the first time :func:`pair_table`
+    needs the table (``None``, or fields that do not fit the graph as it was: the table is made instead). Raises
+    ``ValueError`` when the codes do not fit the graph."""
+    n, e = graph.num_nodes, graph.num_edges
+    arrays = (saved.speaker, saved.group, saved.order)
+    if any(a.shape != (n,) for a in arrays) or set(saved.codes) != {"speakers", "sequences"}:
+        raise ValueError(f"saved speaker and sequence codes of other sizes than the graph's {n} nodes")
+    for a, codes in ((saved.speaker, saved.codes["speakers"]), (saved.group, saved.codes["sequences"])):
+        if n and (a.min() < -1 or a.max() >= len(codes)) or sorted(codes.values()) != list(range(len(codes))):
+            raise ValueError("saved speaker or sequence codes out of their range")
+    seed_rows(graph, SPEAKERS, [graph.metadata], (dict(saved.codes["speakers"]), saved.speaker.copy()))
+    sequences = (dict(saved.codes["sequences"]), saved.group.copy(), saved.order.copy())
+    seed_rows(graph, SEQUENCES, [graph.metadata], sequences)
+
+    def table() -> PairTable | None:
+        fields = read()
+        if fields is None:
+            return None
+        out = PairTable(**{k: torch.from_numpy(fields[k]) for k in PairTable.__dataclass_fields__})
+        p = out.src.shape[0]
+        sizes = (out.rowptr.shape, out.edge_pair.shape, out.raw.shape, out.dst.shape, out.edge.shape)
+        if sizes != ((n + 1,), (e,), (p, NUM_PAIR_FEATURES), (p,), (p,)) or int(out.rowptr[-1]) != p:
+            return None
+        return out
+
+    graph.grown[SAVED_PAIR_TABLE] = (graph.log_mark(), table)
 
 
 def pair_growth(graph: MemoryGraph) -> PairGrowth | None:

@@ -231,3 +231,84 @@ def test_a_read_after_a_write_lets_the_earlier_tables_go_without_the_cyclic_coll
         finally:
             gc.enable()
         assert len(alive) == 1  # the last table (and its copies, which share its tensors) only
+
+
+def test_a_writer_saves_the_walks_pair_table_and_an_open_at_its_version_reads_it_when_the_walk_needs_it(
+    tmp_path, monkeypatch
+):
+    """The pair table a writer's walk made is saved at close; an open at the same version takes it (and the speaker
+    and sequence codes) instead of making it, as it is or grown by the adds since; a write without the walk since
+    leaves no stale file. Every table and answer equals one made from the records (a copy of the graph)."""
+    import contextlib
+
+    import pytest
+
+    from graphmem.store.memory_state import pairs_path
+
+    texts = make_text_graph(150, dim=16, seed=6, validate=False).texts
+    emb = HashingEncoder(384).encode(texts)
+    router, folder = walk(384), tmp_path / "memory"
+    recs = [
+        dict(text=texts[i], id=f"n{i}", session=i // 9, time=1e9 + 30.0 * i, speaker=("ann", "bo")[i % 2])
+        for i in range(len(texts))
+    ]
+    queries = [" ".join(texts[i].split()[:4]) for i in range(0, 120, 20)]
+
+    def answers(mem) -> list:
+        return [mem.retrieve(q, policy=router).ranked_ids() for q in queries]
+
+    def fresh_answers(mem) -> list:
+        g = mem.graph.copy()  # no kept or saved state: every table made from the records
+        enc = HashingEncoder(384).encode(queries)
+        found = [
+            router.retrieve_batch(g, [Query(qid="q", text=q, embedding=x)], mem.budget)[0] for q, x in zip(queries, enc)
+        ]
+        return [[g.node_ids[v] for v in r.ranked] for r in found]
+
+    @contextlib.contextmanager
+    def not_made():
+        with monkeypatch.context() as patch:
+            patch.setattr("models.edge_encoder.build_pair_table", lambda g: pytest.fail("the pair table was made"))
+            yield
+
+    def same_table(mem) -> None:
+        held, made = pair_table(mem.graph), build_pair_table(mem.graph.copy())
+        assert all(torch.equal(getattr(held, k), getattr(made, k)) for k in PairTable.__dataclass_fields__)
+
+    with Memory.open(folder, encoder="hashing") as mem:
+        mem.add_many(recs[:120], emb[:120])
+        first = answers(mem)
+    assert pairs_path(folder).is_file()
+    with Memory.open(folder, encoder="hashing", readonly=True) as mem:
+        with not_made():
+            assert answers(mem) == first
+        assert first == fresh_answers(mem)
+        same_table(mem)
+    with Memory.open(folder, encoder="hashing") as mem:  # the saved table grown by the adds since
+        mem.add_many(recs[120:135], emb[120:135])
+        with not_made():
+            grown = answers(mem)
+        assert pair_growth(mem.graph) is not None and grown == fresh_answers(mem)
+        same_table(mem)
+    with Memory.open(folder, encoder="hashing", readonly=True) as mem, not_made():
+        assert answers(mem) == grown
+    with Memory.open(folder, encoder="hashing") as mem:  # no walk: the file of the version before is removed
+        mem.add_many(recs[135:], emb[135:])
+    assert not pairs_path(folder).exists()
+
+
+def test_a_damaged_saved_pair_table_is_made_again_and_answers_as_one_made(tmp_path, caplog):
+    from graphmem.store.memory_state import pairs_path
+
+    texts = make_text_graph(80, dim=16, seed=8, validate=False).texts
+    router, folder = walk(384), tmp_path / "memory"
+    with Memory.open(folder, encoder="hashing") as mem:
+        mem.add_many([dict(text=t, id=f"n{i}", session=i // 9, time=1e9 + i) for i, t in enumerate(texts)])
+        want = mem.retrieve(texts[3], policy=router).ranked_ids()
+    data = bytearray(pairs_path(folder).read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the table's arrays: the per-node codes are read whole at open
+    pairs_path(folder).write_bytes(bytes(data))
+    with Memory.open(folder, encoder="hashing", readonly=True) as mem:
+        assert mem.retrieve(texts[3], policy=router).ranked_ids() == want
+        same_pairs(mem.graph)
+    assert "not a usable pair table" in caplog.text

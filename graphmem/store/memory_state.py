@@ -14,6 +14,12 @@ store is at the saved version loads it; at any other version (a write since, a w
 an edit by another client), or from a damaged file or one of another format, the state is read from the
 database. The file holds texts and vectors, so a forget or a revise removes it with the saved indexes
 (:func:`graphmem.store.memory_indexes.forget_indexes`).
+
+``<memory>/indexes/pairs.npz`` (the same archive form) holds, when the walk served the memory as a writer closed
+it, the walk's pair table and the per-node codes its features were made from
+(:class:`models.edge_encoder.SavedPairTable`), at the store's version: an open at that version takes the codes at
+once and reads the table when the walk first needs it (:func:`read_pairs`), instead of making both from every
+edge and record.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from graphmem.store.io import atomic_write
 from graphmem.store.memory_indexes import INDEX_DIR
 
 STATE_FILE = "state.npz"
+PAIRS_FILE = "pairs.npz"
 FORMAT_VERSION = 2  # 2: with the records' token counts
 log = logging.getLogger(__name__)
 
@@ -89,12 +96,49 @@ def save_state(folder: str | Path, state: MemoryState, version: dict[str, int]) 
     arrays["records"] = np.frombuffer(records.encode(), dtype=np.uint8)
     arrays["version"] = np.frombuffer(header.encode(), dtype=np.uint8)
 
-    def write(tmp: Path) -> None:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-            for name, array in arrays.items():
-                _write_member(archive, name, np.ascontiguousarray(array))
+    return atomic_write(state_path(folder), lambda tmp: _write_archive(tmp, arrays))
 
-    return atomic_write(state_path(folder), write)
+
+def _write_archive(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in arrays.items():
+            _write_member(archive, name, np.ascontiguousarray(array))
+
+
+def pairs_path(folder: str | Path) -> Path:
+    """Where the memory in ``folder`` keeps the walk's saved pair table."""
+    return Path(folder) / INDEX_DIR / PAIRS_FILE
+
+
+def save_pairs(folder: str | Path, arrays: dict[str, np.ndarray], codes: dict, version: dict[str, int]) -> Path:
+    """Write the walk's pair table and per-node codes (``arrays`` by name, ``codes`` a JSON document) made at the
+    store's ``version``, atomically."""
+    members = dict(arrays)
+    members["codes"] = np.frombuffer(json.dumps(codes, sort_keys=True, ensure_ascii=False).encode(), dtype=np.uint8)
+    header = json.dumps({"format_version": FORMAT_VERSION, **version}, sort_keys=True)
+    members["version"] = np.frombuffer(header.encode(), dtype=np.uint8)
+    return atomic_write(pairs_path(folder), lambda tmp: _write_archive(tmp, members))
+
+
+def read_pairs(folder: str | Path, version: dict[str, int] | None, names: tuple[str, ...]) -> tuple[dict, dict] | None:
+    """``(codes, arrays)``: the JSON document and the members ``names`` (writable arrays) of the pair table saved in
+    ``folder`` at ``version``; ``None`` when there is none at that version, or the file is damaged or lacks a member
+    (logged, the caller makes them)."""
+    path = pairs_path(folder)
+    if version is None or not path.is_file():
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            saved = json.loads(_member(archive, "version").tobytes())
+            if saved != {"format_version": FORMAT_VERSION, **version}:
+                log.info("%s: saved at %s, the store is at %s: the walk's tables are made", path, saved, version)
+                return None
+            codes = json.loads(_member(archive, "codes").tobytes())
+            arrays = {name: _member_copy(archive, name) for name in names}
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        log.warning("%s: not a usable pair table (%s): the walk's tables are made", path, err)
+        return None
+    return codes, arrays
 
 
 def load_state(folder: str | Path, version: dict[str, int] | None, dim: int) -> MemoryState | None:
@@ -141,6 +185,27 @@ def _member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
     if fortran or dtype.hasobject:
         raise ValueError(f"member {name!r} is not a C-ordered array of numbers")
     return np.frombuffer(raw, dtype=dtype, count=math.prod(shape), offset=head.tell()).reshape(shape)
+
+
+def _member_copy(archive: zipfile.ZipFile, name: str, block: int = 1 << 26) -> np.ndarray:
+    """The array of member ``name`` read into a writable array of its own, a block at a time (no second copy of it
+    is held; its CRC-32 is checked by :mod:`zipfile` at the member's end)."""
+    with archive.open(f"{name}.npy") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        if fortran or dtype.hasobject:
+            raise ValueError(f"member {name!r} is not a C-ordered array of numbers")
+        out = np.empty(shape, dtype=dtype)
+        view, done = memoryview(out.reshape(-1)).cast("B"), 0
+        while done < view.nbytes:
+            got = f.readinto(view[done : done + block])
+            if not got:
+                raise ValueError(f"member {name!r} ends early")
+            done += got
+        if f.read(1):
+            raise ValueError(f"member {name!r} is longer than its header says")
+    return out
 
 
 def _check(state: MemoryState, version: dict[str, int], dim: int) -> None:
