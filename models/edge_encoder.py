@@ -348,12 +348,17 @@ class SavedPairTable:
 
 
 def saved_pair_table(graph: MemoryGraph) -> SavedPairTable | None:
-    """The graph's pair table when one is kept for its present edges and features (``None``: none made since it
-    last changed), with its per-node codes."""
+    """The graph's pair table, with its per-node codes, when one is kept for its present edges and features, or
+    for an earlier graph that has only grown since (then grown to this one first, :func:`pair_table`); ``None``
+    when none is."""
     deps = (graph.edge_index, graph.edge_type, graph.edge_attr_init, graph.timestamps)
     table = graph.derived.get(PAIR_TABLE, deps)
     if table is None:
-        return None
+        held = graph.grown.get(PAIR_TABLE)
+        if held is None or not graph.appended_since(held[0]):
+            return None
+        del held
+        table = pair_table(graph)
     _speakers(graph), _sequences(graph)  # up to date: each adds nothing when kept
     n = graph.num_nodes
     speakers, speaker = graph.indexes[SPEAKERS][3]

@@ -292,8 +292,17 @@ def test_a_writer_saves_the_walks_pair_table_and_an_open_at_its_version_reads_it
         same_table(mem)
     with Memory.open(folder, encoder="hashing", readonly=True) as mem, not_made():
         assert answers(mem) == grown
+    with Memory.open(folder, encoder="hashing") as mem:  # the walk's table, then adds: grown at close and saved
+        with not_made():
+            answers(mem)
+        mem.add_many(recs[135:140], emb[135:140])
+    with Memory.open(folder, encoder="hashing", readonly=True) as mem:
+        with not_made():
+            again = answers(mem)
+        assert again == fresh_answers(mem)
+        same_table(mem)
     with Memory.open(folder, encoder="hashing") as mem:  # no walk: the file of the version before is removed
-        mem.add_many(recs[135:], emb[135:])
+        mem.add_many(recs[140:], emb[140:])
     assert not pairs_path(folder).exists()
 
 
