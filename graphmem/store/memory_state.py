@@ -187,24 +187,34 @@ def _member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
     return np.frombuffer(raw, dtype=dtype, count=math.prod(shape), offset=head.tell()).reshape(shape)
 
 
-def _member_copy(archive: zipfile.ZipFile, name: str, block: int = 1 << 26) -> np.ndarray:
-    """The array of member ``name`` read into a writable array of its own, a block at a time (no second copy of it
-    is held; its CRC-32 is checked by :mod:`zipfile` at the member's end)."""
-    with archive.open(f"{name}.npy") as f:
-        major, _ = np.lib.format.read_magic(f)
+def _member_copy(archive: zipfile.ZipFile, name: str) -> np.ndarray:
+    """The array of member ``name`` (stored, not compressed) read from the archive's file straight into a writable
+    array of its own: one read of its bytes where they lie, and the member's CRC-32 checked over them (reading
+    through :mod:`zipfile` goes a few hundred kilobytes at a time, at a third of the speed)."""
+    info = archive.getinfo(f"{name}.npy")
+    if info.compress_type != zipfile.ZIP_STORED or archive.filename is None:
+        raise ValueError(f"member {name!r} is not stored as it is")
+    with open(archive.filename, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)  # the member's local header: its name and extra field come before its bytes
+        if len(local) != 30 or local[:4] != b"PK\x03\x04":
+            raise ValueError(f"member {name!r} has no local header")
+        name_size, extra_size = (int.from_bytes(local[k : k + 2], "little") for k in (26, 28))
+        start = info.header_offset + 30 + name_size + extra_size
+        f.seek(start)
+        head = io.BytesIO(f.read(min(info.file_size, 1 << 16)))
+        major, _ = np.lib.format.read_magic(head)
         read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read_header(f)
+        shape, fortran, dtype = read_header(head)
         if fortran or dtype.hasobject:
             raise ValueError(f"member {name!r} is not a C-ordered array of numbers")
-        out = np.empty(shape, dtype=dtype)
-        view, done = memoryview(out.reshape(-1)).cast("B"), 0
-        while done < view.nbytes:
-            got = f.readinto(view[done : done + block])
-            if not got:
-                raise ValueError(f"member {name!r} ends early")
-            done += got
-        if f.read(1):
-            raise ValueError(f"member {name!r} is longer than its header says")
+        out, offset = np.empty(shape, dtype=dtype), head.tell()
+        view = memoryview(out.reshape(-1)).cast("B")
+        f.seek(start + offset)
+        if offset + view.nbytes != info.file_size or f.readinto(view) != view.nbytes:
+            raise ValueError(f"member {name!r} does not hold the array its header says")
+    if zlib.crc32(view, zlib.crc32(head.getvalue()[:offset])) != info.CRC:
+        raise ValueError(f"member {name!r} fails its CRC-32")
     return out
 
 
