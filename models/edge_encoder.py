@@ -32,6 +32,7 @@ the ablation variants: ``onehot`` (the relation multi-hot, static), ``phase1`` (
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -51,6 +52,7 @@ MOVE_BLOCK = 1 << 16  # pair ids renumbered at once after a growth (the temporar
 SEQUENCE_KEYS = ("session", "paragraph")  # metadata naming a node's sequence ...
 ORDER_KEYS = ("position", "sent_idx")  # ... and its place in it
 SPEAKERS, SEQUENCES = "models.edge_encoder.speakers", "models.edge_encoder.sequences"  # their kept rows
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -390,7 +392,12 @@ def seed_pair_table(graph: MemoryGraph, saved: SavedPairTable, read: Callable[[]
         out = PairTable(**{k: torch.from_numpy(fields[k]) for k in PairTable.__dataclass_fields__})
         p = out.src.shape[0]
         sizes = (out.rowptr.shape, out.edge_pair.shape, out.raw.shape, out.dst.shape, out.edge.shape)
-        if sizes != ((n + 1,), (e,), (p, NUM_PAIR_FEATURES), (p,), (p,)) or int(out.rowptr[-1]) != p:
+        types = [getattr(out, k).dtype for k in ("rowptr", "src", "dst", "edge", "edge_pair", "raw")]
+        if sizes != ((n + 1,), (e,), (p, NUM_PAIR_FEATURES), (p,), (p,)) or types != [torch.long] * 5 + [torch.float32]:
+            log.warning("a saved pair table does not fit its graph (%d nodes, %d edges): it is made again", n, e)
+            return None
+        if int(out.rowptr[-1]) != p:
+            log.warning("a saved pair table's rows do not add up to its %d pairs: it is made again", p)
             return None
         return out
 
