@@ -90,13 +90,24 @@ def save_state(folder: str | Path, state: MemoryState, version: dict[str, int]) 
     """Write ``state`` made at the store's ``version``, atomically, each array into the archive from its own memory
     (a view that is not contiguous, the edges' rows of the buffers, is copied first). Metadata are written with
     sorted keys, as the store writes them."""
-    records = json.dumps({name: getattr(state, name) for name in _LISTS}, sort_keys=True, ensure_ascii=False)
-    header = json.dumps({"format_version": FORMAT_VERSION, **version}, sort_keys=True)
     arrays = {name: getattr(state, name) for name in _ARRAYS}
-    arrays["records"] = np.frombuffer(records.encode(), dtype=np.uint8)
-    arrays["version"] = np.frombuffer(header.encode(), dtype=np.uint8)
-
+    arrays["records"] = _json_member({name: getattr(state, name) for name in _LISTS})
+    arrays["version"] = _json_member(_header(version))
     return atomic_write(state_path(folder), lambda tmp: _write_archive(tmp, arrays))
+
+
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error)
+"""what reading a damaged or foreign archive raises"""
+
+
+def _header(version: dict[str, int]) -> dict[str, int]:
+    """The ``version`` member of a file saved at the store's ``version``."""
+    return {"format_version": FORMAT_VERSION, **version}
+
+
+def _json_member(document: Any) -> np.ndarray:
+    """A JSON document (sorted keys, UTF-8) as a member's bytes."""
+    return np.frombuffer(json.dumps(document, sort_keys=True, ensure_ascii=False).encode(), dtype=np.uint8)
 
 
 def _write_archive(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -113,10 +124,7 @@ def pairs_path(folder: str | Path) -> Path:
 def save_pairs(folder: str | Path, arrays: dict[str, np.ndarray], codes: dict, version: dict[str, int]) -> Path:
     """Write the walk's pair table and per-node codes (``arrays`` by name, ``codes`` a JSON document) made at the
     store's ``version``, atomically."""
-    members = dict(arrays)
-    members["codes"] = np.frombuffer(json.dumps(codes, sort_keys=True, ensure_ascii=False).encode(), dtype=np.uint8)
-    header = json.dumps({"format_version": FORMAT_VERSION, **version}, sort_keys=True)
-    members["version"] = np.frombuffer(header.encode(), dtype=np.uint8)
+    members = {**arrays, "codes": _json_member(codes), "version": _json_member(_header(version))}
     return atomic_write(pairs_path(folder), lambda tmp: _write_archive(tmp, members))
 
 
@@ -130,12 +138,12 @@ def read_pairs(folder: str | Path, version: dict[str, int] | None, names: tuple[
     try:
         with zipfile.ZipFile(path) as archive:
             saved = json.loads(_member(archive, "version").tobytes())
-            if saved != {"format_version": FORMAT_VERSION, **version}:
+            if saved != _header(version):
                 log.info("%s: saved at %s, the store is at %s: the walk's tables are made", path, saved, version)
                 return None
             codes = json.loads(_member(archive, "codes").tobytes())
             arrays = {name: _member_copy(archive, name) for name in names}
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+    except _UNREADABLE as err:
         log.warning("%s: not a usable pair table (%s): the walk's tables are made", path, err)
         return None
     return codes, arrays
@@ -153,14 +161,14 @@ def load_state(folder: str | Path, version: dict[str, int] | None, dim: int) -> 
             if set(archive.namelist()) != {f"{name}.npy" for name in (*_ARRAYS, "records", "version")}:
                 raise ValueError("not a memory state file")
             saved = json.loads(_member(archive, "version").tobytes())
-            if saved != {"format_version": FORMAT_VERSION, **version}:
+            if saved != _header(version):
                 log.info("%s: saved at %s, the store is at %s: reading the store", path, saved, version)
                 return None
             arrays = {name: _member(archive, name) for name in _ARRAYS}
             records = json.loads(_member(archive, "records").tobytes())
         state = MemoryState(**arrays, **{name: records[name] for name in _LISTS})
         _check(state, version, dim)
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+    except _UNREADABLE as err:
         log.warning("%s: not a usable memory state (%s): reading the store", path, err)
         return None
     return state
