@@ -186,13 +186,19 @@ def _member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
     """The array of member ``name`` (``.npy``), read whole in one call (its CRC-32 checked by :mod:`zipfile`) and
     viewed in place: the read-only array is backed by the member's bytes."""
     raw = archive.read(f"{name}.npy")
-    head = io.BytesIO(raw)
+    shape, dtype, offset = _npy_header(io.BytesIO(raw), name)
+    return np.frombuffer(raw, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape)
+
+
+def _npy_header(head: io.BytesIO, name: str) -> tuple[tuple[int, ...], np.dtype, int]:
+    """``(shape, dtype, bytes before the array)`` of the ``.npy`` member ``name`` whose first bytes ``head`` holds
+    (``ValueError`` unless it is a C-ordered array of numbers)."""
     major, _ = np.lib.format.read_magic(head)
     read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
     shape, fortran, dtype = read_header(head)
     if fortran or dtype.hasobject:
         raise ValueError(f"member {name!r} is not a C-ordered array of numbers")
-    return np.frombuffer(raw, dtype=dtype, count=math.prod(shape), offset=head.tell()).reshape(shape)
+    return shape, dtype, head.tell()
 
 
 def _member_copy(archive: zipfile.ZipFile, name: str) -> np.ndarray:
@@ -211,12 +217,8 @@ def _member_copy(archive: zipfile.ZipFile, name: str) -> np.ndarray:
         start = info.header_offset + 30 + name_size + extra_size
         f.seek(start)
         head = io.BytesIO(f.read(min(info.file_size, 1 << 16)))
-        major, _ = np.lib.format.read_magic(head)
-        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read_header(head)
-        if fortran or dtype.hasobject:
-            raise ValueError(f"member {name!r} is not a C-ordered array of numbers")
-        out, offset = np.empty(shape, dtype=dtype), head.tell()
+        shape, dtype, offset = _npy_header(head, name)
+        out = np.empty(shape, dtype=dtype)
         view = memoryview(out.reshape(-1)).cast("B")
         f.seek(start + offset)
         if offset + view.nbytes != info.file_size or f.readinto(view) != view.nbytes:
