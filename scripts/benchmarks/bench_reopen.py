@@ -116,7 +116,7 @@ def work(args: argparse.Namespace) -> None:
     if args.checkpoint:
         report["checkpoint"] = args.checkpoint
     for way, rows in rounds.items():
-        for key in ("open_s", "first_retrieve_s", "first_add_s", "close_s", *(("first_walk_s",) * bool(walk))):
+        for key in ("open_s", "first_retrieve_s", "first_add_s", "close_s", *(["first_walk_s"] if walk else [])):
             report[f"{way}_{key}_median"] = statistics.median(r[key] for r in rows)
     for key, (slow, fast) in (("open_s", ("rows", "loaded")), ("first_retrieve_s", ("built", "rows"))):
         if slow in rounds and fast in rounds:

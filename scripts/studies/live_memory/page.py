@@ -311,7 +311,8 @@ def _reopen(runs: list[dict]) -> list[str]:
             ]
             for way in ways
         ]
-        header = ["way", "rounds", "open s", "first retrieval s (hybrid)", *(["then the walk's first s"] * walk)]
+        header = ["way", "rounds", "open s", "first retrieval s (hybrid)"]
+        header += ["then the walk's first s"] if walk else []
         out += _lead(r, "reopen_run", what=what)
         out += _table([*header, "first add s", "close s"], rows) + [""]
     return out[:-1]
@@ -349,20 +350,12 @@ def _mb(n: int | None) -> float | None:
 
 def render(results_dir: Path) -> str:
     out = [fill(TEMPLATE, "intro")]
-    for name, section in (
-        ("memory_equivalence.json", _equivalence),
-        ("memory_kills.json", _crash),
-        ("memory_scale.json", _scale),
-        ("memory_reopen.json", None),
-    ):
-        if section is None:  # every reopening run, the benchmark's own and those of a kept memory
-            runs = [load_results(results_dir, p.name) for p in sorted(Path(results_dir).glob("memory_reopen*.json"))]
-            out += ["", *_reopen(runs)] if runs else []
-            continue
-        payload = load_results(results_dir, name)
-        if payload is not None:
-            out += ["", *section(payload)]
-        if name == "memory_scale.json" and payload is not None:
-            before = load_results(results_dir, "memory_scale_before.json")
-            out += ["", *_write_read(payload, before)] if before is not None else []
+    held = {name: load_results(results_dir, f"memory_{name}.json") for name in ("equivalence", "kills", "scale")}
+    for name, section in (("equivalence", _equivalence), ("kills", _crash), ("scale", _scale)):
+        out += ["", *section(held[name])] if held[name] is not None else []
+    before = load_results(results_dir, "memory_scale_before.json")
+    out += ["", *_write_read(held["scale"], before)] if held["scale"] is not None and before is not None else []
+    # every reopening run: the benchmark's own and those of a kept memory
+    reopens = [load_results(results_dir, p.name) for p in sorted(Path(results_dir).glob("memory_reopen*.json"))]
+    out += ["", *_reopen(reopens)] if reopens else []
     return "\n".join(out) + "\n"
