@@ -282,8 +282,10 @@ class Memory(Closing):
             try:
                 if self.store.lock is not None and hasattr(self, "graph"):
                     save_indexes(self.store.folder, self.graph)
-                    self._save_state()
-                    self._save_pairs()
+                    version = self.store.version()
+                    if version is not None:
+                        self._save_state(version)
+                        self._save_pairs(version)
             finally:
                 self.store.close()
 
@@ -411,11 +413,10 @@ class Memory(Closing):
             [sorted(e) for e in self.builder.node_entities],
         )
 
-    def _save_state(self) -> None:
-        """Save the derived state for the next open when the store has changed since the state this memory opened
-        or last saved (a failed save is logged: the next open reads the store)."""
-        version = self.store.version()
-        if version is None or (version == self._state_version and state_path(self.store.folder).is_file()):
+    def _save_state(self, version: dict[str, int]) -> None:
+        """Save the derived state for the next open when the store (at ``version`` now) has changed since the state
+        this memory opened or last saved (a failed save is logged: the next open reads the store)."""
+        if version == self._state_version and state_path(self.store.folder).is_file():
             return
         try:
             with _collector_paused(len(self) >= PAUSE_COLLECTOR_RECORDS):
@@ -446,16 +447,16 @@ class Memory(Closing):
             return False
         return True
 
-    def _save_pairs(self) -> None:
-        """Save the walk's pair table for the next open when one is kept for the memory as it is now and the file
-        does not hold it already; remove a file of another version (a failed save is logged)."""
-        version = self.store.version()
-        if version is None:
+    def _save_pairs(self, version: dict[str, int]) -> None:
+        """Save the walk's pair table for the next open when the file does not hold it already (at ``version``)
+        and one is kept for the memory as it is now; else remove the file of another version (a failed save is
+        logged)."""
+        path = pairs_path(self.store.folder)
+        if version == self._pairs_version and path.is_file():
             return
-        saved, path = saved_pair_table(self.graph), pairs_path(self.store.folder)
-        if saved is None or (version == self._pairs_version and path.is_file()):
-            if saved is None and version != self._pairs_version:
-                path.unlink(missing_ok=True)
+        saved = saved_pair_table(self.graph)
+        if saved is None:
+            path.unlink(missing_ok=True)
             return
         arrays = {k: getattr(saved.table, k).numpy() for k in PairTable.__dataclass_fields__}
         arrays |= {k: getattr(saved, k) for k in SavedPairTable.SMALL}

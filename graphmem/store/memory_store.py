@@ -77,16 +77,11 @@ CREATE TABLE IF NOT EXISTS edges({_EDGE_COLUMNS});
 CREATE UNIQUE INDEX IF NOT EXISTS edges_key ON edges(hi, src, dst, relation);
 CREATE TABLE IF NOT EXISTS vocabulary(word TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS feedback(seq INTEGER PRIMARY KEY, time REAL NOT NULL, entry TEXT NOT NULL);
-CREATE TRIGGER IF NOT EXISTS nodes_insert AFTER INSERT ON nodes BEGIN {_COUNT} END;
-CREATE TRIGGER IF NOT EXISTS nodes_update AFTER UPDATE ON nodes BEGIN {_COUNT} END;
-CREATE TRIGGER IF NOT EXISTS nodes_delete AFTER DELETE ON nodes BEGIN {_COUNT} END;
-CREATE TRIGGER IF NOT EXISTS edges_insert AFTER INSERT ON edges BEGIN {_COUNT} END;
-CREATE TRIGGER IF NOT EXISTS edges_update AFTER UPDATE ON edges BEGIN {_COUNT} END;
-CREATE TRIGGER IF NOT EXISTS edges_delete AFTER DELETE ON edges BEGIN {_COUNT} END;
-CREATE TRIGGER IF NOT EXISTS vocabulary_insert AFTER INSERT ON vocabulary BEGIN {_COUNT} END;
-CREATE TRIGGER IF NOT EXISTS vocabulary_update AFTER UPDATE ON vocabulary BEGIN {_COUNT} END;
-CREATE TRIGGER IF NOT EXISTS vocabulary_delete AFTER DELETE ON vocabulary BEGIN {_COUNT} END;
-"""
+""" + "".join(
+    f"CREATE TRIGGER IF NOT EXISTS {table}_{event.lower()} AFTER {event} ON {table} BEGIN {_COUNT} END;\n"
+    for table in ("nodes", "edges", "vocabulary")
+    for event in ("INSERT", "UPDATE", "DELETE")
+)
 
 
 class MemoryStoreError(InputError):
