@@ -31,7 +31,6 @@ import logging
 import math
 import threading
 import uuid
-import warnings
 import weakref
 from collections import Counter, OrderedDict
 from contextlib import contextmanager
@@ -361,9 +360,7 @@ class Memory(Closing):
         self.buffers = _Buffers(emb=_Buffers.grown(emb, n), time=_Buffers.grown(time, n))
         self.buffers.emb.numpy()[:n], self.buffers.time.numpy()[:n] = s.emb, s.time
         self._derive(dim, s.ids, s.texts, s.keys, s.metadata, s.seq.tolist())
-        with warnings.catch_warnings():  # the state's arrays are read-only: these tensors are only copied from
-            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
-            edges = [torch.from_numpy(a) for a in (*s.edge_index, s.edge_type, s.attr, s.S, s.F, s.attr_init)]
+        edges = [torch.from_numpy(a) for a in (*s.edge_index, s.edge_type, s.attr, s.S, s.F, s.attr_init)]
         self._append_edges(*edges)
         self._replay([set(e) for e in s.entities])
 

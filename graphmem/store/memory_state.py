@@ -27,7 +27,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import math
 import zipfile
 import zlib
 from dataclasses import dataclass, fields
@@ -142,7 +141,7 @@ def read_pairs(folder: str | Path, version: dict[str, int] | None, names: tuple[
                 log.info("%s: saved at %s, the store is at %s: the walk's tables are made", path, saved, version)
                 return None
             codes = json.loads(_member(archive, "codes").tobytes())
-            arrays = {name: _member_copy(archive, name) for name in names}
+            arrays = {name: _member(archive, name) for name in names}
     except _UNREADABLE as err:
         log.warning("%s: not a usable pair table (%s): the walk's tables are made", path, err)
         return None
@@ -182,14 +181,6 @@ def _write_member(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> Non
         f.write(memoryview(array).cast("B") if array.size else b"")
 
 
-def _member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
-    """The array of member ``name`` (``.npy``), read whole in one call (its CRC-32 checked by :mod:`zipfile`) and
-    viewed in place: the read-only array is backed by the member's bytes."""
-    raw = archive.read(f"{name}.npy")
-    shape, dtype, offset = _npy_header(io.BytesIO(raw), name)
-    return np.frombuffer(raw, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape)
-
-
 def _npy_header(head: io.BytesIO, name: str) -> tuple[tuple[int, ...], np.dtype, int]:
     """``(shape, dtype, bytes before the array)`` of the ``.npy`` member ``name`` whose first bytes ``head`` holds
     (``ValueError`` unless it is a C-ordered array of numbers)."""
@@ -201,10 +192,10 @@ def _npy_header(head: io.BytesIO, name: str) -> tuple[tuple[int, ...], np.dtype,
     return shape, dtype, head.tell()
 
 
-def _member_copy(archive: zipfile.ZipFile, name: str) -> np.ndarray:
-    """The array of member ``name`` (stored, not compressed) read from the archive's file straight into a writable
-    array of its own: one read of its bytes where they lie, and the member's CRC-32 checked over them (reading
-    through :mod:`zipfile` goes a few hundred kilobytes at a time, at a third of the speed)."""
+def _member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
+    """The array of member ``name`` (``.npy``, stored, not compressed) read from the archive's file straight into a
+    writable array of its own: one read of its bytes where they lie, and the member's CRC-32 checked over them
+    (:func:`numpy.load` reads through :mod:`zipfile`, a few hundred kilobytes at a time, at a third of the speed)."""
     info = archive.getinfo(f"{name}.npy")
     if info.compress_type != zipfile.ZIP_STORED or archive.filename is None:
         raise ValueError(f"member {name!r} is not stored as it is")
