@@ -63,6 +63,7 @@ from graphmem.store.memory_state import (
     MemoryState,
     load_state,
     pairs_path,
+    pairs_version,
     read_pairs,
     save_pairs,
     save_state,
@@ -284,7 +285,7 @@ class Memory(Closing):
                     version = self.store.version()
                     if version is not None:
                         self._save_state(version)
-                        self._save_pairs(version)
+                        self._save_pairs(pairs_version(version))
             finally:
                 self.store.close()
 
@@ -315,7 +316,8 @@ class Memory(Closing):
         if tokens is not None:
             seed_node_tokens(g, tokens)
         load_indexes(self.store.folder, g)  # the retrieval indexes the last writer saved, when made for this graph
-        self._pairs_version = version if self._seed_pairs(version) else None
+        shape = pairs_version(version)
+        self._pairs_version = shape if self._seed_pairs(shape) else None
 
     def _read(self, dim: int, version: dict[str, int] | None) -> np.ndarray | None:
         """The derived state from the state saved at ``version``, else from the rows; the saved state's arrays,
@@ -425,7 +427,8 @@ class Memory(Closing):
 
     def _seed_pairs(self, version: dict[str, int] | None) -> bool:
         """Take the walk's per-node codes saved at ``version`` now, and its pair table when the walk first needs it
-        (:func:`models.edge_encoder.seed_pair_table`); whether there were any."""
+        (:func:`models.edge_encoder.seed_pair_table`; ``version``: :func:`~graphmem.store.memory_state.pairs_version`);
+        whether there were any."""
         small = SavedPairTable.SMALL
         got = read_pairs(self.store.folder, version, small)
         if got is None:

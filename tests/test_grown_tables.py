@@ -321,3 +321,31 @@ def test_a_damaged_saved_pair_table_is_made_again_and_answers_as_one_made(tmp_pa
         assert mem.retrieve(texts[3], policy=router).ranked_ids() == want
         same_pairs(mem.graph)
     assert "not a usable pair table" in caplog.text
+
+
+def test_feedback_alone_leaves_the_saved_pair_table_in_use(tmp_path, monkeypatch):
+    """Feedback writes Beta counters, which no pair feature reads: a writer that only gives feedback (with the walk,
+    or without it) neither removes nor writes again the saved pair table, and the next open still reads it."""
+    import pytest
+
+    from graphmem.store.memory_state import pairs_path
+
+    texts = make_text_graph(90, dim=16, seed=9, validate=False).texts
+    router, folder = walk(384), tmp_path / "memory"
+    with Memory.open(folder, encoder="hashing") as mem:
+        mem.add_many([dict(text=t, id=f"n{i}", session=i // 9, time=1e9 + i) for i, t in enumerate(texts)])
+        mem.retrieve(texts[3], policy=router)
+    written = pairs_path(folder).stat().st_mtime_ns
+    monkeypatch.setattr("models.edge_encoder.build_pair_table", lambda g: pytest.fail("the pair table was made"))
+    monkeypatch.setattr("graphmem.memory.save_pairs", lambda *a: pytest.fail("the pair table was written again"))
+    for with_walk in (False, True):
+        with Memory.open(folder, encoder="hashing") as mem:
+            r = mem.retrieve(texts[5], policy=router if with_walk else mem.policy)
+            before = mem.store.version()
+            mem.feedback(r, labels=[("n0", "n1", "helpful", 1.0)])  # a temporal edge: counters written
+            assert mem.store.version()["changes"] > before["changes"]
+        assert pairs_path(folder).stat().st_mtime_ns == written
+    with Memory.open(folder, encoder="hashing", readonly=True) as mem:
+        mem.retrieve(texts[3], policy=router)
+        held, made = pair_table(mem.graph), build_pair_table(mem.graph.copy())
+        assert all(torch.equal(getattr(held, k), getattr(made, k)) for k in PairTable.__dataclass_fields__)

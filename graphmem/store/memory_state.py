@@ -17,9 +17,9 @@ database. The file holds texts and vectors, so a forget or a revise removes it w
 
 ``<memory>/indexes/pairs.npz`` (the same archive form) holds, when the walk served the memory as a writer closed
 it, the walk's pair table and the per-node codes its features were made from
-(:class:`models.edge_encoder.SavedPairTable`), at the store's version: an open at that version takes the codes at
-once and reads the table when the walk first needs it (:func:`read_pairs`), instead of making both from every
-edge and record.
+(:class:`models.edge_encoder.SavedPairTable`), at the store's version without its count of feedback's writes
+(:func:`pairs_version`: the table reads no Beta counter): an open at that version takes the codes at once and reads
+the table when the walk first needs it (:func:`read_pairs`), instead of making both from every edge and record.
 """
 
 from __future__ import annotations
@@ -118,6 +118,14 @@ def _write_archive(path: Path, arrays: dict[str, np.ndarray]) -> None:
 def pairs_path(folder: str | Path) -> Path:
     """Where the memory in ``folder`` keeps the walk's saved pair table."""
     return Path(folder) / INDEX_DIR / PAIRS_FILE
+
+
+def pairs_version(version: dict[str, int] | None) -> dict[str, int] | None:
+    """The store's ``version`` as the saved pair table is keyed by it: without the count of every change where it
+    holds the count that leaves out the writes of Beta counters alone (feedback changes no pair's features)."""
+    if version is None or "shape" not in version:
+        return version
+    return {k: v for k, v in version.items() if k != "changes"}
 
 
 def save_pairs(folder: str | Path, arrays: dict[str, np.ndarray], codes: dict, version: dict[str, int]) -> Path:

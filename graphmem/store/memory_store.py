@@ -4,8 +4,9 @@ A memory folder holds ``memory.sqlite3`` (with SQLite's ``-wal`` and ``-shm`` fi
 The database (the standard library's :mod:`sqlite3`, WAL journal) has five tables::
 
     meta(key, value)                 schema version, the graph config, the encoder's name and width, relations,
-                                     and ``changes``: the rows written to nodes, edges and vocabulary, counted
-                                     by triggers (:meth:`SQLiteStore.version`)
+                                     and the counts kept by triggers (:meth:`SQLiteStore.version`): ``changes``,
+                                     the rows written to nodes, edges and vocabulary, and ``shape``, the same
+                                     but for writes of the edges' Beta counters alone (feedback)
     nodes(seq, id, text, key, time, meta, entities, embedding)
                                      one row per record; seq is the arrival number (never reused)
     edges(src, dst, relation, S, F, attr, attr_init)
@@ -65,8 +66,19 @@ _EDGE_COLUMNS = """
     hi INTEGER GENERATED ALWAYS AS (max(src, dst)) VIRTUAL"""
 _EDGE_KEY = "hi = ? AND src = ? AND dst = ? AND relation = ?"
 
-_COUNT = "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'changes';"
-"""the statement of the triggers that count every row written to the derived tables (``changes`` in ``meta``)"""
+COUNTS = ("changes", "shape")
+"""the counts in ``meta`` kept by triggers: every row written to the derived tables, and every one but for the edges'
+Beta counters alone (what a feedback writes leaves the graph's shape and features as they were)"""
+
+
+def _trigger(table: str, event: str, count: str) -> str:
+    """The trigger that adds one to ``count`` for each row of ``table`` an ``event`` writes (:data:`COUNTS`)."""
+    skips_counters = (count, table, event) == ("shape", "edges", "UPDATE")
+    what = "UPDATE OF src, dst, relation, attr, attr_init" if skips_counters else event
+    name = f"{table}_{event.lower()}" + ("" if count == "changes" else f"_{count}")
+    body = f"UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = '{count}';"
+    return f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {what} ON {table} BEGIN {body} END;\n"
+
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -78,7 +90,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS edges_key ON edges(hi, src, dst, relation);
 CREATE TABLE IF NOT EXISTS vocabulary(word TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS feedback(seq INTEGER PRIMARY KEY, time REAL NOT NULL, entry TEXT NOT NULL);
 """ + "".join(
-    f"CREATE TRIGGER IF NOT EXISTS {table}_{event.lower()} AFTER {event} ON {table} BEGIN {_COUNT} END;\n"
+    _trigger(table, event, count)
+    for count in COUNTS
     for table in ("nodes", "edges", "vocabulary")
     for event in ("INSERT", "UPDATE", "DELETE")
 )
@@ -312,7 +325,7 @@ class SQLiteStore(MemoryStore):
         return conn
 
     def _check_settings(self, settings: dict[str, Any] | None) -> dict[str, Any]:
-        stored = {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta") if k != "changes"}
+        stored = {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta") if k not in COUNTS}
         if not stored:
             if settings is None or self.lock is None:
                 raise MemoryStoreError(f"{self.folder}: the memory database holds no settings")
@@ -322,8 +335,8 @@ class SQLiteStore(MemoryStore):
                     "INSERT INTO meta(key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in stored.items()]
                 )
         if self.lock is not None and stored.get("schema_version") == SCHEMA_VERSION:
-            # the count of changes starts with the triggers: a memory made before them starts at 0 now
-            self.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('changes', '0')")
+            # a count starts with its triggers: a memory made before them starts it at 0 now
+            self.conn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, '0')", [(c,) for c in COUNTS])
         if stored.get("schema_version") != SCHEMA_VERSION:
             upgrade = " (a read-write open upgrades a memory of schema 1)" if stored.get("schema_version") == 1 else ""
             raise MemoryStoreError(
@@ -387,15 +400,17 @@ class SQLiteStore(MemoryStore):
 
     def version(self) -> dict[str, int] | None:
         """What names the state of the derived tables: the rows written to ``nodes``, ``edges`` and ``vocabulary``
-        since the count began (counted by triggers in the database, so a write by any client counts), the records,
-        the next seq and the last edge rowid; ``None`` for a database without the count (one no writer of this
-        version has opened)."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key = 'changes'").fetchone()
-        if row is None:
+        since the count began (``changes``, counted by triggers in the database, so a write by any client counts),
+        the same without the writes of Beta counters alone (``shape``, where its count has begun), the records, the
+        next seq and the last edge rowid; ``None`` for a database without the count (one no writer of this version
+        has opened)."""
+        counts = dict(self.conn.execute(f"SELECT key, value FROM meta WHERE key IN {COUNTS}"))
+        if "changes" not in counts:
             return None
         nodes, next_seq = self.conn.execute("SELECT count(*), coalesce(max(seq), -1) + 1 FROM nodes").fetchone()
         edges = self.conn.execute("SELECT coalesce(max(rowid), 0) FROM edges").fetchone()[0]
-        return {"changes": int(row[0]), "nodes": int(nodes), "next_seq": int(next_seq), "last_edge": int(edges)}
+        out = {k: int(counts[k]) for k in COUNTS if k in counts}
+        return out | {"nodes": int(nodes), "next_seq": int(next_seq), "last_edge": int(edges)}
 
     def next_seq(self) -> int:
         return int(self.conn.execute("SELECT coalesce(max(seq), -1) + 1 FROM nodes").fetchone()[0])
