@@ -57,6 +57,7 @@ from graphmem.index.lexical import BM25Index
 from graphmem.index.vector_index import IndexSpec, index_for, nearest_of
 from graphmem.policies import make_policy
 from graphmem.policies.base import TraversalPolicy
+from graphmem.policies.router import SAVED_STATIC, STATIC_NAMES, static_to_save
 from graphmem.store.graphset import GraphSet
 from graphmem.store.memory_indexes import forget_indexes, load_indexes, save_indexes
 from graphmem.store.memory_state import (
@@ -433,7 +434,7 @@ class Memory(Closing):
         got = read_pairs(self.store.folder, version, small)
         if got is None:
             return False
-        codes, arrays = got
+        codes, arrays, static = got
         folder, fields = self.store.folder, tuple(PairTable.__dataclass_fields__)
 
         def table() -> dict[str, np.ndarray] | None:  # read when the walk first needs it (the file checked again)
@@ -445,6 +446,17 @@ class Memory(Closing):
         except ValueError as err:
             log.warning("memory %s: saved pair table not used (%s)", folder, err)
             return False
+        if isinstance(static, dict) and isinstance(static.get("digest"), str):
+            names = tuple(n for n in STATIC_NAMES if n in static.get("names", ()))
+
+            def tensors() -> dict[str, Tensor | None] | None:  # read when the walk of that digest first needs them
+                got = read_pairs(folder, version, tuple(f"static_{n}" for n in names))
+                if got is None:
+                    return None
+                held = got[1]
+                return {n: torch.from_numpy(held[f"static_{n}"]) if n in names else None for n in STATIC_NAMES}
+
+            self.graph.grown[SAVED_STATIC] = (static["digest"], tensors)
         return True
 
     def _save_pairs(self, version: dict[str, int]) -> None:
@@ -460,8 +472,12 @@ class Memory(Closing):
             return
         arrays = {k: getattr(saved.table, k).numpy() for k in PairTable.__dataclass_fields__}
         arrays |= {k: getattr(saved, k) for k in SavedPairTable.SMALL}
+        static = static_to_save(self.graph)  # the walk's tensors of this table, when a walk made them
+        if static is not None:
+            arrays |= {f"static_{k}": t.numpy() for k, t in static[1].items()}
+            static = {"digest": static[0], "names": sorted(static[1])}
         try:
-            save_pairs(self.store.folder, arrays, saved.codes, version)
+            save_pairs(self.store.folder, arrays, saved.codes, version, static)
         except OSError as err:
             log.warning("memory %s: pair table not saved (%s)", self.store.folder, err)
             return

@@ -313,10 +313,13 @@ def pair_table(graph: MemoryGraph) -> PairTable:
         mark, read = saved
         same = mark == graph.log_mark()
         table = read() if same or graph.appended_since(mark) else None
-        if table is not None and same:
-            graph.grown[PAIR_TABLE] = (mark, table, None, serial)
-            return graph.derived.put(PAIR_TABLE, table, deps)
-        held = None if table is None else (mark, table, None, -1)
+        if table is not None:
+            read_serial = serial if same else next(_SERIALS)
+            graph.grown[READ_PAIR_TABLE] = (read_serial, table.rowptr.numel() - 1, table.num_pairs)
+            if same:
+                graph.grown[PAIR_TABLE] = (mark, table, None, serial)
+                return graph.derived.put(PAIR_TABLE, table, deps)
+            held = (mark, table, None, read_serial)
         table = None
     if held is not None and graph.appended_since(held[0]):
         (_, n0, e0), old, before = held[0], vars(held[1]).copy(), held[3]
@@ -331,6 +334,9 @@ def pair_table(graph: MemoryGraph) -> PairTable:
 
 
 SAVED_PAIR_TABLE = "models.edge_encoder.saved_pair_table"
+READ_PAIR_TABLE = "models.edge_encoder.read_pair_table"
+"""``(serial, nodes, pairs)`` of the table :func:`pair_table` read from a file (:func:`seed_pair_table`): what tensors
+saved beside it are for (:func:`pair_serial`, :class:`PairGrowth`'s ``before``)"""
 
 
 @dataclass

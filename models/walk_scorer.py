@@ -36,6 +36,8 @@ walks try stopping and a node cost in the reward can teach the head when to.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -457,6 +459,16 @@ class WalkScorer(nn.Module):
             "state_dict": {k: v.detach().clone() for k, v in self.state_dict().items()},
             "residual_graphs": held,
         }
+
+    def digest(self) -> str:
+        """SHA-256 of the config and every weight (name, dtype, shape and bytes): the same for the same scorer in any
+        process, so that tensors computed from its weights and saved can be told apart from another's."""
+        h = hashlib.sha256(json.dumps(asdict(self.config), sort_keys=True).encode())
+        for name, t in sorted(self.state_dict().items()):
+            t = t.detach().cpu().contiguous()
+            h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()
 
     @classmethod
     def from_checkpoint(cls, state: dict[str, Any]) -> WalkScorer:

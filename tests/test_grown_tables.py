@@ -349,3 +349,59 @@ def test_feedback_alone_leaves_the_saved_pair_table_in_use(tmp_path, monkeypatch
         mem.retrieve(texts[3], policy=router)
         held, made = pair_table(mem.graph), build_pair_table(mem.graph.copy())
         assert all(torch.equal(getattr(held, k), getattr(made, k)) for k in PairTable.__dataclass_fields__)
+
+
+def test_the_walks_static_tensors_are_saved_with_the_pair_table_and_read_by_the_same_scorer(tmp_path, monkeypatch):
+    """A writer that walked saves the scorer's static tensors of its pair table (grown to the adds made since the walk)
+    with their scorer's digest. A reopen walked by that scorer (another instance of the same weights) reads them
+    instead of computing them, as they are or grown by later adds, and answers as a graph that made everything;
+    another scorer computes its own."""
+    import contextlib
+
+    import pytest
+
+    from graphmem.policies.router import SAVED_STATIC
+
+    texts = make_text_graph(120, dim=16, seed=11, validate=False).texts
+    folder = tmp_path / "memory"
+    recs = [dict(text=t, id=f"n{i}", session=i // 9, time=1e9 + 30.0 * i) for i, t in enumerate(texts)]
+    queries = [" ".join(texts[i].split()[:4]) for i in range(0, 100, 25)]
+
+    def answers(mem, router) -> list:
+        return [mem.retrieve(q, policy=router).ranked_ids() for q in queries]
+
+    def fresh_answers(mem, router) -> list:
+        g, enc = mem.graph.copy(), HashingEncoder(384).encode(queries)
+        found = [
+            router.retrieve_batch(g, [Query(qid="q", text=q, embedding=x)], mem.budget)[0] for q, x in zip(queries, enc)
+        ]
+        return [[g.node_ids[v] for v in r.ranked] for r in found]
+
+    with Memory.open(folder, encoder="hashing") as mem:
+        mem.add_many(recs[:90])
+        router = walk(384)  # held to the close: its tensors are grown and saved then
+        answers(mem, router)
+        mem.add_many(recs[90:100])  # after the walk: the tensors are grown to these at close
+
+    @contextlib.contextmanager
+    def not_computed():
+        with monkeypatch.context() as patch:
+            patch.setattr(WalkScorer, "static", lambda *a: pytest.fail("the static tensors were computed"))
+            yield
+
+    with Memory.open(folder, encoder="hashing", readonly=True) as mem:
+        router = walk(384)
+        with not_computed():
+            got = answers(mem, router)
+        assert got == fresh_answers(mem, router)
+    with Memory.open(folder, encoder="hashing") as mem:
+        mem.add_many(recs[100:])  # before the first walk: the saved tensors are grown
+        router = walk(384)
+        with not_computed():
+            got = answers(mem, router)
+        assert got == fresh_answers(mem, router) and SAVED_STATIC not in mem.graph.grown
+    other = WalkScorer(ScorerConfig(dim=384))
+    with Memory.open(folder, encoder="hashing", readonly=True) as mem:
+        router = make_policy("router", scorer=other, entry_selector="hybrid", device="cpu")
+        assert answers(mem, router) == fresh_answers(mem, router)
+        assert SAVED_STATIC in mem.graph.grown  # left for the scorer it is of

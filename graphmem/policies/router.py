@@ -31,6 +31,8 @@ order.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import weakref
 from pathlib import Path
 
 import torch
@@ -46,12 +48,13 @@ from graphmem.policies.tables import csr, kept
 from graphmem.policies.walk import graph_walk_tables, walk, walk_tables, walk_trace
 from graphmem.policies.walk_one import walk_one
 from graphmem.store.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
-from models.edge_encoder import pair_growth, pair_serial
+from models.edge_encoder import READ_PAIR_TABLE, pair_growth, pair_serial
 from models.rank_head import RankHead, RankInputs
 from models.walk_columns import SIMILARITY_COLUMNS
 from models.walk_scorer import WalkScorer
 
 COUNTER_POOLS = ("pair", "target")
+log = logging.getLogger(__name__)
 
 
 def read_router_checkpoint(path: str | Path) -> dict:
@@ -226,26 +229,83 @@ class RouterPolicy(TraversalPolicy):
         stamp = tuple(w._version for w in self._weights)
 
         def static():
-            """Grown from the graph's last static tensors when they are this scorer's, its weights are unchanged
-            and the pair table grew from theirs (:meth:`~models.walk_scorer.WalkScorer.grown_static`), else made.
-            The last ones are kept across the graph's mutations (one scorer's: a memory served by one walk)."""
+            """The graph's last static tensors when they are this scorer's, its weights are unchanged and they are
+            of this pair table, or grown from them when the table grew from theirs
+            (:meth:`~models.walk_scorer.WalkScorer.grown_static`), else made. The last ones are kept across the
+            graph's mutations (one scorer's: a memory served by one walk); those saved with a pair table read
+            from a file stand for them when they are this scorer's (:func:`saved_static`)."""
             held, growth = graph.grown.pop(LAST_STATIC, None), pair_growth(graph)
-            serial = pair_serial(graph, tables.pairs)
+            serial, made = pair_serial(graph, tables.pairs), None
             with torch.no_grad():
-                if held is not None and held[:2] == (key, stamp) and growth is not None and residual is None:
-                    if (growth.before, growth.after) == (held[2], serial) and tables.x.device.type == "cpu":
-                        made = scorer.grown_static(tables, held[3], growth)
-                        graph.grown[LAST_STATIC] = (key, stamp, serial, made)
-                        return made
+                if residual is None and tables.x.device.type == "cpu":
+                    if held is None or held[:2] != (key, stamp):
+                        saved = saved_static(graph, scorer, key, stamp)
+                        made = saved[3] if saved is not None and saved[2] == serial else None
+                        held = saved or held
+                    if made is None and held is not None and held[:2] == (key, stamp) and growth is not None:
+                        if (growth.before, growth.after) == (held[2], serial):
+                            made = scorer.grown_static(tables, held[3], growth)
                 del held
-                made = scorer.static(tables)
-            graph.grown[LAST_STATIC] = (key, stamp, serial, made)
+                if made is None:
+                    made = scorer.static(tables)
+            graph.grown[LAST_STATIC] = (key, stamp, serial, made, weakref.ref(scorer))
             return made
 
         return tables, kept(graph, key, static, (*deps, *self._weights))
 
 
 LAST_STATIC = "policies.walk_static.last"
+SAVED_STATIC = "policies.walk_static.saved"
+"""``(digest, read)``: the static tensors saved beside the pair table a graph reads from a file
+(:data:`models.edge_encoder.READ_PAIR_TABLE`), of the scorer of that digest (:meth:`WalkScorer.digest`); ``read()``
+gives them by name, or ``None``"""
+STATIC_NAMES = ("xb", "px", "pair_e")
+"""the static tensors that are saved (``delta``, a per-edge residual's, is not: its tensors are never grown)"""
+
+
+def _weights_stamp(scorer: WalkScorer) -> tuple[int, ...]:
+    return tuple(w._version for w in (*scorer.parameters(), *scorer.buffers()))
+
+
+def saved_static(graph, scorer: WalkScorer, key: str, stamp: tuple[int, ...]) -> tuple | None:
+    """The entry of :data:`LAST_STATIC` that the static tensors saved with the graph's pair table give (taken when
+    they are ``scorer``'s and fit the table read, else ``None``; those of another scorer are left for it)."""
+    saved, read = graph.grown.get(SAVED_STATIC), graph.grown.get(READ_PAIR_TABLE)
+    if saved is None or read is None or saved[0] != scorer.digest():
+        return None
+    del graph.grown[SAVED_STATIC]
+    tensors, (serial, n, p) = saved[1](), read
+    rows = {"xb": n, "px": n, "pair_e": p}
+    if tensors is None or any(
+        (t is not None) and (t.ndim != 2 or t.shape[0] != rows[k] or t.dtype != torch.float32)
+        for k, t in tensors.items()
+    ):
+        log.warning("the walk's saved static tensors do not fit the pair table read (%d nodes, %d pairs)", n, p)
+        return None
+    return key, stamp, serial, {**tensors, "delta": None}
+
+
+def static_to_save(graph) -> tuple[str, dict[str, Tensor]] | None:
+    """``(digest, tensors)``: the static tensors of ``graph``'s pair table held from the last walk on the CPU, grown to
+    the table when it grew since them, with the digest of their scorer; ``None`` when there are none, or the last
+    ones are of another table, of weights changed since or of a scorer gone."""
+    held = graph.grown.get(LAST_STATIC)
+    if held is None or not held[0].startswith("policies.walk_static:cpu:"):
+        return None
+    key, stamp, serial, made, ref = held
+    tables = graph_walk_tables(graph)
+    scorer, now = ref(), pair_serial(graph, tables.pairs)
+    if scorer is None or _weights_stamp(scorer) != stamp or made["delta"] is not None or now is None:
+        return None
+    if serial != now:
+        growth = pair_growth(graph)
+        if growth is None or (growth.before, growth.after) != (serial, now):
+            return None
+        del held
+        with torch.no_grad():
+            made = scorer.grown_static(tables, graph.grown.pop(LAST_STATIC)[3], growth)
+        graph.grown[LAST_STATIC] = (key, stamp, now, made, ref)
+    return scorer.digest(), {k: made[k] for k in STATIC_NAMES if made[k] is not None}
 
 
 def counter_bias(graph, pairs, weight: float, pool: str = "pair") -> Tensor:

@@ -128,17 +128,24 @@ def pairs_version(version: dict[str, int] | None) -> dict[str, int] | None:
     return {k: v for k, v in version.items() if k != "changes"}
 
 
-def save_pairs(folder: str | Path, arrays: dict[str, np.ndarray], codes: dict, version: dict[str, int]) -> Path:
+def save_pairs(
+    folder: str | Path, arrays: dict[str, np.ndarray], codes: dict, version: dict[str, int], static: dict | None = None
+) -> Path:
     """Write the walk's pair table and per-node codes (``arrays`` by name, ``codes`` a JSON document) made at the
-    store's ``version``, atomically."""
+    store's ``version``, atomically; ``static``: a JSON document of the walk's static tensors among ``arrays``."""
     members = {**arrays, "codes": _json_member(codes), "version": _json_member(_header(version))}
+    if static is not None:
+        members["static"] = _json_member(static)
     return atomic_write(pairs_path(folder), lambda tmp: _write_archive(tmp, members))
 
 
-def read_pairs(folder: str | Path, version: dict[str, int] | None, names: tuple[str, ...]) -> tuple[dict, dict] | None:
-    """``(codes, arrays)``: the JSON document and the members ``names`` (writable arrays) of the pair table saved in
-    ``folder`` at ``version``; ``None`` when there is none at that version, or the file is damaged or lacks a member
-    (logged, the caller makes them)."""
+def read_pairs(
+    folder: str | Path, version: dict[str, int] | None, names: tuple[str, ...]
+) -> tuple[dict, dict, dict | None] | None:
+    """``(codes, arrays, static)``: the JSON documents of the codes and of the static tensors (``None`` when none
+    were saved) and the members ``names`` (writable arrays) of the pair table saved in ``folder`` at ``version``;
+    ``None`` when there is none at that version, or the file is damaged or lacks a member (logged, the caller makes
+    them)."""
     path = pairs_path(folder)
     if version is None or not path.is_file():
         return None
@@ -149,11 +156,12 @@ def read_pairs(folder: str | Path, version: dict[str, int] | None, names: tuple[
                 log.info("%s: saved at %s, the store is at %s: the walk's tables are made", path, saved, version)
                 return None
             codes = json.loads(_member(archive, "codes").tobytes())
+            static = json.loads(_member(archive, "static").tobytes()) if "static.npy" in archive.namelist() else None
             arrays = {name: _member(archive, name) for name in names}
     except _UNREADABLE as err:
         log.warning("%s: not a usable pair table (%s): the walk's tables are made", path, err)
         return None
-    return codes, arrays
+    return codes, arrays, static
 
 
 def load_state(folder: str | Path, version: dict[str, int] | None, dim: int) -> MemoryState | None:
