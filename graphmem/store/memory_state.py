@@ -19,7 +19,9 @@ database. The file holds texts and vectors, so a forget or a revise removes it w
 it, the walk's pair table and the per-node codes its features were made from
 (:class:`models.edge_encoder.SavedPairTable`), at the store's version without its count of feedback's writes
 (:func:`pairs_version`: the table reads no Beta counter): an open at that version takes the codes at once and reads
-the table when the walk first needs it (:func:`read_pairs`), instead of making both from every edge and record.
+the table when the walk first needs it (:func:`read_pairs`), instead of making both from every edge and record. The
+walk's static tensors of that table (:data:`graphmem.policies.router.STATIC_NAMES`) are saved with it when the walk
+that made them is still held, with the digest of its scorer (member ``static``), and read by a walk of that digest.
 """
 
 from __future__ import annotations
