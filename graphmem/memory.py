@@ -438,7 +438,7 @@ class Memory(Closing):
         folder, fields = self.store.folder, tuple(PairTable.__dataclass_fields__)
 
         def table() -> dict[str, np.ndarray] | None:  # read when the walk first needs it (the file checked again)
-            got = read_pairs(folder, version, fields)
+            got = read_pairs(folder, version, fields, optional=PairTable.OPTIONAL)
             return None if got is None else got[1]
 
         try:
@@ -470,7 +470,7 @@ class Memory(Closing):
         if saved is None:
             path.unlink(missing_ok=True)
             return
-        arrays = {k: getattr(saved.table, k).numpy() for k in PairTable.__dataclass_fields__}
+        arrays = {k: v.numpy() for k in PairTable.__dataclass_fields__ if (v := getattr(saved.table, k)) is not None}
         arrays |= {k: getattr(saved, k) for k in SavedPairTable.SMALL}
         static = static_to_save(self.graph)  # the walk's tensors of this table, when a walk made them
         if static is not None:

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from graphmem.core.csr import append_rows, grow_rows, grown_rowptr, insertion_points
+from graphmem.core.csr import append_rows, csr_positions, grow_rows, grown_rowptr, insertion_points
 from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
 from graphmem.core.rows import append_to, kept_rows, seed_rows
 from graphmem.core.tokens import node_tokens
@@ -63,17 +63,24 @@ class PairTable:
         rowptr: ``[N + 1]``: the pairs out of node ``i`` are ``rowptr[i]:rowptr[i+1]``, by target.
         src, dst: ``[P]`` endpoints.
         edge: ``[P]`` the smallest edge id of the pair (reported as the traversed edge).
-        edge_pair: ``[E]`` the pair of every edge (``-1`` for self loops).
+        edge_pair: ``[E]`` the pair of every edge (``-1`` for self loops); ``None`` in a table grown by appends
+            while nothing has read it (:func:`edge_pairs` makes it, and the tables grown after that keep it).
         raw: ``[P, F]`` the inductive features ``a_ij`` (module docstring); its first columns are
             :attr:`onehot` and :attr:`phase1`, which are views of them (held once, copied once when the table grows).
+        in_degree: ``[N]`` the pairs into each node (what a growth reads to find them without a scan; ``None``:
+            not made, as in a table saved without it).
     """
 
     rowptr: Tensor
     src: Tensor
     dst: Tensor
     edge: Tensor
-    edge_pair: Tensor
+    edge_pair: Tensor | None
     raw: Tensor
+    in_degree: Tensor | None = None
+
+    OPTIONAL = ("edge_pair", "in_degree")
+    """the fields that may be ``None``"""
 
     @property
     def onehot(self) -> Tensor:
@@ -93,7 +100,8 @@ class PairTable:
         return int(self.rowptr.diff().max()) if self.rowptr.numel() > 1 else 0
 
     def to(self, device: str | torch.device) -> PairTable:
-        return PairTable(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+        fields = (getattr(self, f) for f in self.__dataclass_fields__)
+        return PairTable(*(None if v is None else v.to(device) for v in fields))
 
 
 def _speakers(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
@@ -158,7 +166,7 @@ def build_pair_table(graph: MemoryGraph) -> PairTable:
     rowptr = torch.zeros(n + 1, dtype=torch.long)
     rowptr[1:] = torch.cumsum(torch.bincount(ps, minlength=n), 0)
     raw = pair_features(graph, ps, pd, onehot, phase1, count, rowptr)
-    return PairTable(rowptr, ps, pd, rep, edge_pair, raw)
+    return PairTable(rowptr, ps, pd, rep, edge_pair, raw, torch.bincount(pd, minlength=n))
 
 
 def pair_features(
@@ -236,7 +244,7 @@ class PairGrowth:
 
 
 def grow_pair_table(
-    old: dict[str, Tensor], graph: MemoryGraph, n0: int, e0: int
+    old: dict[str, Tensor | None], graph: MemoryGraph, n0: int, e0: int
 ) -> tuple[PairTable, PairGrowth] | None:
     """:func:`build_pair_table` of ``graph``, made from the fields ``old`` of the table of its first ``n0`` nodes
     and ``e0`` edges (which it still holds unchanged: :meth:`~graphmem.core.graph.MemoryGraph.appended_since`),
@@ -246,9 +254,12 @@ def grow_pair_table(
     (:func:`graphmem.core.csr.grow_rows`), so a table no one else holds is let go of field by field.
 
     The rows are those :func:`build_pair_table` gives: the new pairs are merged into the ``(src, dst)`` order,
-    edges' pair ids follow their pairs, and a pair's features are computed again when it is new or when one of
-    its nodes gained out-pairs (the degree columns, :data:`DEGREE_COLUMNS`). The moves and the scan for pairs
-    into such a node are linear in the pairs, at the speed of memory; the rest is linear in what was added."""
+    and a pair's features are computed again when it is new or when one of its nodes gained out-pairs (the degree
+    columns, :data:`DEGREE_COLUMNS`). The pairs into such a node are found as the reverses of its out-pairs when
+    their count is its ``in_degree`` (a graph whose edges go both ways), else by a scan of every pair. Every
+    edge's pair (``edge_pair``, renumbered past the new pairs) is kept only once something has read it
+    (:func:`edge_pairs`); else the grown table holds none. The moves are linear in the pairs, at the speed of
+    memory; the rest is linear in what was added."""
     n, e = graph.num_nodes, graph.num_edges
     src, dst = graph.edge_index[:, e0:]
     keep = src != dst
@@ -272,23 +283,60 @@ def grow_pair_table(
     rowptr = grown_rowptr(old.pop("rowptr"), ps, n)
     growth = PairGrowth(at, torch.empty(0, dtype=torch.long), n0)
     placed = at + torch.arange(k)
-    appended = torch.full((e - e0,), -1, dtype=torch.long)
-    appended[keep] = placed[inverse]
-    edge_pair = append_rows(old, "edge_pair", appended)
-    growth.move(edge_pair[:e0])
+    edge_pair = None
+    if old.get("edge_pair") is not None and graph.grown.get(EDGE_PAIRS_READ):
+        appended = torch.full((e - e0,), -1, dtype=torch.long)
+        appended[keep] = placed[inverse]
+        edge_pair = append_rows(old, "edge_pair", appended)
+        growth.move(edge_pair[:e0])
+    old.pop("edge_pair", None)
+    if old.get("in_degree") is None:
+        old["in_degree"] = torch.bincount(old["dst"], minlength=n0)
+    in_degree = append_rows(old, "in_degree", torch.zeros(n - n0, dtype=torch.long))
+    in_degree.index_add_(0, pd, torch.ones_like(pd))
     out_src, out_dst = growth.merge(old, "src", ps), growth.merge(old, "dst", pd)
     raw = growth.merge(old, "raw", pair_features(graph, ps, pd, onehot, phase1, count, rowptr))
-    grew = torch.zeros(n, dtype=torch.bool)
-    grew[ps[ps < n0]] = True  # earlier nodes with new out-pairs: the degree columns of their pairs change
-    stale = grew[out_dst]
-    for u in grew.nonzero().flatten().tolist():
-        stale[rowptr[u] : rowptr[u + 1]] = True
-    stale[placed] = True
-    growth.changed = stale.nonzero().flatten()
-    changed = growth.changed
+    grew = torch.unique(ps[ps < n0])  # earlier nodes with new out-pairs: the degree columns of their pairs change
+    out_of = csr_positions(rowptr, grew)[1]
+    into = _reverse_pairs(rowptr, out_dst, grew, in_degree)
+    if into is None:  # some pair into them is not the reverse of one out of them: a scan
+        into = torch.zeros(n, dtype=torch.bool).index_fill_(0, grew, True)[out_dst].nonzero().flatten()
+    growth.changed = changed = torch.unique(torch.cat([placed, out_of, into]))
     raw[changed, DEGREE_COLUMNS] = torch.stack(_degree_columns(rowptr, out_src[changed], out_dst[changed]), 1)
     edge = growth.merge(old, "edge", rep)
-    return PairTable(rowptr, out_src, out_dst, edge, edge_pair, raw), growth
+    return PairTable(rowptr, out_src, out_dst, edge, edge_pair, raw, in_degree), growth
+
+
+def _reverse_pairs(rowptr: Tensor, dst: Tensor, nodes: Tensor, in_degree: Tensor) -> Tensor | None:
+    """The rows of the pairs ``w -> u`` into ``nodes`` that reverse a pair ``u -> w`` out of them (a binary search
+    of ``u`` in each ``w``'s row); ``None`` when they are fewer than the pairs into some node (``in_degree``)."""
+    seg, pos = csr_positions(rowptr, nodes)
+    u, w = nodes[seg], dst[pos]
+    lo, hi, last = rowptr[w], rowptr[w + 1], max(dst.numel() - 1, 0)
+    while bool((lo < hi).any()):
+        mid = (lo + hi) // 2
+        right = (lo < hi) & (dst[mid.clamp(max=last)] < u)
+        lo, hi = torch.where(right, mid + 1, lo), torch.where((lo < hi) & ~right, mid, hi)
+    found = (lo < rowptr[w + 1]) & (dst[lo.clamp(max=last)] == u)
+    got = torch.bincount(seg[found], minlength=nodes.numel())
+    return lo[found] if torch.equal(got, in_degree[nodes]) else None
+
+
+EDGE_PAIRS_READ = "models.edge_encoder.edge_pairs_read"
+"""set in ``graph.grown`` once :func:`edge_pairs` was read: the graph's grown tables keep every edge's pair from then"""
+
+
+def edge_pairs(graph: MemoryGraph, table: PairTable) -> Tensor:
+    """``[E]`` ``table.edge_pair`` of ``graph``'s table, made when the table holds none (a binary search of each edge's
+    ``(src, dst)`` among the pairs, sorted by them) and kept in it; the tables grown from it keep it too."""
+    if table.edge_pair is None:
+        n, (src, dst) = max(graph.num_nodes, 1), graph.edge_index
+        keep = src != dst
+        out = torch.full((graph.num_edges,), -1, dtype=torch.long)
+        out[keep] = torch.searchsorted(table.src * n + table.dst, src[keep] * n + dst[keep])
+        table.edge_pair = out
+    graph.grown[EDGE_PAIRS_READ] = True
+    return table.edge_pair
 
 
 PAIR_TABLE = "models.edge_encoder.pair_table"
@@ -395,11 +443,18 @@ def seed_pair_table(graph: MemoryGraph, saved: SavedPairTable, read: Callable[[]
         fields = read()
         if fields is None:
             return None
-        out = PairTable(**{k: torch.from_numpy(fields[k]) for k in PairTable.__dataclass_fields__})
+        out = PairTable(
+            **{k: torch.from_numpy(fields[k]) if k in fields else None for k in PairTable.__dataclass_fields__}
+        )
         p = out.src.shape[0]
-        sizes = (out.rowptr.shape, out.edge_pair.shape, out.raw.shape, out.dst.shape, out.edge.shape)
-        types = [getattr(out, k).dtype for k in ("rowptr", "src", "dst", "edge", "edge_pair", "raw")]
-        if sizes != ((n + 1,), (e,), (p, NUM_PAIR_FEATURES), (p,), (p,)) or types != [torch.long] * 5 + [torch.float32]:
+        sizes = (out.rowptr.shape, out.raw.shape, out.dst.shape, out.edge.shape)
+        types = [getattr(out, k).dtype for k in ("rowptr", "src", "dst", "edge", "raw")]
+        optional = ((out.edge_pair, (e,)), (out.in_degree, (n,)))  # a table may be saved without them
+        if (
+            sizes != ((n + 1,), (p, NUM_PAIR_FEATURES), (p,), (p,))
+            or types != [torch.long] * 4 + [torch.float32]
+            or any(t is not None and (t.shape != shape or t.dtype != torch.long) for t, shape in optional)
+        ):
             log.warning("a saved pair table does not fit its graph (%d nodes, %d edges): it is made again", n, e)
             return None
         if int(out.rowptr[-1]) != p:

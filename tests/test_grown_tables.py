@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -19,15 +20,23 @@ from graphmem.policies.rank_features import NUM_RANK_FEATURES
 from graphmem.policies.router import LAST_STATIC
 from graphmem.policies.tables import node_id_rank, unit_embeddings
 from graphmem.policies.walk import graph_walk_tables
-from models.edge_encoder import PairTable, build_pair_table, pair_growth, pair_table
+from models.edge_encoder import PairTable, build_pair_table, edge_pairs, pair_growth, pair_table
 from models.rank_head import RankHead, RankHeadConfig
 from models.walk_scorer import ScorerConfig, WalkScorer
 
 
-def same_pairs(graph) -> None:
-    kept, made = pair_table(graph), build_pair_table(graph)
+def same_pairs(graph, read_edge_pairs: bool = True) -> None:
+    """The graph's kept pair table is the one made from scratch, field by field; every edge's pair read from it (made
+    then when a growth did not keep it) unless ``read_edge_pairs`` is false."""
+    same_table(graph, pair_table(graph), build_pair_table(graph), read_edge_pairs)
+
+
+def same_table(graph, kept: PairTable, made: PairTable, read_edge_pairs: bool = True) -> None:
     for name in kept.__dataclass_fields__:
-        assert torch.equal(getattr(kept, name), getattr(made, name)), name
+        if name != "edge_pair":
+            assert torch.equal(getattr(kept, name), getattr(made, name)), name
+        elif read_edge_pairs:
+            assert torch.equal(edge_pairs(graph, kept), made.edge_pair), name
 
 
 def same_csr(graph) -> None:
@@ -40,10 +49,12 @@ def same_csr(graph) -> None:
     assert node_id_rank(graph)[order].tolist() == list(range(graph.num_nodes))
 
 
-def test_a_graph_grown_by_appends_keeps_the_tables_a_fresh_build_makes():
+@pytest.mark.parametrize("read_edge_pairs", [True, False])
+def test_a_graph_grown_by_appends_keeps_the_tables_a_fresh_build_makes(read_edge_pairs):
+    """Every edge's pair is kept by the growths once read, and not kept (made when read) while nothing reads it."""
     g = make_synthetic_graph(300, dim=16, seed=2)
     gen = torch.Generator().manual_seed(3)
-    same_pairs(g), same_csr(g)
+    same_pairs(g, read_edge_pairs), same_csr(g)
     for step in range(6):
         n = g.num_nodes
         ids = [f"{'0anz'[(step + i) % 4]}{step}-{i}" for i in range(step + 1)]  # before, among and after the others
@@ -51,8 +62,9 @@ def test_a_graph_grown_by_appends_keeps_the_tables_a_fresh_build_makes():
         new = torch.arange(n, g.num_nodes).repeat_interleave(4)  # each new node to 4 earlier ones, both ways
         old = torch.randint(0, n, (new.numel(),), generator=gen)  # (a repeat: parallel edges of one new pair)
         g.add_edges(torch.cat([new, old]), torch.cat([old, new]), "semantic")
-        same_pairs(g), same_csr(g)
-        assert pair_growth(g) is not None
+        same_pairs(g, read_edge_pairs), same_csr(g)
+        assert pair_growth(g) is not None and (pair_table(g).edge_pair is not None) == read_edge_pairs
+    same_pairs(g)
     g.remove_edges([0, 5])  # not an append: made anew
     same_pairs(g), same_csr(g)
     assert pair_growth(g) is None
@@ -98,11 +110,38 @@ def test_rows_someone_else_reads_are_copied_not_moved():
     assert torch.equal(out, want) and out.untyped_storage().nbytes() == (13 + int(13 * ROOM)) * 4
 
 
+def test_the_pairs_into_a_node_that_gained_out_pairs_are_its_reverse_pairs_unless_one_has_none(monkeypatch):
+    """A growth finds the pairs into a node that gained out-pairs (their degree columns change) as the reverses of
+    its out-pairs when they are all the pairs into it, else by a scan; both give the table made from scratch."""
+    import models.edge_encoder as edge_encoder
+
+    found, real = [], edge_encoder._reverse_pairs
+    monkeypatch.setattr(edge_encoder, "_reverse_pairs", lambda *a: found.append(real(*a)) or found[-1])
+    g = make_synthetic_graph(40, dim=16, seed=4)
+    g.remove_edges(list(range(g.num_edges)))
+    chain = torch.arange(39)
+    g.add_edges(torch.cat([chain, chain + 1]), torch.cat([chain + 1, chain]), "temporal")  # both ways
+    pair_table(g)
+
+    def add(node: int, to: int, both_ways: bool) -> None:
+        g.add_nodes([f"x{node}"], ["t"], torch.randn(1, 16))
+        src, dst = ([node, to], [to, node]) if both_ways else ([node], [to])
+        g.add_edges(torch.tensor(src), torch.tensor(dst), "semantic")
+        same_pairs(g)
+        assert pair_growth(g) is not None
+
+    add(40, 3, both_ways=True)  # node 3's pairs in: 2 -> 3, 4 -> 3, 40 -> 3, each the reverse of one out
+    assert found[-1] is not None and found[-1].numel() == 3
+    add(41, 5, both_ways=False)  # 41 -> 5 only: node 5 gains a pair in, none out
+    add(42, 5, both_ways=True)  # node 5 gained a pair out; 41 -> 5 reverses none of its pairs out: a scan
+    assert found[-1] is None
+
+
 def test_a_growing_pair_table_keeps_its_buffers_and_a_held_one_is_left_alone():
     g = make_synthetic_graph(300, dim=16, seed=2)
     gen = torch.Generator().manual_seed(3)
-    pair_table(g)
-    fields, buffers = ("src", "dst", "edge", "edge_pair", "raw"), None
+    edge_pairs(g, pair_table(g))  # read: the growths keep every edge's pair, in its own buffer too
+    fields, buffers = ("src", "dst", "edge", "edge_pair", "raw", "in_degree"), None
 
     def grow() -> None:
         n = g.num_nodes
@@ -196,7 +235,7 @@ def test_reads_after_writes_grow_the_walk_tables_in_their_own_buffers(tmp_path):
         static, pairs = g.grown[LAST_STATIC][3], pair_table(g)
         return {
             **{key: static[key].data_ptr() for key in ("xb", "px", "pair_e")},
-            **{name: getattr(pairs, name).data_ptr() for name in ("src", "dst", "edge", "edge_pair", "raw")},
+            **{name: getattr(pairs, name).data_ptr() for name in ("src", "dst", "edge", "raw", "in_degree")},
             "perm": out_csr(g)[1].data_ptr(),
         }
 
@@ -271,9 +310,8 @@ def test_a_writer_saves_the_walks_pair_table_and_an_open_at_its_version_reads_it
             patch.setattr("models.edge_encoder.build_pair_table", lambda g: pytest.fail("the pair table was made"))
             yield
 
-    def same_table(mem) -> None:
-        held, made = pair_table(mem.graph), build_pair_table(mem.graph.copy())
-        assert all(torch.equal(getattr(held, k), getattr(made, k)) for k in PairTable.__dataclass_fields__)
+    def same_made(mem) -> None:
+        same_table(mem.graph, pair_table(mem.graph), build_pair_table(mem.graph.copy()))
 
     with Memory.open(folder, encoder="hashing") as mem:
         mem.add_many(recs[:120], emb[:120])
@@ -283,13 +321,13 @@ def test_a_writer_saves_the_walks_pair_table_and_an_open_at_its_version_reads_it
         with not_made():
             assert answers(mem) == first
         assert first == fresh_answers(mem)
-        same_table(mem)
+        same_made(mem)
     with Memory.open(folder, encoder="hashing") as mem:  # the saved table grown by the adds since
         mem.add_many(recs[120:135], emb[120:135])
         with not_made():
             grown = answers(mem)
         assert pair_growth(mem.graph) is not None and grown == fresh_answers(mem)
-        same_table(mem)
+        same_made(mem)
     with Memory.open(folder, encoder="hashing", readonly=True) as mem, not_made():
         assert answers(mem) == grown
     with Memory.open(folder, encoder="hashing") as mem:  # the walk's table, then adds: grown at close and saved
@@ -300,7 +338,7 @@ def test_a_writer_saves_the_walks_pair_table_and_an_open_at_its_version_reads_it
         with not_made():
             again = answers(mem)
         assert again == fresh_answers(mem)
-        same_table(mem)
+        same_made(mem)
     with Memory.open(folder, encoder="hashing") as mem:  # no walk: the file of the version before is removed
         mem.add_many(recs[140:], emb[140:])
     assert not pairs_path(folder).exists()
@@ -347,8 +385,7 @@ def test_feedback_alone_leaves_the_saved_pair_table_in_use(tmp_path, monkeypatch
         assert pairs_path(folder).stat().st_mtime_ns == written
     with Memory.open(folder, encoder="hashing", readonly=True) as mem:
         mem.retrieve(texts[3], policy=router)
-        held, made = pair_table(mem.graph), build_pair_table(mem.graph.copy())
-        assert all(torch.equal(getattr(held, k), getattr(made, k)) for k in PairTable.__dataclass_fields__)
+        same_table(mem.graph, pair_table(mem.graph), build_pair_table(mem.graph.copy()))
 
 
 def test_the_walks_static_tensors_are_saved_with_the_pair_table_and_read_by_the_same_scorer(tmp_path, monkeypatch):

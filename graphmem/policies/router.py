@@ -48,7 +48,7 @@ from graphmem.policies.tables import csr, kept
 from graphmem.policies.walk import graph_walk_tables, walk, walk_tables, walk_trace
 from graphmem.policies.walk_one import walk_one
 from graphmem.store.checkpoint import CheckpointError, load_checkpoint, require_checkpoint
-from models.edge_encoder import READ_PAIR_TABLE, pair_growth, pair_serial
+from models.edge_encoder import READ_PAIR_TABLE, edge_pairs, pair_growth, pair_serial, pair_table
 from models.rank_head import RankHead, RankInputs
 from models.walk_columns import SIMILARITY_COLUMNS
 from models.walk_scorer import WalkScorer
@@ -222,7 +222,10 @@ class RouterPolicy(TraversalPolicy):
         if residual is not None:
             parts = scope.batch.graphs
             rows = residual.edge_rows([g.name for g in parts], [g.num_edges for g in parts]).to(self.device)
-            tables = walk_tables(tables.x, tables.tokens, tables.pairs, rows)
+            pairs = tables.pairs
+            if pairs.edge_pair is None:  # a grown table: every edge's pair made now (the residual reads them)
+                pairs = dataclasses.replace(pairs, edge_pair=edge_pairs(graph, pair_table(graph)).to(pairs.src.device))
+            tables = walk_tables(tables.x, tables.tokens, pairs, rows)
 
         names = ",".join(g.name or "" for g in scope.batch.graphs) if residual is not None else ""
         key = f"policies.walk_static:{self.device}:{id(scorer)}:{names}"
@@ -311,8 +314,9 @@ def static_to_save(graph) -> tuple[str, dict[str, Tensor]] | None:
 def counter_bias(graph, pairs, weight: float, pool: str = "pair") -> Tensor:
     """``[P]`` ``b_uv`` of every pair of ``pairs`` (``graph``'s :class:`~models.edge_encoder.PairTable`), or with
     ``pool="target"`` ``[N]`` ``b_v`` of every node (module docstring)."""
-    held = pairs.edge_pair >= 0
-    at = pairs.edge_pair[held].cpu()
+    edge_pair = pairs.edge_pair if pairs.edge_pair is not None else edge_pairs(graph, pair_table(graph))
+    held = edge_pair >= 0
+    at = edge_pair[held].cpu()
     count = torch.zeros(pairs.num_pairs).index_add_(0, at, torch.ones(at.numel()))
     s = torch.zeros(pairs.num_pairs).index_add_(0, at, graph.S[held.cpu()].float()) / count.clamp(min=1)
     f = torch.zeros(pairs.num_pairs).index_add_(0, at, graph.F[held.cpu()].float()) / count.clamp(min=1)

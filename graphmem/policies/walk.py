@@ -33,7 +33,7 @@ from graphmem.core.tokens import node_tokens
 from graphmem.policies.base import Budget
 from graphmem.policies.batched import csr_positions
 from graphmem.policies.tables import unit_embeddings
-from models.edge_encoder import PairTable, pair_table
+from models.edge_encoder import PairTable, edge_pairs, pair_table
 
 
 @dataclass
@@ -139,6 +139,8 @@ def graph_walk_tables(graph: MemoryGraph, edge_rows: Tensor | None = None) -> Wa
     ``edge_rows`` (rows of a per-edge residual table, or None), where the embeddings are."""
     x_unit = unit_embeddings(graph)
     pairs = pair_table(graph)
+    if edge_rows is not None:
+        edge_pairs(graph, pairs)  # the residual reads every edge's pair
     return WalkTables(x_unit, node_tokens(graph), pairs, edge_rows)
 
 

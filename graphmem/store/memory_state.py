@@ -142,12 +142,12 @@ def save_pairs(
 
 
 def read_pairs(
-    folder: str | Path, version: dict[str, int] | None, names: tuple[str, ...]
+    folder: str | Path, version: dict[str, int] | None, names: tuple[str, ...], optional: tuple[str, ...] = ()
 ) -> tuple[dict, dict, dict | None] | None:
     """``(codes, arrays, static)``: the JSON documents of the codes and of the static tensors (``None`` when none
-    were saved) and the members ``names`` (writable arrays) of the pair table saved in ``folder`` at ``version``;
-    ``None`` when there is none at that version, or the file is damaged or lacks a member (logged, the caller makes
-    them)."""
+    were saved) and the members ``names`` (writable arrays; those of ``optional`` only when saved) of the pair table
+    saved in ``folder`` at ``version``; ``None`` when there is none at that version, or the file is damaged or lacks a
+    member (logged, the caller makes them)."""
     path = pairs_path(folder)
     if version is None or not path.is_file():
         return None
@@ -158,8 +158,9 @@ def read_pairs(
                 log.info("%s: saved at %s, the store is at %s: the walk's tables are made", path, saved, version)
                 return None
             codes = json.loads(_member(archive, "codes").tobytes())
-            static = json.loads(_member(archive, "static").tobytes()) if "static.npy" in archive.namelist() else None
-            arrays = {name: _member(archive, name) for name in names}
+            held = set(archive.namelist())
+            static = json.loads(_member(archive, "static").tobytes()) if "static.npy" in held else None
+            arrays = {name: _member(archive, name) for name in names if name not in optional or f"{name}.npy" in held}
     except _UNREADABLE as err:
         log.warning("%s: not a usable pair table (%s): the walk's tables are made", path, err)
         return None
