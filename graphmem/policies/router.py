@@ -229,7 +229,7 @@ class RouterPolicy(TraversalPolicy):
 
         names = ",".join(g.name or "" for g in scope.batch.graphs) if residual is not None else ""
         key = f"policies.walk_static:{self.device}:{id(scorer)}:{names}"
-        stamp = tuple(w._version for w in self._weights)
+        stamp = _weights_stamp(scorer)
 
         def static():
             """The graph's last static tensors when they are this scorer's, its weights are unchanged and they are
@@ -267,6 +267,7 @@ STATIC_NAMES = ("xb", "px", "pair_e")
 
 
 def _weights_stamp(scorer: WalkScorer) -> tuple[int, ...]:
+    """The version counters of the scorer's weights: they change with every in-place update of one."""
     return tuple(w._version for w in (*scorer.parameters(), *scorer.buffers()))
 
 
