@@ -430,7 +430,7 @@ class Memory(Closing):
         """Take the walk's per-node codes saved at ``version`` now, and its pair table when the walk first needs it
         (:func:`models.edge_encoder.seed_pair_table`; ``version``: :func:`~graphmem.store.memory_state.pairs_version`);
         whether there were any."""
-        small = SavedPairTable.SMALL
+        small, self._pairs_static = SavedPairTable.SMALL, False
         got = read_pairs(self.store.folder, version, small)
         if got is None:
             return False
@@ -457,15 +457,17 @@ class Memory(Closing):
                 return {n: torch.from_numpy(held[f"static_{n}"]) if n in names else None for n in STATIC_NAMES}
 
             self.graph.grown[SAVED_STATIC] = (static["digest"], tensors)
+            self._pairs_static = True
         return True
 
     def _save_pairs(self, version: dict[str, int]) -> None:
-        """Save the walk's pair table for the next open when the file does not hold it already (at ``version``)
-        and one is kept for the memory as it is now; else remove the file of another version (a failed save is
-        logged)."""
+        """Save the walk's pair table for the next open when the file does not hold it already (at ``version``, with
+        the walk's static tensors when a walk holds them) and one is kept for the memory as it is now; else remove
+        the file of another version (a failed save is logged)."""
         path = pairs_path(self.store.folder)
         if version == self._pairs_version and path.is_file():
-            return
+            if self._pairs_static or static_to_save(self.graph) is None:
+                return
         saved = saved_pair_table(self.graph)
         if saved is None:
             path.unlink(missing_ok=True)
@@ -481,7 +483,7 @@ class Memory(Closing):
         except OSError as err:
             log.warning("memory %s: pair table not saved (%s)", self.store.folder, err)
             return
-        self._pairs_version = version
+        self._pairs_version, self._pairs_static = version, static is not None
 
     def _rows_of_seqs(self, seqs: np.ndarray) -> np.ndarray:
         """The rows of stored records' ``seqs`` (rows are in ascending seq order)."""

@@ -442,3 +442,29 @@ def test_the_walks_static_tensors_are_saved_with_the_pair_table_and_read_by_the_
         router = make_policy("router", scorer=other, entry_selector="hybrid", device="cpu")
         assert answers(mem, router) == fresh_answers(mem, router)
         assert SAVED_STATIC in mem.graph.grown  # left for the scorer it is of
+
+
+def test_a_pair_table_saved_without_the_walks_static_tensors_gains_them_from_a_walk_without_writes(tmp_path):
+    """A file saved while no walk's tensors were held (the scorer let go of before the close) is written again, with
+    them, by the close of a session that walked with no write; the next reader reads them."""
+    import zipfile
+
+    import pytest
+
+    from graphmem.store.memory_state import pairs_path
+
+    texts = make_text_graph(80, dim=16, seed=12, validate=False).texts
+    folder = tmp_path / "memory"
+    with Memory.open(folder, encoder="hashing") as mem:
+        mem.add_many([dict(text=t, id=f"n{i}", session=i // 9, time=1e9 + i) for i, t in enumerate(texts)])
+        mem.retrieve(texts[3], policy=walk(384))  # its scorer is let go of at once
+        gc.collect()
+    assert "static.npy" not in zipfile.ZipFile(pairs_path(folder)).namelist()
+    router = walk(384)
+    with Memory.open(folder, encoder="hashing") as mem:
+        want = mem.retrieve(texts[3], policy=router).ranked_ids()
+    assert "static.npy" in zipfile.ZipFile(pairs_path(folder)).namelist()
+    with Memory.open(folder, encoder="hashing", readonly=True) as mem:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(WalkScorer, "static", lambda *a: pytest.fail("the static tensors were computed"))
+            assert mem.retrieve(texts[3], policy=walk(384)).ranked_ids() == want
