@@ -465,16 +465,18 @@ class Memory(Closing):
         the walk's static tensors when a walk holds them) and one is kept for the memory as it is now; else remove
         the file of another version (a failed save is logged)."""
         path = pairs_path(self.store.folder)
-        if version == self._pairs_version and path.is_file():
-            if self._pairs_static or static_to_save(self.graph) is None:
-                return
-        saved = saved_pair_table(self.graph)
+        current = version == self._pairs_version and path.is_file()
+        if current and self._pairs_static:
+            return
+        saved = saved_pair_table(self.graph)  # the kept table, grown to the adds since it
+        static = static_to_save(self.graph) if saved is not None else None  # its walk's tensors, when held
+        if current and static is None:
+            return
         if saved is None:
             path.unlink(missing_ok=True)
             return
         arrays = {k: v.numpy() for k in PairTable.__dataclass_fields__ if (v := getattr(saved.table, k)) is not None}
         arrays |= {k: getattr(saved, k) for k in SavedPairTable.SMALL}
-        static = static_to_save(self.graph)  # the walk's tensors of this table, when a walk made them
         if static is not None:
             arrays |= {f"static_{k}": t.numpy() for k, t in static[1].items()}
             static = {"digest": static[0], "names": sorted(static[1])}

@@ -312,14 +312,10 @@ def _reverse_pairs(rowptr: Tensor, dst: Tensor, nodes: Tensor, in_degree: Tensor
     of ``u`` in each ``w``'s row); ``None`` when they are fewer than the pairs into some node (``in_degree``)."""
     seg, pos = csr_positions(rowptr, nodes)
     u, w = nodes[seg], dst[pos]
-    lo, hi, last = rowptr[w], rowptr[w + 1], max(dst.numel() - 1, 0)
-    while bool((lo < hi).any()):
-        mid = (lo + hi) // 2
-        right = (lo < hi) & (dst[mid.clamp(max=last)] < u)
-        lo, hi = torch.where(right, mid + 1, lo), torch.where((lo < hi) & ~right, mid, hi)
-    found = (lo < rowptr[w + 1]) & (dst[lo.clamp(max=last)] == u)
+    at = insertion_points(rowptr, dst, w, u, ties_after=False)
+    found = (at < rowptr[w + 1]) & (dst[at.clamp(max=max(dst.numel() - 1, 0))] == u)
     got = torch.bincount(seg[found], minlength=nodes.numel())
-    return lo[found] if torch.equal(got, in_degree[nodes]) else None
+    return at[found] if torch.equal(got, in_degree[nodes]) else None
 
 
 EDGE_PAIRS_READ = "models.edge_encoder.edge_pairs_read"

@@ -102,14 +102,19 @@ def insertion_points(
     """Where each entry ``(rows[j], values[j])`` goes in a CSR layout whose row ``r`` holds ``column[rowptr[r]:
     rowptr[r + 1]]`` (with ``perm``: ``column[perm[rowptr[r]:rowptr[r + 1]]]``) in ascending order (rows at or past
     the layout's end go at its end): the first position holding a larger value (``ties_after``) or a value not
-    smaller (else)."""
-    n, at = rowptr.numel() - 1, torch.full((rows.numel(),), int(rowptr[-1]), dtype=torch.long)
-    for j, (r, v) in enumerate(zip(rows.tolist(), values.tolist())):
-        if r < n:
-            lo, hi = int(rowptr[r]), int(rowptr[r + 1])
-            held = column[lo:hi] if perm is None else column[perm[lo:hi]]
-            at[j] = lo + int(torch.searchsorted(held, v, right=ties_after))
-    return at
+    smaller (else). One binary search for all entries at once, each within its own row."""
+    n, end = rowptr.numel() - 1, rowptr[-1]
+    inside, row = rows < n, rows.clamp(max=max(n - 1, 0))
+    lo = torch.where(inside, rowptr[row], end) if n else torch.full_like(rows, int(end))
+    hi = torch.where(inside, rowptr[row + 1], end) if n else lo.clone()
+    last = max((column if perm is None else perm).numel() - 1, 0)
+    while bool((lo < hi).any()):
+        open_, mid = lo < hi, (lo + hi) // 2
+        at = mid.clamp(max=last)
+        held = column[at] if perm is None else column[perm[at]]
+        right = open_ & ((held <= values) if ties_after else (held < values))
+        lo, hi = torch.where(right, mid + 1, lo), torch.where(open_ & ~right, mid, hi)
+    return lo
 
 
 def grown_rowptr(rowptr: Tensor, rows: Tensor, n: int) -> Tensor:
