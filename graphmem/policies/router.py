@@ -124,7 +124,7 @@ class RouterPolicy(TraversalPolicy):
         if state is not None and state.get("rank_head") is not None and rank_head is None:
             rank_head = RankHead.from_checkpoint(state["rank_head"])
         self.rank_head = rank_head.to(self.device).eval() if rank and rank_head is not None else None
-        self._weights = (*self.scorer.parameters(), *self.scorer.buffers())  # what the static tensors depend on
+        self._weights = _weights_of(self.scorer)  # what the static tensors depend on
 
     def traverse(self, scope: Scope, entries: Tensor, budget: Budget) -> RetrievalBatch:
         """The budget-aware walk for all queries at once."""
@@ -229,7 +229,7 @@ class RouterPolicy(TraversalPolicy):
 
         names = ",".join(g.name or "" for g in scope.batch.graphs) if residual is not None else ""
         key = f"policies.walk_static:{self.device}:{id(scorer)}:{names}"
-        stamp = _weights_stamp(scorer)
+        stamp = _weights_stamp(self._weights)
 
         def static():
             """The graph's last static tensors when they are this scorer's, its weights are unchanged and they are
@@ -266,9 +266,14 @@ STATIC_NAMES = ("xb", "px", "pair_e")
 """the static tensors that are saved (``delta``, a per-edge residual's, is not: its tensors are never grown)"""
 
 
-def _weights_stamp(scorer: WalkScorer) -> tuple[int, ...]:
-    """The version counters of the scorer's weights: they change with every in-place update of one."""
-    return tuple(w._version for w in (*scorer.parameters(), *scorer.buffers()))
+def _weights_of(scorer: WalkScorer) -> tuple[Tensor, ...]:
+    """The scorer's parameters and buffers, in one fixed order."""
+    return (*scorer.parameters(), *scorer.buffers())
+
+
+def _weights_stamp(weights: tuple[Tensor, ...]) -> tuple[int, ...]:
+    """The version counters of ``weights`` (:func:`_weights_of`): they change with every in-place update of one."""
+    return tuple(w._version for w in weights)
 
 
 def saved_static(graph, scorer: WalkScorer, key: str, stamp: tuple[int, ...]) -> tuple | None:
@@ -299,7 +304,7 @@ def static_to_save(graph) -> tuple[str, dict[str, Tensor]] | None:
     key, stamp, serial, made, ref = held
     tables = graph_walk_tables(graph)
     scorer, now = ref(), pair_serial(graph, tables.pairs)
-    if scorer is None or _weights_stamp(scorer) != stamp or made["delta"] is not None or now is None:
+    if scorer is None or _weights_stamp(_weights_of(scorer)) != stamp or made["delta"] is not None or now is None:
         return None
     if serial != now:
         growth = pair_growth(graph)
