@@ -47,6 +47,7 @@ from graphmem.builders.entities import CueEntityExtractor, EntityExtractor, extr
 from graphmem.builders.incremental import IncrementalBuilder, Record
 from graphmem.core import Budget, Query
 from graphmem.core.closing import Closing
+from graphmem.core.csr import ROOM, held_rows
 from graphmem.core.errors import InputError
 from graphmem.core.graph import RELATIONS, MemoryGraph
 from graphmem.core.tokens import node_tokens, seed_node_tokens
@@ -438,7 +439,7 @@ class Memory(Closing):
         folder, fields = self.store.folder, tuple(PairTable.__dataclass_fields__)
 
         def table() -> dict[str, np.ndarray] | None:  # read when the walk first needs it (the file checked again)
-            got = read_pairs(folder, version, fields, optional=PairTable.OPTIONAL)
+            got = read_pairs(folder, version, fields, optional=PairTable.OPTIONAL, room=ROOM)
             return None if got is None else got[1]
 
         try:
@@ -450,11 +451,11 @@ class Memory(Closing):
             names = tuple(n for n in STATIC_NAMES if n in static.get("names", ()))
 
             def tensors() -> dict[str, Tensor | None] | None:  # read when the walk of that digest first needs them
-                got = read_pairs(folder, version, tuple(f"static_{n}" for n in names))
+                got = read_pairs(folder, version, tuple(f"static_{n}" for n in names), room=ROOM)
                 if got is None:
                     return None
                 held = got[1]
-                return {n: torch.from_numpy(held[f"static_{n}"]) if n in names else None for n in STATIC_NAMES}
+                return {n: held_rows(held[f"static_{n}"]) if n in names else None for n in STATIC_NAMES}
 
             self.graph.grown[SAVED_STATIC] = (static["digest"], tensors)
             self._pairs_static = True

@@ -41,7 +41,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from graphmem.core.csr import append_rows, csr_positions, grow_rows, grown_rowptr, insertion_points
+from graphmem.core.csr import (
+    append_rows,
+    csr_positions,
+    grow_rows,
+    grown_rowptr,
+    held_rows,
+    insertion_points,
+    with_room,
+)
 from graphmem.core.graph import EDGE_FEATURE_DIM, MemoryGraph
 from graphmem.core.rows import append_to, kept_rows, seed_rows
 from graphmem.core.tokens import node_tokens
@@ -166,7 +174,9 @@ def build_pair_table(graph: MemoryGraph) -> PairTable:
     rowptr = torch.zeros(n + 1, dtype=torch.long)
     rowptr[1:] = torch.cumsum(torch.bincount(ps, minlength=n), 0)
     raw = pair_features(graph, ps, pd, onehot, phase1, count, rowptr)
-    return PairTable(rowptr, ps, pd, rep, edge_pair, raw, torch.bincount(pd, minlength=n))
+    fields = (ps, pd, rep, edge_pair, raw, torch.bincount(pd, minlength=n))
+    ps, pd, rep, edge_pair, raw, in_degree = (with_room(t) for t in fields)  # a memory's next read grows them in place
+    return PairTable(rowptr, ps, pd, rep, edge_pair, raw, in_degree)
 
 
 def pair_features(
@@ -439,9 +449,7 @@ def seed_pair_table(graph: MemoryGraph, saved: SavedPairTable, read: Callable[[]
         fields = read()
         if fields is None:
             return None
-        out = PairTable(
-            **{k: torch.from_numpy(fields[k]) if k in fields else None for k in PairTable.__dataclass_fields__}
-        )
+        out = PairTable(**{k: held_rows(fields[k]) if k in fields else None for k in PairTable.__dataclass_fields__})
         p = out.src.shape[0]
         sizes = (out.rowptr.shape, out.raw.shape, out.dst.shape, out.edge.shape)
         types = [getattr(out, k).dtype for k in ("rowptr", "src", "dst", "edge", "raw")]

@@ -141,7 +141,7 @@ def test_a_growing_pair_table_keeps_its_buffers_and_a_held_one_is_left_alone():
     g = make_synthetic_graph(300, dim=16, seed=2)
     gen = torch.Generator().manual_seed(3)
     edge_pairs(g, pair_table(g))  # read: the growths keep every edge's pair, in its own buffer too
-    fields, buffers = ("src", "dst", "edge", "edge_pair", "raw", "in_degree"), None
+    fields = ("src", "dst", "edge", "edge_pair", "raw", "in_degree")
 
     def grow() -> None:
         n = g.num_nodes
@@ -149,12 +149,12 @@ def test_a_growing_pair_table_keeps_its_buffers_and_a_held_one_is_left_alone():
         new, old = torch.full((4,), n), torch.randint(0, n, (4,), generator=gen)
         g.add_edges(torch.cat([new, old]), torch.cat([old, new]), "semantic")
 
-    for step in range(4):  # the first growth copies into buffers with spare rows; the next ones move in place
+    buffers = {name: getattr(pair_table(g), name).data_ptr() for name in fields}
+    for step in range(4):  # a built table has spare rows: every growth moves its rows in place
         grow()
         table = pair_table(g)
-        now = {name: getattr(table, name).data_ptr() for name in fields}
-        assert buffers is None or now == buffers, step
-        buffers, table = now, None
+        assert {name: getattr(table, name).data_ptr() for name in fields} == buffers, step
+        table = None
         same_pairs(g)
     held = pair_table(g)
     before = {name: getattr(held, name).clone() for name in fields}
@@ -468,3 +468,41 @@ def test_a_pair_table_saved_without_the_walks_static_tensors_gains_them_from_a_w
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(WalkScorer, "static", lambda *a: pytest.fail("the static tensors were computed"))
             assert mem.retrieve(texts[3], policy=walk(384)).ranked_ids() == want
+
+
+@pytest.mark.parametrize("way", ["read", "made"])
+def test_the_tables_of_an_open_memory_grow_within_their_first_buffers(tmp_path, way):
+    """The pair table and the walk's static tensors (read from the saved file, or made at the first walk when there
+    is none) and the unit embeddings have spare rows: the first read after an add grows them where they are (no copy
+    of every pair), and they equal the tables made from scratch."""
+    import shutil
+
+    texts = make_text_graph(120, dim=16, seed=13, validate=False).texts
+    folder, router = tmp_path / "memory", walk(384)
+    recs = [dict(text=t, id=f"n{i}", session=i // 9, time=1e9 + 30.0 * i) for i, t in enumerate(texts)]
+    with Memory.open(folder, encoder="hashing") as mem:
+        mem.add_many(recs[:100])
+        mem.retrieve(texts[3], policy=router)  # the table and the tensors are saved at close
+    if way == "made":
+        shutil.rmtree(folder / "indexes")
+    fields = ("src", "dst", "edge", "raw", "in_degree")
+
+    def buffers(mem) -> dict[str, int]:
+        table, static = pair_table(mem.graph), mem.graph.grown[LAST_STATIC][3]
+        held = {name: getattr(table, name).data_ptr() for name in fields}
+        held |= {name: static[name].data_ptr() for name in ("xb", "px", "pair_e")}
+        return held | {"unit": unit_embeddings(mem.graph).data_ptr()}
+
+    with Memory.open(folder, encoder="hashing") as mem:
+        mem.retrieve(texts[5], policy=router)
+        assert mem.state_loaded == (way == "read") and pair_growth(mem.graph) is None  # not grown yet
+        before = buffers(mem)
+        for i, rec in enumerate(recs[100:103]):
+            mem.add(**rec)
+            mem.retrieve(texts[7], policy=router)
+            assert pair_growth(mem.graph) is not None
+            assert buffers(mem) == before, i
+        same_table(mem.graph, pair_table(mem.graph), build_pair_table(mem.graph.copy()))
+        made = router.scorer.static(graph_walk_tables(mem.graph.copy()))
+        kept = mem.graph.grown[LAST_STATIC][3]
+        assert all(torch.equal(kept[name], made[name]) for name in ("xb", "px", "pair_e"))

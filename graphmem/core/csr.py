@@ -6,6 +6,7 @@ import ctypes
 import math
 import sys
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -79,6 +80,36 @@ def append_rows(held: dict[str, Tensor], name: str, new: Tensor) -> Tensor:
     """:func:`grow_rows` of ``held[name]`` with ``new`` after its last row (taken out of ``held`` likewise)."""
     end = held[name].shape[0]
     return grow_rows(held, name, torch.full((new.shape[0],), end, dtype=torch.long, device=new.device), new)
+
+
+def with_room(t: Tensor) -> Tensor:
+    """A copy of the CPU tensor ``t`` in a buffer with :data:`ROOM` spare rows after its own (not written, so not
+    resident), so that the first :func:`grow_rows` after it moves rows within it instead of copying it again;
+    ``t`` itself on any other device."""
+    if t.device.type != "cpu" or t.ndim == 0:
+        return t
+    rows = t.shape[0]
+    out = _first_rows(torch.empty((rows + int(rows * ROOM), *t.shape[1:]), dtype=t.dtype), rows)
+    return out.copy_(t)
+
+
+def held_rows(array: np.ndarray) -> Tensor:
+    """``array`` as a tensor; when it is the first rows of a larger C-ordered array (as
+    :func:`graphmem.store.memory_state.read_pairs` reads a table with room), a tensor of those rows holding the
+    whole buffer, so that :func:`grow_rows` grows it within its spare rows instead of copying it."""
+    base = array.base
+    if (
+        isinstance(base, np.ndarray)
+        and array.ndim >= 1
+        and base.ndim == array.ndim
+        and base.shape[1:] == array.shape[1:]
+        and base.shape[0] > array.shape[0]
+        and base.dtype == array.dtype
+        and base.flags.c_contiguous
+        and base.ctypes.data == array.ctypes.data
+    ):
+        return _first_rows(torch.from_numpy(base), array.shape[0])
+    return torch.from_numpy(array)
 
 
 def _first_rows(buffer: Tensor, rows: int) -> Tensor:

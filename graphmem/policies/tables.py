@@ -109,13 +109,14 @@ def unit_embeddings(graph: MemoryGraph, device: Device = None) -> Tensor:
 
     def build() -> Tensor:
         x, n, held = graph.embeddings, graph.num_nodes, graph.grown.get("policies.unit_embeddings")
+        rows = n + n // 8 + 64  # a buffer's rows: an eighth spare, so that the next appends fit in it
         if held is not None and graph.appended_since(held[0]) and held[1].shape[1:] == x.shape[1:]:
             (_, n0, _), buf = held
             if buf.shape[0] < n:
-                buf = torch.cat([buf[:n0], torch.empty(max(n, n0 + n0 // 8 + 64) - n0, x.shape[1])])  # room: an 8th
-            buf[n0:n] = torch.nn.functional.normalize(x[n0:].float(), dim=1)
+                buf = torch.cat([buf[:n0], torch.empty(rows - n0, *x.shape[1:])])
         else:
-            buf = torch.nn.functional.normalize(x.float(), dim=1)
+            n0, buf = 0, torch.empty(rows, *x.shape[1:])
+        torch.nn.functional.normalize(x[n0:].float(), dim=1, out=buf[n0:n])
         graph.grown["policies.unit_embeddings"] = (graph.log_mark(), buf)
         return buf[:n]
 

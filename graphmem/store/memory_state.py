@@ -142,12 +142,17 @@ def save_pairs(
 
 
 def read_pairs(
-    folder: str | Path, version: dict[str, int] | None, names: tuple[str, ...], optional: tuple[str, ...] = ()
+    folder: str | Path,
+    version: dict[str, int] | None,
+    names: tuple[str, ...],
+    optional: tuple[str, ...] = (),
+    room: float = 0.0,
 ) -> tuple[dict, dict, dict | None] | None:
     """``(codes, arrays, static)``: the JSON documents of the codes and of the static tensors (``None`` when none
-    were saved) and the members ``names`` (writable arrays; those of ``optional`` only when saved) of the pair table
-    saved in ``folder`` at ``version``; ``None`` when there is none at that version, or the file is damaged or lacks a
-    member (logged, the caller makes them)."""
+    were saved) and the members ``names`` (writable arrays; those of ``optional`` only when saved; with ``room``, each
+    the first rows of an array with ``room`` times as many rows again after them, see :func:`_member`) of the pair
+    table saved in ``folder`` at ``version``; ``None`` when there is none at that version, or the file is damaged or
+    lacks a member (logged, the caller makes them)."""
     path = pairs_path(folder)
     if version is None or not path.is_file():
         return None
@@ -160,7 +165,8 @@ def read_pairs(
             codes = json.loads(_member(archive, "codes").tobytes())
             held = set(archive.namelist())
             static = json.loads(_member(archive, "static").tobytes()) if "static.npy" in held else None
-            arrays = {name: _member(archive, name) for name in names if name not in optional or f"{name}.npy" in held}
+            wanted = [name for name in names if name not in optional or f"{name}.npy" in held]
+            arrays = {name: _member(archive, name, room) for name in wanted}
     except _UNREADABLE as err:
         log.warning("%s: not a usable pair table (%s): the walk's tables are made", path, err)
         return None
@@ -211,10 +217,13 @@ def _npy_header(head: io.BytesIO, name: str) -> tuple[tuple[int, ...], np.dtype,
     return shape, dtype, head.tell()
 
 
-def _member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
+def _member(archive: zipfile.ZipFile, name: str, room: float = 0.0) -> np.ndarray:
     """The array of member ``name`` (``.npy``, stored, not compressed) read from the archive's file straight into a
     writable array of its own: one read of its bytes where they lie, and the member's CRC-32 checked over them
-    (:func:`numpy.load` reads through :mod:`zipfile`, a few hundred kilobytes at a time, at a third of the speed)."""
+    (:func:`numpy.load` reads through :mod:`zipfile`, a few hundred kilobytes at a time, at a third of the speed).
+    With ``room``, the array is the first rows of one with ``room`` times as many rows again after them (not
+    written, so not resident): a table that grows after it is read grows within it
+    (:func:`graphmem.core.csr.held_rows`)."""
     info = archive.getinfo(f"{name}.npy")
     if info.compress_type != zipfile.ZIP_STORED or archive.filename is None:
         raise ValueError(f"member {name!r} is not stored as it is")
@@ -228,7 +237,8 @@ def _member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
         f.seek(start)
         head = io.BytesIO(f.read(min(info.file_size, 1 << 16)))
         shape, dtype, offset = _npy_header(head, name)
-        out = np.empty(shape, dtype=dtype)
+        spare = int(shape[0] * room) if shape else 0
+        out = np.empty((shape[0] + spare, *shape[1:]), dtype=dtype)[: shape[0]] if spare else np.empty(shape, dtype)
         view = memoryview(out.reshape(-1)).cast("B")
         f.seek(start + offset)
         if offset + view.nbytes != info.file_size or f.readinto(view) != view.nbytes:
