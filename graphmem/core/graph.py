@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
-from graphmem.core.csr import grow_rows, grown_rowptr, insertion_points
+from graphmem.core.csr import grow_rows, grown_rowptr, insertion_points, with_room
 from graphmem.core.derived import DerivedTables
 
 RELATIONS: tuple[str, ...] = ("temporal", "semantic", "causal", "entity")
@@ -527,7 +527,7 @@ def out_csr(graph: MemoryGraph) -> tuple[Tensor, Tensor]:
             table = _grown_csr(graph, rowptr, parts, e0)
         else:
             src, dst = graph.edge_index
-            perm = torch.argsort(src * max(graph.num_nodes, 1) + dst, stable=True)
+            perm = with_room(torch.argsort(src * max(graph.num_nodes, 1) + dst, stable=True))  # grows in place
             rowptr = torch.zeros(graph.num_nodes + 1, dtype=torch.long)
             rowptr[1:] = torch.cumsum(torch.bincount(src, minlength=graph.num_nodes), 0)
             table = (rowptr, perm)
