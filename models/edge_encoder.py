@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from graphmem.core.csr import (
     append_rows,
     csr_positions,
+    empty_with_room,
     grow_rows,
     grown_rowptr,
     held_rows,
@@ -173,17 +174,25 @@ def build_pair_table(graph: MemoryGraph) -> PairTable:
     phase1 = torch.where(torch.isfinite(phase1), phase1, torch.zeros_like(phase1))
     rowptr = torch.zeros(n + 1, dtype=torch.long)
     rowptr[1:] = torch.cumsum(torch.bincount(ps, minlength=n), 0)
-    raw = pair_features(graph, ps, pd, onehot, phase1, count, rowptr)
-    fields = (ps, pd, rep, edge_pair, raw, torch.bincount(pd, minlength=n))
-    ps, pd, rep, edge_pair, raw, in_degree = (with_room(t) for t in fields)  # a memory's next read grows them in place
-    return PairTable(rowptr, ps, pd, rep, edge_pair, raw, in_degree)
+    raw = pair_features(graph, ps, pd, onehot, phase1, count, rowptr, room=True)
+    # every field with room to grow, each copied on its own: a memory's next read grows them in place
+    ps, pd, rep, edge_pair = with_room(ps), with_room(pd), with_room(rep), with_room(edge_pair)
+    return PairTable(rowptr, ps, pd, rep, edge_pair, raw, with_room(torch.bincount(pd, minlength=n)))
 
 
 def pair_features(
-    graph: MemoryGraph, src: Tensor, dst: Tensor, onehot: Tensor, phase1: Tensor, count: Tensor, rowptr: Tensor
+    graph: MemoryGraph,
+    src: Tensor,
+    dst: Tensor,
+    onehot: Tensor,
+    phase1: Tensor,
+    count: Tensor,
+    rowptr: Tensor,
+    room: bool = False,
 ) -> Tensor:
     """``[P, F]`` inductive features ``a_ij`` of the pairs ``src -> dst`` (module docstring); the first columns are
-    ``onehot`` and ``phase1`` as given, which :class:`PairTable` reads back as views."""
+    ``onehot`` and ``phase1`` as given, which :class:`PairTable` reads back as views. With ``room`` (CPU), written
+    into a buffer with spare rows (:func:`~graphmem.core.csr.empty_with_room`)."""
     t = graph.timestamps.double()
     known = torch.isfinite(t[src]) & torch.isfinite(t[dst])
     dt = torch.where(known, t[dst] - t[src], torch.zeros_like(t[src]))
@@ -214,7 +223,9 @@ def pair_features(
         deg_dst[:, None],
         (torch.log1p(tokens[dst]) / 5.0)[:, None],
     ]
-    return torch.cat(cols, 1)
+    if not room or src.device.type != "cpu":
+        return torch.cat(cols, 1)
+    return torch.cat(cols, 1, out=empty_with_room(src.numel(), sum(c.shape[1] for c in cols)))
 
 
 DEGREE_COLUMNS = slice(19, 21)

@@ -46,7 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from graphmem.core.budget import Budget
-from graphmem.core.csr import append_rows, csr_positions, with_room
+from graphmem.core.csr import append_rows, csr_positions, empty_with_room, with_room
 from graphmem.index.lexical_features import NUM_LEXICAL_FEATURES, Lexical, pair_features
 from models.edge_encoder import EDGE_FEATURE_DIM, EDGE_MODES, NUM_PAIR_FEATURES, EdgeEncoder
 from models.intent import RelationIntent
@@ -209,9 +209,12 @@ class WalkScorer(nn.Module):
         if len(blocks) > 1 and blocks[-1].numel() < STATIC_MIN_ROWS:
             blocks[-2:] = [torch.cat(blocks[-2:])]
         blocks = [self.edges(tables.pairs, b, st["px"], st["delta"])[0] for b in blocks]
-        st["pair_e"] = torch.cat(blocks) if len(blocks) != 1 else blocks[0]
-        # held with room to grow: a live memory's next read grows them within their buffers (grown_static)
-        return {k: with_room(t) if k != "delta" and t is not None else t for k, t in st.items()}
+        # each held with room to grow: a live memory's next read grows them within their buffers (grown_static)
+        if len(blocks) > 1 and not torch.is_grad_enabled() and blocks[0].device.type == "cpu":
+            st["pair_e"] = torch.cat(blocks, out=empty_with_room(tables.pairs.num_pairs, blocks[0].shape[1]))
+        else:
+            st["pair_e"] = with_room(torch.cat(blocks) if len(blocks) != 1 else blocks[0])
+        return {k: with_room(t) if k in ("xb", "px") and t is not None else t for k, t in st.items()}
 
     def grown_static(self, tables, old: dict[str, Tensor | None], growth) -> dict[str, Tensor | None]:
         """:meth:`static` of ``tables``, whose pair table grew (``growth``, a

@@ -470,12 +470,15 @@ def test_a_pair_table_saved_without_the_walks_static_tensors_gains_them_from_a_w
             assert mem.retrieve(texts[3], policy=walk(384)).ranked_ids() == want
 
 
-@pytest.mark.parametrize("way", ["read", "made"])
-def test_the_tables_of_an_open_memory_grow_within_their_first_buffers(tmp_path, way):
+@pytest.mark.parametrize("way", ["read", "made", "made in blocks"])
+def test_the_tables_of_an_open_memory_grow_within_their_first_buffers(tmp_path, monkeypatch, way):
     """The pair table and the walk's static tensors (read from the saved file, or made at the first walk when there
-    is none) and the unit embeddings have spare rows: the first read after an add grows them where they are (no copy
-    of every pair), and they equal the tables made from scratch."""
+    is none, in one block of pairs or several) and the unit embeddings have spare rows: the first read after an add
+    grows them where they are (no copy of every pair), and they equal the tables made from scratch."""
     import shutil
+
+    if way == "made in blocks":
+        monkeypatch.setattr("models.walk_scorer.STATIC_PAIR_BLOCK", 128)
 
     texts = make_text_graph(120, dim=16, seed=13, validate=False).texts
     folder, router = tmp_path / "memory", walk(384)
@@ -483,7 +486,7 @@ def test_the_tables_of_an_open_memory_grow_within_their_first_buffers(tmp_path, 
     with Memory.open(folder, encoder="hashing") as mem:
         mem.add_many(recs[:100])
         mem.retrieve(texts[3], policy=router)  # the table and the tensors are saved at close
-    if way == "made":
+    if way != "read":
         shutil.rmtree(folder / "indexes")
     fields = ("src", "dst", "edge", "raw", "in_degree")
 

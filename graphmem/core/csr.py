@@ -82,15 +82,19 @@ def append_rows(held: dict[str, Tensor], name: str, new: Tensor) -> Tensor:
     return grow_rows(held, name, torch.full((new.shape[0],), end, dtype=torch.long, device=new.device), new)
 
 
+def empty_with_room(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """An empty CPU tensor of ``shape`` on a buffer with :data:`ROOM` spare rows after its own (not written, so not
+    resident): the first :func:`grow_rows` after it moves rows within it instead of copying it."""
+    rows = shape[0]
+    return _first_rows(torch.empty((rows + int(rows * ROOM), *shape[1:]), dtype=dtype), rows)
+
+
 def with_room(t: Tensor) -> Tensor:
-    """A copy of the CPU tensor ``t`` in a buffer with :data:`ROOM` spare rows after its own (not written, so not
-    resident), so that the first :func:`grow_rows` after it moves rows within it instead of copying it again;
-    ``t`` itself on any other device."""
+    """A copy of the CPU tensor ``t`` in a buffer with room (:func:`empty_with_room`); ``t`` itself on any other
+    device."""
     if t.device.type != "cpu" or t.ndim == 0:
         return t
-    rows = t.shape[0]
-    out = _first_rows(torch.empty((rows + int(rows * ROOM), *t.shape[1:]), dtype=t.dtype), rows)
-    return out.copy_(t)
+    return empty_with_room(*t.shape, dtype=t.dtype).copy_(t)
 
 
 def held_rows(array: np.ndarray) -> Tensor:
