@@ -158,10 +158,10 @@ def measuring_processes(payload: dict) -> int:
     return max((len(s.get("runs", ())) for s in payload["sizes"]), default=0) or 1
 
 
-def after_add_cpu_s(row: dict) -> float | None:
-    """CPU seconds of a retrieval right after an add in a row of ``memory_scale.json``: the p50 of its samples, or
-    the one sample of a file that took one."""
+def after_add_cpu_s(row: dict, stat: str = "p50") -> float | None:
+    """CPU seconds of a retrieval right after an add in a row of ``memory_scale.json``: the ``stat`` (``p50`` or
+    ``mean``) of its samples, or the one sample of a file that took one."""
     after = row.get("retrieve_after_add_router") or {}
     if "cpu_s" in after:
         return after["cpu_s"]
-    return after["cpu"]["p50_ms"] / 1e3 if "cpu" in after else None
+    return after["cpu"][f"{stat}_ms"] / 1e3 if "cpu" in after else None
