@@ -30,9 +30,7 @@ def insert_rows(old: Tensor, at: Tensor, new: Tensor, room: float = 0.0) -> Tens
     so growing a sorted layout by a few rows costs one copy of it. With ``room``, the result is the first rows of
     a buffer with ``room`` times as many rows again after them (not written, so not yet resident)."""
     k = at.numel()
-    rows = old.shape[0] + k
-    out = torch.empty((rows + int(rows * room), *old.shape[1:]), dtype=old.dtype, device=old.device)
-    out = _first_rows(out, rows) if room else out
+    out = empty_with_room(old.shape[0] + k, *old.shape[1:], dtype=old.dtype, device=old.device, room=room)
     lo = 0
     for j, hi in enumerate([*at.tolist(), old.shape[0]]):
         out[lo + j : hi + j] = old[lo:hi]
@@ -82,11 +80,14 @@ def append_rows(held: dict[str, Tensor], name: str, new: Tensor) -> Tensor:
     return grow_rows(held, name, torch.full((new.shape[0],), end, dtype=torch.long, device=new.device), new)
 
 
-def empty_with_room(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    """An empty CPU tensor of ``shape`` on a buffer with :data:`ROOM` spare rows after its own (not written, so not
-    resident): the first :func:`grow_rows` after it moves rows within it instead of copying it."""
+def empty_with_room(
+    *shape: int, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None, room: float = ROOM
+) -> Tensor:
+    """An empty tensor of ``shape`` on a buffer with ``room`` times as many rows again after its own (not written, so
+    not resident): the first :func:`grow_rows` after it moves rows within it instead of copying it."""
     rows = shape[0]
-    return _first_rows(torch.empty((rows + int(rows * ROOM), *shape[1:]), dtype=dtype), rows)
+    out = torch.empty((rows + int(rows * room), *shape[1:]), dtype=dtype, device=device)
+    return _first_rows(out, rows) if room else out
 
 
 def with_room(t: Tensor) -> Tensor:
