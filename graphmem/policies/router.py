@@ -222,9 +222,7 @@ class RouterPolicy(TraversalPolicy):
         if residual is not None:
             parts = scope.batch.graphs
             rows = residual.edge_rows([g.name for g in parts], [g.num_edges for g in parts]).to(self.device)
-            pairs = tables.pairs
-            if pairs.edge_pair is None:  # a grown table: every edge's pair made now (the residual reads them)
-                pairs = dataclasses.replace(pairs, edge_pair=edge_pairs(graph, pair_table(graph)).to(pairs.src.device))
+            pairs = dataclasses.replace(tables.pairs, edge_pair=_edge_pairs(graph, tables.pairs))  # the residual's
             tables = walk_tables(tables.x, tables.tokens, pairs, rows)
 
         names = ",".join(g.name or "" for g in scope.batch.graphs) if residual is not None else ""
@@ -317,10 +315,19 @@ def static_to_save(graph) -> tuple[str, dict[str, Tensor]] | None:
     return scorer.digest(), {k: made[k] for k in STATIC_NAMES if made[k] is not None}
 
 
+def _edge_pairs(graph, pairs) -> Tensor:
+    """``[E]`` every edge's pair in ``pairs`` (``graph``'s :class:`~models.edge_encoder.PairTable`, or its copy on a
+    device): its own, else made in the graph's kept table (:func:`~models.edge_encoder.edge_pairs`), which a grown
+    table holds none of until something reads them."""
+    if pairs.edge_pair is not None:
+        return pairs.edge_pair
+    return edge_pairs(graph, pair_table(graph)).to(pairs.src.device)
+
+
 def counter_bias(graph, pairs, weight: float, pool: str = "pair") -> Tensor:
     """``[P]`` ``b_uv`` of every pair of ``pairs`` (``graph``'s :class:`~models.edge_encoder.PairTable`), or with
     ``pool="target"`` ``[N]`` ``b_v`` of every node (module docstring)."""
-    edge_pair = pairs.edge_pair if pairs.edge_pair is not None else edge_pairs(graph, pair_table(graph))
+    edge_pair = _edge_pairs(graph, pairs)
     held = edge_pair >= 0
     at = edge_pair[held].cpu()
     count = torch.zeros(pairs.num_pairs).index_add_(0, at, torch.ones(at.numel()))
