@@ -220,6 +220,16 @@ def test_api_key_never_written_to_cache_logs_or_summaries(tmp_path, recorder, mo
 
 
 # ---------------------------------------------------------------------- structured parsing
+def test_a_fence_mark_inside_a_json_string_does_not_cut_the_reply():
+    """A string holding a fence mark ends the fence early: the cut piece, or an array inside it, is not the reply."""
+    reply = {"facts": [], "temporal": {"```": None}, "transitions": [None]}
+    assert extract_json("```json\n" + json.dumps(reply)) == reply
+    assert extract_json('```\n{"x": "[1]``` y"}```') == {"x": "[1]``` y"}
+    assert extract_json('Answer [1]: ```json\nHere: {"a": 2}```') == {"a": 2}  # a fence still goes first
+    parsed = parse_structured("```json\n" + json.dumps(reply), Reflection)
+    assert parsed.value.transitions == [] and parsed.discarded == 1  # the wrong item is counted, not lost
+
+
 def test_extract_json_tolerates_fences_and_prose():
     assert extract_json('Sure! Here you go:\n```json\n{"a": 1}\n```\nHope it helps') == {"a": 1}
     assert extract_json('The answer [see below] is {"a": [1, 2]} ok') == {"a": [1, 2]}

@@ -183,21 +183,30 @@ _OPENER = re.compile(r"[\[{]")
 
 
 def extract_json(text: str) -> Any:
-    """The first JSON object (else array) in ``text``, looking inside code fences first.
+    """The first JSON object (else array) in ``text``, looking inside code fences first. A fence counts when the JSON
+    value at its first ``{`` or ``[`` runs to its end: a string in the JSON may hold a fence mark, which ends the
+    fence early, and a piece of the reply cut there (or an array inside it) is not the reply.
 
     Raises:
         ValueError: when no JSON value can be decoded.
     """
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
     decoder = json.JSONDecoder()
-    for chunk in candidates:
-        for match in _OPENER.finditer(chunk):
-            try:
-                value, _ = decoder.raw_decode(chunk, match.start())
-            except ValueError:
-                continue
-            if isinstance(value, (dict, list)):
-                return value
+    for fence in _FENCE.finditer(text):
+        chunk = fence.group(1).strip()
+        first = _OPENER.search(chunk)
+        try:
+            value, end = decoder.raw_decode(chunk, first.start()) if first else (None, -1)
+        except ValueError:
+            continue
+        if end == len(chunk):
+            return value
+    for match in _OPENER.finditer(text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(value, (dict, list)):
+            return value
     raise ValueError("no JSON object found in the reply")
 
 
